@@ -1,0 +1,146 @@
+// epscope per-warp recorder: include from any kernel (no torch, no host code).
+//
+// Lane 0 of each instrumented warp writes 16-byte records into the region of the profile
+// buffer that its warp owns (layout: profiler/layout.toml, structs: generated/layout.cuh).
+// No atomics and no fences per record: a record is one timer read and one 16-byte store.
+//
+//   Compile-time switch: EPSCOPE_PROFILE=0 (the default) turns every method into nothing: the
+//   kernel has no timer reads and no record stores (tests/ check the SASS of both builds).
+//   Runtime switch: a null buffer pointer in the instrumented build records nothing.
+//
+// Usage (every method is called by all 32 lanes of the warp, under warp-uniform control flow):
+//   epscope::WarpRecorder rec;
+//   rec.init(prof_buf);                 // null -> off
+//   rec.begin(kSendChunk, chunk);  ...  rec.end(kSendChunk);
+//   rec.arrive(kBarrierGrid, occurrence); ... rec.depart(kBarrierGrid, occurrence);
+//   rec.finish();                       // on every exit path, timeouts included
+#pragma once
+#include <cstdint>
+
+#include "generated/layout.cuh"
+
+#ifndef EPSCOPE_PROFILE
+#define EPSCOPE_PROFILE 0
+#endif
+
+namespace epscope {
+
+// %globaltimer: one clock for the whole GPU, 32 ns steps on H200 (measured-facts.md).
+__device__ __forceinline__ uint64_t globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ uint32_t smid() {
+  uint32_t s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
+__device__ __forceinline__ uint32_t lane_id() {
+  uint32_t l;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+  return l;
+}
+
+// Bytes of a buffer with `num_regions` regions of `capacity` records: the host sizes buffers
+// with the same expression through the generated Python dtypes.
+__host__ __device__ constexpr uint64_t buffer_bytes(uint32_t num_regions, uint32_t capacity) {
+  return sizeof(BufferHeader) + uint64_t(num_regions) * (sizeof(RegionHeader) + uint64_t(capacity) * sizeof(Record));
+}
+
+#if EPSCOPE_PROFILE
+
+class WarpRecorder {
+ public:
+  // Locate this warp's region (1-D blocks: warp = threadIdx.x / 32) and stamp its header.
+  __device__ __forceinline__ void init(void* buf) {
+    recs_ = nullptr;
+    if (buf == nullptr) return;
+    auto* hdr = static_cast<const BufferHeader*>(buf);
+    const uint32_t wpb = hdr->warps_per_block;
+    const uint32_t block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const uint32_t warp = threadIdx.x / 32;
+    const uint32_t region = block * wpb + warp;
+    // A host that sized the buffer for another grid records nothing rather than corrupting
+    // memory; the decoder reports those regions as UNUSED.
+    if (warp >= wpb || region >= hdr->num_regions) return;
+    cap_ = hdr->region_capacity;
+    hires_ = (hdr->flags & kFlagHires) != 0;
+    const uint64_t stride = sizeof(RegionHeader) + uint64_t(cap_) * sizeof(Record);
+    region_ = reinterpret_cast<RegionHeader*>(static_cast<char*>(buf) + sizeof(BufferHeader) + region * stride);
+    recs_ = reinterpret_cast<Record*>(region_ + 1);
+    n_ = 0;
+    lane0_ = lane_id() == 0;
+    if (lane0_) {
+      region_->sm = smid();
+      region_->block = block;
+      region_->warp = static_cast<uint16_t>(warp);
+      region_->clk_start = clock64();
+      region_->gt_start = globaltimer();
+      region_->state = kRegionStarted;
+    }
+  }
+
+  __device__ __forceinline__ bool enabled() const { return recs_ != nullptr; }
+
+  __device__ __forceinline__ void begin(uint16_t phase, uint32_t payload = 0) { put(kKindBegin, phase, payload); }
+  __device__ __forceinline__ void end(uint16_t phase, uint32_t payload = 0) { put(kKindEnd, phase, payload); }
+  __device__ __forceinline__ void instant(uint16_t phase, uint32_t payload = 0) { put(kKindInstant, phase, payload); }
+  __device__ __forceinline__ void arrive(uint16_t barrier, uint32_t occurrence) { put(kKindBarrierArrive, barrier, occurrence); }
+  __device__ __forceinline__ void depart(uint16_t barrier, uint32_t occurrence) { put(kKindBarrierDepart, barrier, occurrence); }
+
+  // Close the region: how many records were attempted (the decoder derives drops from it) and
+  // the end clock pair for high-resolution conversion.
+  __device__ __forceinline__ void finish() {
+    if (recs_ == nullptr) return;
+    if (lane0_) {
+      region_->clk_end = clock64();
+      region_->gt_end = globaltimer();
+      region_->attempted = n_;
+      region_->state = kRegionFinished;
+    }
+    recs_ = nullptr;
+  }
+
+ private:
+  __device__ __forceinline__ void put(uint8_t kind, uint16_t id, uint32_t payload) {
+    if (recs_ == nullptr) return;
+    const uint64_t t = hires_ ? static_cast<uint64_t>(clock64()) : globaltimer();
+    if (lane0_ && n_ < cap_) {
+      // One 16-byte store; field order matches Record (t | id, kind, reserved | payload).
+      const uint4 v = make_uint4(static_cast<uint32_t>(t), static_cast<uint32_t>(t >> 32),
+                                 uint32_t(id) | (uint32_t(kind) << 16), payload);
+      *reinterpret_cast<uint4*>(recs_ + n_) = v;
+    }
+    ++n_;  // counts drops too: nothing is dropped silently
+  }
+
+  Record* recs_ = nullptr;
+  RegionHeader* region_ = nullptr;
+  uint32_t n_ = 0;
+  uint32_t cap_ = 0;
+  bool hires_ = false;
+  bool lane0_ = false;
+};
+
+#else  // EPSCOPE_PROFILE == 0: off means off.
+
+class WarpRecorder {
+ public:
+  __device__ __forceinline__ void init(void*) {}
+  __device__ __forceinline__ bool enabled() const { return false; }
+  __device__ __forceinline__ void begin(uint16_t, uint32_t = 0) {}
+  __device__ __forceinline__ void end(uint16_t, uint32_t = 0) {}
+  __device__ __forceinline__ void instant(uint16_t, uint32_t = 0) {}
+  __device__ __forceinline__ void arrive(uint16_t, uint32_t) {}
+  __device__ __forceinline__ void depart(uint16_t, uint32_t) {}
+  __device__ __forceinline__ void finish() {}
+};
+
+#endif  // EPSCOPE_PROFILE
+
+static_assert(sizeof(Record) == 16, "one record is one 16-byte store");
+
+}  // namespace epscope
