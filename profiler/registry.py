@@ -32,6 +32,10 @@ class Phase:
     role: str = ""
     parent: str = ""
     wait: bool = False
+    # For a wait phase: the phase on the peer rank (named by this span's payload) whose record
+    # releases the wait, e.g. wait_data waits_for publish_tail. The critical-path analysis links
+    # the two; the peer's phase carries this rank in its payload.
+    waits_for: str = ""
     doc: str = ""
 
 
@@ -105,6 +109,10 @@ class Registry:
                 raise err(f"phase {p.name}: role {p.role!r} is not declared (roles: {self.roles})")
             if p.parent and p.parent not in names:
                 raise err(f"phase {p.name}: parent {p.parent!r} is not a phase")
+            if p.waits_for and p.waits_for not in names:
+                raise err(f"phase {p.name}: waits_for {p.waits_for!r} is not a phase")
+            if p.waits_for and not p.wait:
+                raise err(f"phase {p.name}: waits_for needs wait = true")
             if p.parent == p.name:
                 raise err(f"phase {p.name}: a phase cannot nest in itself")
         # parent chains must end (no cycles)
