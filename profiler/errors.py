@@ -1,0 +1,97 @@
+"""Typed errors and warnings of the profiler core.
+
+Errors are for what cannot be read (a corrupt header, a missing run); they name the byte offset
+or the path. Warnings are for what can be read with losses (dropped records, an unmatched
+BEGIN): the decoder returns them, each with a count, and never drops anything silently.
+"""
+from __future__ import annotations
+
+
+class EpscopeError(Exception):
+    """Base of every error epscope raises on purpose."""
+
+
+# -- decoding ---------------------------------------------------------------------------------
+class DecodeError(EpscopeError):
+    """A profile buffer cannot be decoded; `offset` is the byte offset of the problem."""
+
+    def __init__(self, message: str, offset: int = 0):
+        super().__init__(f"{message} (byte offset {offset})")
+        self.offset = int(offset)
+
+
+class BadMagic(DecodeError):
+    pass
+
+
+class UnsupportedVersion(DecodeError):
+    pass
+
+
+class TruncatedBuffer(DecodeError):
+    pass
+
+
+class RegistryMismatch(DecodeError):
+    """The buffer's registry_hash is not the hash of the registry given to the decoder."""
+
+
+class DecodeWarning(UserWarning):
+    """Something was decoded with losses; `count` says how many records/events/regions."""
+
+    def __init__(self, count: int, detail: str = ""):
+        super().__init__(f"{type(self).__name__}: {count} ({detail})" if detail else f"{type(self).__name__}: {count}")
+        self.count = int(count)
+        self.detail = detail
+
+    def to_json(self) -> dict:
+        return {"type": type(self).__name__, "count": self.count, "detail": self.detail}
+
+
+class DroppedRecords(DecodeWarning):
+    """Regions overflowed: `count` records were attempted past capacity and not stored."""
+
+
+class UnmatchedBegin(DecodeWarning):
+    """BEGINs without their END: kept as open spans ending at the warp's last timestamp."""
+
+
+class UnmatchedEnd(DecodeWarning):
+    """ENDs without a BEGIN: dropped, `count` of them."""
+
+
+class UnfinishedRegion(DecodeWarning):
+    """Regions in state STARTED (kernel aborted): decoded up to their first empty record."""
+
+
+class UnknownPhase(DecodeWarning):
+    """Phase or barrier ids the registry does not declare: named phase_<id> / barrier_<id>."""
+
+
+class CorruptRecords(DecodeWarning):
+    """Records inside the written range with an invalid kind (0 or > 5): skipped."""
+
+
+class ClockFallback(DecodeWarning):
+    """High-resolution regions without a usable end clock pair: converted at the nominal SM clock."""
+
+
+# -- run store --------------------------------------------------------------------------------
+class RunError(EpscopeError):
+    """A run directory cannot be used; the message names the path."""
+
+
+class RunNotFound(RunError):
+    pass
+
+
+class CorruptRun(RunError):
+    pass
+
+
+class UnsupportedRunVersion(RunError):
+    pass
+
+
+class EmptyRun(RunError):
+    pass

@@ -1,0 +1,80 @@
+"""Hand-build profile buffers from the generated numpy dtypes (profiler/generated/layout.py).
+
+Tests write buffers only through these dtypes, so a change of layout.toml that the decoder does
+not follow breaks them (style.md rule 1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from profiler.generated import layout as L
+
+B, E, I, A, D = L.KIND_BEGIN, L.KIND_END, L.KIND_INSTANT, L.KIND_BARRIER_ARRIVE, L.KIND_BARRIER_DEPART
+
+
+@dataclass
+class Region:
+    """One warp's region. records: (t, kind, id, payload) tuples in write order."""
+
+    records: list = field(default_factory=list)
+    state: int = L.REGION_STATE_FINISHED
+    sm: int = 0
+    attempted: int | None = None     # default: len(records) (set larger to simulate drops)
+    gt_start: int | None = None
+    gt_end: int | None = None
+    clk_start: int = 0
+    clk_end: int = 0
+
+
+def build(regions: list[Region], *, registry_hash: int, capacity: int, warps_per_block: int = 1,
+          rank: int = 0, launch_id: int = 0, flags: int = 0, magic: int = L.MAGIC,
+          version: int = L.VERSION) -> bytes:
+    hdr = np.zeros(1, L.BUFFERHEADER_DTYPE)
+    hdr["magic"], hdr["version"], hdr["flags"] = magic, version, flags
+    hdr["registry_hash"], hdr["num_regions"], hdr["region_capacity"] = registry_hash, len(regions), capacity
+    hdr["rank"], hdr["launch_id"], hdr["warps_per_block"] = rank, launch_id, warps_per_block
+    parts = [hdr.tobytes()]
+    for i, r in enumerate(regions):
+        rh = np.zeros(1, L.REGIONHEADER_DTYPE)
+        recs = np.zeros(capacity, L.RECORD_DTYPE)
+        stored = r.records[:capacity]
+        for j, (t, kind, pid, payload) in enumerate(stored):
+            recs[j] = (t, pid, kind, 0, payload)
+        ts = [rec[0] for rec in r.records] or [0]
+        if r.state != L.REGION_STATE_UNUSED:
+            rh["sm"], rh["block"], rh["warp"] = r.sm, i // warps_per_block, i % warps_per_block
+            rh["gt_start"] = r.gt_start if r.gt_start is not None else min(ts)
+            rh["clk_start"] = r.clk_start
+            rh["state"] = r.state
+        if r.state == L.REGION_STATE_FINISHED:
+            rh["attempted"] = r.attempted if r.attempted is not None else len(r.records)
+            rh["gt_end"] = r.gt_end if r.gt_end is not None else max(ts)
+            rh["clk_end"] = r.clk_end
+        parts += [rh.tobytes(), recs.tobytes()]
+    return b"".join(parts)
+
+
+def random_buffer(rng: np.random.Generator, registry, *, n_regions: int = 8, capacity: int = 64,
+                  warps_per_block: int = 4, t0: int = 1_700_000_000_000_000_000) -> bytes:
+    """A valid buffer of nested spans, instants and barrier events (for fuzzing and benchmarks)."""
+    spans = [p for p in registry.phases if p.kind == "span"]
+    instants = [p for p in registry.phases if p.kind == "instant"]
+    regions = []
+    for _ in range(n_regions):
+        t = t0 + int(rng.integers(0, 10_000))
+        recs = []
+        while len(recs) < capacity - 4:
+            p = spans[int(rng.integers(len(spans)))]
+            recs.append((t, B, p.id, int(rng.integers(0, 8))))
+            t += int(rng.integers(0, 5)) * 32
+            if instants and rng.random() < 0.3:
+                recs.append((t, I, instants[int(rng.integers(len(instants)))].id, 1))
+            t += int(rng.integers(1, 50)) * 32
+            recs.append((t, E, p.id, 0))
+            t += int(rng.integers(0, 4)) * 32
+        if registry.barriers:
+            recs += [(t, A, registry.barriers[0].id, 0), (t + 64, D, registry.barriers[0].id, 0)]
+        regions.append(Region(recs, sm=int(rng.integers(0, 132))))
+    return build(regions, registry_hash=registry.hash, capacity=capacity, warps_per_block=warps_per_block)
