@@ -1,9 +1,28 @@
-"""Critical path across ranks (see the package docstring for the returned columns)."""
+"""Critical path across ranks (the returned columns are documented in the package docstring).
+
+The path is found by walking the dependency graph (profiler.analysis.graph) backwards from the
+last point of each iteration: at each point the predecessor is the cross edge when it is binding
+(the release / last arrival / kernel-ready came after the wait began) and the previous point of
+the same warp otherwise. The walk costs one step per path point, after a vectorised build.
+
+Slack is the free float of a warp: min over its barrier arrivals of (occurrence's last arrival -
+own arrival) and (iteration end - own last point); warps on the path get 0.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
+
+from . import graph as G
+
+SEGMENT_COLUMNS = ["iteration", "rank", "kernel", "launch", "block", "warp", "role", "phase", "kind",
+                   "begin_ns", "end_ns", "duration_ns", "share"]
+SLACK_COLUMNS = ["iteration", "rank", "kernel", "launch", "block", "warp", "role", "busy_ns", "slack_ns", "on_path"]
+TOTAL_COLUMNS = ["iteration", "begin_ns", "end_ns", "total_ns"]
+PATH_NS_COLUMNS = ["iteration", "rank", "kind", "duration_ns", "share"]
+NON_WAIT_KINDS = ("work", "gap", "launch", "host")
 
 
 @dataclass
@@ -15,6 +34,148 @@ class CriticalPath:
     path_ns: pd.DataFrame
 
 
+def _kind_names(g: G.Graph, pts: np.ndarray) -> np.ndarray:
+    k = g.seg_kind[pts].astype(np.int64)
+    host_lane = g.lane["host"].to_numpy()[g.pt_lane[pts]]
+    k = np.where((k == G.GAP) & host_lane, G.HOST, k)
+    k = np.where(k == G.IDLE, G.WAIT, k)
+    return np.asarray(G.SEG_KINDS, dtype=object)[k]
+
+
+def predecessors(g: G.Graph) -> np.ndarray:
+    """The binding predecessor point of every point in recorded time (-1 at a start)."""
+    P = g.n_points
+    is_first = np.zeros(P, bool)
+    is_first[g.lane_first[g.lane_first < P]] = True
+    pred = np.where(is_first, -1, np.arange(P) - 1)
+    return np.where(g.binding, g.src, pred)
+
+
+def iteration_totals(g: G.Graph) -> pd.DataFrame:
+    if g.n_points == 0:
+        return pd.DataFrame({c: pd.Series([], dtype="int64") for c in TOTAL_COLUMNS})
+    it = g.lane["iteration"].to_numpy()[g.pt_lane]
+    df = pd.DataFrame({"iteration": it, "t": g.pt_t}).groupby("iteration", sort=True)["t"].agg(["min", "max"])
+    out = pd.DataFrame({"iteration": df.index.to_numpy().astype(np.int64), "begin_ns": df["min"].to_numpy(),
+                        "end_ns": df["max"].to_numpy()})
+    out["total_ns"] = out["end_ns"] - out["begin_ns"]
+    return out
+
+
+def path_points(g: G.Graph, iterations=None) -> tuple[np.ndarray, np.ndarray]:
+    """Points along the path of each iteration, earliest first; returns (points, iteration)."""
+    if g.n_points == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pred = predecessors(g)
+    it_of_pt = g.lane["iteration"].to_numpy()[g.pt_lane]
+    # last point of each iteration (latest time; the lowest point index among ties)
+    o = np.lexsort((-np.arange(g.n_points), g.pt_t, it_of_pt))
+    last_mask = np.r_[it_of_pt[o][1:] != it_of_pt[o][:-1], True]
+    ends = o[last_mask]
+    pts, its = [], []
+    for p in ends:
+        i = int(it_of_pt[p])
+        if iterations is not None and i not in iterations:
+            continue
+        chain = []
+        p = int(p)
+        while p >= 0 and it_of_pt[p] == i:
+            chain.append(p)
+            p = int(pred[p])
+            if len(chain) > g.n_points:  # pragma: no cover - a cycle would be a graph bug
+                raise RuntimeError("critical path: dependency cycle")
+        chain.reverse()
+        pts.append(np.asarray(chain, np.int64))
+        its.append(np.full(len(chain), i, np.int64))
+    if not pts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(pts), np.concatenate(its)
+
+
+def _segments(g: G.Graph, pts: np.ndarray, its: np.ndarray, totals: pd.DataFrame) -> pd.DataFrame:
+    pred = predecessors(g)
+    has = pred[pts] >= 0
+    pts, its = pts[has], its[has]
+    q = pred[pts]
+    begin = g.pt_t[q]
+    end = g.pt_t[pts]
+    keep = end > begin
+    pts, its, begin, end = pts[keep], its[keep], begin[keep], end[keep]
+    lane = g.lane.iloc[g.pt_lane[pts]]
+    is_first = np.zeros(g.n_points, bool)
+    is_first[g.lane_first[g.lane_first < g.n_points]] = True
+    kind = _kind_names(g, pts)
+    ph = g.seg_phase[pts]
+    phase = np.where(ph >= 0, g.phase_names[np.maximum(ph, 0)] if len(g.phase_names) else "", "")
+    tot = totals.set_index("iteration")["total_ns"].reindex(its).to_numpy() if len(its) else np.zeros(0)
+    dur = end - begin
+    return pd.DataFrame({
+        "iteration": its, "rank": lane["rank"].to_numpy(), "kernel": lane["kernel"].to_numpy(),
+        "launch": lane["launch"].to_numpy(), "block": lane["block"].to_numpy(), "warp": lane["warp"].to_numpy(),
+        "role": lane["role"].to_numpy(), "phase": phase.astype(object), "kind": kind,
+        "begin_ns": begin, "end_ns": end, "duration_ns": dur,
+        "share": np.where(tot > 0, dur / np.where(tot > 0, tot, 1), 0.0),
+    }, columns=SEGMENT_COLUMNS)
+
+
+def _slack(g: G.Graph, path_lanes: np.ndarray, totals: pd.DataFrame) -> pd.DataFrame:
+    L = g.lane
+    nl = len(L)
+    if nl == 0:
+        return pd.DataFrame({c: pd.Series([], dtype="int64") for c in SLACK_COLUMNS})
+    dur = np.zeros(g.n_points, np.int64)
+    dur[1:] = np.diff(g.pt_t)
+    is_first = np.zeros(g.n_points, bool)
+    is_first[g.lane_first] = True
+    work = (g.seg_kind == G.WORK) & ~is_first
+    busy = np.bincount(g.pt_lane[work], weights=dur[work], minlength=nl).astype(np.int64)
+    it_end = totals.set_index("iteration")["end_ns"].reindex(L["iteration"].to_numpy()).to_numpy()
+    slack = it_end - g.pt_t[g.lane_last]
+    if len(g.occ_arr_pt):
+        counts = np.diff(np.r_[g.occ_starts, len(g.occ_arr_pt)])
+        last_t = g.pt_t[g.occ_arr_pt[np.r_[g.occ_starts[1:], len(g.occ_arr_pt)] - 1]]
+        own_t = g.pt_t[g.occ_arr_pt]
+        free = np.repeat(last_t, counts) - own_t
+        np.minimum.at(slack, g.pt_lane[g.occ_arr_pt], free)
+    on_path = np.zeros(nl, bool)
+    on_path[path_lanes] = True
+    slack = np.where(on_path, 0, np.maximum(slack, 0))
+    out = L[["iteration", "rank", "kernel", "launch", "block", "warp", "role"]].copy()
+    out["busy_ns"] = busy
+    out["slack_ns"] = slack.astype(np.int64)
+    out["on_path"] = on_path
+    return out.sort_values(["iteration", "rank", "launch", "block", "warp"], kind="stable").reset_index(drop=True)
+
+
+def _pacing(segments: pd.DataFrame, totals: pd.DataFrame) -> tuple[int, pd.DataFrame]:
+    if segments.empty:
+        return -1, pd.DataFrame({c: pd.Series([], dtype="int64") for c in PATH_NS_COLUMNS})
+    path_ns = segments.groupby(["iteration", "rank", "kind"], sort=True, observed=True)["duration_ns"].sum().reset_index()
+    tot = totals.set_index("iteration")["total_ns"].reindex(path_ns["iteration"]).to_numpy()
+    path_ns["share"] = np.where(tot > 0, path_ns["duration_ns"] / np.where(tot > 0, tot, 1), 0.0)
+    nw = segments[segments["kind"].isin(NON_WAIT_KINDS)]
+    by_rank = (nw if not nw.empty else segments).groupby("rank")["duration_ns"].sum()
+    return int(by_rank.idxmax()), path_ns[PATH_NS_COLUMNS]
+
+
+def from_graph(g: G.Graph, iteration=None) -> CriticalPath:
+    iterations = None if iteration is None else set(np.atleast_1d(iteration).tolist())
+    totals = iteration_totals(g)
+    if iterations is not None:
+        totals = totals[totals["iteration"].isin(iterations)].reset_index(drop=True)
+    pts, its = path_points(g, iterations)
+    seg = _segments(g, pts, its, totals)
+    path_lanes = np.unique(g.pt_lane[pts]) if len(pts) else np.zeros(0, np.int64)
+    slack = _slack(g, path_lanes, iteration_totals(g))
+    if iterations is not None:
+        slack = slack[slack["iteration"].isin(iterations)].reset_index(drop=True)
+    pacing, path_ns = _pacing(seg, totals)
+    return CriticalPath(segments=seg, slack=slack, total_ns=totals, pacing_rank=pacing, path_ns=path_ns)
+
+
 def critical_path(events: pd.DataFrame, *, iteration=None, registry=None) -> CriticalPath:
-    """Longest dependency chain to the end of each iteration (columns: package docstring)."""
-    raise NotImplementedError("critical_path: implementation landing next")
+    """Longest dependency chain to the end of each iteration (columns: package docstring).
+
+    iteration: an int or a list of ints to restrict the report to; None = every iteration.
+    """
+    return from_graph(G.build(events, registry), iteration)

@@ -1,0 +1,622 @@
+"""The dependency graph of a run, built once per event table and shared by the analyses.
+
+Model. Every warp of every launch is a *lane* (host rows: one lane per rank and iteration). The
+begin/end times of a lane's spans, instants and barrier events cut the lane into *points*
+(unique times, sorted); between two consecutive points lies a *segment*, owned by the innermost
+interval covering it (a span, or a barrier wait = own arrive .. own depart), or by nobody (a gap).
+Nested spans are handled by nesting depth: a parent span owns only the time its children leave.
+
+Each point p has one in-lane predecessor (p-1, through the segment p-1 -> p) and at most one
+cross predecessor `src[p]`:
+  * the end of a wait span: the latest matching release on the peer rank at or before the end
+    (registry `waits_for`; the peer's record carries this rank in its payload, the wait carries the
+    peer rank), same iteration and kernel;
+  * a barrier departure: the occurrence's last arrival (scope block / grid / rank);
+  * the first point of a GPU lane: kernel-ready = the later of the launch's host enqueue end and
+    the previous launch's end on the same rank in the same iteration.
+Dependencies never cross iterations, so each iteration is analysed on its own.
+
+Re-timing (what-if) and the critical path both use the recurrence, in original times exactly
+reproduced:  T[p] = max(T[p-1] + d[p], T[src[p]] + lat[p])  where d[p] is the segment's own time
+(for the final piece of a wait or barrier wait, only the part after the release), lat[p] the
+recorded latency from the release to p. The critical path walks back from the iteration's last
+point, taking the cross edge when it is binding (the release came after the wait began).
+
+Everything is numpy over the whole table: a few sorts, searchsorted joins and per-depth painting;
+no Python loop per event (the path walk loops per path point).
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from profiler.registry import Registry
+
+# segment kinds (codes into SEG_KINDS)
+SEG_KINDS = ("gap", "work", "wait", "barrier", "host", "idle", "launch")
+GAP, WORK, WAIT, BARRIER, HOST, IDLE, LAUNCH = range(len(SEG_KINDS))
+
+# conventional release phase of a wait when no registry says (profiler/phases/ep_intranode.toml)
+DEFAULT_WAITS_FOR = {"wait_data": "publish_tail", "wait_space": "publish_head"}
+ANY_PUBLISH = "*publish"
+
+
+# --------------------------------------------------------------------------------------------
+# registry semantics
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Semantics:
+    """What the analyses need to know about phase and barrier names."""
+    waits: dict          # wait phase name -> release phase name (or ANY_PUBLISH)
+    idle: frozenset      # idle phase names
+    scopes: dict         # barrier name -> 'block' | 'grid' | 'rank' (declared ones)
+
+    def is_wait(self, name: str) -> bool:
+        return name in self.waits or (not self._declared(name) and name.startswith("wait"))
+
+    def _declared(self, name):
+        return name in self._declared_names
+
+    def release_of(self, name: str) -> str:
+        if name in self.waits:
+            return self.waits[name]
+        return DEFAULT_WAITS_FOR.get(name, ANY_PUBLISH)
+
+    def is_idle(self, name: str) -> bool:
+        return name in self.idle or name.startswith("idle")
+
+    def scope(self, barrier: str) -> str:
+        if barrier in self.scopes:
+            return self.scopes[barrier]
+        if barrier.startswith("rank"):
+            return "rank"
+        if barrier.startswith("block"):
+            return "block"
+        return "grid"
+
+
+def _registry_dicts(registry) -> list[dict]:
+    if registry is None:
+        return []
+    if isinstance(registry, Registry):
+        return [registry.to_json()]
+    if isinstance(registry, (list, tuple)):
+        return [d for r in registry for d in _registry_dicts(r)]
+    if isinstance(registry, dict):
+        if "family" in registry and ("phases" in registry or "phase" in registry):
+            return [registry]
+        return [d for v in registry.values() for d in _registry_dicts(v)]
+    raise TypeError(f"registry: expected a Registry, a registry dict or a manifest's registry map, got {type(registry).__name__}")
+
+
+def semantics(registry=None) -> Semantics:
+    waits, idle, scopes, declared = {}, set(), {}, set()
+    for d in _registry_dicts(registry):
+        for p in d.get("phases", d.get("phase", [])):
+            name = p["name"]
+            declared.add(name)
+            if p.get("wait"):
+                waits[name] = p.get("waits_for") or DEFAULT_WAITS_FOR.get(name, ANY_PUBLISH)
+            if name.startswith("idle"):
+                idle.add(name)
+        for b in d.get("barriers", d.get("barrier", [])):
+            scopes[b["name"]] = b.get("scope", "grid")
+    s = Semantics(waits, frozenset(idle), scopes)
+    object.__setattr__(s, "_declared_names", frozenset(declared))
+    return s
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+def pack(cols: list[np.ndarray]) -> np.ndarray:
+    """Pack small non-negative int columns into one int64 key (order = lexicographic)."""
+    key = np.zeros(len(cols[0]) if cols else 0, dtype=np.int64)
+    bits = 0
+    for c in cols:
+        c = np.asarray(c, dtype=np.int64)
+        hi = int(c.max()) if len(c) else 0
+        w = max(hi, 0).bit_length() or 1
+        bits += w
+        if bits > 62:
+            # too wide to pack: fall back to dense codes of the tuple so far
+            key = pd.factorize(pd.MultiIndex.from_arrays([key, c]))[0].astype(np.int64)
+            bits = max(int(key.max()) if len(key) else 0, 0).bit_length() or 1
+            continue
+        key = (key << w) | c
+    return key
+
+
+def group_first(sorted_groups: np.ndarray) -> np.ndarray:
+    """For a sorted group array: index of the first element of each element's group."""
+    return np.searchsorted(sorted_groups, sorted_groups, side="left")
+
+
+def asof_latest(key_rel: np.ndarray, t_rel: np.ndarray, key_q: np.ndarray, t_q: np.ndarray) -> np.ndarray:
+    """For each query (key, t): index into the release arrays of the latest release with the same
+    key and time <= t, or -1."""
+    if len(key_rel) == 0 or len(key_q) == 0:
+        return np.full(len(key_q), -1, dtype=np.int64)
+    codes = pd.factorize(np.concatenate([key_rel, key_q]))[0].astype(np.int64)
+    cr, cq = codes[: len(key_rel)], codes[len(key_rel):]
+    tmin = min(int(t_rel.min()), int(t_q.min()))
+    tb = (max(int(t_rel.max()), int(t_q.max())) - tmin).bit_length() + 1
+    if tb + max(int(codes.max()), 1).bit_length() <= 62:
+        kr = (cr << tb) | (t_rel - tmin)
+        kq = (cq << tb) | (t_q - tmin)
+        order = np.argsort(kr, kind="stable")
+        pos = np.searchsorted(kr[order], kq, side="right") - 1
+    else:  # pragma: no cover - needs > 2^62 of key space
+        order = np.lexsort((t_rel, cr))
+        ks = pd.MultiIndex.from_arrays([cr[order], t_rel[order]])
+        pos = ks.searchsorted(pd.MultiIndex.from_arrays([cq, t_q]), side="right") - 1
+    ok = pos >= 0
+    pos_c = np.where(ok, pos, 0)
+    ok &= cr[order][pos_c] == cq
+    return np.where(ok, order[pos_c], -1)
+
+
+# --------------------------------------------------------------------------------------------
+# the graph
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Graph:
+    t0: int                      # time origin of the relative times below
+    # points (sorted by lane, time)
+    pt_t: np.ndarray             # int64 absolute ns
+    pt_lane: np.ndarray          # int64
+    # incoming segment of each point (p-1 -> p); for a lane's first point the 'launch' pseudo-segment
+    seg_kind: np.ndarray         # int8 codes into SEG_KINDS
+    seg_phase: np.ndarray        # int32 code into phase_names, -1 for gaps / launch
+    seg_owner: np.ndarray        # int64 interval index, -1 if none
+    d: np.ndarray                # int64 own duration in the recurrence
+    src: np.ndarray              # int64 cross predecessor point, -1 if none
+    lat: np.ndarray              # int64 recorded latency src -> p (valid where src >= 0)
+    binding: np.ndarray          # bool: cross edge is the binding predecessor in recorded time
+    # lanes
+    lane_first: np.ndarray       # first point of each lane
+    lane_last: np.ndarray
+    lane: pd.DataFrame           # per lane: rank, kernel, launch, iteration, block, warp, role, host
+    phase_names: np.ndarray      # phase code -> name (object array)
+    # intervals (spans and barrier waits)
+    iv_row: np.ndarray           # event row of a span, -1 for a barrier wait
+    iv_phase: np.ndarray
+    iv_kind: np.ndarray          # WORK / WAIT / BARRIER / HOST / IDLE
+    iv_pb: np.ndarray            # begin point
+    iv_pe: np.ndarray            # end point
+    # event rows -> points (for re-timing the table); -1 where the row has no point
+    row_pb: np.ndarray
+    row_pe: np.ndarray
+    # barrier occurrences: arrivals grouped by occurrence (sorted), and barrier-wait ends
+    arr_rows: np.ndarray         # event rows of arrivals
+    arr_occ: np.ndarray          # occurrence id of each arrival (aligned with arr_rows)
+    occ_arr_row: np.ndarray      # arrival event rows sorted by (occurrence, time)
+    occ_arr_pt: np.ndarray       # their points
+    occ_starts: np.ndarray       # start of each occurrence in occ_arr_pt
+    bw_end_pt: np.ndarray        # departure point of each barrier wait
+    bw_occ: np.ndarray           # its occurrence id
+    bw_arr_row: np.ndarray       # its own arrival event row
+    # kernel ready from the previous launch: a lane's first point waits for the latest last point
+    # of all lanes of the previous launch on the rank (whichever lane that is after re-timing)
+    prev_first_pt: np.ndarray
+    prev_grp: np.ndarray
+    prev_lat: np.ndarray
+    prev_member_pt: np.ndarray   # last points of the previous launches' lanes, sorted by group
+    prev_starts: np.ndarray
+    sem: Semantics
+
+    @property
+    def n_points(self) -> int:
+        return len(self.pt_t)
+
+
+_CACHE: dict[tuple, tuple] = {}
+
+
+def build(events: pd.DataFrame, registry=None) -> Graph:
+    """The graph of `events`, cached per (table object, registry) while the table lives."""
+    key = (id(events), len(events), id(registry))
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0]() is events:
+        return hit[1]
+    g = _build(events, semantics(registry))
+    if len(_CACHE) >= 4:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = (weakref.ref(events), g)
+    return g
+
+
+def _codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        return s.cat.codes.to_numpy().astype(np.int32), np.asarray(s.cat.categories.astype(str), dtype=object)
+    codes, uniq = pd.factorize(s.astype(str))
+    return codes.astype(np.int32), np.asarray(uniq, dtype=object)
+
+
+def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
+    n = len(ev)
+    rank = ev["rank"].to_numpy().astype(np.int64)
+    launch = ev["launch"].to_numpy().astype(np.int64)
+    it = ev["iteration"].to_numpy().astype(np.int64)
+    block = ev["block"].to_numpy().astype(np.int64)
+    warp = ev["warp"].to_numpy().astype(np.int64)
+    begin = ev["begin_ns"].to_numpy().astype(np.int64)
+    end = ev["end_ns"].to_numpy().astype(np.int64)
+    payload = ev["payload"].to_numpy().astype(np.int64)
+    kind_c, kind_names = _codes(ev["kind"])
+    phase_c, phase_names = _codes(ev["phase"])
+    kernel_c, kernel_names = _codes(ev["kernel"])
+    role_c, role_names = _codes(ev["role"])
+    kind_of = {k: i for i, k in enumerate(kind_names)}
+    K = {k: (kind_c == kind_of[k]) if k in kind_of else np.zeros(n, bool) for k in ("span", "instant", "arrive", "depart", "host")}
+
+    t0 = int(min(begin.min(), end.min())) if n else 0
+    b_rel, e_rel = begin - t0, end - t0
+    tmax = int(e_rel.max()) if n else 0
+    tb = max(tmax, 1).bit_length() + 1
+
+    # ---- lanes: GPU (rank, launch, block, warp); host (rank, iteration)
+    is_host = K["host"] | (block < 0)
+    lane_key = np.where(
+        is_host,
+        pack([np.ones(n, np.int64), rank - rank.min() if n else rank, it - it.min() if n else it, np.zeros(n, np.int64), np.zeros(n, np.int64)]),
+        pack([np.zeros(n, np.int64), rank - rank.min() if n else rank, launch - launch.min() if n else launch,
+              block.clip(0), warp.clip(0)]),
+    ) if n else np.zeros(0, np.int64)
+    lane_id, _ = pd.factorize(lane_key) if n else (np.zeros(0, np.int64), None)
+    lane_id = np.asarray(lane_id, dtype=np.int64)
+    n_lanes = int(lane_id.max()) + 1 if n else 0
+    if n_lanes.bit_length() + tb > 62:
+        raise ValueError("event table too wide to analyse (lanes x time range exceeds 62 bits)")
+    first_row = np.full(n_lanes, n, dtype=np.int64)
+    np.minimum.at(first_row, lane_id, np.arange(n)) if n else None
+    lane = pd.DataFrame({
+        "rank": rank[first_row], "kernel": kernel_names[kernel_c[first_row]] if n else [],
+        "launch": np.where(is_host[first_row], -1, launch[first_row]),
+        "iteration": it[first_row], "block": np.where(is_host[first_row], -1, block[first_row]),
+        "warp": np.where(is_host[first_row], -1, warp[first_row]),
+        "role": role_names[role_c[first_row]] if n else [], "host": is_host[first_row],
+    })
+
+    # ---- phase semantics per phase code
+    is_wait_ph = np.array([sem.is_wait(p) for p in phase_names], dtype=bool)
+    is_idle_ph = np.array([sem.is_idle(p) for p in phase_names], dtype=bool)
+
+    # ---- intervals: spans / host spans with positive length, and barrier waits
+    span_rows = np.flatnonzero((K["span"] | K["host"]) & (end > begin))
+    iv_kind_span = np.where(K["host"][span_rows], HOST,
+                            np.where(is_wait_ph[phase_c[span_rows]], WAIT,
+                                     np.where(is_idle_ph[phase_c[span_rows]], IDLE, WORK))).astype(np.int8)
+    arr_rows = np.flatnonzero(K["arrive"])
+    dep_rows = np.flatnonzero(K["depart"])
+    # match own arrive -> own depart by (lane, barrier, occurrence)
+    bar_rows = np.concatenate([arr_rows, dep_rows])
+    kb = pack([lane_id[bar_rows], phase_c[bar_rows].astype(np.int64).clip(0), payload[bar_rows].clip(0)]) if len(bar_rows) else np.zeros(0, np.int64)
+    ka, kd = kb[: len(arr_rows)], kb[len(arr_rows):]
+    if len(arr_rows) and len(dep_rows):
+        allk = pd.factorize(np.concatenate([ka, kd]))[0]
+        ka, kd = allk[: len(ka)], allk[len(ka):]
+        ds = np.argsort(kd, kind="stable")
+        pos = np.searchsorted(kd[ds], ka)
+        posc = np.minimum(pos, len(kd) - 1)
+        hit = (pos < len(kd)) & (kd[ds][posc] == ka)
+        bw_arr = arr_rows[hit]
+        bw_dep = dep_rows[ds][posc[hit]]
+    else:
+        bw_arr = bw_dep = np.zeros(0, np.int64)
+    keep = end[bw_dep] > begin[bw_arr]
+    bw_arr, bw_dep = bw_arr[keep], bw_dep[keep]
+
+    iv_row = np.concatenate([span_rows, np.full(len(bw_arr), -1, np.int64)])
+    iv_arr_row = np.concatenate([np.full(len(span_rows), -1, np.int64), bw_arr])
+    iv_lane = np.concatenate([lane_id[span_rows], lane_id[bw_arr]])
+    iv_b = np.concatenate([b_rel[span_rows], b_rel[bw_arr]])
+    iv_e = np.concatenate([e_rel[span_rows], e_rel[bw_dep]])
+    iv_phase = np.concatenate([phase_c[span_rows], phase_c[bw_arr]]).astype(np.int32)
+    iv_kind = np.concatenate([iv_kind_span, np.full(len(bw_arr), BARRIER, np.int8)])
+
+    # ---- points: unique (lane, t) of every event boundary
+    pk_all = np.concatenate([(lane_id << tb) | b_rel, (lane_id << tb) | e_rel])
+    pkey = np.unique(pk_all)
+    pt_lane = pkey >> tb
+    pt_t = (pkey & ((1 << tb) - 1)) + t0
+    P = len(pkey)
+    row_pb = np.searchsorted(pkey, (lane_id << tb) | b_rel)
+    row_pe = np.searchsorted(pkey, (lane_id << tb) | e_rel)
+    lane_first = np.searchsorted(pt_lane, np.arange(n_lanes), side="left")
+    lane_last = np.searchsorted(pt_lane, np.arange(n_lanes), side="right") - 1
+    iv_pb = np.searchsorted(pkey, (iv_lane << tb) | iv_b)
+    iv_pe = np.searchsorted(pkey, (iv_lane << tb) | iv_e)
+
+    # ---- nesting depth of each interval (properly nested spans; overlaps degrade gracefully)
+    n_iv = len(iv_b)
+    owner = np.full(P, -1, dtype=np.int64)      # owner of segment k = (point k, point k+1)
+    if n_iv:
+        order = np.lexsort((-iv_e, iv_b, iv_lane))
+        lane_s = iv_lane[order]
+        before = np.arange(n_iv) - group_first(lane_s)
+        ends = np.sort((iv_lane << tb) | iv_e)
+        n_ended = (np.searchsorted(ends, (lane_s << tb) | iv_b[order], side="right")
+                   - np.searchsorted(ends, lane_s << tb, side="left"))
+        depth = np.empty(n_iv, dtype=np.int64)
+        depth[order] = np.maximum(before - n_ended, 0)
+        # paint shallow to deep; within a level the latest-begun covering interval wins
+        kk = np.arange(P)
+        for lvl in range(int(depth.max()) + 1):
+            sel = order[depth[order] == lvl]            # in (lane, begin, -end) order
+            mark = np.full(P, -1, dtype=np.int64)
+            mark[iv_pb[sel]] = np.arange(len(sel))
+            ff = np.maximum.accumulate(mark)
+            has = ff >= 0
+            cand = sel[np.where(has, ff, 0)]
+            cover = has & (iv_pe[cand] > kk) & (iv_pb[cand] <= kk)
+            owner[cover] = cand[cover]
+
+    # incoming segment of point p is segment p-1
+    seg_owner = np.full(P, -1, dtype=np.int64)
+    seg_owner[1:] = owner[:-1]
+    is_first = np.zeros(P, dtype=bool)
+    is_first[lane_first[lane_first < P]] = True
+    seg_owner[is_first] = -1
+    has_o = seg_owner >= 0
+    seg_kind = np.full(P, GAP, dtype=np.int8)
+    seg_kind[has_o] = iv_kind[seg_owner[has_o]]
+    lane_is_host = lane["host"].to_numpy()
+    seg_kind[is_first] = LAUNCH
+    seg_phase = np.full(P, -1, dtype=np.int32)
+    seg_phase[has_o] = iv_phase[seg_owner[has_o]]
+    d = np.zeros(P, dtype=np.int64)
+    d[1:] = np.diff(pt_t)
+    d[is_first] = 0
+    src = np.full(P, -1, dtype=np.int64)
+    rel_t = np.full(P, np.iinfo(np.int64).min, dtype=np.int64)   # recorded release time
+
+    # ---- cross edge 1: wait span end <- latest matching release on the peer
+    wait_iv = np.flatnonzero(iv_kind == WAIT)
+    if len(wait_iv):
+        wrow = iv_row[wait_iv]
+        rel_name_of_wait = np.array([sem.release_of(p) for p in phase_names], dtype=object)
+        targets = sorted(set(rel_name_of_wait[phase_c[wrow]]))
+        rel_rows_l, rel_g_l, q_g = [], [], np.full(len(wrow), -1, np.int64)
+        for g, tname in enumerate(targets):
+            if tname == ANY_PUBLISH:
+                match = np.array([p.startswith("publish") for p in phase_names], dtype=bool)
+            else:
+                match = phase_names == tname
+            rr = np.flatnonzero(match[phase_c] & ~is_host & ~K["arrive"] & ~K["depart"])
+            rel_rows_l.append(rr)
+            rel_g_l.append(np.full(len(rr), g, np.int64))
+            q_g[rel_name_of_wait[phase_c[wrow]] == tname] = g
+        rel_rows = np.concatenate(rel_rows_l)
+        rel_g = np.concatenate(rel_g_l)
+        rmin = rank.min()
+        peer = payload[wrow]
+        # release key (iteration, kernel, releasing rank, the rank it signals) must equal the
+        # wait key (iteration, kernel, peer rank it waits on, own rank); pack both sides together
+        # so the column widths agree
+        cols = [np.concatenate([a, b]) for a, b in zip(
+            [rel_g, it[rel_rows] - it.min(), kernel_c[rel_rows].astype(np.int64).clip(0),
+             rank[rel_rows] - rmin, payload[rel_rows] - rmin],
+            [q_g, it[wrow] - it.min(), kernel_c[wrow].astype(np.int64).clip(0), peer - rmin,
+             rank[wrow] - rmin])]
+        ok_side = (cols[4] >= 0) & (cols[3] >= 0) & (cols[0] >= 0)
+        both = np.where(ok_side, pack([c.clip(0) for c in cols]), -1)
+        kr, kq = both[: len(rel_rows)], both[len(rel_rows):]
+        tr = e_rel[rel_rows]
+        hit = asof_latest(np.where(kr >= 0, kr, -2), tr, np.where(kq >= 0, kq, -3), iv_e[wait_iv])
+        ok = (hit >= 0) & (kq >= 0)
+        wi, rr = wait_iv[ok], rel_rows[hit[ok]]
+        p_end = iv_pe[wi]
+        src[p_end] = row_pe[rr]
+        rel_t[p_end] = e_rel[rr] + t0
+        _set_wait_durations(d, pt_t, iv_pb[wi], p_end, e_rel[rr] + t0)
+
+    # ---- cross edge 2: barrier departure <- the occurrence's last arrival
+    occ_arr_row = occ_arr_pt = occ_starts = bw_end_pt = bw_occ = np.zeros(0, np.int64)
+    arr_occ = np.zeros(0, np.int64)
+    if len(arr_rows):
+        occ = occurrence_keys(arr_rows, sem, phase_names, phase_c, kernel_c, rank, it, launch, block, payload)
+        arr_occ = pd.factorize(occ)[0].astype(np.int64)
+        o = np.lexsort((b_rel[arr_rows], arr_occ))
+        oc_s = arr_occ[o]
+        occ_starts = np.flatnonzero(np.r_[True, oc_s[1:] != oc_s[:-1]])
+        occ_arr_row = arr_rows[o]
+        occ_arr_pt = row_pb[occ_arr_row]
+        last_row_of_occ = arr_rows[o][np.r_[occ_starts[1:], len(o)] - 1]
+        occ_of_arr = np.full(n, -1, np.int64)
+        occ_of_arr[arr_rows] = arr_occ
+    if len(bw_arr):
+        bw_iv = np.arange(len(span_rows), n_iv)
+        bw_occ = occ_of_arr[iv_arr_row[bw_iv]]
+        lr = last_row_of_occ[bw_occ]
+        bw_end_pt = iv_pe[bw_iv]
+        src[bw_end_pt] = row_pb[lr]
+        rel_t[bw_end_pt] = b_rel[lr] + t0
+        _set_wait_durations(d, pt_t, iv_pb[bw_iv], bw_end_pt, b_rel[lr] + t0)
+
+    # ---- cross edge 3: first point of a GPU lane <- kernel ready
+    prev_first_pt = prev_grp = prev_lat = prev_member_pt = prev_starts = np.zeros(0, np.int64)
+    gpu_lanes = np.flatnonzero(~lane_is_host & (lane_first <= lane_last))
+    if len(gpu_lanes):
+        lf = lane_first[gpu_lanes]
+        ll = lane_last[gpu_lanes]
+        L = lane.iloc[gpu_lanes]
+        lk = pack([L["rank"].to_numpy() - rank.min(), L["launch"].to_numpy() - launch.min()])
+        lcode, luniq = pd.factorize(lk)
+        nl = len(luniq)
+        l_start = np.full(nl, np.iinfo(np.int64).max)
+        np.minimum.at(l_start, lcode, pt_t[lf])
+        l_end = np.full(nl, np.iinfo(np.int64).min)
+        np.maximum.at(l_end, lcode, pt_t[ll])
+        l_endpt = np.full(nl, -1, np.int64)
+        is_max = pt_t[ll] == l_end[lcode]
+        l_endpt[lcode[is_max]] = ll[is_max]
+        first_lane = np.zeros(nl, np.int64)
+        first_lane[lcode] = gpu_lanes
+        l_rank = lane["rank"].to_numpy()[first_lane]
+        l_it = lane["iteration"].to_numpy()[first_lane]
+        l_launch = lane["launch"].to_numpy()[first_lane]
+        ready_t = np.full(nl, np.iinfo(np.int64).min)
+        ready_pt = np.full(nl, -1, np.int64)
+        # previous launch on the rank in the same iteration (by GPU start)
+        o = np.lexsort((l_start, l_it, l_rank))
+        same = np.r_[False, (l_rank[o][1:] == l_rank[o][:-1]) & (l_it[o][1:] == l_it[o][:-1])]
+        prev = np.where(same, np.r_[-1, o[:-1]], -1)
+        cur = o
+        okp = (prev >= 0)
+        okp[okp] &= l_end[prev[okp]] <= l_start[cur[okp]]
+        ready_t[cur[okp]] = l_end[prev[okp]]
+        ready_pt[cur[okp]] = l_endpt[prev[okp]]
+        # host enqueue span of the same (rank, launch) that ended before the kernel started
+        hrows = np.flatnonzero(K["host"])
+        if len(hrows):
+            hk = pack([np.concatenate([rank[hrows], l_rank]) - rank.min(), np.concatenate([launch[hrows], l_launch]) - min(launch.min(), 0)])
+            hcode = asof_latest(hk[: len(hrows)], end[hrows], hk[len(hrows):], l_start)
+            okh = hcode >= 0
+            hr = hrows[np.where(okh, hcode, 0)]
+            okh &= end[hr] > ready_t
+            ready_t = np.where(okh, end[hr], ready_t)
+            ready_pt = np.where(okh, row_pe[hr], ready_pt)
+        # lanes of a launch whose previous launch exists: group = the previous launch's code
+        prev_of = np.full(nl, -1, np.int64)
+        prev_of[cur[okp]] = prev[okp]
+        lane_prev = prev_of[lcode]
+        wl = lane_prev >= 0
+        prev_first_pt = lf[wl]
+        prev_lat = pt_t[prev_first_pt] - l_end[lane_prev[wl]]
+        # members: last points of every lane of each launch, grouped by launch code
+        om = np.argsort(lcode, kind="stable")
+        member_pt = ll[om]
+        starts_all = np.searchsorted(lcode[om], np.arange(nl))
+        # compact to the launches used as a previous launch
+        used = np.unique(lane_prev[wl])
+        remap = np.full(nl, -1, np.int64)
+        remap[used] = np.arange(len(used))
+        prev_grp = remap[lane_prev[wl]]
+        cnt = np.r_[starts_all[1:], len(om)] - starts_all
+        idx = np.concatenate([np.arange(starts_all[u], starts_all[u] + cnt[u]) for u in used]) if len(used) else np.zeros(0, np.int64)
+        prev_member_pt = member_pt[idx]
+        prev_starts = np.r_[0, np.cumsum(cnt[used])[:-1]].astype(np.int64) if len(used) else np.zeros(0, np.int64)
+        has_ready = ready_pt >= 0
+        lr = lcode  # launch of each gpu lane
+        sel = has_ready[lr]
+        src[lf[sel]] = ready_pt[lr[sel]]
+        rel_t[lf[sel]] = ready_t[lr[sel]]
+
+    # latency from the release to the point, and which edge binds in recorded time
+    has_src = src >= 0
+    lat = np.where(has_src, pt_t - rel_t, 0)
+    binding = has_src & np.where(is_first, True, rel_t > _wait_begin_time(P, pt_t, iv_pb, iv_pe, iv_kind))
+
+    return Graph(
+        t0=t0, pt_t=pt_t, pt_lane=pt_lane, seg_kind=seg_kind, seg_phase=seg_phase,
+        seg_owner=seg_owner, d=d, src=src, lat=lat, binding=binding,
+        lane_first=lane_first, lane_last=lane_last, lane=lane, phase_names=phase_names,
+        iv_row=iv_row, iv_phase=iv_phase, iv_kind=iv_kind, iv_pb=iv_pb, iv_pe=iv_pe,
+        row_pb=row_pb, row_pe=row_pe, arr_rows=arr_rows, arr_occ=arr_occ,
+        occ_arr_row=occ_arr_row, occ_arr_pt=occ_arr_pt,
+        occ_starts=occ_starts, bw_end_pt=bw_end_pt, bw_occ=bw_occ, bw_arr_row=bw_arr,
+        prev_first_pt=prev_first_pt, prev_grp=prev_grp, prev_lat=prev_lat,
+        prev_member_pt=prev_member_pt, prev_starts=prev_starts, sem=sem,
+    )
+
+
+def _wait_begin_time(P, pt_t, iv_pb, iv_pe, iv_kind) -> np.ndarray:
+    """Per point: begin time of the wait / barrier wait ending there (else +inf)."""
+    out = np.full(P, np.iinfo(np.int64).max, dtype=np.int64)
+    w = np.flatnonzero((iv_kind == WAIT) | (iv_kind == BARRIER))
+    out[iv_pe[w]] = pt_t[iv_pb[w]]
+    return out
+
+
+def _set_wait_durations(d, pt_t, pb, pe, rel_t):
+    """Pieces of a wait before its release shrink to nothing in the recurrence; after it they keep
+    their recorded length (the polling / propagation latency)."""
+    # pieces of one wait are the points pb+1 .. pe; usually just pe
+    span = pe - pb
+    multi = span > 1
+    if np.any(multi):
+        idx = np.repeat(pb[multi], span[multi]) + (np.arange(span[multi].sum()) - np.repeat(np.cumsum(span[multi]) - span[multi], span[multi])) + 1
+        r = np.repeat(rel_t[multi], span[multi])
+        pbt = pt_t[idx - 1]
+        d[idx] = np.maximum(0, pt_t[idx] - np.maximum(pbt, r))
+    single = ~multi & (span == 1)
+    d[pe[single]] = np.maximum(0, pt_t[pe[single]] - np.maximum(pt_t[pb[single]], rel_t[single]))
+
+
+def occurrence_keys(rows, sem, phase_names, phase_c, kernel_c, rank, it, launch, block, payload) -> np.ndarray:
+    """Key of the barrier occurrence each arrive/depart row belongs to (scope-dependent)."""
+    scope_of = np.array([{"block": 0, "grid": 1, "rank": 2}[sem.scope(p)] for p in phase_names], dtype=np.int64)
+    sc = scope_of[phase_c[rows]]
+    r = np.where(sc == 2, -1, rank[rows])
+    lch = np.where(sc == 2, -1, launch[rows])
+    blk = np.where(sc == 0, block[rows], -1)
+    cols = [phase_c[rows].astype(np.int64), kernel_c[rows].astype(np.int64), it[rows] - it.min(),
+            r - rank.min() + 1, lch - min(launch.min(), 0) + 1, blk + 1, payload[rows] - payload[rows].min()]
+    return pack(cols)
+
+
+def retime(g: Graph, d: np.ndarray) -> np.ndarray:
+    """Solve T[p] = max(T[p-1] + d[p], T[src[p]] + lat[p]) for all points, given segment durations.
+
+    Per lane the in-lane chain is a max-plus scan done with a cumulative max
+    (T = S + cummax(X - S), S the prefix sum of d); cross edges are relaxed by repeating the scan
+    until nothing moves (at most the number of cross edges along the longest chain; each sweep is
+    vectorised). Lanes without a binding source keep their recorded first point.
+    """
+    P = g.n_points
+    if P == 0:
+        return g.pt_t.copy()
+    is_first = np.zeros(P, bool)
+    is_first[g.lane_first[g.lane_first < P]] = True
+    dd = np.where(is_first, 0, d).astype(np.int64)
+    # prefix sums within lanes
+    S = np.cumsum(dd)
+    lane_base = S[g.lane_first[g.pt_lane]] - dd[g.lane_first[g.pt_lane]]
+    S = S - lane_base
+    NEG = np.iinfo(np.int64).min // 4
+    has = g.src >= 0
+    T = g.pt_t.copy()
+    # first points without a source stay where they were
+    fixed_first = is_first & ~has
+    bw = g.bw_end_pt
+    for _ in range(100000):
+        X = np.full(P, NEG, dtype=np.int64)
+        X[has] = T[g.src[has]] + g.lat[has]
+        if len(bw):
+            # a barrier departs after the latest arrival of its occurrence in the new timing,
+            # whoever that is now
+            occ_last = np.maximum.reduceat(T[g.occ_arr_pt], g.occ_starts)
+            X[bw] = occ_last[g.bw_occ] + g.lat[bw]
+        if len(g.prev_first_pt):
+            grp_last = np.maximum.reduceat(T[g.prev_member_pt], g.prev_starts)
+            X[g.prev_first_pt] = np.maximum(X[g.prev_first_pt], grp_last[g.prev_grp] + g.prev_lat)
+        X[fixed_first] = g.pt_t[fixed_first]
+        V = np.where(X > NEG, X - S, NEG)
+        Tn = _lane_cummax(V, g.lane_first, g.pt_lane) + S
+        if np.array_equal(Tn, T):
+            break
+        T = Tn
+    return T
+
+
+def _lane_cummax(V: np.ndarray, lane_first, pt_lane) -> np.ndarray:
+    """Cumulative max of V restarting at each lane's first point."""
+    NEG = np.iinfo(np.int64).min // 4
+    lo = int(V[V > NEG].min()) if np.any(V > NEG) else 0
+    hi = int(V.max())
+    span = hi - lo + 1
+    n_l = int(pt_lane.max()) + 1 if len(pt_lane) else 0
+    if span.bit_length() + max(n_l, 1).bit_length() < 62:
+        base = pt_lane.astype(np.int64) * span
+        W = np.where(V > NEG, V - lo, -1) + base
+        C = np.maximum.accumulate(W) - base
+        return np.where(C >= 0, C + lo, NEG)
+    # wide range: per-lane loop (rare)
+    out = np.empty_like(V)  # pragma: no cover
+    for f, l in zip(lane_first, np.r_[lane_first[1:], len(V)]):  # pragma: no cover
+        out[f:l] = np.maximum.accumulate(V[f:l])
+    return out
