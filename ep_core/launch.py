@@ -68,6 +68,7 @@ def _child(rank: int, world_size: int, backend: str, port: int, result_dir: str,
 
     os.environ.update(env)
     out = os.path.join(result_dir, f"rank{rank}.pkl")
+    initialised = False
     try:
         if backend == "nccl":
             torch.cuda.set_device(rank)
@@ -77,25 +78,26 @@ def _child(rank: int, world_size: int, backend: str, port: int, result_dir: str,
         kwargs = {"device_id": device} if backend == "nccl" else {}
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world_size, **kwargs)
-        try:
-            value = fn(RankContext(rank, world_size, dist.group.WORLD, device, backend), *args)
-        finally:
-            # after an error a peer may be gone: do not block in a final barrier
-            dist.destroy_process_group()
-        payload = ("ok", value)
+        initialised = True
+        payload = ("ok", fn(RankContext(rank, world_size, dist.group.WORLD, device, backend), *args))
     except BaseException as e:  # noqa: BLE001 (every failure goes back to the parent)
         payload = ("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+    # The result is on disk before the group goes away: a failing rank's peers then fail in
+    # their collectives, and the parent must see the cause first (earliest file wins).
     with open(out + ".tmp", "wb") as f:
         try:
             pickle.dump(payload, f)
         except Exception as e:  # an unpicklable return value is the caller's bug: say so
             f.seek(0)
             f.truncate()
-            pickle.dump(("error", f"rank {rank} returned an unpicklable value: {e}"), f)
+            payload = ("error", f"rank {rank} returned an unpicklable value: {e}")
+            pickle.dump(payload, f)
     os.replace(out + ".tmp", out)
     if payload[0] == "error":
-        # a nonzero exit, so the parent notices at once even before reading the file
+        # no final barrier or destroy: peers may be gone; a nonzero exit tells the parent at once
         os._exit(1)
+    if initialised:
+        dist.destroy_process_group()
 
 
 def run_ranks(fn: Callable, world_size: int, *args, backend: str = "nccl", timeout_s: float = 600.0,
@@ -144,7 +146,7 @@ def run_ranks(fn: Callable, world_size: int, *args, backend: str = "nccl", timeo
                 raise RankTimeout(timeout_s, alive)
             time.sleep(0.05)
         if first_error is not None:
-            raise first_error
+            raise _root_cause(result_dir, world_size, first_error)
         results = []
         for r in range(world_size):
             path = os.path.join(result_dir, f"rank{r}.pkl")
@@ -159,6 +161,26 @@ def run_ranks(fn: Callable, world_size: int, *args, backend: str = "nccl", timeo
         return results
     finally:
         shutil.rmtree(result_dir, ignore_errors=True)
+
+
+def _root_cause(result_dir: str, world_size: int, fallback: RankFailed) -> RankFailed:
+    """The earliest-written error: when one rank raises, its peers then fail in their collectives
+    (connection closed); the first failure is the cause, the others are consequences."""
+    errors = []
+    for r in range(world_size):
+        path = os.path.join(result_dir, f"rank{r}.pkl")
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                status, value = pickle.load(f)
+            if status == "error":
+                errors.append((os.stat(path).st_mtime_ns, r, value))
+    if not errors:
+        return fallback
+    errors.sort()
+    _, rank, tb = errors[0]
+    if len(errors) > 1:
+        tb += "\n(then also failed: " + ", ".join(f"rank {r}" for _, r, _ in errors[1:]) + ")"
+    return RankFailed(rank, tb)
 
 
 def _stop(processes, grace_s: float) -> None:
