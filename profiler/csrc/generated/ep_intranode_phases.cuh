@@ -4,24 +4,22 @@
 
 namespace epscope { namespace phases { namespace ep_intranode {
 
-constexpr uint32_t kRegistryHash = 0x2A624DE1u;
+constexpr uint32_t kRegistryHash = 0xB33DAF8Bu;
 
 enum Phase : uint16_t {
-  kNotify = 1,  // span: exchange per-rank / per-expert counts and build the prefix matrices; payload = 0
-  kSendChunk = 2,  // span: copy one chunk of token rows to a destination rank; payload = chunk index
-  kWaitSpace = 3,  // span, wait, in send_chunk: wait for ring-buffer space on the destination; payload = destination rank
-  kPublishTail = 4,  // instant: make a chunk visible to the destination (release store of the tail); payload = destination rank
+  kNotify = 1,  // span: count rows per destination and chunk, write them to every peer, build rank_prefix_matrix and per-expert counts; payload = tokens of this rank
+  kSendChunk = 2,  // span: write the rows of one chunk to their destinations (one load per row, one store per destination); payload = chunk index
+  kPublishTail = 4,  // instant: release the (source, chunk) counter on the destination after the chunk's rows are written; payload = destination rank
   kWaitData = 5,  // span, wait: wait until the source published the rows of a chunk; payload = source rank
-  kCopyOut = 6,  // span: copy received rows from the buffer to the output tensors; payload = chunk index
-  kPublishHead = 7,  // instant: release ring-buffer space back to the source; payload = source rank
-  kReduce = 8,  // span: combine: sum the rows of one chunk of tokens in fp32; payload = chunk index
+  kCopyOut = 6,  // span: dispatch: copy a received chunk's rows from the buffer to recv_x / scales / top-k; payload = chunk index
+  kReduce = 8,  // span: combine: sum in fp32 the rows of one chunk of this rank's tokens (plus bias), write bf16; payload = chunk index
   kClockSync = 9,  // instant: a clock-sync exchange point; payload = peer rank
+  kLayout = 10,  // span: get_dispatch_layout: per-rank / per-expert counts and is_token_in_rank of a block's tokens; payload = block index
 };
 
 enum Barrier : uint16_t {
-  kBarrierRankStart = 1,  // scope rank: all ranks finished the previous use of the buffer before anyone writes into a peer
+  kBarrierRankStart = 1,  // scope rank: all ranks finished the previous op on the buffer before anyone writes into a peer
   kBarrierRankLayout = 2,  // scope rank: every rank's counts are in every peer's buffer
-  kBarrierGrid = 3,  // scope grid: all blocks of one launch on one rank
 };
 
 } } }  // namespace epscope::phases::ep_intranode

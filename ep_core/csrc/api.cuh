@@ -1,0 +1,85 @@
+// Host launchers of ep_core's kernels: raw pointers, sizes and a cudaStream_t, no torch
+// (bindings.cpp is the one file that includes torch). One namespace per kernel file.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "ep_core/csrc/buffer_map.h"
+
+namespace ep_core {
+
+namespace layout {
+// Blocks the layout kernel launches for `num_tokens` (the profiler sizes its buffer with it).
+int grid_size(int num_tokens);
+cudaError_t get_dispatch_layout(const int64_t* topk_idx, int num_tokens, int num_topk, int num_experts, int num_ranks,
+                                int* num_tokens_per_rank, int* num_tokens_per_expert, bool* is_token_in_rank,
+                                void* prof, cudaStream_t stream);
+}  // namespace layout
+
+namespace notify {
+struct Args {
+  const bool* is_token_in_rank;       // [T, R]
+  const int* num_tokens_per_expert;   // [E] (this rank's tokens)
+  int num_tokens, num_experts, chunk_size, num_chunks, expert_alignment;
+  // outputs
+  int* send_pos;                      // [T, R]: row of token t in the stream to rank d, -1 if not sent
+  int* send_chunk_prefix;             // [R, kMaxChunks + 1]: rows to d before this rank's chunk c
+  int* rank_prefix_matrix;            // [R, R]
+  int* recv_chunk_prefix;             // [R, kMaxChunks + 1]: rows from s before s's chunk c
+  int* recv_num_chunks;               // [R]
+  int* recv_info;                     // [1 + E/R]: rows received, per-local-expert counts (aligned)
+};
+cudaError_t notify(const Args& a, const PeerPtrs& peers, int num_ranks, const FailCtx& f, void* prof,
+                   cudaStream_t stream);
+// The rank_start barrier alone (cached dispatch, combine): one block of 32 threads.
+cudaError_t barrier(const PeerPtrs& peers, int num_ranks, const FailCtx& f, void* prof, cudaStream_t stream);
+}  // namespace notify
+
+namespace dispatch {
+struct Args {
+  const void* x;                      // [T, hidden_bytes] contiguous
+  const float* x_scales;              // [T, H/128] with strides (column-major accepted), or null
+  int64_t scale_token_stride, scale_hidden_stride;
+  const int64_t* topk_idx;            // [T, K] or null
+  const float* topk_weights;          // [T, K] or null
+  const bool* is_token_in_rank;       // [T, R]
+  const int* send_pos;                // [T, R]
+  const int* send_chunk_prefix;       // [R, kMaxChunks + 1]
+  const int* rank_prefix_matrix;      // [R, R]
+  const int* recv_chunk_prefix;       // [R, kMaxChunks + 1]
+  const int* recv_num_chunks;         // [R]
+  int num_tokens, hidden_bytes, num_scales, num_topk, num_experts, chunk_size, num_chunks;
+  void* recv_x;
+  float* recv_scales;                 // [N, H/128] row-major
+  int64_t* recv_topk_idx;
+  float* recv_topk_weights;
+  int num_sender_blocks;
+  int skip_send;                      // test hook: this rank writes nothing to peers
+};
+cudaError_t dispatch(const Args& a, const RowRegions& rows, const PeerPtrs& peers, int num_ranks, int num_blocks,
+                     const FailCtx& f, void* prof, cudaStream_t stream);
+}  // namespace dispatch
+
+namespace combine {
+struct Args {
+  const void* x;                      // [N, H] bf16: this rank's received rows (dispatch order)
+  const float* topk_weights;          // [N, K] or null
+  const void* bias0;                  // [T, H] bf16 or null
+  const void* bias1;
+  const bool* is_token_in_rank;       // [T, R]
+  const int* send_pos;                // [T, R]
+  const int* send_chunk_prefix;       // [R, kMaxChunks + 1]
+  const int* rank_prefix_matrix;      // [R, R]
+  const int* recv_chunk_prefix;       // [R, kMaxChunks + 1]
+  const int* recv_num_chunks;         // [R]
+  int num_tokens, hidden, num_topk, chunk_size, num_chunks;
+  void* out;                          // [T, H] bf16
+  float* out_weights;                 // [T, K] or null
+  int num_sender_blocks;
+};
+cudaError_t combine(const Args& a, const RowRegions& rows, const PeerPtrs& peers, int num_ranks, int num_blocks,
+                    const FailCtx& f, void* prof, cudaStream_t stream);
+}  // namespace combine
+
+}  // namespace ep_core
