@@ -1,0 +1,54 @@
+"""The per-run results every page shares, computed once per loaded run (Dash-free).
+
+Each accessor caches its result on the LoadedRun (catalog.LoadedRun.cached), so switching pages
+or zooming never recomputes an analysis; `warm` computes them ahead in a background thread.
+"""
+from __future__ import annotations
+
+import threading
+
+from profiler import analysis
+
+from .catalog import LoadedRun
+from .pages.timeline import logic as timeline_logic
+
+
+def registry(run: LoadedRun):
+    return run.manifest.get("registry") or None
+
+
+def timeline_index(run: LoadedRun) -> timeline_logic.TimelineIndex:
+    return run.cached("timeline_index", lambda: timeline_logic.add_base(
+        timeline_logic.build_index(run.events, run.manifest)))
+
+
+def critical(run: LoadedRun) -> analysis.CriticalPath:
+    return run.cached("critical_path", lambda: analysis.critical_path(run.events, registry=registry(run)))
+
+
+def idle(run: LoadedRun) -> analysis.IdleReport:
+    return run.cached("idle", lambda: analysis.idle_warps(run.events, registry=registry(run)))
+
+
+def barriers(run: LoadedRun) -> analysis.BarrierReport:
+    return run.cached("barriers", lambda: analysis.barrier_contention(run.events, registry=registry(run)))
+
+
+def what_if(run: LoadedRun, phase: str, speedup: float, rank) -> analysis.WhatIf:
+    key = ("what_if", phase, round(float(speedup), 6), tuple(rank) if isinstance(rank, list) else rank)
+    return run.cached(key, lambda: analysis.what_if(run.events, phase=phase, speedup=speedup, rank=rank,
+                                                    registry=registry(run)))
+
+
+def warm(run: LoadedRun) -> threading.Thread:
+    """Compute the timeline index and the analyses in the background (failures are kept for the
+    page to report when it asks again)."""
+    def go():
+        for f in (timeline_index, critical, idle, barriers):
+            try:
+                f(run)
+            except Exception:   # the page calling f again shows the error as a message
+                pass
+    t = threading.Thread(target=go, name=f"warm-{run.entry.run_id}", daemon=True)
+    t.start()
+    return t

@@ -1,0 +1,122 @@
+"""The Dash app: a header (pages, run picker), one page at a time, the Perfetto download route.
+
+The URL holds the state a user may want to share: /<page>?run=<run id>. Run ids are keys of the
+Catalog built from the configured roots; the download route and every page look ids up there
+and never build a path from browser input.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode
+
+import dash
+import flask
+from dash import Input, Output, State, ctx, dcc, html, no_update
+
+from . import components as C
+from .catalog import Catalog, ViewerError
+from .pages.barriers import callbacks as barriers_cb, layout as barriers_layout
+from .pages.compare import callbacks as compare_cb, layout as compare_layout
+from .pages.critical_path import callbacks as critical_cb, layout as critical_layout
+from .pages.idle import callbacks as idle_cb, layout as idle_layout
+from .pages.runs import callbacks as runs_cb, layout as runs_layout
+from .pages.timeline import callbacks as timeline_cb, layout as timeline_layout
+
+ASSETS = Path(__file__).parent / "assets"
+
+# path -> (nav label, layout module, callbacks module)
+PAGES = {
+    "/": ("Runs", runs_layout, runs_cb),
+    "/timeline": ("Timeline", timeline_layout, timeline_cb),
+    "/critical-path": ("Critical path", critical_layout, critical_cb),
+    "/idle": ("Idle warps", idle_layout, idle_cb),
+    "/barriers": ("Barriers", barriers_layout, barriers_cb),
+    "/compare": ("Compare", compare_layout, compare_cb),
+}
+
+URL, PAGE, NAV, RUN_SELECT = "url", "page", "nav", "run-select"
+
+
+def _run_from_search(search: str | None) -> str | None:
+    q = parse_qs((search or "").lstrip("?"))
+    v = q.get("run")
+    return v[0] if v else None
+
+
+def _nav(pathname: str, run_id: str | None) -> list:
+    q = ("?" + urlencode({"run": run_id})) if run_id else ""
+    return [dcc.Link(label, href=path + q, className="nav-link active" if path == pathname else "nav-link",
+                     id=f"nav-{label.lower().replace(' ', '-')}")
+            for path, (label, _, _) in PAGES.items()]
+
+
+def create_app(roots, cache_dir: Path | None = None) -> dash.Dash:
+    catalog = Catalog([Path(r) for r in roots], cache_dir=cache_dir)
+    app = dash.Dash(__name__, assets_folder=str(ASSETS), title="epscope",
+                    suppress_callback_exceptions=True, update_title=None)
+    app.catalog = catalog   # tests and the benchmark reach the catalog through the app
+
+    def layout():
+        catalog.refresh()
+        options = [{"label": e.name, "value": e.run_id} for e in catalog.entries()]
+        return html.Div([
+            dcc.Location(id=URL, refresh=False),
+            html.Header([
+                html.Div([html.Span("ep", className="logo-a"), html.Span("scope", className="logo-b")],
+                         className="logo"),
+                html.Nav(_nav("/", None), id=NAV, className="nav"),
+                dcc.Dropdown(id=RUN_SELECT, options=options, value=None, clearable=False,
+                             placeholder="run…", className="run-select"),
+            ], className="topbar"),
+            html.Main(id=PAGE, className="page"),
+        ], className="app")
+
+    app.layout = layout
+
+    @app.callback(Output(PAGE, "children"), Output(NAV, "children"), Output(RUN_SELECT, "value"),
+                  Output(URL, "search"),
+                  Input(URL, "pathname"), Input(URL, "search"), Input(RUN_SELECT, "value"))
+    def route(pathname, search, selected):
+        pathname = pathname if pathname in PAGES else ("/" if pathname in (None, "", "/runs") else pathname)
+        run_id = _run_from_search(search)
+        new_search = no_update
+        if ctx.triggered_id == RUN_SELECT and selected and selected != run_id:
+            run_id = selected
+            new_search = "?" + urlencode({"run": run_id})
+        if pathname not in PAGES:
+            page = C.error_box(f"There is no page {pathname!r}.", title="Not found")
+            return page, _nav(pathname, run_id), run_id, new_search
+        if run_id is None and pathname != "/":
+            run_id = catalog.default_id()
+        _, layout_mod, _ = PAGES[pathname]
+        try:
+            page = layout_mod.layout(catalog, run_id)
+        except ViewerError as e:
+            page = C.error_box(str(e))
+        except Exception as e:   # a page bug must still not show a stack trace to the user
+            logging.getLogger("epscope.viewer").exception("page %s failed", pathname)
+            page = C.error_box(f"{type(e).__name__}: {e}", title="This page failed")
+        return page, _nav(pathname, run_id), run_id, new_search
+
+    for _, _, cb in PAGES.values():
+        cb.register(app, catalog)
+
+    @app.server.route("/download/<run_file>")
+    def download(run_file: str):
+        run_id = run_file.removesuffix(".perfetto-trace")
+        try:
+            path = catalog.perfetto_trace(run_id)
+        except ViewerError as e:
+            return flask.Response(str(e), status=404, mimetype="text/plain")
+        return flask.send_file(path, as_attachment=True, download_name=f"{run_id}.perfetto-trace",
+                               mimetype="application/octet-stream")
+
+    return app
+
+
+def serve(roots, host: str = "127.0.0.1", port: int = 8050) -> None:
+    app = create_app(roots)
+    print(f"epscope viewer: {len(app.catalog.entries())} runs under {', '.join(map(str, app.catalog.roots))}")
+    print(f"open http://{host}:{port}/")
+    app.run(host=host, port=port, debug=False)

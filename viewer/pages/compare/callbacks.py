@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import pandas as pd
+from dash import Input, Output, State, html
+from dash.exceptions import PreventUpdate
+
+from profiler import analysis
+
+from ... import components as C
+from ...catalog import ViewerError
+from ...format import ns, pct, share
+from . import logic
+from .ids import Ids
+
+PHASE_COLS = {"kernel": "kernel", "phase": "phase", "n_a": "n A", "n_b": "n B", "median_a_ns": "median A",
+              "median_b_ns": "median B", "diff_ns": "B − A", "diff_pct": "B − A %", "ci_low_ns": "CI low",
+              "ci_high_ns": "CI high", "non_overlap_share": "pairs ordered", "verdict": "verdict"}
+CP_COLS = {"kernel": "kernel", "phase": "phase", "share_a": "path share A", "share_b": "path share B",
+           "change": "critical path"}
+FMT = {"median_a_ns": ns, "median_b_ns": ns, "diff_ns": ns, "ci_low_ns": ns, "ci_high_ns": ns,
+       "diff_pct": lambda v: pct(v, 1, True), "non_overlap_share": share, "share_a": share, "share_b": share}
+
+
+def _tone(rec):
+    return {"faster": "row-good", "slower": "row-bad"}.get(rec.get("verdict"))
+
+
+def register(app, catalog) -> None:
+    @app.callback(Output(Ids.RESULT, "children"), Input(Ids.GO, "n_clicks"),
+                  State(Ids.A, "value"), State(Ids.B, "value"))
+    def run_compare(n, a_ids, b_ids):
+        if not n:
+            raise PreventUpdate
+        msg = logic.sides_ok(a_ids, b_ids)
+        if msg:
+            return C.note(msg)
+        try:
+            a_runs = [catalog.load(r) for r in a_ids]
+            b_runs = [catalog.load(r) for r in b_ids]
+        except ViewerError as e:
+            return C.error_box(str(e))
+        reg = {}
+        for r in a_runs + b_runs:   # union of the registries: branches may differ in phases
+            reg.update(r.manifest.get("registry") or {})
+        try:
+            cmp = analysis.compare([r.events for r in a_runs], [r.events for r in b_runs], registry=reg or None)
+        except (ValueError, KeyError) as e:
+            return C.error_box(str(e), title="Cannot compare these runs")
+        sa = pd.concat([logic.samples(r.events, r.entry.name) for r in a_runs], ignore_index=True)
+        sb = pd.concat([logic.samples(r.events, r.entry.name) for r in b_runs], ignore_index=True)
+        e2e = cmp.end_to_end.iloc[0].to_dict() if len(cmp.end_to_end) else {}
+        tone = {"faster": "good", "slower": "bad"}.get(e2e.get("verdict"), "")
+        cards = html.Div([
+            C.card("end-to-end A (median)", ns(e2e.get("median_a_ns"))),
+            C.card("end-to-end B (median)", ns(e2e.get("median_b_ns"))),
+            C.card("B − A", f"{ns(e2e.get('diff_ns'))} ({pct(e2e.get('diff_pct'), 1, True)})", tone=tone),
+            C.card("95% CI of B − A", f"{ns(e2e.get('ci_low_ns'))} … {ns(e2e.get('ci_high_ns'))}"),
+            C.card("verdict", str(e2e.get("verdict", "—")), tone=tone),
+        ], className="cards")
+        return html.Div([
+            C.verdict(cmp.verdict, id=Ids.VERDICT, tone=tone),
+            cards,
+            C.section("Distributions", C.graph(logic.distribution_figure(sa, sb, logic.plot_phases(cmp.per_phase))),
+                      help="one point per (run, iteration); boxes show median and quartiles"),
+            C.section("Per phase", C.df_table(cmp.per_phase, PHASE_COLS, FMT, row_class=_tone)),
+            C.section("Critical path changes", C.df_table(cmp.critical_path_changes, CP_COLS, FMT)),
+        ])

@@ -1,0 +1,10 @@
+from enum import StrEnum
+
+
+class Ids(StrEnum):
+    A = "cmp-a"
+    B = "cmp-b"
+    RUN = "cmp-run"
+    GO = "cmp-go"
+    RESULT = "cmp-result"
+    VERDICT = "cmp-verdict"

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from dash import Input, Output, State, html
+from dash.exceptions import PreventUpdate
+
+from ... import analyses, components as C
+from ...catalog import ViewerError
+from ...format import ns, pct
+from . import logic
+from .ids import Ids
+
+SUMMARY_COLS = {"iteration": "it", "before_ns": "before", "after_ns": "after", "change_ns": "change",
+                "change_pct": "change %", "local_saving_ns": "local saving", "absorbed_pct": "absorbed"}
+
+
+def register(app, catalog) -> None:
+    @app.callback(Output(Ids.RESULT, "children"),
+                  Input(Ids.APPLY, "n_clicks"),
+                  State(Ids.RUN, "data"), State(Ids.PHASE, "value"), State(Ids.RANK, "value"),
+                  State(Ids.PERCENT, "value"))
+    def project(n, run_id, phase, rank, percent):
+        if not n:
+            raise PreventUpdate
+        if phase is None or percent is None:
+            return C.note("Pick a phase and a percentage.")
+        if percent >= 100:
+            return C.note("A phase cannot become 100% faster or more; pick less than 100.")
+        try:
+            run = catalog.load(run_id)
+            r = None if rank in (None, "all") else int(rank)
+            w = analyses.what_if(run, phase, float(percent) / 100.0, r)
+        except ViewerError as e:
+            return C.error_box(str(e))
+        except (ValueError, KeyError) as e:
+            return C.error_box(str(e), title="What-if not possible")
+        return html.Div([
+            C.verdict(logic.what_if_sentence(w.summary, phase, r, float(percent)), id="cp-whatif-verdict"),
+            C.df_table(w.summary, SUMMARY_COLS, {"before_ns": ns, "after_ns": ns, "change_ns": ns,
+                                                 "local_saving_ns": ns, "change_pct": lambda v: pct(v, 2, True),
+                                                 "absorbed_pct": pct}),
+        ])

@@ -1,0 +1,122 @@
+"""Critical path page: the analysis' segments and slack as tables and figures; what-if text."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ... import theme
+from ...format import ns, pct, signed_ns
+
+KIND_COLOURS = {"work": "#4aa3ff", "wait": "#ff6b6b", "barrier": "#c77dff", "gap": "#5c6b7a",
+                "launch": "#ffd166", "host": "#8d99ae"}
+
+
+def headline(cp) -> dict:
+    tot = cp.total_ns
+    total = int(tot["total_ns"].sum()) if len(tot) else 0
+    seg = cp.segments
+    waits = int(seg.loc[seg["kind"].isin(["wait", "barrier"]), "duration_ns"].sum()) if len(seg) else 0
+    return {
+        "iterations": int(len(tot)),
+        "total_ns": total,
+        "median_iteration_ns": float(tot["total_ns"].median()) if len(tot) else float("nan"),
+        "pacing_rank": int(cp.pacing_rank),
+        "wait_share": waits / total if total else 0.0,
+        "segments": int(len(seg)),
+        "warps_on_path": int(cp.slack["on_path"].sum()) if len(cp.slack) else 0,
+    }
+
+
+def pacing_sentence(cp) -> str:
+    h = headline(cp)
+    if h["pacing_rank"] < 0:
+        return "No critical path: the run has no spans."
+    seg = cp.segments
+    top = (seg.groupby(["rank", "phase", "kind"], observed=True)["duration_ns"].sum()
+           .sort_values(ascending=False).head(3))
+    parts = [f"r{r} {p or k} {ns(d)}" for (r, p, k), d in top.items()]
+    return (f"Rank {h['pacing_rank']} paces the run: it holds the most non-wait time on the critical path. "
+            f"{pct(h['wait_share'] * 100)} of the path is waiting. Largest: " + ", ".join(parts) + ".")
+
+
+def path_by_rank_figure(cp) -> dict:
+    p = cp.path_ns.groupby(["rank", "kind"], observed=True)["duration_ns"].sum().reset_index()
+    traces = []
+    for kind in [k for k in KIND_COLOURS if k in set(p["kind"])]:
+        s = p[p["kind"] == kind]
+        traces.append(dict(type="bar", orientation="h", name=kind, y=[f"rank {r}" for r in s["rank"]],
+                           x=(s["duration_ns"] / 1e3).tolist(), marker=dict(color=KIND_COLOURS[kind]),
+                           hovertemplate=f"{kind}: %{{x:.2f}} µs<extra>%{{y}}</extra>"))
+    n = max(p["rank"].nunique(), 1)
+    return dict(data=traces, layout=theme.figure_layout(
+        barmode="stack", height=int(min(420, 80 + 26 * n)), margin=dict(l=70, r=16, t=30, b=36),
+        xaxis=dict(title=dict(text="time on the critical path (µs, all iterations)"), gridcolor=theme.GRID),
+        yaxis=dict(autorange="reversed", gridcolor=theme.GRID)))
+
+
+def path_gantt_figure(cp, iteration=None, limit: int = 600) -> dict:
+    """The path of one iteration as a staircase of segments (rank/warp lanes on y)."""
+    seg = cp.segments
+    if seg.empty:
+        return dict(data=[], layout=theme.figure_layout(height=200))
+    it = seg["iteration"].iloc[0] if iteration is None else iteration
+    s = seg[seg["iteration"] == it]
+    if len(s) > limit:
+        s = s.nlargest(limit, "duration_ns").sort_values("begin_ns")
+    lane = [f"r{r} b{b} w{w}" if b >= 0 else f"r{r} host" for r, b, w in zip(s["rank"], s["block"], s["warp"])]
+    traces = []
+    for phase in pd.unique(s["phase"].astype(str)):
+        m = (s["phase"].astype(str) == phase).to_numpy()
+        ss = s[m]
+        name = phase or "(gap)"
+        colour = theme.phase_colour(phase) if phase else KIND_COLOURS["gap"]
+        traces.append(dict(type="bar", orientation="h", name=name, y=[l for l, k in zip(lane, m) if k],
+                           base=(ss["begin_ns"] / 1e3).tolist(), x=(ss["duration_ns"] / 1e3).clip(lower=1e-3).tolist(),
+                           marker=dict(color=colour),
+                           customdata=np.stack([ss["kind"].astype(str), ss["share"] * 100], 1).tolist(),
+                           hovertemplate=f"{name} (%{{customdata[0]}})<br>%{{base:.3f}} µs + %{{x:.3f}} µs"
+                                         "<br>%{customdata[1]:.1f}% of the iteration<extra>%{y}</extra>"))
+    n = len(set(lane))
+    return dict(data=traces, layout=theme.figure_layout(
+        barmode="overlay", height=int(min(520, 90 + 20 * n)), margin=dict(l=110, r=16, t=30, b=36),
+        title=dict(text=f"iteration {it}", font=dict(size=11)),
+        xaxis=dict(title=dict(text="time since run start (µs)"), gridcolor=theme.GRID),
+        yaxis=dict(type="category", categoryorder="category ascending", gridcolor=theme.GRID)))
+
+
+def segments_table(cp, limit: int = 200) -> pd.DataFrame:
+    seg = cp.segments
+    cols = ["iteration", "rank", "kernel", "block", "warp", "role", "phase", "kind", "begin_ns", "duration_ns", "share"]
+    return seg.nlargest(limit, "duration_ns")[cols] if len(seg) > limit else seg[cols]
+
+
+def slack_table(cp, limit: int = 100) -> pd.DataFrame:
+    s = cp.slack
+    if s.empty:
+        return s
+    agg = (s.groupby(["rank", "kernel", "block", "warp", "role"], observed=True)
+           .agg(busy_ns=("busy_ns", "sum"), slack_ns=("slack_ns", "min"), on_path=("on_path", "any"))
+           .reset_index())
+    return agg.sort_values(["on_path", "slack_ns"], ascending=[False, False]).head(limit)
+
+
+def phase_options(events: pd.DataFrame) -> list[str]:
+    spans = events[events["kind"].astype(str) == "span"]
+    return sorted(set(spans["phase"].astype(str)))
+
+
+def what_if_sentence(summary: pd.DataFrame, phase: str, rank, percent: float) -> str:
+    where = "every rank" if rank is None else f"rank {rank}"
+    if summary.empty:
+        return f"No iteration contains {phase} on {where}."
+    before = float(summary["before_ns"].sum())
+    change = float(summary["change_ns"].sum())
+    saving = float(summary["local_saving_ns"].sum())
+    verb = "faster" if percent >= 0 else "slower"
+    s = (f"If {phase} on {where} were {abs(percent):g}% {verb}: end-to-end {signed_ns(change)} "
+         f"({pct(100 * change / before if before else 0, 2, signed=True)}) over {len(summary)} iteration(s); "
+         f"the phase's own time changes by {signed_ns(-saving)}.")
+    if saving > 0:
+        absorbed = 100 * (1 - (-change) / saving)
+        s += f" {pct(max(0.0, min(100.0, absorbed)))} of the local saving is absorbed by waits and rendezvous."
+    return s

@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from dash import Input, Output, State, no_update
+
+from ... import analyses
+from ...catalog import ViewerError
+from . import logic
+from .ids import Ids
+
+
+def register(app, catalog) -> None:
+    @app.callback(Output(Ids.HEATMAP, "figure"), Input(Ids.KERNEL, "value"), State(Ids.RUN, "data"),
+                  prevent_initial_call=True)
+    def kernel(k, run_id):
+        try:
+            return logic.heatmap_figure(analyses.idle(catalog.load(run_id)), k)
+        except ViewerError:
+            return no_update

@@ -1,0 +1,72 @@
+"""Idle warps page: busy share per rank × block × warp as a heatmap, the analysis' verdict."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ... import theme
+
+# busy share 0 -> the idle colour, 1 -> the work colour; a warp that did nothing stands out
+COLORSCALE = [[0.0, "#3a1d24"], [0.001, "#7a2f3a"], [0.25, "#b5533c"], [0.5, "#c9a227"],
+              [0.75, "#5fb36b"], [1.0, "#3ecf8e"]]
+
+
+def kernels(report) -> list[str]:
+    pw = report.per_warp
+    if pw.empty:
+        return []
+    # the kernel with the lowest median busy share first: that is where starvation shows
+    med = pw.groupby("kernel", observed=True)["busy_share"].median().sort_values()
+    return [str(k) for k in med.index]
+
+
+def heatmap_figure(report, kernel: str | None) -> dict:
+    pw = report.per_warp
+    if kernel is not None:
+        pw = pw[pw["kernel"].astype(str) == str(kernel)]
+    if pw.empty:
+        return dict(data=[], layout=theme.figure_layout(height=200, title=dict(text="no warps")))
+    rows = pw[["rank", "block"]].drop_duplicates().sort_values(["rank", "block"]).reset_index(drop=True)
+    row_of = {(int(r), int(b)): i for i, (r, b) in enumerate(zip(rows["rank"], rows["block"]))}
+    warps = np.sort(pw["warp"].unique())
+    col_of = {int(w): j for j, w in enumerate(warps)}
+    z = np.full((len(rows), len(warps)), np.nan)
+    busy = np.full_like(z, np.nan)
+    ri = np.array([row_of[(int(r), int(b))] for r, b in zip(pw["rank"], pw["block"])])
+    ci = np.array([col_of[int(w)] for w in pw["warp"]])
+    z[ri, ci] = pw["busy_share"].to_numpy(float)
+    busy[ri, ci] = pw["busy_ns"].to_numpy(float) / 1e3
+    labels = [f"r{r} b{b}" for r, b in zip(rows["rank"], rows["block"])]
+    zl = z.astype(object)
+    zl[np.isnan(z)] = None
+    custom = np.dstack([np.broadcast_to(np.asarray(labels, dtype=object)[:, None], z.shape),
+                        np.where(np.isnan(busy), 0, np.round(busy, 2))]).tolist()
+    n = len(rows)
+    tick_step = max(1, n // 40)
+    return dict(data=[dict(
+        type="heatmap", z=zl.tolist(), x=[int(w) for w in warps], y=list(range(n)), zmin=0, zmax=1,
+        colorscale=COLORSCALE, xgap=1, ygap=1 if n < 200 else 0, customdata=custom,
+        colorbar=dict(title=dict(text="busy share"), thickness=10, tickformat=".0%"),
+        hovertemplate="%{customdata[0]} w%{x}<br>busy %{z:.1%} (%{customdata[1]} µs)<extra></extra>",
+    )], layout=theme.figure_layout(
+        height=int(min(900, max(260, 14 * n + 90))), margin=dict(l=80, r=16, t=30, b=40),
+        xaxis=dict(title=dict(text="warp"), dtick=1 if len(warps) <= 48 else None, gridcolor=theme.GRID),
+        yaxis=dict(tickmode="array", tickvals=list(range(0, n, tick_step)), ticktext=labels[::tick_step],
+                   autorange="reversed", gridcolor=theme.GRID),
+        title=dict(text=f"busy share per warp · {kernel}" if kernel else "busy share per warp", font=dict(size=11))))
+
+
+def headline(report) -> dict:
+    pw = report.per_warp
+    if pw.empty:
+        return {"warps": 0, "idle_warps": 0, "blocks": 0, "idle_blocks": 0, "worst_ratio": float("nan")}
+    pb = report.per_block
+    imb = report.imbalance["ratio"].replace([np.inf], np.nan) if len(report.imbalance) else pd.Series(dtype=float)
+    inf = bool(np.isinf(report.imbalance["ratio"]).any()) if len(report.imbalance) else False
+    return {
+        "warps": int(len(pw)),
+        "idle_warps": int((~pw["did_work"]).sum()),
+        "blocks": int(len(pb)),
+        "idle_blocks": int((~pb["did_work"]).sum()) if len(pb) else 0,
+        "worst_ratio": float("inf") if inf else (float(imb.max()) if imb.notna().any() else float("nan")),
+    }

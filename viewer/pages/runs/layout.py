@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from dash import dcc, html
+
+from ... import components as C
+from ...format import ns
+from .ids import Ids
+from .logic import COLUMNS, runs_table
+
+
+def layout(catalog, run_id=None):
+    df = runs_table(catalog.entries())
+    if df.empty:
+        roots = ", ".join(map(str, catalog.roots))
+        return html.Div([html.H2("Runs"), C.note(f"No runs found under {roots}. Record one with "
+                                                 "`epscope trace` or point `epscope view` at run directories.")])
+    head = html.Thead(html.Tr([html.Th(h) for h in COLUMNS.values()]))
+    body = []
+    for r in df.to_dict("records"):
+        q = "?" + urlencode({"run": r["run_id"]})
+        name = html.Div([dcc.Link(r["name"], href="/timeline" + q, className="run-link"),
+                         html.Div(r["description"], className="cell-sub")])
+        cells = [html.Td(name)]
+        for c in list(COLUMNS)[1:]:
+            v = r[c]
+            if c == "clock":
+                v = ns(v) if v is not None else "—"
+            elif c == "drops":
+                v = f"{v:,}"
+            cells.append(html.Td(v, className=f"col-{c}"))
+        links = html.Td([dcc.Link(lbl, href=p + q, className="mini-link")
+                         for p, lbl in (("/critical-path", "path"), ("/idle", "idle"), ("/barriers", "barriers"))]
+                        + [html.A("⤓", href=C.download_href(r["run_id"]), className="mini-link", title="Perfetto trace")])
+        body.append(html.Tr(cells + [links], className="" if r["ok"] else "row-bad"))
+    head = html.Thead(html.Tr([html.Th(h) for h in COLUMNS.values()] + [html.Th("")]))
+    return html.Div([
+        html.Div([html.H2("Runs"), html.Span(f"{len(df)} runs under {', '.join(map(str, catalog.roots))}",
+                                             id=Ids.COUNT, className="help")], className="page-head"),
+        html.Div(html.Table([head, html.Tbody(body)], className="tbl tbl-runs"), className="tbl-wrap", id=Ids.TABLE),
+    ])

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from dash import Input, Output, State, ctx, no_update
+from dash.exceptions import PreventUpdate
+
+from ... import analyses
+from ...catalog import ViewerError
+from . import logic
+from .ids import Ids
+
+
+def register(app, catalog) -> None:
+    @app.callback(Output(Ids.GRAPH, "figure"), Output(Ids.INFO, "children"),
+                  Input(Ids.RUN, "data"), Input(Ids.LEVEL, "value"), Input(Ids.RANKS, "value"),
+                  Input(Ids.BLOCK_LO, "value"), Input(Ids.BLOCK_HI, "value"), Input(Ids.CRITICAL, "value"),
+                  Input(Ids.GRAPH, "relayoutData"), Input(Ids.RESET, "n_clicks"),
+                  State(Ids.GRAPH, "figure"))
+    def update(run_id, level, ranks, blo, bhi, crit, relayout, _reset, current):
+        t0 = t1 = None
+        if ctx.triggered_id == Ids.GRAPH:
+            win = logic.parse_relayout(relayout)
+            if win is None:
+                raise PreventUpdate          # a y-only zoom or a hover: the browser handles it
+            t0, t1 = win
+        elif ctx.triggered_id != Ids.RESET and current:
+            # keep the time window when the rows change
+            try:
+                r = current["layout"]["xaxis"]["range"]
+                t0, t1 = float(r[0]) * 1e3, float(r[1]) * 1e3
+            except (KeyError, TypeError, IndexError, ValueError):
+                t0 = t1 = None
+        try:
+            run = catalog.load(run_id)
+        except ViewerError as e:
+            return no_update, str(e)
+        ix = analyses.timeline_index(run)
+        blocks = (int(blo or 0), int(bhi if bhi is not None else blo or 0))
+        view = logic.compute_view(ix, level or "rank", ranks or None, blocks, t0, t1)
+        segs = None
+        if crit and "on" in crit:
+            try:
+                segs = analyses.critical(run).segments
+            except Exception as e:   # the timeline still draws; the info line says why
+                segs = None
+                return logic.figure(view, ix, None), logic.describe(view) + f" · critical path unavailable: {e}"
+        return logic.figure(view, ix, segs), logic.describe(view)

@@ -1,0 +1,624 @@
+"""Timeline computation, Dash-free: lanes (ranks -> blocks -> warps), server-side aggregation.
+
+The browser never receives one shape per event. A view is (level, ranks, block range, time
+window). Its rows are lanes of that level (merged in runs of consecutive lanes when there are
+more than MAX_ROWS). Zoomed out, each (row, time bin) cell is one heatmap cell coloured by the
+phase holding most of the cell's exclusive busy time and shaded by occupancy; the figure is then
+a single heatmap trace of at most MAX_ROWS x BINS cells. Zoomed in far enough that at most
+DETAIL_LIMIT spans are visible, spans are drawn one by one as bars, with instants and barrier
+events as markers. Either way the figure holds at most a few thousand drawn items.
+
+All work is numpy over arrays prepared once per run (`build_index`, cached by the catalog):
+spans sorted by begin, a lane table, phase codes. A view costs a searchsorted, a mask over the
+begin-sorted prefix and a few bincounts over the spans of the window.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from viewer import theme
+
+BINS = 320            # time bins across the plot: about one per 3 px of a 1000 px plot
+MAX_ROWS = 160        # rows drawn; more lanes are merged in runs of consecutive lanes
+DETAIL_LIMIT = 1500   # spans drawn individually at most (plus as many point events)
+OCC_LEVELS = 4        # occupancy shades per phase colour: <=25%, <=50%, <=75%, >75%
+LEVELS = ("rank", "block", "warp")
+
+
+@dataclass
+class TimelineIndex:
+    t_min: int
+    t_max: int
+    phases: list[str]            # phase code -> name (spans and host rows)
+    parent: np.ndarray           # phase code -> parent phase code, -1 for top level
+    depth: np.ndarray            # nesting depth per phase code
+    # lanes: one row per (rank, block, warp); host rows are lanes with block = warp = -1
+    lane_rank: np.ndarray
+    lane_block: np.ndarray
+    lane_warp: np.ndarray
+    lane_host: np.ndarray
+    lane_role: list[str]
+    # spans sorted by begin_ns
+    s_lane: np.ndarray
+    s_phase: np.ndarray
+    s_begin: np.ndarray
+    s_end: np.ndarray
+    s_payload: np.ndarray
+    # point events (instants, barrier arrive/depart) sorted by time
+    p_lane: np.ndarray
+    p_t: np.ndarray
+    p_label: list[str]           # label code -> "publish_tail" / "arrive grid" / ...
+    p_code: np.ndarray
+    p_kind: np.ndarray           # 0 instant, 1 arrive, 2 depart
+    p_payload: np.ndarray
+    ranks: list[int] = field(default_factory=list)
+    # level -> (lane -> group, busy grid [groups, phases, bins] over [t_min, t_max]); see add_base
+    base: dict = field(default_factory=dict)
+
+    @property
+    def n_spans(self) -> int:
+        return int(self.s_begin.size)
+
+
+def _parents_from_manifest(manifest: dict) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for reg in (manifest.get("registry") or {}).values():
+        if not isinstance(reg, dict):
+            continue
+        for p in reg.get("phases", []) or []:
+            if isinstance(p, dict) and p.get("name") and p.get("parent"):
+                out[str(p["name"])] = str(p["parent"])
+    return out
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """(codes, category names) of a column without materialising one string per row."""
+    c = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
+    return c.cat.codes.to_numpy(), [str(x) for x in c.cat.categories]
+
+
+def build_index(events: pd.DataFrame, manifest: dict | None = None) -> TimelineIndex:
+    """Arrays for fast views of one run's event table (schema: profiler.schema.COLUMNS)."""
+    kcode, knames = _codes(events["kind"])
+    kc = {n: knames.index(n) if n in knames else -99 for n in ("span", "instant", "arrive", "depart", "host")}
+    rank = events["rank"].to_numpy(np.int64)
+    block = events["block"].to_numpy(np.int64)
+    warp = events["warp"].to_numpy(np.int64)
+    host = kcode == kc["host"]
+    if host.any():
+        block = np.where(host, -1, block)
+        warp = np.where(host, -1, warp)
+
+    # lane table: unique (rank, block, warp) in that order; host rows are block = warp = -1
+    r0 = int(rank.min(initial=0))
+    nb = int(block.max(initial=0)) + 2
+    nw = int(warp.max(initial=0)) + 2
+    key = ((rank - r0) * nb + (block + 1)) * nw + (warp + 1)
+    lane_of, ukey = pd.factorize(key, sort=True)     # hash-based: faster than np.unique's sort
+    lane_of = np.asarray(lane_of, dtype=np.int64)
+    ukey = np.asarray(ukey, dtype=np.int64)
+    lane_warp = ukey % nw - 1
+    lane_block = (ukey // nw) % nb - 1
+    lane_rank = ukey // (nw * nb) + r0
+    rcode, rnames = _codes(events["role"])
+    lane_role_code = np.full(ukey.size, -1, dtype=np.int64)
+    lane_role_code[lane_of] = rcode                       # any row of the lane names its role
+    lane_role = [rnames[c] if c >= 0 else "" for c in lane_role_code]
+
+    pcode, pnames = _codes(events["phase"])
+    span_mask = (kcode == kc["span"]) | host
+    used = np.unique(pcode[span_mask])
+    used = used[used >= 0]
+    names = [pnames[c] for c in used]
+    remap = np.full(len(pnames) + 1, -1, dtype=np.int16)
+    remap[used] = np.arange(used.size, dtype=np.int16)
+    code_of = {n: i for i, n in enumerate(names)}
+    parents = _parents_from_manifest(manifest or {})
+    parent = np.array([code_of.get(parents.get(n, ""), -1) for n in names], dtype=np.int64)
+    depth = np.zeros(len(names), dtype=np.int64)
+    for i in range(len(names)):
+        d, p = 0, parent[i]
+        while p >= 0 and d < len(names):
+            d, p = d + 1, parent[p]
+        depth[i] = d
+
+    begin_all = events["begin_ns"].to_numpy(np.int64)
+    end_all = events["end_ns"].to_numpy(np.int64)
+    payload_all = events["payload"].to_numpy(np.int64)
+    sp = np.flatnonzero(span_mask)
+    sp = sp[np.argsort(begin_all[sp], kind="stable")]
+
+    pt = np.flatnonzero((kcode == kc["instant"]) | (kcode == kc["arrive"]) | (kcode == kc["depart"]))
+    pt = pt[np.argsort(begin_all[pt], kind="stable")]
+    p_kind = np.select([kcode[pt] == kc["arrive"], kcode[pt] == kc["depart"]], [1, 2], 0).astype(np.int8)
+    # label code = kind * n_phase_names + phase code
+    lab = p_kind.astype(np.int64) * (len(pnames) + 1) + pcode[pt]
+    ulab, p_code = np.unique(lab, return_inverse=True)
+    prefix = ("", "arrive ", "depart ")
+    p_label = [prefix[int(u) // (len(pnames) + 1)] + pnames[int(u) % (len(pnames) + 1)] for u in ulab]
+
+    return TimelineIndex(
+        t_min=int(begin_all.min(initial=0)),
+        t_max=int(max(end_all.max(initial=0), begin_all.max(initial=0))),
+        phases=names,
+        parent=parent,
+        depth=depth,
+        lane_rank=lane_rank,
+        lane_block=lane_block,
+        lane_warp=lane_warp,
+        lane_host=lane_block < 0,
+        lane_role=lane_role,
+        s_lane=lane_of[sp].astype(np.int32),
+        s_phase=remap[pcode[sp]],
+        s_begin=begin_all[sp],
+        s_end=end_all[sp],
+        s_payload=payload_all[sp],
+        p_lane=lane_of[pt].astype(np.int32),
+        p_t=begin_all[pt],
+        p_label=p_label,
+        p_code=p_code.reshape(-1).astype(np.int32),
+        p_kind=p_kind,
+        p_payload=payload_all[pt],
+        ranks=sorted(int(r) for r in np.unique(lane_rank)),
+    )
+
+
+BASE_FLOATS = 6_000_000   # cells of the precomputed grid: 48 MB while built, 24 MB kept
+
+
+def add_base(ix: TimelineIndex) -> TimelineIndex:
+    """Precompute busy time per (block, phase, fine time bin) over the whole run, and per rank
+    by summing its blocks.
+
+    Wide windows (the default full view and moderate zooms) then cost an interpolation of a
+    cumulative sum instead of a pass over millions of spans; narrow windows are computed exactly
+    from their spans (compute_view picks)."""
+    n_ph = max(len(ix.phases), 1)
+    gk = ix.lane_rank * (int(ix.lane_block.max(initial=0)) + 2) + ix.lane_block + 1
+    ug, g_of_lane = np.unique(gk, return_inverse=True)
+    g_of_lane = g_of_lane.reshape(-1)
+    n_g = ug.size
+    nb = int(2 ** np.floor(np.log2(max(BASE_FLOATS // max(n_g * n_ph, 1), 256))))
+    nb = min(nb, 16384)
+    key = g_of_lane[ix.s_lane] * n_ph + ix.s_phase
+    grid = binned_busy(ix.s_begin, ix.s_end, key, n_g * n_ph, float(ix.t_min),
+                       float(max(ix.t_max, ix.t_min + 1)), nb).astype(np.float32).reshape(n_g, n_ph, nb)
+    ix.base["block"] = (g_of_lane, grid)
+    # rank level: rank groups (rank, host) are unions of block groups (host lanes have block -1)
+    rk = ix.lane_rank * 2 + ix.lane_host
+    ur, r_of_lane = np.unique(rk, return_inverse=True)
+    r_of_lane = r_of_lane.reshape(-1)
+    r_of_g = np.zeros(n_g, dtype=np.int64)
+    r_of_g[g_of_lane] = r_of_lane
+    rgrid = np.zeros((ur.size, n_ph, nb), dtype=np.float32)
+    for g in range(n_g):
+        rgrid[r_of_g[g]] += grid[g]
+    ix.base["rank"] = (r_of_lane, rgrid)
+    return ix
+
+
+def _from_base(ix: TimelineIndex, level: str, rows: "Rows", t0: float, t1: float, bins: int) -> np.ndarray | None:
+    """busy [rows, phases, bins] from the precomputed grid, or None when the window is too
+    narrow for its resolution (an output bin must span at least one base bin)."""
+    if level not in ix.base:
+        return None
+    g_of_lane, grid = ix.base[level]
+    n_g, n_ph, nb = grid.shape
+    lo, hi = float(ix.t_min), float(max(ix.t_max, ix.t_min + 1))
+    bw = (hi - lo) / nb
+    if (t1 - t0) / bins < bw:
+        return None
+    # group -> row (every lane of a group lands on one row at this level)
+    g_row = np.full(n_g, -1, dtype=np.int64)
+    g_row[g_of_lane] = rows.lane_to_row
+    n_rows = len(rows.labels)
+    edges = (t0 + (t1 - t0) * np.arange(bins + 1) / bins - lo) / bw   # in base bins
+    edges = np.clip(edges, 0, nb)
+    j0 = int(min(np.floor(edges[0]), nb - 1))
+    j1 = int(min(np.ceil(edges[-1]) + 1, nb))
+    ok = np.flatnonzero(g_row >= 0)
+    sub = grid[ok, :, j0:j1]                      # only the window's base bins
+    order = np.argsort(g_row[ok], kind="stable")
+    rs = g_row[ok][order]
+    starts = np.r_[0, np.flatnonzero(np.diff(rs)) + 1]
+    per_row = np.zeros((n_rows, n_ph, j1 - j0), dtype=np.float64)
+    per_row[rs[starts]] = np.add.reduceat(sub[order], starts, axis=0)
+    cum = np.concatenate([np.zeros((n_rows, n_ph, 1)), np.cumsum(per_row, axis=2)], axis=2)
+    e = edges - j0
+    j = np.minimum(np.floor(e).astype(np.int64), j1 - j0 - 1)
+    frac = e - j
+    at = cum[:, :, j] + (cum[:, :, j + 1] - cum[:, :, j]) * frac   # linear within a base bin
+    return np.diff(at, axis=2) / ((t1 - t0) / bins / bw)            # in output-bin widths
+
+
+# -- rows of a view ----------------------------------------------------------------------------
+@dataclass
+class Rows:
+    lane_to_row: np.ndarray      # lane -> row, -1 when the lane is filtered out
+    labels: list[str]
+    lanes_per_row: np.ndarray    # how many lanes a row merges (occupancy denominator)
+    merged: bool                 # rows merge several lanes of the level (too many to draw)
+    row_key: list[tuple]         # (rank, block, warp) per row, -1 where the row spans several
+
+
+def _span_label(lo: int, hi: int, prefix: str) -> str:
+    return f"{prefix}{lo}" if lo == hi else f"{prefix}{lo}–{hi}"
+
+
+def make_rows(ix: TimelineIndex, level: str = "rank", ranks: list[int] | None = None,
+              blocks: tuple[int, int] | None = None, max_rows: int = MAX_ROWS) -> Rows:
+    """Rows for a level: 'rank' (one per rank, host spans apart), 'block' (per block of the
+    selected ranks), 'warp' (per warp of the selected ranks and block range)."""
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    keep = np.ones(ix.lane_rank.size, dtype=bool)
+    if ranks:
+        keep &= np.isin(ix.lane_rank, np.asarray(ranks, dtype=np.int64))
+    if blocks is not None and level == "warp":
+        lo, hi = blocks
+        keep &= ix.lane_host | ((ix.lane_block >= lo) & (ix.lane_block <= hi))
+    r, b, w, h = ix.lane_rank, ix.lane_block, ix.lane_warp, ix.lane_host
+    if level == "rank":
+        gkey = np.stack([r, h.astype(np.int64), np.zeros_like(r)], 1)
+    elif level == "block":
+        gkey = np.stack([r, b, np.zeros_like(r)], 1)
+    else:
+        gkey = np.stack([r, b, w], 1)
+    lane_to_row = np.full(r.size, -1, dtype=np.int64)
+    kept = np.flatnonzero(keep)
+    if kept.size == 0:
+        return Rows(lane_to_row, [], np.zeros(0, np.int64), False, [])
+    ukeys, inv = np.unique(gkey[kept], axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    n = ukeys.shape[0]
+    merged = n > max_rows
+    if merged:
+        # merge consecutive groups, never across ranks: rows per rank proportional to its groups
+        step = int(np.ceil(n / max_rows))
+        grp_rank = ukeys[:, 0]
+        # position of each group within its rank
+        starts = np.r_[0, np.flatnonzero(np.diff(grp_rank)) + 1]
+        pos = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+        bucket_key = np.stack([grp_rank, pos // step], 1)
+        ubk, grp_to_row = np.unique(bucket_key, axis=0, return_inverse=True)
+        grp_to_row = grp_to_row.reshape(-1)
+    else:
+        grp_to_row = np.arange(n)
+    lane_to_row[kept] = grp_to_row[inv]
+    n_rows = int(grp_to_row.max()) + 1
+    lanes_per_row = np.bincount(lane_to_row[kept], minlength=n_rows).astype(np.int64)
+
+    labels, row_key = [], []
+    for row in range(n_rows):
+        g = ukeys[grp_to_row == row]
+        rk = int(g[0, 0])
+        if level == "rank":
+            labels.append(f"rank {rk} host" if g[0, 1] else f"rank {rk}")
+            row_key.append((rk, -1, -1))
+        elif level == "block":
+            if g[0, 1] < 0 and g.shape[0] == 1:
+                labels.append(f"r{rk} host")
+                row_key.append((rk, -1, -1))
+            else:
+                bl = g[g[:, 1] >= 0, 1]
+                labels.append(f"r{rk} " + _span_label(int(bl.min()), int(bl.max()), "b"))
+                row_key.append((rk, int(bl.min()), -1) if bl.size == 1 else (rk, -1, -1))
+        else:
+            if g[0, 1] < 0 and g.shape[0] == 1:
+                labels.append(f"r{rk} host")
+                row_key.append((rk, -1, -1))
+            elif g.shape[0] == 1:
+                labels.append(f"r{rk} b{int(g[0, 1])} w{int(g[0, 2])}")
+                row_key.append((rk, int(g[0, 1]), int(g[0, 2])))
+            else:
+                labels.append(f"r{rk} b{int(g[0, 1])}w{int(g[0, 2])}–b{int(g[-1, 1])}w{int(g[-1, 2])}")
+                row_key.append((rk, -1, -1))
+    return Rows(lane_to_row, labels, lanes_per_row, merged, row_key)
+
+
+# -- aggregation -------------------------------------------------------------------------------
+def window(ix: TimelineIndex, t0: float, t1: float) -> np.ndarray:
+    """Indices (into the begin-sorted span arrays) of spans overlapping [t0, t1)."""
+    hi = int(np.searchsorted(ix.s_begin, t1, side="left"))
+    return np.flatnonzero(ix.s_end[:hi] > t0)
+
+
+def binned_busy(begin: np.ndarray, end: np.ndarray, key: np.ndarray, n_keys: int,
+                t0: float, t1: float, bins: int) -> np.ndarray:
+    """Exact busy time of spans per (key, bin), in units of bin widths: out[k, j] = total
+    overlap of key k's spans with bin j divided by the bin width (so 1.0 = one lane fully busy).
+    Vectorised: each span adds its partial first and last bins, and its full bins in between
+    through a difference array."""
+    width = (t1 - t0) / bins
+    if begin.size == 0 or width <= 0:
+        return np.zeros((n_keys, bins), dtype=np.float64)
+    fb = (np.clip(begin, t0, t1) - t0) / width
+    fe = (np.clip(end, t0, t1) - t0) / width
+    ok = fe > fb
+    key = key.astype(np.int64)
+    if not ok.all():
+        fb, fe, key = fb[ok], fe[ok], key[ok]
+    ib = np.minimum(np.floor(fb).astype(np.int64), bins - 1)
+    ie = np.minimum(np.floor(fe).astype(np.int64), bins - 1)
+    size = n_keys * (bins + 1)
+    base = key * (bins + 1)
+    one = ib == ie
+    flat = np.zeros(size, dtype=np.float64)
+    if one.any():
+        flat += np.bincount(base[one] + ib[one], weights=fe[one] - fb[one], minlength=size)
+    m = ~one
+    if m.any():
+        if m.all():   # boolean selections of millions of rows cost ~0.2 s each: skip when trivial
+            bm, ibm, iem, fbm, fem = base, ib, ie, fb, fe
+        else:
+            bm, ibm, iem, fbm, fem = base[m], ib[m], ie[m], fb[m], fe[m]
+        flat += np.bincount(bm + ibm, weights=(ibm + 1) - fbm, minlength=size)
+        flat += np.bincount(bm + iem, weights=fem - iem, minlength=size)
+        full = iem - ibm > 1
+        if full.any():
+            diff = np.bincount(bm[full] + ibm[full] + 1, minlength=size).astype(np.float64)
+            diff -= np.bincount(bm[full] + iem[full], minlength=size)
+            flat += np.cumsum(diff.reshape(n_keys, bins + 1), axis=1).reshape(-1)
+    return flat.reshape(n_keys, bins + 1)[:, :bins]
+
+
+def exclusive(busy: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """busy[row, phase, bin] minus the time of child phases nested in each parent phase."""
+    out = busy.copy()
+    for c, p in enumerate(parent):
+        if p >= 0:
+            out[:, p, :] -= busy[:, c, :]
+    np.clip(out, 0, None, out=out)
+    return out
+
+
+@dataclass
+class View:
+    level: str
+    t0: float
+    t1: float
+    mode: str                    # "aggregate" or "detail"
+    rows: Rows
+    n_visible: int               # spans overlapping the window (of the selected rows)
+    # aggregate mode
+    dominant: np.ndarray | None = None   # [rows, bins] phase code, -1 empty
+    occupancy: np.ndarray | None = None  # [rows, bins] busy share 0..1 (exclusive time)
+    # detail mode
+    spans: pd.DataFrame | None = None
+    points: pd.DataFrame | None = None
+
+
+def _detail(ix: TimelineIndex, view: View, sel: np.ndarray, row: np.ndarray, limit: int) -> View:
+    view.mode = "detail"
+    ph = ix.s_phase[sel]
+    view.spans = pd.DataFrame({
+        "row": row,
+        "lane": ix.s_lane[sel],
+        "phase": np.asarray(ix.phases + [""], dtype=object)[ph],
+        "depth": np.r_[ix.depth, 0][ph],
+        "begin_ns": ix.s_begin[sel],
+        "end_ns": ix.s_end[sel],
+        "payload": ix.s_payload[sel],
+    })
+    a = int(np.searchsorted(ix.p_t, view.t0, side="left"))
+    b = int(np.searchsorted(ix.p_t, view.t1, side="right"))
+    prow = view.rows.lane_to_row[ix.p_lane[a:b]]
+    keep = np.flatnonzero(prow >= 0)[:limit] + a
+    view.points = pd.DataFrame({
+        "row": view.rows.lane_to_row[ix.p_lane[keep]],
+        "t_ns": ix.p_t[keep],
+        "label": np.asarray(ix.p_label + [""], dtype=object)[ix.p_code[keep]],
+        "kind": ix.p_kind[keep],
+        "payload": ix.p_payload[keep],
+    })
+    return view
+
+
+def compute_view(ix: TimelineIndex, level: str = "rank", ranks: list[int] | None = None,
+                 blocks: tuple[int, int] | None = None, t0: float | None = None,
+                 t1: float | None = None, bins: int = BINS, detail_limit: int = DETAIL_LIMIT,
+                 rows: Rows | None = None) -> View:
+    lo, hi = float(ix.t_min), float(max(ix.t_max, ix.t_min + 1))
+    t0 = lo if t0 is None else max(lo, float(t0))
+    t1 = hi if t1 is None else min(hi, float(t1))
+    if t1 <= t0:
+        t1 = t0 + 1.0
+    rows = rows or make_rows(ix, level, ranks, blocks)
+    n_rows = len(rows.labels)
+    n_ph = max(len(ix.phases), 1)
+    hi = int(np.searchsorted(ix.s_begin, t1, side="left"))
+    n_all = int(np.count_nonzero(ix.s_end[:hi] > t0))
+    busy = None
+    if n_all > 20 * detail_limit or rows.merged:
+        # far too many spans to draw even after a row filter: the precomputed grid if it fits
+        busy = _from_base(ix, level, rows, t0, t1, bins)
+    view = View(level, t0, t1, "aggregate", rows, n_all)
+    if busy is None:
+        sel = window(ix, t0, t1)
+        row = rows.lane_to_row[ix.s_lane[sel]]
+        sel, row = sel[row >= 0], row[row >= 0]
+        view.n_visible = int(sel.size)
+        if sel.size <= detail_limit and not rows.merged:
+            return _detail(ix, view, sel, row, detail_limit)
+        busy = binned_busy(ix.s_begin[sel], ix.s_end[sel], row * n_ph + ix.s_phase[sel],
+                           n_rows * n_ph, t0, t1, bins).reshape(n_rows, n_ph, bins)
+    ex = exclusive(busy, ix.parent)
+    total = ex.sum(axis=1)
+    dom = ex.argmax(axis=1)
+    dom[total <= 1e-9] = -1
+    view.dominant = dom
+    view.occupancy = np.clip(total / np.maximum(rows.lanes_per_row, 1)[:, None], 0.0, 1.0)
+    return view
+
+
+# -- plotly figure (plain dicts: fast to build, no figure validation on the server) -----------
+def _fmt_us(ns: float) -> str:
+    return f"{ns / 1e3:,.3f} µs"
+
+
+def phase_colorscale(phases: list[str]) -> list:
+    """Discrete colorscale: code = phase * OCC_LEVELS + shade; brighter = busier."""
+    n = max(len(phases) * OCC_LEVELS, 1)
+    scale = []
+    for i, name in enumerate(phases):
+        for s in range(OCC_LEVELS):
+            c = theme.blend(theme.phase_colour(name), 0.35 + 0.65 * (s + 1) / OCC_LEVELS)
+            k = i * OCC_LEVELS + s
+            scale.append([k / n, c])
+            scale.append([(k + 1) / n, c])
+    return scale or [[0, theme.PANEL], [1, theme.PANEL]]
+
+
+def critical_overlay(segments: pd.DataFrame | None, rows: Rows, ix: TimelineIndex, t0: float,
+                     t1: float, limit: int = 2000) -> dict | None:
+    """A line trace over the lanes of the critical path's segments inside the window.
+    `segments` needs rank, begin_ns, end_ns and optionally block, warp, phase."""
+    if segments is None or len(segments) == 0:
+        return None
+    seg = segments
+    m = (seg["end_ns"].to_numpy() >= t0) & (seg["begin_ns"].to_numpy() <= t1)
+    seg = seg[m]
+    if len(seg) == 0:
+        return None
+    if len(seg) > limit:
+        seg = seg.nlargest(limit, "duration_ns" if "duration_ns" in seg else "end_ns").sort_values("begin_ns")
+    r = seg["rank"].to_numpy(np.int64)
+    b = seg["block"].to_numpy(np.int64) if "block" in seg else np.full(len(seg), -1)
+    w = seg["warp"].to_numpy(np.int64) if "warp" in seg else np.full(len(seg), -1)
+    # lane lookup: exact (rank, block, warp) when the row level resolves it, else the rank's row
+    lane_key = {(int(a), int(c), int(d)): i for i, (a, c, d) in
+                enumerate(zip(ix.lane_rank, ix.lane_block, ix.lane_warp))}
+    first_lane_of_rank = {}
+    for i, a in enumerate(ix.lane_rank):
+        first_lane_of_rank.setdefault(int(a), i)
+    xs, ys, texts = [], [], []
+    phases = seg["phase"].astype(str).to_numpy() if "phase" in seg else np.full(len(seg), "")
+    for i in range(len(seg)):
+        lane = lane_key.get((int(r[i]), int(b[i]), int(w[i])))
+        if lane is None:
+            # a segment at block/rank granularity: any lane of that block / rank
+            cand = np.flatnonzero((ix.lane_rank == r[i]) & ((ix.lane_block == b[i]) | (b[i] < 0)) & ~ix.lane_host)
+            lane = int(cand[0]) if cand.size else first_lane_of_rank.get(int(r[i]))
+        if lane is None or rows.lane_to_row[lane] < 0:
+            continue
+        y = int(rows.lane_to_row[lane])
+        bs, es = float(seg["begin_ns"].iloc[i]), float(seg["end_ns"].iloc[i])
+        xs += [bs / 1e3, es / 1e3, None]
+        ys += [y, y, None]
+        t = f"critical: r{r[i]} b{b[i]} w{w[i]} {phases[i]} {_fmt_us(es - bs)}"
+        texts += [t, t, None]
+    if not xs:
+        return None
+    return dict(type="scatter", mode="lines+markers", x=xs, y=ys, text=texts, hoverinfo="text",
+                name="critical path", line=dict(color=theme.CRITICAL, width=3),
+                marker=dict(size=4, color=theme.CRITICAL), showlegend=True)
+
+
+def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) -> dict:
+    n_rows = len(view.rows.labels)
+    x0, x1 = view.t0 / 1e3, view.t1 / 1e3
+    traces: list[dict] = []
+    if view.mode == "aggregate":
+        bins = view.dominant.shape[1]
+        shade = np.minimum((view.occupancy * OCC_LEVELS).astype(np.int64), OCC_LEVELS - 1)
+        z = np.where(view.dominant >= 0, view.dominant * OCC_LEVELS + shade + 0.5, np.nan)
+        zl = z.astype(object)
+        zl[np.isnan(z)] = None
+        names = np.asarray(ix.phases + ["—"], dtype=object)
+        dom_name = names[np.where(view.dominant >= 0, view.dominant, len(ix.phases))]
+        occ_pct = np.round(view.occupancy * 100).astype(np.int64)
+        width = (view.t1 - view.t0) / bins
+        xs = (view.t0 + width * (np.arange(bins) + 0.5)) / 1e3
+        # code k (phase * OCC_LEVELS + shade) is drawn at k + 0.5: the middle of its colour band
+        traces.append(dict(
+            type="heatmap", x=xs.tolist(), y=list(range(n_rows)), z=zl.tolist(),
+            zmin=0, zmax=max(len(ix.phases) * OCC_LEVELS, 1), colorscale=phase_colorscale(ix.phases),
+            showscale=False, customdata=np.dstack([np.broadcast_to(np.asarray(view.rows.labels, dtype=object)[:, None], dom_name.shape), dom_name, occ_pct]).tolist(),
+            hovertemplate="%{customdata[0]}<br>%{x:.3f} µs<br>%{customdata[1]} · busy %{customdata[2]}%<extra></extra>",
+            xgap=0, ygap=1, name="activity", hoverongaps=False,
+        ))
+    else:
+        sp = view.spans
+        for name in ix.phases:
+            s = sp[sp["phase"] == name]
+            if s.empty:
+                continue
+            dur = (s["end_ns"] - s["begin_ns"]).to_numpy()
+            depth = s["depth"].to_numpy()
+            traces.append(dict(
+                type="bar", orientation="h", name=name, legendgroup=name,
+                y=s["row"].tolist(), base=(s["begin_ns"] / 1e3).tolist(),
+                x=np.maximum(dur / 1e3, (x1 - x0) / 2000).tolist(),
+                width=np.clip(0.8 - 0.25 * depth, 0.3, 0.8).tolist(),
+                marker=dict(color=theme.phase_colour(name), line=dict(width=0)),
+                customdata=np.stack([dur / 1e3, s["payload"].to_numpy()], 1).tolist(),
+                hovertemplate=(f"<b>{name}</b><br>%{{base:.3f}} µs + %{{customdata[0]:.3f}} µs"
+                               "<br>payload %{customdata[1]}<extra>%{y}</extra>"),
+            ))
+        pts = view.points
+        if pts is not None and len(pts):
+            sym = {0: "diamond", 1: "triangle-up", 2: "triangle-down"}
+            for k in (0, 1, 2):
+                p = pts[pts["kind"] == k]
+                if p.empty:
+                    continue
+                colours = [theme.phase_colour(str(l).split(" ", 1)[-1]) if k == 0 else theme.PHASE_COLOURS["barrier"]
+                           for l in p["label"]]
+                traces.append(dict(
+                    type="scatter", mode="markers", name={0: "instants", 1: "barrier arrive", 2: "barrier depart"}[k],
+                    x=(p["t_ns"] / 1e3).tolist(), y=(p["row"] + (0.32 if k else 0.0)).tolist(),
+                    marker=dict(symbol=sym[k], size=7, color=colours, line=dict(width=0)),
+                    text=[f"{l} · payload {v}" for l, v in zip(p["label"], p["payload"])],
+                    hovertemplate="%{text}<br>%{x:.3f} µs<extra></extra>",
+                ))
+    if view.mode == "aggregate":
+        # legend entries for the heatmap's phase colours
+        for name in ix.phases:
+            traces.append(dict(type="scatter", mode="markers", x=[None], y=[None], name=name,
+                               marker=dict(symbol="square", size=10, color=theme.phase_colour(name)),
+                               hoverinfo="skip"))
+    crit = critical_overlay(critical, view.rows, ix, view.t0, view.t1)
+    if crit:
+        traces.append(crit)
+    height = int(min(900, max(260, 18 * n_rows + 110)))
+    layout = theme.figure_layout(
+        height=height,
+        barmode="overlay",
+        bargap=0,
+        uirevision=None,
+        margin=dict(l=150, r=16, t=34, b=40),
+        xaxis=dict(range=[x0, x1], title=dict(text="time since run start (µs)"), gridcolor=theme.GRID,
+                   zeroline=False, showspikes=True, spikemode="across", spikethickness=1),
+        yaxis=dict(tickmode="array", tickvals=list(range(n_rows)), ticktext=view.rows.labels,
+                   range=[n_rows - 0.5, -0.5], gridcolor=theme.GRID, zeroline=False,
+                   tickfont=dict(family="JetBrains Mono, Menlo, Consolas, monospace", size=10)),
+        dragmode="zoom",
+    )
+    return dict(data=traces, layout=layout)
+
+
+def describe(view: View) -> str:
+    span = view.t1 - view.t0
+    how = ("each span drawn" if view.mode == "detail" else
+           f"aggregated into {len(view.rows.labels)} rows × {BINS} bins (colour = phase with most busy time, shade = busy share)")
+    merged = " — rows merge consecutive lanes; narrow the ranks or blocks for one row per lane" if view.rows.merged else ""
+    return (f"{view.level} level · window {_fmt_us(view.t0)} – {_fmt_us(view.t1)} ({_fmt_us(span)}) · "
+            f"{view.n_visible:,} spans visible · {how}{merged}")
+
+
+def parse_relayout(relayout: dict | None) -> tuple[float | None, float | None] | None:
+    """(t0_ns, t1_ns) from a plotly relayoutData, (None, None) for a reset, None if no x change."""
+    if not relayout:
+        return None
+    if relayout.get("xaxis.autorange") or relayout.get("autosize"):
+        return (None, None)
+    if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
+        a, b = float(relayout["xaxis.range[0]"]), float(relayout["xaxis.range[1]"])
+        return (min(a, b) * 1e3, max(a, b) * 1e3)
+    if "xaxis.range" in relayout and isinstance(relayout["xaxis.range"], (list, tuple)):
+        a, b = map(float, relayout["xaxis.range"][:2])
+        return (min(a, b) * 1e3, max(a, b) * 1e3)
+    return None
