@@ -25,6 +25,31 @@
 
 namespace epscope {
 
+// The two builds define different WarpRecorder classes; an inline namespace per build keeps their
+// mangled names apart, so a prof and a noprof object can live in one process (both variants of a
+// JIT extension are loaded side by side by the benchmarks) without an ODR clash.
+#if EPSCOPE_PROFILE
+#define EPSCOPE_VARIANT_NS prof
+#else
+#define EPSCOPE_VARIANT_NS noprof
+#endif
+
+// Host C++ (a bindings file) may include this header for buffer_bytes and the variant namespace;
+// the device-side recorder below is compiled only by nvcc.
+#ifdef __CUDACC__
+#define EPSCOPE_HOST_DEVICE __host__ __device__
+#else
+#define EPSCOPE_HOST_DEVICE
+#endif
+
+// Bytes of a buffer with `num_regions` regions of `capacity` records: the host sizes buffers
+// with the same expression through the generated Python dtypes.
+EPSCOPE_HOST_DEVICE constexpr uint64_t buffer_bytes(uint32_t num_regions, uint32_t capacity) {
+  return sizeof(BufferHeader) + uint64_t(num_regions) * (sizeof(RegionHeader) + uint64_t(capacity) * sizeof(Record));
+}
+
+#ifdef __CUDACC__
+
 // %globaltimer: one clock for the whole GPU, 32 ns steps on H200 (measured-facts.md).
 __device__ __forceinline__ uint64_t globaltimer() {
   uint64_t t;
@@ -44,24 +69,28 @@ __device__ __forceinline__ uint32_t lane_id() {
   return l;
 }
 
-// Bytes of a buffer with `num_regions` regions of `capacity` records: the host sizes buffers
-// with the same expression through the generated Python dtypes.
-__host__ __device__ constexpr uint64_t buffer_bytes(uint32_t num_regions, uint32_t capacity) {
-  return sizeof(BufferHeader) + uint64_t(num_regions) * (sizeof(RegionHeader) + uint64_t(capacity) * sizeof(Record));
+// Linear block index and warp-in-block of the calling thread (1-D blocks of whole warps).
+__device__ __forceinline__ uint32_t linear_block() {
+  return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
 }
+__device__ __forceinline__ uint32_t warp_in_block() { return threadIdx.x / 32; }
+
+inline namespace EPSCOPE_VARIANT_NS {
 
 #if EPSCOPE_PROFILE
 
 class WarpRecorder {
  public:
   // Locate this warp's region (1-D blocks: warp = threadIdx.x / 32) and stamp its header.
-  __device__ __forceinline__ void init(void* buf) {
+  __device__ __forceinline__ void init(void* buf) { init(buf, linear_block(), warp_in_block()); }
+
+  // Same, for kernels that number their warps themselves (e.g. a persistent kernel whose warp
+  // plays several roles): region = block * warps_per_block + warp.
+  __device__ __forceinline__ void init(void* buf, uint32_t block, uint32_t warp) {
     recs_ = nullptr;
     if (buf == nullptr) return;
     auto* hdr = static_cast<const BufferHeader*>(buf);
     const uint32_t wpb = hdr->warps_per_block;
-    const uint32_t block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    const uint32_t warp = threadIdx.x / 32;
     const uint32_t region = block * wpb + warp;
     // A host that sized the buffer for another grid records nothing rather than corrupting
     // memory; the decoder reports those regions as UNUSED.
@@ -130,6 +159,7 @@ class WarpRecorder {
 class WarpRecorder {
  public:
   __device__ __forceinline__ void init(void*) {}
+  __device__ __forceinline__ void init(void*, uint32_t, uint32_t) {}
   __device__ __forceinline__ bool enabled() const { return false; }
   __device__ __forceinline__ void begin(uint16_t, uint32_t = 0) {}
   __device__ __forceinline__ void end(uint16_t, uint32_t = 0) {}
@@ -140,6 +170,10 @@ class WarpRecorder {
 };
 
 #endif  // EPSCOPE_PROFILE
+
+}  // inline namespace EPSCOPE_VARIANT_NS
+
+#endif  // __CUDACC__
 
 static_assert(sizeof(Record) == 16, "one record is one 16-byte store");
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The recorder's one GPU-machine job: build both variants once, run the GPU tests, record the
+# self-test traces, measure the recorder (benchmarks/gpu/recorder_bench.py), prove "off means off"
+# from the SASS. Everything lands under $OUT:
+#   logs.txt                      every step's output
+#   traces.tar.gz                 traces/<run>/ directories (unpack into the repo's traces/)
+#   raw.tar.gz                    the raw buffers of those runs (*.rawbuf, for re-decoding on CPU)
+#   recorder-<gpu>-<date>.md/json the measurements (copy into benchmarks/results/)
+# Usage (repo root): OUT=/tmp/out bash benchmarks/gpu/recorder_gpu.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" MAX_JOBS="${MAX_JOBS:-32}"
+OUT="${OUT:-/tmp/epscope-recorder-out}"
+mkdir -p "$OUT/traces" "$OUT/raw"
+LOG="$OUT/logs.txt"
+step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+{
+  step "machine"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
+
+  step "build both variants (in parallel)"
+  for p in True False; do
+    python3 -c "from profiler.record.build import load_record_extension as l; m = l(profile=$p); print(m.__name__, 'profile', m.profile_enabled())" &
+  done
+  wait
+
+  step "self-test traces"
+  python3 -m profiler.record.selftest --out "$OUT/traces" --raw-dir "$OUT/raw" --which all
+
+  step "benchmark"
+  python3 benchmarks/gpu/recorder_bench.py --out "$OUT"
+
+  step "GPU tests"
+  timeout 240 python3 -m pytest -q -x tests/gpu/test_recorder_gpu.py -p no:cacheprovider
+} 2>&1 | tee "$LOG"
+tar czf "$OUT/traces.tar.gz" -C "$OUT" traces && rm -rf "$OUT/traces"
+tar czf "$OUT/raw.tar.gz" -C "$OUT" raw && rm -rf "$OUT/raw"
+ls -la "$OUT"

@@ -1,0 +1,211 @@
+// Recorder self-test kernels (family "selftest", registry profiler/phases/selftest.toml): exercise
+// the per-warp recorder on a real GPU without the EP kernels. Launchers sit beside their kernels;
+// declarations and the meaning of every argument are in selftest.cuh. No torch here.
+//
+// Spins are bounded by clock64 cycles, never by %globaltimer, so that the EPSCOPE_PROFILE=0
+// build of this file reads no globaltimer at all (tests/record/test_build.py checks the PTX).
+#include "profiler/csrc/selftest.cuh"
+
+#include "profiler/csrc/generated/selftest_phases.cuh"
+#include "profiler/csrc/recorder.cuh"
+
+namespace epscope {
+namespace selftest {
+inline namespace EPSCOPE_VARIANT_NS {
+
+using namespace epscope::phases::selftest;
+
+namespace {
+
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// A dependent FMA chain: `units` FMAs of ~4 cycles latency each, so the time is set by the count.
+__device__ __forceinline__ float busy_work(float v, int units) {
+  for (int i = 0; i < units; ++i) v = fmaf(v, 1.0000001f, 0.5f);
+  return v;
+}
+
+// Lane 0 waits until *counter >= target or timeout; the other lanes wait at __syncwarp.
+// Returns false on timeout.
+__device__ __forceinline__ bool wait_count(const unsigned* counter, unsigned target, int64_t timeout_cycles) {
+  bool ok = true;
+  if (lane_id() == 0) {
+    const int64_t c0 = clock64();
+    while (ld_acquire_gpu(counter) < target) {
+      if (clock64() - c0 > timeout_cycles) {
+        ok = false;
+        break;
+      }
+    }
+  }
+  return __shfl_sync(0xffffffffu, ok, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (1) timer resolution
+__global__ void timer_probe_kernel(void* buf, int samples, TimerStats* stats, int64_t timeout_cycles, int* error) {
+  WarpRecorder rec;
+  rec.init(buf);
+#if EPSCOPE_PROFILE
+  const uint32_t w = linear_block() * (blockDim.x / 32) + warp_in_block();
+  int64_t min_step = INT64_MAX, max_step = 0, sum = 0, steps = 0;
+  uint64_t last = globaltimer();
+  const int64_t c0 = clock64();
+  for (int i = 0; i < samples; ++i) {
+    uint64_t t;
+    do {
+      t = globaltimer();
+    } while (t == last && clock64() - c0 < timeout_cycles);
+    if (t == last) {
+      if (lane_id() == 0) atomicExch(error, kErrTimerTimeout);
+      break;
+    }
+    rec.instant(kTick, static_cast<uint32_t>(i));
+    const int64_t step = static_cast<int64_t>(t - last);
+    min_step = min(min_step, step);
+    max_step = max(max_step, step);
+    sum += step;
+    ++steps;
+    last = t;
+  }
+  if (lane_id() == 0) stats[w] = TimerStats{steps ? min_step : 0, max_step, sum, steps};
+#else
+  (void)samples, (void)stats, (void)timeout_cycles, (void)error;
+#endif
+  rec.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// (2) per-record cost
+__global__ void record_cost_kernel(void* buf, int n, int64_t* cycles, uint32_t* sink) {
+  WarpRecorder rec;
+  rec.init(buf);
+  const uint32_t w = linear_block() * (blockDim.x / 32) + warp_in_block();
+  uint32_t x = threadIdx.x;
+  __syncwarp();
+  const int64_t c0 = clock64();
+  for (int i = 0; i < n; ++i) {
+    rec.instant(kTick, static_cast<uint32_t>(i));
+    x = x * 1664525u + 1013904223u;  // Numerical Recipes LCG: one dependent IMAD per iteration
+  }
+  const int64_t c1 = clock64();
+  rec.finish();
+  sink[w * 32 + lane_id()] = x;
+  if (lane_id() == 0) cycles[w] = c1 - c0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// (3) imbalanced workload
+__global__ void imbalance_kernel(void* buf, int rounds, int busy_blocks, int busy_warps, int units, unsigned* done,
+                                 float* out, int64_t timeout_cycles, int* error) {
+  WarpRecorder rec;
+  rec.init(buf);
+  const uint32_t block = linear_block(), warp = warp_in_block();
+  const uint32_t warps = blockDim.x / 32;
+  const bool busy = block < static_cast<uint32_t>(busy_blocks) && warp < static_cast<uint32_t>(busy_warps);
+  const unsigned workers = min(static_cast<unsigned>(busy_blocks), gridDim.x) * min(static_cast<unsigned>(busy_warps), warps);
+  float v = static_cast<float>(threadIdx.x);
+  for (int r = 0; r < rounds; ++r) {
+    rec.begin(kIteration, static_cast<uint32_t>(r));
+    if (busy) {
+      rec.begin(kWork, static_cast<uint32_t>(units));
+      v = busy_work(v, units);
+      rec.end(kWork, static_cast<uint32_t>(units));
+      __syncwarp();
+      if (lane_id() == 0) {
+        __threadfence();
+        atomicAdd(done, 1u);
+      }
+    } else {
+      rec.begin(kIdle, 0);
+      const bool ok = wait_count(done, workers * static_cast<unsigned>(r + 1), timeout_cycles);
+      rec.end(kIdle, 0);
+      if (!ok) {
+        if (lane_id() == 0) atomicExch(error, kErrIdleTimeout);
+        rec.end(kIteration, static_cast<uint32_t>(r));
+        break;
+      }
+    }
+    rec.end(kIteration, static_cast<uint32_t>(r));
+  }
+  rec.finish();
+  out[(block * warps + warp) * 32 + lane_id()] = v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// (4) grid barrier with a known last arriver
+__global__ void grid_barrier_kernel(void* buf, int rounds, int units, int late_block, int late_warp, int late_units,
+                                    unsigned* arrived, float* out, int64_t timeout_cycles, int* error) {
+  WarpRecorder rec;
+  rec.init(buf);
+  const uint32_t block = linear_block(), warp = warp_in_block();
+  const uint32_t warps = blockDim.x / 32;
+  const unsigned total = gridDim.x * warps;
+  const bool late = block == static_cast<uint32_t>(late_block) && warp == static_cast<uint32_t>(late_warp);
+  const int my_units = units + (late ? late_units : 0);
+  float v = static_cast<float>(threadIdx.x);
+  for (int r = 0; r < rounds; ++r) {
+    rec.begin(kWork, static_cast<uint32_t>(my_units));
+    v = busy_work(v, my_units);
+    rec.end(kWork, static_cast<uint32_t>(my_units));
+    rec.arrive(kBarrierGrid, static_cast<uint32_t>(r));
+    __syncwarp();
+    if (lane_id() == 0) {
+      __threadfence();
+      atomicAdd(arrived, 1u);
+    }
+    const bool ok = wait_count(arrived, total * static_cast<unsigned>(r + 1), timeout_cycles);
+    rec.depart(kBarrierGrid, static_cast<uint32_t>(r));
+    if (!ok) {
+      if (lane_id() == 0) atomicExch(error, kErrBarrierTimeout);
+      break;
+    }
+  }
+  rec.finish();
+  out[(block * warps + warp) * 32 + lane_id()] = v;
+}
+
+}  // namespace
+
+int compiled_with_profile() { return EPSCOPE_PROFILE; }
+
+cudaError_t timer_probe(void* buf, int grid, int warps, int samples, TimerStats* stats, int64_t timeout_cycles,
+                        int* error, cudaStream_t stream) {
+  timer_probe_kernel<<<grid, warps * 32, 0, stream>>>(buf, samples, stats, timeout_cycles, error);
+  return cudaGetLastError();
+}
+
+cudaError_t record_cost(void* buf, int grid, int warps, int n, int64_t* cycles, uint32_t* sink, cudaStream_t stream) {
+  record_cost_kernel<<<grid, warps * 32, 0, stream>>>(buf, n, cycles, sink);
+  return cudaGetLastError();
+}
+
+cudaError_t imbalance(void* buf, int grid, int warps, int rounds, int busy_blocks, int busy_warps, int units,
+                      unsigned* done, float* out, int64_t timeout_cycles, int* error, cudaStream_t stream) {
+  imbalance_kernel<<<grid, warps * 32, 0, stream>>>(buf, rounds, busy_blocks, busy_warps, units, done, out,
+                                                    timeout_cycles, error);
+  return cudaGetLastError();
+}
+
+cudaError_t grid_barrier(void* buf, int grid, int warps, int rounds, int units, int late_block, int late_warp,
+                         int late_units, unsigned* arrived, float* out, int64_t timeout_cycles, int* error,
+                         cudaStream_t stream) {
+  // A software grid barrier deadlocks (here: times out) unless every block is resident at once.
+  int device = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grid_barrier_kernel, warps * 32, 0);
+  if (e != cudaSuccess) return e;
+  if (grid > sms * per_sm) return cudaErrorCooperativeLaunchTooLarge;
+  grid_barrier_kernel<<<grid, warps * 32, 0, stream>>>(buf, rounds, units, late_block, late_warp, late_units, arrived,
+                                                       out, timeout_cycles, error);
+  return cudaGetLastError();
+}
+
+}  // inline namespace EPSCOPE_VARIANT_NS
+}  // namespace selftest
+}  // namespace epscope

@@ -1,0 +1,142 @@
+"""One JIT build helper for the whole project (ep_core's kernels and the recorder's alike).
+
+    ext = load_extension("epscope_record", [csrc / "record_bindings.cpp", ...], profile=True)
+
+wraps `torch.utils.cpp_extension.load` so that every extension is built the same way:
+
+* a per-variant module name, `<name>_prof` / `<name>_noprof`, with `-DEPSCOPE_PROFILE=1|0`, so
+  both builds can be loaded in one process (the benchmarks compare them side by side);
+* the repository root on the include path (`#include "profiler/csrc/recorder.cuh"`);
+* `-O3`, C++17 for the CUDA files (the kernel files are torch-free and CI compiles them with the
+  same standard through `nvcc_compile_check`); the bindings' C++ standard is left to torch, whose
+  own headers dictate it (torch 2.13 builds with C++20);
+* sm_90 unless TORCH_CUDA_ARCH_LIST says otherwise; MAX_JOBS defaults to the core count;
+* a build cache under ~/.cache/epscope/<variant> (EPSCOPE_BUILD_DIR overrides the root).
+
+The compiled-out variant (profile=False) is what the project builds by default. torch is
+imported lazily: `build_options` and `nvcc_compile_check` work on a machine without CUDA.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CSRC = REPO_ROOT / "profiler" / "csrc"
+DEFAULT_ARCH_LIST = "9.0"  # H200 / H100 (sm_90)
+
+
+class NvccNotFound(RuntimeError):
+    """No nvcc on PATH or in CUDA_HOME: CUDA compile checks cannot run here."""
+
+
+class NvccError(RuntimeError):
+    """nvcc rejected a source file; the message carries its output."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    name: str
+    sources: tuple[str, ...]
+    extra_cflags: tuple[str, ...]
+    extra_cuda_cflags: tuple[str, ...]
+    extra_include_paths: tuple[str, ...]
+    build_directory: str
+
+
+def variant_name(name: str, profile: bool) -> str:
+    return f"{name}_{'prof' if profile else 'noprof'}"
+
+
+def build_root() -> Path:
+    root = os.environ.get("EPSCOPE_BUILD_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "epscope"
+
+
+def build_options(name: str, sources, *, profile: bool, extra_cflags=()) -> BuildOptions:
+    """The arguments `load_extension` hands to torch (pure; tested on CPU)."""
+    if not name.isidentifier():
+        raise ValueError(f"extension name must be an identifier, got {name!r}")
+    srcs = tuple(str(Path(s).resolve()) for s in sources)
+    missing = [s for s in srcs if not Path(s).is_file()]
+    if missing:
+        raise FileNotFoundError(f"extension {name}: missing sources {missing}")
+    variant = variant_name(name, profile)
+    define = f"-DEPSCOPE_PROFILE={1 if profile else 0}"
+    extra = tuple(extra_cflags)
+    return BuildOptions(
+        name=variant,
+        sources=srcs,
+        extra_cflags=("-O3", define, *extra),
+        extra_cuda_cflags=("-O3", "-std=c++17", define, *extra),
+        extra_include_paths=(str(REPO_ROOT),),
+        build_directory=str(build_root() / variant),
+    )
+
+
+def _set_build_env() -> None:
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCH_LIST)
+    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+
+
+@functools.lru_cache(maxsize=None)
+def _load_cached(opts: BuildOptions, verbose: bool):
+    from torch.utils.cpp_extension import load
+
+    Path(opts.build_directory).mkdir(parents=True, exist_ok=True)
+    return load(
+        name=opts.name,
+        sources=list(opts.sources),
+        extra_cflags=list(opts.extra_cflags),
+        extra_cuda_cflags=list(opts.extra_cuda_cflags),
+        extra_include_paths=list(opts.extra_include_paths),
+        build_directory=opts.build_directory,
+        verbose=verbose,
+    )
+
+
+def load_extension(name: str, sources, *, profile: bool, extra_cflags=(), verbose: bool = False):
+    """Build (or reuse from the cache) and import one variant of a JIT extension."""
+    _set_build_env()
+    return _load_cached(build_options(name, sources, profile=profile, extra_cflags=extra_cflags), verbose)
+
+
+RECORD_SOURCES = (CSRC / "record_bindings.cpp", CSRC / "selftest.cu", CSRC / "clock_sync.cu")
+
+
+def load_record_extension(*, profile: bool, verbose: bool = False):
+    """The recorder's own extension: self-test kernels, clock pairing, IPC signal areas."""
+    return load_extension("epscope_record", RECORD_SOURCES, profile=profile, verbose=verbose)
+
+
+# -- plain nvcc, for CPU-side compile checks -----------------------------------------------------
+def nvcc_path() -> str:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    cand = Path(home) / "bin" / "nvcc"
+    if cand.is_file():
+        return str(cand)
+    raise NvccNotFound("nvcc not found on PATH or under CUDA_HOME")
+
+
+def nvcc_compile_check(path, defines: dict | None = None, *, ptx: bool = False, arch: str = "sm_90",
+                       timeout_s: float = 600) -> str:
+    """Compile one .cu with plain nvcc (no torch), as CI does. Returns the PTX text when `ptx`,
+    else "" ; raises NvccNotFound (callers skip) or NvccError with nvcc's output."""
+    nvcc = nvcc_path()
+    flags = [f"-D{k}={v}" for k, v in (defines or {}).items()]
+    with tempfile.TemporaryDirectory(prefix="epscope-nvcc-") as tmp:
+        out = Path(tmp) / ("out.ptx" if ptx else "out.o")
+        cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-O3", f"-I{REPO_ROOT}", *flags,
+               "-ptx" if ptx else "-c", str(Path(path).resolve()), "-o", str(out)]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        if res.returncode != 0:
+            raise NvccError(f"nvcc failed on {path} ({' '.join(flags)}):\n{res.stdout}{res.stderr}")
+        return out.read_text() if ptx else ""

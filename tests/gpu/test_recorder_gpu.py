@@ -1,0 +1,169 @@
+"""The recorder on a real GPU: self-test kernels decoded end to end, off means off, drops are
+counted, host and cross-GPU clock pairing. Skips without a CUDA GPU (tests/conftest.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from profiler.align import fit_host_clock
+from profiler.decode import LaunchInfo, decode_launches
+from profiler.generated import layout as L
+from profiler.generated import selftest_phases as P
+from profiler.runstore import load_run
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def exts():
+    from profiler.record.build import load_record_extension
+
+    return load_record_extension(profile=True), load_record_extension(profile=False)
+
+
+def _buffer(grid, warps, capacity, hires=False, launch_id=0):
+    import torch
+
+    from profiler.record.session import buffer_bytes, make_header
+
+    buf = torch.zeros(buffer_bytes(grid * warps, capacity), dtype=torch.uint8, device="cuda")
+    hdr = make_header(registry_hash=P.REGISTRY_HASH, num_regions=grid * warps, capacity=capacity, rank=0,
+                      launch_id=launch_id, warps_per_block=warps, hires=hires)
+    buf[: hdr.size].copy_(torch.from_numpy(hdr.copy()))
+    return buf
+
+
+def _decode(buf, kernel="t"):
+    import torch
+
+    torch.cuda.synchronize()
+    info = LaunchInfo(0, 0, kernel, 0, "selftest")
+    return decode_launches([(buf.cpu().numpy(), info)], {"selftest": P.REGISTRY})
+
+
+def test_variants_and_buffer_size_agree_with_python(exts):
+    from profiler.record.session import buffer_bytes
+
+    prof, noprof = exts
+    assert prof.profile_enabled() and not noprof.profile_enabled()
+    for regions, cap in [(1, 1), (512, 36), (1536, 4096)]:
+        assert prof.buffer_bytes(regions, cap) == buffer_bytes(regions, cap)
+
+
+def test_timer_resolution_trace(exts, tmp_path):
+    from profiler.record.selftest import TIMER, record_timer_resolution
+
+    path, m = record_timer_resolution(tmp_path, exts[0])
+    step = m["globaltimer_min_step_ns"]
+    assert 0 < step <= 1000 and m["timer_steps_observed"] == TIMER["grid"] * TIMER["warps"] * TIMER["samples"] * TIMER["iterations"]
+    ev = load_run(path).events
+    ticks = ev[(ev["kind"] == "instant") & (ev["phase"] == "tick")]
+    assert len(ticks) == m["timer_steps_observed"]
+    d = ticks.sort_values(["launch", "block", "warp", "payload"]).groupby(["launch", "block", "warp"])["begin_ns"].diff().dropna()
+    assert (d > 0).all() and d.min() == step, "consecutive ticks are one or more timer steps apart"
+    assert (d % step == 0).all()
+
+
+def test_starved_warps_trace_names_exactly_the_idle_warps(exts, tmp_path):
+    from profiler.record.selftest import STARVED as p
+    from profiler.record.selftest import record_starved_warps
+
+    run = load_run(record_starved_warps(tmp_path, exts[0]))
+    ev = run.events
+    assert int(run.launches["dropped"].sum()) == 0
+    work = ev[(ev["kind"] == "span") & (ev["phase"] == "work")]
+    idle = ev[(ev["kind"] == "span") & (ev["phase"] == "idle")]
+    busy = {(b, w) for b in range(p["busy_blocks"]) for w in range(p["busy_warps"])}
+    assert set(zip(work["block"], work["warp"])) == busy
+    everyone = {(b, w) for b in range(p["grid"]) for w in range(p["warps"])}
+    assert set(zip(idle["block"], idle["warp"])) == everyone - busy
+    per_warp = ev[(ev["kind"] == "span") & (ev["phase"] == "iteration")].groupby(["launch", "block", "warp"]).size()
+    assert (per_warp == p["rounds"]).all() and len(per_warp) == p["grid"] * p["warps"] * p["iterations"]
+    assert not ev["open"].any()
+    assert (ev["kind"] == "host").sum() == p["iterations"]
+
+
+def test_grid_barrier_trace_last_arriver(exts, tmp_path):
+    from profiler.record.selftest import BARRIER as p
+    from profiler.record.selftest import record_grid_barrier
+
+    ev = load_run(record_grid_barrier(tmp_path, exts[0])).events
+    arr = ev[ev["kind"] == "arrive"]
+    dep = ev[ev["kind"] == "depart"]
+    assert len(arr) == len(dep) == p["grid"] * p["warps"] * p["rounds"] * p["iterations"]
+    last = arr.loc[arr.groupby(["launch", "payload"])["begin_ns"].idxmax()]
+    assert set(zip(last["block"], last["warp"])) == {(p["late_block"], p["late_warp"])}
+    # nobody departs an occurrence before its last arrival
+    first_dep = dep.groupby(["launch", "payload"])["begin_ns"].min()
+    assert (first_dep >= last.set_index(["launch", "payload"])["begin_ns"]).all()
+
+
+def test_off_means_off_and_results_unchanged(exts):
+    import torch
+
+    from profiler.record.selftest import STARVED as p
+    from profiler.record.selftest import _tensors, launch_starved
+
+    prof, noprof = exts
+    outs = []
+    for ext, buf in [(noprof, _buffer(p["grid"], p["warps"], 64)), (prof, None), (prof, _buffer(p["grid"], p["warps"], 64))]:
+        t = _tensors(p["grid"], p["warps"])
+        assert int(launch_starved(ext, buf, p, t).item()) == 0
+        torch.cuda.synchronize()
+        outs.append(t[1].cpu())
+        if ext is noprof:  # compiled out: the buffer is left exactly as the host wrote it
+            assert not buf[L.BUFFERHEADER_SIZE:].any().item()
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
+def test_drops_are_counted_not_silent(exts):
+    grid, warps, cap, n = 2, 2, 16, 100
+    buf = _buffer(grid, warps, cap)
+    exts[0].record_cost(buf, grid, warps, n)
+    dec = _decode(buf)
+    assert any(type(w).__name__ == "DroppedRecords" for w in dec.warnings)
+    assert int(dec.launches["dropped"].iloc[0]) == grid * warps * (n - cap)
+    assert len(dec.events) == grid * warps * cap
+
+
+def test_hires_mode_converts_per_region(exts):
+    grid, warps, n = 8, 2, 64
+    buf = _buffer(grid, warps, n, hires=True)
+    exts[0].record_cost(buf, grid, warps, n)
+    dec = _decode(buf)
+    ev = dec.events.sort_values(["block", "warp", "payload"])
+    assert len(ev) == grid * warps * n
+    d = ev.groupby(["block", "warp"])["begin_ns"].diff().dropna()
+    assert (d >= 0).all()
+    # clock64 resolves what globaltimer cannot: most consecutive records < 32 ns apart
+    assert (d < 32).mean() > 0.5
+
+
+def test_host_gpu_pairs():
+    from profiler.record.clocks import host_gpu_pairs
+
+    pairs = host_gpu_pairs(48)
+    a = np.array(pairs)
+    assert len(a) >= 4 and (a[:, 2] >= a[:, 0]).all() and (np.diff(a[:, 1]) > 0).all()
+    hc = fit_host_clock(pairs)
+    assert hc.uncertainty_ns < 100_000, hc
+
+
+@pytest.mark.multigpu
+def test_two_gpu_clock_sync(tmp_path):
+    from profiler.record.selftest import BARRIER as p
+    from profiler.record.selftest import record_two_gpu_clock_sync
+
+    run = load_run(record_two_gpu_clock_sync(tmp_path, gap_s=0.05))
+    clock = run.manifest["clock"]
+    assert run.manifest["status"] == "ok", run.manifest.get("error")
+    assert [r["rank"] for r in clock["ranks"]] == [0, 1]
+    r1 = clock["ranks"][1]
+    assert r1["uncertainty_ns"] < 20_000, r1
+    assert clock["sync_samples"]["1"] == {"start": 32, "end": 32}
+    ev = run.events
+    assert set(ev["rank"].unique()) == {0, 1}
+    for r in (0, 1):
+        arr = ev[(ev["rank"] == r) & (ev["kind"] == "arrive")]
+        last = arr.loc[arr.groupby(["launch", "payload"])["begin_ns"].idxmax()]
+        assert set(zip(last["block"], last["warp"])) == {(p["late_block"], p["late_warp"])}

@@ -1,0 +1,110 @@
+"""The JIT build helper's options, and the CUDA files compiled with plain nvcc as CI does (no
+torch, no GPU): the compiled-out self-test has no %globaltimer read and no record store."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from profiler.record import build
+
+CSRC = build.CSRC
+
+
+def test_build_options_per_variant(monkeypatch, tmp_path):
+    monkeypatch.setenv("EPSCOPE_BUILD_DIR", str(tmp_path))
+    on = build.build_options("epscope_record", build.RECORD_SOURCES, profile=True, extra_cflags=("-DX=1",))
+    off = build.build_options("epscope_record", build.RECORD_SOURCES, profile=False)
+    assert (on.name, off.name) == ("epscope_record_prof", "epscope_record_noprof")
+    assert "-DEPSCOPE_PROFILE=1" in on.extra_cflags and "-DEPSCOPE_PROFILE=1" in on.extra_cuda_cflags
+    assert "-DEPSCOPE_PROFILE=0" in off.extra_cflags and "-DEPSCOPE_PROFILE=0" in off.extra_cuda_cflags
+    assert "-DX=1" in on.extra_cflags and "-DX=1" in on.extra_cuda_cflags
+    assert "-O3" in on.extra_cflags and "-O3" in on.extra_cuda_cflags
+    # C++17 for the torch-free kernel files; the bindings get torch's own standard
+    assert "-std=c++17" in on.extra_cuda_cflags and not any(f.startswith("-std") for f in on.extra_cflags)
+    assert on.extra_include_paths == (str(build.REPO_ROOT),)
+    assert Path(on.build_directory) == tmp_path / "epscope_record_prof"
+    assert on.build_directory != off.build_directory
+    assert all(Path(s).is_absolute() for s in on.sources)
+
+
+def test_build_options_reject_bad_input():
+    with pytest.raises(ValueError, match="identifier"):
+        build.build_options("bad-name", build.RECORD_SOURCES, profile=False)
+    with pytest.raises(FileNotFoundError, match="nope.cu"):
+        build.build_options("x", [CSRC / "nope.cu"], profile=False)
+
+
+def test_build_env_defaults(monkeypatch):
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    build._set_build_env()
+    import os
+
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "9.0" and int(os.environ["MAX_JOBS"]) >= 1
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
+    build._set_build_env()
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0"
+
+
+def _ptx(path, profile):
+    try:
+        return build.nvcc_compile_check(path, {"EPSCOPE_PROFILE": profile}, ptx=True)
+    except build.NvccNotFound as e:
+        pytest.skip(f"nvcc not available: {e}")
+
+
+def _entries(ptx: str) -> dict[str, str]:
+    """PTX text per kernel entry, keyed by the kernel's short name."""
+    parts = re.split(r"\.entry\s+", ptx)[1:]
+    out = {}
+    for p in parts:
+        m = re.match(r"\S*?(timer_probe|record_cost|imbalance|grid_barrier)_kernel", p)
+        if m:
+            out[m.group(1)] = p
+    return out
+
+
+@pytest.fixture(scope="module")
+def selftest_ptx():
+    return {p: _ptx(CSRC / "selftest.cu", p) for p in (0, 1)}
+
+
+def test_compiled_out_selftest_has_no_timer_reads_and_no_record_stores(selftest_ptx):
+    off, on = _entries(selftest_ptx[0]), _entries(selftest_ptx[1])
+    assert set(off) == set(on) == {"timer_probe", "record_cost", "imbalance", "grid_barrier"}
+    for k in on:
+        assert "%globaltimer" in on[k], f"{k}: instrumented build reads the timer"
+        assert "%globaltimer" not in off[k], f"{k}: compiled-out build still reads %globaltimer"
+        assert "st.global.v4" not in off[k], f"{k}: compiled-out build still stores records"
+    for k in ("record_cost", "imbalance", "grid_barrier", "timer_probe"):
+        assert "st.global.v4.u32" in on[k], f"{k}: a record is one 16-byte store"
+
+
+def test_clock_sync_compiles_with_system_scope_ordering():
+    ptx = _ptx(CSRC / "clock_sync.cu", 0)
+    assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "%globaltimer" in ptx
+
+
+def test_recorder_header_compiles_in_host_code(tmp_path):
+    """record_bindings.cpp includes recorder.cuh in host C++: buffer_bytes must be usable there."""
+    src = tmp_path / "host.cu"
+    src.write_text('#include "profiler/csrc/recorder.cuh"\n'
+                   "static_assert(epscope::buffer_bytes(2, 3) == 64 + 2 * (64 + 3 * 16), \"buffer_bytes\");\n"
+                   "int main() { return 0; }\n")
+    try:
+        build.nvcc_compile_check(src, {"EPSCOPE_PROFILE": 1})
+    except build.NvccNotFound as e:
+        pytest.skip(f"nvcc not available: {e}")
+
+
+def test_nvcc_error_is_reported(tmp_path):
+    bad = tmp_path / "bad.cu"
+    bad.write_text("__global__ void k() { this is not cuda; }\n")
+    try:
+        build.nvcc_path()
+    except build.NvccNotFound as e:
+        pytest.skip(f"nvcc not available: {e}")
+    with pytest.raises(build.NvccError, match="bad.cu"):
+        build.nvcc_compile_check(bad)

@@ -1,0 +1,153 @@
+"""The recording session on CPU: buffers are CPU tensors filled here the way a kernel would fill
+them (through the generated dtypes only), then saved, reloaded and checked."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from profiler.align import ClockSample
+from profiler.decode import LaunchInfo
+from profiler.generated import layout as L
+from profiler.generated import selftest_phases as P
+from profiler.record.session import (Session, SessionError, build_clock_model, buffer_bytes, first_gpu_start,
+                                     write_from_raw)
+from profiler.runstore import load_run
+
+T0 = 1_800_000_000_000_000_000
+ITER, WORK, IDLE = (next(k for k, v in P.PHASES.items() if v == n) for n in ("iteration", "work", "idle"))
+
+
+def fill(buf, spans, *, capacity, t0=T0, attempted=None):
+    """spans: per region a list of (phase_id, begin_offset, end_offset) -> BEGIN/END records."""
+    a = buf.numpy()
+    stride = L.REGIONHEADER_SIZE + capacity * L.RECORD_SIZE
+    hdr = a[: L.BUFFERHEADER_SIZE].view(L.BUFFERHEADER_DTYPE)[0]
+    for r, sp in enumerate(spans):
+        off = L.BUFFERHEADER_SIZE + r * stride
+        recs = []
+        for pid, b, e in sp:
+            recs += [(t0 + b, pid, L.KIND_BEGIN, 0, 7), (t0 + e, pid, L.KIND_END, 0, 7)]
+        rh = a[off: off + L.REGIONHEADER_SIZE].view(L.REGIONHEADER_DTYPE)
+        rh["sm"], rh["block"], rh["warp"] = r, r // int(hdr["warps_per_block"]), r % int(hdr["warps_per_block"])
+        rh["state"], rh["gt_start"], rh["gt_end"] = L.REGION_STATE_FINISHED, t0, t0 + 10_000
+        rh["attempted"] = len(recs) if attempted is None else attempted
+        rv = a[off + L.REGIONHEADER_SIZE: off + stride].view(L.RECORD_DTYPE)
+        for i, rec in enumerate(recs[:capacity]):
+            rv[i] = rec
+
+
+def test_buffer_header_from_the_generated_layout(tmp_path):
+    s = Session(tmp_path, name="r", description="d", device="cpu", rank=0, capacity=16, hires=True)
+    b0 = s.buffer("selftest.imbalance", "selftest", 3, 2, iteration=0)
+    b1 = s.buffer("selftest.imbalance", "selftest", 1, 4, iteration=1, capacity=5)
+    assert b0.numel() == buffer_bytes(6, 16) == 64 + 6 * (64 + 16 * 16)
+    h = b0.numpy()[:64].view(L.BUFFERHEADER_DTYPE)[0]
+    assert (h["magic"], h["version"], h["flags"], h["registry_hash"]) == (L.MAGIC, L.VERSION, L.FLAGS_HIRES, P.REGISTRY_HASH)
+    assert (h["num_regions"], h["region_capacity"], h["rank"], h["launch_id"], h["warps_per_block"]) == (6, 16, 0, 0, 2)
+    h1 = b1.numpy()[:64].view(L.BUFFERHEADER_DTYPE)[0]
+    assert (h1["launch_id"], h1["region_capacity"], h1["num_regions"]) == (1, 5, 4)
+    assert not b0.numpy()[64:].any(), "regions start zeroed"
+
+
+def test_session_rejects_misuse(tmp_path):
+    with pytest.raises(SessionError, match="unknown kernel family 'nope'"):
+        Session(tmp_path, name="r", description="d", device="cpu").buffer("k", "nope", 1, 1, 0)
+    with pytest.raises(SessionError, match="rank 2 outside"):
+        Session(tmp_path, name="r", description="d", device="cpu", rank=2, world_size=2)
+    with pytest.raises(SessionError, match="plain directory name"):
+        Session(tmp_path, name="../x", description="d", device="cpu")
+    s = Session(tmp_path, name="r", description="d", device="cpu")
+    with pytest.raises(SessionError, match="positive"):
+        s.buffer("k", "selftest", 0, 1, 0)
+
+
+def test_save_writes_a_run_with_host_rows_and_manifest(tmp_path):
+    with Session(tmp_path, name="run-a", description="two launches", device="cpu", capacity=8,
+                 workload={"kind": "selftest", "test": "x"}, config={"sms": 4}) as s:
+        for it in range(2):
+            with s.host_span("selftest.imbalance", it):
+                buf = s.buffer("selftest.imbalance", "selftest", 2, 1, it)
+            fill(buf, [[(ITER, 0, 900), (WORK, 32, 800)], [(ITER, 0, 900), (IDLE, 64, 896)]], capacity=8)
+        # host clock: host ns == gpu ns - 5_000 exactly (pairs 1 us wide)
+        hb = [h for h in range(s.start_host_ns, s.start_host_ns + 10_000_000, 1_000_000)]
+        s.add_host_pairs([(h, h + 5_000 + 500, h + 1_000) for h in hb])
+    run = load_run(tmp_path / "run-a")
+    m = run.manifest
+    assert m["name"] == "run-a" and m["status"] == "ok" and m["error"] is None
+    assert m["workload"] == {"kind": "selftest", "test": "x"} and m["config"]["sms"] == 4
+    assert m["registry"]["selftest"]["family"] == "selftest"
+    assert set(m["git"]) == {"branch", "commit", "dirty"}
+    assert m["clock"]["host"]["uncertainty_ns"] < 2_000
+    assert m["headline"]["launches"] == 2 and m["headline"]["median_kernel_us"]["selftest.imbalance"] == 10.0
+    ev = run.events
+    spans = ev[ev["kind"] == "span"]
+    assert len(spans) == 8 and set(spans["phase"]) == {"iteration", "work", "idle"}
+    assert (spans["end_ns"] - spans["begin_ns"]).max() == 900
+    assert (ev["kind"] == "host").sum() == 2
+
+
+def test_exception_saves_a_partial_run_with_the_error(tmp_path):
+    with pytest.raises(RuntimeError, match="kernel hung"):
+        with Session(tmp_path, name="run-b", description="d", device="cpu", capacity=4) as s:
+            buf = s.buffer("selftest.grid_barrier", "selftest", 1, 1, 0)
+            fill(buf, [[(WORK, 0, 100)]], capacity=4)
+            raise RuntimeError("kernel hung")
+    m = load_run(tmp_path / "run-b").manifest
+    assert m["status"] == "error" and "kernel hung" in m["error"]
+
+
+def test_drops_reach_the_manifest(tmp_path):
+    with Session(tmp_path, name="run-c", description="d", device="cpu", capacity=2) as s:
+        buf = s.buffer("selftest.imbalance", "selftest", 1, 1, 0)
+        fill(buf, [[(WORK, 0, 100), (IDLE, 200, 300)]], capacity=2, attempted=4)
+    m = load_run(tmp_path / "run-c").manifest
+    assert m["drops"]["total"] == 2
+    assert any(w["type"] == "DroppedRecords" and w["count"] == 2 for w in m["warnings"])
+
+
+def test_raw_dir_roundtrip(tmp_path):
+    with Session(tmp_path / "a", name="run-d", description="d", device="cpu", capacity=4, raw_dir=tmp_path / "raw") as s:
+        buf = s.buffer("selftest.imbalance", "selftest", 1, 1, 0)
+        fill(buf, [[(WORK, 0, 100)]], capacity=4)
+        s.headline_extra["x"] = 1
+    raw = tmp_path / "raw" / "run-d.rawbuf"
+    assert raw.exists()
+    again = write_from_raw(raw, tmp_path / "b")
+    a, b = load_run(tmp_path / "a" / "run-d"), load_run(again)
+    assert a.events.equals(b.events) and b.manifest["headline"]["x"] == 1
+
+
+def test_clock_model_from_two_rank_samples():
+    # rank 1's clock = rank 0's + 1_000_000 ns; one-way latency 700 ns; 3 ppm drift over 1 s
+    def samples(t, theta):
+        return np.array([[t + i * 1000, t + i * 1000 + 700 + theta, t + i * 1000 + 800 + theta, t + i * 1000 + 1500]
+                         for i in range(8)], np.int64)
+
+    theta0, theta1 = 1_000_000, 1_000_003
+    info = LaunchInfo(1, 0, "k", 0, "selftest")
+    payloads = [
+        {"rank": 0, "clock": {1: {"start": [samples(T0, theta0)], "end": [samples(T0 + 10**9, theta1)]}},
+         "host_pairs": [], "launches": [], "start_host_ns": 0},
+        {"rank": 1, "clock": {}, "host_pairs": [], "launches": [(info, np.zeros(10, np.uint8))], "start_host_ns": 0},
+    ]
+    model, notes = build_clock_model(payloads, 2)
+    assert not notes
+    c = model.clock(1)
+    assert abs(c.offset_ns + theta0) < 64 and abs(c.drift_ppm + 0.003) < 0.01
+    assert c.uncertainty_ns < 2_000
+
+
+def test_missing_samples_fall_back_with_a_warning():
+    payloads = [{"rank": 0, "clock": {}, "host_pairs": [], "launches": [], "start_host_ns": 0},
+                {"rank": 1, "clock": {}, "host_pairs": [], "launches": [], "start_host_ns": 0}]
+    model, notes = build_clock_model(payloads, 2)
+    assert model.clock(1).offset_ns == 0 and notes[0]["type"] == "ClockFallback"
+
+
+def test_first_gpu_start_reads_region_headers(tmp_path):
+    s = Session(tmp_path, name="r", description="d", device="cpu", capacity=4)
+    buf = s.buffer("selftest.imbalance", "selftest", 2, 1, 0)
+    assert first_gpu_start(buf.numpy()) is None  # nothing started
+    fill(buf, [[(WORK, 0, 10)]], capacity=4, t0=T0 + 5)
+    assert first_gpu_start(buf.numpy()) == T0 + 5
+    assert first_gpu_start(np.zeros(8, np.uint8)) is None
