@@ -286,6 +286,10 @@ def _decode_raw(buf, info: LaunchInfo, tables: _Tables) -> _Raw:
     else:
         bm, eim = beg, ei
     end_t[bm] = t[eim]
+    back = end_t < begin_t
+    if back.any():  # only corrupt timestamps do this: globaltimer and per-SM clock64 never run backwards
+        warns.append(E.CorruptRecords(int(back.sum()), f"{where}: spans ending before they begin; end set to begin"))
+        end_t = np.maximum(end_t, begin_t)
     # a span's payload is its BEGIN's, or its END's when the BEGIN carried 0 (counts known at the end)
     x = pl[bm]
     pl[bm] = np.where(x == 0, payload[eim], x)
@@ -363,8 +367,8 @@ def _to_timeline(raw: _Raw, info: LaunchInfo, clock: ClockModel | None, shift: i
     if clock is None:
         cols["begin_ns"] = cols["begin_ns"] - np.int64(shift)
         cols["end_ns"] = cols["end_ns"] - np.int64(shift)
-        if gb >= 0:
-            launch["gpu_begin_ns"], launch["gpu_end_ns"] = gb - shift, ge - shift
+        if gb >= 0:  # int64 arithmetic, as for the events (corrupt timestamps wrap instead of raising)
+            launch["gpu_begin_ns"], launch["gpu_end_ns"] = (int(v) for v in np.array([gb, ge], np.int64) - np.int64(shift))
         launch["host_begin_ns"] = launch["host_end_ns"] = -1  # no host clock to map them with
         return None
     cols["begin_ns"] = clock.to_run_timeline(info.rank, cols["begin_ns"])
