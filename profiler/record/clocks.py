@@ -130,10 +130,14 @@ class IpcSignalAreas:
         dist.all_gather_object(handles, self.ext.ipc_handle(self.mine), group=group)
         self.peers = {r: self.ext.ipc_open(h) for r, h in enumerate(handles) if r != rank}
 
-    def close(self) -> None:
+    def close(self, group=None) -> None:
+        """Collective: unmap the peers' areas, wait until every rank has, then free our own."""
+        import torch.distributed as dist
+
         for p in self.peers.values():
             self.ext.ipc_close(p)
         self.peers = {}
+        dist.barrier(group=group)
         if self.mine:
             self.ext.signal_free(self.mine)
             self.mine = 0

@@ -171,7 +171,6 @@ def _two_gpu_worker(rank: int, world: int, init_file: str, out_dir: str, name: s
             s.sync_clocks(areas.mine, areas.peers, when="end")
     finally:
         torch.cuda.synchronize()
-        dist.barrier()
         areas.close()
         dist.destroy_process_group()
 

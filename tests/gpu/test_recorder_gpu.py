@@ -60,8 +60,10 @@ def test_timer_resolution_trace(exts, tmp_path):
     ticks = ev[(ev["kind"] == "instant") & (ev["phase"] == "tick")]
     assert len(ticks) == m["timer_steps_observed"]
     d = ticks.sort_values(["launch", "block", "warp", "payload"]).groupby(["launch", "block", "warp"])["begin_ns"].diff().dropna()
-    assert (d > 0).all() and d.min() == step, "consecutive ticks are one or more timer steps apart"
-    assert (d % step == 0).all()
+    # a tick's own timer read may land one step after the change it records, so two ticks can
+    # share a value; otherwise they sit whole timer steps apart, mostly exactly one
+    assert (d >= 0).all() and d[d > 0].min() == step
+    assert (d % step == 0).all() and (d == step).mean() > 0.5
 
 
 def test_starved_warps_trace_names_exactly_the_idle_warps(exts, tmp_path):
@@ -95,7 +97,8 @@ def test_grid_barrier_trace_last_arriver(exts, tmp_path):
     assert set(zip(last["block"], last["warp"])) == {(p["late_block"], p["late_warp"])}
     # nobody departs an occurrence before its last arrival
     first_dep = dep.groupby(["launch", "payload"])["begin_ns"].min()
-    assert (first_dep >= last.set_index(["launch", "payload"])["begin_ns"]).all()
+    last_arrival = last.set_index(["launch", "payload"])["begin_ns"].reindex(first_dep.index)
+    assert (first_dep >= last_arrival).all()
 
 
 def test_off_means_off_and_results_unchanged(exts):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler.align import ClockSample
 from profiler.decode import LaunchInfo
 from profiler.generated import layout as L
 from profiler.generated import selftest_phases as P
