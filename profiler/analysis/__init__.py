@@ -80,7 +80,8 @@ barrier_contention(events, *, registry=None) -> BarrierReport
         last_arrive_ns, spread_ns (last - first), depart_ns (last departure),
         total_wait_ns (sum over arrivals of own departure - own arrival),
         last_rank, last_block, last_warp (the last arriver)
-    .summary     DataFrame, one row per (kernel, barrier): kernel, barrier, scope, occurrences,
+    .summary     DataFrame, one row per (rank, kernel, barrier) (rank -1 for cross-rank barriers):
+        rank, kernel, barrier, scope, occurrences,
         arrivals (sum), useless_arrivals (sum), useless_share, mean_spread_ns, max_spread_ns,
         total_wait_ns, last_rank, last_block, last_warp (the most frequent last arriver),
         last_share (share of occurrences it arrived last)

@@ -54,10 +54,11 @@ def predecessors(g: G.Graph) -> np.ndarray:
 def iteration_totals(g: G.Graph) -> pd.DataFrame:
     if g.n_points == 0:
         return pd.DataFrame({c: pd.Series([], dtype="int64") for c in TOTAL_COLUMNS})
-    it = g.lane["iteration"].to_numpy()[g.pt_lane]
-    df = pd.DataFrame({"iteration": it, "t": g.pt_t}).groupby("iteration", sort=True)["t"].agg(["min", "max"])
-    out = pd.DataFrame({"iteration": df.index.to_numpy().astype(np.int64), "begin_ns": df["min"].to_numpy(),
-                        "end_ns": df["max"].to_numpy()})
+    # points of a lane are sorted by time: its first and last points bound it
+    df = pd.DataFrame({"iteration": g.lane["iteration"].to_numpy(), "b": g.pt_t[g.lane_first],
+                       "e": g.pt_t[g.lane_last]}).groupby("iteration", sort=True).agg(b=("b", "min"), e=("e", "max"))
+    out = pd.DataFrame({"iteration": df.index.to_numpy().astype(np.int64), "begin_ns": df["b"].to_numpy(),
+                        "end_ns": df["e"].to_numpy()})
     out["total_ns"] = out["end_ns"] - out["begin_ns"]
     return out
 
@@ -67,11 +68,13 @@ def path_points(g: G.Graph, iterations=None) -> tuple[np.ndarray, np.ndarray]:
     if g.n_points == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     pred = predecessors(g)
-    it_of_pt = g.lane["iteration"].to_numpy()[g.pt_lane]
-    # last point of each iteration (latest time; the lowest point index among ties)
-    o = np.lexsort((-np.arange(g.n_points), g.pt_t, it_of_pt))
-    last_mask = np.r_[it_of_pt[o][1:] != it_of_pt[o][:-1], True]
-    ends = o[last_mask]
+    lane_it = g.lane["iteration"].to_numpy()
+    it_of_pt = lane_it[g.pt_lane]
+    # last point of each iteration: the latest lane end (the first such lane among ties)
+    last_t = g.pt_t[g.lane_last]
+    o = np.lexsort((-np.arange(len(last_t)), last_t, lane_it))
+    last_mask = np.r_[lane_it[o][1:] != lane_it[o][:-1], True]
+    ends = g.lane_last[o[last_mask]]
     pts, its = [], []
     for p in ends:
         i = int(it_of_pt[p])

@@ -140,8 +140,14 @@ def asof_latest(key_rel: np.ndarray, t_rel: np.ndarray, key_q: np.ndarray, t_q: 
     key and time <= t, or -1."""
     if len(key_rel) == 0 or len(key_q) == 0:
         return np.full(len(key_q), -1, dtype=np.int64)
-    codes = pd.factorize(np.concatenate([key_rel, key_q]))[0].astype(np.int64)
-    cr, cq = codes[: len(key_rel)], codes[len(key_rel):]
+    kmin = min(int(key_rel.min()), int(key_q.min()))
+    kmax = max(int(key_rel.max()), int(key_q.max()))
+    if (kmax - kmin).bit_length() <= 30:    # small keys: use them directly, no hashing
+        cr, cq = key_rel - kmin, key_q - kmin
+        codes = np.array([kmax - kmin])
+    else:
+        codes = pd.factorize(np.concatenate([key_rel, key_q]))[0].astype(np.int64)
+        cr, cq = codes[: len(key_rel)], codes[len(key_rel):]
     tmin = min(int(t_rel.min()), int(t_q.min()))
     tb = (max(int(t_rel.max()), int(t_q.max())) - tmin).bit_length() + 1
     if tb + max(int(codes.max()), 1).bit_length() <= 62:
@@ -260,19 +266,18 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
 
     # ---- lanes: GPU (rank, launch, block, warp); host (rank, iteration)
     is_host = K["host"] | (block < 0)
-    lane_key = np.where(
-        is_host,
-        pack([np.ones(n, np.int64), rank - rank.min() if n else rank, it - it.min() if n else it, np.zeros(n, np.int64), np.zeros(n, np.int64)]),
-        pack([np.zeros(n, np.int64), rank - rank.min() if n else rank, launch - launch.min() if n else launch,
-              block.clip(0), warp.clip(0)]),
-    ) if n else np.zeros(0, np.int64)
-    lane_id, _ = pd.factorize(lane_key) if n else (np.zeros(0, np.int64), None)
-    lane_id = np.asarray(lane_id, dtype=np.int64)
+    lane_key = pack([is_host.astype(np.int64), rank - rank.min(),
+                     np.where(is_host, it - it.min(), launch - launch.min()),
+                     np.where(is_host, 0, block + 1).clip(0), np.where(is_host, 0, warp + 1).clip(0)]) if n else np.zeros(0, np.int64)
+    if n and np.all(lane_key[1:] >= lane_key[:-1]):     # rows already grouped by lane
+        lane_id = np.r_[0, np.cumsum(lane_key[1:] != lane_key[:-1])].astype(np.int64)
+    else:
+        lane_id = np.asarray(pd.factorize(lane_key)[0] if n else np.zeros(0), dtype=np.int64)
     n_lanes = int(lane_id.max()) + 1 if n else 0
     if n_lanes.bit_length() + tb > 62:
         raise ValueError("event table too wide to analyse (lanes x time range exceeds 62 bits)")
-    first_row = np.full(n_lanes, n, dtype=np.int64)
-    np.minimum.at(first_row, lane_id, np.arange(n)) if n else None
+    first_row = np.zeros(n_lanes, dtype=np.int64)
+    first_row[lane_id[::-1]] = np.arange(n - 1, -1, -1)    # the last write (first row) wins
     lane = pd.DataFrame({
         "rank": rank[first_row], "kernel": kernel_names[kernel_c[first_row]] if n else [],
         "launch": np.where(is_host[first_row], -1, launch[first_row]),
@@ -312,47 +317,59 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
 
     iv_row = np.concatenate([span_rows, np.full(len(bw_arr), -1, np.int64)])
     iv_arr_row = np.concatenate([np.full(len(span_rows), -1, np.int64), bw_arr])
-    iv_lane = np.concatenate([lane_id[span_rows], lane_id[bw_arr]])
     iv_b = np.concatenate([b_rel[span_rows], b_rel[bw_arr]])
     iv_e = np.concatenate([e_rel[span_rows], e_rel[bw_dep]])
     iv_phase = np.concatenate([phase_c[span_rows], phase_c[bw_arr]]).astype(np.int32)
     iv_kind = np.concatenate([iv_kind_span, np.full(len(bw_arr), BARRIER, np.int8)])
 
-    # ---- points: unique (lane, t) of every event boundary
+    # ---- points: unique (lane, t) of every event boundary. Rows usually come sorted by lane and
+    # begin (the decoder's region order), so the stable sort (timsort) merges two near-sorted runs.
     pk_all = np.concatenate([(lane_id << tb) | b_rel, (lane_id << tb) | e_rel])
-    pkey = np.unique(pk_all)
+    o = np.argsort(pk_all, kind="stable")
+    pk_sorted = pk_all[o]
+    new = np.empty(len(pk_sorted), bool)
+    if len(new):
+        new[0] = True
+        np.not_equal(pk_sorted[1:], pk_sorted[:-1], out=new[1:])
+    pkey = pk_sorted[new]
+    inv = np.empty(len(pk_all), np.int64)
+    inv[o] = np.cumsum(new) - 1
+    row_pb, row_pe = inv[:n], inv[n:]
+    del o, pk_sorted, new, inv, pk_all
     pt_lane = pkey >> tb
     pt_t = (pkey & ((1 << tb) - 1)) + t0
     P = len(pkey)
-    row_pb = np.searchsorted(pkey, (lane_id << tb) | b_rel)
-    row_pe = np.searchsorted(pkey, (lane_id << tb) | e_rel)
     lane_first = np.searchsorted(pt_lane, np.arange(n_lanes), side="left")
     lane_last = np.searchsorted(pt_lane, np.arange(n_lanes), side="right") - 1
-    iv_pb = np.searchsorted(pkey, (iv_lane << tb) | iv_b)
-    iv_pe = np.searchsorted(pkey, (iv_lane << tb) | iv_e)
+    iv_pb = np.concatenate([row_pb[span_rows], row_pb[bw_arr]])
+    iv_pe = np.concatenate([row_pe[span_rows], row_pe[bw_dep]])
 
-    # ---- nesting depth of each interval (properly nested spans; overlaps degrade gracefully)
-    n_iv = len(iv_b)
+    # ---- nesting depth of each interval: the intervals active across its begin point
+    # (A = begun before the point - ended at or before it; lanes cancel out in the global sums)
+    # plus the longer intervals that begin at the same point. Properly nested spans get their
+    # true depth; overlapping ones degrade to "latest begun wins".
+    n_iv = len(iv_pb)
     owner = np.full(P, -1, dtype=np.int64)      # owner of segment k = (point k, point k+1)
     if n_iv:
-        order = np.lexsort((-iv_e, iv_b, iv_lane))
-        lane_s = iv_lane[order]
-        before = np.arange(n_iv) - group_first(lane_s)
-        ends = np.sort((iv_lane << tb) | iv_e)
-        n_ended = (np.searchsorted(ends, (lane_s << tb) | iv_b[order], side="right")
-                   - np.searchsorted(ends, lane_s << tb, side="left"))
-        depth = np.empty(n_iv, dtype=np.int64)
-        depth[order] = np.maximum(before - n_ended, 0)
+        pbits = max(P, 1).bit_length()
+        order = np.argsort((iv_pb << pbits) | (P - iv_pe), kind="stable")   # by begin, longest first
+        pb_s = iv_pb[order]
+        grp_first = np.flatnonzero(np.r_[True, pb_s[1:] != pb_s[:-1]])
+        rank_in_grp = np.arange(n_iv) - np.repeat(grp_first, np.diff(np.r_[grp_first, n_iv]))
+        CB = np.cumsum(np.bincount(iv_pb, minlength=P))
+        CE = np.cumsum(np.bincount(iv_pe, minlength=P))
+        A = np.where(pb_s > 0, CB[np.maximum(pb_s - 1, 0)], 0) - CE[pb_s]
+        depth_s = np.maximum(A + rank_in_grp, 0)
         # paint shallow to deep; within a level the latest-begun covering interval wins
         kk = np.arange(P)
-        for lvl in range(int(depth.max()) + 1):
-            sel = order[depth[order] == lvl]            # in (lane, begin, -end) order
+        for lvl in range(int(depth_s.max()) + 1):
+            sel = order[depth_s == lvl]                 # in (begin, -end) order
             mark = np.full(P, -1, dtype=np.int64)
             mark[iv_pb[sel]] = np.arange(len(sel))
             ff = np.maximum.accumulate(mark)
             has = ff >= 0
             cand = sel[np.where(has, ff, 0)]
-            cover = has & (iv_pe[cand] > kk) & (iv_pb[cand] <= kk)
+            cover = has & (iv_pe[cand] > kk)
             owner[cover] = cand[cover]
 
     # incoming segment of point p is segment p-1
@@ -378,18 +395,20 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
     wait_iv = np.flatnonzero(iv_kind == WAIT)
     if len(wait_iv):
         wrow = iv_row[wait_iv]
-        rel_name_of_wait = np.array([sem.release_of(p) for p in phase_names], dtype=object)
-        targets = sorted(set(rel_name_of_wait[phase_c[wrow]]))
-        rel_rows_l, rel_g_l, q_g = [], [], np.full(len(wrow), -1, np.int64)
+        rel_name_of_phase = [sem.release_of(p) for p in phase_names]
+        targets = sorted({rel_name_of_phase[c] for c in np.unique(phase_c[wrow])})
+        tgt_of_phase = np.array([targets.index(r) if r in targets else -1 for r in rel_name_of_phase], dtype=np.int64)
+        q_g = tgt_of_phase[phase_c[wrow]]
+        not_barrier = ~is_host & ~K["arrive"] & ~K["depart"]
+        rel_rows_l, rel_g_l = [], []
         for g, tname in enumerate(targets):
             if tname == ANY_PUBLISH:
                 match = np.array([p.startswith("publish") for p in phase_names], dtype=bool)
             else:
                 match = phase_names == tname
-            rr = np.flatnonzero(match[phase_c] & ~is_host & ~K["arrive"] & ~K["depart"])
+            rr = np.flatnonzero(match[phase_c] & not_barrier)
             rel_rows_l.append(rr)
             rel_g_l.append(np.full(len(rr), g, np.int64))
-            q_g[rel_name_of_wait[phase_c[wrow]] == tname] = g
         rel_rows = np.concatenate(rel_rows_l)
         rel_g = np.concatenate(rel_g_l)
         rmin = rank.min()
@@ -620,3 +639,35 @@ def _lane_cummax(V: np.ndarray, lane_first, pt_lane) -> np.ndarray:
     for f, l in zip(lane_first, np.r_[lane_first[1:], len(V)]):  # pragma: no cover
         out[f:l] = np.maximum.accumulate(V[f:l])
     return out
+
+
+def segment_durations(g: Graph) -> np.ndarray:
+    """Length of each point's incoming segment (0 at a lane's first point: the launch pseudo-segment)."""
+    dur = np.zeros(g.n_points, np.int64)
+    if g.n_points:
+        dur[1:] = np.diff(g.pt_t)
+        dur[g.lane_first] = 0
+    return dur
+
+
+def lane_sums(g: Graph, kinds, dur: np.ndarray | None = None) -> np.ndarray:
+    """Per lane: total time of the segments whose kind is in `kinds`."""
+    dur = segment_durations(g) if dur is None else dur
+    sel = np.isin(g.seg_kind, kinds) & (dur > 0)
+    return np.bincount(g.pt_lane[sel], weights=dur[sel], minlength=len(g.lane)).astype(np.int64)
+
+
+def ranges(values) -> str:
+    """Compress sorted ints into '0–3, 7, 9–12' (en dash, as the viewer prints it)."""
+    v = sorted(set(int(x) for x in values))
+    if not v:
+        return ""
+    out, start, prev = [], v[0], v[0]
+    for x in v[1:] + [None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}" if start == prev else f"{start}–{prev}")
+        if x is not None:
+            start = prev = x
+    return ", ".join(out)

@@ -1,0 +1,311 @@
+"""Synthetic EP runs with known truths, for tests, benchmarks and the viewer.
+
+`make_events` simulates ep_intranode-shaped kernels (profiler/phases/ep_intranode.toml) on R ranks
+and returns the three parts of a run: the event table, the launch table and a manifest. The
+timing is a causal simulation, so every wait ends after the release it waits for:
+
+  per iteration and rank:  notify (1 warp: `notify`, cross-rank barrier `rank_layout`)
+                           dispatch and combine (C blocks = channels, 2R warps per block)
+  in dispatch/combine, for every (source s, destination d, channel c):
+    sender warp d of block c on rank s, per chunk k:
+        send_chunk [ wait_space (ring slot k-depth released by the receiver) , copy ] , publish_tail
+    receiver warp R+s of block c on rank d, per chunk k:
+        wait_data (until s published chunk k) , copy_out (combine: reduce) , publish_head
+  every warp: cross-rank barrier `rank_start` at start, `grid` barrier at the end.
+  one host `enqueue` span per launch; a kernel starts after its enqueue and the previous kernel.
+
+Scenarios (the manifest's "synthetic" entry records the truth each one plants):
+  balanced      every warp works, no planted effect
+  starvation    rank `starved_rank` receives no tokens on blocks >= `active_blocks`: those blocks
+                do no work (only barrier events); 2R * active_blocks warps carry all its work
+  late_arriver  warp (late_rank, late_block, late_warp) runs `late_ns` longer before the grid
+                barrier of every dispatch: it is the last arriver there
+  slow_rank     rank `slow_rank` copies `slow_factor` x slower: it paces the rendezvous
+  ab            variant 'a' or 'b'; in 'b' copy_out (dispatch) is `ab_factor` x slower
+
+Size: `events` is a target; the chunk count per (pair, channel) is chosen to reach it (a 10 M
+event run of 8 ranks has about 200 chunks per pair and channel over 4 iterations).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .registry import PHASES_DIR, Registry
+from .schema import EVENT_KINDS, LAUNCH_COLUMNS
+
+SCENARIOS = ("balanced", "starvation", "late_arriver", "slow_rank", "ab")
+KERNELS = ("notify", "dispatch", "combine")
+ROLES = ("notify", "sender", "receiver", "host")
+PHASES = ("notify", "send_chunk", "wait_space", "publish_tail", "wait_data", "copy_out",
+          "publish_head", "reduce", "rank_start", "rank_layout", "grid", "enqueue")
+# Simulated costs (ns). Orders of magnitude of an H200 intranode EP kernel: a 16 KB chunk over
+# NVLink takes a couple of microseconds, a flag store becomes visible to a peer in ~1 us, a kernel
+# launch after its enqueue ~5 us. They make plausible traces; nothing is measured from them.
+COPY_NS = 2000
+RECV_COPY_NS = 1500
+FLAG_LAT_NS = 800
+BARRIER_LAT_NS = 1000
+LAUNCH_LAT_NS = 5000
+ENQUEUE_NS = 4000
+RING_DEPTH = 2
+
+
+def _lognormal(rng, shape, sigma):
+    return rng.lognormal(0.0, sigma, size=shape)
+
+
+class _Rows:
+    """Column buffers of the event table being built (numpy chunks, concatenated once)."""
+
+    def __init__(self):
+        self.cols = {c: [] for c in ("rank", "launch", "kernel", "iteration", "block", "warp", "role",
+                                     "kind", "phase", "begin_ns", "end_ns", "payload")}
+
+    def add(self, mask=None, **kw):
+        n = None
+        arrs = {}
+        for k, v in kw.items():
+            a = np.asarray(v)
+            arrs[k] = a
+        shape = np.broadcast_shapes(*(a.shape for a in arrs.values()))
+        if mask is not None:
+            shape = np.broadcast_shapes(shape, np.shape(mask))
+            m = np.broadcast_to(mask, shape).ravel()
+        for k, a in arrs.items():
+            flat = np.broadcast_to(a, shape).ravel()
+            if mask is not None:
+                flat = flat[m]
+            self.cols[k].append(flat)
+            n = len(flat)
+        return n
+
+    def frame(self) -> pd.DataFrame:
+        out = {}
+        for k, parts in self.cols.items():
+            out[k] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return out
+
+
+def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balanced", seed: int = 0,
+                variant: str = "a", iterations: int = 4, blocks: int | None = None,
+                chunks: int | None = None, starved_rank: int = 1, active_blocks: int = 1,
+                late_rank: int = 0, late_block: int = 0, late_warp: int = 0, late_ns: int = 20_000,
+                slow_rank: int | None = None, slow_factor: float = 1.6, ab_factor: float = 1.2,
+                noise: float = 0.05):
+    """Simulate a run; returns (events, launches, manifest). See the module docstring."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
+    if ranks < 1:
+        raise ValueError(f"ranks must be >= 1, got {ranks}")
+    if variant not in ("a", "b"):
+        raise ValueError(f"variant must be 'a' or 'b', got {variant!r}")
+    R = ranks
+    if slow_rank is None:
+        slow_rank = min(3, R - 1)
+    late_rank, starved_rank = min(late_rank, R - 1), min(starved_rank, R - 1)
+    C = blocks if blocks is not None else (24 if scenario == "starvation" else max(2, 16 * 8 // (R * 1)) if R < 8 else 16)
+    if scenario == "starvation" and not (0 < active_blocks < C):
+        raise ValueError(f"starvation needs 0 < active_blocks < blocks, got {active_blocks} of {C}")
+    W = 2 * R
+    late_block, late_warp = min(late_block, C - 1), min(late_warp, W - 1)
+    # events per chunk per (pair, channel) = 6; fixed per warp and launch = 8 (two barriers)
+    per_unit = iterations * 2 * R * R * C
+    K = chunks if chunks is not None else max(1, int(round((events / per_unit - 8) / 6)))
+    rng = np.random.default_rng(seed)
+
+    rows = _Rows()
+    launches = []
+    ph = {p: i for i, p in enumerate(PHASES)}
+    kn = {k: i for i, k in enumerate(KERNELS)}
+    rl = {r: i for i, r in enumerate(ROLES)}
+    kd = {k: i for i, k in enumerate(EVENT_KINDS)}
+
+    # chunks per (src, dst, channel)
+    nchunks = np.full((R, R, C), K, np.int64)
+    if scenario == "starvation":
+        nchunks[:, starved_rank, active_blocks:] = 0     # nobody sends to it on those channels
+        nchunks[starved_rank, :, active_blocks:] = 0     # and it has nothing to send there
+    src = np.arange(R)[:, None, None]
+    dst = np.arange(R)[None, :, None]
+    ch = np.arange(C)[None, None, :]
+
+    host_t = np.zeros(R, np.int64)          # host clock per rank
+    gpu_free = np.zeros(R, np.int64)        # stream of each rank free at
+    launch_no = 0
+    for it in range(iterations):
+        it_factor = _lognormal(rng, (), 0.03)  # iteration-to-iteration drift
+        for kernel in KERNELS:
+            # host enqueue, kernel start
+            h_b = host_t + rng.integers(500, 1500, R)
+            h_e = h_b + (ENQUEUE_NS * _lognormal(rng, R, noise)).astype(np.int64)
+            host_t = h_e
+            k_start = np.maximum(h_e + LAUNCH_LAT_NS, gpu_free + 1000)
+            rows.add(rank=np.arange(R), launch=launch_no, kernel=kn[kernel], iteration=it, block=-1, warp=-1,
+                     role=rl["host"], kind=kd["host"], phase=ph["enqueue"], begin_ns=h_b, end_ns=h_e, payload=0)
+            if kernel == "notify":
+                t0 = k_start + rng.integers(100, 400, R)
+                n_end = t0 + (3000 * _lognormal(rng, R, noise)).astype(np.int64)
+                dep = n_end.max() + BARRIER_LAT_NS + rng.integers(0, 100, R)
+                rk = np.arange(R)
+                rows.add(rank=rk, launch=launch_no, kernel=kn[kernel], iteration=it, block=0, warp=0, role=rl["notify"],
+                         kind=kd["span"], phase=ph["notify"], begin_ns=t0, end_ns=n_end, payload=0)
+                for kind, t in (("arrive", n_end), ("depart", dep)):
+                    rows.add(rank=rk, launch=launch_no, kernel=kn[kernel], iteration=it, block=0, warp=0, role=rl["notify"],
+                             kind=kd[kind], phase=ph["rank_layout"], begin_ns=t, end_ns=t, payload=0)
+                k_end = dep
+                regions = 1
+            else:
+                recv_phase = "copy_out" if kernel == "dispatch" else "reduce"
+                # every warp of every rank: start, rank_start barrier
+                w_start = k_start[:, None, None] + rng.integers(100, 2000, (R, C, W))
+                rs_dep = w_start.max() + BARRIER_LAT_NS + rng.integers(0, 200, (R, C, W))
+                bidx = np.arange(C)[None, :, None]
+                widx = np.arange(W)[None, None, :]
+                ridx = np.arange(R)[:, None, None]
+                role = np.where(widx < R, rl["sender"], rl["receiver"])
+                for kind, t in (("arrive", w_start), ("depart", rs_dep)):
+                    rows.add(rank=ridx, launch=launch_no, kernel=kn[kernel], iteration=it, block=bidx, warp=widx, role=role,
+                             kind=kd[kind], phase=ph["rank_start"], begin_ns=t, end_ns=t, payload=0)
+                # per pair simulation
+                # (s, d, c) layout: sender = warp d of block c on rank s, receiver = warp R+s of block c on rank d
+                s_t = rs_dep.transpose(0, 2, 1)[:, :R, :].astype(np.int64).copy()
+                r_t = rs_dep[:, :, R:].transpose(2, 0, 1).astype(np.int64).copy()
+                copy_f = np.ones((R, R, C))
+                recv_f = np.ones((R, R, C))
+                if scenario == "slow_rank":
+                    copy_f[slow_rank] *= slow_factor
+                    recv_f[:, slow_rank] *= slow_factor
+                if scenario == "ab" and variant == "b" and kernel == "dispatch":
+                    recv_f = recv_f * ab_factor
+                heads = np.zeros((K, R, R, C), np.int64)
+                buf = {n: np.zeros((K, R, R, C), np.int64) for n in
+                       ("ws_b", "ws_e", "sc_e", "wd_b", "wd_e", "co_e")}
+                for k in range(K):
+                    ws_b = s_t
+                    space = heads[k - RING_DEPTH] + FLAG_LAT_NS if k >= RING_DEPTH else s_t
+                    ws_e = np.maximum(ws_b, space)
+                    sc_e = ws_e + (COPY_NS * copy_f * it_factor * _lognormal(rng, (R, R, C), noise)).astype(np.int64)
+                    wd_b = r_t
+                    wd_e = np.maximum(wd_b, sc_e + FLAG_LAT_NS)
+                    co_e = wd_e + (RECV_COPY_NS * recv_f * it_factor * _lognormal(rng, (R, R, C), noise)).astype(np.int64)
+                    heads[k] = co_e
+                    for n, v in (("ws_b", ws_b), ("ws_e", ws_e), ("sc_e", sc_e), ("wd_b", wd_b), ("wd_e", wd_e), ("co_e", co_e)):
+                        buf[n][k] = v
+                    active = k < nchunks
+                    s_t = np.where(active, sc_e + 50, s_t)
+                    r_t = np.where(active, co_e + 50, r_t)
+                kk = np.arange(K)[:, None, None, None]
+                act = kk < nchunks[None]
+                S, D, Cc = (np.broadcast_to(a, (K, R, R, C)) for a in (src[None], dst[None], ch[None]))
+                common = dict(launch=launch_no, kernel=kn[kernel], iteration=it, block=Cc)
+                # sender rows on rank s, warp d
+                rows.add(act, rank=S, warp=D, role=rl["sender"], kind=kd["span"], phase=ph["send_chunk"],
+                         begin_ns=buf["ws_b"], end_ns=buf["sc_e"], payload=kk, **common)
+                rows.add(act, rank=S, warp=D, role=rl["sender"], kind=kd["span"], phase=ph["wait_space"],
+                         begin_ns=buf["ws_b"], end_ns=buf["ws_e"], payload=D, **common)
+                rows.add(act, rank=S, warp=D, role=rl["sender"], kind=kd["instant"], phase=ph["publish_tail"],
+                         begin_ns=buf["sc_e"], end_ns=buf["sc_e"], payload=D, **common)
+                # receiver rows on rank d, warp R+s
+                rows.add(act, rank=D, warp=R + S, role=rl["receiver"], kind=kd["span"], phase=ph["wait_data"],
+                         begin_ns=buf["wd_b"], end_ns=buf["wd_e"], payload=S, **common)
+                rows.add(act, rank=D, warp=R + S, role=rl["receiver"], kind=kd["span"], phase=ph[recv_phase],
+                         begin_ns=buf["wd_e"], end_ns=buf["co_e"], payload=kk, **common)
+                rows.add(act, rank=D, warp=R + S, role=rl["receiver"], kind=kd["instant"], phase=ph["publish_head"],
+                         begin_ns=buf["co_e"], end_ns=buf["co_e"], payload=S, **common)
+                # warp finish times -> grid barrier per rank
+                fin = rs_dep.copy()
+                fin_s = np.where(nchunks > 0, s_t, 0)   # (s, d, c): sender warp d of block c on rank s
+                fin_r = np.where(nchunks > 0, r_t, 0)   # receiver warp R+s of block c on rank d
+                fin[:, :, :R] = np.maximum(fin[:, :, :R], fin_s.transpose(0, 2, 1))
+                fin[:, :, R:] = np.maximum(fin[:, :, R:], fin_r.transpose(1, 2, 0))
+                if scenario == "late_arriver" and kernel == "dispatch":
+                    fin[late_rank, late_block, late_warp] += late_ns
+                    # the late warp spends the extra time in a recorded span (a slow last copy)
+                    rows.add(rank=late_rank, launch=launch_no, kernel=kn[kernel], iteration=it, block=late_block,
+                             warp=late_warp, role=rl["sender"] if late_warp < R else rl["receiver"], kind=kd["span"],
+                             phase=ph["send_chunk"] if late_warp < R else ph[recv_phase],
+                             begin_ns=fin[late_rank, late_block, late_warp] - late_ns,
+                             end_ns=fin[late_rank, late_block, late_warp], payload=K)
+                arrive = fin + rng.integers(10, 100, (R, C, W))
+                gdep = arrive.reshape(R, -1).max(axis=1)[:, None, None] + BARRIER_LAT_NS + rng.integers(0, 100, (R, C, W))
+                for kind, t in (("arrive", arrive), ("depart", gdep)):
+                    rows.add(rank=ridx, launch=launch_no, kernel=kn[kernel], iteration=it, block=bidx, warp=widx, role=role,
+                             kind=kd[kind], phase=ph["grid"], begin_ns=t, end_ns=t, payload=0)
+                k_end = gdep.reshape(R, -1).max(axis=1)
+                regions = C * W
+            for r in range(R):
+                launches.append({"rank": r, "launch": launch_no, "kernel": kernel, "iteration": it,
+                                 "host_begin_ns": int(h_b[r]), "host_end_ns": int(h_e[r]),
+                                 "gpu_begin_ns": int(np.asarray(k_start)[r]), "gpu_end_ns": int(np.asarray(k_end)[r] if np.ndim(k_end) else k_end),
+                                 "regions": regions, "dropped": 0})
+            gpu_free = np.asarray(k_end, np.int64) if np.ndim(k_end) else np.full(R, k_end, np.int64)
+            host_t = np.maximum(host_t, h_e)
+            launch_no += 1
+
+    cols = rows.frame()
+    order = np.lexsort((-cols["end_ns"], cols["begin_ns"], cols["warp"], cols["block"], cols["launch"], cols["rank"]))
+    n = len(order)
+    df = pd.DataFrame({
+        "rank": cols["rank"][order].astype(np.int16),
+        "launch": cols["launch"][order].astype(np.int32),
+        "kernel": pd.Categorical.from_codes(cols["kernel"][order].astype(np.int8), categories=list(KERNELS)),
+        "iteration": cols["iteration"][order].astype(np.int32),
+        "sm": np.where(cols["block"][order] < 0, -1, cols["block"][order] % 132).astype(np.int16),
+        "block": cols["block"][order].astype(np.int32),
+        "warp": cols["warp"][order].astype(np.int16),
+        "role": pd.Categorical.from_codes(cols["role"][order].astype(np.int8), categories=list(ROLES)),
+        "kind": pd.Categorical.from_codes(cols["kind"][order].astype(np.int8), categories=list(EVENT_KINDS)),
+        "phase": pd.Categorical.from_codes(cols["phase"][order].astype(np.int8), categories=list(PHASES)),
+        "begin_ns": cols["begin_ns"][order].astype(np.int64),
+        "end_ns": cols["end_ns"][order].astype(np.int64),
+        "payload": cols["payload"][order].astype(np.int64),
+        "open": np.zeros(n, bool),
+    })
+    lt = pd.DataFrame(launches)
+    lt["kernel"] = lt["kernel"].astype("category")
+    lt = lt[list(LAUNCH_COLUMNS)].astype(LAUNCH_COLUMNS)
+
+    truth = {"scenario": scenario, "variant": variant, "ranks": R, "blocks": C, "warps_per_block": W, "chunks": K}
+    if scenario == "starvation":
+        truth.update(starved_rank=starved_rank, idle_blocks=[active_blocks, C - 1],
+                     working_warps=active_blocks * W)
+    elif scenario == "late_arriver":
+        truth.update(late_rank=late_rank, late_block=late_block, late_warp=late_warp, late_ns=late_ns)
+    elif scenario == "slow_rank":
+        truth.update(slow_rank=slow_rank, slow_factor=slow_factor)
+    elif scenario == "ab":
+        truth.update(ab_phase="dispatch/copy_out", ab_factor=ab_factor if variant == "b" else 1.0)
+    registry = Registry.load(PHASES_DIR / "ep_intranode.toml")
+    manifest = {
+        "format": "epscope-run", "format_version": 1,
+        "name": f"synthetic-{scenario}{'-' + variant if scenario == 'ab' else ''}-r{R}-s{seed}",
+        "description": f"synthetic {scenario} run: {R} ranks, {C} blocks x {W} warps, {K} chunks per pair, {n} events",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git": {"branch": "synthetic", "commit": "", "dirty": False},
+        "workload": {"kind": "synthetic", "scenario": scenario, "variant": variant, "seed": seed,
+                     "iterations": iterations},
+        "config": {"ranks": R, "blocks": C, "warps_per_block": W, "chunks": K, "ring_depth": RING_DEPTH},
+        "gpu": {"name": "synthetic", "count": R, "driver": ""},
+        "clock": {"source": "synthetic", "step_ns": 1,
+                  "ranks": [{"rank": r, "offset_ns": 0, "drift_ppm": 0.0, "uncertainty_ns": 0} for r in range(R)],
+                  "host": {"uncertainty_ns": 0}},
+        "registry": {registry.family: registry.to_json()},
+        "drops": {"total": 0, "per_rank": [0] * R},
+        "warnings": [],
+        "headline": {"events": n, "iterations": iterations},
+        "synthetic": truth,
+    }
+    return df, lt, manifest
+
+
+def make_run(path, *, ranks: int = 8, events: int = 200_000, scenario: str = "balanced",
+             perfetto: bool | None = None, **kw) -> Path:
+    """Simulate a run (make_events) and write it as a run directory; returns the path."""
+    from .runstore import write_run
+
+    ev, launches, manifest = make_events(ranks=ranks, events=events, scenario=scenario, **kw)
+    return write_run(Path(path), ev, launches, manifest, perfetto=perfetto)
