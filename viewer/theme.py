@@ -37,6 +37,7 @@ PHASE_COLOURS: dict[str, str] = {
     "tick": "#ffd166",
     # host spans and barriers
     "host": "#8d99ae",
+    "enqueue": "#8d99ae",
     "barrier": "#c77dff",
 }
 

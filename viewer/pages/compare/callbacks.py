@@ -44,8 +44,8 @@ def register(app, catalog) -> None:
             reg.update(r.manifest.get("registry") or {})
         try:
             cmp = analysis.compare([r.events for r in a_runs], [r.events for r in b_runs], registry=reg or None)
-        except (ValueError, KeyError) as e:
-            return C.error_box(str(e), title="Cannot compare these runs")
+        except Exception as e:   # a message in the page, never a 500
+            return C.error_box(f"{type(e).__name__}: {e}", title="Cannot compare these runs")
         sa = pd.concat([logic.samples(r.events, r.entry.name) for r in a_runs], ignore_index=True)
         sb = pd.concat([logic.samples(r.events, r.entry.name) for r in b_runs], ignore_index=True)
         e2e = cmp.end_to_end.iloc[0].to_dict() if len(cmp.end_to_end) else {}

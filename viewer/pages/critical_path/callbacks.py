@@ -33,6 +33,8 @@ def register(app, catalog) -> None:
             return C.error_box(str(e))
         except (ValueError, KeyError) as e:
             return C.error_box(str(e), title="What-if not possible")
+        except Exception as e:   # a message in the page, never a 500
+            return C.error_box(f"{type(e).__name__}: {e}", title="What-if failed")
         return html.Div([
             C.verdict(logic.what_if_sentence(w.summary, phase, r, float(percent)), id="cp-whatif-verdict"),
             C.df_table(w.summary, SUMMARY_COLS, {"before_ns": ns, "after_ns": ns, "change_ns": ns,

@@ -79,15 +79,14 @@ def path_gantt_figure(cp, iteration=None, limit: int = 600) -> dict:
     n = len(set(lane))
     return dict(data=traces, layout=theme.figure_layout(
         barmode="overlay", height=int(min(520, 90 + 20 * n)), margin=dict(l=110, r=16, t=30, b=36),
-        title=dict(text=f"iteration {it}", font=dict(size=11)),
-        xaxis=dict(title=dict(text="time since run start (µs)"), gridcolor=theme.GRID),
+        xaxis=dict(title=dict(text=f"iteration {it}: time since run start (µs)"), gridcolor=theme.GRID),
         yaxis=dict(type="category", categoryorder="category ascending", gridcolor=theme.GRID)))
 
 
 def segments_table(cp, limit: int = 200) -> pd.DataFrame:
     seg = cp.segments
     cols = ["iteration", "rank", "kernel", "block", "warp", "role", "phase", "kind", "begin_ns", "duration_ns", "share"]
-    return seg.nlargest(limit, "duration_ns")[cols] if len(seg) > limit else seg[cols]
+    return seg.sort_values("duration_ns", ascending=False, kind="stable").head(limit)[cols]
 
 
 def slack_table(cp, limit: int = 100) -> pd.DataFrame:
