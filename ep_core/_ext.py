@@ -1,0 +1,23 @@
+"""Loading ep_core's CUDA extension: one variant per profile build, JIT on first use, cached.
+
+The default (profile=False) is the compiled-out build: its kernels hold no timer reads and no
+record stores. The instrumented build (`-DEPSCOPE_PROFILE=1`) is a second module, loaded the
+first time a call is profiled. Both come from profiler/record/build.py's `load_extension`, so
+every extension of the project is built the same way (flags, sm_90, cache directory).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+# bindings first: it is the only torch file; each .cu is one kernel family (style rule 5)
+SOURCES = tuple(CSRC / f for f in ("bindings.cpp", "layout.cu", "notify.cu", "dispatch.cu", "combine.cu"))
+KERNEL_SOURCES = SOURCES[1:]
+
+
+@functools.lru_cache(maxsize=None)
+def load(profile: bool = False):
+    from profiler.record.build import load_extension
+
+    return load_extension("ep_core", SOURCES, profile=profile)

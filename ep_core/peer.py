@@ -1,0 +1,55 @@
+"""Mapping one NVLink buffer per rank into every rank of a process group (CUDA IPC).
+
+Every rank cudaMallocs `num_bytes`, exports an IPC handle, gathers all handles through the
+group (torch.distributed.all_gather_object) and opens the peers' handles. The result is the list
+of base addresses of the same buffer on every rank as seen from this process (its own included),
+which the kernels take by value (ep_core/csrc/buffer_map.h: PeerPtrs). No NVLink multicast
+objects are used anywhere.
+"""
+from __future__ import annotations
+
+
+class PeerMapError(RuntimeError):
+    """The ranks of a group disagree about the buffer (size, device) or a handle did not open."""
+
+
+class PeerBuffers:
+    """Collective constructor: every rank of `group` must build it with the same num_bytes."""
+
+    def __init__(self, ext, group, num_bytes: int):
+        import torch.distributed as dist
+
+        self.ext = ext
+        self.rank = group.rank() if group is not None else 0
+        self.world_size = group.size() if group is not None else 1
+        self.num_bytes = int(num_bytes)
+        self.local = int(ext.alloc_buffer(self.num_bytes))
+        self._opened: list[int] = []
+        self.ptrs = [0] * self.world_size
+        self.ptrs[self.rank] = self.local
+        if self.world_size == 1:
+            return
+        mine = (self.num_bytes, ext.ipc_handle(self.local))
+        every = [None] * self.world_size
+        dist.all_gather_object(every, mine, group=group)
+        sizes = {r: n for r, (n, _) in enumerate(every)}
+        if len(set(sizes.values())) != 1:
+            self.close()
+            raise PeerMapError(f"every rank must create its Buffer with the same num_nvl_bytes; got {sizes}")
+        try:
+            for r, (_, handle) in enumerate(every):
+                if r != self.rank:
+                    self.ptrs[r] = int(ext.ipc_open(handle))
+                    self._opened.append(self.ptrs[r])
+        except RuntimeError as e:
+            self.close()
+            raise PeerMapError(f"rank {self.rank}: could not map a peer's buffer: {e}") from e
+
+    def close(self) -> None:
+        for p in self._opened:
+            self.ext.ipc_close(p)
+        self._opened = []
+        if self.local:
+            self.ext.free_buffer(self.local)
+            self.local = 0
+        self.ptrs = []
