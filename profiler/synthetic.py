@@ -21,7 +21,8 @@ Scenarios (the manifest's "synthetic" entry records the truth each one plants):
   late_arriver  warp (late_rank, late_block, late_warp) runs `late_ns` longer before the grid
                 barrier of every dispatch: it is the last arriver there
   slow_rank     rank `slow_rank` copies `slow_factor` x slower: it paces the rendezvous
-  ab            variant 'a' or 'b'; in 'b' copy_out (dispatch) is `ab_factor` x slower
+  ab            variant 'a' or 'b'; in 'b' the sender's copy in dispatch (send_chunk) is
+                `ab_factor` x slower
 
 Size: `events` is a target; the chunk count per (pair, channel) is chosen to reach it (a 10 M
 event run of 8 ranks has about 200 chunks per pair and channel over 4 iterations).
@@ -180,7 +181,7 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
                     copy_f[slow_rank] *= slow_factor
                     recv_f[:, slow_rank] *= slow_factor
                 if scenario == "ab" and variant == "b" and kernel == "dispatch":
-                    recv_f = recv_f * ab_factor
+                    copy_f = copy_f * ab_factor
                 heads = np.zeros((K, R, R, C), np.int64)
                 buf = {n: np.zeros((K, R, R, C), np.int64) for n in
                        ("ws_b", "ws_e", "sc_e", "wd_b", "wd_e", "co_e")}
@@ -245,6 +246,8 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
             gpu_free = np.asarray(k_end, np.int64) if np.ndim(k_end) else np.full(R, k_end, np.int64)
             host_t = np.maximum(host_t, h_e)
             launch_no += 1
+        # the host synchronises with its stream at the end of each iteration (as EP benchmarks do)
+        host_t = np.maximum(host_t, gpu_free)
 
     cols = rows.frame()
     order = np.lexsort((-cols["end_ns"], cols["begin_ns"], cols["warp"], cols["block"], cols["launch"], cols["rank"]))
@@ -278,7 +281,7 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
     elif scenario == "slow_rank":
         truth.update(slow_rank=slow_rank, slow_factor=slow_factor)
     elif scenario == "ab":
-        truth.update(ab_phase="dispatch/copy_out", ab_factor=ab_factor if variant == "b" else 1.0)
+        truth.update(ab_phase="dispatch/send_chunk", ab_factor=ab_factor if variant == "b" else 1.0)
     registry = Registry.load(PHASES_DIR / "ep_intranode.toml")
     manifest = {
         "format": "epscope-run", "format_version": 1,

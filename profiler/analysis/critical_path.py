@@ -6,7 +6,8 @@ last point of each iteration: at each point the predecessor is the cross edge wh
 the same warp otherwise. The walk costs one step per path point, after a vectorised build.
 
 Slack is the free float of a warp: min over its barrier arrivals of (occurrence's last arrival -
-own arrival) and (iteration end - own last point); warps on the path get 0.
+own arrival) and, unless the warp ends in a barrier wait (then others release it), of (iteration
+end - own last point); warps on the path get 0.
 """
 from __future__ import annotations
 
@@ -133,7 +134,9 @@ def _slack(g: G.Graph, path_lanes: np.ndarray, totals: pd.DataFrame) -> pd.DataF
     work = (g.seg_kind == G.WORK) & ~is_first
     busy = np.bincount(g.pt_lane[work], weights=dur[work], minlength=nl).astype(np.int64)
     it_end = totals.set_index("iteration")["end_ns"].reindex(L["iteration"].to_numpy()).to_numpy()
-    slack = it_end - g.pt_t[g.lane_last]
+    # a lane that ends in a barrier wait is released by others: its end carries no float of its own
+    ends_in_barrier = g.seg_kind[g.lane_last] == G.BARRIER
+    slack = np.where(ends_in_barrier, np.iinfo(np.int64).max, it_end - g.pt_t[g.lane_last])
     if len(g.occ_arr_pt):
         counts = np.diff(np.r_[g.occ_starts, len(g.occ_arr_pt)])
         last_t = g.pt_t[g.occ_arr_pt[np.r_[g.occ_starts[1:], len(g.occ_arr_pt)] - 1]]
@@ -142,7 +145,7 @@ def _slack(g: G.Graph, path_lanes: np.ndarray, totals: pd.DataFrame) -> pd.DataF
         np.minimum.at(slack, g.pt_lane[g.occ_arr_pt], free)
     on_path = np.zeros(nl, bool)
     on_path[path_lanes] = True
-    slack = np.where(on_path, 0, np.maximum(slack, 0))
+    slack = np.where(on_path, 0, np.maximum(np.where(slack == np.iinfo(np.int64).max, 0, slack), 0))
     out = L[["iteration", "rank", "kernel", "launch", "block", "warp", "role"]].copy()
     out["busy_ns"] = busy
     out["slack_ns"] = slack.astype(np.int64)

@@ -1,0 +1,88 @@
+"""Critical path: hand-made graphs with a known longest chain, and synthetic runs with a planted pacer."""
+import numpy as np
+import pandas as pd
+
+from profiler.analysis import critical_path
+from profiler.schema import empty_events
+from profiler.synthetic import make_events
+from tests.analysis.tables import EP_REGISTRY, barrier, host, instant, span, table
+
+
+def _path(cp):
+    return [tuple(r) for r in cp.segments[["rank", "warp", "phase", "kind", "begin_ns", "end_ns"]].itertuples(index=False)]
+
+
+def test_wait_released_by_peer_puts_the_sender_on_the_path():
+    ev = table([span(0, 0, 0, "send_chunk", 0, 100), instant(0, 0, 0, "publish_tail", 100, 1),
+                span(1, 0, 0, "wait_data", 10, 120, 0), span(1, 0, 0, "copy_out", 120, 150)])
+    cp = critical_path(ev, registry=EP_REGISTRY)
+    assert _path(cp) == [(0, 0, "send_chunk", "work", 0, 100), (1, 0, "wait_data", "wait", 100, 120),
+                         (1, 0, "copy_out", "work", 120, 150)]
+    assert cp.total_ns.iloc[0].tolist() == [0, 0, 150, 150]
+    assert np.isclose(cp.segments["share"].sum(), 1.0)
+    assert cp.pacing_rank == 0
+
+
+def test_wait_that_began_after_the_release_stays_on_its_own_warp():
+    ev = table([span(0, 0, 0, "send_chunk", 0, 10), instant(0, 0, 0, "publish_tail", 10, 1),
+                span(1, 0, 0, "copy_out", 0, 100), span(1, 0, 0, "wait_data", 100, 105, 0),
+                span(1, 0, 0, "copy_out", 105, 150)])
+    cp = critical_path(ev, registry=EP_REGISTRY)
+    assert set(cp.segments["rank"]) == {1}
+    assert cp.segments["begin_ns"].iloc[0] == 0
+    assert cp.pacing_rank == 1
+
+
+def test_barrier_last_arriver_paces_and_others_have_slack():
+    rows = [span(0, 0, w, "copy_out", 0, e) for w, e in ((0, 30), (1, 80), (2, 50))]
+    rows += barrier(0, 0, 0, "grid", 30, 90) + barrier(0, 0, 1, "grid", 80, 90) + barrier(0, 0, 2, "grid", 50, 90)
+    rows += [span(0, 0, 0, "copy_out", 90, 100)]
+    cp = critical_path(table(rows), registry=EP_REGISTRY)
+    assert _path(cp) == [(0, 1, "copy_out", "work", 0, 80), (0, 0, "grid", "barrier", 80, 90),
+                         (0, 0, "copy_out", "work", 90, 100)]
+    sl = cp.slack.set_index("warp")
+    assert sl.loc[1, "slack_ns"] == 0 and sl.loc[1, "on_path"]
+    assert sl.loc[2, "slack_ns"] == 30 and not sl.loc[2, "on_path"]   # arrived 30 ns before the last
+    assert sl.loc[0, "busy_ns"] == 40
+
+
+def test_host_enqueue_precedes_kernel_start():
+    ev = table([host(0, "enqueue", 0, 40), span(0, 0, 0, "copy_out", 50, 60)])
+    cp = critical_path(ev, registry=EP_REGISTRY)
+    assert _path(cp) == [(0, -1, "enqueue", "host", 0, 40), (0, 0, "", "launch", 40, 50),
+                         (0, 0, "copy_out", "work", 50, 60)]
+
+
+def test_iterations_are_separate_and_selectable():
+    ev = table([span(0, 0, 0, "copy_out", 0, 10, iteration=0, launch=0),
+                span(0, 0, 0, "copy_out", 20, 50, iteration=1, launch=1)])
+    cp = critical_path(ev, registry=EP_REGISTRY)
+    assert cp.total_ns["total_ns"].tolist() == [10, 30]
+    assert cp.segments.groupby("iteration")["duration_ns"].sum().tolist() == [10, 30]
+    only = critical_path(ev, iteration=1, registry=EP_REGISTRY)
+    assert only.segments["iteration"].unique().tolist() == [1]
+    assert only.total_ns["iteration"].tolist() == [1]
+
+
+def test_empty_table():
+    cp = critical_path(empty_events())
+    assert cp.segments.empty and cp.slack.empty and cp.total_ns.empty and cp.pacing_rank == -1
+    assert list(cp.segments.columns) == ["iteration", "rank", "kernel", "launch", "block", "warp", "role", "phase",
+                                         "kind", "begin_ns", "end_ns", "duration_ns", "share"]
+
+
+def test_path_is_contiguous_on_a_synthetic_run():
+    ev, _, man = make_events(ranks=4, blocks=4, chunks=6, iterations=3, seed=1)
+    cp = critical_path(ev, registry=man["registry"])
+    for it, seg in cp.segments.groupby("iteration"):
+        b, e = seg["begin_ns"].to_numpy(), seg["end_ns"].to_numpy()
+        assert np.all(b[1:] == e[:-1])             # each segment starts where the previous ended
+        tot = cp.total_ns.set_index("iteration").loc[it]
+        assert e[-1] == tot["end_ns"] and b[0] >= tot["begin_ns"]
+
+
+def test_slow_rank_paces_the_rendezvous():
+    ev, _, man = make_events(ranks=4, blocks=4, chunks=8, iterations=2, scenario="slow_rank", slow_rank=2, seed=2)
+    assert critical_path(ev, registry=man["registry"]).pacing_rank == 2
+    ev, _, man = make_events(ranks=4, blocks=4, chunks=8, iterations=2, scenario="slow_rank", slow_rank=1, seed=2)
+    assert critical_path(ev, registry=man["registry"]).pacing_rank == 1

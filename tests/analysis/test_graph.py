@@ -1,0 +1,97 @@
+"""The dependency graph: segment ownership under nesting, cross edges, re-timing identity."""
+import numpy as np
+import pytest
+
+from profiler.analysis import graph as G
+from tests.analysis.tables import EP_REGISTRY, SELFTEST_REGISTRY, barrier, instant, span, table
+
+
+def _seg(g, t_end):
+    """(kind, phase) of the segment ending at time t_end on the first lane that has such a point."""
+    p = int(np.flatnonzero(g.pt_t == t_end)[0])
+    ph = g.seg_phase[p]
+    return G.SEG_KINDS[g.seg_kind[p]], (g.phase_names[ph] if ph >= 0 else "")
+
+
+def test_nested_child_owns_its_time_and_parent_the_rest():
+    # send_chunk [0, 100] contains wait_space [0, 40] (same begin: the longer one is the parent)
+    ev = table([span(0, 0, 0, "send_chunk", 0, 100), span(0, 0, 0, "wait_space", 0, 40, 1)])
+    g = G.build(ev, EP_REGISTRY)
+    assert _seg(g, 40) == ("wait", "wait_space")
+    assert _seg(g, 100) == ("work", "send_chunk")
+
+
+def test_three_levels_and_gaps():
+    ev = table([span(0, 0, 0, "iteration", 0, 100), span(0, 0, 0, "work", 10, 50),
+                span(0, 0, 0, "idle", 20, 30), span(0, 0, 0, "iteration", 120, 130)])
+    g = G.build(ev, SELFTEST_REGISTRY)
+    assert _seg(g, 10) == ("work", "iteration")
+    assert _seg(g, 20) == ("work", "work")
+    assert _seg(g, 30) == ("idle", "idle")
+    assert _seg(g, 50) == ("work", "work")
+    assert _seg(g, 100) == ("work", "iteration")
+    assert _seg(g, 120) == ("gap", "")
+
+
+def test_wait_links_to_latest_matching_release_before_its_end():
+    ev = table([
+        instant(0, 0, 0, "publish_tail", 50, 1),     # signals rank 1: candidate
+        instant(0, 0, 0, "publish_tail", 70, 2),     # signals rank 2: wrong target
+        instant(0, 0, 0, "publish_tail", 130, 1),    # after the wait ended: not the release
+        span(1, 0, 0, "wait_data", 10, 90, 0),
+        span(1, 0, 0, "copy_out", 90, 100),
+    ])
+    g = G.build(ev, EP_REGISTRY)
+    p_end = int(np.flatnonzero((g.pt_t == 90) & (g.lane["rank"].to_numpy()[g.pt_lane] == 1))[0])
+    assert g.src[p_end] >= 0 and g.pt_t[g.src[p_end]] == 50
+    assert g.binding[p_end]          # released after the wait began
+    assert g.lat[p_end] == 40
+
+
+def test_wait_fallback_without_registry_uses_names():
+    ev = table([instant(0, 0, 0, "publish_head", 50, 1), span(1, 0, 0, "wait_space", 10, 60, 0)])
+    g = G.build(ev, None)
+    p_end = int(np.flatnonzero(g.pt_t == 60)[0])
+    assert g.pt_t[g.src[p_end]] == 50
+
+
+def test_barrier_departure_depends_on_last_arrival_of_the_occurrence():
+    rows = (barrier(0, 0, 0, "grid", 10, 60) + barrier(0, 0, 1, "grid", 50, 61)
+            + barrier(0, 1, 0, "grid", 20, 62)
+            + barrier(0, 1, 1, "grid", 100, 120, occurrence=1))   # another occurrence
+    g = G.build(table(rows), EP_REGISTRY)
+    for dep in (60, 61, 62):
+        p = int(np.flatnonzero(g.pt_t == dep)[0])
+        assert g.pt_t[g.src[p]] == 50
+    p = int(np.flatnonzero(g.pt_t == 120)[0])
+    assert g.pt_t[g.src[p]] == 100
+
+
+def test_cross_rank_barrier_occurrence_spans_ranks():
+    rows = barrier(0, 0, 0, "rank_start", 10, 80) + barrier(1, 0, 0, "rank_start", 70, 81)
+    g = G.build(table(rows), EP_REGISTRY)
+    p = int(np.flatnonzero(g.pt_t == 80)[0])
+    assert g.pt_t[g.src[p]] == 70 and g.lane["rank"][g.pt_lane[g.src[p]]] == 1
+
+
+def test_kernel_start_depends_on_previous_kernel_on_the_rank():
+    ev = table([span(0, 0, 0, "notify", 0, 50, kernel="notify", launch=0),
+                span(0, 0, 1, "notify", 0, 70, kernel="notify", launch=0),
+                span(0, 0, 0, "send_chunk", 90, 120, launch=1)])
+    g = G.build(ev, EP_REGISTRY)
+    p = int(np.flatnonzero(g.pt_t == 90)[0])
+    assert g.pt_t[g.src[p]] == 70      # the latest warp of the previous launch
+
+
+def test_retime_with_recorded_durations_reproduces_recorded_times():
+    from profiler.synthetic import make_events
+    ev, _, man = make_events(ranks=2, blocks=2, chunks=4, iterations=2, seed=3)
+    g = G.build(ev, man["registry"])
+    T = G.retime(g, g.d)
+    np.testing.assert_array_equal(T, g.pt_t)
+
+
+@pytest.mark.parametrize("vals,text", [([], ""), ([3], "3"), ([1, 2, 3, 7, 9, 10], "1–3, 7, 9–10"),
+                                       ([5, 4, 4], "4–5")])
+def test_ranges(vals, text):
+    assert G.ranges(vals) == text
