@@ -1,0 +1,153 @@
+"""A text summary of a run: what ran, where the time went per phase and rank, what was lost.
+
+Shares are "% of warp time": a phase's summed span time over the summed active time (first to
+last record) of the warps of that kernel on that rank, so a phase that keeps every warp busy all
+kernel long reads 100% however many warps there are. Nested phases count in their parent too.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .runstore import Run, load_run
+
+PER_RANK_ROWS_MAX_RANKS = 4  # above this many ranks, one row per phase names the slowest rank
+
+
+def _us(ns) -> str:
+    return f"{ns / 1e3:,.1f}"
+
+
+def _table(df: pd.DataFrame) -> list[str]:
+    cols = list(df.columns)
+    cells = [[str(c) for c in cols]] + [[str(v) for v in row] for row in df.itertuples(index=False)]
+    w = [max(len(r[i]) for r in cells) for i in range(len(cols))]
+    num = [c not in ("kernel", "phase") for c in cols]  # names left, numbers right
+    out = []
+    for j, r in enumerate(cells):
+        out.append("  ".join((v.rjust(w[i]) if num[i] and j else v.ljust(w[i])) for i, v in enumerate(r)).rstrip())
+        if j == 0:
+            out.append("  ".join("-" * x for x in w))
+    return out
+
+
+def _header(run: Run) -> list[str]:
+    m = run.manifest
+    git = m.get("git") or {}
+    gpu = m.get("gpu") or {}
+    wl = m.get("workload") or {}
+    lines = [f"run {run.name}  ({run.path})"]
+    if m.get("description"):
+        lines.append(f"  {m['description']}")
+    bits = []
+    if git:
+        bits.append(f"git {git.get('branch', '?')}@{str(git.get('commit', '?'))[:10]}{' (dirty)' if git.get('dirty') else ''}")
+    if gpu:
+        bits.append(f"{gpu.get('count', '?')} x {gpu.get('name', '?')}")
+    if wl:
+        bits.append(f"workload {wl.get('kind', '?')}")
+    if m.get("created"):
+        bits.append(f"created {m['created']}")
+    if bits:
+        lines.append("  " + ", ".join(bits))
+    return lines
+
+
+def _clock(run: Run) -> list[str]:
+    c = run.manifest.get("clock") or {}
+    ranks = c.get("ranks") or []
+    if not c:
+        return ["clock: no calibration in the manifest (times are per-rank globaltimer)"]
+    worst = max(ranks, key=lambda r: r.get("uncertainty_ns", 0), default=None)
+    s = f"clock: {c.get('source', 'globaltimer')}, step {c.get('step_ns', '?')} ns"
+    if worst is not None:
+        s += f", rank alignment ±{worst.get('uncertainty_ns', 0):.0f} ns (worst: rank {worst.get('rank')})"
+        drifts = [abs(r.get("drift_ppm", 0.0)) for r in ranks]
+        if any(drifts):
+            s += f", drift up to {max(drifts):.1f} ppm"
+    h = c.get("host") or {}
+    if "uncertainty_ns" in h:
+        s += f", host ±{h['uncertainty_ns'] / 1e3:.1f} us"
+    return [s]
+
+
+def _losses(run: Run) -> list[str]:
+    la = run.launches
+    total = int(la["dropped"].sum()) if len(la) else int((run.manifest.get("drops") or {}).get("total", 0))
+    lines = []
+    if total:
+        per = la.groupby("rank")["dropped"].sum()
+        worst = la.loc[la["dropped"].idxmax()]
+        lines.append(f"DROPPED RECORDS: {total:,} (per rank: " + ", ".join(f"{r}: {int(v):,}" for r, v in per.items())
+                     + f"; worst launch: rank {int(worst['rank'])} launch {int(worst['launch'])} {worst['kernel']}"
+                     " -- raise the region capacity)")
+    else:
+        lines.append("dropped records: 0")
+    for w in run.manifest.get("warnings") or []:
+        if w.get("type") != "DroppedRecords" and w.get("count"):
+            lines.append(f"warning {w['type']}: {w['count']:,}" + (f" ({w['detail'][:160]})" if w.get("detail") else ""))
+    return lines
+
+
+def _kernels(run: Run) -> list[str]:
+    la = run.launches[run.launches["gpu_begin_ns"] >= 0].copy()
+    if not len(la):
+        return []
+    la["dur"] = la["gpu_end_ns"] - la["gpu_begin_ns"]
+    rows = []
+    for k, g in la.groupby("kernel", observed=True, sort=True):
+        med = g.groupby("rank")["dur"].median()
+        slow = int(med.idxmax())
+        spread = med.max() / med.min() if med.min() > 0 else float("nan")
+        rows.append({"kernel": str(k), "launches": len(g), "median us": _us(g["dur"].median()),
+                     "per rank median us": " ".join(_us(v) for v in med.to_numpy()),
+                     "slowest rank": slow, "slowest/fastest": f"{spread:.2f}x" if np.isfinite(spread) else "-"})
+    return ["", "kernels (GPU time per launch: first warp start to last warp finish)", *_table(pd.DataFrame(rows))]
+
+
+def _phases(run: Run) -> list[str]:
+    ev = run.events
+    gpu = ev[ev["kind"] != "host"]
+    if not len(gpu):
+        return []
+    # warp time: each warp's active extent per launch, summed per (kernel, rank)
+    ext = gpu.groupby(["kernel", "rank", "launch", "block", "warp"], observed=True).agg(b=("begin_ns", "min"), e=("end_ns", "max"))
+    warp_time = (ext["e"] - ext["b"]).groupby(level=["kernel", "rank"], observed=True).sum()
+    sp = gpu[gpu["kind"] == "span"].assign(dur=lambda d: d["end_ns"] - d["begin_ns"])
+    if not len(sp):
+        return ["", "no spans recorded"]
+    g = sp.groupby(["kernel", "phase", "rank"], observed=True)["dur"].agg(["count", "sum", "median", "max"]).reset_index()
+    g["share"] = g["sum"] / warp_time.reindex(pd.MultiIndex.from_frame(g[["kernel", "rank"]])).to_numpy()
+    nranks = g["rank"].nunique()
+    order = g.groupby(["kernel", "phase"], observed=True)["sum"].transform("sum")
+    g = g.assign(order=order).sort_values(["kernel", "order", "phase", "rank"], ascending=[True, False, True, True])
+    if nranks <= PER_RANK_ROWS_MAX_RANKS:
+        t = pd.DataFrame({"kernel": g["kernel"].astype(str), "phase": g["phase"].astype(str), "rank": g["rank"],
+                          "spans": g["count"], "total us": g["sum"].map(_us), "median us": g["median"].map(_us),
+                          "max us": g["max"].map(_us), "% warp time": (100 * g["share"]).map(lambda v: f"{v:.1f}")})
+    else:
+        rows = []
+        for (k, p), h in g.groupby(["kernel", "phase"], observed=True, sort=False):
+            s = h.loc[h["sum"].idxmax()]
+            rows.append({"kernel": str(k), "phase": str(p), "spans": int(h["count"].sum()), "total us": _us(h["sum"].sum()),
+                         "median us (rank median)": _us(h["median"].median()),
+                         "% warp time (mean)": f"{100 * h['share'].mean():.1f}",
+                         "slowest rank": int(s["rank"]), "its total us": _us(s["sum"])})
+        t = pd.DataFrame(rows)
+    return ["", "phases (span time summed over warps; nested phases also count in their parent)", *_table(t)]
+
+
+def report(run) -> str:
+    """Text summary of a run (a Run or a run directory)."""
+    run = run if isinstance(run, Run) else load_run(run)
+    ev = run.events
+    kinds = ev["kind"].value_counts()
+    ranks = sorted(set(ev["rank"].unique().tolist()) | set(run.launches["rank"].unique().tolist()))
+    lines = _header(run)
+    lines.append(f"events: {len(ev):,} ({', '.join(f'{int(kinds.get(k, 0)):,} {k}' for k in ('span', 'instant', 'arrive', 'depart', 'host') if kinds.get(k, 0))}); "
+                 f"launches: {len(run.launches):,}; ranks: {', '.join(map(str, ranks))}")
+    opened = int(ev["open"].sum())
+    if opened:
+        lines.append(f"OPEN SPANS: {opened:,} (a kernel aborted or ENDs were dropped; they end at the warp's last timestamp)")
+    lines += _clock(run) + _losses(run) + _kernels(run) + _phases(run)
+    return "\n".join(lines) + "\n"
