@@ -1,0 +1,81 @@
+"""Idle warps: busy/idle accounting, imbalance and the named verdict."""
+import numpy as np
+
+from profiler.analysis import idle_warps
+from profiler.schema import empty_events
+from profiler.synthetic import make_events
+from tests.analysis.tables import EP_REGISTRY, SELFTEST_REGISTRY, barrier, span, table
+
+
+def _starved(blocks=8, working_blocks=2, warps=2):
+    rows = []
+    for b in range(blocks):
+        for w in range(warps):
+            if b < working_blocks:
+                rows.append(span(1, b, w, "wait_data", 0, 20, 0))
+                rows.append(span(1, b, w, "copy_out", 20, 100))
+                rows += barrier(1, b, w, "grid", 100, 110)
+            else:
+                rows += barrier(1, b, w, "grid", 5, 110)    # only arrived to be released
+    return table(rows)
+
+
+def test_verdict_names_the_idle_blocks_and_the_working_warps():
+    r = idle_warps(_starved(), registry=EP_REGISTRY)
+    assert r.verdict == "rank 1 dispatch: blocks 2–7 did no work; 4 warps carried all work"
+    pw = r.per_warp.set_index(["block", "warp"])
+    assert pw.loc[(0, 0), "busy_ns"] == 80 and pw.loc[(0, 0), "wait_ns"] == 30
+    assert pw.loc[(0, 0), "kernel_ns"] == 110 and pw.loc[(0, 0), "idle_ns"] == 30
+    assert np.isclose(pw.loc[(0, 0), "busy_share"], 80 / 110)
+    assert not pw.loc[(5, 1), "did_work"] and pw.loc[(5, 1), "busy_ns"] == 0
+    pb = r.per_block.set_index("block")
+    assert pb.loc[1, "working_warps"] == 2 and not pb.loc[7, "did_work"]
+    assert len(r.evidence) == 16 and set(r.evidence["rank"]) == {1}
+
+
+def test_idle_warps_inside_working_blocks_are_listed():
+    rows = []
+    for b in range(4):
+        for w in range(4):
+            if w < 2:
+                rows.append(span(0, b, w, "copy_out", 0, 100))
+            else:
+                rows.append(span(0, b, w, "wait_data", 0, 100, 1))
+    r = idle_warps(table(rows), registry=EP_REGISTRY)
+    assert r.verdict == "rank 0 dispatch: 8 warps did no work (warps 2–3 of blocks 0–3); 8 warps carried all work"
+
+
+def test_idle_phase_is_not_work_and_nesting_counts_once():
+    rows = [span(0, 0, 0, "iteration", 0, 100), span(0, 0, 0, "work", 0, 90),
+            span(0, 0, 1, "iteration", 0, 100), span(0, 0, 1, "idle", 0, 100)]
+    r = idle_warps(table(rows), registry=SELFTEST_REGISTRY)
+    pw = r.per_warp.set_index("warp")
+    assert pw.loc[0, "busy_ns"] == 100           # work 90 + the parent's own 10, not 190
+    assert pw.loc[1, "busy_ns"] == 0 and not pw.loc[1, "did_work"]
+    assert "warp 1 of block 0" in r.verdict
+
+
+def test_imbalance_ratio_and_balanced_verdict():
+    rows = [span(0, 0, w, "copy_out", 0, d, role="receiver") for w, d in enumerate((100, 100, 100, 300))]
+    r = idle_warps(table(rows), registry=EP_REGISTRY)
+    im = r.imbalance.iloc[0]
+    assert im["max_busy_ns"] == 300 and im["median_busy_ns"] == 100 and np.isclose(im["ratio"], 3.0)
+    assert "imbalance" in r.verdict and "3.00x" in r.verdict
+    r = idle_warps(table(rows[:3]), registry=EP_REGISTRY)
+    assert r.verdict.startswith("every warp did work; busy time balanced")
+
+
+def test_empty_table():
+    r = idle_warps(empty_events())
+    assert r.per_warp.empty and r.verdict == "no GPU warps in the run"
+
+
+def test_synthetic_starvation_truth():
+    ev, _, man = make_events(ranks=4, blocks=12, chunks=3, iterations=2, scenario="starvation",
+                             starved_rank=2, active_blocks=3, seed=4)
+    t = man["synthetic"]
+    r = idle_warps(ev, registry=man["registry"])
+    first = r.verdict.split(". ")[0]
+    lo, hi = t["idle_blocks"]
+    assert first.startswith(f"rank {t['starved_rank']} ")
+    assert f"blocks {lo}–{hi} did no work; {t['working_warps']} warps carried all work" in first

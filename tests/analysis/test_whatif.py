@@ -1,0 +1,84 @@
+"""What-if: re-timing with a phase made faster, and the share of the saving a rendezvous absorbs."""
+import numpy as np
+import pytest
+
+from profiler.analysis import critical_path, what_if
+from profiler.synthetic import make_events
+from tests.analysis.tables import EP_REGISTRY, barrier, instant, span, table
+
+
+def _rendezvous(work):
+    """Each rank: copy_out [0, work[r]], then the cross-rank barrier, then a 10 ns reduce."""
+    rows = []
+    last = max(work)
+    for r, w in enumerate(work):
+        rows.append(span(r, 0, 0, "copy_out", 0, w))
+        rows += barrier(r, 0, 0, "rank_start", w, last + 5)
+        rows.append(span(r, 0, 0, "reduce", last + 5, last + 15))
+    return table(rows)
+
+
+def test_saving_on_the_pacing_rank_is_partly_absorbed_by_the_rendezvous():
+    ev = _rendezvous([100, 90, 90, 90])
+    w = what_if(ev, phase="copy_out", speedup=0.2, rank=0, registry=EP_REGISTRY)
+    s = w.summary.iloc[0]
+    assert s["before_ns"] == 115 and s["local_saving_ns"] == 20
+    assert s["after_ns"] == 105          # the next-slowest rank (90) now paces
+    assert s["change_ns"] == -10 and np.isclose(s["absorbed_pct"], 50.0)
+    # the retimed table is consistent: every departure after every arrival of its occurrence
+    rt = w.retimed
+    assert rt.loc[rt["kind"] == "depart", "begin_ns"].min() >= rt.loc[rt["kind"] == "arrive", "begin_ns"].max()
+    assert (rt["end_ns"] >= rt["begin_ns"]).all()
+
+
+def test_saving_off_the_path_is_fully_absorbed():
+    w = what_if(_rendezvous([100, 90, 90, 90]), phase="copy_out", speedup=0.5, rank=[1, 2], registry=EP_REGISTRY)
+    s = w.summary.iloc[0]
+    assert s["change_ns"] == 0 and s["local_saving_ns"] == 90 and np.isclose(s["absorbed_pct"], 100.0)
+
+
+def test_everywhere_speedup_passes_through_and_moves_the_path():
+    w = what_if(_rendezvous([100, 90, 90, 90]), phase="copy_out", speedup=0.5, registry=EP_REGISTRY)
+    s = w.summary.iloc[0]
+    assert s["change_ns"] == -50
+    assert w.new_path.total_ns["total_ns"].tolist() == [65]
+
+
+def test_wait_shrinks_to_the_new_release():
+    ev = table([span(0, 0, 0, "send_chunk", 0, 100), instant(0, 0, 0, "publish_tail", 100, 1),
+                span(1, 0, 0, "wait_data", 10, 120, 0), span(1, 0, 0, "copy_out", 120, 150)])
+    w = what_if(ev, phase="send_chunk", speedup=0.5, registry=EP_REGISTRY)
+    rt = w.retimed.set_index("phase")
+    assert rt.loc["publish_tail", "begin_ns"] == 50
+    assert rt.loc["wait_data", "end_ns"] == 70            # release + the recorded 20 ns latency
+    assert w.summary.iloc[0]["after_ns"] == 100
+
+
+def test_slowdown_and_kernel_qualified_phase():
+    ev = _rendezvous([100, 90, 90, 90])
+    w = what_if(ev, phase="dispatch/copy_out", speedup=-0.5, rank=1, registry=EP_REGISTRY)
+    assert w.summary.iloc[0]["change_ns"] == 35           # rank 1: 135 ns of copy_out, now last
+    assert what_if(ev, phase="combine/copy_out", speedup=0.5, registry=EP_REGISTRY).summary.iloc[0]["local_saving_ns"] == 0
+
+
+def test_rejects_a_speedup_of_100_percent():
+    with pytest.raises(ValueError, match="speedup"):
+        what_if(_rendezvous([1, 2]), phase="copy_out", speedup=1.0)
+
+
+def test_zero_speedup_changes_nothing_on_a_synthetic_run():
+    ev, _, man = make_events(ranks=4, blocks=3, chunks=5, iterations=2, seed=5)
+    w = what_if(ev, phase="send_chunk", speedup=0.0, registry=man["registry"])
+    assert (w.summary["change_ns"] == 0).all()
+    assert (w.retimed["begin_ns"].to_numpy() == ev["begin_ns"].to_numpy()).all()
+
+
+def test_synthetic_speedup_never_lengthens_and_waits_follow_releases():
+    ev, _, man = make_events(ranks=4, blocks=3, chunks=6, iterations=2, scenario="slow_rank", slow_rank=2, seed=6)
+    w = what_if(ev, phase="send_chunk", speedup=0.3, rank=2, registry=man["registry"])
+    assert (w.summary["change_ns"] <= 0).all() and (w.summary["change_ns"] < 0).any()
+    rt = w.retimed
+    assert (rt["end_ns"] >= rt["begin_ns"]).all()
+    # the re-timed run is itself a consistent run: its critical path ends at its iteration ends
+    cp = critical_path(rt, registry=man["registry"])
+    assert (cp.total_ns["total_ns"].to_numpy() == w.summary["after_ns"].to_numpy()).all()
