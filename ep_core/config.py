@@ -1,19 +1,20 @@
-"""Tuning (`Config`), problem (`Problem`) and NVLink buffer-size arithmetic of ep_core.
+"""Tuning (`Config`) and problem (`Problem`) value objects of ep_core, and the recommended tables.
 
 Two separate validated value objects (house style rule 6): `Config` is the tuning, exactly the
 fields and checks of DeepEP's `deep_ep.Config` so user code ports unchanged; `Problem` is what a
 user brings (tokens, hidden, top-k, experts, ranks, dtype) with the limits of issue 3.
 
-`NvlLayout` is the one place that lays out the per-rank NVLink buffer (control words, notify
-counts, per-channel ring buffers); `Config.get_nvl_buffer_size_hint` and
-`Problem.nvl_bytes_needed` both read it, so "this problem needs N bytes, the buffer has M" and
-the size a user allocates cannot disagree.
+Buffer sizes: ep_core's buffer holds the rows of one whole op (no ring buffers; see
+ep_core/buffer.py), so its size depends on the token count and the one formula for it is
+`Buffer.get_buffer_size_hint` (it reads the signal/layout header size from the compiled
+extension). `Config.get_nvl_buffer_size_hint` and `Problem.nvl_bytes_needed` delegate to it
+lazily, so the size a user allocates and the size a call needs cannot disagree.
 
 No torch import at module level: the recording path and the CPU tests import this freely.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Limits of issue 3 ("any problem size a user may bring").
 MAX_HIDDEN = 8192
@@ -23,9 +24,11 @@ MAX_RANKS = 8            # intranode: the GPUs of one NVLink node
 SCALE_BLOCK = 128        # FP8 scales: one float32 per 128 columns (ep-api.md)
 MAX_SCALES = MAX_HIDDEN // SCALE_BLOCK
 
-# Every region of the buffer starts on a 128-byte boundary: DeepEP's NUM_BUFFER_ALIGNMENT_BYTES,
-# and the width of one 128-bit-per-lane warp store (32 lanes x 4 B) so TMA/vector copies align.
-BUFFER_ALIGNMENT = 128
+# DeepEP's Config.get_nvl_buffer_size_hint(hidden_bytes, num_ranks) takes no token count (its
+# rings stream any number of tokens); ep_core's buffer holds a whole op, so that compatibility
+# hint sizes for this many tokens per rank. 8192 covers DeepEP's own test shape (4096) twice;
+# a bigger call fails with EPCapacityError naming both sizes, never a hang.
+HINT_TOKENS_PER_RANK = 8192
 
 DTYPES = ("bf16", "fp8")
 
@@ -48,10 +51,10 @@ def _check_int(owner: str, name: str, value) -> int:
 class Config:
     """The tuning of one dispatch or combine: DeepEP's `Config`, field for field.
 
-    `num_sms` SMs run the kernel as `num_sms // 2` channels (one send and one receive block per
-    channel); each (channel, source rank) pair owns a ring buffer of
-    `num_max_nvl_chunked_recv_tokens` token slots that senders fill `num_max_nvl_chunked_send_tokens`
-    at a time. The RDMA fields exist for API compatibility (internode is not implemented) and are
+    `num_sms` is the number of SMs (blocks) a dispatch or combine kernel occupies;
+    `num_max_nvl_chunked_send_tokens` the smallest chunk of tokens a sender publishes at once
+    (ep_core/buffer.py `_chunking`); `num_max_nvl_chunked_recv_tokens` bounds it from above as in
+    DeepEP. The RDMA fields exist for API compatibility (internode is not implemented) and are
     validated exactly as DeepEP does.
     """
 
@@ -66,8 +69,7 @@ class Config:
                      "num_max_rdma_chunked_send_tokens", "num_max_rdma_chunked_recv_tokens"):
             _check_int("Config", name, getattr(self, name))
         if self.num_sms < 2 or self.num_sms % 2:
-            raise ValueError(f"Config.num_sms must be even and >= 2 (one send and one receive SM "
-                             f"per channel), got {self.num_sms}")
+            raise ValueError(f"Config.num_sms must be even and >= 2 (DeepEP's rule), got {self.num_sms}")
         if self.num_max_nvl_chunked_send_tokens <= 0:
             raise ValueError(f"Config.num_max_nvl_chunked_send_tokens must be > 0, "
                              f"got {self.num_max_nvl_chunked_send_tokens}")
@@ -75,11 +77,11 @@ class Config:
             raise ValueError(f"Config.num_max_nvl_chunked_recv_tokens must be > 0, "
                              f"got {self.num_max_nvl_chunked_recv_tokens}")
         if self.num_max_nvl_chunked_send_tokens >= self.num_max_nvl_chunked_recv_tokens:
-            # A sender waits for a whole chunk of free slots; with chunk >= ring size it never gets it.
+            # DeepEP: a sender waits for a whole chunk of free receive slots; it must fit with room.
             raise ValueError(
                 f"Config.num_max_nvl_chunked_send_tokens ({self.num_max_nvl_chunked_send_tokens}) must be "
                 f"< num_max_nvl_chunked_recv_tokens ({self.num_max_nvl_chunked_recv_tokens}): a send "
-                f"chunk has to fit in the receive ring buffer with room to spare")
+                f"chunk has to fit in the receive window with room to spare")
         if self.num_max_rdma_chunked_send_tokens <= 0:
             raise ValueError(f"Config.num_max_rdma_chunked_send_tokens must be > 0, "
                              f"got {self.num_max_rdma_chunked_send_tokens}")
@@ -95,10 +97,6 @@ class Config:
                 f"Config.num_max_rdma_chunked_send_tokens ({self.num_max_rdma_chunked_send_tokens}) must be "
                 f"<= num_max_rdma_chunked_recv_tokens / 2 ({rdma_recv} / 2 after rounding up to whole chunks)")
 
-    @property
-    def num_channels(self) -> int:
-        return self.num_sms // 2
-
     def with_num_sms(self, num_sms: int) -> "Config":
         return Config(num_sms, self.num_max_nvl_chunked_send_tokens, self.num_max_nvl_chunked_recv_tokens,
                       self.num_max_rdma_chunked_send_tokens, self.num_max_rdma_chunked_recv_tokens)
@@ -108,9 +106,18 @@ class Config:
                       self.num_max_rdma_chunked_send_tokens, self.num_max_rdma_chunked_recv_tokens)
 
     def get_nvl_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
-        """Bytes of NVLink buffer per rank that any problem with rows of `hidden_bytes` needs
-        (top-k and scales sized for the limits MAX_TOPK / MAX_SCALES). DeepEP's signature."""
-        return NvlLayout(self, num_ranks, hidden_bytes, MAX_TOPK, MAX_SCALES, MAX_EXPERTS).total_bytes
+        """num_nvl_bytes for any problem of BF16 rows of `hidden_bytes` (hidden * 2, DeepEP's
+        convention) with up to HINT_TOKENS_PER_RANK tokens per rank. DeepEP's signature; for other
+        token counts use `Buffer.get_buffer_size_hint(tokens, hidden, ranks)`."""
+        _check_int("get_nvl_buffer_size_hint", "hidden_bytes", hidden_bytes)
+        _check_int("get_nvl_buffer_size_hint", "num_ranks", num_ranks)
+        if not 1 <= num_ranks <= MAX_RANKS:
+            raise ValueError(f"num_ranks must be in 1..{MAX_RANKS} (intranode), got {num_ranks}")
+        hidden = -(-hidden_bytes // 2)
+        hidden = -(-hidden // SCALE_BLOCK) * SCALE_BLOCK  # round up to whole FP8 scale blocks
+        if not 0 < hidden <= MAX_HIDDEN:
+            raise ValueError(f"hidden_bytes must be in 1..{2 * MAX_HIDDEN} (hidden up to {MAX_HIDDEN}), got {hidden_bytes}")
+        return _buffer_size_hint(HINT_TOKENS_PER_RANK, hidden, num_ranks, MAX_TOPK)
 
     def get_rdma_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
         """Intranode only: no RDMA buffer is ever needed (DeepEP returns 0 up to 8 ranks too)."""
@@ -181,106 +188,20 @@ class Problem:
         """Bytes of one received row of recv_x, scales included (the logical-GB/s numerator)."""
         return self.hidden_bytes + (self.num_scales * 4 if self.dtype == "fp8" else 0)
 
-    def layout(self, config: Config) -> "NvlLayout":
-        return NvlLayout(config, self.ranks, self.hidden_bytes, self.topk,
-                         self.num_scales if self.dtype == "fp8" else 0, self.experts)
-
-    def nvl_bytes_needed(self, config: Config) -> int:
-        return self.layout(config).total_bytes
-
-    def check_fits(self, config: Config, buffer_bytes: int) -> None:
-        """Raise ValueError naming both sizes when the buffer is too small for this problem."""
-        need = self.nvl_bytes_needed(config)
-        if buffer_bytes < need:
-            raise ValueError(
-                f"this problem needs {need} bytes of NVLink buffer per rank (hidden={self.hidden} "
-                f"{self.dtype}, topk={self.topk}, experts={self.experts}, ranks={self.ranks}, "
-                f"{config.num_channels} channels x {config.num_max_nvl_chunked_recv_tokens} slots), "
-                f"the buffer has {buffer_bytes}; create the Buffer with num_nvl_bytes >= {need} "
-                f"(Config.get_nvl_buffer_size_hint gives a size for every problem of that hidden)")
+    def nvl_bytes_needed(self) -> int:
+        """num_nvl_bytes a Buffer needs for this problem (every routing: up to T x R rows land
+        on one rank). Delegates to `Buffer.get_buffer_size_hint` (loads the extension)."""
+        return _buffer_size_hint(self.tokens, self.hidden, self.ranks, self.topk)
 
     def to_dict(self) -> dict:
         return {"tokens": self.tokens, "hidden": self.hidden, "topk": self.topk,
                 "experts": self.experts, "ranks": self.ranks, "dtype": self.dtype}
 
 
-# Control words per (channel, source rank) ring: start, end (the channel's row range in recv_x),
-# head (consumer position, written by the receiver), tail (producer position, written by the sender).
-RING_CONTROL_INTS = 4
+def _buffer_size_hint(tokens: int, hidden: int, ranks: int, topk: int) -> int:
+    from .buffer import Buffer  # torch + the extension: only when a size is asked for
 
-
-@dataclass(frozen=True)
-class NvlLayout:
-    """Byte layout of one rank's NVLink buffer, written into by every peer.
-
-    ```
-    offset 0            notify area: int32 counts[ranks][ranks]          (tokens r -> this rank)
-                                     int32 expert_counts[ranks][experts/ranks]
-    ctrl_offset         int32 ctrl[channels][ranks][4]   start, end, head, tail
-    data_offset         per (channel, source rank) ring of recv_tokens slots, as parallel arrays:
-                          x        [slots][hidden_bytes]
-                          src_idx  [slots] int32
-                          topk_idx [slots][topk] int64
-                          weights  [slots][topk] float32
-                          scales   [slots][num_scales] float32   (FP8 only)
-    ```
-    Each region starts on BUFFER_ALIGNMENT. `slot_bytes` is the stride of one ring slot over the
-    parallel arrays (what one token costs in the buffer).
-    """
-
-    config: Config
-    num_ranks: int
-    hidden_bytes: int
-    num_topk: int
-    num_scales: int
-    num_experts: int = MAX_EXPERTS
-    notify_bytes: int = field(init=False)
-    ctrl_offset: int = field(init=False)
-    ctrl_bytes: int = field(init=False)
-    data_offset: int = field(init=False)
-    slot_bytes: int = field(init=False)
-    ring_bytes: int = field(init=False)
-    total_bytes: int = field(init=False)
-
-    def __post_init__(self):
-        for name in ("num_ranks", "hidden_bytes", "num_topk", "num_scales", "num_experts"):
-            _check_int("NvlLayout", name, getattr(self, name))
-        if not 1 <= self.num_ranks <= MAX_RANKS:
-            raise ValueError(f"NvlLayout.num_ranks must be in 1..{MAX_RANKS}, got {self.num_ranks}")
-        if self.hidden_bytes <= 0 or self.hidden_bytes % 16:
-            # rows are copied with 16-byte vector loads/stores
-            raise ValueError(f"NvlLayout.hidden_bytes must be a positive multiple of 16, got {self.hidden_bytes}")
-        if not 0 <= self.num_topk <= MAX_TOPK:
-            raise ValueError(f"NvlLayout.num_topk must be in 0..{MAX_TOPK}, got {self.num_topk}")
-        if not 0 <= self.num_scales <= MAX_SCALES:
-            raise ValueError(f"NvlLayout.num_scales must be in 0..{MAX_SCALES}, got {self.num_scales}")
-        r, c = self.num_ranks, self.config.num_channels
-        experts_per_rank = max(self.num_experts // r, 1)
-        notify = _align((r * r + r * experts_per_rank) * 4, BUFFER_ALIGNMENT)
-        ctrl = _align(c * r * RING_CONTROL_INTS * 4, BUFFER_ALIGNMENT)
-        slot = self.hidden_bytes + 4 + self.num_topk * (8 + 4) + self.num_scales * 4
-        slots = self.config.num_max_nvl_chunked_recv_tokens
-        # one ring = the parallel arrays of `slots` slots, each array aligned
-        ring = (_align(slots * self.hidden_bytes, BUFFER_ALIGNMENT) + _align(slots * 4, BUFFER_ALIGNMENT)
-                + _align(slots * self.num_topk * 8, BUFFER_ALIGNMENT)
-                + _align(slots * self.num_topk * 4, BUFFER_ALIGNMENT)
-                + _align(slots * self.num_scales * 4, BUFFER_ALIGNMENT))
-        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
-        set_("notify_bytes", notify)
-        set_("ctrl_offset", notify)
-        set_("ctrl_bytes", ctrl)
-        set_("data_offset", notify + ctrl)
-        set_("slot_bytes", slot)
-        set_("ring_bytes", ring)
-        set_("total_bytes", notify + ctrl + c * r * ring)
-
-    def ring_offset(self, channel: int, src_rank: int) -> int:
-        """Byte offset of the ring that `src_rank` fills for `channel` in this rank's buffer."""
-        if not 0 <= channel < self.config.num_channels:
-            raise IndexError(f"channel {channel} outside 0..{self.config.num_channels - 1}")
-        if not 0 <= src_rank < self.num_ranks:
-            raise IndexError(f"src_rank {src_rank} outside 0..{self.num_ranks - 1}")
-        return self.data_offset + (channel * self.num_ranks + src_rank) * self.ring_bytes
+    return int(Buffer.get_buffer_size_hint(tokens, hidden, ranks, topk))
 
 
 # Recommended tunings for 1..8 ranks. Rows 2, 4, 8 are DeepEP's published

@@ -11,7 +11,6 @@ def test_defaults_are_deepep_defaults():
             c.num_max_rdma_chunked_send_tokens) == (20, 6, 256, 6)
     # DeepEP rounds the RDMA ring up to whole send chunks: 256 -> 258 with chunks of 6
     assert c.num_max_rdma_chunked_recv_tokens == 258
-    assert c.num_channels == 10
 
 
 def test_positional_order_matches_deepep():
@@ -51,6 +50,15 @@ def test_config_is_immutable_value():
         c.num_sms = 4
     assert Config(24) == Config(24) and hash(Config(24)) == hash(Config(24))
     assert c.with_num_sms(64).num_sms == 64 and c.with_send_chunk(12).num_max_nvl_chunked_send_tokens == 12
+
+
+def test_nvl_hint_validates_before_loading_the_extension():
+    with pytest.raises(ValueError, match="num_ranks"):
+        Config().get_nvl_buffer_size_hint(7168 * 2, 9)
+    with pytest.raises(ValueError, match="hidden_bytes"):
+        Config().get_nvl_buffer_size_hint(2 * 8192 + 2, 2)
+    with pytest.raises(TypeError, match="hidden_bytes"):
+        Config().get_nvl_buffer_size_hint(7168.0, 2)
 
 
 def test_rdma_hint_is_zero_intranode():
