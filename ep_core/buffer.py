@@ -440,7 +440,7 @@ class Buffer:
                  config: Config | None = None, previous_event: EventOverlap | None = None,
                  async_finish: bool = False, allocate_on_comm_stream: bool = False, profile=None):
         self._check_usable()
-        R, me = self.group_size, self.rank
+        R = self.group_size
         if num_tokens_per_rdma_rank is not None:
             raise NotImplementedError("ep_core: num_tokens_per_rdma_rank is internode-only (not implemented)")
         x_data, x_scales = (x if isinstance(x, tuple) else (x, None))
@@ -491,9 +491,10 @@ class Buffer:
             if handle is None:
                 chunk_size, num_chunks = self._chunking(T, num_senders, config)
                 epoch = self._next_epoch()
+                is_token_in_rank = is_token_in_rank.contiguous()
                 with torch.cuda.stream(self.comm_stream):
                     prof = self._prof(session, "notify", 1, self.limits["notify_threads"] // 32, it)
-                    outs = ext.notify(is_token_in_rank.contiguous(), num_tokens_per_expert.to(torch.int32).contiguous(),
+                    outs = ext.notify(is_token_in_rank, num_tokens_per_expert.to(torch.int32).contiguous(),
                                       E, chunk_size, num_chunks, int(expert_alignment), self.peers.ptrs, *fail(epoch),
                                       prof, self.comm_stream.cuda_stream)
                 send_pos, send_chunk_prefix, rpm, recv_chunk_prefix, recv_num_chunks, recv_info = outs
@@ -537,11 +538,16 @@ class Buffer:
                                if x_scales is not None else None)
                 recv_idx = recv_w = None
                 if topk_idx is not None:
-                    # padding rows of num_worst_tokens keep -1 / 0 (ep-api.md)
-                    recv_idx = torch.full((rows, K), -1, dtype=topk_idx_t, device=self.device)
+                    recv_idx = torch.empty((rows, K), dtype=topk_idx_t, device=self.device)
                     if topk_weights is not None:
-                        recv_w = torch.zeros((rows, K), dtype=torch.float32, device=self.device)
+                        recv_w = torch.empty((rows, K), dtype=torch.float32, device=self.device)
             with torch.cuda.stream(self.comm_stream):
+                # padding rows of num_worst_tokens keep -1 / 0 (ep-api.md); filled on the comm stream
+                # so the fill is ordered before the kernel (an allocation stream fill would not be)
+                if recv_idx is not None and rows > handle.num_recv_tokens:
+                    recv_idx.fill_(-1)
+                if recv_w is not None and rows > handle.num_recv_tokens:
+                    recv_w.zero_()
                 prof = self._prof(session, "dispatch", num_blocks, self.limits["threads"] // 32, it)
                 ext.dispatch(x_data, x_scales, topk_idx.contiguous() if topk_idx is not None else None,
                              topk_weights.contiguous() if topk_weights is not None else None,

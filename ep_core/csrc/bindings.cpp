@@ -39,9 +39,13 @@ PeerPtrs make_peers(const std::vector<int64_t>& peers) {
   return p;
 }
 
-ep_core::FailCtx make_fail(int64_t err_dev, int64_t timeout_ns, int64_t rank, int64_t epoch, int kernel) {
-  return ep_core::FailCtx{reinterpret_cast<ep_core::ErrorInfo*>(err_dev), uint64_t(timeout_ns), int(rank), int(epoch),
-                          kernel};
+ep_core::FailCtx make_fail(const std::vector<int64_t>& peers, int64_t err_dev, int64_t timeout_ns, int64_t rank,
+                           int64_t epoch, int kernel) {
+  TORCH_CHECK(rank >= 0 && rank < int64_t(peers.size()), "ep_core: rank ", rank, " outside the ", peers.size(),
+              " mapped buffers");
+  int* claim = reinterpret_cast<int*>(reinterpret_cast<char*>(peers[rank]) + offsetof(ep_core::Signals, error_claim));
+  return ep_core::FailCtx{reinterpret_cast<ep_core::ErrorInfo*>(err_dev), claim, uint64_t(timeout_ns), int(rank),
+                          int(epoch), kernel};
 }
 
 RowRegions make_rows(const std::vector<int64_t>& r) {
@@ -107,8 +111,11 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> get_dispatch_layout(cons
               "ep_core: topk_idx must be a contiguous CUDA int64 [T, K] tensor");
   const int64_t T = topk_idx.size(0), K = topk_idx.size(1);
   auto opts = torch::dtype(torch::kInt32).device(torch::kCUDA);
-  auto per_rank = torch::zeros({num_ranks}, opts);
-  auto per_expert = torch::zeros({num_experts}, opts);
+  // zeroed on the launch stream: torch::zeros would fill on the current stream, unordered with it
+  auto per_rank = torch::empty({num_ranks}, opts);
+  auto per_expert = torch::empty({num_experts}, opts);
+  check_cuda(cudaMemsetAsync(per_rank.data_ptr(), 0, per_rank.nbytes(), as_stream(stream)), "memset");
+  check_cuda(cudaMemsetAsync(per_expert.data_ptr(), 0, per_expert.nbytes(), as_stream(stream)), "memset");
   auto in_rank = torch::empty({T, num_ranks}, torch::dtype(torch::kBool).device(torch::kCUDA));
   if (T > 0)
     check_cuda(ep_core::layout::get_dispatch_layout(topk_idx.data_ptr<int64_t>(), int(T), int(K), int(num_experts),
@@ -153,7 +160,7 @@ std::vector<torch::Tensor> notify(const torch::Tensor& is_token_in_rank, const t
   a.recv_num_chunks = recv_num_chunks.data_ptr<int>();
   a.recv_info = recv_info.data_ptr<int>();
   check_cuda(ep_core::notify::notify(a, make_peers(peers), int(R),
-                                     make_fail(err_dev, timeout_ns, rank, epoch, ep_core::kKernelNotify),
+                                     make_fail(peers, err_dev, timeout_ns, rank, epoch, ep_core::kKernelNotify),
                                      prof_ptr(prof), as_stream(stream)),
              "notify launch");
   return {send_pos, send_chunk_prefix, rpm, recv_chunk_prefix, recv_num_chunks, recv_info};
@@ -162,7 +169,7 @@ std::vector<torch::Tensor> notify(const torch::Tensor& is_token_in_rank, const t
 void barrier(const std::vector<int64_t>& peers, int64_t rank, int64_t epoch, int64_t err_dev, int64_t timeout_ns,
              const c10::optional<torch::Tensor>& prof, int64_t stream) {
   check_cuda(ep_core::notify::barrier(make_peers(peers), int(peers.size()),
-                                      make_fail(err_dev, timeout_ns, rank, epoch, ep_core::kKernelBarrier),
+                                      make_fail(peers, err_dev, timeout_ns, rank, epoch, ep_core::kKernelBarrier),
                                       prof_ptr(prof), as_stream(stream)),
              "barrier launch");
 }
@@ -207,7 +214,7 @@ void dispatch(const torch::Tensor& x, const c10::optional<torch::Tensor>& x_scal
   a.num_sender_blocks = int(num_sender_blocks);
   a.skip_send = skip_send ? 1 : 0;
   check_cuda(ep_core::dispatch::dispatch(a, make_rows(regions), make_peers(peers), int(peers.size()), int(num_blocks),
-                                         make_fail(err_dev, timeout_ns, rank, epoch, ep_core::kKernelDispatch),
+                                         make_fail(peers, err_dev, timeout_ns, rank, epoch, ep_core::kKernelDispatch),
                                          prof_ptr(prof), as_stream(stream)),
              "dispatch launch");
 }
@@ -242,7 +249,7 @@ void combine(const torch::Tensor& x, const c10::optional<torch::Tensor>& topk_we
   a.out_weights = ptr_or_null<float>(out_weights);
   a.num_sender_blocks = int(num_sender_blocks);
   check_cuda(ep_core::combine::combine(a, make_rows(regions), make_peers(peers), int(peers.size()), int(num_blocks),
-                                       make_fail(err_dev, timeout_ns, rank, epoch, ep_core::kKernelCombine),
+                                       make_fail(peers, err_dev, timeout_ns, rank, epoch, ep_core::kKernelCombine),
                                        prof_ptr(prof), as_stream(stream)),
              "combine launch");
 }

@@ -31,7 +31,8 @@ struct alignas(128) Signals {
   int dispatch_ready[kMaxRanks][kMaxChunks];    // [source rank][source chunk]: rows written
   int combine_ready[kMaxRanks][kMaxChunks];     // [sending rank][this rank's chunk]: rows written
   int abort_epoch;                              // an op that timed out on this rank: later waits of it give up
-  int pad[31];
+  int error_claim;                              // first failing warp claims the error record (device atomics only)
+  int pad[30];
   uint64_t clock_sync[2 * 64];                  // ping-pong area for profiler clock alignment
 };
 
@@ -70,6 +71,7 @@ struct ErrorInfo {
 // Everything a kernel needs to fail cleanly.
 struct FailCtx {
   ErrorInfo* err;        // host-mapped
+  int* claim;            // Signals::error_claim of this rank (device memory: atomics stay on the GPU)
   uint64_t timeout_ns;   // bound of every spin-wait
   int rank;
   int epoch;

@@ -116,7 +116,10 @@ __device__ void reduce(const Args& a, const RowRegions& rows, const PeerPtrs& pe
   const float* region_w = reinterpret_cast<const float*>(own + rows.topk_weights);
 
   for (int c = rb; c < a.num_chunks; c += nrb) {
-    // wait for every peer holding rows of this chunk, one thread per peer
+    // wait for every peer holding rows of this chunk, one thread per peer (all in warp 0, whose
+    // span covers the wait; payload = the last peer in rank order, the only one for 2 ranks)
+    const int last_peer = kNumRanks > 1 ? (me + kNumRanks - 1) % kNumRanks : me;
+    rec.begin(ph::kWaitData, last_peer);
     bool ok = true;
     if (tid < kNumRanks && tid != me) {
       const int* pre = a.send_chunk_prefix + tid * (kMaxChunks + 1);
@@ -130,10 +133,8 @@ __device__ void reduce(const Args& a, const RowRegions& rows, const PeerPtrs& pe
         }
       }
     }
-    // warp 0 holds the waiting threads: its span covers the wait; payload = the chunk's last peer
-    rec.begin(ph::kWaitData, kNumRanks > 1 ? (me + kNumRanks - 1) % kNumRanks : me);
     ok = __syncthreads_and(ok);
-    rec.end(ph::kWaitData, kNumRanks > 1 ? (me + kNumRanks - 1) % kNumRanks : me);
+    rec.end(ph::kWaitData, last_peer);
     if (!ok) break;
     rec.begin(ph::kReduce, c);
     const int end = min((c + 1) * a.chunk_size, a.num_tokens);

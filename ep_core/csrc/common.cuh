@@ -54,19 +54,22 @@ __device__ __forceinline__ void st_na(int4* p, const int4& v) {
                : "memory");
 }
 
-// Record the first error of this rank; later failures keep the first cause.
+// Record the first error of this rank; later failures keep the first cause. The claim is an
+// atomic on device memory (atomics on host-mapped memory need hostNativeAtomicSupported, which
+// x86 hosts lack); the record itself is written with plain volatile stores, flag last.
 __device__ __forceinline__ void report_error(const FailCtx& f, int code, int phase, int is_barrier, int channel,
                                              int peer) {
-  if (atomicCAS(&f.err->flag, 0, -1) == 0) {
-    f.err->rank = f.rank;
-    f.err->kernel = f.kernel;
-    f.err->phase = phase;
-    f.err->is_barrier = is_barrier;
-    f.err->channel = channel;
-    f.err->peer = peer;
-    f.err->epoch = f.epoch;
+  if (atomicCAS(f.claim, 0, 1) == 0) {
+    volatile ErrorInfo* e = f.err;
+    e->rank = f.rank;
+    e->kernel = f.kernel;
+    e->phase = phase;
+    e->is_barrier = is_barrier;
+    e->channel = channel;
+    e->peer = peer;
+    e->epoch = f.epoch;
     __threadfence_system();
-    atomicExch(&f.err->flag, code);
+    e->flag = code;
     __threadfence_system();
   }
 }

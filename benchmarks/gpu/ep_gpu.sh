@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# ep-kernels' device call: build both extension variants once, check ep_core against the
+# reference and benchmark it (benchmarks/gpu/ep_kernels_bench.py, table printed last), record
+# profiled traces, then run ep-harness's GPU acceptance tests if they exist. Everything it
+# writes lands under $OUT (logs, results JSON, traces tarball).
+#   run (device tool): bash benchmarks/gpu/ep_gpu.sh
+set -uo pipefail
+export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=32
+OUT=${OUT:-/tmp/ep_gpu_out}
+mkdir -p "$OUT"
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-330}
+TESTS_TIMEOUT=${TESTS_TIMEOUT:-150}
+BENCH_ARGS=${BENCH_ARGS:-}
+
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv; git rev-parse HEAD; date -u; } | tee "$OUT/gpu.txt"
+
+t0=$(date +%s)
+# three independent JIT builds in parallel (each has its own cache directory)
+python -c "import ep_core._ext as X; X.load(False)" > "$OUT/build_noprof.log" 2>&1 &
+python -c "import ep_core._ext as X; X.load(True)" > "$OUT/build_prof.log" 2>&1 &
+python -c "from profiler.record.build import load_record_extension as L; L(profile=False)" > "$OUT/build_record.log" 2>&1 &
+wait
+echo "build: $(( $(date +%s) - t0 )) s"; tail -3 "$OUT"/build_*.log
+
+timeout "$BENCH_TIMEOUT" python benchmarks/gpu/ep_kernels_bench.py --out "$OUT" --traces "$OUT/traces" $BENCH_ARGS \
+  2>&1 | tee "$OUT/bench.log"
+if [ -d "$OUT/traces" ]; then tar czf "$OUT/traces.tar.gz" -C "$OUT" traces && rm -rf "$OUT/traces"; fi
+
+shopt -s nullglob
+tests=(tests/gpu/test_ep_*.py)
+if [ ${#tests[@]} -gt 0 ]; then
+  timeout "$TESTS_TIMEOUT" python -m pytest -q -x -rA "${tests[@]}" 2>&1 | tail -40 | tee "$OUT/gpu_tests.log"
+fi
+cat "$OUT"/build_*.log | gzip > "$OUT/build_logs.gz"; rm -f "$OUT"/build_*.log
+echo "total: $(( $(date +%s) - t0 )) s"
