@@ -72,6 +72,10 @@ class ReferenceBuffer:
     def get_combine_config(num_ranks: int) -> Config:
         return combine_config(num_ranks, ReferenceBuffer.num_sms)
 
+    @staticmethod
+    def get_buffer_size_hint(num_max_tokens_per_rank, hidden, num_ranks, num_topk=16):
+        return 0  # the reference keeps no buffer
+
     def capture(self):
         return EventOverlap()
 

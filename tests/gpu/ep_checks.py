@@ -51,11 +51,9 @@ def api():
 
 
 def make_buffer(ctx, problem: Problem):
+    """A Buffer sized by the Buffer's own formula for this problem (any routing fits)."""
     Buffer, _ = api()
-    hidden_bytes = problem.hidden * 2  # bf16 rows are the widest (combine moves bf16)
-    size = 0
-    for fn in (Buffer.get_dispatch_config, Buffer.get_combine_config):
-        size = max(size, fn(problem.ranks).get_nvl_buffer_size_hint(hidden_bytes, problem.ranks))
+    size = Buffer.get_buffer_size_hint(problem.tokens, problem.hidden, problem.ranks, problem.topk)
     return Buffer(ctx.group, num_nvl_bytes=size)
 
 
@@ -347,3 +345,42 @@ def buffer_destroy(buffer) -> None:
         destroy()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def run_limit_errors(ctx) -> dict:
+    """Sizes outside the buffer or the limits: each call raises an error naming the limit
+    (and no hang: the whole function runs under run_ranks' timeout)."""
+    Buffer, topk_idx_t = api()
+    rank, R = ctx.rank, ctx.world_size
+    messages = {}
+    p = Problem(4096, 7168, 8, 256, R)
+    ins = make_all_inputs(p, "uniform", device=ctx.device)[rank]
+    idx = ins.topk_idx.to(topk_idx_t)
+    # a buffer sized for 256 tokens per rank, asked to move 4096
+    small = Buffer(ctx.group, num_nvl_bytes=Buffer.get_buffer_size_hint(256, 7168, R, 8))
+    layout = small.get_dispatch_layout(idx, p.experts)
+    try:
+        small.dispatch(ins.x, num_tokens_per_rank=layout[0], is_token_in_rank=layout[3],
+                       num_tokens_per_expert=layout[2], topk_idx=idx, topk_weights=ins.topk_weights)
+        messages["small_buffer"] = "no error"
+    except Exception as e:  # noqa: BLE001 (the type is the Buffer's; the message is what we check)
+        messages["small_buffer"] = f"{type(e).__name__}: {e}"
+    buffer = make_buffer(ctx, p)
+    bad_hidden = torch.zeros((4, 100), dtype=torch.bfloat16, device=ctx.device)
+    try:
+        buffer.dispatch(bad_hidden, num_tokens_per_rank=layout[0], is_token_in_rank=layout[3][:4],
+                        num_tokens_per_expert=layout[2])
+        messages["hidden"] = "no error"
+    except Exception as e:  # noqa: BLE001
+        messages["hidden"] = f"{type(e).__name__}: {e}"
+    try:
+        buffer.get_dispatch_layout(torch.zeros((4, 17), dtype=topk_idx_t, device=ctx.device), p.experts)
+        messages["topk"] = "no error"
+    except Exception as e:  # noqa: BLE001
+        messages["topk"] = f"{type(e).__name__}: {e}"
+    try:
+        buffer.get_dispatch_layout(idx, 257 if R > 1 else 1024)
+        messages["experts"] = "no error"
+    except Exception as e:  # noqa: BLE001
+        messages["experts"] = f"{type(e).__name__}: {e}"
+    return messages
