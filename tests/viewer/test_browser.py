@@ -1,0 +1,220 @@
+"""The real app in headless Chromium (Debian's /usr/bin/chromium through Playwright's Python API,
+never a downloaded browser), on the repo's bundled traces/. Saves one screenshot per page under
+docs/screenshots/.
+
+Checks: every page loads; the starvation self-test's verdict names its idle warps; the grid
+barrier self-test names its last arriver; Compare says "within noise" for two runs of the same
+code and finds a difference for two runs that differ.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+TRACES = REPO / "traces"
+SHOTS = REPO / "docs" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TIMEOUT_MS = 60_000   # a cold page on the 2-core CI machine loads the run and runs the analyses
+
+
+def _find(name: str) -> Path | None:
+    hits = sorted(p.parent for p in TRACES.rglob("manifest.json") if p.parent.name == name)
+    return hits[0] if hits else None
+
+
+def _need(name: str) -> Path:
+    p = _find(name)
+    if p is None:
+        pytest.skip(f"bundled trace traces/**/{name} is not in this checkout")
+    return p
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
+    if not TRACES.is_dir() or not any(TRACES.rglob("manifest.json")):
+        pytest.skip("no bundled traces under traces/")
+    from werkzeug.serving import make_server
+
+    from viewer.app import create_app
+
+    app = create_app([TRACES])
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    yield app, f"http://127.0.0.1:{srv.server_port}"
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1440, "height": 900})
+        pg.set_default_timeout(TIMEOUT_MS)
+        errors = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.errors = errors
+        yield pg
+        browser.close()
+
+
+def _run_id(app, path: Path) -> str:
+    for e in app.catalog.entries():
+        if e.path == path.resolve():
+            return e.run_id
+    raise AssertionError(f"{path} is not in the catalog")
+
+
+def _goto(page, base, path, run_id=None):
+    q = ("?" + urlencode({"run": run_id})) if run_id else ""
+    page.goto(base + path + q)
+    page.wait_for_selector(".run-header, .page-head, .msg", state="attached")
+
+
+def _shot(page, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.wait_for_timeout(400)     # let plotly finish its transition
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def _no_error(page):
+    assert page.locator(".msg-error").count() == 0, page.locator(".msg-error").first.inner_text()
+    assert not page.errors, page.errors
+
+
+def _timeline_run(app) -> Path:
+    """An EP recording if one is bundled, else a self-test, else any readable run."""
+    entries = [e for e in app.catalog.entries() if e.problem is None]
+    for kind in ("ep", "selftest", "synthetic"):
+        for e in entries:
+            if (e.manifest or {}).get("workload", {}).get("kind") == kind and e.path.name != "selftest-timer-resolution":
+                return e.path
+    pytest.skip("no readable bundled run")
+
+
+def test_runs_page(server, page):
+    app, base = server
+    _goto(page, base, "/")
+    page.wait_for_selector(".tbl-runs")
+    rows = page.locator(".tbl-runs tbody tr")
+    assert rows.count() == len(app.catalog.entries())
+    _no_error(page)
+    _shot(page, "runs")
+
+
+def test_timeline_page_and_zoom(server, page):
+    app, base = server
+    rid = _run_id(app, _timeline_run(app))
+    _goto(page, base, "/timeline", rid)
+    info = page.locator("#tl-info")
+    page.wait_for_function("document.querySelector('#tl-info') && document.querySelector('#tl-info').innerText.includes('level')")
+    page.wait_for_selector("#tl-graph .main-svg")
+    before = info.inner_text()
+    _no_error(page)
+    _shot(page, "timeline")
+    # drag across the middle tenth of the plot: the server re-aggregates the narrower window
+    box = page.locator("#tl-graph .nsewdrag").first.bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.45, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.50, y, steps=5)
+    page.mouse.up()
+    page.wait_for_function(f"document.querySelector('#tl-info').innerText !== {json.dumps(before)}")
+    assert "window" in info.inner_text()
+
+
+def test_critical_path_page_and_what_if(server, page):
+    app, base = server
+    rid = _run_id(app, _timeline_run(app))
+    _goto(page, base, "/critical-path", rid)
+    page.wait_for_selector("#cp-summary")
+    assert "paces the run" in page.locator("#cp-summary").inner_text()
+    page.click("#cp-whatif-apply")
+    page.wait_for_selector("#cp-whatif-verdict")
+    assert "end-to-end" in page.locator("#cp-whatif-verdict").inner_text()
+    _no_error(page)
+    _shot(page, "critical-path")
+
+
+def test_idle_page_names_the_starved_warps(server, page):
+    app, base = server
+    run = _need("selftest-starved-warps")
+    wl = json.loads((run / "manifest.json").read_text())["workload"]
+    _goto(page, base, "/idle", _run_id(app, run))
+    page.wait_for_selector("#idle-verdict")
+    verdict = page.locator("#idle-verdict").inner_text()
+    # the self-test plants: only warps 0..busy_warps-1 of blocks 0..busy_blocks-1 work
+    assert re.search(rf"blocks {wl['busy_blocks']}\s*[–-]\s*{wl['grid'] - 1}\b", verdict), verdict
+    assert "no work" in verdict and str(wl["busy_warp_count"]) in verdict, verdict
+    page.wait_for_selector("#idle-heatmap .main-svg")
+    _no_error(page)
+    _shot(page, "idle")
+
+
+def test_barriers_page_names_the_last_arriver(server, page):
+    app, base = server
+    run = _need("selftest-grid-barrier")
+    wl = json.loads((run / "manifest.json").read_text())["workload"]
+    _goto(page, base, "/barriers", _run_id(app, run))
+    page.wait_for_selector("#bar-verdict")
+    verdict = page.locator("#bar-verdict").inner_text()
+    assert f"last arriver rank 0 block {wl['late_block']} warp {wl['late_warp']} in 100%" in verdict, verdict
+    _no_error(page)
+    _shot(page, "barriers")
+
+
+def _pick(page, side: str, run_ids: set[str]) -> None:
+    """Make exactly `run_ids` selected in a multi-select dropdown, by clicking its options."""
+    page.click(side)
+    box = page.locator("[role=listbox]")
+    box.wait_for()
+    opts = box.locator("[role=option]")
+    for i in range(opts.count()):
+        o = opts.nth(i)
+        want = o.locator("input").get_attribute("value") in run_ids
+        if (o.get_attribute("aria-selected") == "true") != want:
+            o.click()
+    page.keyboard.press("Escape")
+    box.wait_for(state="detached")
+
+
+def _compare(page, base, app, a: Path, b: Path) -> str:
+    _goto(page, base, "/compare")
+    page.wait_for_selector("#cmp-go")
+    _pick(page, "#cmp-a", {_run_id(app, a)})
+    _pick(page, "#cmp-b", {_run_id(app, b)})
+    page.click("#cmp-go")
+    page.wait_for_selector("#cmp-verdict")
+    return page.locator("#cmp-verdict").inner_text()
+
+
+def test_compare_same_code_is_within_noise(server, page):
+    app, base = server
+    a, a2 = _need("same-code-a1"), _need("same-code-a2")
+    verdict = _compare(page, base, app, a, a2)
+    assert "within noise" in verdict, verdict
+    _no_error(page)
+
+
+def test_compare_changed_code_is_a_significant_difference(server, page):
+    app, base = server
+    a, b = _need("same-code-a1"), _need("slower-send-chunk-b")
+    verdict = _compare(page, base, app, a, b)
+    assert "slower" in verdict and "within noise" not in verdict.split(";")[0], verdict
+    _no_error(page)
+    _shot(page, "compare")
