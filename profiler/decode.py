@@ -375,12 +375,16 @@ def _to_timeline(raw: _Raw, info: LaunchInfo, clock: ClockModel | None, shift: i
     cols["end_ns"] = clock.to_run_timeline(info.rank, cols["end_ns"])
     if gb >= 0:
         launch["gpu_begin_ns"], launch["gpu_end_ns"] = (int(v) for v in clock.to_run_timeline(info.rank, np.array([gb, ge])))
-    if clock.host is not None and 0 <= info.host_begin_ns <= info.host_end_ns:
-        hb, he = (int(v) for v in clock.host_to_run_timeline(np.array([info.host_begin_ns, info.host_end_ns])))
-        launch["host_begin_ns"], launch["host_end_ns"] = hb, he
-        return hb, he
     launch["host_begin_ns"] = launch["host_end_ns"] = -1
-    return None
+    if clock.host is None:
+        return None
+    hb, he = (int(v) for v in clock.host_to_run_timeline(np.array([info.host_begin_ns, info.host_end_ns])))
+    if info.host_begin_ns >= 0:
+        launch["host_begin_ns"] = hb
+    if info.host_end_ns >= 0:
+        launch["host_end_ns"] = he
+    # a host row only for a complete host span (a recorder may add its own host rows instead)
+    return (hb, he) if 0 <= info.host_begin_ns <= info.host_end_ns else None
 
 
 def _union(lists) -> tuple[list[str], dict[str, int]]:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .runstore import TRACE, Run, iter_event_batches, load_run
+from .runstore import TRACE, Run, load_run
 from .schema import EVENT_KINDS
 
 SEQ_ID = 1
@@ -47,35 +47,49 @@ def _pb():
 
 
 # -- vectorised protobuf encoding ----------------------------------------------------------------
+# A piece is (columns, length): columns[k] holds byte k of every row (a (n,) uint8 array or an int
+# for a constant byte), and a row's piece is its first length[row] bytes. Rows of one packet
+# kind have the same pieces; an absent optional field is a piece of length 0 on that row.
 def _varint(v: np.ndarray, present: np.ndarray | None = None):
-    """(bytes matrix (n, w), valid mask (n, w), encoded length (n,)) of unsigned varints."""
-    v = np.asarray(v).astype(np.uint64)
+    """Unsigned varints of v (uint64) as a piece; rows where present is False encode nothing."""
+    v = np.asarray(v).astype(np.uint64, copy=False)
     n = len(v)
+    vmax = int(v.max()) if n else 0
+    w = max(1, (vmax.bit_length() + 6) // 7)
     nb = np.ones(n, np.int64)
-    for k in range(1, 10):
+    for k in range(1, w):
         nb += v >= np.uint64(1 << (7 * k))
-    w = int(nb.max()) if n else 1
-    mat = np.empty((n, w), np.uint8)
+    cols = []
     for k in range(w):
-        b = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        mat[:, k] = b | ((nb > k + 1).astype(np.uint8) << 7)
-    mask = np.arange(w)[None, :] < nb[:, None]
+        b = (v >> np.uint64(7 * k)).astype(np.uint8) & np.uint8(0x7F)
+        if k + 1 < w:
+            b |= (nb > k + 1).view(np.uint8) << np.uint8(7)
+        cols.append(b)
     if present is not None:
-        mask &= present[:, None]
         nb = np.where(present, nb, 0)
-    return mat, mask, nb
+    return cols, nb
 
 
-def _const(b: int, n: int, present: np.ndarray | None = None):
-    mat = np.full((n, 1), b, np.uint8)
-    mask = np.ones((n, 1), bool) if present is None else present[:, None].copy()
-    return mat, mask, (np.ones(n, np.int64) if present is None else present.astype(np.int64))
+def _const(data: bytes, n: int, present: np.ndarray | None = None):
+    ln = np.full(n, len(data), np.int64) if present is None else np.where(present, len(data), 0)
+    return list(data), ln
 
 
 def _assemble(pieces) -> bytes:
-    mats = np.hstack([p[0] for p in pieces])
-    mask = np.hstack([p[1] for p in pieces])
-    return mats[mask].tobytes()
+    """Concatenate the pieces row by row into one byte string (scatter by running offsets)."""
+    lens = sum(p[1] for p in pieces)
+    total = int(lens.sum())
+    out = np.empty(total, np.uint8)
+    off = np.cumsum(lens) - lens
+    for cols, ln in pieces:
+        for k, col in enumerate(cols):
+            sel = ln > k
+            if sel.all():
+                out[off + k] = col
+            elif sel.any():
+                out[off[sel] + k] = col if isinstance(col, int) else col[sel]
+        off += ln
+    return out.tobytes()
 
 
 def _tag(field: int, wire: int) -> int:
@@ -89,28 +103,28 @@ def encode_events(ts, typ, uuid, name_iid, payload, da_iid: int, seq: int = SEQ_
 
     typ: 1 SLICE_BEGIN, 2 SLICE_END, 3 INSTANT. BEGIN and INSTANT carry name_iid and a
     debug annotation (name iid da_iid) with the int payload; END carries neither.
+    Field order inside each message is irrelevant to protobuf; lengths are computed per row.
     """
     n = len(ts)
+    typ = np.asarray(typ)
     named = typ != 2
     pl = np.asarray(payload).astype(np.int64).view(np.uint64)  # int64 two's complement, as protobuf
-    t_type = _const(_tag(9, 0), n), _varint(typ)
-    t_uuid = _const(_tag(11, 0), n), _varint(uuid)
-    t_name = _const(_tag(10, 0), n, named), _varint(name_iid, named)
-    da_name = _const(_tag(1, 0), n), _varint(np.full(n, da_iid))
-    da_val = _const(_tag(4, 0), n), _varint(pl)
-    da_len = sum(p[2] for p in (*da_name, *da_val))
-    da_len_v = _varint(da_len, named)
-    da_name = tuple((m, k & named[:, None], np.where(named, l, 0)) for m, k, l in da_name)
-    da_val = tuple((m, k & named[:, None], np.where(named, l, 0)) for m, k, l in da_val)
-    t_da = (_const(_tag(4, 2), n, named), da_len_v, *da_name, *da_val)
-    body = (*t_type, *t_uuid, *t_name, *t_da)
-    te_len = sum(p[2] for p in body)
-    te_len_v = _varint(te_len)
-    head = (_const(_tag(8, 0), n), _varint(ts), _const(_tag(11, 2), n), te_len_v)
-    tail = (_const(_tag(10, 0), n), _varint(np.full(n, seq)), _const(_tag(13, 0), n), _varint(np.full(n, 2)))
+    assert 0 < da_iid < 128 and 0 < seq < 128
+    t_type = ([_tag(9, 0), typ.astype(np.uint8)], np.full(n, 2, np.int64))
+    t_uuid = (_const(bytes([_tag(11, 0)]), n), _varint(uuid))
+    t_name = (_const(bytes([_tag(10, 0)]), n, named), _varint(name_iid, named))
+    da_val = _varint(pl, named)
+    da_len = 2 + 1 + da_val[1]                     # name_iid field (2 bytes) + int_value tag + varint
+    da_len_v = _varint(np.where(named, da_len, 0), named)
+    t_da = (_const(bytes([_tag(4, 2)]), n, named), da_len_v,
+            _const(bytes([_tag(1, 0), da_iid, _tag(4, 0)]), n, named), da_val)
+    body = (t_type, *t_uuid, *t_name, *t_da)
+    te_len = sum(p[1] for p in body)
+    head = (_const(bytes([_tag(8, 0)]), n), _varint(ts), _const(bytes([_tag(11, 2)]), n), _varint(te_len))
+    tail = (_const(bytes([_tag(10, 0), seq, _tag(13, 0), 2]), n),)   # sequence id, SEQ_NEEDS_INCREMENTAL_STATE
     pkt = (*head, *body, *tail)
-    pkt_len = sum(p[2] for p in pkt)
-    return _assemble((_const(_tag(1, 2), n), _varint(pkt_len), *pkt))
+    pkt_len = sum(p[1] for p in pkt)
+    return _assemble((_const(bytes([_tag(1, 2)]), n), _varint(pkt_len), *pkt))
 
 
 def _frame(msg) -> bytes:
@@ -128,8 +142,13 @@ def _frame(msg) -> bytes:
 
 
 # -- track ids ---------------------------------------------------------------------------------------
+# uuid = (rank+1) << 24 | (block+1) << 6 | (warp+1): small numbers make short varints (4 bytes for
+# 8 ranks) in every packet. Warps per block <= 32 on NVIDIA GPUs (1024 threads), blocks < 2^18 - 1.
+_WARP_BITS, _RANK_SHIFT = 6, 24
+
+
 def rank_uuid(rank):
-    return (np.asarray(rank, np.uint64) + np.uint64(1)) << np.uint64(40)
+    return (np.asarray(rank).astype(np.uint64) + np.uint64(1)) << np.uint64(_RANK_SHIFT)
 
 
 def host_uuid(rank):
@@ -141,7 +160,7 @@ def kernels_uuid(rank):
 
 
 def block_uuid(rank, block):
-    return rank_uuid(rank) | ((np.asarray(block).astype(np.uint64) + np.uint64(1)) << np.uint64(8))
+    return rank_uuid(rank) | ((np.asarray(block).astype(np.uint64) + np.uint64(1)) << np.uint64(_WARP_BITS))
 
 
 def warp_uuid(rank, block, warp):
@@ -149,10 +168,24 @@ def warp_uuid(rank, block, warp):
 
 
 # -- the export ----------------------------------------------------------------------------------
-def _kind_codes(s: pd.Series) -> np.ndarray:
-    cats = s.cat.categories
-    lut = np.array([_K[str(c)] for c in cats] or [0], np.int8)
-    return lut[s.cat.codes.to_numpy()]
+def _batches(path: Path, columns: list[str]):
+    """Stream events.parquet as {column: numpy array}; dictionary columns as (codes, categories)."""
+    import pyarrow.parquet as pq
+    pf = pq.ParquetFile(path / "events.parquet")
+    for rb in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+        out = {}
+        for name, col in zip(rb.schema.names, rb.columns):
+            if hasattr(col, "indices"):
+                out[name] = (col.indices.to_numpy(zero_copy_only=False), [str(x) for x in col.dictionary.to_pylist()])
+            else:
+                out[name] = col.to_numpy(zero_copy_only=False)
+        yield len(rb), out
+
+
+def _kind_codes(col) -> np.ndarray:
+    codes, cats = col
+    lut = np.array([_K[c] for c in cats] or [0], np.int8)
+    return lut[codes]
 
 
 def _scan(path: Path, barrier_scope: dict[str, str]):
@@ -163,32 +196,38 @@ def _scan(path: Path, barrier_scope: dict[str, str]):
     bars = []
     row0 = 0
     cols = ["rank", "launch", "block", "warp", "sm", "role", "kind", "phase", "begin_ns", "payload"]
-    for df in iter_event_batches(path, BATCH_ROWS, columns=cols):
-        k = _kind_codes(df["kind"])
-        if len(df):
-            m = int(df["begin_ns"].min())
+    for n, c in _batches(path, cols):
+        k = _kind_codes(c["kind"])
+        if n:
+            m = int(c["begin_ns"].min())
             tmin = m if tmin is None else min(tmin, m)
         is_host = k == _K["host"]
-        host_ranks.update(np.unique(df["rank"].to_numpy()[is_host]).tolist())
-        t = df.loc[~is_host, ["rank", "block", "warp", "sm", "role"]].drop_duplicates()
-        for r, b, w, sm, role in t.itertuples(index=False):
-            e = tracks.setdefault((int(r), int(b), int(w)), (set(), set()))
-            e[0].add(int(sm))
-            if isinstance(role, str) and role:
+        host_ranks.update(np.unique(c["rank"][is_host]).tolist())
+        gpu = np.flatnonzero(~is_host)
+        # one row per distinct (warp track, sm, role) of the batch
+        key = (warp_uuid(c["rank"][gpu], c["block"][gpu], c["warp"][gpu]) << np.uint64(24)) \
+            | (c["sm"][gpu].astype(np.uint64) & np.uint64(0xFFFF)) << np.uint64(8) | c["role"][0][gpu].astype(np.uint64)
+        _, first = np.unique(key, return_index=True)
+        rcats = c["role"][1]
+        for i in gpu[first].tolist():
+            e = tracks.setdefault((int(c["rank"][i]), int(c["block"][i]), int(c["warp"][i])), (set(), set()))
+            e[0].add(int(c["sm"][i]))
+            role = rcats[c["role"][0][i]]
+            if role:
                 e[1].add(role)
-        isb = (k == _K["arrive"]) | (k == _K["depart"])
-        if isb.any():
-            b = df.loc[isb, ["rank", "launch", "block", "warp", "phase", "payload", "begin_ns"]].copy()
-            b["phase"] = b["phase"].astype(str)
-            b["arrive"] = k[isb] == _K["arrive"]
-            b["row"] = np.flatnonzero(isb) + row0
-            bars.append(b)
-        row0 += len(df)
+        isb = np.flatnonzero((k == _K["arrive"]) | (k == _K["depart"]))
+        if len(isb):
+            pc, pcats = c["phase"]
+            bars.append(pd.DataFrame({
+                "rank": c["rank"][isb], "launch": c["launch"][isb], "block": c["block"][isb], "warp": c["warp"][isb],
+                "phase": np.array(pcats, dtype=object)[pc[isb]], "payload": c["payload"][isb],
+                "begin_ns": c["begin_ns"][isb], "arrive": k[isb] == _K["arrive"], "row": isb + row0}))
+        row0 += n
     flows: dict[int, list[int]] = {}
     term: dict[int, int] = {}
     if bars:
         b = pd.concat(bars, ignore_index=True)
-        cross = b["phase"].map(lambda p: barrier_scope.get(p) == "rank").to_numpy()
+        cross = b["phase"].map(lambda p: barrier_scope.get(p) == "rank").to_numpy(dtype=bool)
         b["grp_rank"] = np.where(cross, -1, b["rank"].to_numpy())
         keys = ["grp_rank", "launch", "phase", "payload"]
         arr = b[b["arrive"]].sort_values(["begin_ns", "row"]).groupby(keys, sort=False).tail(1)
@@ -257,8 +296,8 @@ def export_perfetto(run_or_path, out_path=None) -> Path:
             desc(uuid=int(block_uuid(r, b)), parent_uuid=int(rank_uuid(r)), name=f"block {b} (SM{'s' if len(sms) > 1 else ''} {sm})",
                  sibling_order_rank=b, child_ordering=explicit)
         for (r, b, w), (_, roles) in sorted(tracks.items()):
-            if w > 254:
-                raise ValueError(f"warp index {w} > 254 does not fit the track id scheme")
+            if not (0 <= w < (1 << _WARP_BITS) - 1 and 0 <= b < (1 << (_RANK_SHIFT - _WARP_BITS)) - 1):
+                raise ValueError(f"block {b} warp {w} does not fit the track id scheme")
             role = "/".join(sorted(roles))
             desc(uuid=int(warp_uuid(r, b, w)), parent_uuid=int(block_uuid(r, b)),
                  name=f"warp {w}" + (f" · {role}" if role else ""), sibling_order_rank=w)
@@ -284,25 +323,25 @@ def export_perfetto(run_or_path, out_path=None) -> Path:
                 f.write(_frame(b) + _frame(e))
 
         row0 = 0
-        for df in iter_event_batches(run.path, BATCH_ROWS):
-            _write_batch(f, P, df, row0, base, names, intern, flows, term)
-            row0 += len(df)
+        cols = ["rank", "block", "warp", "kind", "phase", "begin_ns", "end_ns", "payload"]
+        for n, c in _batches(run.path, cols):
+            _write_batch(f, P, c, row0, base, names, intern, flows, term)
+            row0 += n
     os.replace(tmp, out)
     return out
 
 
-def _write_batch(f, P, df: pd.DataFrame, row0: int, base: int, names, intern, flows, term) -> None:
-    k = _kind_codes(df["kind"])
-    pcats = [str(c) for c in df["phase"].cat.categories]
+def _write_batch(f, P, c: dict, row0: int, base: int, names, intern, flows, term) -> None:
+    k = _kind_codes(c["kind"])
+    pcode, pcats = c["phase"]
     intern(pcats)
-    pcode = df["phase"].cat.codes.to_numpy()
-    iid_lut = np.array([names[c] for c in pcats] or [0], np.uint64)
-    rank = df["rank"].to_numpy()
+    iid_lut = np.array([names[x] for x in pcats] or [0], np.uint64)
+    rank = c["rank"]
     is_host = k == _K["host"]
-    uuid = np.where(is_host, host_uuid(rank), warp_uuid(rank, df["block"].to_numpy(), df["warp"].to_numpy()))
-    begin = df["begin_ns"].to_numpy() + base
-    end = np.maximum(df["end_ns"].to_numpy() + base, begin)
-    payload = df["payload"].to_numpy()
+    uuid = np.where(is_host, host_uuid(rank), warp_uuid(rank, c["block"], c["warp"]))
+    begin = c["begin_ns"] + np.int64(base)
+    end = np.maximum(c["end_ns"] + np.int64(base), begin)
+    payload = c["payload"]
 
     vec = np.flatnonzero((k == _K["span"]) | (k == _K["instant"]) | is_host)
     if len(vec):
