@@ -134,8 +134,8 @@ __device__ void reduce(const Args& a, const RowRegions& rows, const PeerPtrs& pe
       }
     }
     ok = __syncthreads_and(ok);
+    if (!ok) break;  // no END: the trace keeps the wait open where this warp gave up
     rec.end(ph::kWaitData, last_peer);
-    if (!ok) break;
     rec.begin(ph::kReduce, c);
     const int end = min((c + 1) * a.chunk_size, a.num_tokens);
     for (int t = c * a.chunk_size + warp; t < end; t += kWarps) {

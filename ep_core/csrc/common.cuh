@@ -110,7 +110,7 @@ __device__ __forceinline__ bool rank_barrier(const PeerPtrs& peers, int slot, ui
     if (!ok) report_error(f, 1, barrier_id, 1, slot, t);
   }
   ok = __syncthreads_and(ok);
-  rec.depart(barrier_id, static_cast<uint32_t>(f.epoch));
+  if (ok) rec.depart(barrier_id, static_cast<uint32_t>(f.epoch));  // a timed-out barrier has no departure
   return ok;
 }
 

@@ -144,8 +144,8 @@ __device__ void receive(const Args& a, const RowRegions& rows, const PeerPtrs& p
     }
     __syncthreads();
     const bool ok = s_ok;
+    if (!ok) break;  // no END: the trace keeps the wait open where this warp gave up
     rec.end(ph::kWaitData, s);
-    if (!ok) break;
     rec.begin(ph::kCopyOut, c);
     {
       const int4* src = reinterpret_cast<const int4*>(own + rows.x) + int64_t(row0) * nvec;
