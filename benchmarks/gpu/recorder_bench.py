@@ -116,6 +116,23 @@ def workload_overhead(prof, noprof, launch, p: dict, capacity: int, reps: int) -
             "noise_compiled_out_halves_pct": round(halves, 3), "reps": reps}
 
 
+def clock_section(root: Path) -> list[dict]:
+    """Clock calibration of each run recorded by the same job (manifest['clock'])."""
+    rows = []
+    for man in sorted(root.glob("*/manifest.json")):
+        c = json.loads(man.read_text())["clock"]
+        for r in c["ranks"]:
+            if r["rank"]:
+                rows.append({"run": man.parent.name, "what": f"rank {r['rank']} vs rank 0",
+                             "offset_ns": round(r["offset_ns"]), "drift_ppm": round(r["drift_ppm"], 3),
+                             "uncertainty_ns": round(r["uncertainty_ns"])})
+        if "host" in c:
+            rows.append({"run": man.parent.name, "what": f"host vs GPU ({c.get('host_pairs', '?')} pairs)",
+                         "offset_ns": None, "drift_ppm": round((c["host"]["slope"] - 1) * 1e6, 3),
+                         "uncertainty_ns": round(c["host"]["uncertainty_ns"])})
+    return rows
+
+
 def sass_proof() -> dict:
     cuobjdump = shutil.which("cuobjdump")
     if cuobjdump is None:
@@ -155,6 +172,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=60)
+    ap.add_argument("--traces", default=None, help="run directories of the same job: their clock calibration is reported")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -181,6 +199,7 @@ def main() -> int:
     res["overhead"]["grid-barrier workload (as traced)"] = {
         "config": BARRIER, "records_per_warp": 4 * BARRIER["rounds"],
         **workload_overhead(prof, noprof, launch_barrier, BARRIER, 4 * BARRIER["rounds"] + 4, args.reps)}
+    res["clocks"] = clock_section(Path(args.traces)) if args.traces else []
     sass = sass_proof()
     res["sass"] = {v: {k: {c: n for c, n in d.items() if c != "lines"} for k, d in ks.items()} if isinstance(ks, dict) else ks
                    for v, ks in sass.items()}
@@ -201,7 +220,7 @@ def render_md(res: dict, excerpt: dict) -> str:
          f"Measured by `benchmarks/gpu/recorder_gpu.sh` (benchmarks/gpu/recorder_bench.py) on {res['gpu']}, "
          f"commit {g['commit'][:12]}{' (dirty)' if g['dirty'] else ''} on {g['branch']}, {res['date']}, "
          f"torch {res['torch']} / CUDA {res['cuda']}. All numbers from this one run.", "",
-         "## %globaltimer step", "", f"Timer probe ({res['timer']['config']}): smallest increment "
+         "## %globaltimer step", "", f"Timer probe, record-free pass ({res['timer']['config']}): smallest increment "
          f"**{res['timer']['min_step_ns']} ns**, mean {res['timer']['mean_step_ns']:.2f} ns over "
          f"{res['timer']['steps']} changes, largest {res['timer']['max_step_ns']} ns.", "",
          "## Cost per record on the recording warp (clock64 cycles)", "",
@@ -225,7 +244,16 @@ def render_md(res: dict, excerpt: dict) -> str:
                  f"{m['runtime off']} ({s['runtime off'][0]}-{s['runtime off'][1]}) | {m['on']} ({s['on'][0]}-{s['on'][1]}) | "
                  f"**{o['on_vs_compiled_out_pct']:+.3f}%** | {o['runtime_off_vs_compiled_out_pct']:+.3f}% | "
                  f"{o['noise_compiled_out_halves_pct']:.3f}% |")
-    L += ["", "Target: recording on costs <= 1% of the self-test workload (issue 2).", "",
+    L += ["", "Target: recording on costs <= 1% of the self-test workload (issue 2).", ""]
+    if res.get("clocks"):
+        L += ["## Clock alignment of the runs recorded by the same job", "",
+              "From each run's manifest (profiler.align fits; uncertainty = half the best round trip + 2 timer "
+              "steps for ranks, worst residual + half-width + 1 step for the host).", "",
+              "| run | clock | offset (ns) | drift (ppm) | uncertainty (ns) |", "| --- | --- | --- | --- | --- |"]
+        L += [f"| {r['run']} | {r['what']} | {'' if r['offset_ns'] is None else r['offset_ns']} | {r['drift_ppm']} | "
+              f"{r['uncertainty_ns']} |" for r in res["clocks"]]
+        L += [""]
+    L += [
           "## SASS proof (cuobjdump -sass of selftest.cuda.o, both builds)", "",
           "Per kernel: SR_GLOBALTIMER reads, STG.E.128 record stores (the kernels' own outputs are 32-bit "
           "stores), SR_CLOCK reads (the record_cost harness and the spin timeouts use clock64 in both builds).", "",

@@ -30,7 +30,7 @@ step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
   python3 -m profiler.record.selftest --out "$OUT/traces" --raw-dir "$OUT/raw" --which all
 
   step "benchmark"
-  python3 benchmarks/gpu/recorder_bench.py --out "$OUT"
+  python3 benchmarks/gpu/recorder_bench.py --out "$OUT" --traces "$OUT/traces"
 
   step "GPU tests"
   timeout 240 python3 -m pytest -q -x tests/gpu/test_recorder_gpu.py -p no:cacheprovider

@@ -8,42 +8,37 @@ namespace epscope {
 namespace clock_sync {
 namespace {
 
-// System scope: the other side is another GPU (over NVLink) or the host (over PCIe).
-__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 __device__ __forceinline__ uint64_t ld_volatile(const uint64_t* p) { return *reinterpret_cast<const volatile uint64_t*>(p); }
 __device__ __forceinline__ void st_volatile(uint64_t* p, uint64_t v) { *reinterpret_cast<volatile uint64_t*>(p) = v; }
 
-// Spin until *p == want; false after timeout_ns of %globaltimer.
-__device__ __forceinline__ bool wait_eq(const uint64_t* p, uint64_t want, int64_t timeout_ns) {
+// Spin until pred(*p); returns the value, or 0 after timeout_ns of %globaltimer.
+template <class Pred>
+__device__ __forceinline__ uint64_t wait_for(const uint64_t* p, Pred pred, int64_t timeout_ns) {
   const uint64_t start = globaltimer();
-  while (ld_acquire_sys(p) != want) {
-    if (static_cast<int64_t>(globaltimer() - start) > timeout_ns) return false;
+  for (;;) {
+    const uint64_t v = ld_volatile(p);
+    if (pred(v)) return v;
+    if (static_cast<int64_t>(globaltimer() - start) > timeout_ns) return 0;
   }
-  return true;
 }
 
 __global__ void ping_kernel(ClockSlots* my, ClockSlots* peer, int n, uint64_t seq_base, int64_t* out, int64_t timeout_ns,
                             int* error) {
+  for (int i = 0; i < n; ++i) st_volatile(&my->reply[i], 0);
+  __threadfence_system();  // the zeros land before any reply to the pings below can
   for (int i = 0; i < n; ++i) {
     const uint64_t seq = seq_base + i + 1;
     const uint64_t t0 = globaltimer();
-    st_volatile(&peer->t0, t0);
-    st_release_sys(&peer->ping_seq, seq);  // orders the t0 store before the sequence number
-    if (!wait_eq(&my->pong_seq, seq, timeout_ns)) {
+    st_volatile(&peer->ping_seq, seq);
+    const uint64_t t1 = wait_for(&my->reply[i], [](uint64_t v) { return v != 0; }, timeout_ns);
+    const uint64_t t3 = globaltimer();
+    if (t1 == 0) {
       *error = kErrPingTimeout;
       return;
     }
-    const uint64_t t3 = globaltimer();
     out[4 * i + 0] = static_cast<int64_t>(t0);
-    out[4 * i + 1] = static_cast<int64_t>(ld_volatile(&my->t1));
-    out[4 * i + 2] = static_cast<int64_t>(ld_volatile(&my->t2));
+    out[4 * i + 1] = static_cast<int64_t>(t1);
+    out[4 * i + 2] = static_cast<int64_t>(t1);
     out[4 * i + 3] = static_cast<int64_t>(t3);
   }
 }
@@ -52,19 +47,15 @@ __global__ void pong_kernel(ClockSlots* my, ClockSlots* peer, int n, uint64_t se
                             int* error) {
   for (int i = 0; i < n; ++i) {
     const uint64_t seq = seq_base + i + 1;
-    if (!wait_eq(&my->ping_seq, seq, timeout_ns)) {
+    if (wait_for(&my->ping_seq, [seq](uint64_t v) { return v == seq; }, timeout_ns) != seq) {
       *error = kErrPongTimeout;
       return;
     }
     const uint64_t t1 = globaltimer();
-    const uint64_t t0 = ld_volatile(&my->t0);
-    st_volatile(&peer->t1, t1);
-    const uint64_t t2 = globaltimer();
-    st_volatile(&peer->t2, t2);
-    st_release_sys(&peer->pong_seq, seq);
-    out[4 * i + 0] = static_cast<int64_t>(t0);
+    st_volatile(&peer->reply[i], t1);
+    out[4 * i + 0] = 0;
     out[4 * i + 1] = static_cast<int64_t>(t1);
-    out[4 * i + 2] = static_cast<int64_t>(t2);
+    out[4 * i + 2] = static_cast<int64_t>(t1);
     out[4 * i + 3] = 0;
   }
 }
@@ -72,12 +63,12 @@ __global__ void pong_kernel(ClockSlots* my, ClockSlots* peer, int n, uint64_t se
 __global__ void host_pair_kernel(int64_t* area, int n, int64_t timeout_ns, int* error) {
   auto* a = reinterpret_cast<uint64_t*>(area);
   for (int i = 0; i < n; ++i) {
-    if (!wait_eq(&a[0], static_cast<uint64_t>(i + 1), timeout_ns)) {
+    const uint64_t want = static_cast<uint64_t>(i + 1);
+    if (wait_for(&a[0], [want](uint64_t v) { return v == want; }, timeout_ns) != want) {
       *error = kErrHostTimeout;
       return;
     }
     st_volatile(&a[2 + i], globaltimer());
-    st_release_sys(&a[1], static_cast<uint64_t>(i + 1));
   }
 }
 
@@ -85,12 +76,14 @@ __global__ void host_pair_kernel(int64_t* area, int n, int64_t timeout_ns, int* 
 
 cudaError_t ping(ClockSlots* my_slots, ClockSlots* peer_slots, int n, uint64_t seq_base, int64_t* out,
                  int64_t timeout_ns, int* error, cudaStream_t stream) {
+  if (n < 0 || n > kMaxSamples) return cudaErrorInvalidValue;
   ping_kernel<<<1, 1, 0, stream>>>(my_slots, peer_slots, n, seq_base, out, timeout_ns, error);
   return cudaGetLastError();
 }
 
 cudaError_t pong(ClockSlots* my_slots, ClockSlots* peer_slots, int n, uint64_t seq_base, int64_t* out,
                  int64_t timeout_ns, int* error, cudaStream_t stream) {
+  if (n < 0 || n > kMaxSamples) return cudaErrorInvalidValue;
   pong_kernel<<<1, 1, 0, stream>>>(my_slots, peer_slots, n, seq_base, out, timeout_ns, error);
   return cudaGetLastError();
 }

@@ -87,7 +87,9 @@ class WarpRecorder {
   // Same, for kernels that number their warps themselves (e.g. a persistent kernel whose warp
   // plays several roles): region = block * warps_per_block + warp.
   __device__ __forceinline__ void init(void* buf, uint32_t block, uint32_t warp) {
-    recs_ = nullptr;
+    on_ = false;
+    cap_ = 0;
+    n_ = 0;
     if (buf == nullptr) return;
     auto* hdr = static_cast<const BufferHeader*>(buf);
     const uint32_t wpb = hdr->warps_per_block;
@@ -95,24 +97,27 @@ class WarpRecorder {
     // A host that sized the buffer for another grid records nothing rather than corrupting
     // memory; the decoder reports those regions as UNUSED.
     if (warp >= wpb || region >= hdr->num_regions) return;
-    cap_ = hdr->region_capacity;
-    hires_ = (hdr->flags & kFlagHires) != 0;
-    const uint64_t stride = sizeof(RegionHeader) + uint64_t(cap_) * sizeof(Record);
-    region_ = reinterpret_cast<RegionHeader*>(static_cast<char*>(buf) + sizeof(BufferHeader) + region * stride);
-    recs_ = reinterpret_cast<Record*>(region_ + 1);
-    n_ = 0;
-    lane0_ = lane_id() == 0;
-    if (lane0_) {
-      region_->sm = smid();
-      region_->block = block;
-      region_->warp = static_cast<uint16_t>(warp);
-      region_->clk_start = clock64();
-      region_->gt_start = globaltimer();
-      region_->state = kRegionStarted;
+    const uint32_t cap = hdr->region_capacity;
+    hires_ = (hdr->flags & kFlagHires) != 0 ? 1u : 0u;
+    const uint64_t stride = sizeof(RegionHeader) + uint64_t(cap) * sizeof(Record);
+    auto* rh = reinterpret_cast<RegionHeader*>(static_cast<char*>(buf) + sizeof(BufferHeader) + region * stride);
+    recs_ = __cvta_generic_to_global(rh + 1);
+    on_ = true;
+    if (lane_id() == 0) {
+      // Only lane 0 stores: the other lanes keep cap_ = 0, so their records are "dropped" by the
+      // same predicate that bounds lane 0's region, with no branch in put().
+      cap_ = cap;
+      region_ = rh;
+      rh->sm = smid();
+      rh->block = block;
+      rh->warp = static_cast<uint16_t>(warp);
+      rh->clk_start = clock64();
+      rh->gt_start = globaltimer();
+      rh->state = kRegionStarted;
     }
   }
 
-  __device__ __forceinline__ bool enabled() const { return recs_ != nullptr; }
+  __device__ __forceinline__ bool enabled() const { return on_; }
 
   __device__ __forceinline__ void begin(uint16_t phase, uint32_t payload = 0) { put(kKindBegin, phase, payload); }
   __device__ __forceinline__ void end(uint16_t phase, uint32_t payload = 0) { put(kKindEnd, phase, payload); }
@@ -123,35 +128,52 @@ class WarpRecorder {
   // Close the region: how many records were attempted (the decoder derives drops from it) and
   // the end clock pair for high-resolution conversion.
   __device__ __forceinline__ void finish() {
-    if (recs_ == nullptr) return;
-    if (lane0_) {
+    if (region_ != nullptr) {
       region_->clk_end = clock64();
       region_->gt_end = globaltimer();
       region_->attempted = n_;
       region_->state = kRegionFinished;
     }
-    recs_ = nullptr;
+    region_ = nullptr;
+    on_ = false;
+    cap_ = 0;
   }
 
  private:
+  // One record = one predicated timer read and one predicated 16-byte store, straight-line code
+  // with no branch: predicate p = (n_ < cap_) is false on lanes 1..31, when the region is full
+  // and when the recorder is off (cap_ = 0), so those cases read no timer and store nothing.
+  // A first version with C++ branches here cost 83 cycles per record, 30 of them with the
+  // recorder off (benchmarks/results/recorder-h200-2026-11-29-v1-branchy.md).
   __device__ __forceinline__ void put(uint8_t kind, uint16_t id, uint32_t payload) {
-    if (recs_ == nullptr) return;
-    const uint64_t t = hires_ ? static_cast<uint64_t>(clock64()) : globaltimer();
-    if (lane0_ && n_ < cap_) {
-      // One 16-byte store; field order matches Record (t | id, kind, reserved | payload).
-      const uint4 v = make_uint4(static_cast<uint32_t>(t), static_cast<uint32_t>(t >> 32),
-                                 uint32_t(id) | (uint32_t(kind) << 16), payload);
-      *reinterpret_cast<uint4*>(recs_ + n_) = v;
-    }
+    const uint64_t dst = recs_ + uint64_t(n_) * sizeof(Record);
+    const uint32_t idkind = uint32_t(id) | (uint32_t(kind) << 16);  // Record bytes 8..11: id, kind, reserved
+    asm volatile(
+        "{\n\t"
+        ".reg .pred p, ph, pc, pg;\n\t"
+        ".reg .b64 t;\n\t"
+        ".reg .b32 lo, hi;\n\t"
+        "setp.lt.u32 p, %1, %2;\n\t"
+        "setp.ne.u32 ph, %3, 0;\n\t"
+        "and.pred pc, p, ph;\n\t"   // hires: clock64
+        "xor.pred pg, p, pc;\n\t"   // p && !hires: globaltimer
+        "mov.b64 t, 0;\n\t"
+        "@pc mov.u64 t, %%clock64;\n\t"
+        "@pg mov.u64 t, %%globaltimer;\n\t"
+        "mov.b64 {lo, hi}, t;\n\t"
+        "@p st.global.v4.u32 [%0], {lo, hi, %4, %5};\n\t"
+        "}"
+        :
+        : "l"(dst), "r"(n_), "r"(cap_), "r"(hires_), "r"(idkind), "r"(payload));
     ++n_;  // counts drops too: nothing is dropped silently
   }
 
-  Record* recs_ = nullptr;
-  RegionHeader* region_ = nullptr;
+  uint64_t recs_ = 0;               // global address of this warp's first record
+  RegionHeader* region_ = nullptr;  // lane 0 of an active warp only
   uint32_t n_ = 0;
-  uint32_t cap_ = 0;
-  bool hires_ = false;
-  bool lane0_ = false;
+  uint32_t cap_ = 0;                // records lane 0 may store; 0 on other lanes and when off
+  uint32_t hires_ = 0;
+  bool on_ = false;
 };
 
 #else  // EPSCOPE_PROFILE == 0: off means off.

@@ -24,14 +24,16 @@ __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
 }
 
 // A dependent FMA chain: `units` FMAs of ~4 cycles latency each, so the time is set by the count.
-__device__ __forceinline__ float busy_work(float v, int units) {
+// noinline (like wait_count): the workload's hot loops are then the same machine code in both
+// builds, so the on/off comparison measures the records, not two register allocations of the loop.
+__device__ __noinline__ float busy_work(float v, int units) {
   for (int i = 0; i < units; ++i) v = fmaf(v, 1.0000001f, 0.5f);
   return v;
 }
 
 // Lane 0 waits until *counter >= target or timeout; the other lanes wait at __syncwarp.
 // Returns false on timeout.
-__device__ __forceinline__ bool wait_count(const unsigned* counter, unsigned target, int64_t timeout_cycles) {
+__device__ __noinline__ bool wait_count(const unsigned* counter, unsigned target, int64_t timeout_cycles) {
   bool ok = true;
   if (lane_id() == 0) {
     const int64_t c0 = clock64();
@@ -52,19 +54,16 @@ __global__ void timer_probe_kernel(void* buf, int samples, TimerStats* stats, in
   rec.init(buf);
 #if EPSCOPE_PROFILE
   const uint32_t w = linear_block() * (blockDim.x / 32) + warp_in_block();
+  const int64_t c0 = clock64();
+  // Pass 1, no records: the raw increments of %globaltimer as a tight loop sees them.
   int64_t min_step = INT64_MAX, max_step = 0, sum = 0, steps = 0;
   uint64_t last = globaltimer();
-  const int64_t c0 = clock64();
   for (int i = 0; i < samples; ++i) {
     uint64_t t;
     do {
       t = globaltimer();
     } while (t == last && clock64() - c0 < timeout_cycles);
-    if (t == last) {
-      if (lane_id() == 0) atomicExch(error, kErrTimerTimeout);
-      break;
-    }
-    rec.instant(kTick, static_cast<uint32_t>(i));
+    if (t == last) break;
     const int64_t step = static_cast<int64_t>(t - last);
     min_step = min(min_step, step);
     max_step = max(max_step, step);
@@ -72,7 +71,21 @@ __global__ void timer_probe_kernel(void* buf, int samples, TimerStats* stats, in
     ++steps;
     last = t;
   }
-  if (lane_id() == 0) stats[w] = TimerStats{steps ? min_step : 0, max_step, sum, steps};
+  // Pass 2: a `tick` record after each change, so the trace shows the same steps.
+  bool ok = steps == samples;
+  for (int i = 0; i < samples && ok; ++i) {
+    uint64_t t;
+    do {
+      t = globaltimer();
+    } while (t == last && clock64() - c0 < timeout_cycles);
+    ok = t != last;
+    if (ok) rec.instant(kTick, static_cast<uint32_t>(i));
+    last = t;
+  }
+  if (lane_id() == 0) {
+    if (!ok) atomicExch(error, kErrTimerTimeout);
+    stats[w] = TimerStats{steps ? min_step : 0, max_step, sum, steps};
+  }
 #else
   (void)samples, (void)stats, (void)timeout_cycles, (void)error;
 #endif

@@ -34,9 +34,10 @@ static_assert(sizeof(TimerStats) == 32, "TimerStats is read as int64[4] by the b
 // 1 if this object was built with EPSCOPE_PROFILE=1.
 int compiled_with_profile();
 
-// (1) Timer resolution: each warp waits `samples` times for %globaltimer to change and records a
-// `tick` instant after each change. stats: TimerStats[grid * warps]. In the EPSCOPE_PROFILE=0
-// build the kernel reads no timer and leaves stats zero.
+// (1) Timer resolution: each warp waits `samples` times for %globaltimer to change, noting the
+// increments (stats: TimerStats[grid * warps], from this record-free pass), then waits for
+// `samples` more changes recording a `tick` instant after each. In the EPSCOPE_PROFILE=0 build
+// the kernel reads no timer and leaves stats zero.
 cudaError_t timer_probe(void* buf, int grid, int warps, int samples, TimerStats* stats, int64_t timeout_cycles,
                         int* error, cudaStream_t stream);
 

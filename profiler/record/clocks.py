@@ -36,7 +36,8 @@ def host_gpu_pairs(n: int = 64, timeout_ns: int = DEFAULT_TIMEOUT_NS, device=Non
     """n (host_before, gpu_globaltimer, host_after) triples on the current (or given) GPU.
 
     A one-thread kernel spins on a flag in pinned host memory; Python raises flag i, the kernel
-    stamps %globaltimer and acknowledges, Python notes perf_counter_ns on both sides. The GPU
+    writes %globaltimer into slot i, Python notes perf_counter_ns before the flag and after it
+    sees the stamp. The GPU
     stamp lies inside [host_before, host_after], so half that width bounds each pair's error
     (profiler.align.fit_host_clock). The first pair also spans the kernel's launch and is
     dropped, and so is any pair more than 3x wider than the narrowest (a descheduled host thread).
@@ -58,7 +59,7 @@ def host_gpu_pairs(n: int = 64, timeout_ns: int = DEFAULT_TIMEOUT_NS, device=Non
         for i in range(n):
             h0 = time.perf_counter_ns()
             v[0] = i + 1
-            while v[1] != i + 1:
+            while v[2 + i] == 0:  # the GPU's stamp is its own acknowledgement
                 if time.perf_counter_ns() - h0 > timeout_ns:
                     stream.synchronize()
                     raise ClockSyncTimeout(f"host pairing: the GPU did not acknowledge pair {i} within "

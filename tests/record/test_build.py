@@ -82,9 +82,13 @@ def test_compiled_out_selftest_has_no_timer_reads_and_no_record_stores(selftest_
         assert "st.global.v4.u32" in on[k], f"{k}: a record is one 16-byte store"
 
 
-def test_clock_sync_compiles_with_system_scope_ordering():
+def test_clock_sync_messages_are_single_volatile_words():
+    """Each hop of the ping-pong is one 64-bit volatile store polled by volatile loads; the one
+    system fence orders rank 0's zeroing of its reply slots before its first ping."""
     ptx = _ptx(CSRC / "clock_sync.cu", 0)
-    assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "%globaltimer" in ptx
+    assert "st.volatile.global.u64" in ptx and "ld.volatile.global.u64" in ptx and "%globaltimer" in ptx
+    assert "st.release" not in ptx and "ld.acquire" not in ptx
+    assert ptx.count("membar.sys") + ptx.count("fence.sc.sys") == 1
 
 
 def test_recorder_header_compiles_in_host_code(tmp_path):
