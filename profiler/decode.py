@@ -206,7 +206,7 @@ def _decode_raw(buf, info: LaunchInfo, tables: _Tables) -> _Raw:
     if started.any():
         si = np.flatnonzero(started)
         empty = rec2["kind"][si] == L.KIND_EMPTY
-        n[si] = np.where(empty.any(axis=1), empty.argmax(axis=1), cap)
+        n[si] = np.where(empty.any(axis=1), empty.argmax(axis=1), cap) if cap else 0
         warns.append(E.UnfinishedRegion(len(si), f"{where}: {len(si)} regions never finished (aborted kernel?); "
                                                  "decoded up to their first empty record"))
     m = int(n.sum())
@@ -250,49 +250,45 @@ def _decode_raw(buf, info: LaunchInfo, tables: _Tables) -> _Raw:
     last_t[has] = t[rstart[has] + n[has] - 1]
 
     # -- spans: radix-sort BEGIN/END by phase id (stable: keeps region-major record order) ------
-    counts = np.bincount(kind, minlength=_MAX_KIND + 1)
-    n_begin, n_end = int(counts[L.KIND_BEGIN]), int(counts[L.KIND_END])
+    n_begin, n_end = int(np.count_nonzero(kind == L.KIND_BEGIN)), int(np.count_nonzero(kind == L.KIND_END))
     be = np.flatnonzero(kind <= L.KIND_END)
     s = be[_stable_order(ids[be])]
     ks, is_, rs = kind[s], ids[s], region[s]
     pair = (ks[:-1] == L.KIND_BEGIN) & (ks[1:] == L.KIND_END) & (is_[:-1] == is_[1:]) & (rs[:-1] == rs[1:])
-    b_pos, e_pos = s[:-1][pair], s[1:][pair]
+    pi = np.flatnonzero(pair)
+    b_pos, e_pos = s[pi], s[pi + 1]
     n_ub = n_begin - len(b_pos)
     n_ue = n_end - len(b_pos)
-    endidx = np.empty(m, np.int64)
-    endidx[b_pos] = e_pos
-    if n_ub:
-        endidx[s[(ks == L.KIND_BEGIN) & ~np.r_[pair, False]]] = -1
-        warns.append(E.UnmatchedBegin(n_ub, f"{where}: BEGINs without END kept as open spans"))
     if n_ue:
         warns.append(E.UnmatchedEnd(n_ue, f"{where}: ENDs without BEGIN dropped"))
 
     # -- events in record order: every record but the ENDs ------------------------------------
-    src = np.flatnonzero(kind != L.KIND_END)
+    is_end = kind == L.KIND_END
+    src = np.flatnonzero(~is_end)
+    # record p (not an END) is event p - (number of ENDs before p)
+    ends_before = np.cumsum(is_end, dtype=np.int32)  # m < 2^31: a buffer is far below 32 GiB
     k_src = kind[src]
     ids_src = ids[src]
     ev_region = region[src]
     begin_t = t[src]
     end_t = begin_t.copy()
     pl = payload[src].astype(np.int64)
-    beg = np.flatnonzero(k_src == L.KIND_BEGIN)
-    ei = endidx[src[beg]]
     is_open = np.zeros(len(src), bool)
     if n_ub:
-        matched = ei >= 0
-        bm, eim = beg[matched], ei[matched]
-        end_t[beg[~matched]] = last_t[ev_region[beg[~matched]]]
-        is_open[beg[~matched]] = True
-    else:
-        bm, eim = beg, ei
-    end_t[bm] = t[eim]
+        ub = s[(ks == L.KIND_BEGIN) & ~np.r_[pair, False]]
+        ui = ub - ends_before[ub]
+        end_t[ui] = last_t[region[ub]]
+        is_open[ui] = True
+        warns.append(E.UnmatchedBegin(n_ub, f"{where}: BEGINs without END kept as open spans"))
+    bi = b_pos - ends_before[b_pos]
+    end_t[bi] = t[e_pos]
     back = end_t < begin_t
     if back.any():  # only corrupt timestamps do this: globaltimer and per-SM clock64 never run backwards
         warns.append(E.CorruptRecords(int(back.sum()), f"{where}: spans ending before they begin; end set to begin"))
         end_t = np.maximum(end_t, begin_t)
     # a span's payload is its BEGIN's, or its END's when the BEGIN carried 0 (counts known at the end)
-    x = pl[bm]
-    pl[bm] = np.where(x == 0, payload[eim], x)
+    x = pl[bi]
+    pl[bi] = np.where(x == 0, payload[e_pos], x)
     ev_kind = _KIND_LUT[k_src]
     code = tables.phase_code[ids_src]
     role = tables.phase_role[ids_src]
@@ -331,8 +327,8 @@ def _decode_raw(buf, info: LaunchInfo, tables: _Tables) -> _Raw:
         gpu_end = max(gpu_end, hi)
     raw = _Raw()
     raw.cols = {
-        "block": (ev_region // wpb).astype(np.int32) if wpb else ev_region.astype(np.int32),
-        "warp": (ev_region % wpb).astype(np.int16) if wpb else np.zeros(len(src), np.int16),
+        "block": (np.arange(nreg, dtype=np.int32) // max(wpb, 1))[ev_region],
+        "warp": (np.arange(nreg, dtype=np.int32) % max(wpb, 1)).astype(np.int16)[ev_region],
         "sm": rh["sm"].astype(np.int16)[ev_region],
         "role": role,
         "kind": ev_kind,

@@ -259,3 +259,9 @@ def test_accepts_memoryview_and_numpy():
     buf = build([Region([(T0, B, WORK, 0), (T0 + 32, END, WORK, 0)])], registry_hash=REG.hash, capacity=2)
     for b in (memoryview(buf), np.frombuffer(buf, np.uint8), np.frombuffer(buf, np.uint32)):
         assert decode_buffer(b, INFO, REG).events["end_ns"].tolist() == [32]
+
+
+def test_zero_capacity_regions_count_every_record_as_dropped():
+    d = dec([Region([(T0, B, WORK, 0)] * 3), Region([], state=L.REGION_STATE_STARTED)], cap=0)
+    assert len(d.events) == 0 and d.launch["dropped"] == 3
+    assert {E.DroppedRecords, E.UnfinishedRegion} <= set(kinds(d))
