@@ -41,7 +41,8 @@ def _header(run: Run) -> list[str]:
         lines.append(f"  {m['description']}")
     bits = []
     if git:
-        bits.append(f"git {git.get('branch', '?')}@{str(git.get('commit', '?'))[:10]}{' (dirty)' if git.get('dirty') else ''}")
+        commit = str(git.get("commit") or "")[:10]
+        bits.append(f"git {git.get('branch') or '?'}{'@' + commit if commit else ''}{' (dirty)' if git.get('dirty') else ''}")
     if gpu:
         bits.append(f"{gpu.get('count', '?')} x {gpu.get('name', '?')}")
     if wl:

@@ -32,11 +32,11 @@ LAUNCHES = "launches.parquet"
 TRACE = "trace.perfetto-trace"
 ROW_GROUP_ROWS = 1_000_000
 ZSTD_LEVEL = 9
-# Runs bundled under traces/ live in git and must stay a few MB. A Perfetto trace costs about
-# 20-25 bytes per event (benchmarks/results/profiler-cpu-*.md) against ~3 in zstd parquet, so
-# with perfetto=None the trace is kept only up to this many events (~5 MB of trace);
-# `epscope export RUN` regenerates it for any run.
-TRACE_KEEP_MAX_EVENTS = 200_000
+# Runs bundled under traces/ live in git and must stay a few MB. A Perfetto trace costs 25-40
+# bytes per event (25 for plain spans, more for barrier events with flows: bench_profiler.py and
+# traces/synthetic-compare) against ~7 in zstd parquet, so with perfetto=None the trace is kept
+# only up to this many events (<= ~4 MB of trace); `epscope export RUN` regenerates it for any run.
+TRACE_KEEP_MAX_EVENTS = 100_000
 
 
 @dataclass
