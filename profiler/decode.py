@@ -287,8 +287,8 @@ def _decode_raw(buf, info: LaunchInfo, tables: _Tables) -> _Raw:
         warns.append(E.CorruptRecords(int(back.sum()), f"{where}: spans ending before they begin; end set to begin"))
         end_t = np.maximum(end_t, begin_t)
     # a span's payload is its BEGIN's, or its END's when the BEGIN carried 0 (counts known at the end)
-    x = pl[bi]
-    pl[bi] = np.where(x == 0, payload[e_pos], x)
+    z = np.flatnonzero(pl[bi] == 0)
+    pl[bi[z]] = payload[e_pos[z]]
     ev_kind = _KIND_LUT[k_src]
     code = tables.phase_code[ids_src]
     role = tables.phase_role[ids_src]
