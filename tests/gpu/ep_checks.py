@@ -384,3 +384,8 @@ def run_limit_errors(ctx) -> dict:
     except Exception as e:  # noqa: BLE001
         messages["experts"] = f"{type(e).__name__}: {e}"
     return messages
+
+
+def run_many(ctx, jobs: list) -> list:
+    """Several (function name, argument) jobs in one rank process (one spawn, one NCCL init)."""
+    return [globals()[name](ctx, arg) for name, arg in jobs]

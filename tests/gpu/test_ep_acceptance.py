@@ -100,3 +100,17 @@ def test_too_small_buffer_and_bad_sizes_raise_clear_errors():
     for o in out:
         assert "num_nvl_bytes" in o["small_buffer"] or "bytes" in o["small_buffer"], o["small_buffer"]
         assert "hidden" in o["hidden"] and "topk" in o["topk"] and "experts" in o["experts"], o
+
+
+def test_size_hints_are_the_buffers_formula():
+    import ep_core
+    from ep_core.config import HINT_TOKENS_PER_RANK, Config, Problem
+
+    Buffer = ep_core.Buffer
+    for R in (1, 2, 4, 8):
+        hint = Config().get_nvl_buffer_size_hint(7168 * 2, R)
+        assert hint == Buffer.get_buffer_size_hint(HINT_TOKENS_PER_RANK, 7168, R, 16)
+        for topk, dtype in ((1, "bf16"), (8, "fp8"), (16, "bf16")):
+            need = Problem(4096, 7168, topk, 256, R, dtype).nvl_bytes_needed()
+            assert need == Buffer.get_buffer_size_hint(4096, 7168, R, topk)
+            assert need <= hint  # 4096 <= HINT_TOKENS_PER_RANK tokens per rank fit the DeepEP-style hint
