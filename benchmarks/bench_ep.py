@@ -157,10 +157,15 @@ def _bench_rank(ctx, opts: dict) -> dict:
                                num_tokens_per_expert=d["layout"][2], topk_idx=d["idx"], topk_weights=d["w"],
                                config=config, **kw)
 
-    # handles and combine inputs of every set (the combine input is the bf16 dispatch output)
-    for k, d in enumerate(data):
-        out = full_dispatch(k, d["x"], dconf)
-        d["handle"], d["recv"], d["recv_w"] = out[4], out[0], out[2]
+    def make_handles(config: Config) -> None:
+        """Handles and combine inputs of every set, from a full dispatch with `config`: a handle
+        fixes the op's token chunking for the SM count it was made with (ep_core/buffer.py
+        _chunking), so the cached calls timed at an SM count use handles made at that count."""
+        for k, d in enumerate(data):
+            out = full_dispatch(k, d["x"], config)
+            d["handle"], d["recv"], d["recv_w"] = out[4], out[0], out[2]
+
+    make_handles(dconf)
 
     # ---- validate before timing (set 0 against the reference over all ranks' inputs) ----
     log(rank, "validating ep_core against ep_core.reference (set 0)")
@@ -171,6 +176,7 @@ def _bench_rank(ctx, opts: dict) -> dict:
     want8 = ref.dispatch([i.x_fp8 for i in all_in], topk_idx=[i.topk_idx for i in all_in],
                          topk_weights=[i.topk_weights for i in all_in], num_experts=p.experts)
     for sms in opts["sms"]:
+        make_handles(cfg(dconf, sms))
         got = full_dispatch(0, d0["x"], cfg(dconf, sms))
         assert torch.equal(got[0], want[rank].recv_x), f"rank {rank}: BF16 dispatch at {sms} SMs differs from the reference"
         assert torch.equal(got[1], want[rank].recv_topk_idx), f"rank {rank}: recv_topk_idx at {sms} SMs"
@@ -211,6 +217,7 @@ def _bench_rank(ctx, opts: dict) -> dict:
     W, N = opts["warmup"], opts["iters"]
     for sms in opts["sms"]:
         dc, cc = cfg(dconf, sms), cfg(cconf, sms)
+        make_handles(dc)
         add("BF16 dispatch", sms, time_op(ctx, lambda k: buffer.dispatch(data[k]["x"], handle=data[k]["handle"],
                                                                           config=dc), sets, W, N), bytes_bf16)
         add("FP8 dispatch", sms, time_op(ctx, lambda k: buffer.dispatch(data[k]["x8"], handle=data[k]["handle"],
@@ -228,6 +235,7 @@ def _bench_rank(ctx, opts: dict) -> dict:
     # profiling on vs off: BF16 cached dispatch + combine at the largest SM count
     sms = max(opts["sms"])
     dc, cc = cfg(dconf, sms), cfg(cconf, sms)
+    make_handles(dc)
 
     def step_fn(k, profile=None):
         buffer.dispatch(data[k]["x"], handle=data[k]["handle"], config=dc, profile=profile)
@@ -243,6 +251,7 @@ def _bench_rank(ctx, opts: dict) -> dict:
         for sms in opts["sms"]:
             for chunk in opts["chunks"]:
                 dc, cc = cfg(dconf, sms, chunk), cfg(cconf, sms, chunk)
+                make_handles(dc)
                 td = statistics.median(time_op(ctx, lambda k: buffer.dispatch(data[k]["x"], handle=data[k]["handle"],
                                                                                 config=dc), sets, W, N))
                 tc = statistics.median(time_op(ctx, lambda k: buffer.combine(data[k]["recv"], data[k]["handle"],
