@@ -26,7 +26,7 @@ from . import errors as E
 from .align import ClockModel, sm_cycles_to_ns
 from .generated import layout as L
 from .registry import Registry
-from .schema import COLUMNS, EVENT_KINDS, LAUNCH_COLUMNS, coerce_events, empty_events
+from .schema import CATEGORICAL, COLUMNS, EVENT_KINDS, LAUNCH_COLUMNS, coerce_events, empty_events
 
 _HDR = L.BUFFERHEADER_DTYPE
 _RH = L.REGIONHEADER_DTYPE
@@ -457,20 +457,22 @@ def aggregate_warnings(warns) -> list[E.DecodeWarning]:
 def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Concatenate event tables, taking the union of each categorical column's categories."""
     frames = [f for f in frames if len(f)]
+    frames = [f if all(isinstance(f[c].dtype, pd.CategoricalDtype) for c in CATEGORICAL) else coerce_events(f)
+              for f in frames]
     if not frames:
         return empty_events()
     if len(frames) == 1:
-        return frames[0].reset_index(drop=True)
+        return frames[0][list(COLUMNS)].reset_index(drop=True)
     out = {}
     for c, t in COLUMNS.items():
-        if t == "category":
-            if c == "kind":  # fixed categories: concatenate the codes
-                out[c] = pd.Categorical.from_codes(np.concatenate([f[c].cat.codes.to_numpy() for f in frames]),
-                                                   categories=list(EVENT_KINDS))
-            else:
-                out[c] = union_categoricals([f[c] for f in frames])
+        if c == "kind":  # fixed categories: map each frame's codes onto EVENT_KINDS
+            codes = [np.array([EVENT_KINDS.index(str(k)) for k in f[c].cat.categories] or [0], np.int8)[f[c].cat.codes.to_numpy()]
+                     for f in frames]
+            out[c] = pd.Categorical.from_codes(np.concatenate(codes), categories=list(EVENT_KINDS))
+        elif t == "category":
+            out[c] = union_categoricals([f[c] for f in frames])
         else:
-            out[c] = np.concatenate([f[c].to_numpy() for f in frames])
+            out[c] = np.concatenate([f[c].to_numpy() for f in frames]).astype(t, copy=False)
     return pd.DataFrame(out)
 
 

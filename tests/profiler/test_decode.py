@@ -265,3 +265,15 @@ def test_zero_capacity_regions_count_every_record_as_dropped():
     d = dec([Region([(T0, B, WORK, 0)] * 3), Region([], state=L.REGION_STATE_STARTED)], cap=0)
     assert len(d.events) == 0 and d.launch["dropped"] == 3
     assert {E.DroppedRecords, E.UnfinishedRegion} <= set(kinds(d))
+
+
+def test_concat_events_unions_categories_and_coerces():
+    from profiler.decode import concat_events
+    a = dec([Region([(T0, B, WORK, 0), (T0 + 32, END, WORK, 0)])]).events
+    b = dec([Region([(T0, I, TICK, 1), (T0 + 32, A, GRID, 0)])], info=LaunchInfo(0, 1, "other", 1, "selftest")).events
+    plain = a.astype({c: str for c in ("kernel", "role", "kind", "phase")})  # not categorical
+    out = concat_events([b, plain, a.iloc[:0]])
+    validate_events(out)
+    assert out["kind"].astype(str).tolist() == ["instant", "arrive", "span"]
+    assert out["phase"].astype(str).tolist() == ["tick", "grid", "work"]
+    assert out["kernel"].astype(str).tolist() == ["other", "other", "selftest.imbalance"]
