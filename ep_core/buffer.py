@@ -501,13 +501,13 @@ class Buffer:
                 expert_list: list[int] = []
                 if num_worst_tokens == 0:
                     info, rpm_host = self._read_back(recv_info, rpm)
-                    num_recv = int(info[0])
-                    expert_list = [int(v) for v in info[1:]]
+                    num_recv = info[0]
+                    expert_list = info[1:]
                     rows = num_recv
-                    need = int(rpm_host[-1].max()) if R else 0
-                    counts = rpm_host.clone()
-                    counts[1:] -= rpm_host[:-1].clone()
-                    combine_rows = int((counts.sum(1) - counts.diagonal()).max())
+                    m = rpm_host.tolist()  # rows j receives from ranks 0..i
+                    need = max(m[-1])
+                    counts = [[m[i][j] - (m[i - 1][j] if i else 0) for j in range(R)] for i in range(R)]
+                    combine_rows = max(sum(c) - c[i] for i, c in enumerate(counts))
                 else:
                     num_recv, rows, need, combine_rows = -1, num_worst_tokens, num_worst_tokens, -1
                 if need > regions[4]:
@@ -592,7 +592,9 @@ class Buffer:
             host[recv_info.numel(): n].copy_(rpm.view(-1), non_blocking=True)
         self.comm_stream.synchronize()
         self._raise_device_error()
-        info = host[: recv_info.numel()].clone()
+        # .tolist(): iterating a tensor element by element costs ~2 µs per element (v1 spent
+        # ~550 µs here per dispatch, benchmarks/NOTES.md)
+        info = host[: recv_info.numel()].tolist()
         return info, host[recv_info.numel(): n].clone().view(self.group_size, self.group_size)
 
     # -- combine ---------------------------------------------------------------------------------

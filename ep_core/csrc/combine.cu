@@ -16,8 +16,10 @@ namespace ep_core {
 namespace combine {
 
 constexpr int kWarps = kNumThreads / 32;
-constexpr int kCopyUnroll = 4;
-constexpr int kReduceUnroll = 2;  // 16-byte vectors per lane per source in flight
+constexpr int kCopyUnroll = 8;     // 64 KB of loads in flight per SM (see dispatch.cu)
+// 16-byte vectors per lane per source in flight; v[kNumRanks][unroll] int4 must stay in registers
+template <int kNumRanks>
+__host__ __device__ constexpr int reduce_unroll() { return kNumRanks <= 2 ? 4 : (kNumRanks <= 4 ? 2 : 1); }
 
 __device__ __forceinline__ int prev_rows(const int* rpm, int src, int dst, int num_ranks) {
   return src > 0 ? rpm[(src - 1) * num_ranks + dst] : 0;
@@ -145,6 +147,7 @@ __device__ void reduce(const Args& a, const RowRegions& rows, const PeerPtrs& pe
         const int pos = a.send_pos[int64_t(t) * kNumRanks + d];
         row[d] = pos < 0 ? -1 : base[d] + pos;
       }
+      constexpr int kReduceUnroll = reduce_unroll<kNumRanks>();
       for (int j = lane; j < nvec; j += 32 * kReduceUnroll) {
         int4 v[kNumRanks][kReduceUnroll];
 #pragma unroll

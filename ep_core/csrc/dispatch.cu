@@ -17,7 +17,9 @@ namespace ep_core {
 namespace dispatch {
 
 constexpr int kWarps = kNumThreads / 32;
-constexpr int kUnroll = 4;  // 16-byte loads in flight per lane before the first store
+// 16-byte loads in flight per lane before the first store: 8 x 16 B x 512 threads = 64 KB per SM
+// (v1 had 4: a 1-rank cached dispatch then moved only ~0.95 TB/s on 64 SMs, benchmarks/NOTES.md)
+constexpr int kUnroll = 8;
 
 __device__ __forceinline__ int prev_rows(const int* rpm, int src, int dst, int num_ranks) {
   return src > 0 ? rpm[(src - 1) * num_ranks + dst] : 0;
