@@ -232,29 +232,30 @@ def bench(ctx, tokens=4096, hidden=7168, topk=8, experts=256, sweep=True, nccl=T
 
     sweep_rows = []
     if sweep and R > 1:
-        cfg = Config(64, 6, 256)
-        kw = dict(num_tokens_per_rank=n_rank, is_token_in_rank=in_rank, num_tokens_per_expert=n_exp, config=cfg)
-        _, _, _, _, handle0, _ = buffer.dispatch(mine.x, **kw)
         base = (B.DISPATCH_SENDER_FRACTION, B.COMBINE_SENDER_FRACTION, B.CHUNKS_PER_SENDER_BLOCK)
-        for frac in (0.5, 0.625, 0.75, 0.875):
-            for cpb in (1, 2, 4, 8):
-                B.DISPATCH_SENDER_FRACTION, B.CHUNKS_PER_SENDER_BLOCK = frac, cpb
-                _, _, _, _, h, _ = buffer.dispatch(mine.x, **kw)
-                us = timed(ctx, lambda: buffer.dispatch(mine.x, handle=h, config=cfg), iters=10)
-                sweep_rows.append({"kind": "dispatch_cached", "sender_fraction": frac, "chunks_per_block": cpb,
-                                   "us": us, "logical_GBps": recv_rows * bf16_row / us / 1e3})
-        B.DISPATCH_SENDER_FRACTION, B.CHUNKS_PER_SENDER_BLOCK = base[0], base[2]
-        recv_x, _, _, _, handle, _ = buffer.dispatch(mine.x, **kw)
-        for frac in (0.25, 0.375, 0.5, 0.625, 0.75):
-            B.COMBINE_SENDER_FRACTION = frac
-            us = timed(ctx, lambda: buffer.combine(recv_x, handle, config=cfg), iters=10)
-            sweep_rows.append({"kind": "combine", "sender_fraction": frac, "chunks_per_block": base[2], "us": us,
-                               "logical_GBps": recv_rows * bf16_row / us / 1e3})
-        B.COMBINE_SENDER_FRACTION = base[1]
-        best_d = min((r for r in sweep_rows if r["kind"] == "dispatch_cached"), key=lambda r: r["us"])
-        best_c = min((r for r in sweep_rows if r["kind"] == "combine"), key=lambda r: r["us"])
-        log(ctx, f"  sweep best dispatch: {best_d}")
-        log(ctx, f"  sweep best combine:  {best_c}")
+        for sms in (24, 64):
+            cfg = Config(sms, 6, 256)
+            kw = dict(num_tokens_per_rank=n_rank, is_token_in_rank=in_rank, num_tokens_per_expert=n_exp, config=cfg)
+            for frac in (0.375, 0.5, 0.625, 0.75):
+                for cpb in (2, 4, 8, 16):
+                    B.DISPATCH_SENDER_FRACTION, B.CHUNKS_PER_SENDER_BLOCK = frac, cpb
+                    _, _, _, _, h, _ = buffer.dispatch(mine.x, **kw)
+                    us = timed(ctx, lambda: buffer.dispatch(mine.x, handle=h, config=cfg), iters=10)
+                    sweep_rows.append({"kind": "dispatch_cached", "sms": sms, "sender_fraction": frac,
+                                       "chunks_per_block": cpb, "us": us,
+                                       "logical_GBps": recv_rows * bf16_row / us / 1e3})
+            B.DISPATCH_SENDER_FRACTION, B.CHUNKS_PER_SENDER_BLOCK = base[0], base[2]
+            recv_x, _, _, _, handle, _ = buffer.dispatch(mine.x, **kw)
+            for frac in (0.125, 0.25, 0.375, 0.5):
+                B.COMBINE_SENDER_FRACTION = frac
+                us = timed(ctx, lambda: buffer.combine(recv_x, handle, config=cfg), iters=10)
+                sweep_rows.append({"kind": "combine", "sms": sms, "sender_fraction": frac,
+                                   "chunks_per_block": base[2], "us": us,
+                                   "logical_GBps": recv_rows * bf16_row / us / 1e3})
+            B.COMBINE_SENDER_FRACTION = base[1]
+            for kind in ("dispatch_cached", "combine"):
+                best = min((r for r in sweep_rows if r["kind"] == kind and r["sms"] == sms), key=lambda r: r["us"])
+                log(ctx, f"  sweep best {kind} {sms} SMs: {best}")
 
     if nccl and R > 1:
         us = timed(ctx, lambda: nccl_a2a(ctx, mine.x, in_rank), iters=10)
