@@ -12,6 +12,9 @@ mkdir -p "$OUT"
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-330}
 TESTS_TIMEOUT=${TESTS_TIMEOUT:-150}
 BENCH_ARGS=${BENCH_ARGS:-}
+# steps (1 = run): own checks+bench, profiled traces, ep-harness's bench_ep.py table, GPU tests
+OWN=${OWN:-1} TRACES=${TRACES:-1} HARNESS_BENCH=${HARNESS_BENCH:-1} TESTS=${TESTS:-1}
+HARNESS_BENCH_ARGS=${HARNESS_BENCH_ARGS:-}
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv; git rev-parse HEAD; date -u; } | tee "$OUT/gpu.txt"
 
@@ -23,13 +26,19 @@ python -c "from profiler.record.build import load_record_extension as L; L(profi
 wait
 echo "build: $(( $(date +%s) - t0 )) s"; tail -3 "$OUT"/build_*.log
 
-timeout "$BENCH_TIMEOUT" python benchmarks/gpu/ep_kernels_bench.py --out "$OUT" --traces "$OUT/traces" $BENCH_ARGS \
-  2>&1 | tee "$OUT/bench.log"
+if [ "$OWN" = 1 ]; then
+  targs=(); [ "$TRACES" = 1 ] && targs=(--traces "$OUT/traces")
+  timeout "$BENCH_TIMEOUT" python benchmarks/gpu/ep_kernels_bench.py --out "$OUT" "${targs[@]}" $BENCH_ARGS \
+    2>&1 | tee "$OUT/bench.log"
+fi
+if [ "$HARNESS_BENCH" = 1 ] && [ -f benchmarks/bench_ep.py ]; then
+  timeout 240 python benchmarks/bench_ep.py --ranks 2 --out "$OUT" $HARNESS_BENCH_ARGS 2>&1 | tail -60 | tee "$OUT/bench_ep.log"
+fi
 if [ -d "$OUT/traces" ]; then tar czf "$OUT/traces.tar.gz" -C "$OUT" traces && rm -rf "$OUT/traces"; fi
 
 shopt -s nullglob
 tests=(tests/gpu/test_ep_*.py)
-if [ ${#tests[@]} -gt 0 ]; then
+if [ "$TESTS" = 1 ] && [ ${#tests[@]} -gt 0 ]; then
   timeout "$TESTS_TIMEOUT" python -m pytest -q -x -rA "${tests[@]}" 2>&1 | tail -40 | tee "$OUT/gpu_tests.log"
 fi
 cat "$OUT"/build_*.log | gzip > "$OUT/build_logs.gz"; rm -f "$OUT"/build_*.log
