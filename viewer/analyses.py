@@ -40,9 +40,18 @@ def what_if(run: LoadedRun, phase: str, speedup: float, rank) -> analysis.WhatIf
                                                     registry=registry(run)))
 
 
-def warm(run: LoadedRun) -> threading.Thread:
-    """Compute the timeline index and the analyses in the background (failures are kept for the
-    page to report when it asks again)."""
+_warm_lock = threading.Lock()
+
+
+def warm(run: LoadedRun) -> threading.Thread | None:
+    """Compute the timeline index and the analyses in the background, once per loaded run, so
+    the next page the user opens is served from the cache (a failure is not cached: the page
+    asking for that result computes it again and shows the error as a message)."""
+    with _warm_lock:
+        if run._derived.get("_warming"):
+            return None
+        run._derived["_warming"] = True
+
     def go():
         for f in (timeline_index, critical, idle, barriers):
             try:

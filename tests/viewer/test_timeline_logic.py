@@ -137,3 +137,10 @@ def test_parse_relayout():
     assert L.parse_relayout({"xaxis.autorange": True}) == (None, None)
     assert L.parse_relayout({"xaxis.range[0]": 2.0, "xaxis.range[1]": 1.0}) == (1000.0, 2000.0)
     assert L.parse_relayout({"xaxis.range": [0.5, 1.5]}) == (500.0, 1500.0)
+
+
+def test_lane_lookup_falls_back_to_block_then_rank():
+    ix = L.build_index(_events(), MANIFEST)
+    lane = L._lane_of(ix, np.array([0, 0, 0, 1, 5]), np.array([0, 1, -1, 3, 0]), np.array([1, -1, -1, 7, 0]))
+    got = [(int(ix.lane_rank[i]), int(ix.lane_block[i]), int(ix.lane_warp[i])) if i >= 0 else None for i in lane]
+    assert got == [(0, 0, 1), (0, 1, 0), (0, -1, -1), (1, 3, 2), None]

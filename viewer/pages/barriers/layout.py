@@ -38,16 +38,16 @@ def layout(catalog, run_id):
     fmt.update(useless_share=share, last_share=share)
     if rep.summary.empty:
         return html.Div([C.run_header(entry), C.note("This run recorded no barrier events.")])
-    lines = logic.sentences(rep)
-    occ = _with_last(rep.occurrences).sort_values("spread_ns", ascending=False)
+    lines = run.cached("bar_sentences", lambda: logic.sentences(rep))
+    occ = run.cached("bar_occ", lambda: _with_last(rep.occurrences).sort_values("spread_ns", ascending=False).head(100))
     return html.Div([
         C.run_header(entry),
         html.Div([html.Div(l, className="verdict-line") for l in lines], className="verdict", id=Ids.VERDICT),
         C.section("Per barrier", C.df_table(_with_last(rep.summary), SUMMARY_COLS, fmt, id=Ids.SUMMARY)),
         html.Div([
-            C.section("Spread per occurrence", C.graph(logic.occurrences_figure(rep)),
+            C.section("Spread per occurrence", C.graph(run.cached("bar_occ_fig", lambda: logic.occurrences_figure(rep))),
                       help="marker size grows with the number of arrivals"),
-            C.section("Who holds everyone up", C.graph(logic.wait_by_arriver_figure(rep))),
+            C.section("Who holds everyone up", C.graph(run.cached("bar_wait_fig", lambda: logic.wait_by_arriver_figure(rep)))),
         ], className="grid-2"),
         *([C.section("Cross-rank barriers per rank", C.df_table(rep.per_rank, RANK_COLS, fmt))] if len(rep.per_rank) else []),
         C.section("Occurrences, widest spread first", C.df_table(occ, OCC_COLS, fmt, max_rows=100, id=Ids.OCCURRENCES)),

@@ -24,7 +24,8 @@ def who(rank, block, warp) -> str:
 def sentences(report) -> list[str]:
     """One line per (kernel, barrier) naming the last arriver and the cost."""
     out = []
-    for r in report.summary.to_dict("records"):
+    summary = report.summary.sort_values(["last_share", "total_wait_ns"], ascending=False, kind="stable")
+    for r in summary.to_dict("records"):
         line = (f"{r['barrier']} ({r['kernel']}, {r['scope']} scope): last arriver {who(r['last_rank'], r['last_block'], r['last_warp'])} "
                 f"in {share(r['last_share'], 0)} of {int(r['occurrences'])} occurrence(s); "
                 f"mean spread {ns(r['mean_spread_ns'])}, total wait {ns(r['total_wait_ns'])}")

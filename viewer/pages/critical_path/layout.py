@@ -23,8 +23,8 @@ def layout(catalog, run_id):
         return html.Div([C.run_header(entry), C.error_box(str(e))])
     analyses.warm(run)
     h = logic.headline(cp)
-    phases = logic.phase_options(run.events)
-    ranks = sorted(int(r) for r in run.events["rank"].unique())
+    phases = run.cached("span_phases", lambda: logic.phase_options(run.events))
+    ranks = run.cached("ranks", lambda: sorted(int(r) for r in run.events["rank"].unique()))
     default_phase = next((p for p in ("copy_out", "send_chunk", "work", "reduce") if p in phases), phases[0] if phases else None)
     whatif = html.Div([
         html.Label("what if"),
@@ -52,13 +52,15 @@ def layout(catalog, run_id):
         C.section("What-if", whatif, dcc.Loading(html.Div(id=Ids.RESULT, className="whatif-result"), type="dot"),
                   help="re-times the same dependency graph: a saving that a rendezvous absorbs shows up here"),
         html.Div([
-            C.section("Critical path per rank", C.graph(logic.path_by_rank_figure(cp))),
-            C.section("Path of the first iteration", C.graph(logic.path_gantt_figure(cp))),
+            C.section("Critical path per rank", C.graph(run.cached("cp_by_rank_fig", lambda: logic.path_by_rank_figure(cp)))),
+            C.section("Path of the first iteration", C.graph(run.cached("cp_gantt_fig", lambda: logic.path_gantt_figure(cp)))),
         ], className="grid-2"),
         C.section("Longest segments on the path", C.df_table(
-            logic.segments_table(cp), SEG_COLS, {"begin_ns": ns, "duration_ns": ns, "share": share}, id=Ids.SEGMENTS)),
+            run.cached("cp_segments_table", lambda: logic.segments_table(cp)), SEG_COLS,
+            {"begin_ns": ns, "duration_ns": ns, "share": share}, id=Ids.SEGMENTS)),
         C.section("Slack per warp", C.df_table(
-            logic.slack_table(cp), SLACK_COLS, {"busy_ns": ns, "slack_ns": ns, "on_path": lambda v: "●" if v else ""},
+            run.cached("cp_slack_table", lambda: logic.slack_table(cp)), SLACK_COLS,
+            {"busy_ns": ns, "slack_ns": ns, "on_path": lambda v: "●" if v else ""},
             row_class=lambda r: "row-hot" if r.get("on_path") else None),
             help="how much later a warp could finish without delaying anyone"),
     ])

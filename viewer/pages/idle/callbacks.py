@@ -13,6 +13,8 @@ def register(app, catalog) -> None:
                   prevent_initial_call=True)
     def kernel(k, run_id):
         try:
-            return logic.heatmap_figure(analyses.idle(catalog.load(run_id)), k)
+            run = catalog.load(run_id)
+            rep = analyses.idle(run)
+            return run.cached(("idle_fig", k), lambda: logic.heatmap_figure(rep, k))
         except ViewerError:
             return no_update

@@ -25,11 +25,14 @@ def layout(catalog, run_id):
     except ViewerError as e:
         return html.Div([C.run_header(entry), C.error_box(str(e))])
     analyses.warm(run)
-    h = logic.headline(rep)
-    ks = logic.kernels(rep)
+    h = run.cached("idle_headline", lambda: logic.headline(rep))
+    ks = run.cached("idle_kernels", lambda: logic.kernels(rep))
     fmt = {"kernel_ns": ns, "busy_ns": ns, "wait_ns": ns, "idle_ns": ns, "max_busy_ns": ns, "median_busy_ns": ns,
            "busy_share": share, "ratio": ratio, "did_work": lambda v: "yes" if v else "no"}
-    blocks = rep.per_block.sort_values(["busy_share", "rank", "block"]) if len(rep.per_block) else rep.per_block
+    blocks = run.cached("idle_blocks", lambda: rep.per_block.sort_values(["busy_share", "rank", "block"])
+                        if len(rep.per_block) else rep.per_block)
+    evidence = run.cached("idle_evidence", lambda: rep.evidence.sort_values(["did_work", "busy_ns", "rank", "block", "warp"])
+                          if len(rep.evidence) else rep.evidence)
     return html.Div([
         C.run_header(entry),
         dcc.Store(id=Ids.RUN, data=run_id),
@@ -44,9 +47,10 @@ def layout(catalog, run_id):
         html.Div([html.Label("kernel"),
                   dcc.RadioItems(id=Ids.KERNEL, options=ks, value=ks[0] if ks else None, inline=True, className="radio")],
                  className="controls"),
-        dcc.Graph(id=Ids.HEATMAP, figure=logic.heatmap_figure(rep, ks[0] if ks else None),
+        dcc.Graph(id=Ids.HEATMAP, figure=run.cached(("idle_fig", ks[0] if ks else None),
+                                                    lambda: logic.heatmap_figure(rep, ks[0] if ks else None)),
                   config={"displaylogo": False}),
-        C.section("Evidence", C.df_table(rep.evidence, WARP_COLS, fmt, id=Ids.EVIDENCE,
+        C.section("Evidence", C.df_table(evidence, WARP_COLS, fmt, id=Ids.EVIDENCE,
                                          row_class=lambda r: None if r.get("did_work") else "row-bad"),
                   help="the warps of the (rank, kernel) pairs the verdict names"),
         html.Div([

@@ -472,49 +472,67 @@ def phase_colorscale(phases: list[str]) -> list:
     return scale or [[0, theme.PANEL], [1, theme.PANEL]]
 
 
+def _lane_of(ix: TimelineIndex, r: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Lane index of (rank, block, warp) triples, vectorised. A triple with no lane of its own
+    (block or warp -1: a launch gap, a host segment) maps to the first lane of its block, else
+    the first lane of its rank; -1 when the rank has no lane."""
+    nb = int(ix.lane_block.max(initial=0)) + 2
+    nw = int(ix.lane_warp.max(initial=0)) + 2
+    r0 = int(ix.lane_rank.min(initial=0))
+
+    def key(rr, bb, ww):
+        return ((rr - r0) * nb + (bb + 1)) * nw + (ww + 1)
+
+    lk = key(ix.lane_rank, ix.lane_block, ix.lane_warp)          # sorted: lanes are in key order
+    n = lk.size
+    out = np.full(r.size, -1, dtype=np.int64)
+    if n == 0:
+        return out
+    for cand in (key(r, b, w), key(r, b, np.full_like(w, -1)), key(r, np.full_like(b, -1), np.full_like(w, -1))):
+        pos = np.minimum(np.searchsorted(lk, cand), n - 1)
+        hit = (out < 0) & (ix.lane_rank[pos] == r) & ((lk[pos] == cand) | (ix.lane_block[pos] == b) |
+                                                      ((cand == key(r, np.full_like(b, -1), np.full_like(w, -1)))))
+        out[hit] = pos[hit]
+    return out
+
+
 def critical_overlay(segments: pd.DataFrame | None, rows: Rows, ix: TimelineIndex, t0: float,
                      t1: float, limit: int = 2000) -> dict | None:
     """A line trace over the lanes of the critical path's segments inside the window.
-    `segments` needs rank, begin_ns, end_ns and optionally block, warp, phase."""
+    `segments` needs rank, begin_ns, end_ns and optionally block, warp, phase, duration_ns."""
     if segments is None or len(segments) == 0:
         return None
-    seg = segments
-    m = (seg["end_ns"].to_numpy() >= t0) & (seg["begin_ns"].to_numpy() <= t1)
-    seg = seg[m]
-    if len(seg) == 0:
+    b_ns = segments["begin_ns"].to_numpy(np.int64)
+    e_ns = segments["end_ns"].to_numpy(np.int64)
+    keep = np.flatnonzero((e_ns >= t0) & (b_ns <= t1))
+    if keep.size == 0:
         return None
-    if len(seg) > limit:
-        seg = seg.nlargest(limit, "duration_ns" if "duration_ns" in seg else "end_ns").sort_values("begin_ns")
+    if keep.size > limit:   # the longest segments carry the story; order along time again
+        d = (e_ns - b_ns)[keep]
+        keep = np.sort(keep[np.argsort(-d, kind="stable")[:limit]])
+    seg = segments.iloc[keep]
     r = seg["rank"].to_numpy(np.int64)
-    b = seg["block"].to_numpy(np.int64) if "block" in seg else np.full(len(seg), -1)
-    w = seg["warp"].to_numpy(np.int64) if "warp" in seg else np.full(len(seg), -1)
-    # lane lookup: exact (rank, block, warp) when the row level resolves it, else the rank's row
-    lane_key = {(int(a), int(c), int(d)): i for i, (a, c, d) in
-                enumerate(zip(ix.lane_rank, ix.lane_block, ix.lane_warp))}
-    first_lane_of_rank = {}
-    for i, a in enumerate(ix.lane_rank):
-        first_lane_of_rank.setdefault(int(a), i)
-    xs, ys, texts = [], [], []
-    phases = seg["phase"].astype(str).to_numpy() if "phase" in seg else np.full(len(seg), "")
-    for i in range(len(seg)):
-        lane = lane_key.get((int(r[i]), int(b[i]), int(w[i])))
-        if lane is None:
-            # a segment at block/rank granularity: any lane of that block / rank
-            cand = np.flatnonzero((ix.lane_rank == r[i]) & ((ix.lane_block == b[i]) | (b[i] < 0)) & ~ix.lane_host)
-            lane = int(cand[0]) if cand.size else first_lane_of_rank.get(int(r[i]))
-        if lane is None or rows.lane_to_row[lane] < 0:
-            continue
-        y = int(rows.lane_to_row[lane])
-        bs, es = float(seg["begin_ns"].iloc[i]), float(seg["end_ns"].iloc[i])
-        xs += [bs / 1e3, es / 1e3, None]
-        ys += [y, y, None]
-        t = f"critical: r{r[i]} b{b[i]} w{w[i]} {phases[i]} {_fmt_us(es - bs)}"
-        texts += [t, t, None]
-    if not xs:
+    b = seg["block"].to_numpy(np.int64) if "block" in seg else np.full(keep.size, -1)
+    w = seg["warp"].to_numpy(np.int64) if "warp" in seg else np.full(keep.size, -1)
+    lane = _lane_of(ix, r, b, w)
+    row = np.where(lane >= 0, rows.lane_to_row[np.maximum(lane, 0)], -1)
+    ok = row >= 0
+    if not ok.any():
         return None
-    return dict(type="scatter", mode="lines+markers", x=xs, y=ys, text=texts, hoverinfo="text",
-                name="critical path", line=dict(color=theme.CRITICAL, width=3),
-                marker=dict(size=4, color=theme.CRITICAL), showlegend=True)
+    bs, es, row = b_ns[keep][ok] / 1e3, e_ns[keep][ok] / 1e3, row[ok]
+    phases = seg["phase"].astype(str).to_numpy()[ok] if "phase" in seg else np.full(ok.sum(), "")
+    n = row.size
+    xs = np.empty((n, 3), dtype=object)
+    xs[:, 0], xs[:, 1], xs[:, 2] = bs, es, None
+    ys = np.empty((n, 3), dtype=object)
+    ys[:, 0], ys[:, 1], ys[:, 2] = row, row, None
+    texts = [f"critical: r{a} b{c} w{d} {p} {_fmt_us((e - s) * 1e3)}"
+             for a, c, d, p, s, e in zip(r[ok], b[ok], w[ok], phases, bs, es)]
+    tx = np.empty((n, 3), dtype=object)
+    tx[:, 0], tx[:, 1], tx[:, 2] = texts, texts, None
+    return dict(type="scatter", mode="lines+markers", x=xs.ravel().tolist(), y=ys.ravel().tolist(),
+                text=tx.ravel().tolist(), hoverinfo="text", name="critical path",
+                line=dict(color=theme.CRITICAL, width=3), marker=dict(size=4, color=theme.CRITICAL), showlegend=True)
 
 
 def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) -> dict:
