@@ -1,0 +1,109 @@
+"""The Dash-free logic modules of the pages, on hand-made tables and analysis results."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from profiler import analysis
+from viewer import format as F
+from viewer.catalog import RunEntry
+from viewer.pages.barriers import logic as BL
+from viewer.pages.compare import logic as CL
+from viewer.pages.critical_path import logic as PL
+from viewer.pages.idle import logic as IL
+from viewer.pages.runs import logic as RL
+from tests.analysis.tables import barrier, span, table
+
+
+def test_format():
+    assert F.ns(850) == "850 ns" and F.ns(12_300) == "12.3 µs" and F.ns(4_560_000) == "4.56 ms"
+    assert F.ns(float("nan")) == "—" and F.ns(None) == "—" and F.ns(float("inf")) == "∞"
+    assert F.signed_ns(1500) == "+1.5 µs" and F.pct(-3.14159, 2, True) == "-3.14%" and F.share(0.25) == "25.0%"
+    assert F.ratio(float("inf")) == "∞" and F.ratio(1.5) == "1.50×"
+
+
+def test_runs_table_from_manifests(tmp_path):
+    good = {"format": "epscope-run", "format_version": 1, "name": "a", "git": {"branch": "main", "commit": "0123456789abcdef", "dirty": True},
+            "workload": {"kind": "ep"}, "config": {"tokens": 4096, "hidden": 7168},
+            "gpu": {"name": "NVIDIA H200", "count": 2}, "drops": {"total": 12},
+            "clock": {"ranks": [{"rank": 0, "uncertainty_ns": 0}, {"rank": 1, "uncertainty_ns": 96}]},
+            "headline": {"dispatch_us": 180.25}}
+    newer = dict(good, name="b", format_version=99)
+    entries = [RunEntry("a", tmp_path, tmp_path, good), RunEntry("b", tmp_path, tmp_path, newer),
+               RunEntry("c", tmp_path, tmp_path, None, "manifest.json unreadable: boom")]
+    df = RL.runs_table(entries).set_index("run_id")
+    assert df.loc["a", "commit"] == "0123456789 (dirty)" and df.loc["a", "gpu"] == "2× NVIDIA H200"
+    assert df.loc["a", "clock"] == 96 and df.loc["a", "drops"] == 12 and df.loc["a", "ok"]
+    assert "tokens=4096" in df.loc["a", "config"] and "dispatch_us=180.2" in df.loc["a", "headline"]
+    assert df.loc["b", "status"].startswith("newer format v99") and not df.loc["b", "ok"]
+    assert df.loc["c", "status"].startswith("unreadable") and df.loc["c", "name"] == tmp_path.name
+
+
+def _starved():
+    """rank 0: warp 0 of block 0 works, block 1 idles; a grid barrier that block 0 warp 0 reaches last."""
+    rows = [span(0, 0, 0, "work", 0, 100, role="worker"), span(0, 0, 1, "work", 0, 10, role="worker"),
+            span(0, 1, 0, "idle", 0, 100, role="worker"), span(0, 1, 1, "idle", 0, 100, role="worker")]
+    for b, w, t in ((0, 0, 100), (0, 1, 10), (1, 0, 5), (1, 1, 6)):
+        rows += barrier(0, b, w, "grid", t, 110, role="worker")
+    return table(rows)
+
+
+def test_idle_heatmap_and_headline():
+    rep = analysis.idle_warps(_starved())
+    fig = IL.heatmap_figure(rep, IL.kernels(rep)[0])
+    z = fig["data"][0]["z"]
+    assert len(z) == 2 and len(z[0]) == 2          # rows r0 b0, r0 b1; columns warps 0, 1
+    assert z[1] == [0.0, 0.0] and z[0][0] > 0.5
+    h = IL.headline(rep)
+    assert h["idle_warps"] == 2 and h["idle_blocks"] == 1 and h["warps"] == 4
+
+
+def test_barrier_sentences_name_the_last_arriver():
+    rep = analysis.barrier_contention(_starved())
+    lines = BL.sentences(rep)
+    assert lines[0].startswith("grid (dispatch, grid scope): last arriver rank 0 block 0 warp 0 in 100% of 1")
+    assert "useless arrival" in lines[0]           # block 1 had no work before the barrier
+    assert BL.who(-1, 3, -1) == "block 3" and BL.who(-1, -1, -1) == "?"
+    fig = BL.occurrences_figure(rep)
+    assert fig["data"][0]["y"] == [0.095]           # spread 5 -> 100 ns, in µs
+
+
+def test_what_if_sentence():
+    s = pd.DataFrame({"iteration": [0, 1], "before_ns": [1000, 1000], "after_ns": [990, 990], "change_ns": [-10, -10],
+                      "change_pct": [-1.0, -1.0], "local_saving_ns": [100, 100], "absorbed_pct": [90.0, 90.0]})
+    text = PL.what_if_sentence(s, "copy_out", 1, 20)
+    assert text.startswith("If copy_out on rank 1 were 20% faster: end-to-end -20 ns (-1.00%) over 2 iteration(s)")
+    assert "90.0% of the local saving is absorbed" in text
+    assert "No iteration" in PL.what_if_sentence(s.iloc[0:0], "x", None, 5)
+
+
+def test_phase_options_reads_categories():
+    ev = _starved()
+    assert PL.phase_options(ev) == ["idle", "work"]
+
+
+def test_critical_path_headline_and_tables():
+    cp = analysis.critical_path(_starved())
+    h = PL.headline(cp)
+    assert h["pacing_rank"] == 0 and h["iterations"] == 1 and h["total_ns"] == 110
+    seg = PL.segments_table(cp)
+    assert list(seg["duration_ns"]) == sorted(seg["duration_ns"], reverse=True)
+    assert "Rank 0 paces the run" in PL.pacing_sentence(cp)
+    assert PL.path_by_rank_figure(cp)["data"]
+
+
+def test_compare_samples_and_plot_phases():
+    ev = table([span(0, 0, 0, "copy_out", 0, 10, iteration=0), span(0, 0, 0, "copy_out", 20, 40, iteration=0),
+                span(0, 0, 0, "copy_out", 100, 130, iteration=1)])
+    s = CL.samples(ev, "run")
+    e2e = s[s["phase"] == "end-to-end"].sort_values("iteration")["value_ns"].tolist()
+    co = s[s["phase"] == "copy_out"].sort_values("iteration")["value_ns"].tolist()
+    assert e2e == [40, 30] and co == [15, 30]
+    pp = pd.DataFrame({"kernel": ["d", "d", "d"], "phase": ["a", "b", "c"], "n_a": [3, 3, 0], "n_b": [3, 3, 3],
+                       "diff_pct": [1.0, -9.0, math.nan]})
+    assert CL.plot_phases(pp) == [("", "end-to-end"), ("d", "b"), ("d", "a")]
+    fig = CL.distribution_figure(s, s, [("", "end-to-end")])
+    assert [t["name"] for t in fig["data"]] == ["A", "B"] and np.allclose(sorted(fig["data"][0]["y"]), [30 / 35, 40 / 35])
+    assert CL.sides_ok([], ["x"]) and CL.sides_ok(["x"], ["x"]) and CL.sides_ok(["x"], ["y"]) is None
