@@ -118,11 +118,14 @@ def dispatch(xs: Sequence[TensorOrPair],
              topk_weights: Optional[Sequence[torch.Tensor]] = None,
              num_experts: Optional[int] = None,
              expert_alignment: int = 1,
-             num_worst_tokens: int = 0) -> list[RefDispatch]:
+             num_worst_tokens: int = 0,
+             num_tokens_per_expert: Optional[Sequence[torch.Tensor]] = None) -> list[RefDispatch]:
     """Dispatch of R ranks at once. `xs[r]` is rank r's x (bf16 [T, H] or (fp8 [T, H], scales
     [T, H/128]), scales in either memory order). Routing comes from `is_token_in_rank` (per rank,
     [T, R] bool) or, when that is None, from `topk_idx` and `num_experts`. Top-k outputs exist
-    when `topk_idx` is given. Returns one `RefDispatch` per rank."""
+    when `topk_idx` is given. The per-expert list comes from the top-k indices or, without them,
+    from every rank's `num_tokens_per_expert` (as the API's notify step sums them). Returns one
+    `RefDispatch` per rank."""
     num_ranks = len(xs)
     if num_ranks == 0:
         raise ValueError("dispatch needs at least one rank")
@@ -161,6 +164,10 @@ def dispatch(xs: Sequence[TensorOrPair],
         n = recv_src_idx.numel()
         recv_topk_idx = recv_topk_weights = None
         expert_list: list = []
+        if not with_topk and num_tokens_per_expert is not None:
+            per = num_tokens_per_expert[0].numel() // num_ranks
+            counts_e = sum(t.view(num_ranks, per)[j].to(torch.int64).cpu() for t in num_tokens_per_expert)
+            expert_list = [int(-(-c // expert_alignment) * expert_alignment) for c in counts_e.tolist()]
         if with_topk:
             g = torch.cat([topk_idx[i].index_select(0, idx_j[i]) for i in range(num_ranks)])
             w = torch.cat([topk_weights[i].index_select(0, idx_j[i]) for i in range(num_ranks)])

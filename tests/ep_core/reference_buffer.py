@@ -96,6 +96,8 @@ class ReferenceBuffer:
         ins = _gather(is_token_in_rank.to(torch.uint8), g)
         ins = [i.bool() for i in ins]
         kw = {}
+        if handle is None:
+            kw["num_tokens_per_expert"] = _gather(num_tokens_per_expert, g)
         if topk_idx is not None and handle is None:
             kw = dict(topk_idx=_gather(topk_idx, g), topk_weights=_gather(topk_weights, g),
                       num_experts=num_tokens_per_expert.numel())

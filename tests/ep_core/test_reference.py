@@ -77,6 +77,11 @@ def test_dispatch_without_topk_uses_is_token_in_rank():
     d0, d1 = ref.dispatch([X0, X1], is_token_in_rank=[in0, in1])
     assert d0.recv_topk_idx is None and d0.num_recv_tokens_per_expert_list == []
     assert d0.recv_x[:, 0].float().tolist() == [10, 13, 21, 22]
+    # without top-k the per-expert list still comes from every rank's counts (the notify step)
+    per_expert = [ref.get_dispatch_layout(IDX0, 4, 2)[2], ref.get_dispatch_layout(IDX1, 4, 2)[2]]
+    d0, d1 = ref.dispatch([X0, X1], is_token_in_rank=[in0, in1], num_tokens_per_expert=per_expert,
+                          expert_alignment=2)
+    assert d0.num_recv_tokens_per_expert_list == [2, 4] and d1.num_recv_tokens_per_expert_list == [4, 2]
 
 
 def test_fp8_pairs_travel_together_and_column_major_scales():

@@ -163,8 +163,8 @@ def run_acceptance(ctx, sc: Scenario) -> dict:
                     # check 2: row count and per-expert list
                     assert recv_bf16.size(0) == int(gbl_rank[rank]), \
                         f"{tag} check 2: {recv_bf16.size(0)} rows received, all-reduced count {int(gbl_rank[rank])}"
-                    if with_topk:
-                        assert expert_list == expert_slice, f"{tag} check 2: per-expert list {expert_list} != {expert_slice}"
+                    # the list comes from notify's per-expert counts, with or without top-k
+                    assert expert_list == expert_slice, f"{tag} check 2: per-expert list {expert_list} != {expert_slice}"
                     recv_counts[rank] = recv_bf16.size(0)
 
                     # check 3: constants land in source-rank blocks
