@@ -49,8 +49,9 @@ what_if(events, *, phase, speedup, rank=None, iteration=None, registry=None) -> 
     the new release allows) and the critical path recomputed.
     .summary   DataFrame, one row per iteration: iteration,
         before_ns, after_ns (iteration total before / after), change_ns (after - before),
-        change_pct (100 * change / before), local_saving_ns (sum of the duration removed from the
-        chosen phase's spans in that iteration; for a slowdown, negative),
+        change_pct (100 * change / before), local_saving_ns (the duration removed from the chosen
+        phase's spans on one warp, the largest over warps: how much sooner that warp alone would
+        finish; for a slowdown, negative),
         absorbed_pct (100 * (1 - (-change_ns) / local_saving_ns): the share of the local
         saving that rendezvous and waits swallowed; NaN when local_saving_ns is 0)
     .new_path  CriticalPath of the re-timed run

@@ -51,8 +51,7 @@ def arrivals(g: G.Graph) -> pd.DataFrame:
         dep_t[pos[ok]] = g.pt_t[g.bw_end_pt[ok]]
     own_wait = np.where(dep_t >= 0, dep_t - g.pt_t[pa], 0)
     # busy time since the lane's previous barrier departure (or the lane start)
-    dur = G.segment_durations(g)
-    cum = np.cumsum(np.where(g.seg_kind == G.WORK, dur, 0))
+    cum = G.cum_work(g)
     dep_pts = np.sort(g.bw_end_pt)
     k = np.searchsorted(dep_pts, pa, side="left") - 1
     prev = np.where(k >= 0, dep_pts[np.maximum(k, 0)], -1)
@@ -76,19 +75,19 @@ def barrier_contention(events: pd.DataFrame, *, registry=None) -> BarrierReport:
     starts = g.occ_starts
     ends = np.r_[starts[1:], len(a)] - 1                # arrivals are sorted by time within an occurrence
     first_row = a["row"].to_numpy()[starts]
-    ev = events
-    barrier = ev["phase"].to_numpy()[first_row].astype(str)
+    ev = events.iloc[first_row]      # the first arrival row of each occurrence (a few rows)
+    barrier = ev["phase"].astype(str).to_numpy()
     scope = np.array([g.sem.scope(b) for b in barrier], dtype=object)
     cross = scope == "rank"
     grp = a.groupby("occ", sort=True)
     occ = pd.DataFrame({
         "rank": np.where(cross, -1, a["rank"].to_numpy()[starts]),
-        "kernel": ev["kernel"].to_numpy()[first_row].astype(str),
-        "iteration": ev["iteration"].to_numpy()[first_row].astype(np.int64),
-        "launch": np.where(cross, -1, ev["launch"].to_numpy()[first_row].astype(np.int64)),
+        "kernel": ev["kernel"].astype(str).to_numpy(),
+        "iteration": ev["iteration"].to_numpy().astype(np.int64),
+        "launch": np.where(cross, -1, ev["launch"].to_numpy().astype(np.int64)),
         "block": np.where(scope == "block", a["block"].to_numpy()[starts], -1),
         "barrier": barrier, "scope": scope,
-        "occurrence": ev["payload"].to_numpy()[first_row].astype(np.int64),
+        "occurrence": ev["payload"].to_numpy().astype(np.int64),
         "arrivals": np.diff(np.r_[starts, len(a)]),
         "useless_arrivals": grp["useless"].sum().to_numpy().astype(np.int64),
         "first_arrive_ns": a["t"].to_numpy()[starts],

@@ -28,7 +28,7 @@ no Python loop per event (the path walk loops per path point).
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -213,6 +213,7 @@ class Graph:
     prev_member_pt: np.ndarray   # last points of the previous launches' lanes, sorted by group
     prev_starts: np.ndarray
     sem: Semantics
+    derived: dict = field(default_factory=dict)   # per-graph caches (segment durations, ...)
 
     @property
     def n_points(self) -> int:
@@ -244,14 +245,16 @@ def _codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
     n = len(ev)
-    rank = ev["rank"].to_numpy().astype(np.int64)
-    launch = ev["launch"].to_numpy().astype(np.int64)
-    it = ev["iteration"].to_numpy().astype(np.int64)
-    block = ev["block"].to_numpy().astype(np.int64)
-    warp = ev["warp"].to_numpy().astype(np.int64)
-    begin = ev["begin_ns"].to_numpy().astype(np.int64)
-    end = ev["end_ns"].to_numpy().astype(np.int64)
-    payload = ev["payload"].to_numpy().astype(np.int64)
+    # native narrow dtypes where the values are small; int64 only for times and keys (the tables
+    # reach 10 M rows: every avoided temporary is 80 MB not allocated)
+    rank = ev["rank"].to_numpy()
+    launch = ev["launch"].to_numpy()
+    it = ev["iteration"].to_numpy()
+    block = ev["block"].to_numpy()
+    warp = ev["warp"].to_numpy()
+    begin = ev["begin_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    payload = ev["payload"].to_numpy()
     kind_c, kind_names = _codes(ev["kind"])
     phase_c, phase_names = _codes(ev["phase"])
     kernel_c, kernel_names = _codes(ev["kernel"])
@@ -266,9 +269,22 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
 
     # ---- lanes: GPU (rank, launch, block, warp); host (rank, iteration)
     is_host = K["host"] | (block < 0)
-    lane_key = pack([is_host.astype(np.int64), rank - rank.min(),
-                     np.where(is_host, it - it.min(), launch - launch.min()),
-                     np.where(is_host, 0, block + 1).clip(0), np.where(is_host, 0, warp + 1).clip(0)]) if n else np.zeros(0, np.int64)
+    if n:
+        rmin, imin, lmin = int(rank.min()), int(it.min()), int(launch.min())
+        nr = int(rank.max()) - rmin + 1
+        nl = max(int(it.max()) - imin, int(launch.max()) - lmin) + 1
+        nb, nw = int(block.max()) + 2, int(warp.max()) + 2
+        if (2 * nr * nl * nb * nw).bit_length() > 62:
+            raise ValueError("event table too wide to analyse (lane key exceeds 62 bits)")
+        lane_key = np.where(is_host, it, launch).astype(np.int64)
+        lane_key -= np.where(is_host, imin, lmin)
+        lane_key += (rank.astype(np.int64) - rmin + nr * is_host) * nl
+        lane_key *= nb
+        lane_key += np.where(is_host, 0, block + 1)
+        lane_key *= nw
+        lane_key += np.where(is_host, 0, warp + 1)
+    else:
+        lane_key = np.zeros(0, np.int64)
     if n and np.all(lane_key[1:] >= lane_key[:-1]):     # rows already grouped by lane
         lane_id = np.r_[0, np.cumsum(lane_key[1:] != lane_key[:-1])].astype(np.int64)
     else:
@@ -579,75 +595,147 @@ def occurrence_keys(rows, sem, phase_names, phase_c, kernel_c, rank, it, launch,
 
 
 def retime(g: Graph, d: np.ndarray) -> np.ndarray:
-    """Solve T[p] = max(T[p-1] + d[p], T[src[p]] + lat[p]) for all points, given segment durations.
+    """Solve T[p] = max(T[p-1] + d[p], cross(p)) for all points, given segment durations d.
 
-    Per lane the in-lane chain is a max-plus scan done with a cumulative max
-    (T = S + cummax(X - S), S the prefix sum of d); cross edges are relaxed by repeating the scan
-    until nothing moves (at most the number of cross edges along the longest chain; each sweep is
-    vectorised). Lanes without a binding source keep their recorded first point.
+    cross(p) is T[src[p]] + lat[p]; for a barrier departure the latest new arrival of its
+    occurrence + lat; for a lane's first point also the previous launch's new end + its latency;
+    a first point without any source stays at its recorded time.
+
+    Only the points with a cross dependency ("targets": wait ends, departures, lane starts) need
+    solving; any other point is its lane's previous target plus the prefix sum of d between them.
+    Targets are solved in recorded-time order (a topological order: every dependency ended no
+    later than its dependant), one Python step each, over precomputed offsets; a vectorised
+    check then re-runs the pass in the rare case equal timestamps ordered a dependant first.
     """
     P = g.n_points
     if P == 0:
         return g.pt_t.copy()
+    NEG = np.iinfo(np.int64).min // 4
     is_first = np.zeros(P, bool)
-    is_first[g.lane_first[g.lane_first < P]] = True
+    is_first[g.lane_first] = True
     dd = np.where(is_first, 0, d).astype(np.int64)
-    # prefix sums within lanes
     S = np.cumsum(dd)
-    lane_base = S[g.lane_first[g.pt_lane]] - dd[g.lane_first[g.pt_lane]]
-    S = S - lane_base
-    NEG = np.iinfo(np.int64).min // 4
-    has = g.src >= 0
-    T = g.pt_t.copy()
-    # first points without a source stay where they were
-    fixed_first = is_first & ~has
-    bw = g.bw_end_pt
-    for _ in range(100000):
-        X = np.full(P, NEG, dtype=np.int64)
-        X[has] = T[g.src[has]] + g.lat[has]
-        if len(bw):
-            # a barrier departs after the latest arrival of its occurrence in the new timing,
-            # whoever that is now
-            occ_last = np.maximum.reduceat(T[g.occ_arr_pt], g.occ_starts)
-            X[bw] = occ_last[g.bw_occ] + g.lat[bw]
-        if len(g.prev_first_pt):
-            grp_last = np.maximum.reduceat(T[g.prev_member_pt], g.prev_starts)
-            X[g.prev_first_pt] = np.maximum(X[g.prev_first_pt], grp_last[g.prev_grp] + g.prev_lat)
-        X[fixed_first] = g.pt_t[fixed_first]
-        V = np.where(X > NEG, X - S, NEG)
-        Tn = _lane_cummax(V, g.lane_first, g.pt_lane) + S
-        if np.array_equal(Tn, T):
+    S -= S[g.lane_first[g.pt_lane]]                      # prefix sums restart at each lane
+    is_bw = np.zeros(P, bool)
+    is_bw[g.bw_end_pt] = True
+    is_pf = np.zeros(P, bool)
+    is_pf[g.prev_first_pt] = True
+    tgt = np.flatnonzero(is_first | (g.src >= 0) | is_bw | is_pf)   # sorted by point index
+    nt = len(tgt)
+    kpos = np.full(P, -1, np.int64)
+    kpos[tgt] = np.arange(nt)
+
+    def k_of(x):                                          # the target at or before point x, same lane
+        return np.searchsorted(tgt, x, side="right") - 1
+
+    def off(x, k):                                        # value(x) = Tt[k] + off
+        return S[x] - S[tgt[k]]
+
+    first_t = is_first[tgt]
+    own_off = np.where(first_t, 0, off(tgt, np.maximum(np.arange(nt) - 1, 0)))
+    srcp = g.src[tgt]
+    has_src = (srcp >= 0) & ~is_bw[tgt]                  # departures use the occurrence max instead
+    ks = np.where(has_src, k_of(np.maximum(srcp, 0)), -1)
+    src_off = np.where(has_src, off(np.maximum(srcp, 0), np.maximum(ks, 0)) + g.lat[tgt], 0)
+    fixed = first_t & (srcp < 0) & ~is_pf[tgt]
+    # barrier occurrences: arrivals as (k, offset) grouped by occurrence
+    occ_of_t = np.full(nt, -1, np.int64)
+    lat_bw = np.zeros(nt, np.int64)
+    occ_of_t[kpos[g.bw_end_pt]] = g.bw_occ
+    lat_bw[kpos[g.bw_end_pt]] = g.lat[g.bw_end_pt]
+    ak = k_of(g.occ_arr_pt)
+    aoff = off(g.occ_arr_pt, ak)
+    occ_bounds = np.r_[g.occ_starts, len(ak)]
+    # previous-launch groups: last points of the previous launch's lanes
+    grp_of_t = np.full(nt, -1, np.int64)
+    lat_pf = np.zeros(nt, np.int64)
+    grp_of_t[kpos[g.prev_first_pt]] = g.prev_grp
+    lat_pf[kpos[g.prev_first_pt]] = g.prev_lat
+    mk = k_of(g.prev_member_pt)
+    moff = off(g.prev_member_pt, mk)
+    grp_bounds = np.r_[g.prev_starts, len(mk)]
+
+    order = np.lexsort((tgt, g.pt_t[tgt])).tolist()
+    Tt = g.pt_t[tgt].tolist()
+    L = [x.tolist() for x in (first_t, own_off, ks, src_off, fixed, occ_of_t, lat_bw, grp_of_t, lat_pf)]
+    first_l, own_l, ks_l, soff_l, fixed_l, occ_l, latb_l, grp_l, latp_l = L
+    ak_l, aoff_l, ob = ak.tolist(), aoff.tolist(), occ_bounds.tolist()
+    mk_l, moff_l, gb = mk.tolist(), moff.tolist(), grp_bounds.tolist()
+    fixed_val = g.pt_t[tgt].tolist()
+
+    for _ in range(64):
+        occ_max, grp_max = {}, {}
+        for k in order:
+            if fixed_l[k]:
+                Tt[k] = fixed_val[k]
+                continue
+            v = NEG if first_l[k] else Tt[k - 1] + own_l[k]
+            j = ks_l[k]
+            if j >= 0:
+                x = Tt[j] + soff_l[k]
+                if x > v:
+                    v = x
+            o = occ_l[k]
+            if o >= 0:
+                m = occ_max.get(o)
+                if m is None:
+                    m = max(Tt[ak_l[i]] + aoff_l[i] for i in range(ob[o], ob[o + 1]))
+                    occ_max[o] = m
+                x = m + latb_l[k]
+                if x > v:
+                    v = x
+            q = grp_l[k]
+            if q >= 0:
+                m = grp_max.get(q)
+                if m is None:
+                    m = max(Tt[mk_l[i]] + moff_l[i] for i in range(gb[q], gb[q + 1]))
+                    grp_max[q] = m
+                x = m + latp_l[k]
+                if x > v:
+                    v = x
+            Tt[k] = v
+        # vectorised check that every target satisfies its equation with the final values
+        T = np.asarray(Tt, np.int64)
+        want = np.where(first_t, NEG, np.r_[NEG, T[:-1]] + own_off)
+        want = np.where(has_src, np.maximum(want, T[np.maximum(ks, 0)] + src_off), want)
+        if len(ak):
+            om = np.maximum.reduceat(T[ak] + aoff, g.occ_starts)
+            bw = occ_of_t >= 0
+            want[bw] = np.maximum(want[bw], om[occ_of_t[bw]] + lat_bw[bw])
+        if len(mk):
+            gm = np.maximum.reduceat(T[mk] + moff, g.prev_starts)
+            pf = grp_of_t >= 0
+            want[pf] = np.maximum(want[pf], gm[grp_of_t[pf]] + lat_pf[pf])
+        want = np.where(fixed, g.pt_t[tgt], want)
+        if np.array_equal(want, T):
             break
-        T = Tn
-    return T
-
-
-def _lane_cummax(V: np.ndarray, lane_first, pt_lane) -> np.ndarray:
-    """Cumulative max of V restarting at each lane's first point."""
-    NEG = np.iinfo(np.int64).min // 4
-    lo = int(V[V > NEG].min()) if np.any(V > NEG) else 0
-    hi = int(V.max())
-    span = hi - lo + 1
-    n_l = int(pt_lane.max()) + 1 if len(pt_lane) else 0
-    if span.bit_length() + max(n_l, 1).bit_length() < 62:
-        base = pt_lane.astype(np.int64) * span
-        W = np.where(V > NEG, V - lo, -1) + base
-        C = np.maximum.accumulate(W) - base
-        return np.where(C >= 0, C + lo, NEG)
-    # wide range: per-lane loop (rare)
-    out = np.empty_like(V)  # pragma: no cover
-    for f, l in zip(lane_first, np.r_[lane_first[1:], len(V)]):  # pragma: no cover
-        out[f:l] = np.maximum.accumulate(V[f:l])
-    return out
+    kx = k_of(np.arange(P))
+    return T[kx] + S - S[tgt[kx]]
 
 
 def segment_durations(g: Graph) -> np.ndarray:
-    """Length of each point's incoming segment (0 at a lane's first point: the launch pseudo-segment)."""
-    dur = np.zeros(g.n_points, np.int64)
-    if g.n_points:
-        dur[1:] = np.diff(g.pt_t)
-        dur[g.lane_first] = 0
+    """Length of each point's incoming segment (0 at a lane's first point: the launch pseudo-segment).
+    Computed once per graph (read-only)."""
+    dur = g.derived.get("dur")
+    if dur is None:
+        dur = np.zeros(g.n_points, np.int64)
+        if g.n_points:
+            np.subtract(g.pt_t[1:], g.pt_t[:-1], out=dur[1:])
+            dur[g.lane_first] = 0
+        dur.flags.writeable = False
+        g.derived["dur"] = dur
     return dur
+
+
+def cum_work(g: Graph) -> np.ndarray:
+    """Running total of 'work' segment time over all points (differences within a lane are the
+    lane's busy time between two points). Computed once per graph."""
+    c = g.derived.get("cum_work")
+    if c is None:
+        c = np.cumsum(np.where(g.seg_kind == WORK, segment_durations(g), 0))
+        c.flags.writeable = False
+        g.derived["cum_work"] = c
+    return c
 
 
 def lane_sums(g: Graph, kinds, dur: np.ndarray | None = None) -> np.ndarray:

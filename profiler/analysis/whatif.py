@@ -67,7 +67,11 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     before = iteration_totals(g)
     it_of_pt = g.lane["iteration"].to_numpy()[g.pt_lane]
     after = pd.DataFrame({"iteration": it_of_pt, "t": T}).groupby("iteration")["t"].agg(["min", "max"])
-    saving = pd.Series(g.d[tgt] - d_new[tgt], index=it_of_pt[tgt]).groupby(level=0).sum()
+    # local saving: what the chosen phase's shortening removes from one warp's own timeline (the
+    # largest over warps), i.e. how much faster the kernel would be on its own; summing over warps
+    # that run in parallel would overstate it
+    per_lane = pd.DataFrame({"it": it_of_pt[tgt], "lane": g.pt_lane[tgt], "s": g.d[tgt] - d_new[tgt]})
+    saving = per_lane.groupby(["it", "lane"])["s"].sum().groupby(level=0).max()
     s = before[["iteration", "total_ns"]].rename(columns={"total_ns": "before_ns"})
     s["after_ns"] = (after["max"] - after["min"]).reindex(s["iteration"]).to_numpy().astype(np.int64)
     s["change_ns"] = s["after_ns"] - s["before_ns"]
