@@ -21,8 +21,9 @@ and profiling: recording off (compiled out), the instrumented build with recordi
 recording on. Profiled calls synchronize the host (ep_core/buffer.py), so the profiling ratio is
 taken on kernel time from torch.profiler (CUPTI), and the event time is shown beside it.
 
-The table is printed last and written to benchmarks/results/ep-<R>xH200-<date>.md with the GPU
-name, commit and date (--out to change the folder, --no-write to skip).
+The table is printed last and written to benchmarks/results/ep-<R>x<GPU>-<date>.md (e.g.
+ep-2xH200-2026-11-29.md) with the GPU name, commit and date (--out to change the folder,
+--no-write to skip).
 """
 from __future__ import annotations
 
@@ -413,7 +414,9 @@ def main(argv=None) -> int:
     if not a.no_write:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
-        path = out / f"ep-{a.ranks}xH200-{date}.md"
+        # "NVIDIA H200" -> H200: the file says which GPU it was measured on
+        short = r0["gpu"].split()[-1] if r0["gpu"] else "GPU"
+        path = out / f"ep-{a.ranks}x{short}-{date}.md"
         cmd = "python benchmarks/bench_ep.py " + " ".join(sys.argv[1:] if argv is None else argv)
         path.write_text(f"# ep_core benchmark, {a.ranks} × {r0['gpu']}, {date}\n\n"
                         f"GPU: {r0['gpu']}; commit: {git['commit']} (branch {git['branch']}, dirty={git['dirty']}); "
