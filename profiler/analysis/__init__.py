@@ -49,9 +49,9 @@ what_if(events, *, phase, speedup, rank=None, iteration=None, registry=None) -> 
     the new release allows) and the critical path recomputed.
     .summary   DataFrame, one row per iteration: iteration,
         before_ns, after_ns (iteration total before / after), change_ns (after - before),
-        change_pct (100 * change / before), local_saving_ns (the duration removed from the chosen
-        phase's spans on one warp, the largest over warps: how much sooner that warp alone would
-        finish; for a slowdown, negative),
+        change_pct (100 * change / before), local_saving_ns (how much sooner the chosen rank would
+        finish on its own: per launch the largest duration removed from one warp's spans of the
+        phase, summed over the rank's launches, the largest over ranks; negative for a slowdown),
         absorbed_pct (100 * (1 - (-change_ns) / local_saving_ns): the share of the local
         saving that rendezvous and waits swallowed; NaN when local_saving_ns is 0)
     .new_path  CriticalPath of the re-timed run
@@ -63,7 +63,7 @@ idle_warps(events, *, registry=None) -> IdleReport
     .per_warp  DataFrame, one row per (rank, kernel, block, warp) summed over launches:
         rank, kernel, block, warp, role, launches (int), kernel_ns (sum of launch GPU times),
         busy_ns, wait_ns (time in wait spans and barrier waits), idle_ns (kernel_ns - busy_ns),
-        busy_share (busy_ns / kernel_ns), did_work (bool: busy_ns > 0)
+        busy_share (busy_ns / kernel_ns), did_work (bool: busy_share >= idle.NO_WORK_SHARE, 1%)
     .per_block DataFrame [rank, kernel, block, warps, working_warps, busy_ns, idle_ns,
         busy_share (block busy / (warps * kernel_ns)), did_work (any warp did work)]
     .imbalance DataFrame [rank, kernel, role, warps, max_busy_ns, median_busy_ns,
