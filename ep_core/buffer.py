@@ -54,11 +54,30 @@ topk_idx_t = torch.int64  # DeepEP's top-k index dtype; callers convert with .to
 FAMILY = "ep_intranode"
 DEFAULT_TIMEOUT_S = 10.0
 REGION_ALIGN = 128
-# Tuning of the block split (measured: benchmarks/NOTES.md). Senders push NVLink rows; the rest
-# copy out (dispatch) or reduce (combine). Env overrides exist for sweeps only.
-DISPATCH_SENDER_FRACTION = float(os.environ.get("EPSCOPE_DISPATCH_SENDER_FRACTION", "0.75"))
-COMBINE_SENDER_FRACTION = float(os.environ.get("EPSCOPE_COMBINE_SENDER_FRACTION", "0.5"))
-CHUNKS_PER_SENDER_BLOCK = int(os.environ.get("EPSCOPE_CHUNKS_PER_SENDER_BLOCK", "2"))
+# Tuning of the block split. Senders push NVLink rows; the rest copy out (dispatch) or reduce
+# (combine). The split that was fastest depends on the SM count (sweep of run 2 on 2xH200,
+# benchmarks/NOTES.md): dispatch 62.5 % senders at 24 SMs, 50 % at 64; combine 37.5 % at 24,
+# 50 % at 64; linear in between. None = that rule; a number (env, for sweeps) overrides it.
+def _env_float(name):
+    v = os.environ.get(name, "")
+    return float(v) if v else None
+
+
+DISPATCH_SENDER_FRACTION = _env_float("EPSCOPE_DISPATCH_SENDER_FRACTION")
+COMBINE_SENDER_FRACTION = _env_float("EPSCOPE_COMBINE_SENDER_FRACTION")
+DISPATCH_SPLIT = ((24, 0.625), (64, 0.5))
+COMBINE_SPLIT = ((24, 0.375), (64, 0.5))
+# chunks per sender block: 8 was best at 24 and 64 SMs (run 2); more chunks = earlier copy-out
+CHUNKS_PER_SENDER_BLOCK = int(os.environ.get("EPSCOPE_CHUNKS_PER_SENDER_BLOCK", "8"))
+
+
+def _split(num_sms: int, table) -> float:
+    (s0, f0), (s1, f1) = table
+    if num_sms <= s0:
+        return f0
+    if num_sms >= s1:
+        return f1
+    return f0 + (f1 - f0) * (num_sms - s0) / (s1 - s0)
 
 _KERNELS = {1: "layout", 2: "notify", 3: "dispatch", 4: "combine", 5: "barrier"}
 
@@ -390,14 +409,16 @@ class Buffer:
         n = int(config.num_sms)
         if self.group_size == 1:
             return n, n
-        senders = min(max(int(round(n * DISPATCH_SENDER_FRACTION)), 1), n - 1)
+        frac = DISPATCH_SENDER_FRACTION if DISPATCH_SENDER_FRACTION is not None else _split(n, DISPATCH_SPLIT)
+        senders = min(max(int(round(n * frac)), 1), n - 1)
         return n, senders
 
     def _combine_blocks(self, config: Config) -> tuple[int, int]:
         n = int(config.num_sms)
         if self.group_size == 1:
             return n, 1
-        senders = min(max(int(round(n * COMBINE_SENDER_FRACTION)), 1), n - 1)
+        frac = COMBINE_SENDER_FRACTION if COMBINE_SENDER_FRACTION is not None else _split(n, COMBINE_SPLIT)
+        senders = min(max(int(round(n * frac)), 1), n - 1)
         return n, senders
 
     # -- get_dispatch_layout ---------------------------------------------------------------------
