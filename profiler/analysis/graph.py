@@ -594,6 +594,12 @@ def occurrence_keys(rows, sem, phase_names, phase_c, kernel_c, rank, it, launch,
     return pack(cols)
 
 
+# window of targets relaxed together by retime(), and the sweeps before a window is split; sized
+# so that a window spans a short slice of time in which each warp has only a few targets
+RETIME_WINDOW = 4096
+WINDOW_SWEEPS = 12
+
+
 def retime(g: Graph, d: np.ndarray) -> np.ndarray:
     """Solve T[p] = max(T[p-1] + d[p], cross(p)) for all points, given segment durations d.
 
@@ -604,8 +610,9 @@ def retime(g: Graph, d: np.ndarray) -> np.ndarray:
     Only the points with a cross dependency ("targets": wait ends, departures, lane starts) need
     solving; any other point is its lane's previous target plus the prefix sum of d between them.
     Targets are solved in recorded-time order (a topological order: every dependency ended no
-    later than its dependant), one Python step each, over precomputed offsets; a vectorised
-    check then re-runs the pass in the rare case equal timestamps ordered a dependant first.
+    later than its dependant), in windows of RETIME_WINDOW targets: each window is relaxed with
+    vectorised sweeps until it stops changing (its dependencies inside the window are short
+    chains); a window that needs more than WINDOW_SWEEPS sweeps is split in halves.
     """
     P = g.n_points
     if P == 0:
@@ -655,60 +662,47 @@ def retime(g: Graph, d: np.ndarray) -> np.ndarray:
     moff = off(g.prev_member_pt, mk)
     grp_bounds = np.r_[g.prev_starts, len(mk)]
 
-    order = np.lexsort((tgt, g.pt_t[tgt])).tolist()
-    Tt = g.pt_t[tgt].tolist()
-    L = [x.tolist() for x in (first_t, own_off, ks, src_off, fixed, occ_of_t, lat_bw, grp_of_t, lat_pf)]
-    first_l, own_l, ks_l, soff_l, fixed_l, occ_l, latb_l, grp_l, latp_l = L
-    ak_l, aoff_l, ob = ak.tolist(), aoff.tolist(), occ_bounds.tolist()
-    mk_l, moff_l, gb = mk.tolist(), moff.tolist(), grp_bounds.tolist()
-    fixed_val = g.pt_t[tgt].tolist()
+    order = np.lexsort((tgt, g.pt_t[tgt]))
+    T = g.pt_t[tgt].copy()
+    fixed_val = g.pt_t[tgt]
+    prev_k = np.maximum(np.arange(nt) - 1, 0)
+    bw_any, pf_any = bool(len(ak)), bool(len(mk))
 
-    for _ in range(64):
-        occ_max, grp_max = {}, {}
-        for k in order:
-            if fixed_l[k]:
-                Tt[k] = fixed_val[k]
-                continue
-            v = NEG if first_l[k] else Tt[k - 1] + own_l[k]
-            j = ks_l[k]
-            if j >= 0:
-                x = Tt[j] + soff_l[k]
-                if x > v:
-                    v = x
-            o = occ_l[k]
-            if o >= 0:
-                m = occ_max.get(o)
-                if m is None:
-                    m = max(Tt[ak_l[i]] + aoff_l[i] for i in range(ob[o], ob[o + 1]))
-                    occ_max[o] = m
-                x = m + latb_l[k]
-                if x > v:
-                    v = x
-            q = grp_l[k]
-            if q >= 0:
-                m = grp_max.get(q)
-                if m is None:
-                    m = max(Tt[mk_l[i]] + moff_l[i] for i in range(gb[q], gb[q + 1]))
-                    grp_max[q] = m
-                x = m + latp_l[k]
-                if x > v:
-                    v = x
-            Tt[k] = v
-        # vectorised check that every target satisfies its equation with the final values
-        T = np.asarray(Tt, np.int64)
-        want = np.where(first_t, NEG, np.r_[NEG, T[:-1]] + own_off)
-        want = np.where(has_src, np.maximum(want, T[np.maximum(ks, 0)] + src_off), want)
-        if len(ak):
-            om = np.maximum.reduceat(T[ak] + aoff, g.occ_starts)
-            bw = occ_of_t >= 0
-            want[bw] = np.maximum(want[bw], om[occ_of_t[bw]] + lat_bw[bw])
-        if len(mk):
-            gm = np.maximum.reduceat(T[mk] + moff, g.prev_starts)
-            pf = grp_of_t >= 0
-            want[pf] = np.maximum(want[pf], gm[grp_of_t[pf]] + lat_pf[pf])
-        want = np.where(fixed, g.pt_t[tgt], want)
-        if np.array_equal(want, T):
-            break
+    def evaluate(idx):
+        v = np.where(first_t[idx], NEG, T[prev_k[idx]] + own_off[idx])
+        hs = has_src[idx]
+        v = np.where(hs, np.maximum(v, T[np.maximum(ks[idx], 0)] + src_off[idx]), v)
+        if bw_any:
+            o = occ_of_t[idx]
+            m = o >= 0
+            if m.any():
+                om = np.maximum.reduceat(T[ak] + aoff, g.occ_starts)
+                v[m] = np.maximum(v[m], om[o[m]] + lat_bw[idx[m]])
+        if pf_any:
+            q = grp_of_t[idx]
+            m = q >= 0
+            if m.any():
+                gm = np.maximum.reduceat(T[mk] + moff, g.prev_starts)
+                v[m] = np.maximum(v[m], gm[q[m]] + lat_pf[idx[m]])
+        return np.where(fixed[idx], fixed_val[idx], v)
+
+    def solve(lo, hi):
+        """Targets order[lo:hi] in time order: everything before lo is final. Jacobi sweeps over
+        the window settle its internal chains; a window whose chains are too long is halved."""
+        idx = order[lo:hi]
+        for _ in range(WINDOW_SWEEPS):
+            v = evaluate(idx)
+            if np.array_equal(v, T[idx]):
+                return
+            T[idx] = v
+        if hi - lo == 1:
+            return
+        mid = (lo + hi) // 2
+        solve(lo, mid)
+        solve(mid, hi)
+
+    for lo in range(0, nt, RETIME_WINDOW):
+        solve(lo, min(lo + RETIME_WINDOW, nt))
     kx = k_of(np.arange(P))
     return T[kx] + S - S[tgt[kx]]
 

@@ -68,10 +68,14 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     it_of_pt = g.lane["iteration"].to_numpy()[g.pt_lane]
     after = pd.DataFrame({"iteration": it_of_pt, "t": T}).groupby("iteration")["t"].agg(["min", "max"])
     # local saving: what the chosen phase's shortening removes from one warp's own timeline (the
-    # largest over warps), i.e. how much faster the kernel would be on its own; summing over warps
-    # that run in parallel would overstate it
-    per_lane = pd.DataFrame({"it": it_of_pt[tgt], "lane": g.pt_lane[tgt], "s": g.d[tgt] - d_new[tgt]})
-    saving = per_lane.groupby(["it", "lane"])["s"].sum().groupby(level=0).max()
+    # largest over warps of a launch), i.e. how much sooner the rank would finish on its own;
+    # summing over warps that run in parallel would overstate it
+    # (kernels of a rank run one after another: per rank, the launches' savings add up)
+    lanes = g.lane.iloc[g.pt_lane[tgt]]
+    per_lane = pd.DataFrame({"it": it_of_pt[tgt], "rank": lanes["rank"].to_numpy(), "launch": lanes["launch"].to_numpy(),
+                             "lane": g.pt_lane[tgt], "s": g.d[tgt] - d_new[tgt]})
+    saving = (per_lane.groupby(["it", "rank", "launch", "lane"])["s"].sum()
+              .groupby(level=[0, 1, 2]).max().groupby(level=[0, 1]).sum().groupby(level=0).max())
     s = before[["iteration", "total_ns"]].rename(columns={"total_ns": "before_ns"})
     s["after_ns"] = (after["max"] - after["min"]).reindex(s["iteration"]).to_numpy().astype(np.int64)
     s["change_ns"] = s["after_ns"] - s["before_ns"]

@@ -95,3 +95,45 @@ def test_retime_with_recorded_durations_reproduces_recorded_times():
                                        ([5, 4, 4], "4–5")])
 def test_ranges(vals, text):
     assert G.ranges(vals) == text
+
+
+def _reference_retime(g, d):
+    """Plain fixed-point iteration of the recurrence, point by point (the oracle for retime)."""
+    P = g.n_points
+    first = np.zeros(P, bool)
+    first[g.lane_first] = True
+    occ_of_dep = dict(zip(g.bw_end_pt.tolist(), g.bw_occ.tolist()))
+    occ_pts = np.split(g.occ_arr_pt, g.occ_starts[1:]) if len(g.occ_arr_pt) else []
+    grp_of = dict(zip(g.prev_first_pt.tolist(), zip(g.prev_grp.tolist(), g.prev_lat.tolist())))
+    grp_pts = np.split(g.prev_member_pt, g.prev_starts[1:]) if len(g.prev_member_pt) else []
+    T = g.pt_t.astype(np.int64).copy()
+    for _ in range(P + 1):
+        old = T.copy()
+        for p in range(P):
+            cands = []
+            if not first[p]:
+                cands.append(T[p - 1] + d[p])
+            if p in occ_of_dep:
+                cands.append(max(T[occ_pts[occ_of_dep[p]]]) + g.lat[p])
+            elif g.src[p] >= 0:
+                cands.append(T[g.src[p]] + g.lat[p])
+            if p in grp_of:
+                q, lat = grp_of[p]
+                cands.append(max(T[grp_pts[q]]) + lat)
+            T[p] = max(cands) if cands else g.pt_t[p]
+        if np.array_equal(T, old):
+            return T
+    raise AssertionError("reference did not converge")
+
+
+@pytest.mark.parametrize("speedup,seed", [(0.3, 0), (0.6, 1), (-0.4, 2)])
+def test_retime_matches_the_reference_solution(speedup, seed, monkeypatch):
+    from profiler.synthetic import make_events
+    monkeypatch.setattr(G, "RETIME_WINDOW", 7)       # small windows: exercise splitting and joins
+    ev, _, man = make_events(ranks=3, blocks=2, chunks=4, iterations=2, scenario="slow_rank", seed=seed)
+    g = G.build(ev, man["registry"])
+    rng = np.random.default_rng(seed)
+    d = g.d.copy()
+    pick = rng.random(len(d)) < 0.5
+    d[pick] = np.round(d[pick] * (1 - speedup)).astype(np.int64)
+    np.testing.assert_array_equal(G.retime(g, d), _reference_retime(g, d))
