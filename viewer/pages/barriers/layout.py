@@ -34,6 +34,10 @@ def layout(catalog, run_id):
     except ViewerError as e:
         return html.Div([C.run_header(entry), C.error_box(str(e))])
     analyses.warm(run)
+    return run.cached("page:barriers", lambda: _page(entry, run, rep))
+
+
+def _page(entry, run, rep):
     fmt = {k: ns for k in ("mean_spread_ns", "max_spread_ns", "total_wait_ns", "mean_lateness_ns", "spread_ns")}
     fmt.update(useless_share=share, last_share=share)
     if rep.summary.empty:

@@ -22,6 +22,10 @@ def layout(catalog, run_id):
     except ViewerError as e:
         return html.Div([C.run_header(entry), C.error_box(str(e))])
     analyses.warm(run)
+    return run.cached("page:critical_path", lambda: _page(entry, run, cp))
+
+
+def _page(entry, run, cp):
     h = logic.headline(cp)
     phases = run.cached("span_phases", lambda: logic.phase_options(run.events))
     ranks = run.cached("ranks", lambda: sorted(int(r) for r in run.events["rank"].unique()))
@@ -40,7 +44,7 @@ def layout(catalog, run_id):
     ], className="controls")
     return html.Div([
         C.run_header(entry),
-        dcc.Store(id=Ids.RUN, data=run_id),
+        dcc.Store(id=Ids.RUN, data=entry.run_id),
         html.Div([
             C.card("iterations", f"{h['iterations']}"),
             C.card("median iteration", ns(h["median_iteration_ns"])),

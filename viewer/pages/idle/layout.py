@@ -25,6 +25,10 @@ def layout(catalog, run_id):
     except ViewerError as e:
         return html.Div([C.run_header(entry), C.error_box(str(e))])
     analyses.warm(run)
+    return run.cached("page:idle", lambda: _page(entry, run, rep))
+
+
+def _page(entry, run, rep):
     h = run.cached("idle_headline", lambda: logic.headline(rep))
     ks = run.cached("idle_kernels", lambda: logic.kernels(rep))
     fmt = {"kernel_ns": ns, "busy_ns": ns, "wait_ns": ns, "idle_ns": ns, "max_busy_ns": ns, "median_busy_ns": ns,
@@ -35,7 +39,7 @@ def layout(catalog, run_id):
                           if len(rep.evidence) else rep.evidence)
     return html.Div([
         C.run_header(entry),
-        dcc.Store(id=Ids.RUN, data=run_id),
+        dcc.Store(id=Ids.RUN, data=entry.run_id),
         C.verdict(rep.verdict or "No idle warps: every warp did work.", id=Ids.VERDICT,
                   tone="bad" if h["idle_warps"] else "good"),
         html.Div([
@@ -50,7 +54,7 @@ def layout(catalog, run_id):
         dcc.Graph(id=Ids.HEATMAP, figure=run.cached(("idle_fig", ks[0] if ks else None),
                                                     lambda: logic.heatmap_figure(rep, ks[0] if ks else None)),
                   config={"displaylogo": False}),
-        C.section("Evidence", C.df_table(evidence, WARP_COLS, fmt, id=Ids.EVIDENCE,
+        C.section("Evidence", C.df_table(evidence, WARP_COLS, fmt, id=Ids.EVIDENCE, max_rows=100,
                                          row_class=lambda r: None if r.get("did_work") else "row-bad"),
                   help="the warps of the (rank, kernel) pairs the verdict names"),
         html.Div([
