@@ -154,7 +154,8 @@ def sass_proof() -> dict:
                 cur["SR_GLOBALTIMER"] += "SR_GLOBALTIMER" in line
                 cur["STG.E.128"] += "STG.E.128" in line
                 cur["CLOCK"] += "SR_CLOCK" in line
-                cur["lines"].append(line.strip())
+                if not re.fullmatch(r"\s*/\* 0x[0-9a-f]+ \*/\s*", line):  # encoding-only lines
+                    cur["lines"].append(line.strip())
         out["EPSCOPE_PROFILE=1" if prof else "EPSCOPE_PROFILE=0"] = kernels
     return out
 
