@@ -150,3 +150,26 @@ def test_first_gpu_start_reads_region_headers(tmp_path):
     fill(buf, [[(WORK, 0, 10)]], capacity=4, t0=T0 + 5)
     assert first_gpu_start(buf.numpy()) == T0 + 5
     assert first_gpu_start(np.zeros(8, np.uint8)) is None
+
+
+def test_sync_clocks_sequence_bases_and_samples(tmp_path, monkeypatch):
+    """Every rank derives the same seq_base per window; rank 0 keeps (t0..t3) per peer."""
+    import profiler.record.clocks as clocks
+
+    calls = []
+
+    def fake_ping_pong(rank, world, my, peers, *, n, seq_base, timeout_ns):
+        calls.append((rank, seq_base, n))
+        return {k: np.tile([[1, 2, 3, 4]], (n, 1)) for k in range(1, world)} if rank == 0 else {0: np.zeros((n, 4))}
+
+    monkeypatch.setattr(clocks, "ping_pong", fake_ping_pong)
+    s0 = Session(tmp_path, name="r", description="d", device="cpu", rank=0, world_size=3)
+    s2 = Session(tmp_path, name="r", description="d", device="cpu", rank=2, world_size=3)
+    for s in (s0, s2):
+        s.sync_clocks(1, {0: 2, 1: 3, 2: 4}, "start", n=8)
+        s.sync_clocks(1, {0: 2, 1: 3, 2: 4}, "end", n=8)
+    assert calls == [(0, 0, 8), (0, 24, 8), (2, 0, 8), (2, 24, 8)]
+    assert sorted(s0._clock) == [1, 2] and [a.shape for a in s0._clock[2]["end"]] == [(8, 4)]
+    assert s2._clock == {}
+    with pytest.raises(SessionError, match="when"):
+        s0.add_clock_samples(1, np.zeros((1, 4)), "middle")
