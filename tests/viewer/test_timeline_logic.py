@@ -144,3 +144,10 @@ def test_lane_lookup_falls_back_to_block_then_rank():
     lane = L._lane_of(ix, np.array([0, 0, 0, 1, 5]), np.array([0, 1, -1, 3, 0]), np.array([1, -1, -1, 7, 0]))
     got = [(int(ix.lane_rank[i]), int(ix.lane_block[i]), int(ix.lane_warp[i])) if i >= 0 else None for i in lane]
     assert got == [(0, 0, 1), (0, 1, 0), (0, -1, -1), (1, 3, 2), None]
+
+
+def test_default_window_is_the_extent_of_the_events():
+    ix = L.build_index(table([span(0, 0, 0, "copy_out", 5_000, 6_000), span(1, 0, 0, "copy_out", 5_500, 7_000)]), {})
+    assert (ix.t_min, ix.t_max) == (5_000, 7_000)
+    v = L.compute_view(ix, "rank")
+    assert (v.t0, v.t1) == (5_000, 7_000)

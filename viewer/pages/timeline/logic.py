@@ -141,7 +141,7 @@ def build_index(events: pd.DataFrame, manifest: dict | None = None) -> TimelineI
     p_label = [prefix[int(u) // (len(pnames) + 1)] + pnames[int(u) % (len(pnames) + 1)] for u in ulab]
 
     return TimelineIndex(
-        t_min=int(begin_all.min(initial=0)),
+        t_min=int(begin_all.min()) if begin_all.size else 0,
         t_max=int(max(end_all.max(initial=0), begin_all.max(initial=0))),
         phases=names,
         parent=parent,
