@@ -38,5 +38,5 @@ def layout(catalog, run_id=None):
     return html.Div([
         html.Div([html.H2("Runs"), html.Span(f"{len(df)} runs under {', '.join(map(str, catalog.roots))}",
                                              id=Ids.COUNT, className="help")], className="page-head"),
-        html.Div(html.Table([head, html.Tbody(body)], className="tbl tbl-runs"), className="tbl-wrap", id=Ids.TABLE),
+        html.Div(html.Table([head, html.Tbody(body)], className="tbl tbl-runs"), className="tbl-wrap tbl-wrap-full", id=Ids.TABLE),
     ])
