@@ -277,3 +277,28 @@ def test_concat_events_unions_categories_and_coerces():
     assert out["kind"].astype(str).tolist() == ["instant", "arrive", "span"]
     assert out["phase"].astype(str).tolist() == ["tick", "grid", "work"]
     assert out["kernel"].astype(str).tolist() == ["other", "other", "selftest.imbalance"]
+
+
+def test_chunked_decode_equals_whole_decode(monkeypatch):
+    import profiler.decode as D
+    from .bufbuild import random_buffer
+    rng = np.random.default_rng(2)
+    buf = bytearray(random_buffer(rng, REG, n_regions=9, capacity=24, warps_per_block=3))
+    # plant an unknown phase id in region 7 and an unmatched BEGIN in region 2
+    recs = lambda i: np.frombuffer(buf, L.RECORD_DTYPE, count=24,  # noqa: E731
+                                   offset=L.BUFFERHEADER_SIZE + i * (L.REGIONHEADER_SIZE + 24 * L.RECORD_SIZE) + L.REGIONHEADER_SIZE)
+    r7 = recs(7).copy()
+    r7["id"][r7["id"] == WORK] = 99
+    at = lambda i: L.BUFFERHEADER_SIZE + i * (L.REGIONHEADER_SIZE + 24 * L.RECORD_SIZE) + L.REGIONHEADER_SIZE  # noqa: E731
+    buf[at(7):at(7) + 24 * L.RECORD_SIZE] = r7.tobytes()
+    r2 = recs(2).copy()
+    r2["kind"][np.flatnonzero(r2["kind"] == END)[0]] = I
+    buf[at(2):at(2) + 24 * L.RECORD_SIZE] = r2.tobytes()
+    whole = decode_buffer(bytes(buf), INFO, REG)
+    monkeypatch.setattr(D, "CHUNK_RECORDS", 30)  # one region (24 records) per chunk
+    chunked = decode_buffer(bytes(buf), INFO, REG)
+    pd.testing.assert_frame_equal(whole.events, chunked.events)
+    assert whole.launch == chunked.launch
+    assert [(type(w), w.count) for w in whole.warnings] == [(type(w), w.count) for w in chunked.warnings]
+    assert "phase_99" in set(whole.events["phase"].astype(str))
+    assert any(isinstance(w, E.UnmatchedBegin) for w in whole.warnings)
