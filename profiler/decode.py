@@ -2,10 +2,10 @@
 
 The buffer layout comes only from profiler/generated/layout.py (generated from layout.toml): no
 offset in this file is written by hand. Every record is touched by numpy array operations; the
-only Python loops are per launch and per warning type.
+Python loops run per launch, per chunk of ~128 k records (whole regions) and per phase id.
 
 Span matching. Within one warp region, the BEGINs and ENDs of one phase are taken in record
-order (= time order; a stable radix argsort on the u16 phase id keeps it) and a BEGIN
+order (= time order; a stable ordering by the u16 phase id keeps it) and a BEGIN
 immediately followed by an END of the same phase in the same region forms a span. A phase never
 nests in itself (registry rule), so this is exactly "the k-th BEGIN with the k-th END" on
 well-formed data, and on malformed data it can never produce a span that ends before it begins.
@@ -32,7 +32,7 @@ _HDR = L.BUFFERHEADER_DTYPE
 _RH = L.REGIONHEADER_DTYPE
 _REC = L.RECORD_DTYPE
 # A region header occupies a whole number of record slots, which lets the region area be viewed
-# as one flat record array (headers included) instead of a strided 2-D structure.
+# as a (regions, slots) record array whose first slots are the header.
 assert L.REGIONHEADER_SIZE % L.RECORD_SIZE == 0, "region header must be a multiple of the record size"
 _RH_SLOTS = L.REGIONHEADER_SIZE // L.RECORD_SIZE
 _MAX_KIND = max(L.KIND_NAMES)
