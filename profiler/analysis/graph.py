@@ -340,18 +340,26 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
 
     # ---- points: unique (lane, t) of every event boundary. Rows usually come sorted by lane and
     # begin (the decoder's region order), so the stable sort (timsort) merges two near-sorted runs.
-    pk_all = np.concatenate([(lane_id << tb) | b_rel, (lane_id << tb) | e_rel])
+    pk_all = np.empty(2 * n, np.int64)
+    np.left_shift(lane_id, tb, out=pk_all[:n])
+    pk_all[n:] = pk_all[:n]
+    pk_all[:n] |= b_rel
+    pk_all[n:] |= e_rel
     o = np.argsort(pk_all, kind="stable")
     pk_sorted = pk_all[o]
+    del pk_all
     new = np.empty(len(pk_sorted), bool)
     if len(new):
         new[0] = True
         np.not_equal(pk_sorted[1:], pk_sorted[:-1], out=new[1:])
     pkey = pk_sorted[new]
-    inv = np.empty(len(pk_all), np.int64)
-    inv[o] = np.cumsum(new) - 1
+    del pk_sorted
+    rank_of_sorted = np.cumsum(new, dtype=np.int64)
+    rank_of_sorted -= 1
+    inv = np.empty(2 * n, np.int64)
+    inv[o] = rank_of_sorted
+    del o, new, rank_of_sorted
     row_pb, row_pe = inv[:n], inv[n:]
-    del o, pk_sorted, new, inv, pk_all
     pt_lane = pkey >> tb
     pt_t = (pkey & ((1 << tb) - 1)) + t0
     P = len(pkey)
@@ -380,12 +388,16 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
         kk = np.arange(P)
         for lvl in range(int(depth_s.max()) + 1):
             sel = order[depth_s == lvl]                 # in (begin, -end) order
+            if len(sel) == 0:
+                continue
             mark = np.full(P, -1, dtype=np.int64)
             mark[iv_pb[sel]] = np.arange(len(sel))
             ff = np.maximum.accumulate(mark)
             has = ff >= 0
-            cand = sel[np.where(has, ff, 0)]
-            cover = has & (iv_pe[cand] > kk)
+            np.maximum(ff, 0, out=ff)
+            cand = sel[ff]
+            cover = iv_pe[cand] > kk
+            cover &= has
             owner[cover] = cand[cover]
 
     # incoming segment of point p is segment p-1
