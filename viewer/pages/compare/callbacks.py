@@ -57,8 +57,12 @@ def register(app, catalog) -> None:
             C.card("95% CI of B − A", f"{ns(e2e.get('ci_low_ns'))} … {ns(e2e.get('ci_high_ns'))}"),
             C.card("verdict", str(e2e.get("verdict", "—")), tone=tone),
         ], className="cards")
+        traces = html.Div([html.Span("Perfetto traces: ", className="help")] + [
+            html.A(f"⤓ {side} {r.entry.name}", href=C.download_href(r.entry.run_id), className="mini-link")
+            for side, runs in (("A", a_runs), ("B", b_runs)) for r in runs], className="info-line")
         return html.Div([
             C.verdict(cmp.verdict, id=Ids.VERDICT, tone=tone),
+            traces,
             cards,
             C.section("Distributions", C.graph(logic.distribution_figure(sa, sb, logic.plot_phases(cmp.per_phase))),
                       help="one point per (run, iteration); boxes show median and quartiles"),

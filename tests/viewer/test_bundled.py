@@ -1,0 +1,33 @@
+"""Every page on every bundled trace renders without an error message (through the app's
+callback endpoint, no browser): real recordings exercise shapes synthetic runs do not (open
+spans of a timed-out run, host-paced launches, high-resolution clocks)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from viewer.app import NAV, PAGE, PAGES, RUN_SELECT, URL, create_app
+
+from .dashclient import call, text_of
+
+TRACES = Path(__file__).resolve().parents[2] / "traces"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    if not any(TRACES.rglob("manifest.json")):
+        pytest.skip("no bundled traces under traces/")
+    return create_app([TRACES], cache_dir=tmp_path_factory.mktemp("viewer-cache"))
+
+
+def test_every_page_on_every_bundled_trace(app):
+    failures = []
+    for e in app.catalog.entries():
+        for path in PAGES:
+            r = call(app, [(PAGE, "children"), (NAV, "children"), (RUN_SELECT, "value"), (URL, "search")],
+                     [(URL, "pathname", path), (URL, "search", f"?run={e.run_id}"), (RUN_SELECT, "value", None)])
+            text = text_of(r[PAGE]["children"])
+            if "Cannot show" in text or "This page failed" in text:
+                failures.append(f"{e.run_id} {path}: {text[:300]}")
+    assert not failures, "\n".join(failures)
