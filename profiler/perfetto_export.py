@@ -98,11 +98,21 @@ def _tag(field: int, wire: int) -> int:
     return t
 
 
-def encode_events(ts, typ, uuid, name_iid, payload, da_iid: int, seq: int = SEQ_ID) -> bytes:
+def _tag_bytes(field: int, wire: int) -> bytes:
+    t, out = (field << 3) | wire, bytearray()
+    while True:
+        out.append((t & 0x7F) | (0x80 if t >= 0x80 else 0))
+        t >>= 7
+        if not t:
+            return bytes(out)
+
+
+def encode_events(ts, typ, uuid, name_iid, payload, da_iid: int, seq: int = SEQ_ID, term_flow=None) -> bytes:
     """Length-delimited Trace.packet entries for TrackEvents, one per element.
 
     typ: 1 SLICE_BEGIN, 2 SLICE_END, 3 INSTANT. BEGIN and INSTANT carry name_iid and a
-    debug annotation (name iid da_iid) with the int payload; END carries neither.
+    debug annotation (name iid da_iid) with the int payload; END carries neither. term_flow:
+    optional uint64 per row, nonzero = one terminating_flow_ids entry (fixed64, field 48).
     Field order inside each message is irrelevant to protobuf; lengths are computed per row.
     """
     n = len(ts)
@@ -119,6 +129,11 @@ def encode_events(ts, typ, uuid, name_iid, payload, da_iid: int, seq: int = SEQ_
     t_da = (_const(bytes([_tag(4, 2)]), n, named), da_len_v,
             _const(bytes([_tag(1, 0), da_iid, _tag(4, 0)]), n, named), da_val)
     body = (t_type, *t_uuid, *t_name, *t_da)
+    if term_flow is not None:
+        tf = np.asarray(term_flow).astype(np.uint64)
+        has = tf != 0
+        body += (_const(_tag_bytes(48, 1), n, has),   # terminating_flow_ids: fixed64, little-endian
+                 ([(tf >> np.uint64(8 * k)).astype(np.uint8) for k in range(8)], np.where(has, 8, 0)))
     te_len = sum(p[1] for p in body)
     head = (_const(bytes([_tag(8, 0)]), n), _varint(ts), _const(bytes([_tag(11, 2)]), n), _varint(te_len))
     tail = (_const(bytes([_tag(10, 0), seq, _tag(13, 0), 2]), n),)   # sequence id, SEQ_NEEDS_INCREMENTAL_STATE
@@ -224,7 +239,7 @@ def _scan(path: Path, barrier_scope: dict[str, str]):
                 "begin_ns": c["begin_ns"][isb], "arrive": k[isb] == _K["arrive"], "row": isb + row0}))
         row0 += n
     flows: dict[int, list[int]] = {}
-    term: dict[int, int] = {}
+    term = np.zeros(0, np.int64)
     if bars:
         b = pd.concat(bars, ignore_index=True)
         cross = b["phase"].map(lambda p: barrier_scope.get(p) == "rank").to_numpy(dtype=bool)
@@ -235,7 +250,7 @@ def _scan(path: Path, barrier_scope: dict[str, str]):
         dep = dep[(dep["rank"] != dep["rank_last"]) | (dep["block"] != dep["block_last"]) | (dep["warp"] != dep["warp_last"])]
         for last, rows in dep.groupby("row_last")["row"]:
             flows[int(last)] = (rows.to_numpy() + 1).tolist()
-        term = {int(r): int(r) + 1 for r in dep["row"].to_numpy()}
+        term = np.sort(dep["row"].to_numpy().astype(np.int64))  # depart rows; their flow id is row + 1
     return tmin, tracks, host_ranks, flows, term
 
 
@@ -359,21 +374,30 @@ def _write_batch(f, P, c: dict, row0: int, base: int, names, intern, flows, term
 
     bar = np.flatnonzero((k == _K["arrive"]) | (k == _K["depart"]))
     if len(bar):
-        intern([f"{c} arrive" for c in pcats] + [f"{c} depart" for c in pcats])
+        intern([f"{x} arrive" for x in pcats] + [f"{x} depart" for x in pcats])
+        arr_lut = np.array([names[f"{x} arrive"] for x in pcats], np.uint64)
+        dep_lut = np.array([names[f"{x} depart"] for x in pcats], np.uint64)
+        g = bar + row0
+        is_arr = k[bar] == _K["arrive"]
+        iid = np.where(is_arr, arr_lut[pcode[bar]], dep_lut[pcode[bar]])
+        starts = np.isin(g, np.fromiter(flows.keys(), np.int64, len(flows))) if flows else np.zeros(len(bar), bool)
+        pos = np.searchsorted(term, g)
+        ends = (pos < len(term)) & (term[np.minimum(pos, len(term) - 1)] == g) if len(term) else np.zeros(len(bar), bool)
+        v = ~starts  # vectorised: events without outgoing flows (at most one terminating flow)
+        f.write(encode_events(begin[bar[v]], np.full(int(v.sum()), 3), uuid[bar[v]], iid[v], payload[bar[v]], da_iid=1,
+                              term_flow=np.where(ends[v], g[v] + 1, 0)))
         chunks = []
-        for i in bar:
-            g = row0 + int(i)
-            word = "arrive" if k[i] == _K["arrive"] else "depart"
+        for i, gi, ii, e in zip(bar[starts].tolist(), g[starts].tolist(), iid[starts].tolist(), ends[starts].tolist()):
+            # the last arriver of an occurrence: one flow to each departing warp
             pk = P.TracePacket(timestamp=int(begin[i]), trusted_packet_sequence_id=SEQ_ID,
                                sequence_flags=P.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
             te = pk.track_event
             te.type = P.TrackEvent.TYPE_INSTANT
             te.track_uuid = int(uuid[i])
-            te.name_iid = names[f"{pcats[pcode[i]]} {word}"]
+            te.name_iid = int(ii)
             te.debug_annotations.add(name_iid=1, int_value=int(payload[i]))
-            if g in flows:
-                te.flow_ids.extend(flows[g])
-            if g in term:
-                te.terminating_flow_ids.append(term[g])
+            te.flow_ids.extend(flows[gi])
+            if e:
+                te.terminating_flow_ids.append(gi + 1)
             chunks.append(_frame(pk))
         f.write(b"".join(chunks))

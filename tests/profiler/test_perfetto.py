@@ -211,11 +211,13 @@ def test_vectorised_encoder_matches_protobuf(seed):
     iid = rng.integers(1, 2**20, n)
     payload = rng.integers(-2**40, 2**40, n)
     tr = P.Trace()
-    tr.ParseFromString(PE.encode_events(ts, typ, uuid, iid, payload, da_iid=3))
+    term = np.where(rng.random(n) < 0.3, rng.integers(1, 2**63, n, dtype=np.int64), 0).astype(np.uint64)
+    tr.ParseFromString(PE.encode_events(ts, typ, uuid, iid, payload, da_iid=3, term_flow=term))
     assert len(tr.packet) == n
     for i, p in enumerate(tr.packet):
         te = p.track_event
         assert (p.timestamp, te.type, te.track_uuid) == (ts[i], typ[i], uuid[i])
+        assert list(te.terminating_flow_ids) == ([int(term[i])] if term[i] else [])
         assert p.trusted_packet_sequence_id == PE.SEQ_ID
         assert p.sequence_flags == P.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
         if typ[i] == 2:
