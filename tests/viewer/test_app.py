@@ -126,3 +126,15 @@ def test_perfetto_download_route(app):
     # the app shell, never a file
     r = c.get("/download/..%2F..%2Fetc%2Fpasswd.perfetto-trace")
     assert "Content-Disposition" not in r.headers and b"root:" not in r.data
+
+
+def test_timeline_click_drills_down(app):
+    outs = [(TlIds.LEVEL, "value"), (TlIds.RANKS, "value"), (TlIds.BLOCK_LO, "value"), (TlIds.BLOCK_HI, "value")]
+    r = call(app, outs, [(TlIds.GRAPH, "clickData", {"points": [{"y": 0}]})],
+             state=[(TlIds.RUN, "data", "late"), (TlIds.LEVEL, "value", "rank"), (TlIds.RANKS, "value", []),
+                    (TlIds.BLOCK_LO, "value", 0), (TlIds.BLOCK_HI, "value", 3)])
+    assert r[TlIds.LEVEL]["value"] == "block" and r[TlIds.RANKS]["value"] == [0]
+    none = call(app, outs, [(TlIds.GRAPH, "clickData", {"points": [{"y": 0}]})],
+                state=[(TlIds.RUN, "data", "late"), (TlIds.LEVEL, "value", "warp"), (TlIds.RANKS, "value", [0]),
+                       (TlIds.BLOCK_LO, "value", 0), (TlIds.BLOCK_HI, "value", 0)])
+    assert none is None   # a warp row has nothing below it

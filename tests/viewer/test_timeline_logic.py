@@ -151,3 +151,14 @@ def test_default_window_is_the_extent_of_the_events():
     assert (ix.t_min, ix.t_max) == (5_000, 7_000)
     v = L.compute_view(ix, "rank")
     assert (v.t0, v.t1) == (5_000, 7_000)
+
+
+def test_drill_down_rank_to_blocks_to_warps():
+    ix = L.build_index(_events(), MANIFEST)
+    rows = L.make_rows(ix, "rank")
+    assert L.drill_down(ix, "rank", None, (0, 7), rows.labels.index("rank 1")) == ("block", [1], (0, 7))
+    assert L.drill_down(ix, "rank", None, (0, 7), rows.labels.index("rank 0 host")) is None
+    brows = L.make_rows(ix, "block", [0])
+    assert L.drill_down(ix, "block", [0], (0, 7), brows.labels.index("r0 b1")) == ("warp", [0], (1, 1))
+    assert L.drill_down(ix, "warp", [0], (0, 0), 1) is None
+    assert L.drill_down(ix, "rank", None, (0, 7), 99) is None

@@ -10,6 +10,23 @@ from .ids import Ids
 
 
 def register(app, catalog) -> None:
+    @app.callback(Output(Ids.LEVEL, "value"), Output(Ids.RANKS, "value"), Output(Ids.BLOCK_LO, "value"),
+                  Output(Ids.BLOCK_HI, "value"),
+                  Input(Ids.GRAPH, "clickData"),
+                  State(Ids.RUN, "data"), State(Ids.LEVEL, "value"), State(Ids.RANKS, "value"),
+                  State(Ids.BLOCK_LO, "value"), State(Ids.BLOCK_HI, "value"), prevent_initial_call=True)
+    def drill(click, run_id, level, ranks, blo, bhi):
+        try:
+            row = int(round(float(click["points"][0]["y"])))
+            ix = analyses.timeline_index(catalog.load(run_id))
+        except (KeyError, IndexError, TypeError, ValueError, ViewerError):
+            raise PreventUpdate
+        to = logic.drill_down(ix, level or "rank", ranks, (int(blo or 0), int(bhi if bhi is not None else 0)), row)
+        if to is None:
+            raise PreventUpdate
+        lvl, rk, (lo, hi) = to
+        return lvl, rk, lo, hi
+
     @app.callback(Output(Ids.GRAPH, "figure"), Output(Ids.INFO, "children"),
                   Input(Ids.RUN, "data"), Input(Ids.LEVEL, "value"), Input(Ids.RANKS, "value"),
                   Input(Ids.BLOCK_LO, "value"), Input(Ids.BLOCK_HI, "value"), Input(Ids.CRITICAL, "value"),

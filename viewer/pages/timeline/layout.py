@@ -42,5 +42,6 @@ def layout(catalog, run_id):
                               className="timeline-graph"), type="dot", delay_show=300),
         html.Div("Drag to zoom in time (server re-aggregates the window), double-click to reset. "
                  "Zoomed out, each cell shows the phase with the most busy time in it, shaded by busy share; "
-                 "zoomed in, every span is drawn. The red line is the critical path.", className="help"),
+                 "zoomed in, every span is drawn. Click a rank row to open its blocks, a block row to open its warps. "
+                 "The red line is the critical path.", className="help"),
     ])

@@ -627,6 +627,26 @@ def describe(view: View) -> str:
             f"{view.n_visible:,} spans visible · {how}{merged}")
 
 
+def drill_down(ix: TimelineIndex, level: str, ranks: list[int] | None, blocks: tuple[int, int],
+               row: int) -> tuple[str, list[int], tuple[int, int]] | None:
+    """Where a click on `row` leads: a rank row opens that rank's blocks, a block row that
+    block's warps; None for a warp row, a host row or a merged row that spans ranks."""
+    rows = make_rows(ix, level, ranks or None, blocks)
+    if not (0 <= row < len(rows.labels)):
+        return None
+    lanes = np.flatnonzero(rows.lane_to_row == row)
+    lanes = lanes[~ix.lane_host[lanes]]
+    if lanes.size == 0:
+        return None
+    rk = np.unique(ix.lane_rank[lanes])
+    if rk.size != 1 or level == "warp":
+        return None
+    bl = ix.lane_block[lanes]
+    if level == "rank":
+        return "block", [int(rk[0])], blocks
+    return "warp", [int(rk[0])], (int(bl.min()), int(bl.max()))
+
+
 def parse_relayout(relayout: dict | None) -> tuple[float | None, float | None] | None:
     """(t0_ns, t1_ns) from a plotly relayoutData, (None, None) for a reset, None if no x change."""
     if not relayout:
