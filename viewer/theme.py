@@ -46,8 +46,13 @@ _PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#
             "#ff9da7", "#9c755f", "#bab0ac", "#86bcb6", "#d4a6c8", "#fabfd2", "#8cd17d")
 
 
+_HOST_PALETTE = ("#8d99ae", "#6c7a92", "#a3acbd", "#7d8aa3", "#b6bfcc")
+
+
 def phase_colour(name: str) -> str:
     name = str(name)
+    if name.startswith("host "):   # host spans: greys, told apart by name, never a device colour
+        return _HOST_PALETTE[zlib.crc32(name.encode()) % len(_HOST_PALETTE)]
     if name in PHASE_COLOURS:
         return PHASE_COLOURS[name]
     return _PALETTE[zlib.crc32(name.encode()) % len(_PALETTE)]

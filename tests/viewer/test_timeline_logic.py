@@ -51,7 +51,7 @@ def test_index_lanes_and_phases():
     ix = L.build_index(_events(), MANIFEST)
     lanes = set(zip(ix.lane_rank.tolist(), ix.lane_block.tolist(), ix.lane_warp.tolist()))
     assert lanes == {(0, -1, -1), (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0), (1, 3, 2)}
-    assert set(ix.phases) == {"send_chunk", "wait_space", "copy_out", "enqueue"}
+    assert set(ix.phases) == {"send_chunk", "wait_space", "copy_out", "host enqueue"}
     ws = ix.phases.index("wait_space")
     assert ix.parent[ws] == ix.phases.index("send_chunk") and ix.depth[ws] == 1
     assert np.all(np.diff(ix.s_begin) >= 0)

@@ -109,6 +109,18 @@ def build_index(events: pd.DataFrame, manifest: dict | None = None) -> TimelineI
     lane_role = [rnames[c] if c >= 0 else "" for c in lane_role_code]
 
     pcode, pnames = _codes(events["phase"])
+    if host.any():
+        # host spans get their own names ("host notify") so they never share a device phase's
+        # colour or its nesting: the host's `notify` is an enqueue, not the kernel phase
+        n0 = len(pnames)
+        hcodes = np.unique(pcode[host])
+        hcodes = hcodes[hcodes >= 0]
+        extra = {int(c): n0 + i for i, c in enumerate(hcodes)}
+        pnames = pnames + [f"host {pnames[c]}" for c in hcodes]
+        lut = np.arange(len(pnames), dtype=np.int64)
+        for c, e in extra.items():
+            lut[c] = e
+        pcode = np.where(host & (pcode >= 0), lut[np.maximum(pcode, 0)], pcode)
     span_mask = (kcode == kc["span"]) | host
     used = np.unique(pcode[span_mask])
     used = used[used >= 0]
