@@ -72,18 +72,18 @@ def bench_decode(n_records: float, repeats: int = 3) -> dict:
     launches = max(1, int(round(n_records / per)))
     bufs = [synth_buffer(reg, rng, blocks, warps, capacity, 1_700_000_000_000_000_000 + i * 10**7) for i in range(launches)]
     items = [(b, LaunchInfo(0, i, "selftest.bench", i, "selftest")) for i, b in enumerate(bufs)]
-    best_wall = best_cpu = 1e9
+    runs = []
     for _ in range(repeats):
-        w, c = time.perf_counter(), time.process_time()
+        r0, w = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         d = decode_launches(items, {"selftest": reg})
-        best_wall = min(best_wall, time.perf_counter() - w)
-        best_cpu = min(best_cpu, time.process_time() - c)
+        wall, r1 = time.perf_counter() - w, resource.getrusage(resource.RUSAGE_SELF)
+        runs.append({"wall_s": wall, "user_s": r1.ru_utime - r0.ru_utime, "sys_s": r1.ru_stime - r0.ru_stime,
+                     "faults": r1.ru_minflt - r0.ru_minflt, "load": os.getloadavg()[0]})
         n_events = len(d.events)
         del d
     total = per * launches
     return {"launches": launches, "regions_per_launch": blocks * warps, "capacity": capacity, "records": total,
-            "events": n_events, "wall_s": best_wall, "cpu_s": best_cpu, "records_per_s_wall": total / best_wall,
-            "records_per_s_cpu": total / best_cpu, "buffer_MB": sum(len(b) for b in bufs) / 1e6}
+            "events": n_events, "runs": runs, "buffer_MB": sum(len(b) for b in bufs) / 1e6}
 
 
 def synth_events(n_slices: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -181,6 +181,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=float, default=30e6)
     ap.add_argument("--export-sizes", default="1000000,10000000")
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--make-run", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--export-child", help=argparse.SUPPRESS)
@@ -191,12 +192,14 @@ def main() -> None:
         return _export_child(a.export_child)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     load0 = os.getloadavg()
-    dec = bench_decode(a.records)
-    print(f"decode: {dec['records']/1e6:.1f} M records: wall {dec['wall_s']:.2f} s = {dec['records_per_s_wall']/1e6:.1f} M/s, "
-          f"cpu {dec['cpu_s']:.2f} s = {dec['records_per_s_cpu']/1e6:.1f} M/s")
+    dec = bench_decode(a.records, repeats=a.repeats)
+    for r in dec["runs"]:
+        print(f"decode: {dec['records']/1e6:.1f} M records: wall {r['wall_s']:.2f} s = {dec['records']/r['wall_s']/1e6:.1f} M/s, "
+              f"user {r['user_s']:.2f} s = {dec['records']/r['user_s']/1e6:.1f} M/s, sys {r['sys_s']:.2f} s, "
+              f"{r['faults']} page faults, load {r['load']:.1f}")
     exp = bench_export([int(x) for x in a.export_sizes.split(",")])
     for e in exp:
-        print(f"export: {e['slices']/1e6:.0f} M slices: wall {e['wall_s']:.2f} s = {e['slices_per_s_wall']/1e3:.0f} k/s, "
+        print(f"export: {e['slices']/1e6:.1f} M slices: wall {e['wall_s']:.2f} s = {e['slices_per_s_wall']/1e3:.0f} k/s, "
               f"cpu {e['cpu_s']:.2f} s = {e['slices_per_s_cpu']/1e3:.0f} k/s, peak RSS {e['peak_rss_MB']:.0f} MB "
               f"(after imports and opening the run: {e['rss_before_MB']:.0f} MB)")
     load1 = os.getloadavg()
@@ -206,20 +209,25 @@ def main() -> None:
                  f"- CPU: {_cpu_name()} ({os.cpu_count()} cores; one thread used: OMP/BLAS/numexpr threads = 1)",
                  f"- commit: {commit}, date: {now:%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
                  f"numpy {np.__version__}, pandas {pd.__version__}",
-                 f"- command: `python3 benchmarks/bench_profiler.py --records {a.records:.0f} --export-sizes {a.export_sizes} --out ...`",
+                 f"- command: `python3 benchmarks/bench_profiler.py --records {a.records:.0f} --export-sizes {a.export_sizes} --repeats {a.repeats} --out ...`",
                  f"- load average at start / end: {load0[0]:.1f} / {load1[0]:.1f} on {os.cpu_count()} cores. The machine is "
                  "shared with other engineers' builds and tests, so wall time includes waiting for a core; "
                  "process CPU time is the cost on one core.", "",
                  "## Decode (target >= 20 M records/s on one core)", "",
                  f"{dec['launches']} launches x {dec['regions_per_launch']} regions (132 blocks x 16 warps) x "
                  f"{dec['capacity']} records = {dec['records']/1e6:.1f} M records ({dec['buffer_MB']:.0f} MB of buffers) "
-                 f"-> {dec['events']/1e6:.1f} M events, best of 3:", "",
-                 "| measure | seconds | records/s |", "| --- | --- | --- |",
-                 f"| wall | {dec['wall_s']:.2f} | {dec['records_per_s_wall']/1e6:.1f} M |",
-                 f"| process CPU | {dec['cpu_s']:.2f} | {dec['records_per_s_cpu']/1e6:.1f} M |", "",
+                 f"-> {dec['events']/1e6:.1f} M events; every repeat:", "",
+                 "| repeat | wall s | records/s (wall) | user s | records/s (user CPU) | sys s | records/s (user+sys) | page faults | load avg |",
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+                 *[f"| {i + 1} | {r['wall_s']:.2f} | {dec['records']/r['wall_s']/1e6:.1f} M | {r['user_s']:.2f} | "
+                   f"{dec['records']/r['user_s']/1e6:.1f} M | {r['sys_s']:.2f} | {dec['records']/(r['user_s'] + r['sys_s'])/1e6:.1f} M | "
+                   f"{r['faults']:,} | {r['load']:.1f} |" for i, r in enumerate(dec["runs"])], "",
+                 f"sys time is the kernel zeroing and backing fresh memory for the {dec['events'] * 42 / 1e9:.2f} GB output table (42 bytes an event; hugepage faults "
+                 "of this VM cost 0.2-2 ms each depending on the host; the first repeat also faults the buffers in). "
+                 "User time is the decoder's own work on one core.", "",
                  "## Perfetto export (target >= 500 k slices/s, flat memory)", "",
                  "Each run is written by one process and exported by another, whose peak RSS is the export's own "
-                 "(ru_maxrss, including the imports).", "",
+                 "(VmHWM, including the imports).", "",
                  "| slices | wall s | slices/s (wall) | CPU s | slices/s (CPU) | events.parquet MB | trace MB | bytes/slice | RSS before export MB | peak RSS MB |",
                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for e in exp:
