@@ -39,6 +39,8 @@ def cpu_name() -> str:
 
 
 def commit() -> str:
+    if os.environ.get("EPSCOPE_COMMIT"):          # machines that get the tree without .git
+        return os.environ["EPSCOPE_COMMIT"]
     try:
         c = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "profiler/analysis", "profiler/synthetic.py"],
@@ -85,11 +87,13 @@ def main() -> int:
     t_cmp, cmpr = timed(lambda: compare(half, ev[ev["iteration"] > ev["iteration"].max() // 2], n_boot=2000))
 
     ok = best["total"] <= TARGET_S
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [
         f"# Analyses on a synthetic {len(ev) / 1e6:.1f} M-event run of {a.ranks} ranks",
         "",
         f"- CPU: {cpu_name()} ({os.cpu_count()} cores visible), Python {platform.python_version()}",
-        f"- commit: {commit()}, date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- commit: {commit()}, date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+        f"1-min load average at the end: {load:.1f} (other processes share the machine)",
         f"- command: `python benchmarks/bench_analysis.py --events {a.events} --ranks {a.ranks} --repeat {a.repeat}`",
         f"- run: `make_events(scenario='slow_rank')`, {man['config']['blocks']} blocks x {man['config']['warps_per_block']} warps "
         f"per rank, {man['config']['chunks']} chunks per pair and channel, {man['workload']['iterations']} iterations",
