@@ -75,12 +75,8 @@ def _const(data: bytes, n: int, present: np.ndarray | None = None):
     return list(data), ln
 
 
-def _assemble(pieces) -> bytes:
-    """Concatenate the pieces row by row into one byte string (scatter by running offsets)."""
-    lens = sum(p[1] for p in pieces)
-    total = int(lens.sum())
-    out = np.empty(total, np.uint8)
-    off = np.cumsum(lens) - lens
+def _scatter(out: np.ndarray, pieces, off: np.ndarray) -> None:
+    """Write the pieces row by row into out, row i starting at off[i] (off is consumed)."""
     for cols, ln in pieces:
         for k, col in enumerate(cols):
             sel = ln > k
@@ -89,6 +85,13 @@ def _assemble(pieces) -> bytes:
             elif sel.any():
                 out[off[sel] + k] = col if isinstance(col, int) else col[sel]
         off += ln
+
+
+def _assemble(pieces) -> bytes:
+    """Concatenate the pieces row by row into one byte string."""
+    lens = sum(p[1] for p in pieces)
+    out = np.empty(int(lens.sum()), np.uint8)
+    _scatter(out, pieces, np.cumsum(lens) - lens)
     return out.tobytes()
 
 
@@ -107,39 +110,58 @@ def _tag_bytes(field: int, wire: int) -> bytes:
             return bytes(out)
 
 
+def _packet_pieces(ts, typ, uuid, name_iid, pl, da_iid, seq, term_flow, named: bool):
+    """Pieces of framed TracePackets of one shape: named (BEGIN/INSTANT) or not (END)."""
+    n = len(ts)
+    body = [([_tag(9, 0), typ.astype(np.uint8)], np.full(n, 2, np.int64)),
+            _const(bytes([_tag(11, 0)]), n), _varint(uuid)]
+    if named:
+        da_val = _varint(pl)
+        da_len = 3 + da_val[1]                     # name_iid field (2 bytes) + int_value tag + varint
+        body += [_const(bytes([_tag(10, 0)]), n), _varint(name_iid),
+                 _const(bytes([_tag(4, 2)]), n), _varint(da_len),
+                 _const(bytes([_tag(1, 0), da_iid, _tag(4, 0)]), n), da_val]
+    if term_flow is not None:
+        has = term_flow != 0
+        body += [_const(_tag_bytes(48, 1), n, has),   # terminating_flow_ids: fixed64, little-endian
+                 ([(term_flow >> np.uint64(8 * k)).astype(np.uint8) for k in range(8)], np.where(has, 8, 0))]
+    te_len = sum(p[1] for p in body)
+    head = [_const(bytes([_tag(8, 0)]), n), _varint(ts), _const(bytes([_tag(11, 2)]), n), _varint(te_len)]
+    tail = [_const(bytes([_tag(10, 0), seq, _tag(13, 0), 2]), n)]   # sequence id, SEQ_NEEDS_INCREMENTAL_STATE
+    pkt = head + body + tail
+    pkt_len = sum(p[1] for p in pkt)
+    return [_const(bytes([_tag(1, 2)]), n), _varint(pkt_len), *pkt]
+
+
 def encode_events(ts, typ, uuid, name_iid, payload, da_iid: int, seq: int = SEQ_ID, term_flow=None) -> bytes:
-    """Length-delimited Trace.packet entries for TrackEvents, one per element.
+    """Length-delimited Trace.packet entries for TrackEvents, one per element, in order.
 
     typ: 1 SLICE_BEGIN, 2 SLICE_END, 3 INSTANT. BEGIN and INSTANT carry name_iid and a
     debug annotation (name iid da_iid) with the int payload; END carries neither. term_flow:
     optional uint64 per row, nonzero = one terminating_flow_ids entry (fixed64, field 48).
-    Field order inside each message is irrelevant to protobuf; lengths are computed per row.
+    Named and END packets are encoded as two shapes (no per-row optional fields) and scattered
+    into one buffer at their row offsets.
     """
-    n = len(ts)
-    typ = np.asarray(typ)
-    named = typ != 2
-    pl = np.asarray(payload).astype(np.int64).view(np.uint64)  # int64 two's complement, as protobuf
     assert 0 < da_iid < 128 and 0 < seq < 128
-    t_type = ([_tag(9, 0), typ.astype(np.uint8)], np.full(n, 2, np.int64))
-    t_uuid = (_const(bytes([_tag(11, 0)]), n), _varint(uuid))
-    t_name = (_const(bytes([_tag(10, 0)]), n, named), _varint(name_iid, named))
-    da_val = _varint(pl, named)
-    da_len = 2 + 1 + da_val[1]                     # name_iid field (2 bytes) + int_value tag + varint
-    da_len_v = _varint(np.where(named, da_len, 0), named)
-    t_da = (_const(bytes([_tag(4, 2)]), n, named), da_len_v,
-            _const(bytes([_tag(1, 0), da_iid, _tag(4, 0)]), n, named), da_val)
-    body = (t_type, *t_uuid, *t_name, *t_da)
-    if term_flow is not None:
-        tf = np.asarray(term_flow).astype(np.uint64)
-        has = tf != 0
-        body += (_const(_tag_bytes(48, 1), n, has),   # terminating_flow_ids: fixed64, little-endian
-                 ([(tf >> np.uint64(8 * k)).astype(np.uint8) for k in range(8)], np.where(has, 8, 0)))
-    te_len = sum(p[1] for p in body)
-    head = (_const(bytes([_tag(8, 0)]), n), _varint(ts), _const(bytes([_tag(11, 2)]), n), _varint(te_len))
-    tail = (_const(bytes([_tag(10, 0), seq, _tag(13, 0), 2]), n),)   # sequence id, SEQ_NEEDS_INCREMENTAL_STATE
-    pkt = (*head, *body, *tail)
-    pkt_len = sum(p[1] for p in pkt)
-    return _assemble((_const(bytes([_tag(1, 2)]), n), _varint(pkt_len), *pkt))
+    typ = np.asarray(typ)
+    pl = np.asarray(payload).astype(np.int64).view(np.uint64)  # int64 two's complement, as protobuf
+    tf = None if term_flow is None else np.asarray(term_flow).astype(np.uint64)
+    named = typ != 2
+    shapes = []
+    for want in (True, False):
+        idx = np.flatnonzero(named == want)
+        if len(idx):
+            pieces = _packet_pieces(np.asarray(ts)[idx], typ[idx], np.asarray(uuid)[idx], np.asarray(name_iid)[idx],
+                                    pl[idx], da_iid, seq, None if tf is None else tf[idx], want)
+            shapes.append((idx, pieces, sum(p[1] for p in pieces)))
+    lens = np.zeros(len(typ), np.int64)
+    for idx, _, ln in shapes:
+        lens[idx] = ln
+    start = np.cumsum(lens) - lens
+    out = np.empty(int(lens.sum()), np.uint8)
+    for idx, pieces, _ in shapes:
+        _scatter(out, pieces, start[idx])
+    return out.tobytes()
 
 
 def _frame(msg) -> bytes:
@@ -218,18 +240,22 @@ def _scan(path: Path, barrier_scope: dict[str, str]):
             tmin = m if tmin is None else min(tmin, m)
         is_host = k == _K["host"]
         host_ranks.update(np.unique(c["rank"][is_host]).tolist())
-        gpu = np.flatnonzero(~is_host)
-        # one row per distinct (warp track, sm, role) of the batch
-        key = (warp_uuid(c["rank"][gpu], c["block"][gpu], c["warp"][gpu]) << np.uint64(24)) \
-            | (c["sm"][gpu].astype(np.uint64) & np.uint64(0xFFFF)) << np.uint64(8) | c["role"][0][gpu].astype(np.uint64)
-        _, first = np.unique(key, return_index=True)
+        # rows come grouped by warp: only rows where (rank, block, warp, sm, role) changes are new
+        r, b, w, sm, role = c["rank"], c["block"], c["warp"], c["sm"], c["role"][0]
+        change = np.ones(n, bool)
+        if n > 1:
+            change[1:] = (r[1:] != r[:-1]) | (b[1:] != b[:-1]) | (w[1:] != w[:-1]) | (sm[1:] != sm[:-1]) | (role[1:] != role[:-1])
         rcats = c["role"][1]
-        for i in gpu[first].tolist():
-            e = tracks.setdefault((int(c["rank"][i]), int(c["block"][i]), int(c["warp"][i])), (set(), set()))
-            e[0].add(int(c["sm"][i]))
-            role = rcats[c["role"][0][i]]
-            if role:
-                e[1].add(role)
+        seen = set()
+        for i in np.flatnonzero(change & ~is_host).tolist():
+            key = (int(r[i]), int(b[i]), int(w[i]), int(sm[i]), int(role[i]))
+            if key in seen:
+                continue
+            seen.add(key)
+            e = tracks.setdefault(key[:3], (set(), set()))
+            e[0].add(key[3])
+            if rcats[key[4]]:
+                e[1].add(rcats[key[4]])
         isb = np.flatnonzero((k == _K["arrive"]) | (k == _K["depart"]))
         if len(isb):
             pc, pcats = c["phase"]
