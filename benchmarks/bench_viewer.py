@@ -134,6 +134,7 @@ def main() -> int:
     man = json.loads((args.run / "manifest.json").read_text())
     n_events = man.get("num_events") or man.get("headline", {}).get("events")
 
+    load0 = os.getloadavg()[0]
     port = free_port()
     code = ("import sys; sys.path.insert(0, %r); from viewer.app import serve; serve([%r], port=%d)"
             % (str(ROOT), str(args.run.parent), port))
@@ -196,9 +197,11 @@ def main() -> int:
         f"# Viewer benchmark ({cpu_name()}, {os.cpu_count()} cores)",
         "",
         f"commit {commit()}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-        f"`python benchmarks/bench_viewer.py --events {args.events} --ranks {args.ranks}`",
-        f"run: {args.run.name}, {n_events:,} events, {args.ranks} ranks (synthetic starvation scenario)"
+        f"`python benchmarks/bench_viewer.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
+        f"run: {args.run.name}, {n_events:,} events, {man.get('config', {}).get('ranks', '?')} ranks, "
+        f"workload {man.get('workload', {}).get('kind', '?')} {man.get('workload', {}).get('scenario', '')}"
         if isinstance(n_events, int) else f"run: {args.run.name}",
+        f"1-minute load average when the server started: {load0:.2f} (other engineers share these 2 cores)",
         "",
         "| measurement | median | worst | target | ok |",
         "| --- | --- | --- | --- | --- |",

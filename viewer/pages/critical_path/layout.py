@@ -60,10 +60,10 @@ def _page(entry, run, cp):
             C.section("Path of the first iteration", C.graph(run.cached("cp_gantt_fig", lambda: logic.path_gantt_figure(cp)))),
         ], className="grid-2"),
         C.section("Longest segments on the path", C.df_table(
-            run.cached("cp_segments_table", lambda: logic.segments_table(cp)), SEG_COLS,
+            run.cached("cp_segments_table", lambda: logic.segments_table(cp, limit=100)), SEG_COLS,
             {"begin_ns": ns, "duration_ns": ns, "share": share}, id=Ids.SEGMENTS)),
         C.section("Slack per warp", C.df_table(
-            run.cached("cp_slack_table", lambda: logic.slack_table(cp)), SLACK_COLS,
+            run.cached("cp_slack_table", lambda: logic.slack_table(cp, limit=60)), SLACK_COLS,
             {"busy_ns": ns, "slack_ns": ns, "on_path": lambda v: "●" if v else ""},
             row_class=lambda r: "row-hot" if r.get("on_path") else None),
             help="how much later a warp could finish without delaying anyone"),
