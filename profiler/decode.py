@@ -122,6 +122,8 @@ def _tables(registry) -> _Tables:
 
 # -- buffer parsing -------------------------------------------------------------------------------
 def _as_bytes(buf) -> np.ndarray:
+    if not isinstance(buf, (np.ndarray, bytes, bytearray, memoryview)) and hasattr(buf, "numpy"):
+        buf = buf.detach().cpu().numpy() if hasattr(buf, "detach") else buf.numpy()  # a torch tensor, untyped
     if isinstance(buf, np.ndarray):
         return np.ascontiguousarray(buf).reshape(-1).view(np.uint8)
     return np.frombuffer(buf, dtype=np.uint8)

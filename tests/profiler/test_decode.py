@@ -302,3 +302,10 @@ def test_chunked_decode_equals_whole_decode(monkeypatch):
     assert [(type(w), w.count) for w in whole.warnings] == [(type(w), w.count) for w in chunked.warnings]
     assert "phase_99" in set(whole.events["phase"].astype(str))
     assert any(isinstance(w, E.UnmatchedBegin) for w in whole.warnings)
+
+
+def test_accepts_a_torch_tensor():
+    torch = pytest.importorskip("torch", reason="torch not installed")
+    buf = build([Region([(T0, B, WORK, 0), (T0 + 32, END, WORK, 0)])], registry_hash=REG.hash, capacity=2)
+    t = torch.frombuffer(bytearray(buf), dtype=torch.uint8)
+    assert decode_buffer(t, INFO, REG).events["end_ns"].tolist() == [32]
