@@ -53,13 +53,17 @@ def predecessors(g: G.Graph) -> np.ndarray:
 
 
 def iteration_totals(g: G.Graph) -> pd.DataFrame:
+    """Per iteration: first begin of any lane, last end of its GPU lanes (host lanes only when the
+    iteration has no GPU lane: a host call that synchronises outlives the kernels it waits for)."""
     if g.n_points == 0:
         return pd.DataFrame({c: pd.Series([], dtype="int64") for c in TOTAL_COLUMNS})
-    # points of a lane are sorted by time: its first and last points bound it
+    host = g.lane["host"].to_numpy()
     df = pd.DataFrame({"iteration": g.lane["iteration"].to_numpy(), "b": g.pt_t[g.lane_first],
-                       "e": g.pt_t[g.lane_last]}).groupby("iteration", sort=True).agg(b=("b", "min"), e=("e", "max"))
-    out = pd.DataFrame({"iteration": df.index.to_numpy().astype(np.int64), "begin_ns": df["b"].to_numpy(),
-                        "end_ns": df["e"].to_numpy()})
+                       "e": g.pt_t[g.lane_last], "eg": np.where(host, np.iinfo(np.int64).min, g.pt_t[g.lane_last])})
+    agg = df.groupby("iteration", sort=True).agg(b=("b", "min"), e=("e", "max"), eg=("eg", "max"))
+    end = np.where(agg["eg"].to_numpy() > np.iinfo(np.int64).min, agg["eg"].to_numpy(), agg["e"].to_numpy())
+    out = pd.DataFrame({"iteration": agg.index.to_numpy().astype(np.int64), "begin_ns": agg["b"].to_numpy(),
+                        "end_ns": end})
     out["total_ns"] = out["end_ns"] - out["begin_ns"]
     return out
 
@@ -71,8 +75,11 @@ def path_points(g: G.Graph, iterations=None) -> tuple[np.ndarray, np.ndarray]:
     pred = predecessors(g)
     lane_it = g.lane["iteration"].to_numpy()
     it_of_pt = lane_it[g.pt_lane]
-    # last point of each iteration: the latest lane end (the first such lane among ties)
-    last_t = g.pt_t[g.lane_last]
+    # last point of each iteration: the latest GPU lane end (host lanes only in an iteration
+    # without GPU lanes), the first such lane among ties
+    host = g.lane["host"].to_numpy()
+    has_gpu = pd.Series(~host).groupby(lane_it).transform("any").to_numpy()
+    last_t = np.where(host & has_gpu, np.iinfo(np.int64).min, g.pt_t[g.lane_last])
     o = np.lexsort((-np.arange(len(last_t)), last_t, lane_it))
     last_mask = np.r_[lane_it[o][1:] != lane_it[o][:-1], True]
     ends = g.lane_last[o[last_mask]]
@@ -113,9 +120,16 @@ def _segments(g: G.Graph, pts: np.ndarray, its: np.ndarray, totals: pd.DataFrame
     phase = np.where(ph >= 0, g.phase_names[np.maximum(ph, 0)] if len(g.phase_names) else "", "")
     tot = totals.set_index("iteration")["total_ns"].reindex(its).to_numpy() if len(its) else np.zeros(0)
     dur = end - begin
+    # a host lane holds several launches' host spans: name the span's own kernel and launch
+    kernel = lane["kernel"].to_numpy().astype(object)
+    launch = lane["launch"].to_numpy().copy()
+    own = g.seg_owner[pts]
+    hs = lane["host"].to_numpy() & (own >= 0)
+    kernel[hs] = g.iv_kernel[own[hs]]
+    launch[hs] = g.iv_launch[own[hs]]
     return pd.DataFrame({
-        "iteration": its, "rank": lane["rank"].to_numpy(), "kernel": lane["kernel"].to_numpy(),
-        "launch": lane["launch"].to_numpy(), "block": lane["block"].to_numpy(), "warp": lane["warp"].to_numpy(),
+        "iteration": its, "rank": lane["rank"].to_numpy(), "kernel": kernel,
+        "launch": launch, "block": lane["block"].to_numpy(), "warp": lane["warp"].to_numpy(),
         "role": lane["role"].to_numpy(), "phase": phase.astype(object), "kind": kind,
         "begin_ns": begin, "end_ns": end, "duration_ns": dur,
         "share": np.where(tot > 0, dur / np.where(tot > 0, tot, 1), 0.0),

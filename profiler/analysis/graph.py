@@ -12,8 +12,9 @@ cross predecessor `src[p]`:
     (registry `waits_for`; the peer's record carries this rank in its payload, the wait carries the
     peer rank), same iteration and kernel;
   * a barrier departure: the occurrence's last arrival (scope block / grid / rank);
-  * the first point of a GPU lane: kernel-ready = the later of the launch's host enqueue end and
-    the previous launch's end on the same rank in the same iteration.
+  * the first point of a GPU lane: kernel-ready = the later of the launch's host span (its end
+    when it ended before the kernel started, else its begin: a host call that launches and then
+    synchronises) and the previous launch's end on the same rank in the same iteration.
 Dependencies never cross iterations, so each iteration is analysed on its own.
 
 Re-timing (what-if) and the critical path both use the recurrence, in original times exactly
@@ -193,6 +194,8 @@ class Graph:
     iv_kind: np.ndarray          # WORK / WAIT / BARRIER / HOST / IDLE
     iv_pb: np.ndarray            # begin point
     iv_pe: np.ndarray            # end point
+    iv_kernel: np.ndarray        # kernel name of the interval's row (object)
+    iv_launch: np.ndarray        # launch of the interval's row
     # event rows -> points (for re-timing the table); -1 where the row has no point
     row_pb: np.ndarray
     row_pe: np.ndarray
@@ -486,12 +489,18 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
 
     # ---- cross edge 3: first point of a GPU lane <- kernel ready
     prev_first_pt = prev_grp = prev_lat = prev_member_pt = prev_starts = np.zeros(0, np.int64)
+    host_sync_pe = host_sync_pb = np.zeros(0, np.int64)
     gpu_lanes = np.flatnonzero(~lane_is_host & (lane_first <= lane_last))
     if len(gpu_lanes):
         lf = lane_first[gpu_lanes]
         ll = lane_last[gpu_lanes]
         L = lane.iloc[gpu_lanes]
-        lk = pack([L["rank"].to_numpy() - rank.min(), L["launch"].to_numpy() - launch.min()])
+        n_launch_vals = int(launch.max()) - int(launch.min()) + 1
+
+        def launch_key(r, lch):
+            return (np.asarray(r, np.int64) - int(rank.min())) * n_launch_vals + (np.asarray(lch, np.int64) - int(launch.min()))
+
+        lk = launch_key(L["rank"].to_numpy(), L["launch"].to_numpy())
         lcode, luniq = pd.factorize(lk)
         nl = len(luniq)
         l_start = np.full(nl, np.iinfo(np.int64).max)
@@ -517,16 +526,21 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
         okp[okp] &= l_end[prev[okp]] <= l_start[cur[okp]]
         ready_t[cur[okp]] = l_end[prev[okp]]
         ready_pt[cur[okp]] = l_endpt[prev[okp]]
-        # host enqueue span of the same (rank, launch) that ended before the kernel started
+        # the host span of the same (rank, launch) that began before the kernel started: the kernel
+        # is ready at its end when it ended first (an enqueue), else at its begin (a host call
+        # that launches and then synchronises, so it outlives the kernel)
         hrows = np.flatnonzero(K["host"])
         if len(hrows):
             hk = pack([np.concatenate([rank[hrows], l_rank]) - rank.min(), np.concatenate([launch[hrows], l_launch]) - min(launch.min(), 0)])
-            hcode = asof_latest(hk[: len(hrows)], end[hrows], hk[len(hrows):], l_start)
+            hcode = asof_latest(hk[: len(hrows)], begin[hrows], hk[len(hrows):], l_start)
             okh = hcode >= 0
             hr = hrows[np.where(okh, hcode, 0)]
-            okh &= end[hr] > ready_t
-            ready_t = np.where(okh, end[hr], ready_t)
-            ready_pt = np.where(okh, row_pe[hr], ready_pt)
+            ended = end[hr] <= l_start
+            h_t = np.where(ended, end[hr], begin[hr])
+            h_pt = np.where(ended, row_pe[hr], row_pb[hr])
+            okh &= h_t > ready_t
+            ready_t = np.where(okh, h_t, ready_t)
+            ready_pt = np.where(okh, h_pt, ready_pt)
         # lanes of a launch whose previous launch exists: group = the previous launch's code
         prev_of = np.full(nl, -1, np.int64)
         prev_of[cur[okp]] = prev[okp]
@@ -552,17 +566,39 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
         sel = has_ready[lr]
         src[lf[sel]] = ready_pt[lr[sel]]
         rel_t[lf[sel]] = ready_t[lr[sel]]
+        # a host span that outlives the kernel it launched waited for it (a synchronising call):
+        # its end depends on the launch's last warp
+        if len(hrows):
+            lidx = pd.Index(luniq).get_indexer(launch_key(rank[hrows], launch[hrows]))
+            ok = lidx >= 0
+            hr, li = hrows[ok], lidx[ok]
+            sync = (end[hr] >= l_end[li]) & (begin[hr] < l_end[li]) & (l_endpt[li] >= 0)
+            hr, li = hr[sync], li[sync]
+            if len(hr):
+                # several launches may end one host span: the latest kernel end is the release
+                o = np.lexsort((l_end[li], row_pe[hr]))
+                last = np.r_[row_pe[hr][o][1:] != row_pe[hr][o][:-1], True]
+                hr, li = hr[o][last], li[o][last]
+                pe_h = row_pe[hr]
+                src[pe_h] = l_endpt[li]
+                rel_t[pe_h] = l_end[li]
+                host_sync_pe, host_sync_pb, host_sync_rel = pe_h, row_pb[hr], l_end[li]
+                _set_wait_durations(d, pt_t, host_sync_pb, host_sync_pe, host_sync_rel)
 
     # latency from the release to the point, and which edge binds in recorded time
     has_src = src >= 0
     lat = np.where(has_src, pt_t - rel_t, 0)
-    binding = has_src & np.where(is_first, True, rel_t > _wait_begin_time(P, pt_t, iv_pb, iv_pe, iv_kind))
+    wait_begin = _wait_begin_time(P, pt_t, iv_pb, iv_pe, iv_kind)
+    wait_begin[host_sync_pe] = pt_t[host_sync_pb]
+    binding = has_src & np.where(is_first, True, rel_t > wait_begin)
 
     return Graph(
         t0=t0, pt_t=pt_t, pt_lane=pt_lane, seg_kind=seg_kind, seg_phase=seg_phase,
         seg_owner=seg_owner, d=d, src=src, lat=lat, binding=binding,
         lane_first=lane_first, lane_last=lane_last, lane=lane, phase_names=phase_names,
         iv_row=iv_row, iv_phase=iv_phase, iv_kind=iv_kind, iv_pb=iv_pb, iv_pe=iv_pe,
+        iv_kernel=kernel_names[kernel_c[np.where(iv_row >= 0, iv_row, iv_arr_row)]] if n_iv else np.zeros(0, object),
+        iv_launch=launch[np.where(iv_row >= 0, iv_row, iv_arr_row)].astype(np.int64) if n_iv else np.zeros(0, np.int64),
         row_pb=row_pb, row_pe=row_pe, arr_rows=arr_rows, arr_occ=arr_occ,
         occ_arr_row=occ_arr_row, occ_arr_pt=occ_arr_pt,
         occ_starts=occ_starts, bw_end_pt=bw_end_pt, bw_occ=bw_occ, bw_arr_row=bw_arr,

@@ -58,13 +58,19 @@ def per_lane(g: G.Graph) -> pd.DataFrame:
 
 def _verdict(per_warp: pd.DataFrame, per_block: pd.DataFrame, imbalance: pd.DataFrame):
     statements, keys = [], []
+    # a kernel in which no warp of any rank works (a pure barrier / clock-probe kernel) is not
+    # starved: leave it out of the verdict
+    working_kernels = set(per_warp.loc[per_warp["did_work"], "kernel"])
     for (rank, kernel), blk in per_block.groupby(["rank", "kernel"], sort=True, observed=True):
+        if kernel not in working_kernels:
+            continue
         warps = per_warp[(per_warp["rank"] == rank) & (per_warp["kernel"] == kernel)]
         working = int(warps["did_work"].sum())
         idle_blocks = blk.loc[~blk["did_work"], "block"]
         idle_w = warps[~warps["did_work"] & warps["block"].isin(blk.loc[blk["did_work"], "block"])]
         if working == 0:
-            statements.append((len(warps), f"rank {rank} {kernel}: no warp did work ({len(warps)} warps)"))
+            statements.append((len(warps), f"rank {rank} {kernel}: no warp did work ({len(warps)} warps; "
+                                           f"other ranks' warps did)"))
             keys.append((rank, kernel))
             continue
         parts = []
@@ -90,15 +96,19 @@ def _verdict(per_warp: pd.DataFrame, per_block: pd.DataFrame, imbalance: pd.Data
         if len(order) > 4:
             text += f". ({len(order) - 4} more rank/kernel pairs with idle warps)"
         return text, [keys[i] for i in shown]
+    lead = "every warp did work" if per_warp["did_work"].all() else "every warp of the kernels that record work did work"
     if not imbalance.empty:
+        imbalance = imbalance[imbalance["kernel"].isin(working_kernels)]
         worst = imbalance.replace([np.inf], np.nan).dropna(subset=["ratio"]).sort_values("ratio", ascending=False)
         if not worst.empty and worst.iloc[0]["ratio"] > IMBALANCE_CALL_OUT:
             w = worst.iloc[0]
-            return (f"every warp did work; imbalance: on rank {w['rank']} {w['kernel']} the busiest {w['role']} "
+            return (f"{lead}; imbalance: on rank {w['rank']} {w['kernel']} the busiest {w['role']} "
                     f"warp is {w['ratio']:.2f}x the median"), [(w["rank"], w["kernel"])]
         if not worst.empty:
-            return f"every warp did work; busy time balanced (max/median <= {worst.iloc[0]['ratio']:.2f})", []
-    return "no GPU warps in the run", []
+            return f"{lead}; busy time balanced (max/median <= {worst.iloc[0]['ratio']:.2f})", []
+    if per_warp["did_work"].any():
+        return "every warp of the working kernels did work", []
+    return "no warp recorded any work (only waits, barriers or instants)", []
 
 
 def idle_warps(events: pd.DataFrame, *, registry=None) -> IdleReport:

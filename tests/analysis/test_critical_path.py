@@ -86,3 +86,16 @@ def test_slow_rank_paces_the_rendezvous():
     assert critical_path(ev, registry=man["registry"]).pacing_rank == 2
     ev, _, man = make_events(ranks=4, blocks=4, chunks=8, iterations=2, scenario="slow_rank", slow_rank=1, seed=2)
     assert critical_path(ev, registry=man["registry"]).pacing_rank == 1
+
+
+def test_synchronising_host_call_waits_for_its_kernel():
+    # one host call launches the kernel at some point after it begins and returns after it ends
+    ev = table([host(0, "dispatch", 0, 200), span(0, 0, 0, "copy_out", 50, 150),
+                host(0, "combine", 210, 260, kernel="combine", launch=1),
+                span(0, 0, 0, "reduce", 270, 300, kernel="combine", launch=1)])
+    cp = critical_path(ev, registry=EP_REGISTRY)
+    assert _path(cp) == [(0, 0, "", "launch", 0, 50), (0, 0, "copy_out", "work", 50, 150),
+                         (0, -1, "dispatch", "host", 150, 200), (0, -1, "", "host", 200, 210),
+                         (0, -1, "combine", "host", 210, 260), (0, 0, "", "launch", 260, 270),
+                         (0, 0, "reduce", "work", 270, 300)]
+    assert cp.segments["kernel"].tolist()[2:5] == ["dispatch", "dispatch", "combine"]

@@ -79,3 +79,11 @@ def test_synthetic_starvation_truth():
     lo, hi = t["idle_blocks"]
     assert first.startswith(f"rank {t['starved_rank']} ")
     assert f"blocks {lo}–{hi} did no work; {t['working_warps']} warps carried all work" in first
+
+
+def test_kernels_without_work_on_any_rank_are_not_called_starved():
+    rows = [span(0, 0, 0, "copy_out", 0, 100), span(0, 0, 1, "copy_out", 0, 100)]
+    rows += barrier(0, 0, 0, "rank_start", 200, 210, kernel="barrier", launch=1)
+    r = idle_warps(table(rows), registry=EP_REGISTRY)
+    assert r.verdict.startswith("every warp of the kernels that record work did work")
+    assert not r.per_warp.set_index("kernel").loc["barrier", "did_work"]
