@@ -243,10 +243,10 @@ def main() -> None:
                   f"{user[0] / 1e6:.1f}-{user[-1] / 1e6:.1f} M records/s (median {user[len(user) // 2] / 1e6:.1f} M) -> target "
                   f"20 M/s {'met' if user[len(user) // 2] >= 20e6 else 'NOT met'} on the median user-CPU rate, "
                   f"{'met' if dec['records'] / best['wall_s'] >= 20e6 else 'not met'} on the best wall-clock repeat.",
-                  f"- export: {big['slices_per_s_wall'] / 1e3:.0f} k slices/s wall at {big['slices'] / 1e6:.0f} M slices -> "
+                  f"- export: {big['slices_per_s_wall'] / 1e3:.0f} k slices/s wall at {big['slices']:,} slices -> "
                   f"target 500 k/s {'met' if big['slices_per_s_wall'] >= 5e5 else 'NOT met'}.",
-                  f"- memory: peak RSS {small['peak_rss_MB']:.0f} MB at {small['slices'] / 1e6:.0f} M slices, "
-                  f"{big['peak_rss_MB']:.0f} MB at {big['slices'] / 1e6:.0f} M ({big['peak_rss_MB'] / small['peak_rss_MB']:.2f}x "
+                  f"- memory: peak RSS {small['peak_rss_MB']:.0f} MB at {small['slices']:,} slices, "
+                  f"{big['peak_rss_MB']:.0f} MB at {big['slices']:,} ({big['peak_rss_MB'] / small['peak_rss_MB']:.2f}x "
                   f"for {big['slices'] / small['slices']:.0f}x the slices): the export streams."]
         lines.append("")
         a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -76,6 +76,10 @@ class ClockFallback(DecodeWarning):
     """High-resolution regions without a usable end clock pair: converted at the nominal SM clock."""
 
 
+class ExportError(EpscopeError):
+    """A run cannot be exported as asked (e.g. ids outside the trace's track id scheme)."""
+
+
 # -- run store --------------------------------------------------------------------------------
 class RunError(EpscopeError):
     """A run directory cannot be used; the message names the path."""

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .errors import ExportError
 from .runstore import TRACE, Run, load_run
 from .schema import EVENT_KINDS
 
@@ -338,7 +339,8 @@ def export_perfetto(run_or_path, out_path=None) -> Path:
                  sibling_order_rank=b, child_ordering=explicit)
         for (r, b, w), (_, roles) in sorted(tracks.items()):
             if not (0 <= w < (1 << _WARP_BITS) - 1 and 0 <= b < (1 << (_RANK_SHIFT - _WARP_BITS)) - 1):
-                raise ValueError(f"block {b} warp {w} does not fit the track id scheme")
+                raise ExportError(f"{run.path}: block {b} warp {w} does not fit the Perfetto track id scheme "
+                                  f"(warp < {(1 << _WARP_BITS) - 1}, block < {(1 << (_RANK_SHIFT - _WARP_BITS)) - 1})")
             role = "/".join(sorted(roles))
             desc(uuid=int(warp_uuid(r, b, w)), parent_uuid=int(block_uuid(r, b)),
                  name=f"warp {w}" + (f" · {role}" if role else ""), sibling_order_rank=w)
