@@ -3,7 +3,7 @@
 A Perfetto trace file is a `Trace` message: a sequence of field-1 length-delimited TracePackets,
 so the file is written packet by packet and never held in memory. Layout of the trace:
 
-  process track "rank N" (pid N)                 one per rank; description = clock uncertainty
+  process track "rank N" (pid N+1: Perfetto reads pid 0 as the idle task); description = clock uncertainty
     ├─ "kernels"                                 one slice per launch (gpu_begin..gpu_end)
     ├─ "host"                                    host spans (kind 'host' rows)
     └─ "block B (SM S)"                          one per (rank, block), ordered by block
