@@ -37,6 +37,7 @@ from .runstore import TRACE, Run, load_run
 from .schema import EVENT_KINDS
 
 SEQ_ID = 1
+OPEN_SUFFIX = "(no END)"  # slice name suffix of open spans
 _K = {k: i for i, k in enumerate(EVENT_KINDS)}
 BATCH_ROWS = 262_144  # ~25 MB of encoding scratch per batch (measured in bench_profiler.py)
 
@@ -366,7 +367,7 @@ def export_perfetto(run_or_path, out_path=None) -> Path:
                 f.write(_frame(b) + _frame(e))
 
         row0 = 0
-        cols = ["rank", "block", "warp", "kind", "phase", "begin_ns", "end_ns", "payload"]
+        cols = ["rank", "block", "warp", "kind", "phase", "begin_ns", "end_ns", "payload", "open"]
         for n, c in _batches(run.path, cols):
             _write_batch(f, P, c, row0, base, names, intern, flows, term)
             row0 += n
@@ -398,7 +399,13 @@ def _write_batch(f, P, c: dict, row0: int, base: int, names, intern, flows, term
         ts[at], typ[at], src[at] = begin[vec], np.where(two, 1, 3), vec
         e_at = at[two] + 1
         ts[e_at], typ[e_at], src[e_at] = end[vec[two]], 2, vec[two]
-        f.write(encode_events(ts, typ, uuid[src], iid_lut[pcode[src]], payload[src], da_iid=1))
+        iid = iid_lut[pcode[src]]
+        opened = c["open"][src]
+        if opened.any():  # spans without END (aborted kernel, dropped records) are named so in the trace
+            intern([f"{x} {OPEN_SUFFIX}" for x in pcats])
+            open_lut = np.array([names[f"{x} {OPEN_SUFFIX}"] for x in pcats], np.uint64)
+            iid = np.where(opened, open_lut[pcode[src]], iid)
+        f.write(encode_events(ts, typ, uuid[src], iid, payload[src], da_iid=1))
 
     bar = np.flatnonzero((k == _K["arrive"]) | (k == _K["depart"]))
     if len(bar):

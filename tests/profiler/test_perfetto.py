@@ -232,3 +232,14 @@ def test_export_of_missing_run_is_a_run_error(tmp_path):
     from profiler.errors import RunNotFound
     with pytest.raises(RunNotFound):
         PE.export_perfetto(tmp_path / "nope")
+
+
+def test_open_spans_are_named_as_such(tmp_path):
+    r = Region([(T0, B, ITER, 0), (T0 + 32, B, WORK, 0), (T0 + 64, E, WORK, 0)], state=2, attempted=5)
+    d = decode_launches([(build([r], registry_hash=REG.hash, capacity=3), LaunchInfo(0, 0, "k", 0, "selftest"))],
+                        {"selftest": REG})
+    assert d.events["open"].tolist() == [True, False]
+    path = write_run(tmp_path / "o", d.events, d.launches, {}, perfetto=False)
+    _, _, slices, _ = replay(parse(PE.export_perfetto(path)))
+    got = sorted((s["name"], s["begin"], s["end"]) for s in slices if s["name"] != "k")
+    assert got == [(f"iteration {PE.OPEN_SUFFIX}", 0, 64), ("work", 32, 64)]
