@@ -128,9 +128,17 @@ def main() -> int:
         from profiler.synthetic import make_run
         tmp = tempfile.TemporaryDirectory(prefix="epscope-bench-viewer-")
         t = time.perf_counter()
-        args.run = make_run(Path(tmp.name) / "synthetic-10m", ranks=args.ranks, events=args.events,
-                            scenario="starvation", perfetto=False)
-        print(f"synthetic run written in {time.perf_counter() - t:.1f} s: {args.run}")
+        target = args.events
+        for _ in range(3):
+            # make_run treats `events` as a target and picks whole chunks per (pair, channel); it
+            # can land under it, so scale the target until the run has at least --events events
+            args.run = make_run(Path(tmp.name) / "synthetic-10m", ranks=args.ranks, events=target,
+                                scenario="starvation", perfetto=False)
+            got = json.loads((args.run / "manifest.json").read_text()).get("num_events", 0)
+            if got >= args.events:
+                break
+            target = int(target * args.events / max(got, 1) * 1.02)
+        print(f"synthetic run written in {time.perf_counter() - t:.1f} s: {args.run} ({got:,} events)")
     man = json.loads((args.run / "manifest.json").read_text())
     n_events = man.get("num_events") or man.get("headline", {}).get("events")
 

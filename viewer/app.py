@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlencode
 
 import dash
 import flask
-from dash import Input, Output, State, ctx, dcc, html, no_update
+from dash import Input, Output, ctx, dcc, html, no_update
 
 from . import components as C
 from .catalog import Catalog, ViewerError

@@ -14,7 +14,6 @@ def call(app, outputs, inputs, state=(), changed=None):
     raises AssertionError with the server's answer when the callback failed."""
     key = next(k for k in app.callback_map
                if all(f"{o[0]}.{o[1]}" in k for o in outputs) and k.count(".") >= len(outputs))
-    spec = app.callback_map[key]
     payload = {
         "output": key,
         "outputs": [_spec(o) for o in outputs] if key.startswith("..") else _spec(outputs[0]),

@@ -45,7 +45,6 @@ def broken_runs(root: Path, good: Path) -> dict[str, Path]:
 
 
 def empty_run(root: Path, good: Path) -> Path:
-    import pandas as pd
     from profiler import runstore
     from profiler.schema import empty_events
 

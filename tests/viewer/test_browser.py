@@ -9,9 +9,7 @@ code and finds a difference for two runs that differ.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import threading
 from pathlib import Path
 from urllib.parse import urlencode

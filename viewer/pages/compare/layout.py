@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from dash import dcc, html
 
-from ... import components as C
 from .ids import Ids
 
 

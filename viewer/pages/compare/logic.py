@@ -2,7 +2,6 @@
 come from profiler.analysis.compare."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from ... import theme
