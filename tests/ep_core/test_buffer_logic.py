@@ -1,0 +1,167 @@
+"""CPU tests of ep_core.Buffer's host-side logic: the limits the kernels and Python share, the row
+regions of the data area, the block split and chunking, error messages, and the calls that must
+refuse (internode, low-latency). The kernels themselves are tested on GPUs (tests/gpu/)."""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ep_core.buffer as B
+from ep_core import config as C
+
+HEADER = Path(B.__file__).resolve().parent / "csrc" / "buffer_map.h"
+
+
+def _header_constants() -> dict:
+    return {m.group(1): int(m.group(2))
+            for m in re.finditer(r"constexpr int (k\w+) = (\d+);", HEADER.read_text())}
+
+
+def test_kernel_limits_match_the_python_limits():
+    k = _header_constants()
+    assert k["kMaxRanks"] == C.MAX_RANKS
+    assert k["kMaxExperts"] == C.MAX_EXPERTS
+    assert k["kMaxTopk"] == C.MAX_TOPK
+    assert k["kMaxHidden"] == C.MAX_HIDDEN
+
+
+def _bare_buffer(num_nvl_bytes: int, ranks: int = 2, data_offset: int = 1 << 20) -> B.Buffer:
+    """A Buffer without a GPU: only the attributes the host-side arithmetic reads."""
+    b = B.Buffer.__new__(B.Buffer)
+    b.num_nvl_bytes = num_nvl_bytes
+    b.group_size = ranks
+    b.limits = {"data_offset": data_offset, "max_chunks": _header_constants()["kMaxChunks"],
+                "threads": 512, "notify_threads": 1024}
+    return b
+
+
+@settings(max_examples=200, deadline=None)
+@given(nbytes=st.integers(1 << 20, 1 << 32), hidden=st.integers(1, 64).map(lambda h: h * 128),
+       fp8=st.booleans(), k=st.integers(0, 16), weights=st.booleans())
+def test_row_regions_fit_and_do_not_overlap(nbytes, hidden, fp8, k, weights):
+    b = _bare_buffer((1 << 20) + nbytes)
+    hb = hidden if fp8 else hidden * 2
+    ns = hidden // 128 if fp8 else 0
+    wk = k if weights else 0
+    x, s, i, w, cap = b._regions(hb, ns, k, wk)
+    ends = [x + cap * hb, s + cap * ns * 4, i + cap * k * 8, w + cap * wk * 4]
+    starts = [x, s, i, w]
+    assert x == b.limits["data_offset"]
+    assert all(a % 16 == 0 for a in starts), "16-byte vector accesses need aligned regions"
+    for lo, hi, nxt in zip(starts, ends, starts[1:] + [b.num_nvl_bytes]):
+        assert lo <= hi <= nxt
+    # capacity is not wasted: one more row would not fit with the same alignment slack
+    per_row = hb + ns * 4 + k * 8 + wk * 4
+    assert (cap + 1) * per_row > b.num_nvl_bytes - b.limits["data_offset"] - 4 * B.REGION_ALIGN
+
+
+def test_size_hint_holds_every_row_of_the_largest_op():
+    # hint = what an op of T tokens per rank on R ranks can put on one rank: T*R rows
+    b = _bare_buffer(0)
+    for T, H, R in ((4096, 7168, 2), (1, 128, 1), (8192, 8192, 8), (3, 256, 3)):
+        hidden_bytes = 2 * H
+        row = hidden_bytes + (H // 128) * 4 + C.MAX_TOPK * 12
+        need = b.limits["data_offset"] + T * R * row
+        b.num_nvl_bytes = need + 8 * B.REGION_ALIGN
+        for args in ((hidden_bytes, 0, 16, 16), (H, H // 128, 16, 16), (hidden_bytes, 0, 0, 16)):
+            assert b._regions(*args)[4] >= T * R, (T, H, R, args)
+
+
+def test_split_is_the_sweep_rule():
+    assert B._split(20, B.DISPATCH_SPLIT) == 0.625 and B._split(24, B.DISPATCH_SPLIT) == 0.625
+    assert B._split(64, B.DISPATCH_SPLIT) == 0.5 and B._split(132, B.DISPATCH_SPLIT) == 0.5
+    assert B._split(44, B.DISPATCH_SPLIT) == pytest.approx(0.5625)
+    assert B._split(24, B.COMBINE_SPLIT) == 0.375 and B._split(64, B.COMBINE_SPLIT) == 0.5
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 8])
+@pytest.mark.parametrize("sms", [2, 4, 24, 64, 132])
+def test_block_split_leaves_both_roles_a_block(ranks, sms):
+    b = _bare_buffer(1 << 30, ranks)
+    cfg = C.Config(sms, 6, 256)
+    n, s = b._dispatch_blocks(cfg)
+    assert n == sms
+    if ranks == 1:
+        assert s == n  # all local: no receivers needed
+    else:
+        assert 1 <= s <= n - 1
+    n, s = b._combine_blocks(cfg)
+    assert n == sms and 1 <= s <= n - 1  # combine always needs reducers
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=st.integers(0, 200_000), senders=st.integers(1, 131), send_chunk=st.integers(1, 64))
+def test_chunking_covers_every_token_within_the_chunk_limit(tokens, senders, send_chunk):
+    b = _bare_buffer(1 << 30)
+    size, n = b._chunking(tokens, senders, C.Config(2, send_chunk, send_chunk + 1))
+    if tokens == 0:
+        assert n == 0
+        return
+    assert size >= send_chunk
+    assert n == math.ceil(tokens / size) and n * size >= tokens > (n - 1) * size
+    assert n <= b.limits["max_chunks"]
+
+
+def test_device_error_messages_name_rank_phase_chunk_and_peer():
+    b = _bare_buffer(1 << 30)
+    b.timeout_s = 2.0
+    b._err_host = 0
+
+    class FakeExt:
+        record = [1, 0, 3, 5, 0, 7, 1, 12]  # timeout, rank 0, dispatch, wait_data, chunk 7, peer 1
+
+        def read_error(self, _):
+            return list(self.record)
+
+    b.ext = FakeExt()
+    msg = b._device_error()
+    assert "dispatch" in msg and "rank 0" in msg and "wait_data" in msg and "chunk 7" in msg and "rank 1" in msg
+    FakeExt.record = [1, 1, 5, 1, 1, 0, 0, 13]  # timeout at the rank_start barrier of a barrier kernel
+    msg = b._device_error()
+    assert "barrier rank_start" in msg and "rank 1" in msg and "rank 0" in msg
+    FakeExt.record = [2, 0, 4, 8, 0, 3, 1, 14]  # capacity
+    msg = b._device_error()
+    assert "num_nvl_bytes" in msg and "get_buffer_size_hint" in msg
+    FakeExt.record = [0] * 8
+    assert b._device_error() is None
+
+
+def test_internode_and_low_latency_refuse_before_touching_a_gpu():
+    with pytest.raises(NotImplementedError, match="internode"):
+        B.Buffer(None, num_nvl_bytes=1 << 30, num_rdma_bytes=1 << 20)
+    with pytest.raises(NotImplementedError, match="low-latency"):
+        B.Buffer(None, num_nvl_bytes=1 << 30, low_latency_mode=True)
+    b = _bare_buffer(1 << 30)
+    for call in (b.low_latency_dispatch, b.low_latency_combine, b.internode_dispatch):
+        with pytest.raises(NotImplementedError):
+            call()
+
+
+def test_set_num_sms_validates_and_feeds_the_config_tables():
+    old = B.Buffer.num_sms
+    try:
+        for bad in (0, 3, -2, 2.0, True):
+            with pytest.raises(ValueError):
+                B.Buffer.set_num_sms(bad)
+        B.Buffer.set_num_sms(24)
+        assert B.Buffer.get_dispatch_config(2).num_sms == 24
+        assert B.Buffer.get_combine_config(8).num_sms == 24
+    finally:
+        B.Buffer.num_sms = old
+
+
+def test_event_overlap_without_event_is_a_no_op():
+    ev = B.EventOverlap()
+    ev.current_stream_wait()
+    with ev as e:
+        assert e is ev
+
+
+def test_handle_index_zero_is_the_rank_prefix_matrix():
+    assert B.DispatchHandle._fields[0] == "rank_prefix_matrix"
+    assert B.topk_idx_t.is_floating_point is False and str(B.topk_idx_t) == "torch.int64"
