@@ -19,7 +19,8 @@ handle, as DeepEP's tuning loop times it; a non-cached BF16 dispatch with its no
 sync too), the NCCL baseline (counts exchange + index_select pack + payload all_to_all_single),
 and profiling: recording off (compiled out), the instrumented build with recording off, and
 recording on. Profiled calls synchronize the host (ep_core/buffer.py), so the profiling ratio is
-taken on kernel time from torch.profiler (CUPTI), and the event time is shown beside it.
+taken on the device time of the dispatch and combine kernels from torch.profiler (CUPTI), and
+the event time (which then includes the host round trip) is shown beside it.
 
 The table is printed last and written to benchmarks/results/ep-<R>x<GPU>-<date>.md (e.g.
 ep-2xH200-2026-11-29.md) with the GPU name, commit and date (--out to change the folder,
@@ -84,8 +85,17 @@ def time_op(ctx, fn, sets: int, warmup: int, iters: int) -> list[float]:
     return [v / 1e3 for v in ms.tolist()]
 
 
+# The kernels whose device time the profiling rows compare (ep_core/csrc/dispatch.cu and
+# combine.cu). The small barrier / notify kernels are left out: their time is mostly spent
+# waiting for the peer rank, i.e. host skew between ranks, not work (a first run that summed every
+# ep_core kernel read recording-on as 20x, which was the peer's host-side profiling prologue).
+KERNEL_NAMES = ("dispatch_kernel", "combine_kernel")
+
+
 def kernel_seconds(ctx, fn, sets: int, iters: int) -> float | None:
-    """Median device time per call of the ep_core kernels (torch.profiler / CUPTI), or None."""
+    """Device time of one dispatch kernel plus one combine kernel (mean per launch, CUPTI via
+    torch.profiler), ranks released together before every iteration as in time_op; None if
+    the profiler is unavailable."""
     import torch
     import torch.distributed as dist
 
@@ -94,26 +104,29 @@ def kernel_seconds(ctx, fn, sets: int, iters: int) -> float | None:
     except ImportError:
         return None
     go = torch.zeros(1, device=ctx.device)
+    lead = int(LEAD_US * SM_CLOCK_GHZ * 1e3)
     try:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for i in range(iters):
                 if ctx.world_size > 1:
                     dist.all_reduce(go, group=ctx.group)
+                torch.cuda._sleep(lead)
                 fn(i % sets)
             torch.cuda.synchronize()
     except Exception:  # noqa: BLE001 (CUPTI missing or busy: say n/a rather than fail the run)
         return None
-    total = 0.0
+    per_name: dict[str, list[float]] = {n: [0.0, 0] for n in KERNEL_NAMES}
     for evt in prof.key_averages():
-        # ep_core's own kernels only (namespace ep_core in ep_core/csrc): not NCCL, not the
-        # profile buffers' zero-fill, not allocator memsets
-        if "ep_core" not in evt.key:
-            continue
-        dt = getattr(evt, "self_device_time_total", None)
-        if dt is None:
-            dt = getattr(evt, "self_cuda_time_total", 0.0)
-        total += float(dt)
-    return total / 1e6 / iters if total > 0 else None
+        for n in KERNEL_NAMES:
+            if n in evt.key:
+                dt = getattr(evt, "self_device_time_total", None)
+                if dt is None:
+                    dt = getattr(evt, "self_cuda_time_total", 0.0)
+                per_name[n][0] += float(dt)
+                per_name[n][1] += int(evt.count)
+    if any(c == 0 for _, c in per_name.values()):
+        return None
+    return sum(t / c for t, c in per_name.values()) / 1e6
 
 
 # ---- the per-rank benchmark ---------------------------------------------------------------------
