@@ -114,3 +114,22 @@ def test_size_hints_are_the_buffers_formula():
             need = Problem(4096, 7168, topk, 256, R, dtype).nvl_bytes_needed()
             assert need == Buffer.get_buffer_size_hint(4096, 7168, R, topk)
             assert need <= hint  # 4096 <= HINT_TOKENS_PER_RANK tokens per rank fit the DeepEP-style hint
+
+
+@pytest.mark.multigpu
+def test_acceptance_on_every_visible_gpu():
+    """EP4 / EP8 (issue 5): the same checks over all GPUs of the machine, with -1 entries and
+    skewed routing in the same spawn."""
+    import torch
+
+    n = torch.cuda.device_count()
+    if n <= 2:
+        pytest.skip(f"{n} GPUs visible: the 1- and 2-GPU tests cover this machine")
+    jobs = [("run_acceptance", Scenario()),
+            ("run_acceptance", Scenario(drop=0.15, seed=100, modes=((False, False), (True, True)))),
+            ("run_acceptance", Scenario(routing="skewed", seed=300, modes=((True, False),))),
+            ("run_reference_options", Scenario(drop=0.1, seed=500, dtypes=("bf16",))),
+            ("run_shapes", LIMIT_SHAPES)]
+    out = run_ranks(ep_checks.run_many, n, jobs, timeout_s=TIMEOUT_S)
+    assert [o[0]["checks"] for o in out] == [_expected_checks(Scenario())] * n
+    assert all(o[4]["shapes"] == len(LIMIT_SHAPES) for o in out)
