@@ -107,3 +107,10 @@ def test_compare_samples_and_plot_phases():
     fig = CL.distribution_figure(s, s, [("", "end-to-end")])
     assert [t["name"] for t in fig["data"]] == ["A", "B"] and np.allclose(sorted(fig["data"][0]["y"]), [30 / 35, 40 / 35])
     assert CL.sides_ok([], ["x"]) and CL.sides_ok(["x"], ["x"]) and CL.sides_ok(["x"], ["y"]) is None
+
+
+def test_what_if_sentence_when_the_projection_ends_later():
+    s = pd.DataFrame({"iteration": [0], "before_ns": [1000], "after_ns": [1050], "change_ns": [50],
+                      "change_pct": [5.0], "local_saving_ns": [100], "absorbed_pct": [150.0]})
+    text = PL.what_if_sentence(s, "copy_out", None, 20)
+    assert "+50 ns" in text and "ends +50 ns later than recorded" in text and "%" in text

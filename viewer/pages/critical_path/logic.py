@@ -126,5 +126,9 @@ def what_if_sentence(summary: pd.DataFrame, phase: str, rank, percent: float) ->
          f"the phase's own time changes by {signed_ns(-saving)}.")
     if saving > 0:
         absorbed = 100 * (1 - (-change) / saving)
-        s += f" {pct(max(0.0, min(100.0, absorbed)))} of the local saving is absorbed by waits and rendezvous."
+        if absorbed > 100:
+            s += (f" The whole local saving is absorbed and the projected run ends {signed_ns(change)} later "
+                  "than recorded: the re-timed dependencies, not this phase, set the end.")
+        else:
+            s += f" {pct(max(0.0, absorbed))} of the local saving is absorbed by waits and rendezvous."
     return s
