@@ -140,6 +140,7 @@ class DispatchHandle(NamedTuple):
     num_recv_tokens: int               # -1 when dispatched with num_worst_tokens (not read back)
     num_recv_rows: int                 # rows of recv_x (num_recv_tokens or num_worst_tokens)
     max_combine_rows: int              # rows any rank receives back in combine, -1 if unknown
+    max_recv_rows: int                 # rows the fullest rank receives (same on every rank)
 
     def kernel_tensors(self) -> list:
         return [self.is_token_in_rank, self.send_pos, self.send_chunk_prefix, self.rank_prefix_matrix,
@@ -260,6 +261,9 @@ class Buffer:
                      else f"phase {what}, chunk {channel}, waiting for rank {peer}")
             return (f"ep_core {kname} timed out on rank {rank} after {self.timeout_s:g} s: {where} "
                     f"(op {epoch}); rank {peer} never signalled (it hung, died, or skipped this op)")
+        if flag == 3:
+            return (f"ep_core {kname} on rank {rank}: more rows arrive than recv_x holds (phase {what}, chunk "
+                    f"{channel}, from rank {peer}): num_worst_tokens is smaller than the rows this rank receives")
         return (f"ep_core {kname} on rank {rank}: the rows of this op do not fit the buffer "
                 f"(phase {what}, chunk {channel}, peer {peer}); create the Buffer with a larger num_nvl_bytes "
                 f"(Buffer.get_buffer_size_hint)")
@@ -538,15 +542,19 @@ class Buffer:
                         f"{self.get_buffer_size_hint(math.ceil(need / R), H, R, max(K, 1))} "
                         f"(Buffer.get_buffer_size_hint)")
                 handle = DispatchHandle(rpm, send_chunk_prefix, recv_chunk_prefix, recv_num_chunks, send_pos,
-                                        is_token_in_rank, T, H, chunk_size, num_chunks, num_recv, rows, combine_rows)
+                                        is_token_in_rank, T, H, chunk_size, num_chunks, num_recv, rows, combine_rows,
+                                        need)
             else:
-                if num_worst_tokens and handle.num_recv_tokens > num_worst_tokens:
-                    raise ValueError(f"ep_core: num_worst_tokens={num_worst_tokens} < {handle.num_recv_tokens} "
-                                     f"received rows")
+                # checks against the fullest rank's rows (in the handle, the same number on every
+                # rank), so every rank raises together instead of leaving its peers to time out
+                if num_worst_tokens and handle.max_recv_rows > num_worst_tokens:
+                    raise ValueError(f"ep_core: num_worst_tokens={num_worst_tokens} < {handle.max_recv_rows} "
+                                     f"rows received by the fullest rank")
                 rows = num_worst_tokens if num_worst_tokens else handle.num_recv_rows
-                if handle.num_recv_rows > regions[4] or rows > regions[4] and num_worst_tokens:
-                    raise EPCapacityError(f"ep_core: this dispatch needs {max(rows, handle.num_recv_rows)} rows, the "
-                                          f"buffer holds {regions[4]} (Buffer.get_buffer_size_hint)")
+                if max(handle.max_recv_rows, num_worst_tokens) > regions[4]:
+                    raise EPCapacityError(f"ep_core: this dispatch needs {max(handle.max_recv_rows, num_worst_tokens)} "
+                                          f"rows on one rank, the buffer holds {regions[4]} rows of {hidden_bytes} B "
+                                          f"(+ scales/top-k) (Buffer.get_buffer_size_hint)")
                 expert_list = []
                 epoch = self._next_epoch()
                 with torch.cuda.stream(self.comm_stream):

@@ -67,6 +67,9 @@ def _child(rank: int, world_size: int, backend: str, port: int, result_dir: str,
     import torch.distributed as dist
 
     os.environ.update(env)
+    # what torchrun would set, for code that reads it (the group itself is made from init_method)
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+                       "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size)})
     out = os.path.join(result_dir, f"rank{rank}.pkl")
     initialised = False
     try:

@@ -51,6 +51,7 @@ struct Args {
   const int* recv_num_chunks;         // [R]
   int num_tokens, hidden_bytes, num_scales, num_topk, num_experts, chunk_size, num_chunks;
   void* recv_x;
+  int recv_rows;                      // rows of recv_x: a row past it is reported, never written
   float* recv_scales;                 // [N, H/128] row-major
   int64_t* recv_topk_idx;
   float* recv_topk_weights;

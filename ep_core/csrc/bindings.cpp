@@ -208,6 +208,7 @@ void dispatch(const torch::Tensor& x, const c10::optional<torch::Tensor>& x_scal
   a.chunk_size = int(chunk_size);
   a.num_chunks = int(num_chunks);
   a.recv_x = recv_x.data_ptr();
+  a.recv_rows = int(recv_x.size(0));
   a.recv_scales = ptr_or_null<float>(recv_scales);
   a.recv_topk_idx = ptr_or_null<int64_t>(recv_topk_idx);
   a.recv_topk_weights = ptr_or_null<float>(recv_topk_weights);

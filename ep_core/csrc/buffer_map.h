@@ -58,7 +58,7 @@ struct PeerPtrs {
 
 // Host-mapped error record (cudaHostAllocMapped): the first failing warp of a rank fills it.
 struct ErrorInfo {
-  int flag;      // 0 ok, 1 timeout, 2 capacity
+  int flag;      // 0 ok, 1 timeout, 2 buffer capacity, 3 recv_x rows (num_worst_tokens too small)
   int rank;
   int kernel;    // KernelId
   int phase;     // registry phase or barrier id (is_barrier says which)

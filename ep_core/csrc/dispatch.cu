@@ -51,6 +51,10 @@ __device__ void send(const Args& a, const RowRegions& rows, const PeerPtrs& peer
       for (int d = 0; d < kNumRanks; ++d) {
         const int pos = a.send_pos[int64_t(t) * kNumRanks + d];
         row[d] = pos < 0 ? -1 : row_base[d] + pos;
+        if (d == me && row[d] >= a.recv_rows) {
+          if (lane == 0) report_error(f, 3, ph::kSendChunk, 0, c, me);
+          row[d] = -1;
+        }
         if (d != me && row[d] >= 0) {
           if (a.skip_send) row[d] = -1;  // test hook: this rank never sends
           else if (row[d] >= rows.capacity) {
@@ -136,8 +140,8 @@ __device__ void receive(const Args& a, const RowRegions& rows, const PeerPtrs& p
     const int row0 = prev_rows(a.rank_prefix_matrix, s, me, kNumRanks) + pre[c];
     rec.begin(ph::kWaitData, s);
     if (tid == 0) {
-      bool ok = row0 + cnt <= rows.capacity;
-      if (!ok) report_error(f, 2, ph::kCopyOut, 0, c, s);
+      bool ok = row0 + cnt <= rows.capacity && row0 + cnt <= a.recv_rows;
+      if (!ok) report_error(f, row0 + cnt <= rows.capacity ? 3 : 2, ph::kCopyOut, 0, c, s);
       if (ok) {
         ok = wait_geq(&sig->dispatch_ready[s][c], f.epoch, f, &sig->abort_epoch);
         if (!ok) report_error(f, 1, ph::kWaitData, 0, c, s);

@@ -127,6 +127,9 @@ def test_device_error_messages_name_rank_phase_chunk_and_peer():
     FakeExt.record = [2, 0, 4, 8, 0, 3, 1, 14]  # capacity
     msg = b._device_error()
     assert "num_nvl_bytes" in msg and "get_buffer_size_hint" in msg
+    FakeExt.record = [3, 1, 3, 6, 0, 2, 0, 15]  # recv_x too small: num_worst_tokens
+    msg = b._device_error()
+    assert "num_worst_tokens" in msg and "rank 1" in msg
     FakeExt.record = [0] * 8
     assert b._device_error() is None
 
