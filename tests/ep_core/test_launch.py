@@ -27,7 +27,8 @@ def _sleep(ctx, seconds):
 
 def _env(ctx):
     import os
-    return os.environ.get("EPSCOPE_TEST_VALUE"), os.environ.get("NCCL_NVLS_ENABLE")
+    return (os.environ.get("EPSCOPE_TEST_VALUE"), os.environ.get("NCCL_NVLS_ENABLE"),
+            os.environ.get("RANK"), os.environ.get("WORLD_SIZE"), os.environ.get("MASTER_ADDR"))
 
 
 def test_results_in_rank_order():
@@ -52,7 +53,7 @@ def test_timeout_kills_and_names_ranks():
 
 def test_env_reaches_children_and_multicast_stays_off():
     out = run_ranks(_env, 1, backend="gloo", timeout_s=120, env={"EPSCOPE_TEST_VALUE": "7"})
-    assert out == [("7", "0")]
+    assert out == [("7", "0", "0", "1", "127.0.0.1")]
 
 
 def test_nccl_needs_gpus():
