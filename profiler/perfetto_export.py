@@ -16,9 +16,11 @@ packets per slice: 180 k slices/s), far below the 500 k slices/s target; the enc
 checked against perfetto_trace_pb2 parsing in tests/profiler/test_perfetto.py.
 
 Ordering. Rows arrive in record order per warp (a parent's BEGIN before its child's), and each
-span is written as its BEGIN packet immediately followed by its END packet. Perfetto sorts
-packets by timestamp keeping file order for equal timestamps, which then nests spans correctly,
-including zero-length spans and spans that start or end on the same 32 ns tick.
+span is written as its BEGIN packet immediately followed by its END packet. Perfetto's
+TraceSorter orders events by (timestamp, allocation id), and allocation ids grow in file order
+(google/perfetto src/trace_processor/sorter/trace_sorter.h), so equal timestamps keep file order;
+that nests spans correctly, including zero-length spans and spans that start or end on the same
+32 ns tick. tests/profiler/test_perfetto.py replays exports that way.
 
 Flows: for every barrier occurrence (rank, launch, barrier, occurrence; for scope = "rank"
 barriers the rank is left out so the occurrence spans ranks) the last arriver's arrive event
