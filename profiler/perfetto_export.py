@@ -9,10 +9,11 @@ so the file is written packet by packet and never held in memory. Layout of the 
     └─ "block B (SM S)"                          one per (rank, block), ordered by block
          └─ "warp W · role"                      slices per span, instants, barrier events
 
-Descriptors, interned names, launches and barrier events (which carry flow ids) are built with
-perfetto_trace_pb2 messages. The bulk (span / instant / host rows) is encoded by vectorised
-numpy varint code: the python protobuf runtime costs ~2.8 us a packet on the dev machine (two
-packets per slice: 180 k slices/s), far below the 500 k slices/s target; the encoded bytes are
+Descriptors, interned names, launches and the last arriver of each barrier occurrence (which
+carries a list of flow ids) are built with perfetto_trace_pb2 messages. Every other row (spans,
+instants, host spans, barrier events) is encoded by vectorised numpy varint code: the Python
+protobuf runtime (upb) costs ~2.8 us a packet on the dev machine (100 k packets timed; two
+packets a slice: 180 k slices/s), far below the 500 k slices/s target. The encoded bytes are
 checked against perfetto_trace_pb2 parsing in tests/profiler/test_perfetto.py.
 
 Ordering. Rows arrive in record order per warp (a parent's BEGIN before its child's), and each
@@ -41,7 +42,9 @@ from .schema import EVENT_KINDS
 SEQ_ID = 1
 OPEN_SUFFIX = "(no END)"  # slice name suffix of open spans
 _K = {k: i for i, k in enumerate(EVENT_KINDS)}
-BATCH_ROWS = 262_144  # ~25 MB of encoding scratch per batch (measured in bench_profiler.py)
+# Rows per parquet batch: the export's peak RSS is ~0.4 GB whatever the run size at this batch
+# size (1 M and 10 M slices: benchmarks/results/profiler-cpu-*.md).
+BATCH_ROWS = 262_144
 
 
 def _pb():
@@ -297,11 +300,22 @@ def export_perfetto(run_or_path, out_path=None) -> Path:
         if len(launches) else []
     base_min = min([v for v in [tmin, *lmins] if v is not None] or [0])
     base = -base_min if base_min < 0 else 0
-    names: dict[str, int] = {}
     ranks = sorted({r for r, _, _ in tracks} | host_ranks | set(launches["rank"].astype(int).tolist()))
     unc = {int(r["rank"]): r.get("uncertainty_ns") for r in run.manifest.get("clock", {}).get("ranks", [])}
 
     tmp = out.with_name(out.name + ".tmp")
+    try:
+        _write_trace(tmp, P, run, tmin, tracks, host_ranks, flows, term, base, ranks, unc)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, out)
+    return out
+
+
+def _write_trace(tmp: Path, P, run: Run, tmin, tracks, host_ranks, flows, term, base: int, ranks, unc) -> None:
+    names: dict[str, int] = {}
+    launches = run.launches
     with open(tmp, "wb") as f:
         # first packet of the sequence: clears incremental state, interns the debug annotation name
         first = P.TracePacket(trusted_packet_sequence_id=SEQ_ID, first_packet_on_sequence=True,
@@ -373,8 +387,6 @@ def export_perfetto(run_or_path, out_path=None) -> Path:
         for n, c in _batches(run.path, cols):
             _write_batch(f, P, c, row0, base, names, intern, flows, term)
             row0 += n
-    os.replace(tmp, out)
-    return out
 
 
 def _write_batch(f, P, c: dict, row0: int, base: int, names, intern, flows, term) -> None:

@@ -243,3 +243,15 @@ def test_open_spans_are_named_as_such(tmp_path):
     _, _, slices, _ = replay(parse(PE.export_perfetto(path)))
     got = sorted((s["name"], s["begin"], s["end"]) for s in slices if s["name"] != "k")
     assert got == [(f"iteration {PE.OPEN_SUFFIX}", 0, 64), ("work", 32, 64)]
+
+
+def test_failed_export_leaves_no_partial_file(run, monkeypatch, tmp_path):
+    path, _ = run
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+    monkeypatch.setattr(PE, "_write_batch", boom)
+    out = tmp_path / "t.perfetto-trace"
+    with pytest.raises(RuntimeError, match="disk full"):
+        PE.export_perfetto(path, out)
+    assert list(tmp_path.glob("t.perfetto-trace*")) == []
