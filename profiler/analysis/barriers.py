@@ -54,7 +54,7 @@ def arrivals(g: G.Graph) -> pd.DataFrame:
     cum = G.cum_work(g)
     dep_pts = np.sort(g.bw_end_pt)
     k = np.searchsorted(dep_pts, pa, side="left") - 1
-    prev = np.where(k >= 0, dep_pts[np.maximum(k, 0)], -1)
+    prev = np.where(k >= 0, dep_pts[np.maximum(k, 0)], -1) if len(dep_pts) else np.full(len(pa), -1)
     start = g.lane_first[lane]
     prev = np.where((prev >= start) & (prev < pa), prev, start)
     busy_since = cum[pa] - cum[prev]

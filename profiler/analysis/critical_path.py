@@ -52,14 +52,16 @@ def predecessors(g: G.Graph) -> np.ndarray:
     return np.where(g.binding, g.src, pred)
 
 
-def iteration_totals(g: G.Graph) -> pd.DataFrame:
+def iteration_totals(g: G.Graph, times: np.ndarray | None = None) -> pd.DataFrame:
     """Per iteration: first begin of any lane, last end of its GPU lanes (host lanes only when the
-    iteration has no GPU lane: a host call that synchronises outlives the kernels it waits for)."""
+    iteration has no GPU lane: a host call that synchronises outlives the kernels it waits for).
+    `times`: point times to use instead of the recorded ones (a re-timed graph)."""
+    t = g.pt_t if times is None else times
     if g.n_points == 0:
         return pd.DataFrame({c: pd.Series([], dtype="int64") for c in TOTAL_COLUMNS})
     host = g.lane["host"].to_numpy()
-    df = pd.DataFrame({"iteration": g.lane["iteration"].to_numpy(), "b": g.pt_t[g.lane_first],
-                       "e": g.pt_t[g.lane_last], "eg": np.where(host, np.iinfo(np.int64).min, g.pt_t[g.lane_last])})
+    df = pd.DataFrame({"iteration": g.lane["iteration"].to_numpy(), "b": t[g.lane_first],
+                       "e": t[g.lane_last], "eg": np.where(host, np.iinfo(np.int64).min, t[g.lane_last])})
     agg = df.groupby("iteration", sort=True).agg(b=("b", "min"), e=("e", "max"), eg=("eg", "max"))
     end = np.where(agg["eg"].to_numpy() > np.iinfo(np.int64).min, agg["eg"].to_numpy(), agg["e"].to_numpy())
     out = pd.DataFrame({"iteration": agg.index.to_numpy().astype(np.int64), "begin_ns": agg["b"].to_numpy(),
@@ -73,6 +75,8 @@ def path_points(g: G.Graph, iterations=None) -> tuple[np.ndarray, np.ndarray]:
     if g.n_points == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     pred = predecessors(g)
+    is_first = np.zeros(g.n_points, bool)
+    is_first[g.lane_first] = True
     lane_it = g.lane["iteration"].to_numpy()
     it_of_pt = lane_it[g.pt_lane]
     # last point of each iteration: the latest GPU lane end (host lanes only in an iteration
@@ -88,13 +92,17 @@ def path_points(g: G.Graph, iterations=None) -> tuple[np.ndarray, np.ndarray]:
         i = int(it_of_pt[p])
         if iterations is not None and i not in iterations:
             continue
-        chain = []
+        chain, seen = [], set()
         p = int(p)
         while p >= 0 and it_of_pt[p] == i:
             chain.append(p)
-            p = int(pred[p])
-            if len(chain) > g.n_points:  # pragma: no cover - a cycle would be a graph bug
-                raise RuntimeError("critical path: dependency cycle")
+            seen.add(p)
+            q = int(pred[p])
+            if q in seen:
+                # equal timestamps (32 ns timer steps) can make two cross edges point at each
+                # other; fall back to the warp's own predecessor, which is strictly earlier
+                q = p - 1 if not is_first[p] else -1
+            p = q
         chain.reverse()
         pts.append(np.asarray(chain, np.int64))
         its.append(np.full(len(chain), i, np.int64))

@@ -482,6 +482,9 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
         bw_iv = np.arange(len(span_rows), n_iv)
         bw_occ = occ_of_arr[iv_arr_row[bw_iv]]
         lr = last_row_of_occ[bw_occ]
+        # a malformed occurrence whose last arrival comes after this departure gives no edge
+        okb = b_rel[lr] <= e_rel[bw_dep]
+        bw_iv, bw_occ, lr, bw_arr = bw_iv[okb], bw_occ[okb], lr[okb], bw_arr[okb]
         bw_end_pt = iv_pe[bw_iv]
         src[bw_end_pt] = row_pb[lr]
         rel_t[bw_end_pt] = b_rel[lr] + t0

@@ -66,7 +66,7 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
 
     before = iteration_totals(g)
     it_of_pt = g.lane["iteration"].to_numpy()[g.pt_lane]
-    after = pd.DataFrame({"iteration": it_of_pt, "t": T}).groupby("iteration")["t"].agg(["min", "max"])
+    after = iteration_totals(g, T).set_index("iteration")["total_ns"]
     # local saving: what the chosen phase's shortening removes from one warp's own timeline (the
     # largest over warps of a launch), i.e. how much sooner the rank would finish on its own;
     # summing over warps that run in parallel would overstate it
@@ -77,7 +77,7 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     saving = (per_lane.groupby(["it", "rank", "launch", "lane"])["s"].sum()
               .groupby(level=[0, 1, 2]).max().groupby(level=[0, 1]).sum().groupby(level=0).max())
     s = before[["iteration", "total_ns"]].rename(columns={"total_ns": "before_ns"})
-    s["after_ns"] = (after["max"] - after["min"]).reindex(s["iteration"]).to_numpy().astype(np.int64)
+    s["after_ns"] = after.reindex(s["iteration"]).to_numpy().astype(np.int64)
     s["change_ns"] = s["after_ns"] - s["before_ns"]
     s["change_pct"] = np.where(s["before_ns"] > 0, 100.0 * s["change_ns"] / s["before_ns"].where(s["before_ns"] > 0, 1), 0.0)
     s["local_saving_ns"] = saving.reindex(s["iteration"]).fillna(0).to_numpy().astype(np.int64)
