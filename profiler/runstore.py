@@ -100,15 +100,20 @@ def _json_default(o):
 
 def _atomic_write_bytes(path: Path, write) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
+    try:
+        write(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 
 def write_run(path, events: pd.DataFrame, launches, manifest: dict, *, perfetto: bool | None = None) -> Path:
     """Write a run directory; returns its path.
 
-    The manifest gets `format`, `format_version`, `created` and (from the launches) `drops` when
-    absent. perfetto=True writes trace.perfetto-trace; None writes it when the perfetto package
+    Every file is written to a temporary name and renamed; manifest.json comes after the tables,
+    so an interrupted write never leaves a directory that reads as a complete run. The manifest
+    gets `format`, `format_version`, `created` and (from the launches) `drops` when absent. perfetto=True writes trace.perfetto-trace; None writes it when the perfetto package
     imports and the run has at most TRACE_KEEP_MAX_EVENTS events (and removes a stale one).
     """
     path = Path(path)
