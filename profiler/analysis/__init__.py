@@ -16,7 +16,9 @@ critical_path(events, *, iteration=None, registry=None) -> CriticalPath
     The longest dependency chain to the end of each iteration (see profiler.analysis.graph for
     the dependency graph: consecutive segments of a warp; barrier departure <- the occurrence's
     last arrival; wait end <- the latest matching release on the peer rank that precedes it;
-    kernel start <- host enqueue end and the previous kernel on the same rank).
+    kernel start <- its host span (the span's end when it ended before the kernel started, else
+    its begin) and the previous kernel on the same rank; a host span that outlives its kernels
+    ends after their last warp).
     .segments  DataFrame, ordered along the path (earliest first) per iteration:
         iteration (int), rank (int), kernel (str), launch (int), block (int, -1 host),
         warp (int, -1 host), role (str), phase (str: phase or barrier name; '' for gaps),
@@ -36,7 +38,8 @@ critical_path(events, *, iteration=None, registry=None) -> CriticalPath
                    0 for warps on the path),
         on_path   (bool: some path segment lies on this warp)
     .total_ns  DataFrame [iteration, begin_ns, end_ns, total_ns] (iteration span: first begin
-               to last end of its events)
+               of its events, host spans included, to the last end of its GPU warps; a host
+               call that synchronises outlives its kernels and does not extend the iteration)
     .pacing_rank int: the rank with the most non-wait ('work', 'gap', 'launch', 'host') path
                time summed over iterations; -1 for an empty table
     .path_ns   DataFrame [iteration, rank, kind, duration_ns, share]: the path summed per rank

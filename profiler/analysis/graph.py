@@ -51,15 +51,14 @@ ANY_PUBLISH = "*publish"
 @dataclass(frozen=True)
 class Semantics:
     """What the analyses need to know about phase and barrier names."""
-    waits: dict          # wait phase name -> release phase name (or ANY_PUBLISH)
-    idle: frozenset      # idle phase names
-    scopes: dict         # barrier name -> 'block' | 'grid' | 'rank' (declared ones)
+    waits: dict                  # wait phase name -> release phase name (or ANY_PUBLISH)
+    idle: frozenset              # idle phase names
+    scopes: dict                 # barrier name -> 'block' | 'grid' | 'rank' (declared ones)
+    declared: frozenset = frozenset()   # phase names some registry declares
 
     def is_wait(self, name: str) -> bool:
-        return name in self.waits or (not self._declared(name) and name.startswith("wait"))
-
-    def _declared(self, name):
-        return name in self._declared_names
+        # a declared phase is a wait only when its registry says so; an undeclared one by name
+        return name in self.waits or (name not in self.declared and name.startswith("wait"))
 
     def release_of(self, name: str) -> str:
         if name in self.waits:
@@ -105,9 +104,7 @@ def semantics(registry=None) -> Semantics:
                 idle.add(name)
         for b in d.get("barriers", d.get("barrier", [])):
             scopes[b["name"]] = b.get("scope", "grid")
-    s = Semantics(waits, frozenset(idle), scopes)
-    object.__setattr__(s, "_declared_names", frozenset(declared))
-    return s
+    return Semantics(waits, frozenset(idle), scopes, frozenset(declared))
 
 
 # --------------------------------------------------------------------------------------------
