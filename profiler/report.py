@@ -100,10 +100,15 @@ def _kernels(run: Run) -> list[str]:
         med = g.groupby("rank")["dur"].median()
         slow = int(med.idxmax())
         spread = med.max() / med.min() if med.min() > 0 else float("nan")
-        rows.append({"kernel": str(k), "launches": len(g), "median us": _us(g["dur"].median()),
-                     "per rank median us": " ".join(_us(v) for v in med.to_numpy()),
-                     "slowest rank": slow, "slowest/fastest": f"{spread:.2f}x" if np.isfinite(spread) else "-"})
-    return ["", "kernels (GPU time per launch: first warp start to last warp finish)", *_table(pd.DataFrame(rows))]
+        row = {"kernel": str(k), "launches": len(g), "median us": _us(g["dur"].median()),
+               "per rank median us": " ".join(_us(v) for v in med.to_numpy()),
+               "slowest rank": slow, "slowest/fastest": f"{spread:.2f}x" if np.isfinite(spread) else "-"}
+        h = g[g["host_begin_ns"] >= 0]
+        if len(h):  # host call start -> first warp start: large values mean the host paces the GPU
+            row["host->GPU start us"] = _us((h["gpu_begin_ns"] - h["host_begin_ns"]).median())
+        rows.append(row)
+    return ["", "kernels (GPU time per launch: first warp start to last warp finish; medians)",
+            *_table(pd.DataFrame(rows).fillna("-"))]
 
 
 def _phases(run: Run) -> list[str]:

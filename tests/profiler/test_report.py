@@ -55,3 +55,11 @@ def test_many_ranks_name_the_slowest(tmp_path):
     work = next(line.split() for line in text.splitlines() if line.startswith("selftest.imbalance") and " work " in line)
     assert work[2] == str(n)  # spans
     assert work[-2] == "3" and work[-1] == "10.0"  # slowest rank and its total us
+
+
+def test_host_to_gpu_start_column(tmp_path):
+    run = load_run(make_run(tmp_path, 2, slow_rank=0))
+    assert "host->GPU start" not in report(run)  # no host times recorded
+    run.launches["host_begin_ns"] = run.launches["gpu_begin_ns"] - 5_000
+    line = next(x for x in report(run).splitlines() if x.startswith("selftest.imbalance") and x.rstrip().endswith("5.0"))
+    assert line
