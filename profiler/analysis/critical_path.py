@@ -133,7 +133,7 @@ def _segments(g: G.Graph, pts: np.ndarray, its: np.ndarray, totals: pd.DataFrame
     launch = lane["launch"].to_numpy().copy()
     own = g.seg_owner[pts]
     hs = lane["host"].to_numpy() & (own >= 0)
-    kernel[hs] = g.iv_kernel[own[hs]]
+    kernel[hs] = g.kernel_names[g.iv_kernel[own[hs]]]
     launch[hs] = g.iv_launch[own[hs]]
     return pd.DataFrame({
         "iteration": its, "rank": lane["rank"].to_numpy(), "kernel": kernel,

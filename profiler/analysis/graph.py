@@ -191,7 +191,8 @@ class Graph:
     iv_kind: np.ndarray          # WORK / WAIT / BARRIER / HOST / IDLE
     iv_pb: np.ndarray            # begin point
     iv_pe: np.ndarray            # end point
-    iv_kernel: np.ndarray        # kernel name of the interval's row (object)
+    iv_kernel: np.ndarray        # kernel code of the interval's row (into kernel_names)
+    kernel_names: np.ndarray
     iv_launch: np.ndarray        # launch of the interval's row
     # event rows -> points (for re-timing the table); -1 where the row has no point
     row_pb: np.ndarray
@@ -597,7 +598,8 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
         seg_owner=seg_owner, d=d, src=src, lat=lat, binding=binding,
         lane_first=lane_first, lane_last=lane_last, lane=lane, phase_names=phase_names,
         iv_row=iv_row, iv_phase=iv_phase, iv_kind=iv_kind, iv_pb=iv_pb, iv_pe=iv_pe,
-        iv_kernel=kernel_names[kernel_c[np.where(iv_row >= 0, iv_row, iv_arr_row)]] if n_iv else np.zeros(0, object),
+        iv_kernel=kernel_c[np.where(iv_row >= 0, iv_row, iv_arr_row)] if n_iv else np.zeros(0, np.int32),
+        kernel_names=kernel_names,
         iv_launch=launch[np.where(iv_row >= 0, iv_row, iv_arr_row)].astype(np.int64) if n_iv else np.zeros(0, np.int64),
         row_pb=row_pb, row_pe=row_pe, arr_rows=arr_rows, arr_occ=arr_occ,
         occ_arr_row=occ_arr_row, occ_arr_pt=occ_arr_pt,
