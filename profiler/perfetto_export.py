@@ -296,7 +296,7 @@ def export_perfetto(run_or_path, out_path=None) -> Path:
              if isinstance(reg, dict) for b in reg.get("barriers", [])}
     tmin, tracks, host_ranks, flows, term = _scan(run.path, scope)
     launches = run.launches
-    lmins = [int(x) for x in (launches["gpu_begin_ns"][launches["gpu_begin_ns"] >= 0].min(),) if pd.notna(x)] \
+    lmins = [int(x) for x in (launches["gpu_begin_ns"][launches["gpu_begin_ns"] != -1].min(),) if pd.notna(x)] \
         if len(launches) else []
     base_min = min([v for v in [tmin, *lmins] if v is not None] or [0])
     base = -base_min if base_min < 0 else 0
@@ -366,7 +366,7 @@ def _write_trace(tmp: Path, P, run: Run, tmin, tracks, host_ranks, flows, term, 
         if len(launches):
             intern(sorted(set(launches["kernel"].astype(str))))
             for l in launches.itertuples(index=False):
-                if l.gpu_begin_ns < 0:
+                if l.gpu_begin_ns == -1:  # -1: no warp recorded (the schema's "unknown")
                     continue
                 u = int(kernels_uuid(l.rank))
                 b = P.TracePacket(timestamp=int(l.gpu_begin_ns) + base, trusted_packet_sequence_id=SEQ_ID,

@@ -11,7 +11,8 @@ import pandas as pd
 
 from .runstore import Run, load_run
 
-PER_RANK_ROWS_MAX_RANKS = 4  # above this many ranks, one row per phase names the slowest rank
+PER_RANK_ROWS_MAX_RANKS = 4
+UNKNOWN = -1  # launch times on the run timeline may be negative; -1 alone means unknown (schema)  # above this many ranks, one row per phase names the slowest rank
 
 
 def _us(ns) -> str:
@@ -91,7 +92,7 @@ def _losses(run: Run) -> list[str]:
 
 
 def _kernels(run: Run) -> list[str]:
-    la = run.launches[run.launches["gpu_begin_ns"] >= 0].copy()
+    la = run.launches[run.launches["gpu_begin_ns"] != UNKNOWN].copy()
     if not len(la):
         return []
     la["dur"] = la["gpu_end_ns"] - la["gpu_begin_ns"]
@@ -103,7 +104,7 @@ def _kernels(run: Run) -> list[str]:
         row = {"kernel": str(k), "launches": len(g), "median us": _us(g["dur"].median()),
                "per rank median us": " ".join(_us(v) for v in med.to_numpy()),
                "slowest rank": slow, "slowest/fastest": f"{spread:.2f}x" if np.isfinite(spread) else "-"}
-        h = g[g["host_begin_ns"] >= 0]
+        h = g[g["host_begin_ns"] != UNKNOWN]
         if len(h):  # host call start -> first warp start: large values mean the host paces the GPU
             row["host->GPU start us"] = _us((h["gpu_begin_ns"] - h["host_begin_ns"]).median())
         rows.append(row)
