@@ -380,7 +380,9 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
         order = np.argsort((iv_pb << pbits) | (P - iv_pe), kind="stable")   # by begin, longest first
         pb_s = iv_pb[order]
         grp_first = np.flatnonzero(np.r_[True, pb_s[1:] != pb_s[:-1]])
-        rank_in_grp = np.arange(n_iv) - np.repeat(grp_first, np.diff(np.r_[grp_first, n_iv]))
+        start_mark = np.zeros(n_iv, np.int64)
+        start_mark[grp_first] = grp_first
+        rank_in_grp = np.arange(n_iv) - np.maximum.accumulate(start_mark)
         CB = np.cumsum(np.bincount(iv_pb, minlength=P))
         CE = np.cumsum(np.bincount(iv_pe, minlength=P))
         A = np.where(pb_s > 0, CB[np.maximum(pb_s - 1, 0)], 0) - CE[pb_s]
@@ -440,19 +442,29 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
             rel_g_l.append(np.full(len(rr), g, np.int64))
         rel_rows = np.concatenate(rel_rows_l)
         rel_g = np.concatenate(rel_g_l)
-        rmin = rank.min()
+        rmin, rmax = int(rank.min()), int(rank.max())
         peer = payload[wrow]
-        # release key (iteration, kernel, releasing rank, the rank it signals) must equal the
-        # wait key (iteration, kernel, peer rank it waits on, own rank); pack both sides together
-        # so the column widths agree
-        cols = [np.concatenate([a, b]) for a, b in zip(
-            [rel_g, it[rel_rows] - it.min(), kernel_c[rel_rows].astype(np.int64).clip(0),
-             rank[rel_rows] - rmin, payload[rel_rows] - rmin],
-            [q_g, it[wrow] - it.min(), kernel_c[wrow].astype(np.int64).clip(0), peer - rmin,
-             rank[wrow] - rmin])]
-        ok_side = (cols[4] >= 0) & (cols[3] >= 0) & (cols[0] >= 0)
-        both = np.where(ok_side, pack([c.clip(0) for c in cols]), -1)
-        kr, kq = both[: len(rel_rows)], both[len(rel_rows):]
+        # release key (group, iteration, kernel, releasing rank, the rank it signals) must equal
+        # the wait key (group, iteration, kernel, peer rank it waits on, own rank): one mixed-radix
+        # integer with the same radices on both sides; -1 for a payload that names no rank
+        n_it = int(it.max()) - int(it.min()) + 1
+        n_k = len(kernel_names) + 1
+        n_r = rmax - rmin + 1
+
+        def wait_key(g_, it_, k_, r_from, r_to):
+            key = np.asarray(g_, np.int64) * n_it + (it_ - it.min())
+            key *= n_k
+            key += k_
+            key *= n_r
+            key += r_from - rmin
+            key *= n_r
+            key += r_to - rmin
+            bad = (r_from < rmin) | (r_from > rmax) | (r_to < rmin) | (r_to > rmax) | (np.asarray(g_) < 0)
+            key[bad] = -1
+            return key
+
+        kr = wait_key(rel_g, it[rel_rows], kernel_c[rel_rows], rank[rel_rows].astype(np.int64), payload[rel_rows])
+        kq = wait_key(q_g, it[wrow], kernel_c[wrow], peer, rank[wrow].astype(np.int64))
         tr = e_rel[rel_rows]
         hit = asof_latest(np.where(kr >= 0, kr, -2), tr, np.where(kq >= 0, kq, -3), iv_e[wait_iv])
         ok = (hit >= 0) & (kq >= 0)
