@@ -83,3 +83,14 @@ def test_synthetic_speedup_never_lengthens_and_waits_follow_releases():
     # the re-timed run is itself a consistent run: its critical path ends at its iteration ends
     cp = critical_path(rt, registry=man["registry"])
     assert (cp.total_ns["total_ns"].to_numpy() == w.summary["after_ns"].to_numpy()).all()
+
+
+def test_eight_rank_rendezvous_absorbs_a_one_rank_saving():
+    # seed 002 (/work/shared/seeds): a rendezvous of 8 GPUs absorbed ~85% of one rank's saving.
+    # Here every rank sends to every other and meets at cross-rank barriers: speeding up one rank
+    # alone buys (almost) nothing end-to-end, speeding up all of them does.
+    ev, _, man = make_events(ranks=8, blocks=2, chunks=6, iterations=2, seed=8)
+    one = what_if(ev, phase="send_chunk", speedup=0.2, rank=0, registry=man["registry"]).summary
+    assert (one["local_saving_ns"] > 0).all() and (one["absorbed_pct"] >= 80).all()
+    everywhere = what_if(ev, phase="send_chunk", speedup=0.2, registry=man["registry"]).summary
+    assert (everywhere["change_ns"] < 0).all() and (everywhere["absorbed_pct"] < 80).all()
