@@ -28,6 +28,7 @@ no Python loop per event (the path walk loops per path point).
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass, field
 
@@ -222,19 +223,29 @@ class Graph:
 
 
 _CACHE: dict[tuple, tuple] = {}
+_CACHE_MAX = 4
+# one build at a time: the viewer computes analyses in a background thread while a page may ask
+# for the same run; the second caller waits and gets the cached graph instead of building twice
+_BUILD_LOCK = threading.Lock()
 
 
 def build(events: pd.DataFrame, registry=None) -> Graph:
-    """The graph of `events`, cached per (table object, registry) while the table lives."""
+    """The graph of `events`, cached per (table object, registry) while the table lives.
+
+    The table must not be modified in place after a first analysis (the cache keys on identity).
+    """
     key = (id(events), len(events), id(registry))
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0]() is events:
-        return hit[1]
-    g = _build(events, semantics(registry))
-    if len(_CACHE) >= 4:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[key] = (weakref.ref(events), g)
-    return g
+    with _BUILD_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None and hit[0]() is events:
+            return hit[1]
+        g = _build(events, semantics(registry))
+        while len(_CACHE) >= _CACHE_MAX:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = (weakref.ref(events), g)
+        # drop the graph as soon as its table is garbage-collected
+        weakref.finalize(events, _CACHE.pop, key, None)
+        return g
 
 
 def _codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:

@@ -137,3 +137,14 @@ def test_retime_matches_the_reference_solution(speedup, seed, monkeypatch):
     pick = rng.random(len(d)) < 0.5
     d[pick] = np.round(d[pick] * (1 - speedup)).astype(np.int64)
     np.testing.assert_array_equal(G.retime(g, d), _reference_retime(g, d))
+
+
+def test_graph_cache_follows_the_table_lifetime():
+    import gc
+    ev = table([span(0, 0, 0, "copy_out", 0, 10)])
+    g1 = G.build(ev, EP_REGISTRY)
+    assert G.build(ev, EP_REGISTRY) is g1
+    key = (id(ev), len(ev), id(EP_REGISTRY))
+    del ev
+    gc.collect()
+    assert key not in G._CACHE
