@@ -54,6 +54,9 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     if not speedup < 1:
         raise ValueError(f"what_if: speedup must be < 1 (a fraction of the phase's time), got {speedup}")
     g = G.build(events, registry)
+    name = phase.split("/", 1)[-1]
+    if len(events) and name not in set(g.phase_names):
+        raise ValueError(f"what_if: the run records no phase {name!r}")
     tgt = _target_points(g, phase, rank)
     d_new = g.d.copy()
     d_new[tgt] = np.round(g.d[tgt] * (1.0 - speedup)).astype(np.int64)

@@ -94,3 +94,8 @@ def test_eight_rank_rendezvous_absorbs_a_one_rank_saving():
     assert (one["local_saving_ns"] > 0).all() and (one["absorbed_pct"] >= 80).all()
     everywhere = what_if(ev, phase="send_chunk", speedup=0.2, registry=man["registry"]).summary
     assert (everywhere["change_ns"] < 0).all() and (everywhere["absorbed_pct"] < 80).all()
+
+
+def test_unknown_phase_is_a_clear_error():
+    with pytest.raises(ValueError, match="no phase 'nope'"):
+        what_if(_rendezvous([1, 2]), phase="nope", speedup=0.1)
