@@ -98,7 +98,8 @@ compare(a, b, *, n_boot=2000, seed=0, alpha=0.05, registry=None) -> Comparison
     a, b: one event table or a list of them (runs of side A / side B; interleaved A/B runs are
     simply passed as two lists). Samples: one per (run, iteration): for a phase, the mean
     duration of its spans in that iteration (instants and barriers excluded); end-to-end, the
-    iteration's total (first begin to last end). Differences are B - A.
+    iteration's total (first begin to last GPU warp end, as critical_path's). Differences are
+    B - A. With several runs on a side the bootstrap resamples runs, then their samples.
     .per_phase DataFrame [kernel, phase, n_a, n_b, median_a_ns, median_b_ns, diff_ns,
         diff_pct (100 * diff / median_a), ci_low_ns, ci_high_ns (bootstrap percentile CI of the
         difference of medians at level 1 - alpha), non_overlap_share (share of (a, b) sample

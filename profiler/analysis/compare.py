@@ -2,7 +2,7 @@
 package docstring).
 
 A sample is one (run, iteration): for a phase, the mean duration of its spans in that iteration;
-end-to-end, the iteration's total (first begin to last end). Runs of one side are pooled, so
+end-to-end, the iteration's total (first begin to last GPU warp end, as critical_path's). Runs of one side are pooled, so
 several runs per side, or A/B runs recorded interleaved, are passed as two lists. The difference
 B - A of the medians gets a percentile bootstrap interval (resampling each side's samples with
 replacement); 'within noise' when the interval contains 0. Phases present on one side only are
@@ -64,14 +64,22 @@ def phase_samples(runs: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def e2e_samples(runs: list[pd.DataFrame]) -> np.ndarray:
-    out = []
-    for ev in runs:
+def e2e_samples(runs: list[pd.DataFrame]) -> tuple[np.ndarray, np.ndarray]:
+    """Iteration totals (first begin to last end) of every run, and the run of each."""
+    out, lab = [], []
+    for i, ev in enumerate(runs):
         if ev.empty:
             continue
-        g = ev.groupby("iteration", sort=True).agg(b=("begin_ns", "min"), e=("end_ns", "max"))
-        out.append((g["e"] - g["b"]).to_numpy())
-    return np.concatenate(out).astype(float) if out else np.zeros(0)
+        # as critical_path's iteration total: first begin (host included) to last GPU warp end
+        gpu_end = ev["end_ns"].where(ev["block"].to_numpy() >= 0)
+        g = ev.assign(gpu_end=gpu_end).groupby("iteration", sort=True).agg(
+            b=("begin_ns", "min"), e=("end_ns", "max"), ge=("gpu_end", "max"))
+        end = g["ge"].fillna(g["e"]).to_numpy()
+        out.append(end - g["b"].to_numpy())
+        lab.append(np.full(len(g), i))
+    if not out:
+        return np.zeros(0), np.zeros(0, int)
+    return np.concatenate(out).astype(float), np.concatenate(lab)
 
 
 def _thin(x: np.ndarray) -> np.ndarray:
@@ -80,8 +88,26 @@ def _thin(x: np.ndarray) -> np.ndarray:
     return np.sort(x)[np.linspace(0, len(x) - 1, MAX_BOOT_SAMPLES).round().astype(int)]
 
 
-def stats(a: np.ndarray, b: np.ndarray, *, n_boot: int, rng: np.random.Generator, alpha: float) -> dict:
-    """Medians, bootstrap CI of median(b) - median(a), non-overlap share and the verdict."""
+def boot_medians(x: np.ndarray, runs: np.ndarray | None, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap distribution of the median of x. With samples from two or more runs, a two-stage
+    bootstrap: resample the runs, then the samples of the drawn runs, so run-to-run variation
+    (warm-up, clocks, placement) widens the interval instead of passing for a real difference."""
+    if runs is None or len(np.unique(runs)) < 2:
+        t = _thin(x)
+        return np.median(t[rng.integers(0, len(t), (n_boot, len(t)))], axis=1)
+    groups = [_thin(x[runs == r]) for r in np.unique(runs)]
+    m = len(groups)
+    out = np.empty(n_boot)
+    for i in range(n_boot):
+        pool = np.concatenate([groups[j] for j in rng.integers(0, m, m)])
+        out[i] = np.median(pool[rng.integers(0, len(pool), len(pool))])
+    return out
+
+
+def stats(a: np.ndarray, b: np.ndarray, *, n_boot: int, rng: np.random.Generator, alpha: float,
+          runs_a: np.ndarray | None = None, runs_b: np.ndarray | None = None) -> dict:
+    """Medians, bootstrap CI of median(b) - median(a), non-overlap share and the verdict.
+    runs_a / runs_b: the run each sample came from (two-stage bootstrap across runs)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     row = {"n_a": len(a), "n_b": len(b),
            "median_a_ns": float(np.median(a)) if len(a) else np.nan,
@@ -104,9 +130,8 @@ def stats(a: np.ndarray, b: np.ndarray, *, n_boot: int, rng: np.random.Generator
     if min(len(a), len(b)) < MIN_SAMPLES:
         row.update(ci_low_ns=np.nan, ci_high_ns=np.nan, verdict="too few samples")
         return row
-    ta, tb = _thin(a), _thin(b)
-    ma = np.median(ta[rng.integers(0, len(ta), (n_boot, len(ta)))], axis=1)
-    mb = np.median(tb[rng.integers(0, len(tb), (n_boot, len(tb)))], axis=1)
+    ma = boot_medians(a, runs_a, n_boot, rng)
+    mb = boot_medians(b, runs_b, n_boot, rng)
     lo, hi = np.quantile(mb - ma, [alpha / 2, 1 - alpha / 2])
     row["ci_low_ns"], row["ci_high_ns"] = float(lo), float(hi)
     row["verdict"] = "slower" if lo > 0 else "faster" if hi < 0 else "within noise"
@@ -136,15 +161,18 @@ def compare(a, b, *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05, reg
     sa, sb = phase_samples(ra), phase_samples(rb)
     keys = sorted(set(map(tuple, sa[["kernel", "phase"]].drop_duplicates().to_numpy()))
                   | set(map(tuple, sb[["kernel", "phase"]].drop_duplicates().to_numpy())))
-    ga = {k: v["value"].to_numpy() for k, v in sa.groupby(["kernel", "phase"])} if len(sa) else {}
-    gb = {k: v["value"].to_numpy() for k, v in sb.groupby(["kernel", "phase"])} if len(sb) else {}
+    ga = {k: (v["value"].to_numpy(), v["run"].to_numpy()) for k, v in sa.groupby(["kernel", "phase"])} if len(sa) else {}
+    gb = {k: (v["value"].to_numpy(), v["run"].to_numpy()) for k, v in sb.groupby(["kernel", "phase"])} if len(sb) else {}
+    none = (np.zeros(0), np.zeros(0, int))
     rows = []
     for k in keys:
-        r = stats(ga.get(k, np.zeros(0)), gb.get(k, np.zeros(0)), n_boot=n_boot, rng=rng, alpha=alpha)
+        (xa, la), (xb, lb) = ga.get(k, none), gb.get(k, none)
+        r = stats(xa, xb, n_boot=n_boot, rng=rng, alpha=alpha, runs_a=la, runs_b=lb)
         rows.append({"kernel": k[0], "phase": k[1], **r})
     per_phase = pd.DataFrame(rows, columns=COLUMNS)
+    (ea, la), (eb, lb) = e2e_samples(ra), e2e_samples(rb)
     e2e = pd.DataFrame([{"kernel": "", "phase": "end-to-end",
-                         **stats(e2e_samples(ra), e2e_samples(rb), n_boot=n_boot, rng=rng, alpha=alpha)}],
+                         **stats(ea, eb, n_boot=n_boot, rng=rng, alpha=alpha, runs_a=la, runs_b=lb)}],
                        columns=COLUMNS)
 
     pa, pb = _path_shares(ra, registry), _path_shares(rb, registry)

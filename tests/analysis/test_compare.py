@@ -84,3 +84,18 @@ def test_synthetic_groups_interleaved():
     # send_chunk includes its wait_space, which shrinks as the copy slows: less than the planted 30%
     assert row["verdict"] == "slower" and 5 < row["diff_pct"] < 30
     assert diff.end_to_end.iloc[0]["verdict"] == "slower"
+
+
+def test_run_to_run_variation_widens_the_interval():
+    # five runs per side, each with its own level (sd 30 ns) and little noise inside a run (2 ns)
+    rng = np.random.default_rng(3)
+    levels_a, levels_b = 1000 + rng.normal(0, 30, 5), 1000 + rng.normal(0, 30, 5)
+    a = [_run(lv + rng.normal(0, 2, 30)) for lv in levels_a]
+    b = [_run(lv + rng.normal(0, 2, 30)) for lv in levels_b]
+    grouped = compare(a, b, n_boot=1000).per_phase.iloc[0]
+    assert grouped["verdict"] == "within noise"
+    # the same samples as one run per side: only the within-run noise would count
+    one = [pd.concat(x, ignore_index=True).assign(iteration=np.arange(150, dtype=np.int32)) for x in (a, b)]
+    pooled = compare(one[0], one[1], n_boot=1000).per_phase.iloc[0]
+    width = lambda r: r["ci_high_ns"] - r["ci_low_ns"]
+    assert width(grouped) > 2 * width(pooled)
