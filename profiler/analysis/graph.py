@@ -14,7 +14,9 @@ cross predecessor `src[p]`:
   * a barrier departure: the occurrence's last arrival (scope block / grid / rank);
   * the first point of a GPU lane: kernel-ready = the later of the launch's host span (its end
     when it ended before the kernel started, else its begin: a host call that launches and then
-    synchronises) and the previous launch's end on the same rank in the same iteration.
+    synchronises) and the previous launch's end on the same rank in the same iteration;
+  * the end of a host span that outlives its launch: the launch's last warp end (the call
+    synchronised with it).
 Dependencies never cross iterations, so each iteration is analysed on its own.
 
 Re-timing (what-if) and the critical path both use the recurrence, in original times exactly
@@ -24,7 +26,7 @@ recorded latency from the release to p. The critical path walks back from the it
 point, taking the cross edge when it is binding (the release came after the wait began).
 
 Everything is numpy over the whole table: a few sorts, searchsorted joins and per-depth painting;
-no Python loop per event (the path walk loops per path point).
+no Python loop per event (the path walk loops per path point, re-timing per window of targets).
 """
 from __future__ import annotations
 
@@ -127,11 +129,6 @@ def pack(cols: list[np.ndarray]) -> np.ndarray:
             continue
         key = (key << w) | c
     return key
-
-
-def group_first(sorted_groups: np.ndarray) -> np.ndarray:
-    """For a sorted group array: index of the first element of each element's group."""
-    return np.searchsorted(sorted_groups, sorted_groups, side="left")
 
 
 def asof_latest(key_rel: np.ndarray, t_rel: np.ndarray, key_q: np.ndarray, t_q: np.ndarray) -> np.ndarray:
@@ -345,7 +342,6 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
 
     iv_row = np.concatenate([span_rows, np.full(len(bw_arr), -1, np.int64)])
     iv_arr_row = np.concatenate([np.full(len(span_rows), -1, np.int64), bw_arr])
-    iv_b = np.concatenate([b_rel[span_rows], b_rel[bw_arr]])
     iv_e = np.concatenate([e_rel[span_rows], e_rel[bw_dep]])
     iv_phase = np.concatenate([phase_c[span_rows], phase_c[bw_arr]]).astype(np.int32)
     iv_kind = np.concatenate([iv_kind_span, np.full(len(bw_arr), BARRIER, np.int8)])
@@ -725,7 +721,6 @@ def retime(g: Graph, d: np.ndarray) -> np.ndarray:
     lat_bw[kpos[g.bw_end_pt]] = g.lat[g.bw_end_pt]
     ak = k_of(g.occ_arr_pt)
     aoff = off(g.occ_arr_pt, ak)
-    occ_bounds = np.r_[g.occ_starts, len(ak)]
     # previous-launch groups: last points of the previous launch's lanes
     grp_of_t = np.full(nt, -1, np.int64)
     lat_pf = np.zeros(nt, np.int64)
@@ -733,7 +728,6 @@ def retime(g: Graph, d: np.ndarray) -> np.ndarray:
     lat_pf[kpos[g.prev_first_pt]] = g.prev_lat
     mk = k_of(g.prev_member_pt)
     moff = off(g.prev_member_pt, mk)
-    grp_bounds = np.r_[g.prev_starts, len(mk)]
 
     order = np.lexsort((tgt, g.pt_t[tgt]))
     T = g.pt_t[tgt].copy()

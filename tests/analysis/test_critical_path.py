@@ -1,6 +1,5 @@
 """Critical path: hand-made graphs with a known longest chain, and synthetic runs with a planted pacer."""
 import numpy as np
-import pandas as pd
 
 from profiler.analysis import critical_path
 from profiler.schema import empty_events
