@@ -18,9 +18,9 @@ Rows: ep_core BF16 dispatch, FP8 dispatch, BF16 combine at each `--sms` (dispatc
 handle, as DeepEP's tuning loop times it; a non-cached BF16 dispatch with its notify and host
 sync too), the NCCL baseline (counts exchange + index_select pack + payload all_to_all_single),
 and profiling: recording off (compiled out), the instrumented build with recording off, and
-recording on. Profiled calls synchronize the host (ep_core/buffer.py), so the profiling ratio is
-taken on the device time of the dispatch and combine kernels from torch.profiler (CUPTI), and
-the event time (which then includes the host round trip) is shown beside it.
+recording on. Both the event time of the whole op (what a user leaving profiling on pays,
+including zeroing the profile buffers) and the device time of the dispatch and combine kernels
+from torch.profiler (CUPTI) are shown.
 
 The table is printed last and written to benchmarks/results/ep-<R>x<GPU>-<date>.md (e.g.
 ep-2xH200-2026-11-29.md) with the GPU name, commit and date (--out to change the folder,
@@ -314,7 +314,7 @@ def _profiling_rows(ctx, buffer, step_fn, sets, W, N, opts, p):
     with buffer.profile(session):
         on = time_op(ctx, lambda k: step_fn(k, profile=True), sets, min(W, 3), n_prof)
         kern_on = kernel_seconds(ctx, lambda k: step_fn(k, profile=True), sets, min(n_prof, 10))
-    out.append(("dispatch+combine, recording on", on, kern_on, "profiled calls sync the host"))
+    out.append(("dispatch+combine, recording on", on, kern_on, "profile buffers zeroed per launch"))
     return out
 
 

@@ -21,8 +21,8 @@ otherwise the current stream waits for the comm stream before the call returns.
 Failures never hang: every device wait is bounded (`timeout_s`, default 10 s, env
 EPSCOPE_TIMEOUT_S). A timed-out kernel fills a host-mapped error record and returns; the host
 raises `EPTimeoutError` naming rank, kernel, phase, chunk and peer at the next point it looks:
-the host sync of a non-cached dispatch, the start of every call, `synchronize()`, and right after
-every profiled call (profiled calls synchronize). With a profiling session active, the partial
+the host sync of a non-cached dispatch, the start and end of every call (a host-mapped read, no
+sync), `synchronize()`, and the end of a `profile()` block. With a profiling session active, the partial
 profile is saved (`Session.save(status="timeout", error=...)`) before raising. After an error the
 Buffer refuses further calls: the peers' state is unknown.
 
@@ -328,10 +328,22 @@ class Buffer:
             self._auto_iteration += 1
         return max(self._auto_iteration, 0)
 
-    def _prof(self, session, kernel: str, grid: int, warps: int, iteration: int):
+    def _prof(self, session, kernel: str, grid: int, warps: int, iteration: int, units: int = 0,
+              role_blocks: int = 0):
+        """A profile buffer for one launch. For dispatch/combine the region capacity is a bound
+        derived from the work split instead of the session default: a warp handles at most
+        ceil(units / role_blocks) (source, chunk) units and writes at most R + 4 records for each
+        (send_chunk begin/end + one publish per destination, or wait/copy begin/end), plus a few
+        barrier and start records. At the issue-3 shape that is ~100-200 records against the 56
+        the bundled traces show at most, and ~25x fewer bytes to zero per launch than the
+        session default; a wrong bound shows as counted drops, never as silent loss."""
         if session is None:
             return None
-        return session.buffer(kernel, FAMILY, grid, warps, iteration)
+        cap = None
+        if units > 0 and role_blocks > 0:
+            cap = (self.group_size + 4) * math.ceil(units / role_blocks) + 32
+            cap = min(cap, session.capacity)
+        return session.buffer(kernel, FAMILY, grid, warps, iteration, capacity=cap)
 
     def _ext_for(self, session):
         return _ext.load(profile=True) if session is not None else self.ext
@@ -360,8 +372,10 @@ class Buffer:
             for t in tensors:
                 t.record_stream(compute)
         if session is not None:
-            # profiled calls are diagnostic: surface a timeout at the call that hit it
-            self.comm_stream.synchronize()
+            # Profiling must be cheap enough to leave on, so a profiled call does not wait for its
+            # kernels: a timeout of an earlier call that has already been flagged surfaces here
+            # (a host-mapped read, no sync); a pending one at the next call, synchronize(), or
+            # the end of the profile block, with the partial trace saved each time.
             self._raise_device_error(session)
         if async_finish:
             for t in tensors:
@@ -577,7 +591,9 @@ class Buffer:
                     recv_idx.fill_(-1)
                 if recv_w is not None and rows > handle.num_recv_tokens:
                     recv_w.zero_()
-                prof = self._prof(session, "dispatch", num_blocks, self.limits["threads"] // 32, it)
+                prof = self._prof(session, "dispatch", num_blocks, self.limits["threads"] // 32, it,
+                                  units=R * handle.num_chunks,
+                                  role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
                 ext.dispatch(x_data, x_scales, topk_idx.contiguous() if topk_idx is not None else None,
                              topk_weights.contiguous() if topk_weights is not None else None,
                              handle.kernel_tensors(), handle.chunk_size, handle.num_chunks,
@@ -678,7 +694,9 @@ class Buffer:
                 out = torch.empty((T, H), dtype=torch.bfloat16, device=self.device)
                 out_w = torch.empty((T, K), dtype=torch.float32, device=self.device) if K else None
             with torch.cuda.stream(self.comm_stream):
-                prof = self._prof(session, "combine", num_blocks, self.limits["threads"] // 32, it)
+                prof = self._prof(session, "combine", num_blocks, self.limits["threads"] // 32, it,
+                                  units=R * handle.num_chunks,
+                                  role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
                 ext.combine(x, topk_weights.contiguous() if topk_weights is not None else None, biases[0], biases[1],
                             handle.kernel_tensors(), handle.chunk_size, handle.num_chunks, out, out_w, regions,
                             self.peers.ptrs, *self._fail_args(epoch), num_blocks, num_senders, prof,

@@ -208,7 +208,13 @@ class Session:
         hdr = make_header(registry_hash=reg.REGISTRY_HASH, num_regions=regions, capacity=cap, rank=self.rank,
                           launch_id=launch_id, warps_per_block=warps_per_block, hires=self.hires)
         buf = torch.zeros(buffer_bytes(regions, cap), dtype=torch.uint8, device=self.device)
-        buf[: hdr.size].copy_(torch.from_numpy(hdr.copy()))
+        src = torch.from_numpy(hdr.copy())
+        if buf.is_cuda:
+            # A copy from pageable memory blocks the host until the stream drains; a pinned
+            # source keeps profiled calls asynchronous (torch's caching host allocator keeps the
+            # block alive until the copy has run).
+            src = src.pin_memory()
+        buf[: hdr.size].copy_(src, non_blocking=buf.is_cuda)
         span = self._open_spans[-1] if self._open_spans else None
         info = LaunchInfo(self.rank, launch_id, kernel, int(iteration), family,
                           span[2] if span else -1, -1)
