@@ -89,5 +89,7 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
         s["absorbed_pct"] = np.where(ls != 0, 100.0 * (1.0 - (-s["change_ns"].to_numpy()) / ls), np.nan)
     if iteration is not None:
         s = s[s["iteration"].isin(np.atleast_1d(iteration))]
-    new_path = critical_path(retimed, iteration=iteration, registry=registry)
+    # iterations are independent in the graph: the new path of some needs only their rows
+    sub = retimed if iteration is None else retimed[retimed["iteration"].isin(np.atleast_1d(iteration))]
+    new_path = critical_path(sub, iteration=iteration, registry=registry)
     return WhatIf(summary=s[SUMMARY_COLUMNS].reset_index(drop=True), new_path=new_path, retimed=retimed)

@@ -99,3 +99,13 @@ def test_eight_rank_rendezvous_absorbs_a_one_rank_saving():
 def test_unknown_phase_is_a_clear_error():
     with pytest.raises(ValueError, match="no phase 'nope'"):
         what_if(_rendezvous([1, 2]), phase="nope", speedup=0.1)
+
+
+def test_one_iteration_matches_the_whole_run():
+    ev, _, man = make_events(ranks=3, blocks=2, chunks=4, iterations=3, scenario="slow_rank", slow_rank=1, seed=9)
+    whole = what_if(ev, phase="send_chunk", speedup=0.3, rank=1, registry=man["registry"])
+    one = what_if(ev, phase="send_chunk", speedup=0.3, rank=1, iteration=1, registry=man["registry"])
+    assert one.summary["iteration"].tolist() == [1]
+    assert one.summary.iloc[0].equals(whole.summary.iloc[1])
+    seg_whole = whole.new_path.segments[whole.new_path.segments["iteration"] == 1].reset_index(drop=True)
+    assert one.new_path.segments.equals(seg_whole)
