@@ -59,6 +59,7 @@ what_if(events, *, phase, speedup, rank=None, iteration=None, registry=None) -> 
         saving that rendezvous and waits swallowed; NaN when local_saving_ns is 0)
     .new_path  CriticalPath of the re-timed run
     .retimed   the event table with re-timed begin_ns / end_ns (same rows and columns)
+    iteration=: only those iterations are sped up, re-timed and reported (others keep their times)
 
 idle_warps(events, *, registry=None) -> IdleReport
     Busy = time in a warp's non-wait, non-idle spans (leaf time: nested children counted once);

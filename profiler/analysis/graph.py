@@ -669,7 +669,7 @@ RETIME_WINDOW = 4096
 WINDOW_SWEEPS = 12
 
 
-def retime(g: Graph, d: np.ndarray) -> np.ndarray:
+def retime(g: Graph, d: np.ndarray, iterations=None) -> np.ndarray:
     """Solve T[p] = max(T[p-1] + d[p], cross(p)) for all points, given segment durations d.
 
     cross(p) is T[src[p]] + lat[p]; for a barrier departure the latest new arrival of its
@@ -682,6 +682,7 @@ def retime(g: Graph, d: np.ndarray) -> np.ndarray:
     later than its dependant), in windows of RETIME_WINDOW targets: each window is relaxed with
     vectorised sweeps until it stops changing (its dependencies inside the window are short
     chains); a window that needs more than WINDOW_SWEEPS sweeps is split in halves.
+    iterations: solve only these (d must equal g.d elsewhere; other points keep their times).
     """
     P = g.n_points
     if P == 0:
@@ -730,6 +731,10 @@ def retime(g: Graph, d: np.ndarray) -> np.ndarray:
     moff = off(g.prev_member_pt, mk)
 
     order = np.lexsort((tgt, g.pt_t[tgt]))
+    if iterations is not None:
+        it_of_t = g.lane["iteration"].to_numpy()[g.pt_lane[tgt]]
+        order = order[np.isin(it_of_t[order], np.atleast_1d(iterations))]
+    n_solve = len(order)
     T = g.pt_t[tgt].copy()
     fixed_val = g.pt_t[tgt]
     prev_k = np.maximum(np.arange(nt) - 1, 0)
@@ -768,8 +773,8 @@ def retime(g: Graph, d: np.ndarray) -> np.ndarray:
         solve(lo, mid)
         solve(mid, hi)
 
-    for lo in range(0, nt, RETIME_WINDOW):
-        solve(lo, min(lo + RETIME_WINDOW, nt))
+    for lo in range(0, n_solve, RETIME_WINDOW):
+        solve(lo, min(lo + RETIME_WINDOW, n_solve))
     kx = k_of(np.arange(P))
     return T[kx] + S - S[tgt[kx]]
 

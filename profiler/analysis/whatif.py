@@ -48,8 +48,9 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     """Projected end-to-end change when `phase` gets `speedup` faster (columns: package docstring).
 
     phase: a phase name, or 'kernel/phase' to pick one kernel's phase. speedup: 0.2 = 20% faster;
-    must be < 1. rank: an int, a list of ints, or None for every rank. iteration: restrict the
-    report (and the new path) to these iterations.
+    must be < 1. rank: an int, a list of ints, or None for every rank. iteration: an int or a
+    list: only these iterations get the faster phase and are re-timed and reported (iterations
+    are independent in the graph, so the answer for them is the same as for the whole run).
     """
     if not speedup < 1:
         raise ValueError(f"what_if: speedup must be < 1 (a fraction of the phase's time), got {speedup}")
@@ -58,9 +59,13 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     if len(events) and name not in set(g.phase_names):
         raise ValueError(f"what_if: the run records no phase {name!r}")
     tgt = _target_points(g, phase, rank)
+    if iteration is not None:
+        # iterations are independent: shorten and re-time only the chosen ones
+        its = np.atleast_1d(iteration)
+        tgt = tgt[np.isin(g.lane["iteration"].to_numpy()[g.pt_lane[tgt]], its)]
     d_new = g.d.copy()
     d_new[tgt] = np.round(g.d[tgt] * (1.0 - speedup)).astype(np.int64)
-    T = G.retime(g, d_new)
+    T = G.retime(g, d_new, iterations=iteration)
 
     retimed = events.copy()
     if len(events):

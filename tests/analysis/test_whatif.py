@@ -109,3 +109,6 @@ def test_one_iteration_matches_the_whole_run():
     assert one.summary.iloc[0].equals(whole.summary.iloc[1])
     seg_whole = whole.new_path.segments[whole.new_path.segments["iteration"] == 1].reset_index(drop=True)
     assert one.new_path.segments.equals(seg_whole)
+    other = ev["iteration"] != 1
+    assert (one.retimed.loc[other, "begin_ns"] == ev.loc[other, "begin_ns"]).all()
+    assert (one.retimed.loc[~other, "begin_ns"] == whole.retimed.loc[~other, "begin_ns"]).all()
