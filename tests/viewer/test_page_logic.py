@@ -114,3 +114,19 @@ def test_what_if_sentence_when_the_projection_ends_later():
                       "change_pct": [5.0], "local_saving_ns": [100], "absorbed_pct": [150.0]})
     text = PL.what_if_sentence(s, "copy_out", None, 20)
     assert "+50 ns" in text and "ends +50 ns later than recorded" in text and "%" in text
+
+
+def test_idle_ignores_kernels_without_any_work():
+    from types import SimpleNamespace
+    # what idle_warps reports for ep_core's barrier kernel: its warps only wait, none did work
+    pw = pd.DataFrame({"kernel": ["dispatch"] * 3 + ["barrier"] * 2, "rank": 0, "block": [0, 0, 1, 0, 1],
+                       "warp": [0, 1, 0, 0, 0], "did_work": [True, False, False, False, False],
+                       "busy_share": [0.9, 0.0, 0.0, 0.0, 0.0]})
+    pb = pd.DataFrame({"kernel": ["dispatch", "dispatch", "barrier", "barrier"], "rank": 0, "block": [0, 1, 0, 1],
+                       "did_work": [True, False, False, False]})
+    imb = pd.DataFrame({"kernel": ["dispatch", "barrier"], "ratio": [np.inf, np.nan]})
+    rep = SimpleNamespace(per_warp=pw, per_block=pb, imbalance=imb)
+    assert IL.kernels(rep) == ["dispatch", "barrier"]
+    h = IL.headline(rep)
+    assert (h["warps"], h["idle_warps"], h["blocks"], h["idle_blocks"]) == (3, 2, 2, 1)
+    assert h["worst_ratio"] == float("inf")

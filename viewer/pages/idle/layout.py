@@ -41,9 +41,9 @@ def _page(entry, run, rep):
         C.run_header(entry),
         dcc.Store(id=Ids.RUN, data=entry.run_id),
         C.verdict(rep.verdict or "No idle warps: every warp did work.", id=Ids.VERDICT,
-                  tone="bad" if h["idle_warps"] else "good"),
+                  tone="bad" if len(evidence) and not evidence["did_work"].all() else "good"),
         html.Div([
-            C.card("warps", f"{h['warps']:,}"),
+            C.card("warps (kernels with work)", f"{h['warps']:,}"),
             C.card("warps with no work", f"{h['idle_warps']:,}", tone="bad" if h["idle_warps"] else ""),
             C.card("blocks with no work", f"{h['idle_blocks']:,} / {h['blocks']:,}"),
             C.card("worst imbalance (max/median busy)", ratio(h["worst_ratio"])),

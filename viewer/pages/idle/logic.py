@@ -11,13 +11,25 @@ COLORSCALE = [[0.0, "#3a1d24"], [0.001, "#7a2f3a"], [0.25, "#b5533c"], [0.5, "#c
               [0.75, "#5fb36b"], [1.0, "#3ecf8e"]]
 
 
+def working_kernels(per_warp: pd.DataFrame) -> pd.DataFrame:
+    """per_warp restricted to kernels in which some warp did work: a kernel that only records
+    barriers (no spans of work at all) has no warps to starve."""
+    if per_warp.empty:
+        return per_warp
+    any_work = per_warp.groupby("kernel", observed=True)["did_work"].transform("any")
+    return per_warp[any_work.to_numpy(bool)]
+
+
 def kernels(report) -> list[str]:
+    """Kernels for the heatmap picker: those with work first, lowest median busy share first
+    (where starvation shows), then kernels without any work."""
     pw = report.per_warp
     if pw.empty:
         return []
-    # the kernel with the lowest median busy share first: that is where starvation shows
-    med = pw.groupby("kernel", observed=True)["busy_share"].median().sort_values()
-    return [str(k) for k in med.index]
+    g = pw.groupby("kernel", observed=True)
+    order = pd.DataFrame({"work": g["did_work"].any(), "med": g["busy_share"].median()})
+    order = order.sort_values(["work", "med"], ascending=[False, True])
+    return [str(k) for k in order.index]
 
 
 def heatmap_figure(report, kernel: str | None) -> dict:
@@ -57,10 +69,13 @@ def heatmap_figure(report, kernel: str | None) -> dict:
 
 
 def headline(report) -> dict:
-    pw = report.per_warp
+    """Counts over the kernels that record work (see working_kernels)."""
+    pw = working_kernels(report.per_warp)
     if pw.empty:
         return {"warps": 0, "idle_warps": 0, "blocks": 0, "idle_blocks": 0, "worst_ratio": float("nan")}
     pb = report.per_block
+    if len(pb):
+        pb = pb[pb["kernel"].isin(set(pw["kernel"]))]
     imb = report.imbalance["ratio"].replace([np.inf], np.nan) if len(report.imbalance) else pd.Series(dtype=float)
     inf = bool(np.isinf(report.imbalance["ratio"]).any()) if len(report.imbalance) else False
     return {
