@@ -28,7 +28,7 @@ def layout(catalog, run_id):
         html.Label("blocks (warps view)"),
         dcc.Input(id=Ids.BLOCK_LO, type="number", value=0, min=0, debounce=True, className="num"),
         html.Span("–"),
-        dcc.Input(id=Ids.BLOCK_HI, type="number", value=min(n_blocks - 1, 7), min=0, debounce=True, className="num"),
+        dcc.Input(id=Ids.BLOCK_HI, type="number", value=min(n_blocks - 1, 1), min=0, debounce=True, className="num"),
         dcc.Checklist(id=Ids.CRITICAL, options=[{"label": " critical path", "value": "on"}], value=["on"],
                       inline=True, className="check"),
         html.Button("reset zoom", id=Ids.RESET, className="btn"),

@@ -613,7 +613,8 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
     crit = critical_overlay(critical, view.rows, ix, view.t0, view.t1)
     if crit:
         traces.append(crit)
-    height = int(min(900, max(260, 18 * n_rows + 110)))
+    # 18 px a row for a few rows, never under 13 px (the tick font is 10 px), at most 1800 px
+    height = int(min(1800, max(260, (18 if n_rows <= 40 else 13) * n_rows + 110)))
     layout = theme.figure_layout(
         height=height,
         barmode="overlay",
