@@ -16,6 +16,9 @@ BENCH_ARGS=${BENCH_ARGS:-}
 OWN=${OWN:-1} TRACES=${TRACES:-1} HARNESS_BENCH=${HARNESS_BENCH:-1} TESTS=${TESTS:-1} EP_TRACE=${EP_TRACE:-1}
 HARNESS_BENCH_ARGS=${HARNESS_BENCH_ARGS:-}
 
+# the device copy has no .git: pass the commit in (EP_COMMIT=$(git rev-parse HEAD) on the CPU
+# side) so run manifests and result files name it (profiler.record.session.git_info)
+if [ -n "${EP_COMMIT:-}" ]; then export EPSCOPE_GIT_COMMIT="$EP_COMMIT" EPSCOPE_GIT_BRANCH="${EP_BRANCH:-main}"; fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv; echo "commit ${EP_COMMIT:-unknown (no .git on the device)}"; date -u; } \
   | tee "$OUT/gpu.txt"
 
