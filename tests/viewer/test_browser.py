@@ -115,25 +115,35 @@ def test_runs_page(server, page):
     _shot(page, "runs")
 
 
-def test_timeline_page_and_zoom(server, page):
+def test_timeline_page_drill_down_and_zoom(server, page):
     app, base = server
     rid = _run_id(app, _timeline_run(app))
     _goto(page, base, "/timeline", rid)
     info = page.locator("#tl-info")
     page.wait_for_function("document.querySelector('#tl-info') && document.querySelector('#tl-info').innerText.includes('level')")
     page.wait_for_selector("#tl-graph .main-svg")
-    before = info.inner_text()
     _no_error(page)
     _shot(page, "timeline")
-    # drag across the middle tenth of the plot: the server re-aggregates the narrower window
+    # click in rank 0's row of the zoomed-out heatmap: the timeline opens that rank's blocks
+    before = info.inner_text()
+    drag = page.locator("#tl-graph .nsewdrag").first
+    box = drag.bounding_box()
+    drag.click(position={"x": box["width"] * 0.5, "y": box["height"] * 0.1})
+    page.wait_for_function(f"document.querySelector('#tl-info').innerText !== {json.dumps(before)}")
+    assert info.inner_text().startswith("block level"), info.inner_text()
+    # drag across a tenth of the plot: the server re-aggregates the narrower window
+    before = info.inner_text()
     box = page.locator("#tl-graph .nsewdrag").first.bounding_box()
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + box["width"] * 0.45, y)
     page.mouse.down()
-    page.mouse.move(box["x"] + box["width"] * 0.50, y, steps=5)
+    page.mouse.move(box["x"] + box["width"] * 0.55, y, steps=5)
     page.mouse.up()
     page.wait_for_function(f"document.querySelector('#tl-info').innerText !== {json.dumps(before)}")
-    assert "window" in info.inner_text()
+    assert "block level" in info.inner_text()
+    page.wait_for_selector("#tl-graph .main-svg")
+    _no_error(page)
+    _shot(page, "timeline-drilled")
 
 
 def test_critical_path_page_and_what_if(server, page):

@@ -568,7 +568,7 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
             zmin=0, zmax=max(len(ix.phases) * OCC_LEVELS, 1), colorscale=phase_colorscale(ix.phases),
             showscale=False, customdata=np.dstack([np.broadcast_to(np.asarray(view.rows.labels, dtype=object)[:, None], dom_name.shape), dom_name, occ_pct]).tolist(),
             hovertemplate="%{customdata[0]}<br>%{x:.3f} µs<br>%{customdata[1]} · busy %{customdata[2]}%<extra></extra>",
-            xgap=0, ygap=1, name="activity", hoverongaps=False,
+            xgap=0, ygap=1, name="activity", hoverongaps=True,   # a click anywhere in a row drills down
         ))
     else:
         sp = view.spans
