@@ -47,7 +47,7 @@ def status(entry: RunEntry) -> str:
         return f"not an epscope run (format {m.get('format')!r})"
     warnings = m.get("warnings") or []
     n = sum(int(w.get("count", 0) or 0) for w in warnings if isinstance(w, dict))
-    return f"ok · {len(warnings)} warning types ({n:,} events)" if warnings else "ok"
+    return f"ok · warnings: {n:,} events ({len(warnings)} kinds)" if warnings else "ok"
 
 
 def runs_table(entries: list[RunEntry]) -> pd.DataFrame:
