@@ -90,7 +90,6 @@ class WarpRecorder {
     on_ = false;
     cap_ = 0;
     n_ = 0;
-    pend_slot_ = kNoSlot;
     if (buf == nullptr) return;
     auto* hdr = static_cast<const BufferHeader*>(buf);
     const uint32_t wpb = hdr->warps_per_block;
@@ -126,10 +125,9 @@ class WarpRecorder {
   __device__ __forceinline__ void arrive(uint16_t barrier, uint32_t occurrence) { put(kKindBarrierArrive, barrier, occurrence); }
   __device__ __forceinline__ void depart(uint16_t barrier, uint32_t occurrence) { put(kKindBarrierDepart, barrier, occurrence); }
 
-  // Close the region: store the pending record, then how many records were attempted (the
-  // decoder derives drops from it) and the end clock pair for high-resolution conversion.
+  // Close the region: how many records were attempted (the decoder derives drops from it) and
+  // the end clock pair for high-resolution conversion.
   __device__ __forceinline__ void finish() {
-    if (on_) flush();
     if (region_ != nullptr) {
       region_->clk_end = clock64();
       region_->gt_end = globaltimer();
@@ -142,52 +140,45 @@ class WarpRecorder {
   }
 
  private:
-  // One record = one timer read now and one 16-byte store at the NEXT record site (or finish()).
-  // Why deferred: ptxas turns a predicated special-register read into an unconditional CS2R plus
-  // SEL, and the %globaltimer read has a long latency; storing right away made the warp wait for
-  // it: 37-42 cycles per record, 34 with the recorder off (benchmarks/results/
-  // recorder-h200-2026-11-29.md). Deferred, the store consumes a value that arrived long ago, and
-  // `on_` (the same on every lane) is a uniform branch, so off costs a predicated-off branch.
-  // Only lane 0 stores (cap_ = 0 on lanes 1..31); slot >= cap_ (full region, or no pending
-  // record) stores nothing. A kernel that never reaches finish() loses its last record: ep_core
-  // and the self-test bound every wait and call finish() on every exit path.
+  // One record = the timer reads and one predicated 16-byte store, straight-line code once on:
+  // predicate p = (n_ < cap_) is false on lanes 1..31 and when the region is full, so those
+  // store nothing. A deferred-store variant (store at the next record site) was measured and
+  // dropped: 78-85 cycles a record in a tight loop against 37-42 for this one
+  // (benchmarks/NOTES-recorder.md).
+  // A first version with C++ branches here cost 83 cycles per record, 30 of them with the
+  // recorder off (benchmarks/results/recorder-h200-2026-11-29-v1-branchy.md).
   __device__ __forceinline__ void put(uint8_t kind, uint16_t id, uint32_t payload) {
+    // Runtime off (null buffer): `on_` is the same on every lane, so this is a uniform branch;
+    // without it ptxas still issued both timer reads (it turns predicated special-register reads
+    // into unconditional CS2R + SEL) and off cost 34 cycles a record (recorder-h200 v2 results).
     if (!on_) return;
-    flush();
-    pend_t_ = hires_ ? static_cast<uint64_t>(clock64()) : globaltimer();
-    pend_meta_ = uint32_t(id) | (uint32_t(kind) << 16);  // Record bytes 8..11: id, kind, reserved
-    pend_payload_ = payload;
-    pend_slot_ = n_;
-    ++n_;  // counts drops too: nothing is dropped silently
-  }
-
-  __device__ __forceinline__ void flush() {
-    const uint64_t dst = recs_ + uint64_t(pend_slot_) * sizeof(Record);
+    const uint64_t dst = recs_ + uint64_t(n_) * sizeof(Record);
+    const uint32_t idkind = uint32_t(id) | (uint32_t(kind) << 16);  // Record bytes 8..11: id, kind, reserved
     asm volatile(
         "{\n\t"
-        ".reg .pred p;\n\t"
+        ".reg .pred p, ph, pc, pg;\n\t"
+        ".reg .b64 t;\n\t"
         ".reg .b32 lo, hi;\n\t"
         "setp.lt.u32 p, %1, %2;\n\t"
-        "mov.b64 {lo, hi}, %3;\n\t"
+        "setp.ne.u32 ph, %3, 0;\n\t"
+        "and.pred pc, p, ph;\n\t"   // hires: clock64
+        "xor.pred pg, p, pc;\n\t"   // p && !hires: globaltimer
+        "mov.b64 t, 0;\n\t"
+        "@pc mov.u64 t, %%clock64;\n\t"
+        "@pg mov.u64 t, %%globaltimer;\n\t"
+        "mov.b64 {lo, hi}, t;\n\t"
         "@p st.global.v4.u32 [%0], {lo, hi, %4, %5};\n\t"
         "}"
         :
-        : "l"(dst), "r"(pend_slot_), "r"(cap_), "l"(pend_t_), "r"(pend_meta_), "r"(pend_payload_)
-        : "memory");
-    pend_slot_ = kNoSlot;
+        : "l"(dst), "r"(n_), "r"(cap_), "r"(hires_), "r"(idkind), "r"(payload));
+    ++n_;  // counts drops too: nothing is dropped silently
   }
-
-  static constexpr uint32_t kNoSlot = 0xFFFFFFFFu;  // >= any capacity: flush() stores nothing
 
   uint64_t recs_ = 0;               // global address of this warp's first record
   RegionHeader* region_ = nullptr;  // lane 0 of an active warp only
   uint32_t n_ = 0;
   uint32_t cap_ = 0;                // records lane 0 may store; 0 on other lanes and when off
   uint32_t hires_ = 0;
-  uint64_t pend_t_ = 0;             // the pending record (read at its record site, stored at the next)
-  uint32_t pend_meta_ = 0;
-  uint32_t pend_payload_ = 0;
-  uint32_t pend_slot_ = kNoSlot;
   bool on_ = false;
 };
 
