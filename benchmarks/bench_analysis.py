@@ -13,7 +13,6 @@ import argparse
 import datetime as dt
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,30 +23,13 @@ sys.path.insert(0, str(ROOT))
 from profiler.analysis import barrier_contention, compare, critical_path, idle_warps, what_if  # noqa: E402
 from profiler.analysis import graph as G  # noqa: E402
 from profiler.synthetic import make_events  # noqa: E402
+from benchmarks.machine import cpu_name, commit as _commit  # noqa: E402
+
+ANALYSIS_PATHS = ("profiler/analysis", "profiler/synthetic.py")  # the code this benchmark times
 
 TARGET_S = 10.0   # issue 4: critical path + idle + barrier analyses on 10 M events, 2-core machine
 
 
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def commit() -> str:
-    if os.environ.get("EPSCOPE_COMMIT"):          # machines that get the tree without .git
-        return os.environ["EPSCOPE_COMMIT"]
-    try:
-        c = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "profiler/analysis", "profiler/synthetic.py"],
-                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        return c + ("+dirty" if dirty else "")
-    except OSError:
-        return "unknown"
 
 
 def timed(fn):
@@ -92,7 +74,7 @@ def main() -> int:
         f"# Analyses on a synthetic {len(ev) / 1e6:.1f} M-event run of {a.ranks} ranks",
         "",
         f"- CPU: {cpu_name()} ({os.cpu_count()} cores visible), Python {platform.python_version()}",
-        f"- commit: {commit()}, date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+        f"- commit: {_commit(ANALYSIS_PATHS)}, date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
         f"1-min load average at the end: {load:.1f} (other processes share the machine)",
         f"- command: `python benchmarks/bench_analysis.py --events {a.events} --ranks {a.ranks} --repeat {a.repeat}`",
         f"- run: `make_events(scenario='slow_rank')`, {man['config']['blocks']} blocks x {man['config']['warps_per_block']} warps "

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from profiler.decode import LaunchInfo, decode_buffer, decode_launches  # noqa: E402
 from profiler.generated import layout as L  # noqa: E402
 from profiler.registry import load_all  # noqa: E402
+from benchmarks.machine import commit as machine_commit, cpu_name  # noqa: E402
 
 # selftest-like warp program: iteration{ work{} tick } repeated; 5 records per pass
 _PATTERN_KIND = np.array([L.KIND_BEGIN, L.KIND_BEGIN, L.KIND_END, L.KIND_INSTANT, L.KIND_END], np.uint8)
@@ -167,15 +168,6 @@ def bench_export(sizes) -> list[dict]:
     return res
 
 
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -190,7 +182,7 @@ def main() -> None:
         return _make_run_child(int(a.make_run[0]), a.make_run[1])
     if a.export_child:
         return _export_child(a.export_child)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = machine_commit()
     load0 = os.getloadavg()
     dec = bench_decode(a.records, repeats=a.repeats)
     for r in dec["runs"]:
@@ -206,7 +198,7 @@ def main() -> None:
     if a.out:
         now = dt.datetime.now(dt.timezone.utc)
         lines = [f"# Profiler core CPU benchmark ({now:%Y-%m-%d})", "",
-                 f"- CPU: {_cpu_name()} ({os.cpu_count()} cores; one thread used: OMP/BLAS/numexpr threads = 1)",
+                 f"- CPU: {cpu_name()} ({os.cpu_count()} cores; one thread used: OMP/BLAS/numexpr threads = 1)",
                  f"- commit: {commit}, date: {now:%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
                  f"numpy {np.__version__}, pandas {pd.__version__}",
                  f"- command: `python3 benchmarks/bench_profiler.py --records {a.records:.0f} --export-sizes {a.export_sizes} --repeats {a.repeats} --out ...`",
