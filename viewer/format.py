@@ -4,16 +4,24 @@ from __future__ import annotations
 import math
 
 
-def ns(v) -> str:
-    """A duration in ns as a short human string: 850 ns, 12.3 µs, 4.56 ms, 1.20 s."""
+def _finite(v):
+    """(float, None) for a finite number, else (None, the string shown instead: — or ∞)."""
     try:
         v = float(v)
     except (TypeError, ValueError):
-        return "—"
+        return None, "—"
     if math.isnan(v):
-        return "—"
+        return None, "—"
     if math.isinf(v):
-        return "∞"
+        return None, "∞"
+    return v, None
+
+
+def ns(v) -> str:
+    """A duration in ns as a short human string: 850 ns, 12.3 µs, 4.56 ms, 1.20 s."""
+    v, shown = _finite(v)
+    if shown is not None:
+        return shown
     a = abs(v)
     if a < 1e3:
         return f"{v:.0f} ns"
@@ -33,14 +41,9 @@ def signed_ns(v) -> str:
 
 
 def pct(v, digits: int = 1, signed: bool = False) -> str:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "—"
-    if math.isnan(v):
-        return "—"
-    if math.isinf(v):
-        return "∞"
+    v, shown = _finite(v)
+    if shown is not None:
+        return shown
     return f"{v:+.{digits}f}%" if signed else f"{v:.{digits}f}%"
 
 
@@ -53,12 +56,7 @@ def share(v, digits: int = 1) -> str:
 
 
 def ratio(v) -> str:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "—"
-    if math.isnan(v):
-        return "—"
-    if math.isinf(v):
-        return "∞"
+    v, shown = _finite(v)
+    if shown is not None:
+        return shown
     return f"{v:.2f}×"
