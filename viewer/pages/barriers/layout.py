@@ -3,7 +3,7 @@ from __future__ import annotations
 from dash import html
 
 from ... import analyses, components as C
-from ...catalog import ViewerError
+from ..analysis_page import analysis_page
 from ...format import ns, share
 from . import logic
 from .ids import Ids
@@ -27,14 +27,7 @@ def _with_last(df):
 
 
 def layout(catalog, run_id):
-    entry = catalog.entry(run_id)
-    try:
-        run = catalog.load(run_id)
-        rep = analyses.barriers(run)
-    except ViewerError as e:
-        return html.Div([C.run_header(entry), C.error_box(str(e))])
-    analyses.warm(run)
-    return run.cached("page:barriers", lambda: _page(entry, run, rep))
+    return analysis_page(catalog, run_id, "barriers", analyses.barriers, _page)
 
 
 def _page(entry, run, rep):

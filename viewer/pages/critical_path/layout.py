@@ -3,7 +3,7 @@ from __future__ import annotations
 from dash import dcc, html
 
 from ... import analyses, components as C
-from ...catalog import ViewerError
+from ..analysis_page import analysis_page
 from ...format import ns, pct, share
 from . import logic
 from .ids import Ids
@@ -15,14 +15,7 @@ SLACK_COLS = {"rank": "rank", "kernel": "kernel", "block": "block", "warp": "war
 
 
 def layout(catalog, run_id):
-    entry = catalog.entry(run_id)
-    try:
-        run = catalog.load(run_id)
-        cp = analyses.critical(run)
-    except ViewerError as e:
-        return html.Div([C.run_header(entry), C.error_box(str(e))])
-    analyses.warm(run)
-    return run.cached("page:critical_path", lambda: _page(entry, run, cp))
+    return analysis_page(catalog, run_id, "critical_path", analyses.critical, _page)
 
 
 def _page(entry, run, cp):

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dash import dcc, html
 
 from ... import analyses, components as C
-from ...catalog import ViewerError
+from ..analysis_page import analysis_page
 from ...format import ns, ratio, share
 from . import logic
 from .ids import Ids
@@ -18,14 +18,7 @@ IMB_COLS = {"rank": "rank", "kernel": "kernel", "role": "role", "warps": "warps"
 
 
 def layout(catalog, run_id):
-    entry = catalog.entry(run_id)
-    try:
-        run = catalog.load(run_id)
-        rep = analyses.idle(run)
-    except ViewerError as e:
-        return html.Div([C.run_header(entry), C.error_box(str(e))])
-    analyses.warm(run)
-    return run.cached("page:idle", lambda: _page(entry, run, rep))
+    return analysis_page(catalog, run_id, "idle", analyses.idle, _page)
 
 
 def _page(entry, run, rep):
