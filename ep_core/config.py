@@ -64,30 +64,25 @@ class Config:
     num_max_rdma_chunked_send_tokens: int = 6
     num_max_rdma_chunked_recv_tokens: int = 256
 
+    def _check_positive(self, *names: str) -> None:
+        for name in names:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Config.{name} must be > 0, got {getattr(self, name)}")
+
     def __post_init__(self):
         for name in ("num_sms", "num_max_nvl_chunked_send_tokens", "num_max_nvl_chunked_recv_tokens",
                      "num_max_rdma_chunked_send_tokens", "num_max_rdma_chunked_recv_tokens"):
             _check_int("Config", name, getattr(self, name))
         if self.num_sms < 2 or self.num_sms % 2:
             raise ValueError(f"Config.num_sms must be even and >= 2 (DeepEP's rule), got {self.num_sms}")
-        if self.num_max_nvl_chunked_send_tokens <= 0:
-            raise ValueError(f"Config.num_max_nvl_chunked_send_tokens must be > 0, "
-                             f"got {self.num_max_nvl_chunked_send_tokens}")
-        if self.num_max_nvl_chunked_recv_tokens <= 0:
-            raise ValueError(f"Config.num_max_nvl_chunked_recv_tokens must be > 0, "
-                             f"got {self.num_max_nvl_chunked_recv_tokens}")
+        self._check_positive("num_max_nvl_chunked_send_tokens", "num_max_nvl_chunked_recv_tokens")
         if self.num_max_nvl_chunked_send_tokens >= self.num_max_nvl_chunked_recv_tokens:
             # DeepEP: a sender waits for a whole chunk of free receive slots; it must fit with room.
             raise ValueError(
                 f"Config.num_max_nvl_chunked_send_tokens ({self.num_max_nvl_chunked_send_tokens}) must be "
                 f"< num_max_nvl_chunked_recv_tokens ({self.num_max_nvl_chunked_recv_tokens}): a send "
                 f"chunk has to fit in the receive window with room to spare")
-        if self.num_max_rdma_chunked_send_tokens <= 0:
-            raise ValueError(f"Config.num_max_rdma_chunked_send_tokens must be > 0, "
-                             f"got {self.num_max_rdma_chunked_send_tokens}")
-        if self.num_max_rdma_chunked_recv_tokens <= 0:
-            raise ValueError(f"Config.num_max_rdma_chunked_recv_tokens must be > 0, "
-                             f"got {self.num_max_rdma_chunked_recv_tokens}")
+        self._check_positive("num_max_rdma_chunked_send_tokens", "num_max_rdma_chunked_recv_tokens")
         # DeepEP rounds the RDMA ring up to a whole number of send chunks, then requires two
         # chunks of room (its lazy head update must always leave senders space to push).
         rdma_recv = _align(self.num_max_rdma_chunked_recv_tokens, self.num_max_rdma_chunked_send_tokens)
