@@ -9,7 +9,7 @@ on first access, so `ep_core.config`, `ep_core.reference` and friends import wit
 """
 from __future__ import annotations
 
-_LAZY = {"Buffer", "EventOverlap", "DispatchHandle", "topk_idx_t", "EPTimeoutError", "EPCapacityError"}
+_LAZY = {"Buffer", "EventOverlap", "DispatchHandle", "topk_idx_t", "EPTimeoutError", "EPCapacityError", "ErrorReport"}
 
 __all__ = sorted(_LAZY | {"Config"})
 

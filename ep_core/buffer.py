@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -103,6 +104,26 @@ def _phase_name(phase: int, is_barrier: bool) -> str:
         return names.get(phase, f"id {phase}")
     except (ImportError, AttributeError):
         return f"{'barrier' if is_barrier else 'phase'} id {phase}"
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """The first device failure of a rank's Buffer (the host-mapped ErrorInfo), named fields.
+    `kind`: 'timeout' (a bounded wait expired), 'overflow' (more rows than recv_x holds) or
+    'capacity' (the op does not fit the buffer); `phase` is a phase name, or a barrier name when
+    `is_barrier`; `peer` is the rank waited on (or written to)."""
+
+    kind: str
+    rank: int
+    kernel: str
+    phase: str
+    is_barrier: bool
+    chunk: int
+    peer: int
+    epoch: int
+
+
+_ERROR_KINDS = {1: "timeout", 2: "capacity", 3: "overflow"}
 
 
 class EventOverlap:
@@ -250,6 +271,14 @@ class Buffer:
             raise RuntimeError(f"ep_core: this Buffer is unusable after an earlier error: {self._broken}")
 
     # -- errors ----------------------------------------------------------------------------------
+    def error_report(self) -> ErrorReport | None:
+        """This rank's first device failure so far (a host-mapped read, no sync), or None."""
+        flag, rank, kernel, phase, is_barrier, channel, peer, epoch = self.ext.read_error(self._err_host)
+        if flag <= 0:
+            return None
+        return ErrorReport(_ERROR_KINDS.get(flag, f"flag {flag}"), rank, _KERNELS.get(kernel, f"kernel {kernel}"),
+                           _phase_name(phase, bool(is_barrier)), bool(is_barrier), channel, peer, epoch)
+
     def _device_error(self) -> str | None:
         flag, rank, kernel, phase, is_barrier, channel, peer, epoch = self.ext.read_error(self._err_host)
         if flag <= 0:

@@ -116,33 +116,19 @@ def _trace_rank(ctx, opts: dict) -> dict:
     import torch
 
     import ep_core
-    from ep_core.config import Config, Problem
-    from ep_core.reference import per_token_cast_back
-    from ep_core.workload import make_rank_inputs
+    from ep_core.config import Problem
+    from ep_core.workload import RankOp, make_rank_inputs, op_configs
     from profiler.record.session import Session
 
     w = opts["workload"]
     rank, R = ctx.rank, ctx.world_size
     p = Problem(w["tokens"], w["hidden"], w["topk"], w["experts"], R, w["dtype"])
     ins = make_rank_inputs(p, w["routing"], rank, seed=w["seed"], device=ctx.device, drop=w["drop"])
-    x = ins.x_for(p.dtype)
-    idx = ins.topk_idx.to(ep_core.topk_idx_t)
     Buffer = ep_core.Buffer
     kw = {"timeout_s": opts["timeout_s"]} if opts["timeout_s"] else {}
     buffer = Buffer(ctx.group, num_nvl_bytes=Buffer.get_buffer_size_hint(p.tokens, p.hidden, R, p.topk), **kw)
-    d0, c0 = Buffer.get_dispatch_config(R), Buffer.get_combine_config(R)
-    dconf = Config(w["num_sms"], w["chunk"] or d0.num_max_nvl_chunked_send_tokens, d0.num_max_nvl_chunked_recv_tokens)
-    cconf = Config(w["num_sms"], w["chunk"] or c0.num_max_nvl_chunked_send_tokens, c0.num_max_nvl_chunked_recv_tokens)
-
-    def one_iteration(profile):
-        layout = buffer.get_dispatch_layout(idx, p.experts, profile=profile)
-        recv, recv_idx, recv_w, _, handle, _ = buffer.dispatch(
-            x, num_tokens_per_rank=layout[0], is_token_in_rank=layout[3], num_tokens_per_expert=layout[2],
-            topk_idx=idx, topk_weights=ins.topk_weights, config=dconf, profile=profile)
-        # the experts' work is out of scope: combine sends the received rows straight back (bf16)
-        y = per_token_cast_back(*recv) if isinstance(recv, tuple) else recv
-        buffer.combine(y, handle, topk_weights=recv_w, config=cconf, profile=profile)
-        return (recv[0] if isinstance(recv, tuple) else recv).size(0)
+    dconf, cconf = op_configs(R, w["num_sms"], w["chunk"])
+    op = RankOp(buffer, p, ins, dconf, cconf)
 
     # A forced timeout breaks the Buffer at the first dispatch: profile from the first iteration
     # so the partial trace exists.
@@ -151,7 +137,7 @@ def _trace_rank(ctx, opts: dict) -> dict:
     for it in range(n_warm):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        recv_rows = one_iteration(None)
+        recv_rows = op.iteration(None)
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
@@ -177,7 +163,7 @@ def _trace_rank(ctx, opts: dict) -> dict:
             with buffer.profile(session):
                 for it in range(n_warm, w["iters"]):
                     buffer.profile_iteration = it
-                    recv_rows = one_iteration(True)
+                    recv_rows = op.iteration(True)
                     _say(rank, f"iteration {it + 1}/{w['iters']} (profiled)")
             _say(rank, "saving the run (gather on rank 0, decode)")
     except Exception as e:  # noqa: BLE001 (a forced timeout is the expected outcome; the caller decides)

@@ -93,3 +93,74 @@ def traffic(problem: Problem, counts: torch.Tensor, rank: int) -> Traffic:
     rows = int(col.sum())
     remote = rows - int(col[rank])
     return Traffic(rows, remote, rows * problem.row_bytes, remote * problem.row_bytes)
+
+
+def op_configs(ranks: int, num_sms: int, chunk: Optional[int] = None) -> tuple:
+    """(dispatch, combine) Configs of one op: the recommended tables at `num_sms`, with the send
+    chunk overridden when `chunk` is given (Config validates it and names the field)."""
+    from .config import combine_config, dispatch_config
+
+    d, c = dispatch_config(ranks, num_sms), combine_config(ranks, num_sms)
+    if chunk:
+        d, c = d.with_send_chunk(chunk), c.with_send_chunk(chunk)
+    return d, c
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What get_dispatch_layout returns and dispatch takes (named, not read by position)."""
+
+    num_tokens_per_rank: torch.Tensor
+    num_tokens_per_expert: torch.Tensor
+    is_token_in_rank: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """One dispatch's outputs that combine needs, and the rows this rank received."""
+
+    recv_x: torch.Tensor          # bf16 rows as combine takes them (FP8 received rows cast back)
+    recv_weights: torch.Tensor
+    handle: object
+    rows: int
+
+
+class RankOp:
+    """One rank's EP op as `epscope trace` and the catalogue run it: get_dispatch_layout, a
+    non-cached dispatch, then a combine that sends the received rows straight back (the experts'
+    work is out of scope). `profile` is passed to every call (None: not profiled, True: into the
+    session of `with buffer.profile(session)`). The steps are separate methods so a caller can
+    plant something between them (a host or device delay before the dispatch)."""
+
+    def __init__(self, buffer, problem: Problem, inputs: RankInputs, dispatch_config, combine_config):
+        import ep_core
+
+        self.buffer, self.problem, self.inputs = buffer, problem, inputs
+        self.dispatch_config, self.combine_config = dispatch_config, combine_config
+        self.x = inputs.x_for(problem.dtype)
+        self.topk_idx = inputs.topk_idx.to(ep_core.topk_idx_t)
+
+    def layout(self, profile=None) -> Layout:
+        per_rank, _, per_expert, in_rank, _ = self.buffer.get_dispatch_layout(
+            self.topk_idx, self.problem.experts, profile=profile)
+        return Layout(per_rank, per_expert, in_rank)
+
+    def dispatch(self, layout: Layout, profile=None) -> Dispatched:
+        from .reference import per_token_cast_back
+
+        recv, _, recv_w, _, handle, _ = self.buffer.dispatch(
+            self.x, num_tokens_per_rank=layout.num_tokens_per_rank, is_token_in_rank=layout.is_token_in_rank,
+            num_tokens_per_expert=layout.num_tokens_per_expert, topk_idx=self.topk_idx,
+            topk_weights=self.inputs.topk_weights, config=self.dispatch_config, profile=profile)
+        y = per_token_cast_back(*recv) if isinstance(recv, tuple) else recv
+        return Dispatched(y, recv_w, handle, int(y.size(0)))
+
+    def combine(self, d: Dispatched, profile=None) -> None:
+        self.buffer.combine(d.recv_x, d.handle, topk_weights=d.recv_weights, config=self.combine_config,
+                            profile=profile)
+
+    def iteration(self, profile=None) -> int:
+        """One whole op; returns the rows this rank received."""
+        d = self.dispatch(self.layout(profile), profile)
+        self.combine(d, profile)
+        return d.rows

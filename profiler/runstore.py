@@ -146,6 +146,21 @@ def write_run(path, events: pd.DataFrame, launches, manifest: dict, *, perfetto:
     return path
 
 
+def update_manifest(path, updates: dict) -> dict:
+    """Set top-level fields of an existing run's manifest (e.g. the `expect` block a planting
+    command writes once it has measured its runs); atomic like write_run. Returns the manifest.
+    The format fields are not updatable: a run's format is what wrote its tables."""
+    path = Path(path)
+    frozen = sorted({"format", "format_version"} & set(updates))
+    if frozen:
+        raise ValueError(f"update_manifest: {frozen} describe the files on disk and cannot be updated")
+    man = _read_manifest(path)
+    man.update(updates)
+    text = json.dumps(man, indent=1, default=_json_default, sort_keys=False) + "\n"
+    _atomic_write_bytes(path / MANIFEST, lambda p: p.write_text(text))
+    return man
+
+
 def _read_manifest(path: Path) -> dict:
     if not path.exists():
         raise RunNotFound(f"{path}: no such run directory")

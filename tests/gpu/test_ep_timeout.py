@@ -1,6 +1,7 @@
 """No hangs: one rank never sends (the Buffer's test hook EPSCOPE_TEST_SKIP_SEND_RANK), the
 other raises an error naming rank, chunk/channel and phase within the timeout, and the partial
 profile saved on the way out shows, as open spans, where each warp was waiting."""
+import dataclasses
 import time
 
 import pytest
@@ -45,7 +46,9 @@ def _timeout_worker(ctx, out_dir):
                 buffer.synchronize()
     except Exception as e:  # noqa: BLE001 (the test inspects type and message)
         error = (type(e).__name__, str(e))
-    return {"rank": ctx.rank, "error": error, "seconds": time.monotonic() - t0}
+    rep = buffer.error_report()
+    return {"rank": ctx.rank, "error": error, "seconds": time.monotonic() - t0,
+            "report": None if rep is None else dataclasses.asdict(rep)}
 
 
 def test_one_rank_never_sends(tmp_path):
@@ -59,6 +62,11 @@ def test_one_rank_never_sends(tmp_path):
     assert f"rank {SKIP_RANK}" in msg, msg            # whom it waited for
     assert "chunk" in msg or "channel" in msg, msg    # where in the op
     assert "phase" in msg or "barrier" in msg, msg    # which phase of the registry
+    # the same, as named fields (what ep_core.catalogue checks its timeout run with)
+    rep = waiting["report"]
+    assert rep is not None, out
+    assert (rep["kind"], rep["rank"], rep["kernel"], rep["phase"], rep["is_barrier"], rep["peer"]) == \
+        ("timeout", 0, "dispatch", "wait_data", False, SKIP_RANK), rep
     # bounded: the error arrives within the device timeout plus setup and saving, not a hang
     assert waiting["seconds"] < DEVICE_TIMEOUT_S + 60, waiting
 

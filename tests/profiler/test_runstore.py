@@ -131,3 +131,18 @@ def test_manifest_accepts_numpy_values(tmp_path, decoded):
     p = RS.write_run(tmp_path / "n", decoded.events, decoded.launches, {"headline": {"x": np.float32(1.5), "n": np.int64(3)}},
                      perfetto=False)
     assert RS.load_run(p).manifest["headline"] == {"x": 1.5, "n": 3}
+
+
+def test_update_manifest_sets_fields_and_keeps_the_rest(tmp_path, decoded):
+    p = RS.write_run(tmp_path / "r", decoded.events, decoded.launches, {"name": "r", "workload": {"kind": "ep"}},
+                     perfetto=False)
+    before = json.loads((p / RS.MANIFEST).read_text())
+    after = RS.update_manifest(p, {"expect": {"schema": 1, "cause": "none", "value": np.float64(1.5)}})
+    assert after == json.loads((p / RS.MANIFEST).read_text())
+    assert after["expect"]["value"] == 1.5 and {k: after[k] for k in before} == before
+    assert RS.load_run(p).manifest["expect"]["cause"] == "none"
+    assert list(p.glob("*.tmp")) == []
+    with pytest.raises(ValueError, match="format_version"):
+        RS.update_manifest(p, {"format_version": 9})
+    with pytest.raises(RunNotFound):
+        RS.update_manifest(tmp_path / "missing", {"expect": None})

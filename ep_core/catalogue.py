@@ -1,0 +1,330 @@
+"""The ground-truth catalogue: EP runs whose cause is planted and known (issue 8, section 1).
+
+    python -m ep_core.catalogue --out DIR [--only balanced,host-late,...] [--replicates 3]
+    python -m ep_core.catalogue --readme traces     # rewrite traces/README.md's catalogue section
+
+Every run of the catalogue is recorded in ONE launch of one process per GPU (ep_core.launch), on
+2 ranks at the shape of issue 3 (4096 tokens per rank, hidden 7168, top-8 of 256, BF16, 24 SMs)
+unless a scenario changes one thing. Each run directory's manifest gets an `expect` block
+(profiler.expect) written by this command from what it planted AND what it measured: the rows
+each rank received, the host delay as slept, the device delay as timed by CUDA events, the
+kernels' error reports, the A/B knob's effect on the op latency in its own recordings. A planted
+cause that did not show in the measurements fails a check: the check is in the expect block
+(`extra.checks`) and the command exits 1, so a catalogue run whose truth did not happen is never
+bundled silently.
+
+Scenarios (`--only` takes these keys; run directory names in brackets):
+  balanced            [ep-balanced]           uniform routing: nothing planted, no page may alarm
+  rank-skew           [ep-rank-skew]          every expert of rank 0 is 20x hotter: rank 0 receives ~3x the rows
+  zero-rank           [ep-zero-rank]          nobody routes to rank 0's experts: rank 1 gets all the work
+  few-tokens          [ep-few-tokens]         32 tokens per rank on 24 SMs: most dispatch blocks have no chunk
+  host-late           [ep-host-late]          rank 1's host sleeps 10 ms before each profiled op
+  barrier-straggler   [ep-barrier-straggler]  2 ms of GPU work (torch.cuda._sleep) on rank 0's stream before
+                                              each dispatch: rank 0 arrives last at notify's rank_start
+  aa                  [ep-aa-{a,b}{0,1,2}]    the same code and config, A and B interleaved
+  ab-sms              [ep-ab-sms-{a,b}{0,1,2}] 24 SMs (A) against 64 SMs (B), interleaved
+  timeout             [ep-timeout]            rank 1 never sends its dispatch rows (1 s bound); always last
+
+The plan (`plan()`) runs the single scenarios first, then the comparison runs interleaved
+(A0 B0 of each group, then A1 B1, ...), then the timeout: it breaks its Buffer, so nothing may
+follow it. This module is pure (no torch at import): the plan, the arguments and the expect
+blocks are tested on the CPU; the recording is ep_core/catalogue_record.py, the measurements and
+expect blocks ep_core/catalogue_expect.py.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiler.expect import Cause, Direction
+
+RANKS = 2
+# the shape of issue 3 (benchmarks/NOTES.md); scenarios change one field at most
+SHAPE = {"tokens": 4096, "hidden": 7168, "topk": 8, "experts": 256, "dtype": "bf16"}
+BASE_SMS = 24
+SEED = 0
+DEFAULT_REPLICATES = 3
+# profile records per warp: dispatch/combine buffers are sized by Buffer._prof's bound (<= ~200
+# records per warp at this shape, 24 SMs), layout and notify record a few; 512 leaves room
+# without zeroing 4096-record buffers for every launch
+CAPACITY = 512
+# bound of every device wait in the scenarios that must not time out (a hang shows in 5 s)
+DEFAULT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Delay:
+    """A delay planted on one rank: host `ms` (time.sleep before the op's first call) or device
+    `us` (torch.cuda._sleep on the compute stream before the dispatch)."""
+
+    rank: int
+    amount: float
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What the planting makes true, in profiler.expect's vocabulary (the effect is measured)."""
+
+    cause: Cause
+    rank: int | None = None
+    peer: int | None = None
+    kernel: str | None = None
+    phase: str | None = None
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A comparison group: side A runs with `a`, side B with `b` of `knob` (num_sms here);
+    `kernel`/`direction` name what must move, B against A (None for A/A)."""
+
+    group: str
+    knob: str | None
+    a: int
+    b: int
+    kernel: str | None = None
+    direction: Direction | None = None
+
+    @property
+    def outcome(self) -> Cause:
+        return Cause.SAME_CODE if self.knob is None else Cause.KNOB_CHANGE
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    summary: str
+    truth: Truth
+    tokens: int = SHAPE["tokens"]
+    routing: str = "uniform"
+    routing_args: tuple[tuple[str, Any], ...] = ()
+    num_sms: int = BASE_SMS
+    warm_iters: int = 2
+    profile_iters: int = 2
+    host_delay: Delay | None = None      # ms
+    device_delay: Delay | None = None    # µs
+    skip_send_rank: int | None = None
+    timeout_s: float | None = None
+    pair: Pair | None = None
+
+    @property
+    def run_name(self) -> str:
+        return f"ep-{self.key}"
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("balanced", "uniform routing, nothing planted", Truth(Cause.NONE)),
+    # hot_fraction 0.5 of 256 experts = all 128 of rank 0's; 20x: a pick lands on rank 1 with
+    # p = 1/21, so ~(20/21)^8 = 68 % of tokens skip rank 1 and rank 0 receives ~3x its rows
+    Scenario("rank-skew", "every expert of rank 0 is 20x hotter: rank 0 receives ~3x rank 1's rows",
+             Truth(Cause.RANK_IMBALANCE, rank=0, kernel="dispatch", phase="copy_out"),
+             routing="skewed", routing_args=(("hot_fraction", 0.5), ("hot_factor", 20.0))),
+    Scenario("zero-rank", "no token picks an expert of rank 0: rank 0 receives nothing, rank 1 all the rows",
+             Truth(Cause.RANK_IMBALANCE, rank=1, kernel="dispatch", phase="copy_out"),
+             routing="zero-rank", routing_args=(("zero_rank", 0),)),
+    # 32 tokens: 2 chunks of 24 (Config's minimum send chunk at 2 ranks) per source, so at most a
+    # few of the 24 dispatch blocks get a chunk (Buffer._chunking)
+    Scenario("few-tokens", "32 tokens per rank on 24 SMs: most dispatch blocks get no chunk",
+             Truth(Cause.STARVED_WARPS, kernel="dispatch"), tokens=32),
+    # 10 ms: ~8x a whole profiled op (~1.3 ms, ep-2xH200-2026-11-29-final-e4b4610.md), far above
+    # host jitter, far below the 5 s device bound
+    Scenario("host-late", "rank 1's host sleeps 10 ms before each profiled op; its GPU is idle meanwhile",
+             Truth(Cause.HOST_BOUND, rank=1, kernel="layout"), host_delay=Delay(1, 10.0)),
+    Scenario("barrier-straggler", "2 ms of GPU work on rank 0's stream before each dispatch (its host is on "
+             "time): rank 0 arrives last at notify's rank_start barrier",
+             Truth(Cause.BARRIER_STRAGGLER, rank=0, kernel="notify", phase="rank_start"),
+             device_delay=Delay(0, 2000.0)),
+    Scenario("aa", "the same code and config on both sides, runs interleaved", Truth(Cause.NONE),
+             profile_iters=3, pair=Pair("aa", None, BASE_SMS, BASE_SMS)),
+    # 24 -> 64 SMs: combine 285 -> 232 µs (-19 %), dispatch 229 -> 205 µs (-11 %) in
+    # benchmarks/results/ep-2xH200-2026-11-29-final-e4b4610.md: combine is the kernel that must move
+    Scenario("ab-sms", "24 SMs (A) against 64 SMs (B), runs interleaved", Truth(Cause.NONE),
+             profile_iters=3, pair=Pair("ab-sms", "num_sms", BASE_SMS, 64, kernel="combine",
+                                        direction=Direction.FASTER)),
+    # one profiled op, no warm-up: its dispatch breaks the Buffer. Rank 0's receivers give up at
+    # the bound (its first error: dispatch wait_data on rank 1); rank 1 finished its dispatch and
+    # then waits at the combine's rank_start barrier for rank 0 (its own timeout, a consequence)
+    Scenario("timeout", "rank 1 never sends its dispatch rows: rank 0's receivers wait until the 1 s bound",
+             Truth(Cause.TIMEOUT, rank=0, peer=1, kernel="dispatch", phase="wait_data"),
+             warm_iters=0, profile_iters=1, skip_send_rank=1, timeout_s=1.0),
+)
+BY_KEY = {s.key: s for s in SCENARIOS}
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run directory of the catalogue: a scenario, and for comparisons its side and replicate."""
+
+    name: str
+    scenario: Scenario
+    side: str | None = None
+    replicate: int | None = None
+
+    @property
+    def num_sms(self) -> int:
+        s = self.scenario
+        if s.pair is None:
+            return s.num_sms
+        return s.pair.a if self.side == "A" else s.pair.b
+
+    def description(self) -> str:
+        s = self.scenario
+        where = "" if self.side is None else f" [side {self.side}, replicate {self.replicate}, {self.num_sms} SMs]"
+        return (f"catalogue {s.key}: {s.summary}{where}; 2xGPU, T={s.tokens} H={SHAPE['hidden']} "
+                f"top-{SHAPE['topk']} of {SHAPE['experts']} {SHAPE['dtype']}")
+
+    def workload(self) -> dict:
+        """The manifest's workload: `epscope trace`'s keys (so the two tools' runs compare), plus
+        what the catalogue planted."""
+        s = self.scenario
+        plant = {"scenario": s.key, "side": self.side, "replicate": self.replicate,
+                 "host_delay_ms": _delay(s.host_delay), "device_delay_us": _delay(s.device_delay),
+                 "skip_send_rank": s.skip_send_rank, "timeout_s": s.timeout_s}
+        return {"kind": "ep", **SHAPE, "tokens": s.tokens, "ranks": RANKS, "routing": s.routing,
+                "routing_args": dict(s.routing_args), "drop": 0.0, "seed": SEED,
+                "iters": s.warm_iters + s.profile_iters, "profile_iters": s.profile_iters,
+                "num_sms": self.num_sms, "chunk": None, "force_timeout_rank": s.skip_send_rank,
+                "catalogue": plant}
+
+
+def _delay(d: Delay | None):
+    return None if d is None else {"rank": d.rank, "amount": d.amount}
+
+
+@dataclass
+class RankFacts:
+    """What one rank saw while recording one run (returned to the parent, which writes the expect)."""
+
+    run: str
+    rank: int
+    recv_rows: int = 0
+    host_delays_ms: list[float] = field(default_factory=list)     # as slept, perf_counter
+    device_delays_us: list[float] = field(default_factory=list)   # as run, CUDA events
+    error: str | None = None                                      # an exception's message
+    error_report: dict | None = None                              # ep_core.ErrorReport fields
+    seconds: float = 0.0
+
+
+class CatalogueError(ValueError):
+    """Bad arguments (the message names the flag)."""
+
+
+def parse_only(text: str | None) -> list[str]:
+    """Scenario keys of `--only` (comma-separated; None: all), in the table's order."""
+    if text is None:
+        return [s.key for s in SCENARIOS]
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    if not keys:
+        raise CatalogueError("--only needs at least one scenario")
+    unknown = [k for k in keys if k not in BY_KEY]
+    if unknown:
+        raise CatalogueError(f"--only: unknown scenario(s) {', '.join(unknown)}; choose from "
+                             f"{', '.join(s.key for s in SCENARIOS)}")
+    return [s.key for s in SCENARIOS if s.key in keys]
+
+
+def plan(keys: list[str], replicates: int = DEFAULT_REPLICATES) -> list[PlannedRun]:
+    """The runs in recording order: single scenarios, then every comparison group interleaved
+    (A0 B0 per group, then A1 B1, ...), the timeout last (it breaks its Buffer)."""
+    if replicates < 2:
+        raise CatalogueError(f"--replicates must be >= 2 (a spread needs two runs per side), got {replicates}")
+    chosen = [BY_KEY[k] for k in keys]
+    singles = [PlannedRun(s.run_name, s) for s in chosen if s.pair is None and s.skip_send_rank is None]
+    pairs = [s for s in chosen if s.pair is not None]
+    interleaved = [PlannedRun(f"{s.run_name}-{side.lower()}{i}", s, side, i)
+                   for i in range(replicates) for s in pairs for side in ("A", "B")]
+    last = [PlannedRun(s.run_name, s) for s in chosen if s.skip_send_rank is not None]
+    return singles + interleaved + last
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m ep_core.catalogue", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, help="directory that receives the run directories")
+    ap.add_argument("--only", default=None, help="comma-separated scenario keys (default: all): "
+                    + ", ".join(s.key for s in SCENARIOS))
+    ap.add_argument("--replicates", type=int, default=DEFAULT_REPLICATES,
+                    help=f"runs per side of each comparison (default {DEFAULT_REPLICATES}, at least 2)")
+    ap.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
+                    help=f"device wait bound of the scenarios that must not time out (default {DEFAULT_TIMEOUT_S:g})")
+    ap.add_argument("--overwrite", action="store_true", help="replace run directories that already exist")
+    ap.add_argument("--launch-timeout", type=float, default=600.0, help="seconds before the ranks are killed")
+    ap.add_argument("--readme", type=Path, default=None, metavar="DIR",
+                    help="record nothing: rewrite DIR/README.md's catalogue section from the runs in DIR")
+    return ap
+
+
+def check_args(a) -> list[PlannedRun]:
+    if a.readme is not None:
+        return []
+    if a.out is None:
+        raise CatalogueError("--out is required (or --readme DIR)")
+    if not a.timeout_s > 0:
+        raise CatalogueError(f"--timeout-s must be > 0, got {a.timeout_s}")
+    runs = plan(parse_only(a.only), a.replicates)
+    if not a.overwrite:
+        there = [r.name for r in runs if (a.out / r.name).exists()]
+        if there:
+            raise CatalogueError(f"{a.out} already holds {', '.join(there)}; pass --overwrite to replace them")
+    return runs
+
+
+def gpu_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = build_parser().parse_args(argv)
+    try:
+        runs = check_args(a)
+    except CatalogueError as e:
+        print(f"ep_core.catalogue: {e}", file=sys.stderr)
+        return 2
+    if a.readme is not None:
+        from .catalogue_expect import rewrite_readme
+
+        path = rewrite_readme(a.readme)
+        print(f"ep_core.catalogue: rewrote the catalogue section of {path}")
+        return 0
+    have = gpu_count()
+    if have < RANKS:
+        print(f"ep_core.catalogue: the catalogue is recorded on {RANKS} GPUs, this machine has {have} "
+              f"(run it on the 2-GPU machine)", file=sys.stderr)
+        return 2
+    import tempfile
+
+    from .catalogue_expect import finalize
+    from .catalogue_record import catalogue_rank
+    from .launch import run_ranks
+
+    a.out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="epscope-catalogue-warmup-"))
+    opts = {"runs": runs, "out": str(a.out), "scratch": str(scratch), "timeout_s": a.timeout_s,
+            "capacity": CAPACITY}
+    print(f"ep_core.catalogue: {len(runs)} runs -> {a.out}: " + " ".join(r.name for r in runs), flush=True)
+    t0 = time.time()
+    try:
+        per_rank = run_ranks(catalogue_rank, RANKS, opts, timeout_s=a.launch_timeout)
+    finally:
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"ep_core.catalogue: recorded in {time.time() - t0:.0f} s; measuring and writing the expect blocks",
+          flush=True)
+    planted_by = " ".join(["python -m ep_core.catalogue", *map(shlex.quote, argv)])
+    report = finalize(runs, per_rank, a.out, planted_by)
+    print(report.text, flush=True)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

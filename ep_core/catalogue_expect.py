@@ -1,0 +1,399 @@
+"""The catalogue's expect blocks: what each run planted, checked against what it recorded.
+
+`finalize(runs, per_rank_facts, out_dir, planted_by)` runs in the parent process after the
+ranks have recorded (no GPU needed): for every PlannedRun it loads the run directory, measures
+the planted effect in the recording and in the ranks' facts (ep_core.catalogue.RankFacts), writes
+the `expect` block (profiler.expect) into the manifest, and returns a text report. Every planted
+cause has checks that must hold for the run to count as ground truth (the straggler really
+received more rows, the late host really entered late, the A/B knob really moved the op
+latency); a failed check is kept in `expect.extra.checks` and makes the report not ok.
+
+The measurements are small pure functions of a run's tables (launches, events) so the verdict
+tests and people can re-derive every number; they are not analyses (profiler/analysis/ draws
+conclusions, these only measure what was planted).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.expect import Cause, ComparisonExpect, Effect, Expect
+from profiler.registry import Registry
+from profiler.runstore import TRACE, Run, load_run, update_manifest
+
+from .catalogue import SCENARIOS, PlannedRun, RankFacts
+
+# Thresholds of the checks: what "the plant showed" means. Each is far from the planted size,
+# so a check fails only when the plant did not happen, not on run-to-run noise.
+MIN_IMBALANCE = 1.3          # rows received, max over median (rank-skew plants ~1.5, zero-rank 2.0)
+MAX_BALANCED = 1.05          # uniform routing at 4096 tokens: ~1.00 (8163 vs 8157 rows, NOTES.md)
+MIN_IDLE_SHARE = 0.5         # few-tokens: at most ~4 of 24 dispatch blocks get a chunk
+MIN_DELAY_SHARE = 0.8        # a recorded lag / wait of at least 80 % of the planted delay
+MIN_KNOB_EFFECT = 0.10       # the A/B knob moves the named kernel's op latency by >= 10 %
+# No accidental host lag: in runs that plant none, no rank's host may enter an op this much after
+# another's (a whole profiled op takes ~1.3 ms, ep-2xH200-2026-11-29-final-e4b4610.md; the first
+# profiled op of an older recording showed 92 ms, epscope-trace-2rank-balanced iteration 4)
+MAX_ACCIDENTAL_LAG_MS = 1.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One fact that must hold for a run to count as ground truth."""
+
+    what: str
+    ok: bool
+    measured: Any
+    want: str
+
+
+@dataclass
+class Report:
+    ok: bool
+    text: str
+
+
+# -- measurements ------------------------------------------------------------------------------
+def kernel_us(launches: pd.DataFrame) -> pd.DataFrame:
+    """[rank, iteration, kernel, us]: GPU time of every recorded launch (first warp start to last
+    warp end); launches that recorded nothing are left out."""
+    ok = launches[(launches["gpu_begin_ns"] >= 0) & (launches["gpu_end_ns"] >= launches["gpu_begin_ns"])]
+    return pd.DataFrame({"rank": ok["rank"].astype(int).to_numpy(), "iteration": ok["iteration"].astype(int).to_numpy(),
+                         "kernel": ok["kernel"].astype(str).to_numpy(),
+                         "us": (ok["gpu_end_ns"] - ok["gpu_begin_ns"]).to_numpy() / 1e3})
+
+
+def op_latency_us(launches: pd.DataFrame, kernel: str) -> pd.Series:
+    """Per iteration, the slowest rank's GPU time of `kernel` (the op's latency)."""
+    k = kernel_us(launches)
+    k = k[k["kernel"] == kernel]
+    return k.groupby("iteration")["us"].max()
+
+
+def kernel_median_us(launches: pd.DataFrame) -> dict[str, list[float]]:
+    """{kernel: [median µs of rank 0, rank 1, ...]}."""
+    k = kernel_us(launches)
+    if k.empty:
+        return {}
+    m = k.groupby(["kernel", "rank"])["us"].median().unstack("rank")
+    return {str(kn): [round(float(v), 1) for v in row] for kn, row in m.iterrows()}
+
+
+def wait_phases(manifest: dict) -> set[str]:
+    """Phases the run's registries declare as waits."""
+    out = set()
+    for reg in (manifest.get("registry") or {}).values():
+        out |= {p.name for p in Registry.from_dict(reg).phases if p.wait}
+    return out
+
+
+def idle_warp_share(events: pd.DataFrame, launches: pd.DataFrame, waits: set[str], kernel: str) -> float:
+    """Median over the launches of `kernel` of the share of its warps (profile regions) that
+    recorded no work span (a span of a phase that is not a wait)."""
+    la = launches[launches["kernel"].astype(str) == kernel]
+    if la.empty:
+        raise ValueError(f"the run has no {kernel} launch")
+    sp = events[(events["kind"] == "span") & (events["kernel"].astype(str) == kernel)
+                & ~events["phase"].astype(str).isin(waits)]
+    working = sp.drop_duplicates(["rank", "launch", "block", "warp"]).groupby(["rank", "launch"]).size()
+    shares = [1.0 - float(working.get((int(r.rank), int(r.launch)), 0)) / int(r.regions)
+              for r in la.itertuples() if int(r.regions) > 0]
+    return float(np.median(shares))
+
+
+def host_entry_lag_ms(launches: pd.DataFrame, kernel: str, rank: int) -> list[float]:
+    """Per iteration, how much later `rank`'s host began the call that launched `kernel` than
+    the earliest other rank's (ms; negative when it was earlier)."""
+    la = launches[(launches["kernel"].astype(str) == kernel) & (launches["host_begin_ns"] >= 0)]
+    first = la.sort_values("launch").groupby(["iteration", "rank"])["host_begin_ns"].first().unstack("rank")
+    if rank not in first.columns or len(first.columns) < 2:
+        return []
+    others = first.drop(columns=[rank]).min(axis=1)
+    return [round(float(v) / 1e6, 3) for v in (first[rank] - others).dropna()]
+
+
+def last_arrivals(events: pd.DataFrame, kernel: str, barrier: str) -> pd.DataFrame:
+    """[iteration, occurrence, last_rank, lead_us] of every occurrence of a cross-rank barrier
+    in `kernel`: the rank whose last warp arrived last, and by how much it trailed the next one."""
+    a = events[(events["kind"] == "arrive") & (events["kernel"].astype(str) == kernel)
+               & (events["phase"].astype(str) == barrier)]
+    per_rank = a.groupby(["iteration", "payload", "rank"])["begin_ns"].max().reset_index()
+    rows = []
+    for (it, occ), g in per_rank.groupby(["iteration", "payload"]):
+        g = g.sort_values("begin_ns")
+        lead = (g["begin_ns"].iloc[-1] - g["begin_ns"].iloc[-2]) / 1e3 if len(g) > 1 else float("nan")
+        rows.append((int(it), int(occ), int(g["rank"].iloc[-1]), round(float(lead), 1)))
+    return pd.DataFrame(rows, columns=["iteration", "occurrence", "last_rank", "lead_us"])
+
+
+def _median(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return round(float(statistics.median(xs)), 3) if xs else None
+
+
+# -- expect blocks per cause -------------------------------------------------------------------
+def _rows(facts: list[RankFacts]) -> list[int]:
+    return [f.recv_rows for f in sorted(facts, key=lambda f: f.rank)]
+
+
+def _imbalance(rows: list[int]) -> float:
+    med = statistics.median(rows)
+    return round(max(rows) / med, 3) if med > 0 else float("inf")
+
+
+def _no_host_lag(rec, checks) -> None:
+    """No rank's host entered an op late where nothing was planted (first-call costs would
+    otherwise pass for a host_bound cause)."""
+    ranks = sorted(int(r) for r in rec.launches["rank"].unique())
+    lags = [abs(x) for r in ranks for x in host_entry_lag_ms(rec.launches, "layout", r)]
+    worst = round(max(lags), 3) if lags else None
+    checks.append(Check("largest host entry lag between ranks (ms, layout)", worst is not None
+                        and worst < MAX_ACCIDENTAL_LAG_MS, worst, f"< {MAX_ACCIDENTAL_LAG_MS:g}"))
+
+
+def _measure_none(run, facts, rec, checks) -> tuple[Effect | None, dict]:
+    ratio = _imbalance(_rows(facts))
+    checks.append(Check("rows received are balanced (max / median)", ratio <= MAX_BALANCED, ratio,
+                        f"<= {MAX_BALANCED}"))
+    _no_host_lag(rec, checks)
+    return None, {}
+
+
+def _measure_rank_imbalance(run, facts, rec, checks):
+    t = run.scenario.truth
+    rows = _rows(facts)
+    ratio = _imbalance(rows)
+    top = int(np.argmax(rows))
+    checks.append(Check("the planted rank receives the most rows", top == t.rank, top, f"rank {t.rank}"))
+    checks.append(Check("rows received, max / median", ratio >= MIN_IMBALANCE, ratio, f">= {MIN_IMBALANCE}"))
+    _no_host_lag(rec, checks)
+    extra = {"waiting_ranks": [r for r in range(len(rows)) if r != t.rank]}
+    zero = dict(run.scenario.routing_args).get("zero_rank")
+    if zero is not None:
+        extra["starved_rank"] = zero
+        checks.append(Check(f"the starved rank {zero} receives no row", rows[zero] == 0, rows[zero], "0"))
+    return Effect("rows_received_max_over_median", ratio, "x"), extra
+
+
+def _measure_starved(run, facts, rec, checks):
+    kernel = run.scenario.truth.kernel
+    share = round(idle_warp_share(rec.events, rec.launches, wait_phases(rec.manifest), kernel), 3)
+    checks.append(Check(f"share of {kernel} warps with no work span", share >= MIN_IDLE_SHARE, share,
+                        f">= {MIN_IDLE_SHARE}"))
+    _no_host_lag(rec, checks)
+    return Effect("idle_warp_share", share, "fraction"), {}
+
+
+def _measure_host_bound(run, facts, rec, checks):
+    d = run.scenario.host_delay
+    slept = next(f for f in facts if f.rank == d.rank).host_delays_ms
+    lag = host_entry_lag_ms(rec.launches, run.scenario.truth.kernel, d.rank)
+    want = MIN_DELAY_SHARE * d.amount
+    checks.append(Check("host sleeps measured (ms)", bool(slept) and min(slept) >= d.amount, slept,
+                        f"every one >= {d.amount:g}"))
+    checks.append(Check(f"recorded host entry lag of rank {d.rank} (ms, per profiled op)",
+                        bool(lag) and min(lag) >= want, lag, f"every one >= {want:g}"))
+    return Effect("host_delay_ms", _median(slept) or 0.0, "ms"), {"planted_ms": d.amount, "entry_lag_ms": lag}
+
+
+def _measure_barrier(run, facts, rec, checks):
+    t, d = run.scenario.truth, run.scenario.device_delay
+    ran = next(f for f in facts if f.rank == d.rank).device_delays_us
+    arr = last_arrivals(rec.events, t.kernel, t.phase)
+    lag = host_entry_lag_ms(rec.launches, t.kernel, d.rank)
+    want = MIN_DELAY_SHARE * d.amount
+    checks.append(Check("device delays measured (µs, CUDA events)", bool(ran) and min(ran) >= want, ran,
+                        f"every one >= {want:g}"))
+    last = arr["last_rank"].tolist()
+    checks.append(Check(f"last arriver at {t.kernel} {t.phase}, per occurrence", bool(last) and set(last) == {t.rank},
+                        last, f"rank {t.rank} every time"))
+    leads = arr["lead_us"].tolist()
+    checks.append(Check("how long the others waited for it (µs)", bool(leads) and min(leads) >= want, leads,
+                        f"every one >= {want:g}"))
+    # distinct from host_bound: the straggler's host entered the call on time (within a quarter
+    # of the planted delay, in ms)
+    on_time = d.amount / 1e3 / 4
+    checks.append(Check(f"host entry lag of rank {d.rank} (ms)", bool(lag) and max(abs(x) for x in lag) < on_time, lag,
+                        f"|lag| < {on_time:g}"))
+    extra = {"planted_us": d.amount, "last_arrivals": arr.to_dict("list"), "host_entry_lag_ms": lag}
+    return Effect("device_delay_us", _median(ran) or 0.0, "us"), extra
+
+
+def _measure_timeout(run, facts, rec, checks):
+    t, s = run.scenario.truth, run.scenario
+    status = rec.manifest.get("status")
+    checks.append(Check("run status", status == "timeout", status, "timeout"))
+    rep = next((f.error_report for f in facts if f.rank == t.rank), None) or {}
+    got = {k: rep.get(k) for k in ("kind", "kernel", "phase", "peer")}
+    want = {"kind": "timeout", "kernel": t.kernel, "phase": t.phase, "peer": t.peer}
+    checks.append(Check(f"rank {t.rank}'s first device error", got == want, got, str(want)))
+    extra = {"error_reports": {str(f.rank): f.error_report for f in facts},
+             "errors": {str(f.rank): f.error.split("\n", 1)[0][:300] if f.error else None for f in facts}}
+    return Effect("wait_bound_s", float(s.timeout_s), "s"), extra
+
+
+_MEASURE = {Cause.NONE: _measure_none, Cause.RANK_IMBALANCE: _measure_rank_imbalance,
+            Cause.STARVED_WARPS: _measure_starved, Cause.HOST_BOUND: _measure_host_bound,
+            Cause.BARRIER_STRAGGLER: _measure_barrier, Cause.TIMEOUT: _measure_timeout}
+assert set(_MEASURE) >= {s.truth.cause for s in SCENARIOS}, "every planted cause needs its measurement"
+
+
+# -- comparisons -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GroupEffect:
+    """A comparison group's measured op latencies, B against A (medians over runs x iterations)."""
+
+    median_a_us: dict
+    median_b_us: dict
+    change: dict            # kernel -> B / A - 1
+    runs: dict              # side -> run names
+
+
+def group_effect(recorded: dict[str, Run], runs: list[PlannedRun], kernels=("dispatch", "combine")) -> GroupEffect:
+    samples = {"A": {k: [] for k in kernels}, "B": {k: [] for k in kernels}}
+    names = {"A": [], "B": []}
+    for r in runs:
+        if r.name not in recorded:
+            continue
+        names[r.side].append(r.name)
+        for k in kernels:
+            samples[r.side][k] += op_latency_us(recorded[r.name].launches, k).tolist()
+    med = {side: {k: _median(v) for k, v in d.items()} for side, d in samples.items()}
+    change = {k: (round(med["B"][k] / med["A"][k] - 1.0, 4) if med["A"][k] and med["B"][k] else None)
+              for k in kernels}
+    return GroupEffect(med["A"], med["B"], change, names)
+
+
+def _comparison_expect(run: PlannedRun, g: GroupEffect, checks: list[Check]) -> tuple[Effect | None, dict]:
+    p = run.scenario.pair
+    extra = {"group_measured": asdict(g)}
+    if p.knob is None:
+        return None, extra
+    ch = g.change.get(p.kernel)
+    sign = -1 if p.direction.value == "faster" else 1
+    ok = ch is not None and sign * ch >= MIN_KNOB_EFFECT and min(len(v) for v in g.runs.values()) >= 2
+    checks.append(Check(f"{p.kernel} op latency B / A - 1 over the group's runs", ok, ch,
+                        f"{'<= -' if sign < 0 else '>= '}{MIN_KNOB_EFFECT} with >= 2 runs per side"))
+    return Effect("op_latency_change", ch if ch is not None else 0.0, "fraction"), extra
+
+
+# -- the whole catalogue -------------------------------------------------------------------------
+def build_expect(run: PlannedRun, facts: list[RankFacts], rec: Run, planted_by: str,
+                 group: GroupEffect | None = None) -> tuple[Expect, list[Check]]:
+    s, t = run.scenario, run.scenario.truth
+    checks: list[Check] = []
+    if s.pair is not None:
+        effect, extra = _comparison_expect(run, group, checks)
+        p = s.pair
+        cmp_ = ComparisonExpect(group=p.group, side=run.side, replicate=run.replicate, outcome=p.outcome,
+                                knob=p.knob, value=run.num_sms if p.knob else None, kernel=p.kernel,
+                                direction=p.direction)
+        _measure_none(run, facts, rec, checks)
+    else:
+        effect, extra = _MEASURE[t.cause](run, facts, rec, checks)
+        cmp_ = None
+    extra = {**extra, "recv_rows": _rows(facts), "kernel_median_us": kernel_median_us(rec.launches),
+             "status": rec.manifest.get("status"), "checks": [asdict(c) for c in checks]}
+    exp = Expect(cause=t.cause, rank=t.rank, peer=t.peer, kernel=t.kernel, phase=t.phase, effect=effect,
+                 comparison=cmp_, planted_by=planted_by, note=s.summary, extra=extra)
+    return exp, checks
+
+
+def finalize(runs: list[PlannedRun], per_rank: list[list[RankFacts]], out_dir, planted_by: str) -> Report:
+    """Measure every recorded run, write its expect block, and report (see the module doc)."""
+    out_dir = Path(out_dir)
+    facts: dict[str, list[RankFacts]] = {}
+    for rank_facts in per_rank:
+        for f in rank_facts:
+            facts.setdefault(f.run, []).append(f)
+    recorded: dict[str, Run] = {}
+    problems: list[str] = []
+    for r in runs:
+        try:
+            recorded[r.name] = load_run(out_dir / r.name)
+        except Exception as e:  # noqa: BLE001 (a missing or unreadable run is reported, not fatal)
+            problems.append(f"{r.name}: not recorded ({type(e).__name__}: {e})")
+    by_group: dict[str, list[PlannedRun]] = {}
+    for r in runs:
+        if r.scenario.pair is not None:
+            by_group.setdefault(r.scenario.pair.group, []).append(r)
+    groups = {g: group_effect(recorded, members) for g, members in by_group.items()}
+    lines = [f"{'run':<24} {'cause':<18} {'rank':>4} {'kernel/phase':<22} {'effect':<36} checks"]
+    for r in runs:
+        if r.name not in recorded:
+            continue
+        f = facts.get(r.name, [])
+        if len(f) < 2:
+            problems.append(f"{r.name}: facts from {len(f)} rank(s) only (a rank stopped)")
+            continue
+        try:
+            exp, checks = build_expect(r, f, recorded[r.name], planted_by,
+                                       groups.get(r.scenario.pair.group) if r.scenario.pair else None)
+        except Exception as e:  # noqa: BLE001 (one broken run must not hide the others' results)
+            problems.append(f"{r.name}: cannot measure ({type(e).__name__}: {e})")
+            continue
+        update_manifest(out_dir / r.name, {"expect": exp.to_json()})
+        failed = [c for c in checks if not c.ok]
+        problems += [f"{r.name}: check failed: {c.what}: measured {c.measured}, want {c.want}" for c in failed]
+        eff = "-" if exp.effect is None else f"{exp.effect.metric}={exp.effect.value:g} {exp.effect.unit}"
+        where = "/".join(x for x in (exp.kernel or (exp.comparison.kernel if exp.comparison else None),
+                                     exp.phase) if x) or "-"
+        lines.append(f"{r.name:<24} {exp.cause.value:<18} {'-' if exp.rank is None else exp.rank:>4} {where:<22} "
+                     f"{eff:<36} {len(checks) - len(failed)}/{len(checks)} ok")
+    for g, e in groups.items():
+        lines.append(f"group {g}: op latency median A {e.median_a_us} µs, B {e.median_b_us} µs, B/A-1 {e.change}")
+    lines += [f"PROBLEM {p}" for p in problems]
+    lines.append("catalogue: every planted cause showed in its recording" if not problems
+                 else f"catalogue: {len(problems)} problem(s); do not bundle the runs named above")
+    return Report(not problems, "\n".join(lines))
+
+
+# -- traces/README.md ----------------------------------------------------------------------------
+README_BEGIN = "<!-- catalogue:begin (written by python -m ep_core.catalogue --readme) -->"
+README_END = "<!-- catalogue:end -->"
+
+
+def readme_section(root) -> str:
+    """One line per catalogue run under `root`, from its manifest's expect block."""
+    root = Path(root)
+    lines = [README_BEGIN,
+             "## Ground-truth catalogue (ep-*; recorded on 2xH200 by `python -m ep_core.catalogue`)",
+             "Each manifest's `expect` block (profiler/expect.py) holds the planted cause and its measured effect; "
+             "ep_core/catalogue.py describes every scenario.",
+             ]
+    for p in sorted(root.glob("ep-*/manifest.json")):
+        m = json.loads(p.read_text())
+        e = m.get("expect")
+        if not e or "ep_core.catalogue" not in (e.get("planted_by") or ""):
+            continue
+        eff = e.get("effect")
+        eff = f"; measured {eff['metric']} = {eff['value']:g} {eff['unit']}" if eff else ""
+        who = ", ".join(f"{k} {e[k]}" for k in ("rank", "peer", "kernel", "phase") if e.get(k) is not None)
+        c = e.get("comparison")
+        cmp_ = f" [{c['group']} side {c['side']} #{c['replicate']}: {c['outcome']}]" if c else ""
+        commit = str((m.get("git") or {}).get("commit", "unknown"))[:7]
+        trace = "" if (p.parent / TRACE).exists() else " No Perfetto trace bundled (`epscope export RUN` writes it)."
+        lines.append(f"- `{p.parent.name}`: {e['cause']}{' (' + who + ')' if who else ''}{cmp_}: "
+                     f"{e.get('note', '')}{eff} (commit {commit}).{trace}")
+    lines.append(README_END)
+    return "\n".join(lines)
+
+
+def rewrite_readme(root) -> Path:
+    """Replace (or append) the catalogue section of root/README.md."""
+    path = Path(root) / "README.md"
+    text = path.read_text() if path.exists() else "# Bundled traces\n"
+    section = readme_section(root)
+    if README_BEGIN in text and README_END in text:
+        head, rest = text.split(README_BEGIN, 1)
+        tail = rest.split(README_END, 1)[1]
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
+    return path

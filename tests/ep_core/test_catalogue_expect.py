@@ -1,0 +1,250 @@
+"""The catalogue's measurements and expect blocks, on hand-built runs whose numbers are known
+(tests/ep_core/catalogue_runs.py): each planted cause passes its checks when the recording shows
+it and fails them when it does not; finalize writes blocks that profiler.expect reads back."""
+import json
+
+import pytest
+
+from ep_core import catalogue as C
+from ep_core import catalogue_expect as X
+from profiler.expect import Cause, Direction, from_manifest
+from profiler.runstore import load_run
+
+from .catalogue_runs import fake_run
+
+BALANCED_ROWS = (8163, 8157)
+
+
+def _facts(name, rows=BALANCED_ROWS, **per_rank):
+    out = []
+    for r in (0, 1):
+        kw = {k: v[r] for k, v in per_rank.items()}
+        out.append(C.RankFacts(name, r, recv_rows=rows[r], **kw))
+    return out
+
+
+def _run(key):
+    return C.plan([key])[0]
+
+
+# -- measurements --------------------------------------------------------------------------------
+def test_kernel_times_and_op_latency_take_the_slowest_rank(tmp_path):
+    rec = load_run(fake_run(tmp_path / "r", kernel_us={"combine": (250, 300)}))
+    lat = X.op_latency_us(rec.launches, "combine")
+    assert lat.to_dict() == {2: 300.0, 3: 300.0}
+    assert X.kernel_median_us(rec.launches)["combine"] == [250.0, 300.0]
+
+
+def test_idle_warp_share_counts_warps_without_a_work_span(tmp_path):
+    rec = load_run(fake_run(tmp_path / "r", dispatch_blocks=24, working_blocks=3))
+    waits = X.wait_phases(rec.manifest)
+    assert waits == {"wait_data"}      # from the run's registry: a wait is not work
+    assert X.idle_warp_share(rec.events, rec.launches, waits, "dispatch") == pytest.approx(21 / 24)
+    with pytest.raises(ValueError, match="no reduce_kernel launch"):
+        X.idle_warp_share(rec.events, rec.launches, waits, "reduce_kernel")
+
+
+def test_host_entry_lag_per_iteration(tmp_path):
+    rec = load_run(fake_run(tmp_path / "r", host_lag_ms={1: 10.0}))
+    assert X.host_entry_lag_ms(rec.launches, "layout", 1) == [10.0, 10.0]
+    assert X.host_entry_lag_ms(rec.launches, "layout", 0) == [-10.0, -10.0]
+    assert X.host_entry_lag_ms(rec.launches, "layout", 5) == []
+
+
+def test_last_arrivals_name_the_late_rank_and_its_lead(tmp_path):
+    rec = load_run(fake_run(tmp_path / "r", late_rank=0, late_us=2000.0))
+    a = X.last_arrivals(rec.events, "notify", "rank_start")
+    assert a["last_rank"].tolist() == [0, 0] and a["lead_us"].tolist() == [2000.0, 2000.0]
+    assert a["occurrence"].tolist() == [5, 7]
+
+
+# -- one expect block per planted cause ----------------------------------------------------------
+def _expect(run, facts, rec):
+    return X.build_expect(run, facts, rec, "python -m ep_core.catalogue --out x")
+
+
+def _failed(checks):
+    return [c.what for c in checks if not c.ok]
+
+
+def test_balanced(tmp_path):
+    run = _run("balanced")
+    e, checks = _expect(run, _facts(run.name), load_run(fake_run(tmp_path / "r")))
+    assert e.cause is Cause.NONE and not e.alarm and e.effect is None and _failed(checks) == []
+    # an accidental host lag (first-call costs) must not pass for a balanced run
+    _, checks = _expect(run, _facts(run.name), load_run(fake_run(tmp_path / "lag", host_lag_ms={0: 92.0})))
+    assert _failed(checks) == ["largest host entry lag between ranks (ms, layout)"]
+
+
+def test_rank_skew(tmp_path):
+    run = _run("rank-skew")
+    rec = load_run(fake_run(tmp_path / "r"))
+    e, checks = _expect(run, _facts(run.name, rows=(8192, 2600)), rec)
+    assert (e.cause, e.rank, e.kernel, e.phase) == (Cause.RANK_IMBALANCE, 0, "dispatch", "copy_out")
+    assert e.effect.metric == "rows_received_max_over_median"
+    assert e.effect.value == pytest.approx(8192 / 5396, abs=1e-3)
+    assert e.extra["waiting_ranks"] == [1] and e.extra["recv_rows"] == [8192, 2600] and _failed(checks) == []
+    _, checks = _expect(run, _facts(run.name, rows=(2600, 8192)), rec)   # the other rank got the rows
+    assert _failed(checks) == ["the planted rank receives the most rows"]
+    _, checks = _expect(run, _facts(run.name), rec)                       # no skew at all
+    assert _failed(checks) == ["rows received, max / median"]
+
+
+def test_zero_rank_names_the_starved_rank(tmp_path):
+    run = _run("zero-rank")
+    rec = load_run(fake_run(tmp_path / "r"))
+    e, checks = _expect(run, _facts(run.name, rows=(0, 8192)), rec)
+    assert (e.cause, e.rank) == (Cause.RANK_IMBALANCE, 1) and e.extra["starved_rank"] == 0
+    assert e.effect.value == 2.0 and _failed(checks) == []
+    _, checks = _expect(run, _facts(run.name, rows=(10, 8192)), rec)
+    assert _failed(checks) == ["the starved rank 0 receives no row"]
+
+
+def test_few_tokens(tmp_path):
+    run = _run("few-tokens")
+    e, checks = _expect(run, _facts(run.name, rows=(64, 64)), load_run(fake_run(tmp_path / "r", working_blocks=4)))
+    assert (e.cause, e.rank, e.kernel) == (Cause.STARVED_WARPS, None, "dispatch")
+    assert e.effect.metric == "idle_warp_share" and e.effect.value == pytest.approx(20 / 24, abs=1e-3)
+    assert _failed(checks) == []
+    _, checks = _expect(run, _facts(run.name), load_run(fake_run(tmp_path / "busy")))
+    assert _failed(checks) == ["share of dispatch warps with no work span"]
+
+
+def test_host_late_records_the_delay_as_slept_and_as_recorded(tmp_path):
+    run = _run("host-late")
+    rec = load_run(fake_run(tmp_path / "r", host_lag_ms={1: 10.1}))
+    facts = _facts(run.name, host_delays_ms=([], [10.08, 10.12]))
+    e, checks = _expect(run, facts, rec)
+    assert (e.cause, e.rank, e.kernel) == (Cause.HOST_BOUND, 1, "layout")
+    assert (e.effect.metric, e.effect.value, e.effect.unit) == ("host_delay_ms", 10.1, "ms")
+    assert e.extra["entry_lag_ms"] == [10.1, 10.1] and _failed(checks) == []
+    # the sleep happened but the recording shows no lag: not ground truth
+    _, checks = _expect(run, facts, load_run(fake_run(tmp_path / "none")))
+    assert _failed(checks) == ["recorded host entry lag of rank 1 (ms, per profiled op)"]
+
+
+def test_barrier_straggler_is_a_device_delay_with_the_host_on_time(tmp_path):
+    run = _run("barrier-straggler")
+    facts = _facts(run.name, device_delays_us=([2003.0, 2001.0], []))
+    e, checks = _expect(run, facts, load_run(fake_run(tmp_path / "r", late_rank=0, late_us=1990.0)))
+    assert (e.cause, e.rank, e.kernel, e.phase) == (Cause.BARRIER_STRAGGLER, 0, "notify", "rank_start")
+    assert (e.effect.metric, e.effect.value) == ("device_delay_us", 2002.0)
+    assert e.extra["last_arrivals"]["last_rank"] == [0, 0] and _failed(checks) == []
+    # the same arrivals with the straggler's host late: that is host_bound, not this scenario
+    _, checks = _expect(run, facts, load_run(fake_run(tmp_path / "host", late_rank=0, late_us=1990.0,
+                                                      host_lag_ms={0: 2.0})))
+    assert _failed(checks) == ["host entry lag of rank 0 (ms)"]
+    # the other rank arrived last
+    _, checks = _expect(run, facts, load_run(fake_run(tmp_path / "other", late_rank=1, late_us=1990.0)))
+    assert "last arriver at notify rank_start, per occurrence" in _failed(checks)
+
+
+def test_timeout_checks_the_kernels_error_report(tmp_path):
+    run = _run("timeout")
+    rep0 = {"kind": "timeout", "rank": 0, "kernel": "dispatch", "phase": "wait_data", "is_barrier": False,
+            "chunk": 3, "peer": 1, "epoch": 1}
+    rep1 = {"kind": "timeout", "rank": 1, "kernel": "barrier", "phase": "rank_start", "is_barrier": True,
+            "chunk": 0, "peer": 0, "epoch": 2}
+    facts = _facts(run.name, error_report=(rep0, rep1), error=("EPTimeoutError: a", "EPTimeoutError: b"))
+    rec = load_run(fake_run(tmp_path / "r", status="timeout"))
+    e, checks = _expect(run, facts, rec)
+    assert (e.cause, e.rank, e.peer, e.kernel, e.phase) == (Cause.TIMEOUT, 0, 1, "dispatch", "wait_data")
+    assert (e.effect.metric, e.effect.value) == ("wait_bound_s", 1.0)
+    assert e.extra["error_reports"]["1"]["kernel"] == "barrier" and _failed(checks) == []
+    _, checks = _expect(run, facts, load_run(fake_run(tmp_path / "ok")))
+    assert _failed(checks) == ["run status"]
+    swapped = _facts(run.name, error_report=(rep1, rep0))
+    _, checks = _expect(run, swapped, rec)
+    assert _failed(checks) == ["rank 0's first device error"]
+
+
+# -- comparisons ---------------------------------------------------------------------------------
+def _record_group(tmp_path, key, b_combine_us):
+    runs = C.plan([key])
+    recorded = {}
+    for r in runs:
+        us = 250 if r.side == "A" else b_combine_us
+        recorded[r.name] = load_run(fake_run(tmp_path / r.name, kernel_us={"combine": (us - 5, us + r.replicate)}))
+    return runs, recorded
+
+
+def test_ab_group_effect_and_its_check(tmp_path):
+    runs, recorded = _record_group(tmp_path, "ab-sms", 200)
+    g = X.group_effect(recorded, runs)
+    assert g.median_a_us["combine"] == 251.0 and g.median_b_us["combine"] == 201.0
+    assert g.change["combine"] == pytest.approx(201 / 251 - 1, abs=1e-4) and g.change["dispatch"] == 0.0
+    b1 = next(r for r in runs if r.name == "ep-ab-sms-b1")
+    e, checks = X.build_expect(b1, _facts(b1.name), recorded[b1.name], "cmd", g)
+    c = e.comparison
+    assert e.cause is Cause.NONE and (c.group, c.side, c.replicate, c.knob, c.value) == ("ab-sms", "B", 1, "num_sms", 64)
+    assert (c.outcome, c.kernel, c.direction) == (Cause.KNOB_CHANGE, "combine", Direction.FASTER)
+    assert e.effect.metric == "op_latency_change" and _failed(checks) == []
+    # a knob that moved nothing (or the wrong way) is not an A/B ground truth
+    runs, recorded = _record_group(tmp_path / "flat", "ab-sms", 245)
+    g = X.group_effect(recorded, runs)
+    _, checks = X.build_expect(b1, _facts(b1.name), recorded[b1.name], "cmd", g)
+    assert _failed(checks) == ["combine op latency B / A - 1 over the group's runs"]
+
+
+def test_aa_sides_carry_same_code_and_no_knob(tmp_path):
+    runs, recorded = _record_group(tmp_path, "aa", 250)
+    g = X.group_effect(recorded, runs)
+    e, checks = X.build_expect(runs[3], _facts(runs[3].name), recorded[runs[3].name], "cmd", g)
+    c = e.comparison
+    assert (c.outcome, c.knob, c.value, c.direction, c.side, c.replicate) == (Cause.SAME_CODE, None, None, None, "B", 1)
+    assert e.effect is None and not e.alarm and _failed(checks) == []
+    assert e.extra["group_measured"]["runs"] == {"A": ["ep-aa-a0", "ep-aa-a1", "ep-aa-a2"],
+                                                 "B": ["ep-aa-b0", "ep-aa-b1", "ep-aa-b2"]}
+
+
+# -- the whole catalogue -------------------------------------------------------------------------
+def test_finalize_writes_readable_expect_blocks_and_reports_problems(tmp_path):
+    runs = C.plan(["balanced", "host-late", "ab-sms"])
+    per_rank = [[], []]
+    for r in runs:
+        if r.name == "ep-host-late":
+            fake_run(tmp_path / r.name, host_lag_ms={1: 10.2})
+            facts = _facts(r.name, host_delays_ms=([], [10.2, 10.2]))
+        elif r.scenario.pair is not None:
+            us = 250 if r.side == "A" else 200
+            fake_run(tmp_path / r.name, kernel_us={"combine": (us, us)})
+            facts = _facts(r.name)
+        else:
+            fake_run(tmp_path / r.name)
+            facts = _facts(r.name)
+        per_rank[0].append(facts[0])
+        per_rank[1].append(facts[1])
+    rep = X.finalize(runs, per_rank, tmp_path, "python -m ep_core.catalogue --out t")
+    assert rep.ok, rep.text
+    for r in runs:
+        m = json.loads((tmp_path / r.name / "manifest.json").read_text())
+        e = from_manifest(m)
+        assert e.cause is r.scenario.truth.cause and e.planted_by == "python -m ep_core.catalogue --out t"
+        assert all(c["ok"] for c in e.extra["checks"])
+        assert load_run(tmp_path / r.name).manifest["expect"]["schema"] == 1   # the run still opens
+    assert "ep-host-late" in rep.text and "host_delay_ms=10.2 ms" in rep.text
+    # a run that was not recorded, and one whose plant did not show, make the report fail
+    runs2 = C.plan(["balanced", "rank-skew"])
+    fake_run(tmp_path / "again" / "ep-rank-skew")
+    rep = X.finalize(runs2, [[f] for f in _facts("ep-rank-skew")], tmp_path / "again", "cmd")
+    assert not rep.ok
+    assert "PROBLEM ep-balanced: not recorded" in rep.text
+    assert "PROBLEM ep-rank-skew: check failed: rows received, max / median" in rep.text
+
+
+def test_readme_section_is_generated_from_the_expect_blocks(tmp_path):
+    run = _run("host-late")
+    fake_run(tmp_path / run.name, host_lag_ms={1: 10.0})
+    facts = _facts(run.name, host_delays_ms=([], [10.0, 10.0]))
+    X.finalize([run], [[f] for f in facts], tmp_path, "python -m ep_core.catalogue")
+    fake_run(tmp_path / "ep-not-catalogue")     # no expect block: not listed
+    (tmp_path / "README.md").write_text("# Bundled traces\n\nintro\n")
+    X.rewrite_readme(tmp_path)
+    text = (tmp_path / "README.md").read_text()
+    assert text.startswith("# Bundled traces\n\nintro\n") and text.count(X.README_BEGIN) == 1
+    line = next(l for l in text.splitlines() if l.startswith("- `ep-host-late`"))
+    assert "host_bound (rank 1, kernel layout)" in line and "host_delay_ms = 10 ms" in line and "abcdef0" in line
+    assert "ep-not-catalogue" not in text
+    assert "No Perfetto trace bundled" in line     # fake_run writes none
+    X.rewrite_readme(tmp_path)   # idempotent: the section is replaced, not appended again
+    assert (tmp_path / "README.md").read_text() == text
