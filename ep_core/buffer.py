@@ -92,7 +92,7 @@ class EPCapacityError(ValueError):
 
 
 def _registry():
-    from profiler.generated import ep_intranode_phases as P
+    from ep_core.generated import ep_intranode_phases as P
 
     return P
 

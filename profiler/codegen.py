@@ -1,9 +1,16 @@
-"""Generate the CUDA headers and Python tables from layout.toml and phases/*.toml.
+"""Generate the CUDA headers and Python tables from layout.toml and the phase registries.
 
-    python -m profiler.codegen          # rewrite the generated files
-    python -m profiler.codegen --check  # exit 1 and name the files that differ
+    python -m profiler.codegen                     # every registry of the search path
+    python -m profiler.codegen --check             # exit 1 and name the files that differ
+    python -m profiler.codegen path/to/phases/f.toml ...   # only these registries (plus the layout)
 
-The generated files are committed (so a build needs no Python step) and a test runs --check.
+The profiler's binary layout (profiler/layout.toml) generates profiler/csrc/generated/layout.cuh
+and profiler/generated/layout.py. A registry generates its files next to the package that owns
+it: `<package>/phases/<family>.toml` -> `<package>/csrc/generated/<family>_phases.cuh` and
+`<package>/generated/<family>_phases.py`, so the profiler names no kernel family (the default
+registry list is profiler.registry.registry_files(): the profiler's own plus the project's
+`[tool.epscope] registry_dirs`). The generated files are committed (a build needs no Python
+step) and a test runs --check.
 """
 from __future__ import annotations
 
@@ -123,50 +130,93 @@ def phases_py(reg: Registry, src: str) -> str:
     ])
 
 
-def expected_files() -> dict[Path, str]:
+def outputs_for(registry_path: Path) -> tuple[Path, Path]:
+    """(CUDA header, Python table) generated from `<package>/phases/<family>.toml`."""
+    registry_path = Path(registry_path)
+    if registry_path.parent.name != "phases":
+        raise ValueError(f"{registry_path}: a registry lives in a `phases/` directory of its package")
+    pkg, family = registry_path.parent.parent, registry_path.stem
+    if pkg.resolve() == ROOT.resolve():   # the profiler's own families (follows CUH_DIR / PY_DIR)
+        return CUH_DIR / f"{family}_phases.cuh", PY_DIR / f"{family}_phases.py"
+    return pkg / "csrc" / "generated" / f"{family}_phases.cuh", pkg / "generated" / f"{family}_phases.py"
+
+
+def _display(path: Path) -> str:
+    """A path relative to the repository when it is inside it (what banners and messages show)."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT.resolve().parent))
+    except ValueError:
+        return str(path)
+
+
+def expected_files(registry_paths=None) -> dict[Path, str]:
+    """Every generated file and its text: the layout's, and each registry's (default: all)."""
     lay = load_layout()
+    paths = [Path(p) for p in (registry_files() if registry_paths is None else registry_paths)]
     files = {CUH_DIR / "layout.cuh": layout_cuh(lay), PY_DIR / "layout.py": layout_py(lay),
              PY_DIR / "__init__.py": f'"""{_BANNER.format(src="profiler/layout.toml and profiler/phases/")}"""\n'}
-    for path in registry_files():
+    for path in paths:
         reg = Registry.load(path)
         if reg.family != path.stem:
             raise ValueError(f"{path}: family {reg.family!r} must match the file name")
-        src = f"profiler/phases/{path.name}"
-        files[CUH_DIR / f"{reg.family}_phases.cuh"] = phases_cuh(reg, src)
-        files[PY_DIR / f"{reg.family}_phases.py"] = phases_py(reg, src)
+        src = _display(path)
+        cuh, py = outputs_for(path)
+        if py in files or cuh in files:
+            raise ValueError(f"{path}: family {reg.family!r} is generated twice")
+        files[cuh] = phases_cuh(reg, src)
+        files[py] = phases_py(reg, src)
+        init = py.parent / "__init__.py"
+        if init not in files:
+            files[init] = f'"""{_BANNER.format(src=_display(path.parent) + "/")}"""\n'
     return files
 
 
-def stale_files() -> list[Path]:
-    """Generated files that differ from what the sources say, plus orphans."""
-    exp = expected_files()
+def _generated_dirs(exp: dict[Path, str]) -> set[tuple[Path, str]]:
+    """(directory, glob) pairs where an orphan generated file would be stale."""
+    dirs = {(CUH_DIR, "*.cuh"), (PY_DIR, "*.py")}
+    for p in exp:
+        dirs.add((p.parent, "*.cuh" if p.suffix == ".cuh" else "*.py"))
+    return dirs
+
+
+def stale_files(registry_paths=None) -> list[Path]:
+    """Generated files that differ from what the sources say, plus orphans (with the default,
+    complete registry list only: a partial list cannot tell an orphan from another's file)."""
+    exp = expected_files(registry_paths)
     bad = [p for p, text in exp.items() if not p.exists() or p.read_text() != text]
-    for d, pat in ((CUH_DIR, "*.cuh"), (PY_DIR, "*.py")):
-        bad += [p for p in d.glob(pat) if p not in exp]
+    if registry_paths is None:
+        bad += _orphans(exp)
     return bad
+
+
+def _orphans(exp: dict[Path, str]) -> list[Path]:
+    return [p for d, pat in sorted(_generated_dirs(exp)) for p in d.glob(pat) if p not in exp]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m profiler.codegen", description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail if any generated file is stale")
+    ap.add_argument("registries", nargs="*", type=Path,
+                    help="registry files (<package>/phases/<family>.toml); default: every registry on the "
+                         "search path (profiler.registry.registry_dirs)")
     args = ap.parse_args(argv)
+    paths = args.registries or None
     if args.check:
-        bad = stale_files()
+        bad = stale_files(paths)
         for p in bad:
-            print(f"stale: {p.relative_to(ROOT.parent)}", file=sys.stderr)
+            print(f"stale: {_display(p)}", file=sys.stderr)
         if bad:
             print("run `python -m profiler.codegen` and commit the result", file=sys.stderr)
         return 1 if bad else 0
-    exp = expected_files()
-    for d, pat in ((CUH_DIR, "*.cuh"), (PY_DIR, "*.py")):
-        for p in d.glob(pat):
-            if p not in exp:
-                p.unlink()
+    exp = expected_files(paths)
+    if paths is None:
+        for p in _orphans(exp):
+            p.unlink()
     for p, text in exp.items():
         p.parent.mkdir(parents=True, exist_ok=True)
         if not p.exists() or p.read_text() != text:
             p.write_text(text)
-            print(f"wrote {p.relative_to(ROOT.parent)}")
+            print(f"wrote {_display(p)}")
     return 0
 
 

@@ -4,16 +4,28 @@ A registry names the phases and barriers a kernel family records. The same file 
 CUDA header the kernels include and the Python table the decoder uses (profiler.codegen), and a
 recorded run embeds it in its manifest (`Registry.to_json`) so a trace from another branch, with
 other phases, still decodes: decoding never needs the registry files of the current checkout.
+
+Where registries live: next to the kernels they describe, in a `phases/` directory of the
+package that owns them (`<package>/phases/<family>.toml`); the profiler's own self-test family is
+in `profiler/phases/`. The profiler names no other family: the directories it searches are the
+project's `[tool.epscope] registry_dirs` (pyproject.toml, paths relative to the repository) and
+the `EPSCOPE_REGISTRY_PATH` environment variable (directories separated by os.pathsep), after
+its own. `registry_dirs()` lists them, `find_registry(family)` locates one family's file.
 """
 from __future__ import annotations
 
+import functools
 import json
+import os
 import tomllib
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PHASES_DIR = Path(__file__).parent / "phases"
+PHASES_DIR = Path(__file__).parent / "phases"     # the profiler's own families (selftest)
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_FILE = REPO_ROOT / "pyproject.toml"          # [tool.epscope] registry_dirs
+REGISTRY_PATH_ENV = "EPSCOPE_REGISTRY_PATH"
 
 PHASE_KINDS = ("span", "instant")
 BARRIER_SCOPES = ("block", "grid", "rank")
@@ -159,8 +171,45 @@ class Registry:
         raise KeyError(f"registry {self.family}: no phase {name!r}")
 
 
+@functools.lru_cache(maxsize=None)
+def _project_dirs(project_file: Path) -> tuple[Path, ...]:
+    """`[tool.epscope] registry_dirs` of the project file (none when it is absent: an installed
+    copy without the repository keeps only the profiler's own registries and the env path)."""
+    if not project_file.is_file():
+        return ()
+    with open(project_file, "rb") as f:
+        cfg = tomllib.load(f).get("tool", {}).get("epscope", {})
+    dirs = cfg.get("registry_dirs", [])
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        raise RegistryError(f"{project_file}: [tool.epscope] registry_dirs must be a list of paths, got {dirs!r}")
+    return tuple((project_file.parent / d).resolve() for d in dirs)
+
+
+def registry_dirs() -> list[Path]:
+    """Directories holding `<family>.toml` registries, in search order (no duplicates)."""
+    env = [Path(p).resolve() for p in os.environ.get(REGISTRY_PATH_ENV, "").split(os.pathsep) if p]
+    out: list[Path] = []
+    for d in (PHASES_DIR.resolve(), *_project_dirs(PROJECT_FILE), *env):
+        if d not in out:
+            out.append(d)
+    return out
+
+
 def registry_files() -> list[Path]:
-    return sorted(PHASES_DIR.glob("*.toml"))
+    """Every registry file of the search path, sorted by family name."""
+    files = [p for d in registry_dirs() if d.is_dir() for p in d.glob("*.toml")]
+    return sorted(files, key=lambda p: (p.stem, str(p)))
+
+
+def find_registry(family: str) -> Path:
+    """The registry file of `family` (the first one on the search path)."""
+    for d in registry_dirs():
+        p = d / f"{family}.toml"
+        if p.is_file():
+            return p
+    raise RegistryError(f"no registry for kernel family {family!r} in {[str(d) for d in registry_dirs()]} "
+                        f"(add <package>/phases/{family}.toml and list its directory in pyproject.toml "
+                        f"[tool.epscope] registry_dirs)")
 
 
 def load_all() -> dict[str, Registry]:

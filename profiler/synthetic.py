@@ -1,6 +1,6 @@
 """Synthetic EP runs with known truths, for tests, benchmarks and the viewer.
 
-`make_events` simulates ep_intranode-shaped kernels (profiler/phases/ep_intranode.toml) on R ranks
+`make_events` simulates ep_intranode-shaped kernels (ep_core/phases/ep_intranode.toml) on R ranks
 and returns the three parts of a run: the event table, the launch table and a manifest. The
 timing is a causal simulation, so every wait ends after the release it waits for:
 
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .registry import PHASES_DIR, Registry
+from .registry import Registry, find_registry
 from .schema import EVENT_KINDS, LAUNCH_COLUMNS
 
 SCENARIOS = ("balanced", "starvation", "late_arriver", "slow_rank", "ab")
@@ -282,7 +282,7 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
         truth.update(slow_rank=slow_rank, slow_factor=slow_factor)
     elif scenario == "ab":
         truth.update(ab_phase="dispatch/send_chunk", ab_factor=ab_factor if variant == "b" else 1.0)
-    registry = Registry.load(PHASES_DIR / "ep_intranode.toml")
+    registry = Registry.load(find_registry("ep_intranode"))
     manifest = {
         "format": "epscope-run", "format_version": 1,
         "name": f"synthetic-{scenario}{'-' + variant if scenario == 'ab' else ''}-r{R}-s{seed}",

@@ -20,7 +20,7 @@ GOOD = "#3ecf8e"
 BAD = "#ff6b6b"
 
 PHASE_COLOURS: dict[str, str] = {
-    # ep_intranode (profiler/phases/ep_intranode.toml)
+    # ep_intranode (ep_core/phases/ep_intranode.toml)
     "notify": "#b48ead",
     "send_chunk": "#4aa3ff",
     "wait_space": "#ff9f43",

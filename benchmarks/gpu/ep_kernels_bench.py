@@ -294,7 +294,7 @@ def kernel_profile_cost(ctx, buffer, x, n_rank, in_rank, n_exp):
     build vs instrumented build writing a real profile buffer (same arguments, same handle)."""
     import ep_core._ext as X
     from profiler.record.session import buffer_bytes, make_header
-    from profiler.generated import ep_intranode_phases as P
+    from ep_core.generated import ep_intranode_phases as P
     out = {}
     cfg = Config(64, 6, 256)
     kw = dict(num_tokens_per_rank=n_rank, is_token_in_rank=in_rank, num_tokens_per_expert=n_exp, config=cfg)

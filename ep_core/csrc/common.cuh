@@ -9,7 +9,7 @@
 #include "ep_core/csrc/buffer_map.h"
 
 #include "profiler/csrc/recorder.cuh"
-#include "profiler/csrc/generated/ep_intranode_phases.cuh"
+#include "ep_core/csrc/generated/ep_intranode_phases.cuh"
 
 namespace ep_core {
 

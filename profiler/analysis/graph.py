@@ -43,7 +43,7 @@ from profiler.registry import Registry
 SEG_KINDS = ("gap", "work", "wait", "barrier", "host", "idle", "launch")
 GAP, WORK, WAIT, BARRIER, HOST, IDLE, LAUNCH = range(len(SEG_KINDS))
 
-# conventional release phase of a wait when no registry says (profiler/phases/ep_intranode.toml)
+# conventional release phase of a wait when no registry says (the ep_intranode registry's names)
 DEFAULT_WAITS_FOR = {"wait_data": "publish_tail", "wait_space": "publish_head"}
 ANY_PUBLISH = "*publish"
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import functools
 import gzip
-import importlib
 import os
 import pickle
 import socket
 import subprocess
 import time
+import types
 import warnings as _warnings
 from pathlib import Path
 
@@ -54,13 +55,18 @@ class SessionError(RuntimeError):
     """Misuse of a Session (unknown family, buffer after save, ...); the message says what."""
 
 
+@functools.lru_cache(maxsize=None)
 def registry_module(family: str):
-    """profiler.generated.<family>_phases (REGISTRY, REGISTRY_HASH)."""
+    """The registry of `family` as the generated tables carry it: REGISTRY (canonical JSON) and
+    REGISTRY_HASH (what every buffer header holds), read from the family's TOML wherever it
+    lives (profiler.registry's search path), so the recorder names no kernel family."""
+    from ..registry import RegistryError, Registry, find_registry
+
     try:
-        return importlib.import_module(f"profiler.generated.{family}_phases")
-    except ModuleNotFoundError:
-        raise SessionError(f"unknown kernel family {family!r}: no profiler/generated/{family}_phases.py "
-                           "(add profiler/phases/<family>.toml and run python -m profiler.codegen)") from None
+        reg = Registry.load(find_registry(family))
+    except RegistryError as e:
+        raise SessionError(f"unknown kernel family {family!r}: {e}") from None
+    return types.SimpleNamespace(FAMILY=reg.family, REGISTRY=reg.to_json(), REGISTRY_HASH=reg.hash)
 
 
 def buffer_bytes(num_regions: int, capacity: int) -> int:

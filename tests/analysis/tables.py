@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from profiler.registry import Registry, PHASES_DIR
+from profiler.registry import Registry, find_registry
 from profiler.schema import coerce_events
 
 FIELDS = ("rank", "launch", "kernel", "iteration", "block", "warp", "role", "kind", "phase",
@@ -35,5 +35,5 @@ def host(rank, phase, b, e, *, kernel="dispatch", launch=0, iteration=0):
     return (rank, launch, kernel, iteration, -1, -1, "host", "host", phase, b, e, 0)
 
 
-EP_REGISTRY = Registry.load(PHASES_DIR / "ep_intranode.toml").to_json()
-SELFTEST_REGISTRY = Registry.load(PHASES_DIR / "selftest.toml").to_json()
+EP_REGISTRY = Registry.load(find_registry("ep_intranode")).to_json()
+SELFTEST_REGISTRY = Registry.load(find_registry("selftest")).to_json()

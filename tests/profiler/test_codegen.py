@@ -8,7 +8,7 @@ import pytest
 
 from profiler import codegen
 from profiler.generated import layout as L
-from profiler.registry import load_all
+from profiler.registry import load_all, registry_files
 
 
 def test_checkout_generated_files_are_fresh():
@@ -17,33 +17,77 @@ def test_checkout_generated_files_are_fresh():
 
 @pytest.fixture
 def gen_dirs(tmp_path, monkeypatch):
-    cuh, py = tmp_path / "cuh", tmp_path / "py"
+    """A temporary tree: the profiler's generated dirs, and every registry of the checkout copied
+    into `<tmp>/<its package>/phases/`, so generating writes nothing into the checkout."""
+    cuh, py = tmp_path / "profiler" / "csrc" / "generated", tmp_path / "profiler" / "generated"
     monkeypatch.setattr(codegen, "CUH_DIR", cuh)
     monkeypatch.setattr(codegen, "PY_DIR", py)
     # ROOT.parent is used to print relative paths; keep it a parent of the temp dirs
     monkeypatch.setattr(codegen, "ROOT", tmp_path / "profiler")
-    return cuh, py
+    copies = []
+    for src in registry_files():
+        dst = tmp_path / src.parent.parent.name / "phases" / src.name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text(src.read_text())
+        copies.append(dst)
+    monkeypatch.setattr(codegen, "registry_files", lambda: sorted(copies))
+    return cuh, py, tmp_path
 
 
 def test_regenerate_into_temp_then_check_round_trip(gen_dirs):
-    cuh, py = gen_dirs
+    cuh, py, root = gen_dirs
     assert codegen.main([]) == 0
     assert codegen.stale_files() == []
     assert codegen.main(["--check"]) == 0
-    # the temp copy is byte-identical to the committed one
-    for p in py.glob("*.py"):
-        assert p.read_text() == (codegen.Path(codegen.__file__).parent / "generated" / p.name).read_text()
+    # the temp copy is byte-identical to the committed one, wherever each family's files live
+    for reg in registry_files():
+        tmp_cuh, tmp_py = codegen.outputs_for(root / reg.parent.parent.name / "phases" / reg.name)
+        real_cuh, real_py = codegen.outputs_for(reg)
+        assert tmp_py.read_text() == real_py.read_text()
+        assert tmp_cuh.read_text() == real_cuh.read_text()
+    assert (py / "layout.py").read_text() == (codegen.Path(codegen.__file__).parent / "generated" / "layout.py").read_text()
+
+
+def test_each_family_is_generated_next_to_its_registry(gen_dirs):
+    _, _, root = gen_dirs
+    codegen.main([])
+    for reg in registry_files():
+        pkg = root / reg.parent.parent.name
+        assert (pkg / "generated" / f"{reg.stem}_phases.py").is_file()
+        assert (pkg / "csrc" / "generated" / f"{reg.stem}_phases.cuh").is_file()
+        assert (pkg / "generated" / "__init__.py").is_file()
+
+
+def test_explicit_registry_paths_generate_only_those(gen_dirs):
+    cuh, py, root = gen_dirs
+    one = next(p for p in codegen.registry_files() if p.parent.parent.name != "profiler")
+    assert codegen.main([str(one)]) == 0
+    out_cuh, out_py = codegen.outputs_for(one)
+    assert out_cuh.is_file() and out_py.is_file()
+    assert not list(py.glob("*_phases.py")), "a partial list generated the profiler's own families"
+    assert codegen.main(["--check", str(one)]) == 0
+
+
+def test_registry_outside_a_phases_dir_is_refused(tmp_path):
+    p = tmp_path / "fam.toml"
+    p.write_text("family = 'fam'\n")
+    with pytest.raises(ValueError, match="phases/"):
+        codegen.outputs_for(p)
 
 
 def test_check_fails_on_edited_and_orphan_files(gen_dirs, capsys):
-    cuh, py = gen_dirs
+    cuh, py, root = gen_dirs
     codegen.main([])
     (cuh / "layout.cuh").write_text((cuh / "layout.cuh").read_text() + "// hand edit\n")
     (py / "old_family_phases.py").write_text("FAMILY = 'old'\n")
+    other = next(p for p in codegen.registry_files() if p.parent.parent.name != "profiler")
+    orphan = other.parent.parent / "generated" / "gone_phases.py"
+    orphan.write_text("FAMILY = 'gone'\n")
     bad = {p.name for p in codegen.stale_files()}
-    assert bad == {"layout.cuh", "old_family_phases.py"}
+    assert bad == {"layout.cuh", "old_family_phases.py", "gone_phases.py"}
     assert codegen.main(["--check"]) == 1
     assert "stale:" in capsys.readouterr().err
+    assert codegen.main([]) == 0 and not orphan.exists()
 
 
 def test_generated_dtypes_follow_declared_sizes_and_offsets():
@@ -76,8 +120,10 @@ def test_layout_rejects_padding(tmp_path, monkeypatch):
 
 
 def test_generated_phase_tables_match_registries():
+    files = {p.stem: p for p in registry_files()}
     for fam, reg in load_all().items():
-        spec = importlib.util.find_spec(f"profiler.generated.{fam}_phases")
+        _, py = codegen.outputs_for(files[fam])
+        spec = importlib.util.spec_from_file_location(f"_gen_{fam}", py)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         assert mod.REGISTRY_HASH == reg.hash

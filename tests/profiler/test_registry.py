@@ -5,7 +5,8 @@ import copy
 
 import pytest
 
-from profiler.registry import Registry, RegistryError, load_all
+from profiler import registry as registry_mod
+from profiler.registry import Registry, RegistryError, find_registry, load_all, registry_dirs
 
 BASE = {
     "family": "fam",
@@ -75,3 +76,35 @@ def test_checkout_registries_load_and_match_file_names():
     for fam, reg in regs.items():
         assert reg.family == fam
         assert Registry.from_dict(reg.to_json()).hash == reg.hash
+
+
+def test_registries_live_next_to_their_kernels():
+    """The profiler keeps only its own family; ep_core's registries are in ep_core/phases/, found
+    through the project's [tool.epscope] registry_dirs."""
+    assert find_registry("selftest").parent == registry_mod.PHASES_DIR.resolve()
+    ep = find_registry("ep_intranode")
+    assert ep.parent.name == "phases" and ep.parent.parent.name == "ep_core"
+    assert not (registry_mod.PHASES_DIR / "ep_intranode.toml").exists()
+    assert registry_dirs()[0] == registry_mod.PHASES_DIR.resolve()
+
+
+def test_env_path_adds_registry_dirs(tmp_path, monkeypatch):
+    d = tmp_path / "mykernels" / "phases"
+    d.mkdir(parents=True)
+    (d / "mine.toml").write_text('family = "mine"\n[[phase]]\nname = "work"\nid = 1\n')
+    monkeypatch.setenv(registry_mod.REGISTRY_PATH_ENV, str(d))
+    assert d.resolve() in registry_dirs()
+    assert find_registry("mine") == d.resolve() / "mine.toml"
+    assert "mine" in load_all()
+
+
+def test_unknown_family_names_the_search_path():
+    with pytest.raises(RegistryError, match="no registry for kernel family 'nope'"):
+        find_registry("nope")
+
+
+def test_project_registry_dirs_must_be_a_list(tmp_path):
+    p = tmp_path / "pyproject.toml"
+    p.write_text('[tool.epscope]\nregistry_dirs = "ep_core/phases"\n')
+    with pytest.raises(RegistryError, match="registry_dirs must be a list"):
+        registry_mod._project_dirs(p)
