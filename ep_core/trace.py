@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--capacity", type=int, default=4096, help="profile records per warp")
     ap.add_argument("--out", default="traces", help="directory that receives the run directory")
     ap.add_argument("--name", default=None, help="run directory name (default ep-<R>rank-<routing>-<dtype>)")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="replace an existing run of that name (default: write NAME-2, NAME-3, ...)")
     ap.add_argument("--description", default=None, help="one line describing the run")
     ap.add_argument("--force-timeout-rank", type=int, default=None, metavar="R",
                     help="rank R never sends: record a timeout and its partial trace")
@@ -154,7 +156,7 @@ def _trace_rank(ctx, opts: dict) -> dict:
     if R > 1:
         dist.barrier(group=ctx.group)
     session = Session(opts["out"], name=opts["name"], description=opts["description"], rank=rank, world_size=R,
-                      group=ctx.group, capacity=opts["capacity"], workload=w,
+                      group=ctx.group, capacity=opts["capacity"], workload=w, overwrite=opts.get("overwrite", False),
                       config={"dispatch": dconf.to_dict(), "combine": cconf.to_dict(),
                               "timeout_s": buffer.timeout_s})
     error = None
@@ -237,8 +239,11 @@ def main(argv=None) -> int:
         timeout_s = timeout_s or 2.0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if not a.overwrite:   # rank 0 writes the run in a child process: pick the free name here
+        from profiler.runstore import free_path
+        name = free_path(out / name).name
     opts = {"workload": workload, "out": str(out), "name": name, "description": desc, "capacity": a.capacity,
-            "timeout_s": timeout_s}
+            "timeout_s": timeout_s, "overwrite": a.overwrite}
     print(f"epscope trace: {desc}; {a.iters} iterations, last {a.profile_iters} profiled -> {out / name}",
           flush=True)
     from ep_core.launch import run_ranks

@@ -1,17 +1,23 @@
 """The `epscope` console command.
 
-    epscope export RUN [-o OUT]      write RUN's Perfetto trace (default RUN/trace.perfetto-trace)
-    epscope report RUN [RUN ...]     text summary of runs
-    epscope view [RUN_DIR ...]       the web viewer (default: the repo's bundled traces/)
-    epscope trace ...                record a profiled EP workload (ep_core.trace)
-    epscope selftest ...             record the recorder self-test kernels (profiler.record.selftest)
+    epscope export RUN [-o OUT [--force]]  write RUN's Perfetto trace (default RUN/trace.perfetto-trace)
+    epscope report RUN [RUN ...]           text summary of runs
+    epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
+    epscope trace ...                      record a profiled EP workload (ep_core.trace)
+    epscope selftest ...                   record the recorder self-test kernels (profiler.record.selftest)
 
-Bad runs (missing, corrupt, newer format, empty) print one line on stderr and exit 2.
+Bad runs (missing, corrupt, malformed manifest or events, newer format, empty) and refused
+outputs print one line on stderr and exit 2. `export -o` never writes inside a run directory and
+replaces an existing file only with --force. `view` serves on loopback; another --host needs
+--allow-remote (every run under the roots is then readable by anyone who can reach the port).
+Long work shows progress on stderr when it is a terminal.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import ipaddress
+import os
 import sys
 from pathlib import Path
 
@@ -32,13 +38,18 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     p = sub.add_parser("export", help="write a run's Perfetto trace")
     p.add_argument("run", type=Path, help="run directory")
-    p.add_argument("-o", "--out", type=Path, default=None, help="output file (default RUN/trace.perfetto-trace)")
+    p.add_argument("-o", "--out", type=Path, default=None,
+                   help="output file outside any run directory (default RUN/trace.perfetto-trace)")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p = sub.add_parser("report", help="text summary of a run")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("view", help="serve the web viewer")
     p.add_argument("roots", type=Path, nargs="*", metavar="RUN_DIR", help="run directories or roots (default: traces/)")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default loopback only)")
     p.add_argument("--port", type=int, default=8050)
+    p.add_argument("--allow-remote", action="store_true",
+                   help="serve on a non-loopback --host: the viewer has no authentication, so anyone who "
+                        "can reach the port reads every run under the roots")
     for name, (_, helptext) in PASSTHROUGH.items():
         q = sub.add_parser(name, help=helptext, add_help=False)
         q.add_argument("args", nargs=argparse.REMAINDER)
@@ -46,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(msg: str) -> int:
-    print(f"epscope: error: {msg}", file=sys.stderr)
+    print(f"epscope: error: {' '.join(str(msg).split())}", file=sys.stderr)   # one line, always
     return EXIT_USAGE
 
 
@@ -55,7 +66,98 @@ def _lazy(module: str, what: str):
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
         raise SystemExit(_fail(f"{what} needs the Python package {e.name!r}, which is not installed here "
-                               f"(pip install -e '.[dev]' from the repository root)")) from None
+                               f"(pip install -e . from the repository root)")) from None
+
+
+class Refused(EpscopeError):
+    """A command line asks for something epscope will not do (the message says what to do)."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _inside_run(p: Path) -> Path | None:
+    """The run directory that p lies in (p itself or an ancestor holding manifest.json)."""
+    from .runstore import MANIFEST
+    for d in (p, *p.parents):
+        if (d / MANIFEST).is_file():
+            return d
+    return None
+
+
+def export_target(run, out: Path | None, force: bool) -> Path:
+    """Where `epscope export` writes: RUN/trace.perfetto-trace by default; an explicit -o must
+    not be a directory, must have an existing parent, must not lie inside a run directory
+    (`-o RUN/events.parquet` would destroy the run), and replaces an existing file only with
+    --force."""
+    from .runstore import TRACE
+    default = run.path / TRACE
+    if out is None:
+        return default
+    real = Path(os.path.realpath(out))   # through symlinks: a link into a run is refused too
+    if real == Path(os.path.realpath(default)):
+        return default
+    if real.is_dir():
+        raise Refused(f"-o {out}: is a directory; name the trace file to write")
+    if not real.parent.is_dir():
+        raise Refused(f"-o {out}: directory {real.parent} does not exist")
+    inside = _inside_run(real.parent)
+    if inside is not None:
+        raise Refused(f"-o {out}: inside the run directory {inside}; write the trace elsewhere "
+                      f"(or leave out -o to write {TRACE} of the run itself)")
+    if os.path.lexists(out) and not force:
+        raise Refused(f"-o {out}: exists; add --force to replace it")
+    return out
+
+
+def _export(args) -> int:
+    from .progress import Activity
+    from .runstore import check_events, load_run
+    run = load_run(args.run)   # run errors before the perfetto import
+    out = export_target(run, args.out, args.force)
+    exp = _lazy("profiler.perfetto_export", "epscope export")
+    partial = out.with_name(out.name + ".tmp")   # perfetto_export's temporary name: its size is the progress
+    with Activity("epscope export", watch=lambda: partial.stat().st_size if partial.exists() else 0,
+                  unit="B") as act:
+        act.step("checking events")
+        check_events(run)
+        act.step("writing the trace")
+        out = exp.export_perfetto(run, out)
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); open it at https://ui.perfetto.dev")
+    return 0
+
+
+def _report(args) -> int:
+    from .progress import Activity
+    from .report import report
+    texts = []
+    with Activity("epscope report") as act:
+        for r in args.runs:
+            texts.append(report(r, step=lambda label, r=r: act.step(f"{r}: {label}")))
+    sys.stdout.write("\n".join(texts))
+    return 0
+
+
+def _view(args) -> int:
+    roots = [p.resolve() for p in args.roots] or [default_trace_root()]
+    missing = [str(p) for p in roots if not p.exists()]
+    if missing:
+        return _fail(f"no such run directory or root: {', '.join(missing)}")
+    if not is_loopback(args.host):
+        if not args.allow_remote:
+            return _fail(f"--host {args.host} would serve every run under {', '.join(map(str, roots))} to the "
+                         "network with no authentication; add --allow-remote to do it anyway, or use "
+                         "--host 127.0.0.1 and an SSH tunnel")
+        print(f"epscope: warning: serving on {args.host}:{args.port} without authentication: anyone who can "
+              "reach this port reads every run under the roots", file=sys.stderr)
+    app = _lazy("viewer.app", "epscope view")
+    return int(app.serve(roots, args.host, args.port) or 0)
 
 
 def main(argv=None) -> int:
@@ -68,28 +170,12 @@ def main(argv=None) -> int:
         except EpscopeError as e:
             return _fail(str(e))
     args = _parser().parse_args(argv)
+    commands = {"export": _export, "report": _report, "view": _view}
     try:
-        if args.cmd == "export":
-            from .runstore import load_run
-            run = load_run(args.run)  # run errors before the perfetto import
-            exp = _lazy("profiler.perfetto_export", "epscope export")
-            out = exp.export_perfetto(run, args.out)
-            print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); open it at https://ui.perfetto.dev")
-            return 0
-        if args.cmd == "report":
-            from .report import report
-            texts = [report(r) for r in args.runs]
-            sys.stdout.write("\n".join(texts))
-            return 0
-        if args.cmd == "view":
-            roots = [p.resolve() for p in args.roots] or [default_trace_root()]
-            missing = [str(p) for p in roots if not p.exists()]
-            if missing:
-                return _fail(f"no such run directory or root: {', '.join(missing)}")
-            app = _lazy("viewer.app", "epscope view")
-            return int(app.serve(roots, args.host, args.port) or 0)
+        return commands[args.cmd](args)
     except EpscopeError as e:
         return _fail(str(e))
     except BrokenPipeError:  # `epscope report RUN | head`
         return 0
-    return _fail(f"unknown command {args.cmd!r}")
+    except OSError as e:   # a file the command writes (disk full, permissions): one line, not a traceback
+        return _fail(f"{e.filename}: {e.strerror or e}" if e.filename else str(e))

@@ -93,6 +93,28 @@ class CorruptRun(RunError):
     pass
 
 
+class InvalidManifest(CorruptRun):
+    """manifest.json parses but a field has the wrong type or value; `field` is its dotted path."""
+
+    def __init__(self, message: str, field: str = ""):
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidEvents(CorruptRun):
+    """A run's event or launch table breaks the schema (a column's type, a timestamp, a kind)."""
+
+
+class RunChanged(RunError):
+    """The run directory was rewritten between two reads of one Run (its files carry another
+    write's version id): open it again to see the new version."""
+
+
+class RunExists(RunError):
+    """A write would replace something it must not (an existing file without --force, a run
+    without --overwrite, a file inside a run directory)."""
+
+
 class UnsupportedRunVersion(RunError):
     pass
 

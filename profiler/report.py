@@ -6,13 +6,15 @@ kernel long reads 100% however many warps there are. Nested phases count in thei
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
 from .runstore import Run, load_run
 
-PER_RANK_ROWS_MAX_RANKS = 4
-UNKNOWN = -1  # launch times on the run timeline may be negative; -1 alone means unknown (schema)  # above this many ranks, one row per phase names the slowest rank
+PER_RANK_ROWS_MAX_RANKS = 4  # above this many ranks, one row per phase names the slowest rank
+UNKNOWN = -1  # launch times on the run timeline may be negative; -1 alone means unknown (schema)
 
 
 def _us(ns) -> str:
@@ -52,6 +54,8 @@ def _header(run: Run) -> list[str]:
         bits.append(f"created {m['created']}")
     if bits:
         lines.append("  " + ", ".join(bits))
+    if run.status != "ok":   # e.g. a timed-out recording: say so before any number
+        lines.append(f"STATUS: {run.status.upper()}" + (f" -- {str(m['error'])[:300]}" if m.get("error") else ""))
     return lines
 
 
@@ -144,10 +148,14 @@ def _phases(run: Run) -> list[str]:
     return ["", "phases (span time summed over warps; nested phases also count in their parent)", *_table(t)]
 
 
-def report(run) -> str:
-    """Text summary of a run (a Run or a run directory)."""
+def report(run, step: Callable[[str], None] | None = None) -> str:
+    """Text summary of a run (a Run or a run directory). step(label), if given, hears which part
+    is being computed (the CLI shows it as progress)."""
+    step = step or (lambda label: None)
     run = run if isinstance(run, Run) else load_run(run)
+    step(f"loading {run.num_events:,} events")
     ev = run.events
+    step("summarising")
     kinds = ev["kind"].value_counts()
     ranks = sorted(set(ev["rank"].unique().tolist()) | set(run.launches["rank"].unique().tolist()))
     lines = _header(run)
@@ -156,5 +164,7 @@ def report(run) -> str:
     opened = int(ev["open"].sum())
     if opened:
         lines.append(f"OPEN SPANS: {opened:,} (a kernel aborted or ENDs were dropped; they end at the warp's last timestamp)")
-    lines += _clock(run) + _losses(run) + _kernels(run) + _phases(run)
+    lines += _clock(run) + _losses(run) + _kernels(run)
+    step("phases")
+    lines += _phases(run)
     return "\n".join(lines) + "\n"

@@ -4,32 +4,49 @@
 
 Events are stored with dictionary-encoded (categorical) columns, zstd, in row groups of
 ROW_GROUP_ROWS so readers can stream them (`iter_event_batches`) with flat memory.
+
+Writes are atomic and never replace a run unasked: a run is written into a hidden temporary
+directory beside its destination and renamed into place (an existing name gets a suffixed one,
+`NAME-2`, unless overwrite=True, which swaps the directories in one step). Every write gets a
+version id, in the manifest and in both parquet files' metadata; a reader whose files carry
+different ids read across a rewrite, and says so (RunChanged / a retry) instead of mixing two
+versions. Runs written before version ids (format_version 1 without `version_id`) still open.
+
 No torch / perfetto / dash imports at module level: this runs on the recording path of the GPU
 machine (the Perfetto export is imported lazily, only when asked for or importable).
 """
 from __future__ import annotations
 
+import ctypes
 import datetime as _dt
+import errno
 import importlib.util
 import json
 import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import CorruptRun, EmptyRun, RunNotFound, UnsupportedRunVersion
-from .schema import COLUMNS, LAUNCH_COLUMNS, SchemaError, coerce_events, validate_events
+from . import validate
+from .errors import CorruptRun, EmptyRun, RunChanged, RunError, RunExists, RunNotFound
+from .schema import COLUMNS, LAUNCH_COLUMNS
+from .validate import FORMAT, FORMAT_VERSION
 
-FORMAT = "epscope-run"
-FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 EVENTS = "events.parquet"
 LAUNCHES = "launches.parquet"
 TRACE = "trace.perfetto-trace"
+VERSION_KEY = b"epscope.version_id"   # parquet schema metadata key holding the write's version id
 ROW_GROUP_ROWS = 1_000_000
 ZSTD_LEVEL = 9
 # Runs bundled under traces/ live in git and must stay a few MB. A Perfetto trace costs 25-40
@@ -37,6 +54,22 @@ ZSTD_LEVEL = 9
 # traces/synthetic-compare) against ~7 in zstd parquet, so with perfetto=None the trace is kept
 # only up to this many events (<= ~4 MB of trace); `epscope export RUN` regenerates it for any run.
 TRACE_KEEP_MAX_EVENTS = 100_000
+# A reader that meets two versions retries this many times (a writer swaps a directory in one
+# rename, so the second read sees one version unless another write lands in between).
+READ_RETRIES = 3
+MAX_SUFFIX = 10_000
+
+
+class OutsideRoots(RunError):
+    """A run file resolves (through a symlink) to a path outside the roots the reader allows."""
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The resolved paths of a run's files (symlinks followed once, at open time)."""
+    manifest: Path
+    events: Path
+    launches: Path | None
 
 
 @dataclass
@@ -45,20 +78,36 @@ class Run:
     manifest: dict
     launches: pd.DataFrame
     num_events: int = 0
+    files: RunFiles | None = None
     _events: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
+    def version_id(self) -> str | None:
+        """Id of the write this run came from (None for runs written before version ids)."""
+        return self.manifest.get("version_id")
+
+    @property
     def events(self) -> pd.DataFrame:
-        """The whole event table (loaded on first access)."""
+        """The whole event table (loaded on first access, checked against the manifest's version)."""
         if self._events is None:
-            p = self.path / EVENTS
+            p = self.files.events if self.files else self.path / EVENTS
             try:
-                df = pq.read_table(p).to_pandas()
-                df = coerce_events(df[list(COLUMNS)])
-                validate_events(df)
-            except (OSError, pa.ArrowException, SchemaError, KeyError, ValueError) as e:
+                # one open file for footer and data: pq.read_table(path) opens the path twice, and
+                # a rewrite between the two opens would pair one write's footer with another's rows
+                with pa.OSFile(str(p)) as f:
+                    table = pq.read_table(f)
+            except (OSError, pa.ArrowException) as e:
                 raise CorruptRun(f"{p}: cannot read events: {e}") from None
-            self._events = df
+            got = _version_of(table.schema)
+            if self.version_id is not None and got != self.version_id:
+                raise RunChanged(f"{self.path}: the run was rewritten since it was opened "
+                                 f"(events of version {got}, manifest of {self.version_id}); open it again")
+            missing = [c for c in COLUMNS if c not in table.column_names]
+            if missing:
+                raise CorruptRun(f"{p}: lacks event columns {missing}")
+            df = table.select(list(COLUMNS)).to_pandas(split_blocks=True, self_destruct=True)
+            del table
+            self._events = validate.events(df, str(p))
         return self._events
 
     @property
@@ -66,22 +115,29 @@ class Run:
         return str(self.manifest.get("name") or self.path.name)
 
     @property
+    def status(self) -> str:
+        """What the recording said about itself: "ok", or e.g. "timeout" (manifest `status`)."""
+        return str(self.manifest.get("status") or "ok")
+
+    @property
+    def registries(self) -> dict:
+        """The phase registries the run was recorded with, as profiler.registry.Registry objects."""
+        from .registry import Registry
+        return {fam: Registry.from_dict(d) for fam, d in (self.manifest.get("registry") or {}).items()}
+
+    @property
     def trace_path(self) -> Path:
         return self.path / TRACE
 
 
+# -- writing ----------------------------------------------------------------------------------
 def _events_table(events: pd.DataFrame) -> pa.Table:
-    df = coerce_events(events[list(COLUMNS)])
-    validate_events(df)
-    return pa.Table.from_pandas(df, preserve_index=False)
+    return pa.Table.from_pandas(validate.events(events, "events to write"), preserve_index=False)
 
 
-def _launches_frame(launches) -> pd.DataFrame:
+def _launches_frame(launches, file: str = "launches") -> pd.DataFrame:
     df = launches if isinstance(launches, pd.DataFrame) else pd.DataFrame(list(launches), columns=list(LAUNCH_COLUMNS))
-    missing = [c for c in LAUNCH_COLUMNS if c not in df.columns]
-    if missing:
-        raise SchemaError(f"launch table lacks columns {missing}")
-    return df[list(LAUNCH_COLUMNS)].astype(LAUNCH_COLUMNS)
+    return validate.launches(df, file)[list(LAUNCH_COLUMNS)]
 
 
 def _json_default(o):
@@ -98,31 +154,43 @@ def _json_default(o):
     raise TypeError(f"manifest value of type {type(o).__name__} is not JSON-serialisable")
 
 
-def _atomic_write_bytes(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+def _with_version(table: pa.Table, version_id: str) -> pa.Table:
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), VERSION_KEY: version_id.encode()})
+
+
+def _version_of(schema: pa.Schema) -> str | None:
+    v = (schema.metadata or {}).get(VERSION_KEY)
+    return v.decode("ascii", "replace") if v is not None else None
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
-        write(tmp)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
-def write_run(path, events: pd.DataFrame, launches, manifest: dict, *, perfetto: bool | None = None) -> Path:
-    """Write a run directory; returns its path.
+def write_run(path, events: pd.DataFrame, launches, manifest: dict, *, perfetto: bool | None = None,
+              overwrite: bool = False) -> Path:
+    """Write a run directory; returns its path, which is `path` or, when `path` exists and
+    overwrite is False, the first free `path-2`, `path-3`, ...
 
-    Every file is written to a temporary name and renamed; manifest.json comes after the tables,
-    so an interrupted write never leaves a directory that reads as a complete run. The manifest
-    gets `format`, `format_version`, `created` and (from the launches) `drops` when absent. perfetto=True writes trace.perfetto-trace; None writes it when the perfetto package
-    imports and the run has at most TRACE_KEEP_MAX_EVENTS events (and removes a stale one).
+    The run is written into a temporary directory beside `path` and renamed into place, so a
+    reader sees the old run or the new one, never a half-written one, and a write that fails
+    leaves the old run as it was. overwrite=True replaces an existing run directory (refused for
+    anything else). The manifest gets `format`, `format_version`, `version_id`, `created`,
+    `num_events` and (from the launches) `drops` when absent. perfetto=True writes
+    trace.perfetto-trace; None writes it when the perfetto package imports and the run has at
+    most TRACE_KEEP_MAX_EVENTS events.
     """
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     table = _events_table(events)
-    launches = _launches_frame(launches)
+    launches = _launches_frame(launches, "launches to write")
     man = dict(manifest)
     man["format"] = FORMAT
     man["format_version"] = FORMAT_VERSION
+    man["version_id"] = vid = uuid.uuid4().hex
     man.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     if "drops" not in man:
         per_rank = launches.groupby("rank")["dropped"].sum() if len(launches) else pd.Series(dtype="int64")
@@ -130,103 +198,310 @@ def write_run(path, events: pd.DataFrame, launches, manifest: dict, *, perfetto:
         man["drops"] = {"total": int(launches["dropped"].sum()),
                         "per_rank": [int(per_rank.get(r, 0)) for r in range(nr)]}
     man["num_events"] = table.num_rows
-    _atomic_write_bytes(path / EVENTS, lambda p: pq.write_table(
-        table, p, compression="zstd", compression_level=ZSTD_LEVEL, row_group_size=ROW_GROUP_ROWS))
-    _atomic_write_bytes(path / LAUNCHES, lambda p: pq.write_table(
-        pa.Table.from_pandas(launches, preserve_index=False), p, compression="zstd"))
     text = json.dumps(man, indent=1, default=_json_default, sort_keys=False) + "\n"
-    _atomic_write_bytes(path / MANIFEST, lambda p: p.write_text(text))
-    if perfetto is None:
-        perfetto = importlib.util.find_spec("perfetto") is not None and table.num_rows <= TRACE_KEEP_MAX_EVENTS
-        if not perfetto and (path / TRACE).exists():
-            (path / TRACE).unlink()  # stale: it described the previous contents
-    if perfetto:
-        from .perfetto_export import export_perfetto
-        export_perfetto(path, path / TRACE)
-    return path
+    validate.manifest_text(text, f"manifest of {path}")   # what we write must read back
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        pq.write_table(_with_version(table, vid), tmp / EVENTS, compression="zstd",
+                       compression_level=ZSTD_LEVEL, row_group_size=ROW_GROUP_ROWS)
+        pq.write_table(_with_version(pa.Table.from_pandas(launches, preserve_index=False), vid), tmp / LAUNCHES,
+                       compression="zstd")
+        (tmp / MANIFEST).write_text(text)
+        if perfetto is None:
+            perfetto = importlib.util.find_spec("perfetto") is not None and table.num_rows <= TRACE_KEEP_MAX_EVENTS
+        if perfetto:
+            from .perfetto_export import export_perfetto
+            export_perfetto(tmp, tmp / TRACE)
+        for f in tmp.iterdir():
+            _fsync(f)
+        _fsync(tmp)
+        os.chmod(tmp, 0o755 & ~_umask())   # mkdtemp makes it 0700; a run directory is as any other
+        final = _place(tmp, path, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync(path.parent)
+    return final
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+# renameat2(2) flags (linux/fs.h): fail if the target exists; swap source and target atomically.
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
+_AT_FDCWD = -100
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """renameat2 on Linux; False where the system or file system lacks it (the caller falls back)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    e = ctypes.get_errno()
+    if e in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(e, os.strerror(e), str(dst))
+
+
+def _rename_noreplace(src: Path, dst: Path) -> bool:
+    """Move src to dst unless dst exists; False when it does."""
+    try:
+        if _renameat2(src, dst, _RENAME_NOREPLACE):
+            return True
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            return False
+        raise
+    if os.path.lexists(dst):   # fallback: a writer racing between this check and the rename loses
+        return False
+    os.rename(src, dst)
+    return True
+
+
+def _is_run_dir(p: Path) -> bool:
+    return p.is_dir() and not p.is_symlink() and ((p / MANIFEST).is_file() or not any(p.iterdir()))
+
+
+def _place(tmp: Path, path: Path, overwrite: bool) -> Path:
+    if overwrite and os.path.lexists(path):
+        if not _is_run_dir(path):
+            raise RunExists(f"{path} exists and is not a run directory; not replacing it")
+        if _renameat2(tmp, path, _RENAME_EXCHANGE):   # one step: readers see old or new
+            shutil.rmtree(tmp)                          # tmp now holds the old run
+            return path
+        old = tmp.with_name(tmp.name + ".old")         # two steps: a reader between them gets RunNotFound
+        os.rename(path, old)
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+        return path
+    if _rename_noreplace(tmp, path):
+        return path
+    for n in range(2, MAX_SUFFIX):
+        cand = path.with_name(f"{path.name}-{n}")
+        if _rename_noreplace(tmp, cand):
+            return cand
+    raise RunExists(f"{path}: {MAX_SUFFIX} runs of this name already exist")
+
+
+def free_path(path) -> Path:
+    """The path write_run(path) would use now without overwrite (for printing it ahead)."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return path
+    for n in range(2, MAX_SUFFIX):
+        cand = path.with_name(f"{path.name}-{n}")
+        if not os.path.lexists(cand):
+            return cand
+    raise RunExists(f"{path}: {MAX_SUFFIX} runs of this name already exist")
 
 
 def update_manifest(path, updates: dict) -> dict:
     """Set top-level fields of an existing run's manifest (e.g. the `expect` block a planting
-    command writes once it has measured its runs); atomic like write_run. Returns the manifest.
-    The format fields are not updatable: a run's format is what wrote its tables."""
+    command writes once it has measured its runs); the new manifest is checked, then replaces the
+    old one in one rename. Returns the manifest. Fields that describe the files on disk (format,
+    format_version, version_id, num_events) are not updatable."""
     path = Path(path)
-    frozen = sorted({"format", "format_version"} & set(updates))
+    frozen = sorted({"format", "format_version", "version_id", "num_events"} & set(updates))
     if frozen:
         raise ValueError(f"update_manifest: {frozen} describe the files on disk and cannot be updated")
-    man = _read_manifest(path)
+    files = _files(path, None)
+    man = _read_manifest(files.manifest)
     man.update(updates)
     text = json.dumps(man, indent=1, default=_json_default, sort_keys=False) + "\n"
-    _atomic_write_bytes(path / MANIFEST, lambda p: p.write_text(text))
+    validate.manifest_text(text, str(path / MANIFEST))
+    tmp = path / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
+    try:
+        tmp.write_text(text)
+        _fsync(tmp)
+        os.replace(tmp, path / MANIFEST)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return man
 
 
-def _read_manifest(path: Path) -> dict:
+# -- reading ----------------------------------------------------------------------------------
+def _resolve(p: Path, within: Sequence[Path] | None) -> Path:
+    real = Path(os.path.realpath(p))
+    if within is not None and not any(real == r or r in real.parents for r in within):
+        raise OutsideRoots(f"{p}: resolves to {real}, outside the allowed roots; not read")
+    return real
+
+
+def _files(path: Path, within: Sequence[Path] | None) -> RunFiles:
     if not path.exists():
         raise RunNotFound(f"{path}: no such run directory")
     if not path.is_dir():
         raise RunNotFound(f"{path}: not a directory")
-    mp = path / MANIFEST
+    within = [Path(os.path.realpath(r)) for r in within] if within is not None else None
+    _resolve(path, within)
+    mp, ep, lp = path / MANIFEST, path / EVENTS, path / LAUNCHES
     if not mp.exists():
-        if (path / EVENTS).exists():
+        if ep.exists():
             raise CorruptRun(f"{path}: has {EVENTS} but no {MANIFEST}")
         raise RunNotFound(f"{path}: not a run directory (no {MANIFEST})")
-    try:
-        man = json.loads(mp.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CorruptRun(f"{mp}: not valid JSON ({e})") from None
-    if not isinstance(man, dict) or man.get("format") != FORMAT:
-        raise CorruptRun(f"{mp}: not an {FORMAT} manifest (format={man.get('format') if isinstance(man, dict) else None!r})")
-    v = man.get("format_version")
-    if not isinstance(v, int):
-        raise CorruptRun(f"{mp}: format_version {v!r} is not an integer")
-    if v > FORMAT_VERSION:
-        raise UnsupportedRunVersion(f"{path}: run format version {v} is newer than this epscope's {FORMAT_VERSION}; "
-                                    "upgrade epscope to read it")
-    return man
-
-
-def load_run(path) -> Run:
-    """Open a run directory. Events load lazily; errors are RunError subclasses naming the path."""
-    path = Path(path)
-    man = _read_manifest(path)
-    ep = path / EVENTS
     if not ep.exists():
         raise CorruptRun(f"{path}: manifest present but {EVENTS} missing")
+    files = RunFiles(_resolve(mp, within), _resolve(ep, within), _resolve(lp, within) if lp.exists() else None)
+    for f in (files.manifest, files.events, files.launches):
+        if f is not None and not f.is_file():
+            raise CorruptRun(f"{f}: not a regular file")
+    return files
+
+
+def read_manifest(path, *, within: Sequence[Path] | None = None) -> dict:
+    """The run's manifest, checked (profiler.validate); RunError subclasses naming the path."""
+    return _read_manifest(_files(Path(path), within).manifest)
+
+
+def _read_manifest(mp: Path) -> dict:
     try:
-        meta = pq.ParquetFile(ep).metadata
-        names = set(meta.schema.names)
+        return validate.manifest_file(mp)
+    except OSError as e:
+        raise CorruptRun(f"{mp}: cannot be read ({e.strerror or e})") from None
+
+
+def _events_footer(ep: Path) -> pq.FileMetaData:
+    try:
+        with pa.OSFile(str(ep)) as f:
+            meta = pq.ParquetFile(f).metadata
     except (OSError, pa.ArrowException) as e:
         raise CorruptRun(f"{ep}: not a readable parquet file ({e})") from None
-    missing = [c for c in COLUMNS if c not in names]
+    missing = [c for c in COLUMNS if c not in set(meta.schema.names)]
     if missing:
         raise CorruptRun(f"{ep}: lacks event columns {missing}")
+    return meta
+
+
+def _read_launches(lp: Path | None) -> tuple[pd.DataFrame, str | None]:
+    if lp is None:
+        return _launches_frame(pd.DataFrame(columns=list(LAUNCH_COLUMNS))), None
+    try:
+        with pa.OSFile(str(lp)) as f:
+            t = pq.read_table(f)
+        return _launches_frame(t.to_pandas(), str(lp)), _version_of(t.schema)
+    except (OSError, pa.ArrowException) as e:
+        raise CorruptRun(f"{lp}: cannot read launches ({e})") from None
+    except CorruptRun as e:
+        raise CorruptRun(f"{lp}: cannot read launches ({str(e).removeprefix(str(lp) + ': ')})") from None
+
+
+def _one_version(path: Path, man: dict, *found: tuple[str, str | None]) -> None:
+    vid = man.get("version_id")
+    if vid is None:
+        return
+    for what, got in found:
+        if got is not None and got != vid:
+            raise RunChanged(f"{path}: {what} and {MANIFEST} come from different writes ({got} and {vid})")
+        if got is None:
+            raise CorruptRun(f"{path}: manifest.json names write {vid} but {what} carries no version id")
+
+
+def load_run(path, *, within: Sequence[Path] | None = None) -> Run:
+    """Open a run directory. Events load lazily; errors are RunError subclasses naming the path.
+
+    within: roots the run's files must resolve into (a symlinked file pointing elsewhere raises
+    OutsideRoots). A run being rewritten while it is opened is read again (READ_RETRIES)."""
+    path = Path(path)
+    for attempt in range(READ_RETRIES):
+        files = _files(path, within)
+        man = _read_manifest(files.manifest)
+        meta = _events_footer(files.events)
+        launches, lver = _read_launches(files.launches)
+        try:
+            _one_version(path, man, (EVENTS, _version_of(meta.schema.to_arrow_schema())),
+                         *([(LAUNCHES, lver)] if files.launches is not None else []))
+        except RunChanged as e:
+            if attempt + 1 == READ_RETRIES:   # not a rewrite in progress: files copied across runs
+                raise CorruptRun(str(e)) from None
+            time.sleep(0.01 * (attempt + 1))
+            continue
+        break
     if meta.num_rows == 0:
         raise EmptyRun(f"{path}: the run has no events")
-    lp = path / LAUNCHES
+    n = man.get("num_events")
+    if n is not None and n != meta.num_rows:
+        raise CorruptRun(f"{path}: manifest.json says {n:,} events, {EVENTS} holds {meta.num_rows:,}")
+    return Run(path, man, launches, int(meta.num_rows), files)
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """A run's state from its manifest and parquet footers only (no table read): what a list of
+    runs shows. `problem` is one line when the run cannot be opened; `status` is "ok", the
+    recording's own status (e.g. "timeout"), or the kind of problem."""
+    path: Path
+    manifest: dict | None
+    status: str
+    problem: str | None = None
+    num_events: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None and self.status == "ok"
+
+
+def check_run(path, *, within: Sequence[Path] | None = None) -> RunCheck:
+    """Cheap validation: manifest checked, both parquet footers readable, row counts and version
+    ids agreeing. Never raises for a bad run (the problem is in the result)."""
+    from .errors import InvalidManifest, UnsupportedRunVersion
+
+    path = Path(path)
+    man = None
     try:
-        launches = pq.read_table(lp).to_pandas() if lp.exists() else pd.DataFrame(columns=list(LAUNCH_COLUMNS))
-        launches = _launches_frame(launches)
-    except (OSError, pa.ArrowException, SchemaError, ValueError, TypeError) as e:
-        raise CorruptRun(f"{lp}: cannot read launches ({e})") from None
-    return Run(path, man, launches, int(meta.num_rows))
+        files = _files(path, within)
+        man = _read_manifest(files.manifest)
+        run = load_run(path, within=within)
+    except UnsupportedRunVersion as e:
+        return RunCheck(path, None, "newer format", str(e))
+    except EmptyRun as e:
+        return RunCheck(path, man, "empty", str(e), 0)
+    except (InvalidManifest, OutsideRoots, RunNotFound) as e:
+        return RunCheck(path, None, "unreadable", str(e))
+    except RunError as e:
+        return RunCheck(path, man, "corrupt", str(e))
+    return RunCheck(path, run.manifest, run.status, None, run.num_events)
 
 
 def list_runs(root) -> list[Path]:
-    """Run directories (those holding manifest.json) under root, sorted; root itself counts."""
+    """Run directories (those holding manifest.json) under root, sorted; root itself counts.
+    Hidden directories (a write in progress is one) are skipped."""
     root = Path(root)
     if not root.is_dir():
         return []
-    return sorted(p.parent for p in root.rglob(MANIFEST))
+    return sorted(p.parent for p in root.rglob(MANIFEST)
+                  if not any(part.startswith(".") for part in p.parent.relative_to(root).parts))
 
 
 def iter_event_batches(path, batch_rows: int = 1_000_000, columns: list[str] | None = None):
-    """Stream RUN/events.parquet as DataFrames of at most batch_rows rows (categoricals kept)."""
+    """Stream RUN/events.parquet as DataFrames of at most batch_rows rows (categoricals kept;
+    with all columns, each batch is checked as load_run checks the whole table)."""
     path = Path(path)
     ep = path / EVENTS if path.is_dir() else path
     try:
         pf = pq.ParquetFile(ep)
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+            df = batch.to_pandas()
+            yield validate.events(df, str(ep)) if columns is None else df
     except (OSError, pa.ArrowException) as e:
         raise CorruptRun(f"{ep}: not a readable parquet file ({e})") from None
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
-        yield batch.to_pandas()
+
+
+def check_events(run: Run) -> None:
+    """Stream the columns every reader relies on (kind, begin_ns, end_ns) and check them as
+    load_run's full read does, with flat memory: what `epscope export` runs before it writes."""
+    for df in iter_event_batches(run.files.events if run.files else run.path,
+                                 columns=["kind", "begin_ns", "end_ns"]):
+        validate.event_times(df, str(run.path / EVENTS))

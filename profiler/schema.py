@@ -51,8 +51,83 @@ def empty_events() -> pd.DataFrame:
     return coerce_events(pd.DataFrame({c: pd.Series([], dtype="object") for c in COLUMNS}))
 
 
+KIND_DTYPE = pd.CategoricalDtype(list(EVENT_KINDS))
+
+
+def _bad_values(s: pd.Series, bad: np.ndarray, limit: int = 3) -> str:
+    vals = pd.unique(s[bad])[:limit]
+    return ", ".join(repr(v)[:40] for v in vals)
+
+
+def kind_column(s: pd.Series) -> pd.Categorical:
+    """`kind` with the fixed categories EVENT_KINDS. A categorical input (every stored table) is
+    remapped through its codes: one lookup per row instead of a string per row (10 M rows: 17 ms
+    against 2.16 s through strings, issue 14)."""
+    if not isinstance(s.dtype, pd.CategoricalDtype):
+        s = s.astype("category")
+    cats = [str(c) for c in s.cat.categories]
+    codes = s.cat.codes.to_numpy()
+    if cats != list(EVENT_KINDS):
+        # one entry per stored category, then one for code -1 (a missing value): -1 marks both
+        # unknown kinds and missing ones
+        lut = np.array([EVENT_KINDS.index(c) if c in EVENT_KINDS else -1 for c in cats] + [-1], np.int8)
+        codes = lut[codes]
+    bad = codes < 0
+    if bad.any():
+        raise SchemaError(f"column 'kind': {int(bad.sum()):,} rows hold values outside {EVENT_KINDS} "
+                          f"(e.g. {_bad_values(s, bad)})")
+    return pd.Categorical.from_codes(codes, dtype=KIND_DTYPE)
+
+
+def integer_column(c: str, s: pd.Series, t: str) -> pd.Series:
+    """s cast to the integer dtype t, refusing what a cast would silently change: strings,
+    missing or fractional values, values outside t's range (astype would wrap them)."""
+    if str(s.dtype) == t:
+        return s
+    if len(s) == 0:
+        return s.astype(t)
+    if s.dtype == object:   # Python numbers in an object column are fine; strings are not
+        inferred = pd.api.types.infer_dtype(s, skipna=False)
+        if inferred == "integer":
+            s = s.astype("int64")
+        elif inferred in ("floating", "mixed-integer-float"):
+            s = s.astype("float64")
+    kind = s.dtype.kind
+    if kind == "b":
+        return s.astype(t)
+    if kind not in "iuf":
+        raise SchemaError(f"column {c!r} holds {s.dtype} values, the schema says {t} "
+                          f"(e.g. {_bad_values(s, np.ones(len(s), bool))})")
+    floating = kind == "f" or s.hasnans   # a nullable integer column with NA checks as floats
+    v = s.to_numpy(dtype="float64", na_value=np.nan) if floating else s.to_numpy()
+    if floating:
+        bad = ~np.isfinite(v)
+        if bad.any():
+            raise SchemaError(f"column {c!r}: {int(bad.sum()):,} rows are missing or not finite")
+        bad = v != np.floor(v)
+        if bad.any():
+            raise SchemaError(f"column {c!r}: {int(bad.sum()):,} rows are not whole numbers (e.g. {_bad_values(s, bad)})")
+    if len(v):
+        info = np.iinfo(t)
+        lo, hi = v.min(), v.max()
+        if lo < info.min or hi > info.max:
+            raise SchemaError(f"column {c!r}: values {lo}..{hi} do not fit {t}")
+    return s.astype(t)
+
+
+def _bool_column(c: str, s: pd.Series) -> pd.Series:
+    if s.dtype == bool:
+        return s
+    if len(s) == 0 or (s.dtype == object and pd.api.types.infer_dtype(s, skipna=False) == "boolean"):
+        return s.astype(bool)
+    if s.dtype.kind in "iu" and not s.hasnans and s.isin((0, 1)).all():
+        return s.astype(bool)
+    raise SchemaError(f"column {c!r} holds {s.dtype} values, the schema says bool")
+
+
 def coerce_events(df: pd.DataFrame) -> pd.DataFrame:
-    """Cast a frame with the event columns to the schema dtypes (kind gets its fixed categories)."""
+    """Cast a frame with the event columns to the schema dtypes (kind gets its fixed categories).
+    Raises SchemaError naming the column for values a cast would change or cannot represent."""
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise SchemaError(f"event table lacks columns {missing}")
@@ -60,15 +135,14 @@ def coerce_events(df: pd.DataFrame) -> pd.DataFrame:
     for c, t in COLUMNS.items():
         s = df[c]
         if c == "kind":
-            s = pd.Categorical(s.astype(str) if s.dtype != "category" else s.astype(str), categories=EVENT_KINDS)
-            if pd.isna(s).any():
-                raise SchemaError(f"column kind has values outside {EVENT_KINDS}")
-            out[c] = s
+            out[c] = kind_column(s)
         elif t == "category":
-            out[c] = s.astype("category") if s.dtype != "category" else s
+            out[c] = s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")
+        elif t == "bool":
+            out[c] = _bool_column(c, s)
         else:
-            out[c] = s.astype(t)
-    return pd.DataFrame(out)
+            out[c] = integer_column(c, s, t)
+    return pd.DataFrame(out, copy=False)
 
 
 def validate_events(df: pd.DataFrame) -> None:
@@ -79,6 +153,12 @@ def validate_events(df: pd.DataFrame) -> None:
         got = str(df[c].dtype)
         if got != t:
             raise SchemaError(f"column {c!r} has dtype {got}, schema says {t}")
+    if list(df["kind"].cat.categories) != list(EVENT_KINDS):
+        raise SchemaError(f"column 'kind' has categories {list(df['kind'].cat.categories)}, schema says {list(EVENT_KINDS)}")
+    if (df["kind"].cat.codes.to_numpy() < 0).any():
+        raise SchemaError("column 'kind' has missing values")
     bad = df["end_ns"].to_numpy() < df["begin_ns"].to_numpy()
     if np.any(bad):
-        raise SchemaError(f"{int(bad.sum())} rows end before they begin")
+        i = int(np.flatnonzero(bad)[0])
+        raise SchemaError(f"{int(bad.sum()):,} rows end before they begin (first: row {i}, "
+                          f"begin_ns {int(df['begin_ns'].iat[i])}, end_ns {int(df['end_ns'].iat[i])})")

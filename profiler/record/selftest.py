@@ -83,11 +83,12 @@ def launch_barrier(ext, buf, p=BARRIER, tensors=None, zero=True):
 
 
 # -- the traces -----------------------------------------------------------------------------------
-def record_timer_resolution(out_dir, ext, raw_dir=None) -> tuple[Path, dict]:
+def record_timer_resolution(out_dir, ext, raw_dir=None, overwrite: bool = False) -> tuple[Path, dict]:
     p = TIMER
     wl = {"kind": "selftest", "test": "timer_resolution", **p}
     stats_all = []
     with Session(out_dir, name="selftest-timer-resolution", workload=wl, capacity=p["samples"], raw_dir=raw_dir,
+                 overwrite=overwrite,
                  description=f"{p['grid']}x{p['warps']} warps wait for %globaltimer to change and record a tick "
                              "after each change: ticks sit one timer step apart") as s:
         for it in range(p["iterations"]):
@@ -101,10 +102,10 @@ def record_timer_resolution(out_dir, ext, raw_dir=None) -> tuple[Path, dict]:
                     "globaltimer_mean_step_ns": round(float(st[:, 2].sum() / max(st[:, 3].sum(), 1)), 2),
                     "timer_steps_observed": int(st[:, 3].sum())}
         s.headline_extra.update(measured)
-    return s.out_dir / s.name, measured
+    return s.path, measured
 
 
-def record_starved_warps(out_dir, ext, raw_dir=None) -> Path:
+def record_starved_warps(out_dir, ext, raw_dir=None, overwrite: bool = False) -> Path:
     p = STARVED
     idle = (f"blocks {p['busy_blocks']}-{p['grid'] - 1} (all warps) and warps {p['busy_warps']}-{p['warps'] - 1} of "
             f"blocks 0-{p['busy_blocks'] - 1}")
@@ -112,6 +113,7 @@ def record_starved_warps(out_dir, ext, raw_dir=None) -> Path:
           "busy": f"warps 0-{p['busy_warps'] - 1} of blocks 0-{p['busy_blocks'] - 1}", "idle": idle,
           "busy_warp_count": p["busy_blocks"] * p["busy_warps"]}
     with Session(out_dir, name="selftest-starved-warps", workload=wl, capacity=4 * p["rounds"] + 4, raw_dir=raw_dir,
+                 overwrite=overwrite,
                  description=f"{p['grid']}x{p['warps']} warps, only {wl['busy']} work; {idle} record idle") as s:
         tensors = _tensors(p["grid"], p["warps"])
         for it in range(p["iterations"]):
@@ -119,13 +121,14 @@ def record_starved_warps(out_dir, ext, raw_dir=None) -> Path:
                 buf = s.buffer("selftest.imbalance", FAMILY, p["grid"], p["warps"], it)
                 err = launch_starved(ext, buf, p, tensors)
             _check(err, "starved-warps workload")
-    return s.out_dir / s.name
+    return s.path
 
 
-def record_grid_barrier(out_dir, ext, raw_dir=None) -> Path:
+def record_grid_barrier(out_dir, ext, raw_dir=None, overwrite: bool = False) -> Path:
     p = BARRIER
     wl = {"kind": "selftest", "test": "grid_barrier", **p}
     with Session(out_dir, name="selftest-grid-barrier", workload=wl, capacity=4 * p["rounds"] + 4, raw_dir=raw_dir,
+                 overwrite=overwrite,
                  description=f"{p['grid']}x{p['warps']} warps meet at a grid barrier {p['rounds']} times; warp "
                              f"{p['late_warp']} of block {p['late_block']} works {p['late_units']} extra FMAs and "
                              "arrives last every time") as s:
@@ -135,11 +138,12 @@ def record_grid_barrier(out_dir, ext, raw_dir=None) -> Path:
                 buf = s.buffer("selftest.grid_barrier", FAMILY, p["grid"], p["warps"], it)
                 err = launch_barrier(ext, buf, p, tensors)
             _check(err, "grid-barrier workload")
-    return s.out_dir / s.name
+    return s.path
 
 
 # -- two GPUs: clock sync ----------------------------------------------------------------------
-def _two_gpu_worker(rank: int, world: int, init_file: str, out_dir: str, name: str, raw_dir, gap_s: float):
+def _two_gpu_worker(rank: int, world: int, init_file: str, out_dir: str, name: str, raw_dir, gap_s: float,
+                    overwrite: bool = False):
     import torch
     import torch.distributed as dist
 
@@ -154,7 +158,7 @@ def _two_gpu_worker(rank: int, world: int, init_file: str, out_dir: str, name: s
     try:
         wl = {"kind": "selftest", "test": "two_gpu_clock_sync", "ranks": world, "sync_gap_s": gap_s, **p}
         with Session(out_dir, name=name, rank=rank, world_size=world, workload=wl, capacity=4 * p["rounds"] + 4,
-                     raw_dir=raw_dir,
+                     raw_dir=raw_dir, overwrite=overwrite,
                      description=f"{world} GPUs, one process each: NTP ping-pong at start and end ({gap_s} s "
                                  "apart), the grid-barrier workload on every rank, one aligned timeline") as s:
             dist.barrier()
@@ -176,13 +180,18 @@ def _two_gpu_worker(rank: int, world: int, init_file: str, out_dir: str, name: s
 
 
 def record_two_gpu_clock_sync(out_dir, raw_dir=None, name: str = "selftest-two-gpu-clock-sync",
-                              gap_s: float = 0.2) -> Path:
+                              gap_s: float = 0.2, overwrite: bool = False) -> Path:
     import tempfile
 
     import torch.multiprocessing as mp
 
+    from ..runstore import free_path
+
+    if not overwrite:   # rank 0 writes in a child process: pick the free name here, to return it
+        name = free_path(Path(out_dir) / name).name
     with tempfile.TemporaryDirectory(prefix="epscope-pg-") as tmp:
-        mp.start_processes(_two_gpu_worker, args=(2, os.path.join(tmp, "pg"), str(out_dir), name, raw_dir, gap_s),
+        mp.start_processes(_two_gpu_worker, args=(2, os.path.join(tmp, "pg"), str(out_dir), name, raw_dir, gap_s,
+                                                  overwrite),
                            nprocs=2, start_method="spawn", join=True)
     return Path(out_dir) / name
 
@@ -193,6 +202,8 @@ def main(argv=None) -> int:
     ap.add_argument("--which", default="all",
                     choices=["all", "timer-resolution", "starved-warps", "grid-barrier", "two-gpu-clock-sync"])
     ap.add_argument("--raw-dir", default=None, help="also keep the raw buffers here (*.rawbuf, for re-decoding)")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="replace existing runs of the same names (default: write NAME-2, NAME-3, ...)")
     args = ap.parse_args(argv)
     import torch
 
@@ -203,14 +214,14 @@ def main(argv=None) -> int:
     ext = load_record_extension(profile=True)
     done = []
     if args.which in ("all", "timer-resolution"):
-        path, measured = record_timer_resolution(out, ext, args.raw_dir)
+        path, measured = record_timer_resolution(out, ext, args.raw_dir, args.overwrite)
         done.append((path, ", ".join(f"{k}={v}" for k, v in measured.items())))
     if args.which in ("all", "starved-warps"):
-        done.append((record_starved_warps(out, ext, args.raw_dir), ""))
+        done.append((record_starved_warps(out, ext, args.raw_dir, args.overwrite), ""))
     if args.which in ("all", "grid-barrier"):
-        done.append((record_grid_barrier(out, ext, args.raw_dir), ""))
+        done.append((record_grid_barrier(out, ext, args.raw_dir, args.overwrite), ""))
     if args.which == "two-gpu-clock-sync" or (args.which == "all" and torch.cuda.device_count() >= 2):
-        done.append((record_two_gpu_clock_sync(out, args.raw_dir), ""))
+        done.append((record_two_gpu_clock_sync(out, args.raw_dir, overwrite=args.overwrite), ""))
     for path, note in done:
         print(f"wrote {path}" + (f"  ({note})" if note else ""))
     return 0

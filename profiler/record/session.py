@@ -140,7 +140,7 @@ class Session:
     def __init__(self, out_dir, *, name: str, description: str, rank: int = 0, world_size: int = 1, group=None,
                  capacity: int = 4096, hires: bool = False, workload: dict | None = None, config: dict | None = None,
                  device=None, host_pairs: int = 64, max_device_bytes: int = DEFAULT_MAX_DEVICE_BYTES,
-                 raw_dir=None):
+                 raw_dir=None, overwrite: bool = False):
         import torch
 
         if not name or "/" in name or name.startswith("."):
@@ -175,6 +175,10 @@ class Session:
         # When set, rank 0 also keeps the gathered raw buffers as <raw_dir>/<name>.rawbuf (pickle;
         # *.rawbuf is git-ignored) so a run can be re-decoded with write_from_raw().
         self.raw_dir = Path(raw_dir) if raw_dir is not None else None
+        # An existing run of this name is replaced only when asked; otherwise the run is written
+        # as <name>-2, ... (profiler.runstore.write_run). `path` is where it went (rank 0, saved).
+        self.overwrite = bool(overwrite)
+        self.path: Path | None = None
 
     # -- context manager ------------------------------------------------------------------------
     def __enter__(self) -> "Session":
@@ -378,10 +382,12 @@ class Session:
             "warnings": [w.to_json() for w in decoded.warnings] + notes,
             "headline": headline(launches) | self.headline_extra,
         }
-        return write_run(self.out_dir / self.name, events, launches, manifest, perfetto=None)
+        self.path = write_run(self.out_dir / self.name, events, launches, manifest, perfetto=None,
+                              overwrite=self.overwrite)
+        return self.path
 
 
-def write_from_raw(raw_path, out_dir=None) -> Path:
+def write_from_raw(raw_path, out_dir=None, overwrite: bool = False) -> Path:
     """Re-decode a run kept with Session(raw_dir=...) and write its run directory (on any machine;
     no GPU needed). out_dir defaults to the session's."""
     with gzip.open(raw_path, "rb") as f:
@@ -392,6 +398,7 @@ def write_from_raw(raw_path, out_dir=None) -> Path:
     s.name, s.description, s.world_size = m["name"], m["description"], m["world_size"]
     s.capacity, s.hires, s.workload, s.config = m["capacity"], m["hires"], m["workload"], m["config"]
     s.created, s.headline_extra = m["created"], m.get("headline_extra", {})
+    s.overwrite, s.path = overwrite, None
     return s._write(d["payloads"], d["status"], d["error"])
 
 

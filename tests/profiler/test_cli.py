@@ -108,11 +108,27 @@ def fake_module(monkeypatch, name, **attrs):
 def test_view_defaults_to_repo_traces(monkeypatch, tmp_path):
     calls = []
     fake_module(monkeypatch, "viewer.app", serve=lambda roots, host, port: calls.append((roots, host, port)))
-    (ROOT / "traces").mkdir(exist_ok=True)
+    assert (ROOT / "traces").is_dir()
     assert cli.main(["view"]) == 0
     assert calls == [([ROOT / "traces"], "127.0.0.1", 8050)]
-    assert cli.main(["view", str(tmp_path), "--port", "9000", "--host", "0.0.0.0"]) == 0
-    assert calls[-1] == ([tmp_path.resolve()], "0.0.0.0", 9000)
+    assert cli.main(["view", str(tmp_path), "--port", "9000", "--host", "::1"]) == 0
+    assert calls[-1] == ([tmp_path.resolve()], "::1", 9000)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "::", "example.org"])
+def test_view_on_the_network_needs_allow_remote_and_warns(monkeypatch, tmp_path, capsys, host):
+    calls = []
+    fake_module(monkeypatch, "viewer.app", serve=lambda roots, host, port: calls.append(host))
+    assert cli.main(["view", str(tmp_path), "--host", host]) == 2
+    err = capsys.readouterr().err
+    assert calls == [] and "--allow-remote" in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["view", str(tmp_path), "--host", host, "--allow-remote"]) == 0
+    assert calls == [host] and "without authentication" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "localhost", "::1"])
+def test_loopback_hosts(host):
+    assert cli.is_loopback(host)
 
 
 def test_view_missing_root_is_clear(tmp_path, capsys):
@@ -136,3 +152,139 @@ def test_passthrough_missing_dependency_is_clear(monkeypatch, capsys):
         cli.main(["trace"])
     assert e.value.code == 2
     assert "'torch'" in capsys.readouterr().err
+
+
+# -- export's output is never destructive ------------------------------------------------------
+@pytest.fixture()
+def own_run(run_dir, tmp_path):
+    """A copy of the module's run for tests that write into or around it."""
+    import shutil
+    own = Path(shutil.copytree(run_dir, tmp_path / "own"))
+    (own / "trace.perfetto-trace").unlink(missing_ok=True)
+    return own
+
+
+def _one_line_exit_2(capsys, argv, *words):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("epscope: error: ") and len(err.strip().splitlines()) == 1, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+def _snapshot(d: Path) -> dict:
+    return {p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_export_refuses_to_write_inside_a_run(own_run, tmp_path, capsys):
+    pytest.importorskip("perfetto", reason="perfetto package not installed")
+    before = _snapshot(own_run)
+    for target in (own_run / "events.parquet", own_run / "manifest.json", own_run / "x.perfetto-trace"):
+        _one_line_exit_2(capsys, ["export", str(own_run), "-o", str(target), "--force"], "inside the run directory")
+    link = tmp_path / "link"
+    link.symlink_to(own_run / "events.parquet")
+    _one_line_exit_2(capsys, ["export", str(own_run), "-o", str(link), "--force"], "inside the run directory")
+    assert _snapshot(own_run) == before
+
+
+def test_export_replaces_a_file_only_with_force(run_dir, tmp_path, capsys):
+    pytest.importorskip("perfetto", reason="perfetto package not installed")
+    out = tmp_path / "mine.txt"
+    out.write_text("precious")
+    _one_line_exit_2(capsys, ["export", str(run_dir), "-o", str(out)], "exists; add --force")
+    assert out.read_text() == "precious"
+    assert cli.main(["export", str(run_dir), "-o", str(out), "--force"]) == 0
+    assert out.stat().st_size > 100
+
+
+@pytest.mark.parametrize("where, words", [("dir", "is a directory"), ("missing/x.perfetto-trace", "does not exist")])
+def test_export_to_a_directory_or_missing_parent_is_one_line(run_dir, tmp_path, capsys, where, words):
+    (tmp_path / "dir").mkdir()
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    _one_line_exit_2(capsys, ["export", str(run_dir), "-o", str(tmp_path / where)], words)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before   # no .tmp left anywhere
+
+
+def test_export_default_rewrites_the_runs_own_trace(own_run, capsys):
+    pytest.importorskip("perfetto", reason="perfetto package not installed")
+    assert cli.main(["export", str(own_run)]) == 0
+    assert cli.main(["export", str(own_run), "-o", str(own_run / "trace.perfetto-trace")]) == 0
+    assert (own_run / "trace.perfetto-trace").stat().st_size > 0
+
+
+# -- malformed runs: one line, exit 2, for report and export alike -----------------------------
+def _manifest_change(p: Path, **changes):
+    m = json.loads((p / "manifest.json").read_text())
+    m.update(changes)
+    (p / "manifest.json").write_text(json.dumps(m))
+
+
+def _events_change(p: Path, col, make):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    t = pq.read_table(p / "events.parquet")
+    meta = t.schema.metadata
+    values = make(t.column(col).to_pylist(), t)
+    t = t.set_column(t.column_names.index(col), col, pa.array(values))
+    pq.write_table(t.replace_schema_metadata(meta), p / "events.parquet")
+
+
+MALFORMED = {
+    "git-string": (lambda p: _manifest_change(p, git="abc"), "field 'git'"),
+    "clock-list": (lambda p: _manifest_change(p, clock=[1, 2]), "field 'clock'"),
+    "drops-total-string": (lambda p: _manifest_change(p, drops={"total": "many"}), "field 'drops.total'"),
+    "format-version-true": (lambda p: _manifest_change(p, format_version=True), "format_version"),
+    "format-version-0": (lambda p: _manifest_change(p, format_version=0), "format_version"),
+    "format-version-minus-5": (lambda p: _manifest_change(p, format_version=-5), "format_version"),
+    "deep-nesting": (lambda p: (p / "manifest.json").write_text('{"a": ' + "[" * 5000 + "]" * 5000 + "}"),
+                     "nested deeper"),
+    "string-timestamps": (lambda p: _events_change(p, "begin_ns", lambda v, t: [str(x) for x in v]), "begin_ns"),
+    "nan-timestamps": (lambda p: _events_change(p, "end_ns", lambda v, t: [float("nan")] * len(v)), "end_ns"),
+    "unknown-kind": (lambda p: _events_change(p, "kind", lambda v, t: ["teleport"] * len(v)), "kind"),
+    "end-before-begin": (lambda p: _events_change(p, "end_ns", lambda v, t: [x - 1 for x in
+                                                                            t.column("begin_ns").to_pylist()]),
+                         "end before they begin"),
+}
+
+
+@pytest.mark.parametrize("cmd", ["report", "export"])
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_runs_one_line_exit_2(own_run, capsys, cmd, case):
+    pytest.importorskip("perfetto", reason="perfetto package not installed")
+    breakage, words = MALFORMED[case]
+    breakage(own_run)
+    _one_line_exit_2(capsys, [cmd, str(own_run)], words)
+    assert not (own_run / "trace.perfetto-trace").exists()    # export wrote nothing
+
+
+def test_malformed_run_via_python_m_has_no_traceback(own_run):
+    _manifest_change(own_run, clock=[1, 2])
+    p = subprocess.run([sys.executable, "-m", "profiler", "export", str(own_run)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+# -- progress ----------------------------------------------------------------------------------
+def test_progress_is_quiet_when_stderr_is_not_a_terminal(run_dir, capsys):
+    assert cli.main(["report", str(run_dir)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_shows_on_a_terminal():
+    import io
+    import time
+
+    from profiler.progress import Activity
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    out = Tty()
+    n = [0]
+    with Activity("epscope export", watch=lambda: n[0], unit="B", stream=out) as a:
+        a.step("writing the trace")
+        n[0] = 2_500_000
+        time.sleep(0.5)
+    text = out.getvalue()
+    assert "epscope export: writing the trace" in text and "2.50M" in text

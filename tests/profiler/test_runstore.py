@@ -1,21 +1,31 @@
-"""profiler.runstore: round trip, typed errors for missing / corrupt / newer / empty runs, streaming."""
+"""profiler.runstore: round trip, typed errors for missing / corrupt / malformed / newer / empty
+runs, streaming, atomic writes that never replace unasked, one consistent version per read,
+confinement of symlinked files, old runs still opening."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import threading
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from profiler import runstore as RS
 from profiler.decode import LaunchInfo, decode_launches
-from profiler.errors import CorruptRun, EmptyRun, RunError, RunNotFound, UnsupportedRunVersion
+from profiler.errors import (CorruptRun, EmptyRun, InvalidEvents, InvalidManifest, RunChanged, RunError, RunExists,
+                             RunNotFound, UnsupportedRunVersion)
 from profiler.registry import load_all
 from profiler.schema import COLUMNS, empty_events
 
 from .bufbuild import random_buffer
 
 REG = load_all()["selftest"]
+TRACES = Path(__file__).resolve().parents[2] / "traces"
 
 
 @pytest.fixture(scope="module")
@@ -26,38 +36,49 @@ def decoded():
     return decode_launches(items, {"selftest": REG})
 
 
+def write_ok(tmp_path, decoded, name="c", **kw):
+    return RS.write_run(tmp_path / name, decoded.events, decoded.launches, kw.pop("manifest", {}), perfetto=False, **kw)
+
+
+def leftovers(d: Path) -> list[str]:
+    """Temporary directories a write left behind."""
+    return [p.name for p in d.iterdir() if p.name.startswith(".")]
+
+
 def test_round_trip(tmp_path, decoded):
     man = {"name": "rt", "registry": {"selftest": REG.to_json()}, "workload": {"kind": "synthetic"}}
-    p = RS.write_run(tmp_path / "run", decoded.events, decoded.launches, man, perfetto=False)
+    p = write_ok(tmp_path, decoded, "run", manifest=man)
     run = RS.load_run(p)
     assert run.manifest["format"] == "epscope-run" and run.manifest["format_version"] == RS.FORMAT_VERSION
     assert run.manifest["drops"] == {"total": 0, "per_rank": [0, 0]} and "created" in run.manifest
-    assert run.num_events == len(decoded.events) and run.name == "rt"
+    assert run.num_events == len(decoded.events) and run.name == "rt" and run.status == "ok"
+    assert len(run.version_id) == 32
     pd.testing.assert_frame_equal(run.events, decoded.events, check_categorical=False)
     assert [str(t) for t in run.events.dtypes] == list(COLUMNS.values())
     pd.testing.assert_frame_equal(run.launches, decoded.launches, check_categorical=False)
+    assert run.registries["selftest"].hash == REG.hash
     assert not (p / RS.TRACE).exists()
-    assert RS.list_runs(tmp_path) == [p]
+    assert RS.list_runs(tmp_path) == [p] and leftovers(tmp_path) == []
 
 
-def test_trace_written_when_asked_and_stale_one_removed(tmp_path, decoded):
+def test_trace_written_when_asked_or_small(tmp_path, decoded):
     pytest.importorskip("perfetto", reason="perfetto package not installed")
     p = RS.write_run(tmp_path / "r", decoded.events, decoded.launches, {}, perfetto=True)
     assert (p / RS.TRACE).stat().st_size > 0
-    # perfetto=None keeps a trace only for small runs; a larger threshold miss removes the stale file
-    RS.write_run(p, decoded.events, decoded.launches, {}, perfetto=None)
+    # perfetto=None keeps a trace only for small runs; a rewrite over the threshold has none
+    RS.write_run(p, decoded.events, decoded.launches, {}, perfetto=None, overwrite=True)
     assert (p / RS.TRACE).exists()
     old = RS.TRACE_KEEP_MAX_EVENTS
     try:
         RS.TRACE_KEEP_MAX_EVENTS = 10
-        RS.write_run(p, decoded.events, decoded.launches, {}, perfetto=None)
+        RS.write_run(p, decoded.events, decoded.launches, {}, perfetto=None, overwrite=True)
     finally:
         RS.TRACE_KEEP_MAX_EVENTS = old
     assert not (p / RS.TRACE).exists()
 
 
 def test_iter_event_batches_streams(tmp_path, decoded):
-    p = RS.write_run(tmp_path / "b", decoded.events, decoded.launches, {}, perfetto=False)
+    p = write_ok(tmp_path, decoded, "b")
     batches = list(RS.iter_event_batches(p, batch_rows=100))
     assert all(len(b) <= 100 for b in batches) and sum(map(len, batches)) == len(decoded.events)
     assert batches[0]["phase"].dtype == "category"
@@ -65,6 +86,137 @@ def test_iter_event_batches_streams(tmp_path, decoded):
     pd.testing.assert_frame_equal(got, decoded.events[["begin_ns", "end_ns"]].reset_index(drop=True))
 
 
+# -- writes -----------------------------------------------------------------------------------
+def test_an_existing_name_gets_a_suffix_not_replaced(tmp_path, decoded):
+    a = write_ok(tmp_path, decoded, "same", manifest={"name": "first"})
+    b = write_ok(tmp_path, decoded, "same", manifest={"name": "second"})
+    c = write_ok(tmp_path, decoded, "same", manifest={"name": "third"})
+    assert (a.name, b.name, c.name) == ("same", "same-2", "same-3")
+    assert RS.load_run(a).name == "first" and RS.load_run(b).name == "second"
+    assert RS.free_path(tmp_path / "same") == tmp_path / "same-4"
+    assert leftovers(tmp_path) == []
+
+
+def test_overwrite_replaces_a_run_in_one_step(tmp_path, decoded):
+    a = write_ok(tmp_path, decoded, "o", manifest={"name": "first"})
+    v1 = RS.load_run(a).version_id
+    b = write_ok(tmp_path, decoded, "o", manifest={"name": "second"}, overwrite=True)
+    assert b == a
+    run = RS.load_run(a)
+    assert run.name == "second" and run.version_id != v1
+    assert leftovers(tmp_path) == [] and sorted(os.listdir(tmp_path)) == ["o"]
+
+
+def test_overwrite_refuses_what_is_not_a_run(tmp_path, decoded):
+    d = tmp_path / "home"
+    d.mkdir()
+    (d / "precious.txt").write_text("keep me")
+    with pytest.raises(RunExists, match="not a run directory"):
+        write_ok(tmp_path, decoded, "home", overwrite=True)
+    assert (d / "precious.txt").read_text() == "keep me" and leftovers(tmp_path) == []
+    run = write_ok(tmp_path, decoded, "target")
+    os.symlink(run, tmp_path / "link")
+    with pytest.raises(RunExists):
+        write_ok(tmp_path, decoded, "link", overwrite=True)
+
+
+def test_a_save_that_fails_halfway_leaves_the_old_run(tmp_path, decoded, monkeypatch):
+    p = write_ok(tmp_path, decoded, "f", manifest={"name": "old"})
+    old = RS.load_run(p)
+    real = pq.write_table
+    calls = []
+
+    def fail_second(table, where, **kw):   # the events are written, then the launches fail
+        calls.append(where)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(table, where, **kw)
+    monkeypatch.setattr(RS.pq, "write_table", fail_second)
+    half = decoded.events.assign(payload=decoded.events["payload"] + 1)
+    with pytest.raises(OSError, match="No space"):
+        RS.write_run(p, half, decoded.launches, {"name": "new"}, perfetto=False, overwrite=True)
+    monkeypatch.undo()
+    again = RS.load_run(p)
+    assert again.name == "old" and again.version_id == old.version_id
+    pd.testing.assert_frame_equal(again.events, old.events)
+    assert leftovers(tmp_path) == []
+
+
+def test_writing_bad_events_writes_nothing(tmp_path, decoded):
+    bad = decoded.events.assign(end_ns=decoded.events["begin_ns"] - 1)
+    with pytest.raises(InvalidEvents, match="end before they begin"):
+        RS.write_run(tmp_path / "x", bad, decoded.launches, {}, perfetto=False)
+    assert os.listdir(tmp_path) == []
+
+
+# -- one version per read ------------------------------------------------------------------
+def _mix(tmp_path, decoded):
+    """A run whose manifest is from one write and whose events are from another."""
+    a = write_ok(tmp_path, decoded, "mix-a")
+    b = write_ok(tmp_path, decoded, "mix-b")
+    shutil.copy(b / RS.EVENTS, a / RS.EVENTS)
+    return a
+
+
+def test_files_of_two_writes_are_never_read_as_one_run(tmp_path, decoded):
+    with pytest.raises(CorruptRun, match="events.parquet and manifest.json come from different writes"):
+        RS.load_run(_mix(tmp_path, decoded))
+
+
+def test_events_read_after_a_rewrite_raise_run_changed(tmp_path, decoded):
+    p = write_ok(tmp_path, decoded, "lazy")
+    run = RS.load_run(p)                      # events not read yet
+    write_ok(tmp_path, decoded, "lazy", overwrite=True)
+    with pytest.raises(RunChanged, match="open it again"):
+        run.events
+    assert len(RS.load_run(p).events) == len(decoded.events)
+
+
+def test_a_reader_racing_a_writer_sees_one_version(tmp_path, decoded):
+    """Each write stamps its number into the manifest and into every event's payload: a read
+    that returns must show the same number in both (the issue saw 433 mixes in 1,279 reads)."""
+    def write(i, overwrite=True):
+        ev = decoded.events.assign(payload=np.int64(i))
+        return RS.write_run(tmp_path / "race", ev, decoded.launches, {"headline": {"i": i}}, perfetto=False,
+                            overwrite=overwrite)
+    p = write(0, overwrite=False)
+    stop = threading.Event()
+
+    def writer():
+        i = 1
+        while not stop.is_set() and i < 120:
+            write(i)
+            i += 1
+    th = threading.Thread(target=writer)
+    th.start()
+    reads = errors = 0
+    try:
+        while th.is_alive() and reads < 120:
+            try:
+                run = RS.load_run(p)
+                got = set(run.events["payload"].unique().tolist())
+            except RunChanged:            # a clear error is allowed; a mix is not
+                errors += 1
+                continue
+            assert got == {run.manifest["headline"]["i"]}, (got, run.manifest["headline"])
+            reads += 1
+    finally:
+        stop.set()
+        th.join()
+    assert reads > 0 and leftovers(tmp_path) == []
+
+
+def test_old_runs_without_version_ids_open(tmp_path, decoded):
+    bundled = sorted(TRACES.rglob("manifest.json"))
+    assert bundled
+    for m in bundled:       # recorded before version ids: format_version 1, no version_id
+        run = RS.load_run(m.parent)
+        assert run.version_id is None and len(run.launches) >= 0
+    run = RS.load_run(bundled[0].parent)
+    assert len(run.events) == run.num_events
+
+
+# -- errors -----------------------------------------------------------------------------------
 def test_missing_run(tmp_path):
     with pytest.raises(RunNotFound, match="no such run directory"):
         RS.load_run(tmp_path / "nope")
@@ -73,30 +225,66 @@ def test_missing_run(tmp_path):
         RS.load_run(tmp_path / "plain")
 
 
-def write_ok(tmp_path, decoded, name="c"):
-    return RS.write_run(tmp_path / name, decoded.events, decoded.launches, {}, perfetto=False)
+def _manifest(p, **changes):
+    m = json.loads((p / "manifest.json").read_text())
+    m.update(changes)
+    (p / "manifest.json").write_text(json.dumps(m))
 
 
 @pytest.mark.parametrize("breakage, err, match", [
-    (lambda p: (p / "manifest.json").write_text("{not json"), CorruptRun, "not valid JSON"),
-    (lambda p: (p / "manifest.json").write_text('{"format": "other"}'), CorruptRun, "not an epscope-run manifest"),
+    (lambda p: (p / "manifest.json").write_text("{not json"), InvalidManifest, "not valid JSON"),
+    (lambda p: (p / "manifest.json").write_text('{"format": "other"}'), InvalidManifest, "not an epscope-run manifest"),
     (lambda p: (p / "events.parquet").write_bytes(b"PAR1garbage"), CorruptRun, "not a readable parquet"),
     (lambda p: (p / "events.parquet").unlink(), CorruptRun, "events.parquet missing"),
     (lambda p: (p / "manifest.json").unlink(), CorruptRun, "no manifest.json"),
     (lambda p: (p / "launches.parquet").write_bytes(b"xx"), CorruptRun, "cannot read launches"),
+    (lambda p: _manifest(p, git="abc"), InvalidManifest, "field 'git' must be an object"),
+    (lambda p: _manifest(p, clock=[1, 2]), InvalidManifest, "field 'clock' must be an object"),
+    (lambda p: _manifest(p, drops={"total": "many"}), InvalidManifest, "field 'drops.total' must be an integer"),
+    (lambda p: _manifest(p, format_version=True), InvalidManifest, "format_version"),
+    (lambda p: _manifest(p, format_version=0), InvalidManifest, "format_version"),
+    (lambda p: _manifest(p, format_version=-5), InvalidManifest, "format_version"),
+    (lambda p: _manifest(p, num_events=3), CorruptRun, "manifest.json says 3 events"),
+    (lambda p: (p / "manifest.json").write_text('{"x": ' + "[" * 5000 + "]" * 5000 + "}"), InvalidManifest,
+     "nested deeper"),
 ])
 def test_corrupt_runs(tmp_path, decoded, breakage, err, match):
     p = write_ok(tmp_path, decoded)
     breakage(p)
-    with pytest.raises(err, match=match):
+    with pytest.raises(err, match=match) as e:
         RS.load_run(p)
+    assert "\n" not in str(e.value)
+
+
+def _events(p, **cols):
+    """Rewrite RUN/events.parquet with some columns replaced, keeping the write's version id."""
+    t = pq.read_table(p / "events.parquet")
+    for name, values in cols.items():
+        t = t.set_column(t.column_names.index(name), name, pa.array(values))
+    pq.write_table(t.replace_schema_metadata(pq.read_schema(p / "events.parquet").metadata), p / "events.parquet")
+
+
+@pytest.mark.parametrize("col, make, match", [
+    ("begin_ns", lambda n, ev: [str(v) for v in ev["begin_ns"]], "begin_ns"),
+    ("begin_ns", lambda n, ev: [float("nan")] * n, "not finite"),
+    ("end_ns", lambda n, ev: (ev["begin_ns"] - 1).tolist(), "end before they begin"),
+    ("kind", lambda n, ev: ["bogus"] * n, "outside"),
+    ("rank", lambda n, ev: [1 << 40] * n, "do not fit int16"),
+])
+def test_malformed_events_are_typed_errors(tmp_path, decoded, col, make, match):
+    p = write_ok(tmp_path, decoded)
+    _events(p, **{col: make(len(decoded.events), decoded.events)})
+    run = RS.load_run(p)                           # the footer is fine: the full read finds it
+    with pytest.raises(InvalidEvents, match=match):
+        run.events
+    if col in ("begin_ns", "end_ns", "kind"):     # what export checks without loading the table
+        with pytest.raises(InvalidEvents, match=match):
+            RS.check_events(run)
 
 
 def test_newer_format_version(tmp_path, decoded):
     p = write_ok(tmp_path, decoded)
-    m = json.loads((p / "manifest.json").read_text())
-    m["format_version"] = RS.FORMAT_VERSION + 1
-    (p / "manifest.json").write_text(json.dumps(m))
+    _manifest(p, format_version=RS.FORMAT_VERSION + 1)
     with pytest.raises(UnsupportedRunVersion, match="newer"):
         RS.load_run(p)
 
@@ -108,8 +296,6 @@ def test_empty_run(tmp_path, decoded):
 
 
 def test_events_with_missing_columns_are_corrupt(tmp_path, decoded):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     p = write_ok(tmp_path, decoded)
     pq.write_table(pa.table({"rank": [0]}), p / "events.parquet")
     with pytest.raises(CorruptRun, match="lacks event columns"):
@@ -117,12 +303,50 @@ def test_events_with_missing_columns_are_corrupt(tmp_path, decoded):
 
 
 def test_all_run_errors_share_a_base():
-    assert all(issubclass(c, RunError) for c in (RunNotFound, CorruptRun, UnsupportedRunVersion, EmptyRun))
+    assert all(issubclass(c, RunError) for c in (RunNotFound, CorruptRun, UnsupportedRunVersion, EmptyRun,
+                                                 InvalidManifest, InvalidEvents, RunChanged, RunExists))
 
 
-def test_list_runs_nested_and_missing_root(tmp_path, decoded):
+# -- confinement and the cheap check -----------------------------------------------------------
+def test_files_resolving_outside_the_roots_are_refused(tmp_path, decoded):
+    root = tmp_path / "root"
+    p = write_ok(root, decoded, "r")
+    outside = write_ok(tmp_path / "elsewhere", decoded, "o")
+    assert RS.load_run(p, within=[root]).num_events > 0
+    for name in (RS.EVENTS, RS.MANIFEST, RS.LAUNCHES):
+        q = write_ok(root, decoded, f"link-{name}")
+        (q / name).unlink()
+        os.symlink(outside / name, q / name)
+        with pytest.raises(RS.OutsideRoots, match="outside the allowed roots"):
+            RS.load_run(q, within=[root])
+    os.symlink(outside, root / "dirlink")
+    with pytest.raises(RS.OutsideRoots):
+        RS.load_run(root / "dirlink", within=[root])
+
+
+def test_check_run_reads_footers_only(tmp_path, decoded):
+    ok = write_ok(tmp_path, decoded, "ok")
+    assert RS.check_run(ok).ok and RS.check_run(ok).num_events == len(decoded.events)
+    t = write_ok(tmp_path, decoded, "t", manifest={"status": "timeout"})
+    assert RS.check_run(t).status == "timeout" and not RS.check_run(t).ok
+    bad = write_ok(tmp_path, decoded, "bad")
+    (bad / "events.parquet").write_bytes(b"PAR1 nope")
+    c = RS.check_run(bad)
+    assert c.status == "corrupt" and "parquet" in c.problem and c.manifest is not None
+    short = write_ok(tmp_path, decoded, "short")
+    _manifest(short, num_events=1)
+    assert RS.check_run(short).status == "corrupt"
+    wrong = write_ok(tmp_path, decoded, "wrong")
+    _manifest(wrong, git="abc")
+    c = RS.check_run(wrong)
+    assert c.status == "unreadable" and "git" in c.problem and c.manifest is None
+    assert RS.check_run(_mix(tmp_path, decoded)).status == "corrupt"
+
+
+def test_list_runs_nested_missing_root_and_writes_in_progress(tmp_path, decoded):
     a = write_ok(tmp_path / "x", decoded, "a")
     b = write_ok(tmp_path / "y" / "z", decoded, "b")
+    shutil.copytree(a, tmp_path / "x" / ".a.1234.tmp")      # what a killed writer leaves
     assert RS.list_runs(tmp_path) == sorted([a, b])
     assert RS.list_runs(tmp_path / "none") == []
 
@@ -133,16 +357,28 @@ def test_manifest_accepts_numpy_values(tmp_path, decoded):
     assert RS.load_run(p).manifest["headline"] == {"x": 1.5, "n": 3}
 
 
+def test_a_manifest_that_would_not_read_back_is_not_written(tmp_path, decoded):
+    with pytest.raises(InvalidManifest, match="git"):
+        RS.write_run(tmp_path / "w", decoded.events, decoded.launches, {"git": "abc"}, perfetto=False)
+    assert os.listdir(tmp_path) == []
+
+
 def test_update_manifest_sets_fields_and_keeps_the_rest(tmp_path, decoded):
     p = RS.write_run(tmp_path / "r", decoded.events, decoded.launches, {"name": "r", "workload": {"kind": "ep"}},
                      perfetto=False)
     before = json.loads((p / RS.MANIFEST).read_text())
-    after = RS.update_manifest(p, {"expect": {"schema": 1, "cause": "none", "value": np.float64(1.5)}})
+    block = {"schema": 1, "cause": "none", "effect": {"metric": "x", "value": np.float64(1.5), "unit": "x"}}
+    after = RS.update_manifest(p, {"expect": block})
     assert after == json.loads((p / RS.MANIFEST).read_text())
-    assert after["expect"]["value"] == 1.5 and {k: after[k] for k in before} == before
+    assert after["expect"]["effect"]["value"] == 1.5 and {k: after[k] for k in before} == before
+    run = RS.load_run(p)
+    assert run.manifest["expect"]["cause"] == "none" and run.version_id == before["version_id"]
+    assert leftovers(p) == []
+    for frozen in ("format_version", "version_id", "num_events"):
+        with pytest.raises(ValueError, match=frozen):
+            RS.update_manifest(p, {frozen: 9})
+    with pytest.raises(InvalidManifest, match="expect"):           # what would not read back is not written
+        RS.update_manifest(p, {"expect": {"schema": 1, "cause": "gremlins"}})
     assert RS.load_run(p).manifest["expect"]["cause"] == "none"
-    assert list(p.glob("*.tmp")) == []
-    with pytest.raises(ValueError, match="format_version"):
-        RS.update_manifest(p, {"format_version": 9})
     with pytest.raises(RunNotFound):
         RS.update_manifest(tmp_path / "missing", {"expect": None})
