@@ -309,7 +309,7 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="epscope-catalogue-warmup-"))
     opts = {"runs": runs, "out": str(a.out), "scratch": str(scratch), "timeout_s": a.timeout_s,
-            "capacity": CAPACITY}
+            "capacity": CAPACITY, "overwrite": a.overwrite}   # runstore replaces a run only when asked
     print(f"ep_core.catalogue: {len(runs)} runs -> {a.out}: " + " ".join(r.name for r in runs), flush=True)
     t0 = time.time()
     try:

@@ -102,7 +102,7 @@ def _record(ctx, buffer, run: PlannedRun, opts, cycles_per_us: float) -> RankFac
     dev_events = []
     session = Session(opts["out"], name=run.name, description=run.description(), rank=rank,
                       world_size=ctx.world_size, group=ctx.group, capacity=opts["capacity"],
-                      workload=run.workload(),
+                      workload=run.workload(), overwrite=opts.get("overwrite", False),
                       config={"dispatch": op.dispatch_config.to_dict(), "combine": op.combine_config.to_dict(),
                               "timeout_s": buffer.timeout_s})
     try:
