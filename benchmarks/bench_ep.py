@@ -287,7 +287,6 @@ def _profiling_rows(ctx, buffer, step_fn, sets, W, N, opts, p):
     """(name, per-iteration seconds, kernel seconds per iteration or None, note) rows."""
     import tempfile
 
-    from ep_core import _ext
     from profiler.record.session import Session
 
     out = []
@@ -295,14 +294,13 @@ def _profiling_rows(ctx, buffer, step_fn, sets, W, N, opts, p):
     out.append(("dispatch+combine, profiling compiled out", off, kernel_seconds(ctx, step_fn, sets, N),
                 "default build"))
     # the instrumented build with recording off (null profile buffer): the runtime switch
-    default_ext = buffer.ext
     try:
-        buffer.ext = _ext.load(profile=True)
+        buffer.use_instrumented_build(True)
         null = time_op(ctx, lambda k: step_fn(k), sets, W, N)
         out.append(("dispatch+combine, instrumented, recording off", null,
                     kernel_seconds(ctx, step_fn, sets, N), "null profile buffer"))
     finally:
-        buffer.ext = default_ext
+        buffer.use_instrumented_build(False)
     tmp = tempfile.mkdtemp(prefix="bench-ep-prof-")
     # Profile a bounded number of iterations: each fills one buffer per kernel launch. 1024
     # records per warp is far above what one dispatch or combine warp writes, so nothing drops;

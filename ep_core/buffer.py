@@ -31,7 +31,17 @@ rank r's dispatch write nothing to its peers, so they time out waiting for its r
 
 Profiling: `profile=` on any call (a profiler.record Session, or True for the session set by
 `with buffer.profile(session):`), off by default. The first profiled call loads the instrumented
-build; unprofiled calls keep using the compiled-out one.
+build; unprofiled calls keep using the compiled-out one. A profiled call takes its profile
+buffers from the session's pool (`Session.launch_slot`: slabs zeroed and stamped once per 32
+launches of one geometry), so it passes pointers and neither allocates nor synchronises.
+
+Host cost (issue 9, benchmarks/NOTES.md): everything a call needs that its handle, dtype,
+config and options fix is built once into a plan (a `DispatchPlan` / `CombinePlan` of the
+extension, kept on the handle), and a call makes one extension call that orders the streams,
+allocates the outputs and launches the kernels (`Launcher`, ep_core/csrc/bindings.cpp). Cached
+dispatch and combine neither synchronise nor allocate outside torch's caching allocator, and the
+op's epoch lives on the device, so both can be captured in a CUDA graph and replayed (profiled or
+not; see `tests/gpu/test_ep_graphs.py`).
 """
 from __future__ import annotations
 
@@ -39,6 +49,7 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass
+from time import perf_counter_ns
 from typing import NamedTuple
 
 import torch
@@ -145,6 +156,41 @@ class EventOverlap:
         return False
 
 
+# The caller's current CUDA stream as a raw handle: torch's own C entry point (what Triton and
+# Inductor use) costs a fraction of a µs, torch.cuda.current_stream() a few µs. Tests on the CPU
+# replace this function.
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def current_raw_stream(device_index: int) -> int:
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+class PlanCache:
+    """The plans built for one handle, keyed by what a call may change: the build (compiled out
+    or instrumented), dtype, config, options. A plan keeps its config object alive, so a config's
+    id() in the key cannot be reused by another config while the entry exists."""
+
+    __slots__ = ("plans",)
+
+    def __init__(self):
+        self.plans: dict = {}
+
+    def __repr__(self) -> str:
+        return f"PlanCache({len(self.plans)} plans)"
+
+
+class _Plan(NamedTuple):
+    """One cached plan: the extension's plan object plus what the Python side needs per call."""
+
+    config: object          # the Config it was built for (kept alive: its id() is in the key)
+    cpp: object             # ext.DispatchPlan / ext.CombinePlan
+    prof_open: tuple | None  # launch_slot arguments of the op's first kernel (barrier), None if none
+    prof_kernel: tuple      # launch_slot arguments of the dispatch / combine kernel
+
+
 class DispatchHandle(NamedTuple):
     """What a cached dispatch and combine need. handle[0] is DeepEP's rank_prefix_matrix."""
 
@@ -162,14 +208,40 @@ class DispatchHandle(NamedTuple):
     num_recv_rows: int                 # rows of recv_x (num_recv_tokens or num_worst_tokens)
     max_combine_rows: int              # rows any rank receives back in combine, -1 if unknown
     max_recv_rows: int                 # rows the fullest rank receives (same on every rank)
+    cache: PlanCache                   # plans of later calls with this handle (not part of DeepEP's handle)
 
-    def kernel_tensors(self) -> list:
-        return [self.is_token_in_rank, self.send_pos, self.send_chunk_prefix, self.rank_prefix_matrix,
-                self.recv_chunk_prefix, self.recv_num_chunks]
+    def kernel_tensors(self, ext):
+        """The handle as the extension's named HandleTensors of build `ext`."""
+        return ext.HandleTensors(is_token_in_rank=self.is_token_in_rank, send_pos=self.send_pos,
+                                 send_chunk_prefix=self.send_chunk_prefix, rank_prefix_matrix=self.rank_prefix_matrix,
+                                 recv_chunk_prefix=self.recv_chunk_prefix, recv_num_chunks=self.recv_num_chunks,
+                                 num_tokens=self.num_tokens, chunk_size=self.chunk_size, num_chunks=self.num_chunks)
 
 
 def _align(n: int, a: int = REGION_ALIGN) -> int:
     return (n + a - 1) // a * a
+
+
+class _Build:
+    """One compiled variant of the extension (compiled out, or instrumented) with this Buffer's
+    Launcher in it. Each build has its own types (module_local), so plans are per build."""
+
+    def __init__(self, ext, launcher):
+        self.ext = ext
+        self.profile = bool(ext.profile_enabled())
+        self.launcher = launcher
+        self._modes: dict = {}
+
+    def mode(self, compute: int, fork: bool, join: bool, async_finish: bool, alloc_on_comm: bool):
+        """The StreamMode of a call; one object per combination of flags, its stream updated."""
+        key = (fork, join, async_finish, alloc_on_comm)
+        m = self._modes.get(key)
+        if m is None:
+            m = self._modes[key] = self.ext.StreamMode(compute=compute, fork=fork, join=join,
+                                                       async_finish=async_finish, alloc_on_comm=alloc_on_comm)
+        else:
+            m.compute = compute
+        return m
 
 
 class Buffer:
@@ -188,36 +260,75 @@ class Buffer:
             raise NotImplementedError("ep_core: low-latency mode is not implemented (issue 3 covers the normal "
                                       "prefill/training kernels only)")
         self.group = group
-        self.rank = group.rank() if group is not None else 0
-        self.group_size = group.size() if group is not None else 1
-        if not 1 <= self.group_size <= MAX_RANKS:
-            raise ValueError(f"ep_core: 1..{MAX_RANKS} ranks (intranode), the group has {self.group_size}")
-        self.ext = _ext.load(profile=False)
-        self.limits = dict(self.ext.limits())
-        self.num_nvl_bytes = int(num_nvl_bytes)
-        if self.num_nvl_bytes < self.limits["data_offset"] + REGION_ALIGN * 8:
+        rank = group.rank() if group is not None else 0
+        group_size = group.size() if group is not None else 1
+        if not 1 <= group_size <= MAX_RANKS:
+            raise ValueError(f"ep_core: 1..{MAX_RANKS} ranks (intranode), the group has {group_size}")
+        ext = _ext.load(profile=False)
+        limits = dict(ext.limits())
+        if int(num_nvl_bytes) < limits["data_offset"] + REGION_ALIGN * 8:
             raise EPCapacityError(
-                f"ep_core: num_nvl_bytes={self.num_nvl_bytes} is below the minimum "
-                f"{self.limits['data_offset'] + REGION_ALIGN * 8} (signals + layout slots); size it with "
+                f"ep_core: num_nvl_bytes={int(num_nvl_bytes)} is below the minimum "
+                f"{limits['data_offset'] + REGION_ALIGN * 8} (signals + layout slots); size it with "
                 f"Buffer.get_buffer_size_hint(num_max_tokens_per_rank, hidden, num_ranks)")
         self.explicitly_destroy = explicitly_destroy
-        self.timeout_s = float(timeout_s if timeout_s is not None else
-                               os.environ.get("EPSCOPE_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+        timeout = float(timeout_s if timeout_s is not None else os.environ.get("EPSCOPE_TIMEOUT_S", DEFAULT_TIMEOUT_S))
         skip = _test_skip_send_rank
         if skip is None and os.environ.get("EPSCOPE_TEST_SKIP_SEND_RANK", "") != "":
             skip = int(os.environ["EPSCOPE_TEST_SKIP_SEND_RANK"])
-        self._skip_send = skip is not None and int(skip) == self.rank
-        self.device = torch.device("cuda", torch.cuda.current_device())
-        self.peers = PeerBuffers(self.ext, group, self.num_nvl_bytes)
-        self._err_host, self._err_dev = self.ext.alloc_error()
-        self.comm_stream = torch.cuda.Stream(device=self.device)
-        self._epoch = 0
+        device = torch.device("cuda", torch.cuda.current_device())
+        peers = PeerBuffers(ext, group, int(num_nvl_bytes))
+        self._init_host_state(ext, rank=rank, group_size=group_size, num_nvl_bytes=int(num_nvl_bytes),
+                              timeout_s=timeout, skip_send=skip is not None and int(skip) == rank, device=device,
+                              comm_stream=torch.cuda.Stream(device=device), peers=peers)
+
+    def _init_host_state(self, ext, *, rank, group_size, num_nvl_bytes, timeout_s, skip_send, device, comm_stream,
+                         peers) -> None:
+        """Everything but the process group and the GPU allocations (the CPU tests build a Buffer
+        around a fake extension with this)."""
+        self.rank, self.group_size = rank, group_size
+        self.ext = ext
+        self.limits = dict(ext.limits())
+        self.num_nvl_bytes = num_nvl_bytes
+        self.timeout_s = timeout_s
+        self._skip_send = skip_send
+        self.device = device
+        self._device_index = device.index if device.index is not None else 0
+        self.peers = peers
+        self._err = ext.ErrorRecord()
+        self.comm_stream = comm_stream
+        self._builds: dict[bool, _Build] = {}
+        self._builds[False] = self._make_build(ext)
+        self._instrumented = False     # use_instrumented_build(): the instrumented build with recording off
         self._broken: str | None = None
         self._destroyed = False
         self._session = None          # set by `with buffer.profile(session)`
         self.profile_iteration: int | None = None  # iteration label of profiled launches (auto if None)
         self._auto_iteration = -1
         self._info_host = None
+        self._default_configs: dict = {}
+
+    def _make_build(self, ext) -> _Build:
+        s = self.comm_stream
+        launcher = ext.Launcher(peers=list(self.peers.ptrs), rank=self.rank, error_device=self._err.device,
+                                timeout_ns=int(self.timeout_s * 1e9), skip_send=self._skip_send,
+                                comm_stream=int(s.cuda_stream), comm_stream_id=int(s.stream_id),
+                                device_index=int(s.device_index), device_type=int(s.device_type))
+        return _Build(ext, launcher)
+
+    def _build(self, profiled: bool) -> _Build:
+        """The compiled-out build, or the instrumented one (loaded on first use) for profiled calls
+        and after use_instrumented_build(True)."""
+        key = profiled or self._instrumented
+        b = self._builds.get(key)
+        if b is None:
+            b = self._builds[key] = self._make_build(_ext.load(profile=True))
+        return b
+
+    def use_instrumented_build(self, on: bool = True) -> None:
+        """Run unprofiled calls with the instrumented build too (recording off through a null
+        profile buffer: the runtime switch), as the benchmark's 'instrumented, recording off' row."""
+        self._instrumented = bool(on)
 
     # -- static API ------------------------------------------------------------------------------
     @staticmethod
@@ -237,6 +348,16 @@ class Buffer:
     @staticmethod
     def get_combine_config(num_ranks: int) -> Config:
         return _combine_config(num_ranks, Buffer.num_sms)
+
+    def _default_config(self, kind: str) -> Config:
+        """The table's config at the current Buffer.num_sms, made once (Config validates on
+        construction: a few µs a call if remade every time)."""
+        key = (kind, Buffer.num_sms)
+        c = self._default_configs.get(key)
+        if c is None:
+            make = self.get_dispatch_config if kind == "dispatch" else self.get_combine_config
+            c = self._default_configs[key] = make(self.group_size)
+        return c
 
     @staticmethod
     def get_buffer_size_hint(num_max_tokens_per_rank: int, hidden: int, num_ranks: int,
@@ -260,8 +381,13 @@ class Buffer:
         if self.group_size > 1:
             dist.barrier(group=self.group)  # no peer may still write into a buffer we unmap
         self.peers.close()
-        self.ext.free_error(self._err_host)
+        self._builds.clear()
+        self._err.close()
         self._destroyed = True
+
+    def _usable_fast(self) -> bool:
+        """One host read of the error flag plus two attributes: the check at every call's start."""
+        return not self._err.flag() and self._broken is None and not self._destroyed
 
     def _check_usable(self) -> None:
         if self._destroyed:
@@ -273,28 +399,29 @@ class Buffer:
     # -- errors ----------------------------------------------------------------------------------
     def error_report(self) -> ErrorReport | None:
         """This rank's first device failure so far (a host-mapped read, no sync), or None."""
-        flag, rank, kernel, phase, is_barrier, channel, peer, epoch = self.ext.read_error(self._err_host)
-        if flag <= 0:
+        e = self._err.report()
+        if e.flag <= 0:
             return None
-        return ErrorReport(_ERROR_KINDS.get(flag, f"flag {flag}"), rank, _KERNELS.get(kernel, f"kernel {kernel}"),
-                           _phase_name(phase, bool(is_barrier)), bool(is_barrier), channel, peer, epoch)
+        return ErrorReport(_ERROR_KINDS.get(e.flag, f"flag {e.flag}"), e.rank,
+                           _KERNELS.get(e.kernel, f"kernel {e.kernel}"), _phase_name(e.phase, bool(e.is_barrier)),
+                           bool(e.is_barrier), e.channel, e.peer, e.epoch)
 
     def _device_error(self) -> str | None:
-        flag, rank, kernel, phase, is_barrier, channel, peer, epoch = self.ext.read_error(self._err_host)
-        if flag <= 0:
+        e = self._err.report()
+        if e.flag <= 0:
             return None
-        kname = _KERNELS.get(kernel, f"kernel {kernel}")
-        what = _phase_name(phase, bool(is_barrier))
-        if flag == 1:
-            where = (f"barrier {what} waiting for rank {peer}" if is_barrier
-                     else f"phase {what}, chunk {channel}, waiting for rank {peer}")
-            return (f"ep_core {kname} timed out on rank {rank} after {self.timeout_s:g} s: {where} "
-                    f"(op {epoch}); rank {peer} never signalled (it hung, died, or skipped this op)")
-        if flag == 3:
-            return (f"ep_core {kname} on rank {rank}: more rows arrive than recv_x holds (phase {what}, chunk "
-                    f"{channel}, from rank {peer}): num_worst_tokens is smaller than the rows this rank receives")
-        return (f"ep_core {kname} on rank {rank}: the rows of this op do not fit the buffer "
-                f"(phase {what}, chunk {channel}, peer {peer}); create the Buffer with a larger num_nvl_bytes "
+        kname = _KERNELS.get(e.kernel, f"kernel {e.kernel}")
+        what = _phase_name(e.phase, bool(e.is_barrier))
+        if e.flag == 1:
+            where = (f"barrier {what} waiting for rank {e.peer}" if e.is_barrier
+                     else f"phase {what}, chunk {e.channel}, waiting for rank {e.peer}")
+            return (f"ep_core {kname} timed out on rank {e.rank} after {self.timeout_s:g} s: {where} "
+                    f"(op {e.epoch}); rank {e.peer} never signalled (it hung, died, or skipped this op)")
+        if e.flag == 3:
+            return (f"ep_core {kname} on rank {e.rank}: more rows arrive than recv_x holds (phase {what}, chunk "
+                    f"{e.channel}, from rank {e.peer}): num_worst_tokens is smaller than the rows this rank receives")
+        return (f"ep_core {kname} on rank {e.rank}: the rows of this op do not fit the buffer "
+                f"(phase {what}, chunk {e.channel}, peer {e.peer}); create the Buffer with a larger num_nvl_bytes "
                 f"(Buffer.get_buffer_size_hint)")
 
     def _raise_device_error(self, session=None) -> None:
@@ -309,8 +436,7 @@ class Buffer:
                 session.save(status="timeout", error=msg)
             except Exception as e:  # the kernel error matters more; say why there is no trace
                 msg += f" (saving the partial profile failed: {type(e).__name__}: {e})"
-        flag = self.ext.read_error(self._err_host)[0]
-        raise (EPTimeoutError if flag == 1 else EPCapacityError)(msg)
+        raise (EPTimeoutError if self._err.flag() == 1 else EPCapacityError)(msg)
 
     def synchronize(self) -> None:
         """Wait for the comm stream and raise any device error of the calls so far."""
@@ -357,78 +483,57 @@ class Buffer:
             self._auto_iteration += 1
         return max(self._auto_iteration, 0)
 
-    def _prof(self, session, kernel: str, grid: int, warps: int, iteration: int, units: int = 0,
-              role_blocks: int = 0):
-        """A profile buffer for one launch. For dispatch/combine the region capacity is a bound
-        derived from the work split instead of the session default: a warp handles at most
-        ceil(units / role_blocks) (source, chunk) units and writes at most R + 4 records for each
-        (send_chunk begin/end + one publish per destination, or wait/copy begin/end), plus a few
-        barrier and start records. At the issue-3 shape that is ~100-200 records against the 56
-        the bundled traces show at most, and ~25x fewer bytes to zero per launch than the
-        session default; a wrong bound shows as counted drops, never as silent loss."""
-        if session is None:
-            return None
+    def _prof_geometry(self, kernel: str, grid: int, warps: int, units: int = 0, role_blocks: int = 0) -> tuple:
+        """launch_slot arguments (without the iteration) of one kernel of a plan. For dispatch /
+        combine the region capacity is a bound derived from the work split instead of the session
+        default: a warp handles at most ceil(units / role_blocks) (source, chunk) units and writes
+        at most R + 4 records for each (send_chunk begin/end + one publish per destination, or
+        wait/copy begin/end), plus a few barrier and start records. At the issue-3 shape that is
+        ~100-200 records against the 56 the bundled traces show at most, and ~25x fewer bytes
+        than the session default; a wrong bound shows as counted drops, never as silent loss.
+        None = the session's capacity (capped to it either way in _slot)."""
         cap = None
         if units > 0 and role_blocks > 0:
             cap = (self.group_size + 4) * math.ceil(units / role_blocks) + 32
-            cap = min(cap, session.capacity)
-        return session.buffer(kernel, FAMILY, grid, warps, iteration, capacity=cap)
+        return (kernel, FAMILY, int(grid), int(warps), cap)
 
-    def _ext_for(self, session):
-        return _ext.load(profile=True) if session is not None else self.ext
-
-    @contextlib.contextmanager
-    def _host_span(self, session, name: str, iteration: int):
-        if session is None:
-            yield
-            return
-        with session.host_span(name, iteration):
-            yield
+    @staticmethod
+    def _slot(session, geometry: tuple, iteration: int) -> int:
+        kernel, family, grid, warps, cap = geometry
+        if cap is not None and cap > session.capacity:
+            cap = session.capacity
+        return session.launch_slot(kernel, family, grid, warps, iteration, cap)
 
     # -- stream plumbing -------------------------------------------------------------------------
-    def _begin(self, previous_event):
-        compute = torch.cuda.current_stream()
+    def _stream_mode(self, build: _Build, previous_event, async_finish: bool, allocate_on_comm_stream: bool,
+                     fork: bool = True):
+        compute = current_raw_stream(self._device_index)
         if previous_event is not None and previous_event.event is not None:
             self.comm_stream.wait_event(previous_event.event)
-        else:
-            self.comm_stream.wait_stream(compute)
-        return compute
+            fork = False
+        return build.mode(compute, fork, not async_finish, bool(async_finish), bool(allocate_on_comm_stream))
 
-    def _finish(self, compute, async_finish: bool, allocate_on_comm_stream: bool, tensors: list,
-                session) -> EventOverlap:
-        tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+    def _finish(self, async_finish: bool, allocate_on_comm_stream: bool, tensors, session) -> EventOverlap:
+        """After the launches: the caller's event (async_finish) and, with outputs allocated on the
+        comm stream, their use on the caller's stream; a device error already flagged is raised
+        (a host-mapped read, no sync), with the partial profile saved when profiling."""
         if allocate_on_comm_stream:
+            compute = torch.cuda.current_stream(self.device)
             for t in tensors:
-                t.record_stream(compute)
-        if session is not None:
-            # Profiling must be cheap enough to leave on, so a profiled call does not wait for its
-            # kernels: a timeout of an earlier call that has already been flagged surfaces here
-            # (a host-mapped read, no sync); a pending one at the next call, synchronize(), or
-            # the end of the profile block, with the partial trace saved each time.
+                if isinstance(t, torch.Tensor):
+                    t.record_stream(compute)
+        if self._err.flag():
             self._raise_device_error(session)
         if async_finish:
-            for t in tensors:
-                t.record_stream(self.comm_stream)
             ev = torch.cuda.Event()
             ev.record(self.comm_stream)
-            return EventOverlap(ev, tuple(tensors))
-        compute.wait_stream(self.comm_stream)
+            return EventOverlap(ev, tuple(t for t in tensors if isinstance(t, torch.Tensor)))
         return EventOverlap(None)
-
-    def _alloc_stream(self, compute, allocate_on_comm_stream: bool):
-        return torch.cuda.stream(self.comm_stream if allocate_on_comm_stream else compute)
 
     def capture(self) -> EventOverlap:
         ev = torch.cuda.Event()
         ev.record(torch.cuda.current_stream())
         return EventOverlap(ev)
-
-    def _next_epoch(self) -> int:
-        self._epoch += 1
-        return self._epoch
-
-    def _fail_args(self, epoch: int) -> tuple:
-        return (self.rank, epoch, self._err_dev, int(self.timeout_s * 1e9))
 
     # -- row regions -----------------------------------------------------------------------------
     def _regions(self, hidden_bytes: int, num_scales: int, idx_k: int, w_k: int) -> list[int]:
@@ -443,6 +548,10 @@ class Buffer:
         w = _align(i + cap * idx_k * 8)
         assert w + cap * w_k * 4 <= self.num_nvl_bytes
         return [x, s, i, w, int(cap)]
+
+    def _row_regions(self, ext, hidden_bytes: int, num_scales: int, idx_k: int, w_k: int):
+        x, s, i, w, cap = self._regions(hidden_bytes, num_scales, idx_k, w_k)
+        return ext.RowRegions(x=x, scales=s, topk_idx=i, topk_weights=w, capacity=cap)
 
     def _chunking(self, num_tokens: int, num_sender_blocks: int, config: Config) -> tuple[int, int]:
         if num_tokens == 0:
@@ -471,25 +580,26 @@ class Buffer:
     # -- get_dispatch_layout ---------------------------------------------------------------------
     def get_dispatch_layout(self, topk_idx: torch.Tensor, num_experts: int, previous_event: EventOverlap | None = None,
                             async_finish: bool = False, allocate_on_comm_stream: bool = False, profile=None):
-        self._check_usable()
-        R = self.group_size
-        if topk_idx.dim() != 2 or topk_idx.dtype != topk_idx_t or not topk_idx.is_cuda:
-            raise ValueError(f"ep_core: topk_idx must be a CUDA {topk_idx_t} [num_tokens, num_topk] tensor, got "
+        if not self._usable_fast():
+            self._check_usable()
+        if topk_idx.dim() != 2 or topk_idx.dtype != topk_idx_t or topk_idx.device != self.device:
+            raise ValueError(f"ep_core: topk_idx must be a {topk_idx_t} [num_tokens, num_topk] tensor on {self.device}, got "
                              f"{topk_idx.dtype} {tuple(topk_idx.shape)}")
         self._check_experts(num_experts, topk_idx.size(1))
-        topk_idx = topk_idx.contiguous()
         session = self._session_for(profile)
-        it = self._iteration(new=True) if session is not None else 0
-        ext = self._ext_for(session)
-        compute = self._begin(previous_event)
-        with self._host_span(session, "get_dispatch_layout", it):
-            with torch.cuda.stream(self.comm_stream):
-                prof = self._prof(session, "layout", int(ext.layout_grid(topk_idx.size(0))), 8, it)
-            with self._alloc_stream(compute, allocate_on_comm_stream):
-                per_rank, per_expert, in_rank = ext.get_dispatch_layout(
-                    topk_idx, num_experts, R, prof, self.comm_stream.cuda_stream)
-            event = self._finish(compute, async_finish, allocate_on_comm_stream,
-                                 [topk_idx, per_rank, per_expert, in_rank], session)
+        build = self._build(session is not None)
+        mode = self._stream_mode(build, previous_event, async_finish, allocate_on_comm_stream)
+        if session is None:
+            out = build.launcher.layout(topk_idx, num_experts, mode, 0)
+        else:
+            t0, first = perf_counter_ns(), session.num_launches
+            it = self._iteration(new=True)
+            grid = int(build.ext.layout_grid(topk_idx.size(0)))
+            out = build.launcher.layout(topk_idx, num_experts, mode,
+                                        self._slot(session, ("layout", FAMILY, grid, 8, None), it))
+            session.host_call("get_dispatch_layout", it, t0, perf_counter_ns(), first)
+        per_rank, per_expert, in_rank = out.num_tokens_per_rank, out.num_tokens_per_expert, out.is_token_in_rank
+        event = self._finish(async_finish, allocate_on_comm_stream, (topk_idx, per_rank, per_expert, in_rank), session)
         return per_rank, None, per_expert, in_rank, event
 
     def _check_experts(self, num_experts: int, num_topk: int) -> None:
@@ -507,41 +617,132 @@ class Buffer:
                  topk_weights: torch.Tensor | None = None, expert_alignment: int = 1, num_worst_tokens: int = 0,
                  config: Config | None = None, previous_event: EventOverlap | None = None,
                  async_finish: bool = False, allocate_on_comm_stream: bool = False, profile=None):
-        self._check_usable()
-        R = self.group_size
+        if not self._usable_fast():
+            self._check_usable()
         if num_tokens_per_rdma_rank is not None:
             raise NotImplementedError("ep_core: num_tokens_per_rdma_rank is internode-only (not implemented)")
-        x_data, x_scales = (x if isinstance(x, tuple) else (x, None))
-        T, H = self._check_x(x_data, x_scales)
-        config = config if config is not None else self.get_dispatch_config(R)
-        if handle is not None:
-            if topk_idx is not None or topk_weights is not None:
-                raise ValueError("ep_core: cached dispatch (handle given) takes no topk_idx / topk_weights")
-            if handle.num_tokens != T:
-                raise ValueError(f"ep_core: cached dispatch of {T} tokens with a handle of {handle.num_tokens}")
+        if type(x) is tuple:
+            x_data, x_scales = x
         else:
-            if num_tokens_per_rank is None or is_token_in_rank is None or num_tokens_per_expert is None:
-                raise ValueError("ep_core: dispatch needs num_tokens_per_rank, is_token_in_rank and "
-                                 "num_tokens_per_expert (from get_dispatch_layout) or a handle")
-            if tuple(is_token_in_rank.shape) != (T, R) or is_token_in_rank.dtype != torch.bool:
-                raise ValueError(f"ep_core: is_token_in_rank must be bool [{T}, {R}], got "
-                                 f"{is_token_in_rank.dtype} {tuple(is_token_in_rank.shape)}")
-            E = num_tokens_per_expert.numel()
-            if topk_idx is not None:
-                if tuple(topk_idx.shape[:1]) != (T,) or topk_idx.dim() != 2 or topk_idx.dtype != topk_idx_t:
-                    raise ValueError(f"ep_core: topk_idx must be {topk_idx_t} [{T}, num_topk], got "
-                                     f"{topk_idx.dtype} {tuple(topk_idx.shape)}")
-                self._check_experts(E, topk_idx.size(1))
-                if topk_weights is not None and (tuple(topk_weights.shape) != tuple(topk_idx.shape)
-                                                 or topk_weights.dtype != torch.float32):
-                    raise ValueError(f"ep_core: topk_weights must be float32 {tuple(topk_idx.shape)}, got "
-                                     f"{topk_weights.dtype} {tuple(topk_weights.shape)}")
-            elif topk_weights is not None:
-                raise ValueError("ep_core: topk_weights without topk_idx")
-            if E <= 0 or E % R or E > MAX_EXPERTS:
-                raise ValueError(f"ep_core: num_experts ({E}) must be a positive multiple of {R} up to {MAX_EXPERTS}")
-            if expert_alignment < 1:
-                raise ValueError(f"ep_core: expert_alignment must be >= 1, got {expert_alignment}")
+            x_data, x_scales = x, None
+        session = self._session if profile is None or profile is False else self._session_for(profile)
+        if config is None:
+            config = self._default_config("dispatch")
+        if handle is None:
+            return self._dispatch_fresh(x_data, x_scales, num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert,
+                                        topk_idx, topk_weights, expert_alignment, num_worst_tokens, config,
+                                        previous_event, async_finish, allocate_on_comm_stream, session)
+        if topk_idx is not None or topk_weights is not None:
+            raise ValueError("ep_core: cached dispatch (handle given) takes no topk_idx / topk_weights")
+        build = self._build(session is not None)
+        key = ("dispatch", build.profile, x_scales is not None, id(config), num_worst_tokens)
+        plan = handle.cache.plans.get(key)
+        if plan is None or plan.config is not config:
+            plan = handle.cache.plans[key] = self._cached_dispatch_plan(build, handle, x_data, x_scales, config,
+                                                                        num_worst_tokens)
+        mode = self._stream_mode(build, previous_event, async_finish, allocate_on_comm_stream)
+        try:
+            out = self._launch_dispatch(build, plan, x_data, x_scales, None, None, mode, session, new_iteration=False)
+        except RuntimeError:
+            # the extension checks every call's tensors before it launches anything; say what is
+            # wrong the way the plan's first call would (ValueError naming the argument), else re-raise
+            self._check_cached_dispatch(handle, x_data, x_scales, num_worst_tokens)
+            raise
+        event = self._finish(async_finish, allocate_on_comm_stream,
+                             (x_data, x_scales, out.x, out.scales), session) if async_finish or \
+            allocate_on_comm_stream or self._err.flag() else _NO_EVENT
+        recv = (out.x, out.scales) if x_scales is not None else out.x
+        return recv, None, None, [], handle, event
+
+    def _launch_dispatch(self, build: _Build, plan: _Plan, x_data, x_scales, topk_idx, topk_weights, mode, session,
+                         new_iteration: bool):
+        if session is None:
+            return build.launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, 0, 0)
+        t0, first = perf_counter_ns(), session.num_launches
+        it = self._iteration(new=new_iteration)
+        p_open = self._slot(session, plan.prof_open, it) if plan.prof_open is not None else 0
+        out = build.launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, p_open,
+                                      self._slot(session, plan.prof_kernel, it))
+        session.host_call("dispatch", it, t0, perf_counter_ns(), first)
+        return out
+
+    def _cached_dispatch_plan(self, build: _Build, handle: DispatchHandle, x_data, x_scales, config: Config,
+                              num_worst_tokens: int) -> _Plan:
+        """Validate a cached dispatch's arguments once for this key and build its plan."""
+        T, H = self._check_cached_dispatch(handle, x_data, x_scales, num_worst_tokens)
+        hidden_bytes = H * x_data.element_size()
+        num_scales = H // SCALE_BLOCK if x_scales is not None else 0
+        regions = self._regions(hidden_bytes, num_scales, 0, 0)
+        need = max(handle.max_recv_rows, num_worst_tokens)
+        if need > regions[4]:
+            raise EPCapacityError(f"ep_core: this dispatch needs {need} rows on one rank, the buffer holds {regions[4]} "
+                                  f"rows of {hidden_bytes} B (+ scales/top-k) (Buffer.get_buffer_size_hint)")
+        rows = num_worst_tokens if num_worst_tokens else handle.num_recv_rows
+        return self._dispatch_plan(build, handle, H, x_scales is not None, 0, False, self.group_size, rows,
+                                   regions, config, open_op=True)
+
+    def _check_cached_dispatch(self, handle, x_data, x_scales, num_worst_tokens: int) -> tuple[int, int]:
+        if not isinstance(handle, DispatchHandle):
+            raise ValueError("ep_core: cached dispatch needs the handle returned by this Buffer's dispatch")
+        T, H = self._check_x(x_data, x_scales)
+        if handle.num_tokens != T:
+            raise ValueError(f"ep_core: cached dispatch of {T} tokens with a handle of {handle.num_tokens}")
+        if handle.hidden != H:
+            raise ValueError(f"ep_core: cached dispatch of hidden {H} with a handle of hidden {handle.hidden}")
+        if num_worst_tokens < 0:
+            raise ValueError(f"ep_core: num_worst_tokens must be >= 0, got {num_worst_tokens}")
+        # checks against the fullest rank's rows (in the handle, the same number on every rank),
+        # so every rank raises together instead of leaving its peers to time out
+        if num_worst_tokens and handle.max_recv_rows > num_worst_tokens:
+            raise ValueError(f"ep_core: num_worst_tokens={num_worst_tokens} < {handle.max_recv_rows} "
+                             f"rows received by the fullest rank")
+        return T, H
+
+    def _dispatch_plan(self, build: _Build, handle: DispatchHandle, hidden: int, fp8: bool, num_topk: int,
+                       with_weights: bool, num_experts: int, rows: int, regions: list, config: Config,
+                       open_op: bool) -> _Plan:
+        num_blocks, num_senders = self._dispatch_blocks(config)
+        fill_from = min(max(handle.num_recv_tokens, 0), rows)
+        cpp = build.ext.DispatchPlan(
+            handle=handle.kernel_tensors(build.ext), rows=build.ext.RowRegions(
+                x=regions[0], scales=regions[1], topk_idx=regions[2], topk_weights=regions[3], capacity=regions[4]),
+            hidden=hidden, fp8=fp8, num_topk=num_topk, with_weights=with_weights, num_experts=num_experts,
+            recv_rows=rows, fill_from=fill_from, num_blocks=num_blocks, num_sender_blocks=num_senders, open_op=open_op)
+        warps = self.limits["threads"] // 32
+        prof_kernel = self._prof_geometry("dispatch", num_blocks, warps, units=self.group_size * handle.num_chunks,
+                                          role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
+        prof_open = self._prof_geometry("barrier", 1, 1) if open_op else None
+        return _Plan(config, cpp, prof_open, prof_kernel)
+
+    def _dispatch_fresh(self, x_data, x_scales, num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert,
+                        topk_idx, topk_weights, expert_alignment, num_worst_tokens, config, previous_event,
+                        async_finish, allocate_on_comm_stream, session):
+        """A dispatch without a handle: notify (the count exchange), the read-back of the counts
+        (the one host sync, skipped with num_worst_tokens), then the dispatch kernel."""
+        R = self.group_size
+        T, H = self._check_x(x_data, x_scales)
+        if num_tokens_per_rank is None or is_token_in_rank is None or num_tokens_per_expert is None:
+            raise ValueError("ep_core: dispatch needs num_tokens_per_rank, is_token_in_rank and "
+                             "num_tokens_per_expert (from get_dispatch_layout) or a handle")
+        if tuple(is_token_in_rank.shape) != (T, R) or is_token_in_rank.dtype != torch.bool:
+            raise ValueError(f"ep_core: is_token_in_rank must be bool [{T}, {R}], got "
+                             f"{is_token_in_rank.dtype} {tuple(is_token_in_rank.shape)}")
+        E = num_tokens_per_expert.numel()
+        if topk_idx is not None:
+            if tuple(topk_idx.shape[:1]) != (T,) or topk_idx.dim() != 2 or topk_idx.dtype != topk_idx_t:
+                raise ValueError(f"ep_core: topk_idx must be {topk_idx_t} [{T}, num_topk], got "
+                                 f"{topk_idx.dtype} {tuple(topk_idx.shape)}")
+            self._check_experts(E, topk_idx.size(1))
+            if topk_weights is not None and (tuple(topk_weights.shape) != tuple(topk_idx.shape)
+                                             or topk_weights.dtype != torch.float32):
+                raise ValueError(f"ep_core: topk_weights must be float32 {tuple(topk_idx.shape)}, got "
+                                 f"{topk_weights.dtype} {tuple(topk_weights.shape)}")
+        elif topk_weights is not None:
+            raise ValueError("ep_core: topk_weights without topk_idx")
+        if E <= 0 or E % R or E > MAX_EXPERTS:
+            raise ValueError(f"ep_core: num_experts ({E}) must be a positive multiple of {R} up to {MAX_EXPERTS}")
+        if expert_alignment < 1:
+            raise ValueError(f"ep_core: expert_alignment must be >= 1, got {expert_alignment}")
         if num_worst_tokens < 0:
             raise ValueError(f"ep_core: num_worst_tokens must be >= 0, got {num_worst_tokens}")
 
@@ -550,94 +751,60 @@ class Buffer:
         num_scales = H // SCALE_BLOCK if x_scales is not None else 0
         regions = self._regions(hidden_bytes, num_scales, K, K if topk_weights is not None else 0)
         num_blocks, num_senders = self._dispatch_blocks(config)
-        session = self._session_for(profile)
-        it = self._iteration(new=handle is None) if session is not None else 0
-        ext = self._ext_for(session)
-        fail = self._fail_args
-        compute = self._begin(previous_event)
-        with self._host_span(session, "dispatch", it):
-            if handle is None:
-                chunk_size, num_chunks = self._chunking(T, num_senders, config)
-                epoch = self._next_epoch()
-                is_token_in_rank = is_token_in_rank.contiguous()
-                with torch.cuda.stream(self.comm_stream):
-                    prof = self._prof(session, "notify", 1, self.limits["notify_threads"] // 32, it)
-                    outs = ext.notify(is_token_in_rank, num_tokens_per_expert.to(torch.int32).contiguous(),
-                                      E, chunk_size, num_chunks, int(expert_alignment), self.peers.ptrs, *fail(epoch),
-                                      prof, self.comm_stream.cuda_stream)
-                send_pos, send_chunk_prefix, rpm, recv_chunk_prefix, recv_num_chunks, recv_info = outs
-                expert_list: list[int] = []
-                if num_worst_tokens == 0:
-                    info, rpm_host = self._read_back(recv_info, rpm)
-                    num_recv = info[0]
-                    expert_list = info[1:]
-                    rows = num_recv
-                    m = rpm_host.tolist()  # rows j receives from ranks 0..i
-                    need = max(m[-1])
-                    counts = [[m[i][j] - (m[i - 1][j] if i else 0) for j in range(R)] for i in range(R)]
-                    combine_rows = max(sum(c) - c[i] for i, c in enumerate(counts))
-                else:
-                    num_recv, rows, need, combine_rows = -1, num_worst_tokens, num_worst_tokens, -1
-                if need > regions[4]:
-                    raise EPCapacityError(
-                        f"ep_core: this dispatch puts {need} rows on one rank but the buffer holds {regions[4]} rows "
-                        f"of {hidden_bytes} B (+ scales/top-k); create the Buffer with num_nvl_bytes >= "
-                        f"{self.get_buffer_size_hint(math.ceil(need / R), H, R, max(K, 1))} "
-                        f"(Buffer.get_buffer_size_hint)")
-                handle = DispatchHandle(rpm, send_chunk_prefix, recv_chunk_prefix, recv_num_chunks, send_pos,
-                                        is_token_in_rank, T, H, chunk_size, num_chunks, num_recv, rows, combine_rows,
-                                        need)
-            else:
-                # checks against the fullest rank's rows (in the handle, the same number on every
-                # rank), so every rank raises together instead of leaving its peers to time out
-                if num_worst_tokens and handle.max_recv_rows > num_worst_tokens:
-                    raise ValueError(f"ep_core: num_worst_tokens={num_worst_tokens} < {handle.max_recv_rows} "
-                                     f"rows received by the fullest rank")
-                rows = num_worst_tokens if num_worst_tokens else handle.num_recv_rows
-                if max(handle.max_recv_rows, num_worst_tokens) > regions[4]:
-                    raise EPCapacityError(f"ep_core: this dispatch needs {max(handle.max_recv_rows, num_worst_tokens)} "
-                                          f"rows on one rank, the buffer holds {regions[4]} rows of {hidden_bytes} B "
-                                          f"(+ scales/top-k) (Buffer.get_buffer_size_hint)")
-                expert_list = []
-                epoch = self._next_epoch()
-                with torch.cuda.stream(self.comm_stream):
-                    prof = self._prof(session, "barrier", 1, 1, it)
-                    ext.barrier(self.peers.ptrs, *fail(epoch), prof, self.comm_stream.cuda_stream)
-
-            with self._alloc_stream(compute, allocate_on_comm_stream):
-                recv_x = torch.empty((rows, H), dtype=x_data.dtype, device=self.device)
-                recv_scales = (torch.empty((rows, num_scales), dtype=torch.float32, device=self.device)
-                               if x_scales is not None else None)
-                recv_idx = recv_w = None
-                if topk_idx is not None:
-                    recv_idx = torch.empty((rows, K), dtype=topk_idx_t, device=self.device)
-                    if topk_weights is not None:
-                        recv_w = torch.empty((rows, K), dtype=torch.float32, device=self.device)
-            with torch.cuda.stream(self.comm_stream):
-                # padding rows of num_worst_tokens keep -1 / 0 (ep-api.md); filled on the comm stream
-                # so the fill is ordered before the kernel (an allocation stream fill would not be)
-                if recv_idx is not None and rows > handle.num_recv_tokens:
-                    recv_idx.fill_(-1)
-                if recv_w is not None and rows > handle.num_recv_tokens:
-                    recv_w.zero_()
-                prof = self._prof(session, "dispatch", num_blocks, self.limits["threads"] // 32, it,
-                                  units=R * handle.num_chunks,
-                                  role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
-                ext.dispatch(x_data, x_scales, topk_idx.contiguous() if topk_idx is not None else None,
-                             topk_weights.contiguous() if topk_weights is not None else None,
-                             handle.kernel_tensors(), handle.chunk_size, handle.num_chunks,
-                             num_tokens_per_expert.numel() if num_tokens_per_expert is not None else R,
-                             recv_x, recv_scales, recv_idx, recv_w, regions, self.peers.ptrs, *fail(epoch),
-                             num_blocks, num_senders, self._skip_send, prof, self.comm_stream.cuda_stream)
-            event = self._finish(compute, async_finish, allocate_on_comm_stream,
-                                 [x_data, x_scales, topk_idx, topk_weights, recv_x, recv_scales, recv_idx, recv_w,
-                                  *handle.kernel_tensors()], session)
-        recv = (recv_x, recv_scales) if x_scales is not None else recv_x
-        return recv, recv_idx, recv_w, expert_list, handle, event
+        build = self._build(session is not None)
+        mode = self._stream_mode(build, previous_event, async_finish, allocate_on_comm_stream)
+        compute = mode.compute
+        t0 = perf_counter_ns()
+        first = session.num_launches if session is not None else 0
+        it = self._iteration(new=True) if session is not None else 0
+        chunk_size, num_chunks = self._chunking(T, num_senders, config)
+        prof = (self._slot(session, self._prof_geometry("notify", 1, self.limits["notify_threads"] // 32), it)
+                if session is not None else 0)
+        notified = build.launcher.notify(is_token_in_rank.contiguous(), num_tokens_per_expert.to(torch.int32).contiguous(),
+                                         E, chunk_size, num_chunks, int(expert_alignment), mode, prof)
+        h = notified.handle
+        expert_list: list[int] = []
+        if num_worst_tokens == 0:
+            info, rpm_host = self._read_back(build, notified)
+            num_recv = info[0]
+            expert_list = info[1:]
+            rows = num_recv
+            m = rpm_host  # rows j receives from ranks 0..i
+            need = max(m[-1])
+            counts = [[m[i][j] - (m[i - 1][j] if i else 0) for j in range(R)] for i in range(R)]
+            combine_rows = max(sum(c) - c[i] for i, c in enumerate(counts))
+        else:
+            num_recv, rows, need, combine_rows = -1, num_worst_tokens, num_worst_tokens, -1
+        if need > regions[4]:
+            raise EPCapacityError(
+                f"ep_core: this dispatch puts {need} rows on one rank but the buffer holds {regions[4]} rows "
+                f"of {hidden_bytes} B (+ scales/top-k); create the Buffer with num_nvl_bytes >= "
+                f"{self.get_buffer_size_hint(math.ceil(need / R), H, R, max(K, 1))} "
+                f"(Buffer.get_buffer_size_hint)")
+        handle = DispatchHandle(h.rank_prefix_matrix, h.send_chunk_prefix, h.recv_chunk_prefix, h.recv_num_chunks,
+                                h.send_pos, h.is_token_in_rank, T, H, chunk_size, num_chunks, num_recv, rows,
+                                combine_rows, need, PlanCache())
+        plan = self._dispatch_plan(build, handle, H, x_scales is not None, K, topk_weights is not None, E, rows,
+                                   regions, config, open_op=False)
+        # the comm stream already waits for the caller (notify forked it)
+        mode = build.mode(compute, False, not async_finish, bool(async_finish), bool(allocate_on_comm_stream))
+        if session is None:
+            out = self._launch_dispatch(build, plan, x_data, x_scales, topk_idx, topk_weights, mode, None, False)
+        else:
+            out = build.launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, 0,
+                                          self._slot(session, plan.prof_kernel, it))
+            session.host_call("dispatch", it, t0, perf_counter_ns(), first)
+        event = self._finish(async_finish, allocate_on_comm_stream,
+                             (x_data, x_scales, topk_idx, topk_weights, out.x, out.scales, out.topk_idx,
+                              out.topk_weights, h.send_pos, h.send_chunk_prefix, h.rank_prefix_matrix,
+                              h.recv_chunk_prefix, h.recv_num_chunks), session)
+        recv = (out.x, out.scales) if x_scales is not None else out.x
+        return recv, out.topk_idx, out.topk_weights, expert_list, handle, event
 
     def _check_x(self, x_data, x_scales) -> tuple[int, int]:
-        if not isinstance(x_data, torch.Tensor) or x_data.dim() != 2 or not x_data.is_cuda:
-            raise ValueError("ep_core: x must be a CUDA [num_tokens, hidden] tensor (or an (x_fp8, scales) tuple)")
+        if not isinstance(x_data, torch.Tensor) or x_data.dim() != 2 or x_data.device != self.device:
+            raise ValueError(f"ep_core: x must be a [num_tokens, hidden] tensor on {self.device} (or an (x_fp8, "
+                             f"scales) tuple)")
         if not x_data.is_contiguous():
             raise ValueError("ep_core: x must be contiguous")
         T, H = x_data.shape
@@ -649,39 +816,79 @@ class Buffer:
         else:
             if x_data.dtype != torch.float8_e4m3fn:
                 raise ValueError(f"ep_core: FP8 x must be float8_e4m3fn, got {x_data.dtype}")
-            if (x_scales.dim() != 2 or tuple(x_scales.shape) != (T, H // SCALE_BLOCK)
-                    or x_scales.dtype != torch.float32 or not x_scales.is_cuda):
+            if (not isinstance(x_scales, torch.Tensor) or x_scales.dim() != 2
+                    or tuple(x_scales.shape) != (T, H // SCALE_BLOCK)
+                    or x_scales.dtype != torch.float32 or x_scales.device != self.device):
                 raise ValueError(f"ep_core: FP8 scales must be float32 [{T}, {H // SCALE_BLOCK}] (row- or "
-                                 f"column-major), got {x_scales.dtype} {tuple(x_scales.shape)}")
+                                 f"column-major), got {getattr(x_scales, 'dtype', type(x_scales).__name__)} "
+                                 f"{tuple(getattr(x_scales, 'shape', ()))}")
         return T, H
 
-    def _read_back(self, recv_info: torch.Tensor, rpm: torch.Tensor):
+    def _read_back(self, build: _Build, notified) -> tuple[list[int], list[list[int]]]:
         """The one host sync of a non-cached dispatch: received rows, per-expert counts, rpm."""
-        n = recv_info.numel() + rpm.numel()
+        R = self.group_size
+        n = notified.recv_info.numel() + R * R
         if self._info_host is None or self._info_host.numel() < n:
-            self._info_host = torch.empty(max(n, 1024), dtype=torch.int32, pin_memory=True)
-        host = self._info_host
-        with torch.cuda.stream(self.comm_stream):
-            host[: recv_info.numel()].copy_(recv_info, non_blocking=True)
-            host[recv_info.numel(): n].copy_(rpm.view(-1), non_blocking=True)
-        self.comm_stream.synchronize()
+            self._info_host = torch.empty(max(n, 1024), dtype=torch.int32, pin_memory=self.device.type == "cuda")
+        build.launcher.read_back(notified, self._info_host.data_ptr())
         self._raise_device_error()
         # .tolist(): iterating a tensor element by element costs ~2 µs per element (v1 spent
         # ~550 µs here per dispatch, benchmarks/NOTES.md)
-        info = host[: recv_info.numel()].tolist()
-        return info, host[recv_info.numel(): n].clone().view(self.group_size, self.group_size)
+        vals = self._info_host[:n].tolist()
+        k = notified.recv_info.numel()
+        return vals[:k], [vals[k + i * R: k + (i + 1) * R] for i in range(R)]
 
     # -- combine ---------------------------------------------------------------------------------
     def combine(self, x: torch.Tensor, handle: DispatchHandle, topk_weights: torch.Tensor | None = None,
                 bias=None, config: Config | None = None, previous_event: EventOverlap | None = None,
                 async_finish: bool = False, allocate_on_comm_stream: bool = False, profile=None):
-        self._check_usable()
-        R = self.group_size
+        if not self._usable_fast():
+            self._check_usable()
+        session = self._session if profile is None or profile is False else self._session_for(profile)
+        if config is None:
+            config = self._default_config("combine")
         if not isinstance(handle, DispatchHandle):
             raise ValueError("ep_core: combine needs the handle returned by this Buffer's dispatch")
-        if x.dim() != 2 or x.dtype != torch.bfloat16 or not x.is_cuda:
-            raise ValueError(f"ep_core: combine x must be a CUDA bf16 [num_recv_tokens, hidden] tensor, got "
-                             f"{x.dtype} {tuple(x.shape)}")
+        if bias is None:
+            b0 = b1 = None
+        elif isinstance(bias, (tuple, list)):
+            if len(bias) > 2:
+                raise ValueError("ep_core: bias is a tensor or a pair of tensors")
+            b0 = bias[0] if len(bias) > 0 else None
+            b1 = bias[1] if len(bias) > 1 else None
+        else:
+            b0, b1 = bias, None
+        build = self._build(session is not None)
+        K = topk_weights.size(1) if topk_weights is not None and topk_weights.dim() == 2 else (
+            -1 if topk_weights is not None else 0)
+        key = ("combine", build.profile, id(config), K)
+        plan = handle.cache.plans.get(key)
+        if plan is None or plan.config is not config:
+            plan = handle.cache.plans[key] = self._combine_plan(build, handle, x, topk_weights, config)
+        mode = self._stream_mode(build, previous_event, async_finish, allocate_on_comm_stream)
+        try:
+            if session is None:
+                out = build.launcher.combine(plan.cpp, x, topk_weights, b0, b1, mode, 0, 0)
+            else:
+                t0, first = perf_counter_ns(), session.num_launches
+                it = self._iteration(new=False)
+                out = build.launcher.combine(plan.cpp, x, topk_weights, b0, b1, mode,
+                                             self._slot(session, plan.prof_open, it),
+                                             self._slot(session, plan.prof_kernel, it))
+                session.host_call("combine", it, t0, perf_counter_ns(), first)
+        except RuntimeError:
+            self._check_combine_args(handle, x, topk_weights, (b0, b1))
+            raise
+        if async_finish or allocate_on_comm_stream or self._err.flag():
+            return out.x, out.topk_weights, self._finish(async_finish, allocate_on_comm_stream,
+                                                         (x, topk_weights, b0, b1, out.x, out.topk_weights), session)
+        return out.x, out.topk_weights, _NO_EVENT
+
+    def _check_combine_args(self, handle: DispatchHandle, x, topk_weights, biases) -> int:
+        """The checks of a combine's arguments with the error a user can act on; returns top-k."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype != torch.bfloat16 or x.device != self.device:
+            raise ValueError(f"ep_core: combine x must be a bf16 [num_recv_tokens, hidden] tensor on {self.device}, got "
+                             f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
         H = x.size(1)
         if H != handle.hidden:
             raise ValueError(f"ep_core: combine hidden {H} differs from the dispatch's {handle.hidden}")
@@ -696,44 +903,27 @@ class Buffer:
             if K > MAX_TOPK:
                 raise ValueError(f"ep_core: num_topk must be <= {MAX_TOPK}, got {K}")
         T = handle.num_tokens
-        biases = list(bias) if isinstance(bias, (tuple, list)) else ([bias] if bias is not None else [])
-        if len(biases) > 2:
-            raise ValueError("ep_core: bias is a tensor or a pair of tensors")
         for b in biases:
-            if tuple(b.shape) != (T, H) or b.dtype != torch.bfloat16:
+            if b is not None and (tuple(b.shape) != (T, H) or b.dtype != torch.bfloat16):
                 raise ValueError(f"ep_core: bias must be bf16 [{T}, {H}], got {b.dtype} {tuple(b.shape)}")
-        biases = [b.contiguous() for b in biases] + [None] * (2 - len(biases))
-        config = config if config is not None else self.get_combine_config(R)
+        return K
+
+    def _combine_plan(self, build: _Build, handle: DispatchHandle, x, topk_weights, config: Config) -> _Plan:
+        K = self._check_combine_args(handle, x, topk_weights, ())
+        H = handle.hidden
         regions = self._regions(H * 2, 0, 0, K)
         if handle.max_combine_rows > regions[4]:
             raise EPCapacityError(f"ep_core: this combine sends {handle.max_combine_rows} rows back to one rank, the "
                                   f"buffer holds {regions[4]} (Buffer.get_buffer_size_hint)")
         num_blocks, num_senders = self._combine_blocks(config)
-        session = self._session_for(profile)
-        it = self._iteration(new=False) if session is not None else 0
-        ext = self._ext_for(session)
-        x = x.contiguous()
-        compute = self._begin(previous_event)
-        with self._host_span(session, "combine", it):
-            epoch = self._next_epoch()
-            with torch.cuda.stream(self.comm_stream):
-                prof = self._prof(session, "barrier", 1, 1, it)
-                ext.barrier(self.peers.ptrs, *self._fail_args(epoch), prof, self.comm_stream.cuda_stream)
-            with self._alloc_stream(compute, allocate_on_comm_stream):
-                out = torch.empty((T, H), dtype=torch.bfloat16, device=self.device)
-                out_w = torch.empty((T, K), dtype=torch.float32, device=self.device) if K else None
-            with torch.cuda.stream(self.comm_stream):
-                prof = self._prof(session, "combine", num_blocks, self.limits["threads"] // 32, it,
-                                  units=R * handle.num_chunks,
-                                  role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
-                ext.combine(x, topk_weights.contiguous() if topk_weights is not None else None, biases[0], biases[1],
-                            handle.kernel_tensors(), handle.chunk_size, handle.num_chunks, out, out_w, regions,
-                            self.peers.ptrs, *self._fail_args(epoch), num_blocks, num_senders, prof,
-                            self.comm_stream.cuda_stream)
-            event = self._finish(compute, async_finish, allocate_on_comm_stream,
-                                 [x, topk_weights, *[b for b in biases if b is not None], out, out_w,
-                                  *handle.kernel_tensors()], session)
-        return out, out_w, event
+        cpp = build.ext.CombinePlan(handle=handle.kernel_tensors(build.ext), rows=build.ext.RowRegions(
+            x=regions[0], scales=regions[1], topk_idx=regions[2], topk_weights=regions[3], capacity=regions[4]),
+            hidden=H, num_topk=K, min_rows=max(handle.num_recv_tokens, 0), num_blocks=num_blocks,
+            num_sender_blocks=num_senders)
+        prof_kernel = self._prof_geometry("combine", num_blocks, self.limits["threads"] // 32,
+                                          units=self.group_size * handle.num_chunks,
+                                          role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
+        return _Plan(config, cpp, self._prof_geometry("barrier", 1, 1), prof_kernel)
 
     # -- low latency (not in this issue) ---------------------------------------------------------
     def low_latency_dispatch(self, *args, **kwargs):
@@ -753,3 +943,7 @@ class Buffer:
 
     def internode_combine(self, *args, **kwargs):
         raise NotImplementedError("ep_core: internode is not implemented (intranode only)")
+
+
+# What a synchronous call returns as its event (DeepEP returns an EventOverlap without an event).
+_NO_EVENT = EventOverlap(None)

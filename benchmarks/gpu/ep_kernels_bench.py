@@ -292,18 +292,14 @@ def nccl_a2a(ctx, x, in_rank):
 def kernel_profile_cost(ctx, buffer, x, n_rank, in_rank, n_exp):
     """Kernel-only time of [barrier + dispatch] and [barrier + combine] launches, compiled-out
     build vs instrumented build writing a real profile buffer (same arguments, same handle)."""
-    import ep_core._ext as X
     from profiler.record.session import buffer_bytes, make_header
     from ep_core.generated import ep_intranode_phases as P
     out = {}
     cfg = Config(64, 6, 256)
     kw = dict(num_tokens_per_rank=n_rank, is_token_in_rank=in_rank, num_tokens_per_expert=n_exp, config=cfg)
     recv_x, _, _, _, handle, _ = buffer.dispatch(x, **kw)
-    nb, ns = buffer._dispatch_blocks(cfg)
-    cnb, cns = buffer._combine_blocks(cfg)
-    H = x.size(1)
-    regs_d = buffer._regions(H * 2, 0, 0, 0)
-    regs_c = buffer._regions(H * 2, 0, 0, 0)
+    nb = buffer._dispatch_blocks(cfg)[0]
+    cnb = buffer._combine_blocks(cfg)[0]
     warps = buffer.limits["threads"] // 32
 
     def profbuf(grid):
@@ -315,24 +311,22 @@ def kernel_profile_cost(ctx, buffer, x, n_rank, in_rank, n_exp):
         return b
 
     for label, profile in (("compiled out", False), ("instrumented", True)):
-        ext = X.load(profile=profile)
-        pd = profbuf(nb) if profile else None
-        pc = profbuf(cnb) if profile else None
+        # the Buffer's own launcher and plans of this build: barrier + kernel, ordered on the
+        # current stream (fork and join), no outputs kept
+        build = buffer._build(profile)
+        dplan = buffer._cached_dispatch_plan(build, handle, x, None, cfg, 0)
+        cplan = buffer._combine_plan(build, handle, recv_x, None, cfg)
+        bufs = (profbuf(nb), profbuf(cnb)) if profile else ()  # kept alive while the kernels write them
+        pd, pc = (b.data_ptr() for b in bufs) if profile else (0, 0)
+
+        def mode():
+            return build.mode(torch.cuda.current_stream().cuda_stream, True, True, False, False)
 
         def disp():
-            e = buffer._next_epoch()
-            ext.barrier(buffer.peers.ptrs, *buffer._fail_args(e), None, torch.cuda.current_stream().cuda_stream)
-            ext.dispatch(x, None, None, None, handle.kernel_tensors(), handle.chunk_size, handle.num_chunks,
-                         n_exp.numel(), recv_x, None, None, None, regs_d, buffer.peers.ptrs, *buffer._fail_args(e),
-                         nb, ns, False, pd, torch.cuda.current_stream().cuda_stream)
+            build.launcher.dispatch(dplan.cpp, x, None, None, None, mode(), 0, pd)
 
         def comb():
-            e = buffer._next_epoch()
-            ext.barrier(buffer.peers.ptrs, *buffer._fail_args(e), None, torch.cuda.current_stream().cuda_stream)
-            ext.combine(recv_x, None, None, None, handle.kernel_tensors(), handle.chunk_size, handle.num_chunks,
-                        torch.empty((x.size(0), H), dtype=torch.bfloat16, device=ctx.device), None, regs_c,
-                        buffer.peers.ptrs, *buffer._fail_args(e), cnb, cns, pc,
-                        torch.cuda.current_stream().cuda_stream)
+            build.launcher.combine(cplan.cpp, recv_x, None, None, None, mode(), 0, pc)
 
         out[f"kernel BF16 dispatch 64 SMs, {label}"] = {"us": timed(ctx, disp, iters=30)}
         out[f"kernel BF16 combine 64 SMs, {label}"] = {"us": timed(ctx, comb, iters=30)}

@@ -14,6 +14,7 @@ constexpr int kMaxExperts = 512;
 constexpr int kMaxTopk = 16;
 constexpr int kMaxChunks = 1024;   // token chunks per source rank and op
 constexpr int kMaxHidden = 8192;
+constexpr int kScaleBlock = 128;  // FP8 scales: one float32 per 128 columns (ep-api.md)
 constexpr int kNumThreads = 512;   // dispatch / combine blocks: 16 warps
 constexpr int kNotifyThreads = 1024;
 
@@ -32,7 +33,11 @@ struct alignas(128) Signals {
   int combine_ready[kMaxRanks][kMaxChunks];     // [sending rank][this rank's chunk]: rows written
   int abort_epoch;                              // an op that timed out on this rank: later waits of it give up
   int error_claim;                              // first failing warp claims the error record (device atomics only)
-  int pad[30];
+  // Epoch of the last op this rank opened. The op-opening kernel (notify or the bare barrier)
+  // increments it on the device, so a CUDA graph that replays an op gets a fresh epoch each time
+  // (a host-passed epoch would be frozen into the graph's kernel arguments).
+  int op_epoch;
+  int pad[29];
   uint64_t clock_sync[2 * 64];                  // ping-pong area for profiler clock alignment
 };
 
@@ -74,8 +79,9 @@ struct FailCtx {
   int* claim;            // Signals::error_claim of this rank (device memory: atomics stay on the GPU)
   uint64_t timeout_ns;   // bound of every spin-wait
   int rank;
-  int epoch;
+  int epoch;             // the op's epoch; filled on the device from op_epoch when that is set
   int kernel;
+  int* op_epoch;         // Signals::op_epoch of this rank, or null: then `epoch` is taken as given
 };
 
 // Where the rows of an op live inside the data region of every rank's buffer (same offsets on

@@ -54,6 +54,24 @@ __device__ __forceinline__ void st_na(int4* p, const int4& v) {
                : "memory");
 }
 
+// The op's epoch, on the device (FailCtx::op_epoch). open_op is called by every thread of the
+// kernel that opens an op (notify, or the bare barrier before a cached dispatch / combine): all
+// threads read the last epoch, then thread 0 stores the new one after a block barrier, so no
+// thread reads the incremented value. Later kernels of the same op (dispatch, combine) run after
+// it in stream order and read it with current_op. Both keep a host-given epoch when op_epoch is
+// null. Kernels that open an op must run as a single block (notify and barrier do).
+__device__ __forceinline__ FailCtx open_op(FailCtx f) {
+  if (f.op_epoch == nullptr) return f;
+  f.epoch = ld_volatile(f.op_epoch) + 1;
+  __syncthreads();
+  if (threadIdx.x == 0) *reinterpret_cast<volatile int*>(f.op_epoch) = f.epoch;
+  return f;
+}
+__device__ __forceinline__ FailCtx current_op(FailCtx f) {
+  if (f.op_epoch != nullptr) f.epoch = ld_volatile(f.op_epoch);
+  return f;
+}
+
 // Record the first error of this rank; later failures keep the first cause. The claim is an
 // atomic on device memory (atomics on host-mapped memory need hostNativeAtomicSupported, which
 // x86 hosts lack); the record itself is written with plain volatile stores, flag last.

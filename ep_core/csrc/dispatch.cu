@@ -190,6 +190,7 @@ __device__ void receive(const Args& a, const RowRegions& rows, const PeerPtrs& p
 template <int kNumRanks>
 __global__ void __launch_bounds__(kNumThreads, 1) dispatch_kernel(Args a, RowRegions rows, PeerPtrs peers, FailCtx f,
                                                                   void* prof) {
+  f = current_op(f);  // the epoch the op's barrier / notify opened (common.cuh)
   epscope::WarpRecorder rec;
   rec.init(prof);
   if (int(blockIdx.x) < a.num_sender_blocks)

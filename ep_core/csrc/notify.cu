@@ -18,6 +18,7 @@ template <int kNumRanks>
 __global__ void __launch_bounds__(kNotifyThreads, 1) notify_kernel(Args a, PeerPtrs peers, FailCtx f, void* prof) {
   // Per destination: chunk counts, then (in place) the exclusive prefix; [num_chunks] = total.
   __shared__ int s_prefix[kNumRanks][kMaxChunks + 1];
+  f = open_op(f);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   epscope::WarpRecorder rec;
   rec.init(prof);
@@ -130,6 +131,7 @@ __global__ void __launch_bounds__(kNotifyThreads, 1) notify_kernel(Args a, PeerP
 
 template <int kNumRanks>
 __global__ void __launch_bounds__(32, 1) barrier_kernel(PeerPtrs peers, FailCtx f, void* prof) {
+  f = open_op(f);
   epscope::WarpRecorder rec;
   rec.init(prof);
   rank_barrier<kNumRanks>(peers, kSlotStart, ph::kBarrierRankStart, f, rec);

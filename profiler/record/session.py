@@ -22,7 +22,6 @@ torch is the only heavy import (no dash / plotly / perfetto): this runs on the r
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as _dt
 import functools
 import gzip
@@ -49,6 +48,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # Move finished buffers to host memory once the device holds more than this many bytes of them
 # (a 64-block x 24-warp launch at capacity 4096 is 100 MB; see docs/design.md, "Memory").
 DEFAULT_MAX_DEVICE_BYTES = 1 << 30
+# Launch slots per pool slab (launch_slot): one zero fill and one header copy serve this many
+# profiled launches of one geometry. 32 covers the profiled iterations of bench_ep and of a
+# catalogue recording with one slab per kernel; a slab never takes more than a quarter of
+# max_device_bytes.
+POOL_SLOTS = 32
 
 
 class SessionError(RuntimeError):
@@ -123,15 +127,49 @@ def gpu_info() -> dict:
             "cuda": torch.version.cuda, "torch": torch.__version__}
 
 
-@dataclasses.dataclass
 class _Launch:
-    info: LaunchInfo
-    device: object = None      # torch tensor while on the GPU
-    host: np.ndarray | None = None
+    """One launch the session handed a profile buffer to: a standalone tensor (`buffer()`) or a
+    slot of a pool slab (`launch_slot()`). Its LaunchInfo is made at save time."""
+
+    __slots__ = ("kernel", "family", "iteration", "device", "host", "slab", "index", "host_begin", "host_end")
+
+    def __init__(self, kernel: str, family: str, iteration: int, device=None, slab=None, index: int = -1,
+                 host_begin: int = -1):
+        self.kernel, self.family, self.iteration = kernel, family, int(iteration)
+        self.device, self.host = device, None          # torch tensor while on the GPU, numpy after collect
+        self.slab, self.index = slab, index
+        self.host_begin, self.host_end = host_begin, -1
+
+    def info(self, rank: int, launch_id: int) -> LaunchInfo:
+        return LaunchInfo(rank, launch_id, self.kernel, self.iteration, self.family, self.host_begin, self.host_end)
+
+
+class _Pool:
+    """Profile buffers of one launch geometry, handed out as slots of slabs (POOL_SLOTS each)."""
+
+    __slots__ = ("kernel", "family", "grid", "warps", "capacity", "slot_bytes", "registry_hash", "slab")
+
+    def __init__(self, kernel, family, grid, warps, capacity, registry_hash):
+        self.kernel, self.family, self.grid, self.warps, self.capacity = kernel, family, grid, warps, capacity
+        self.slot_bytes = buffer_bytes(grid * warps, capacity)
+        self.registry_hash = registry_hash
+        self.slab = None
+
+
+class _Slab:
+    """One device allocation of `count` zeroed, header-stamped slots; `used` of them handed out."""
+
+    __slots__ = ("device", "base", "count", "used", "slot_bytes", "host")
+
+    def __init__(self, device, count: int, slot_bytes: int):
+        self.device, self.count, self.slot_bytes = device, count, slot_bytes
+        self.base = int(device.data_ptr())
+        self.used = 0
+        self.host = None
 
     @property
     def nbytes(self) -> int:
-        return int(self.device.numel()) if self.device is not None else 0
+        return self.count * self.slot_bytes if self.device is not None else 0
 
 
 class Session:
@@ -162,6 +200,9 @@ class Session:
         self.created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.start_host_ns = time.perf_counter_ns()
         self._launches: list[_Launch] = []
+        self._pools: dict[tuple, _Pool] = {}
+        self._slabs: list[_Slab] = []
+        self._calls: list[tuple[int, int, int, int]] = []          # (first launch, end launch, begin, end)
         self._families: set[str] = set()
         self._clock: dict[int, dict[str, list[np.ndarray]]] = {}
         self._host_pairs: list[tuple[int, int, int]] = []
@@ -226,30 +267,119 @@ class Session:
             src = src.pin_memory()
         buf[: hdr.size].copy_(src, non_blocking=buf.is_cuda)
         span = self._open_spans[-1] if self._open_spans else None
-        info = LaunchInfo(self.rank, launch_id, kernel, int(iteration), family,
-                          span[2] if span else -1, -1)
-        self._launches.append(_Launch(info, device=buf))
+        self._launches.append(_Launch(kernel, family, iteration, device=buf, host_begin=span[2] if span else -1))
         if span is not None:
             span[4].append(launch_id)
         self._families.add(family)
         return buf
 
+    def launch_slot(self, kernel: str, family: str, grid: int, warps_per_block: int, iteration: int,
+                    capacity: int | None = None) -> int:
+        """Device address of a profile buffer for one launch of `kernel`: a slot of a pool that
+        holds the buffers of this launch geometry. The slots of a slab are zeroed and their
+        headers stamped when the slab is made (one fill and one copy, both asynchronous, per
+        POOL_SLOTS launches), so a profiled call only takes an address: no allocation, no copy,
+        no synchronisation. Inside a CUDA graph capture the slot is part of the graph's arguments
+        (every replay rewrites it; the last replay's records are saved); a capture that needs a
+        new slab raises, so take one profiled call of the same op before capturing.
+        Record the host time of the call with `host_call`."""
+        key = (kernel, family, grid, warps_per_block, capacity)
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._new_pool(key)
+        slab = pool.slab
+        if slab is None or slab.used == slab.count:
+            slab = self._new_slab(pool)
+        i = slab.used
+        slab.used = i + 1
+        self._launches.append(_Launch(kernel, family, iteration, slab=slab, index=i))
+        return slab.base + i * slab.slot_bytes
+
+    def host_call(self, name: str, iteration: int, begin_ns: int, end_ns: int, first_launch: int) -> None:
+        """The host's enqueue of one call (perf_counter_ns), whose launches are those taken since
+        `first_launch` (= `num_launches` before the call); a call without launches is kept as a
+        host row, like `host_span`."""
+        n = len(self._launches)
+        if first_launch >= n:
+            self._host_spans.append((name, int(iteration), begin_ns, end_ns))
+        else:
+            self._calls.append((first_launch, n, begin_ns, end_ns))
+
+    @property
+    def num_launches(self) -> int:
+        return len(self._launches)
+
+    def _new_pool(self, key) -> _Pool:
+        kernel, family, grid, warps, capacity = key
+        if self._saved:
+            raise SessionError("launch_slot() after save()")
+        if grid <= 0 or warps <= 0:
+            raise SessionError(f"{kernel}: grid ({grid}) and warps_per_block ({warps}) must be positive")
+        reg = registry_module(family)
+        pool = _Pool(kernel, family, int(grid), int(warps), int(capacity or self.capacity), reg.REGISTRY_HASH)
+        self._pools[key] = pool
+        self._families.add(family)
+        return pool
+
+    def _new_slab(self, pool: _Pool) -> _Slab:
+        import torch
+
+        if self._saved:
+            raise SessionError("launch_slot() after save()")
+        cuda = self.device.type == "cuda"
+        if cuda and torch.cuda.is_current_stream_capturing():
+            raise SessionError(f"{pool.kernel}: the profile pool needs a new slab inside a CUDA graph capture; "
+                               f"run one profiled call of the same op before capturing")
+        count = max(1, min(POOL_SLOTS, (self.max_device_bytes // 4) // pool.slot_bytes))
+        self._make_room(count * pool.slot_bytes)
+        dev = torch.zeros(count * pool.slot_bytes, dtype=torch.uint8, device=self.device)
+        first = len(self._launches)
+        hdr = np.tile(make_header(registry_hash=pool.registry_hash, num_regions=pool.grid * pool.warps,
+                                  capacity=pool.capacity, rank=self.rank, launch_id=first,
+                                  warps_per_block=pool.warps, hires=self.hires), (count, 1))
+        # provisional launch ids (the host's LaunchInfo is authoritative, profiler.decode)
+        hdr.view(L.BUFFERHEADER_DTYPE).reshape(count)["launch_id"] = first + np.arange(count)
+        src = torch.from_numpy(hdr)
+        if cuda:
+            src = src.pin_memory()  # asynchronous copy; torch keeps the pinned block until it ran
+        dev.view(count, pool.slot_bytes)[:, : L.BUFFERHEADER_SIZE].copy_(src, non_blocking=cuda)
+        slab = _Slab(dev, count, pool.slot_bytes)
+        self._slabs.append(slab)
+        pool.slab = slab
+        return slab
+
+    def _device_bytes(self) -> int:
+        return (sum(int(l.device.numel()) for l in self._launches if l.device is not None)
+                + sum(s.nbytes for s in self._slabs))
+
     def _make_room(self, need: int) -> None:
-        on_dev = sum(l.nbytes for l in self._launches)
-        if on_dev + need > self.max_device_bytes:
+        if self._device_bytes() + need > self.max_device_bytes:
             self.collect()
 
     def collect(self) -> None:
         """Copy every buffer handed out so far to host memory and free its device memory
-        (synchronises the device: call it outside timed regions)."""
+        (synchronises the device: call it outside timed regions). Pool slabs are copied whole,
+        one copy per slab; later launch_slot calls start new slabs."""
         import torch
 
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        for slab in self._slabs:
+            if slab.device is not None:
+                slab.host = slab.device.cpu().numpy()
+                slab.device = None
+        for pool in self._pools.values():
+            pool.slab = None
         for l in self._launches:
             if l.device is not None:
                 l.host = l.device.cpu().numpy()
                 l.device = None
+            elif l.slab is not None and l.host is None:
+                if l.slab.host is None:
+                    continue
+                b = l.index * l.slab.slot_bytes
+                l.host = l.slab.host[b: b + l.slab.slot_bytes]
+        self._slabs = [s for s in self._slabs if s.device is not None]
 
     # -- host side -----------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -265,7 +395,7 @@ class Session:
             self._open_spans.remove(rec)
             for lid in rec[4]:
                 l = self._launches[lid]
-                l.info = dataclasses.replace(l.info, host_begin_ns=rec[2], host_end_ns=rec[3])
+                l.host_begin, l.host_end = rec[2], rec[3]
             if not rec[4]:
                 self._host_spans.append((name, rec[1], rec[2], rec[3]))
 
@@ -313,12 +443,15 @@ class Session:
             except Exception as e:  # a trace without end pairs is still a trace; say so
                 self.note("ClockFallback", f"rank {self.rank}: end-of-run host pairing failed: {e}")
         self.collect()
+        for first, end, b, e in self._calls:
+            for l in self._launches[first:end]:
+                l.host_begin, l.host_end = b, e
         if self._host_spans and not self._host_pairs:
             self.note("ClockFallback", f"rank {self.rank}: {len(self._host_spans)} host spans without host clock "
                                        "pairs are not placed on the timeline", len(self._host_spans))
         return {
             "rank": self.rank, "status": status, "error": error,
-            "launches": [(l.info, l.host) for l in self._launches],
+            "launches": [(l.info(self.rank, i), l.host) for i, l in enumerate(self._launches)],
             "clock": {k: {w: [a for a in v] for w, v in d.items()} for k, d in self._clock.items()},
             "host_pairs": list(self._host_pairs), "host_spans": list(self._host_spans),
             "families": sorted(self._families), "notes": list(self._notes),

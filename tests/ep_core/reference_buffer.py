@@ -146,3 +146,15 @@ class LossyCombineBuffer(ReferenceBuffer):
     def combine(self, x, handle, topk_weights=None, **kw):
         cx, cw, ev = super().combine(x, handle, topk_weights=topk_weights, **kw)
         return (cx * 0.5).to(cx.dtype), cw, ev
+
+
+class ZeroTokenScalesBuffer(ReferenceBuffer):
+    """Wrong on purpose, the way issue 9's bug was: a rank whose own input has zero tokens keeps
+    whatever memory held in place of the FP8 scales it receives."""
+
+    def dispatch(self, x, handle=None, **kw):
+        out = list(super().dispatch(x, handle=handle, **kw))
+        rx = out[0]
+        if isinstance(rx, tuple) and x[0].size(0) == 0 and rx[1].numel():
+            out[0] = (rx[0], torch.full_like(rx[1], -777.0))
+        return tuple(out)

@@ -47,3 +47,18 @@ def test_checks_catch_a_wrong_buffer(double, ranks, check):
     env = {"EPSCOPE_TEST_BUFFER": f"tests.ep_core.reference_buffer:{double}"}
     with pytest.raises(RankFailed, match=check):
         run_ranks(ep_checks.run_acceptance, ranks, sc, backend="gloo", timeout_s=300, env=env)
+
+
+ZERO = dict(tokens=24, hidden=256, topk=4, experts=16)
+
+
+def test_zero_token_rank_checks_pass_on_the_reference():
+    out = run_ranks(ep_checks.run_zero_token_ranks, 2, ZERO, backend="gloo", timeout_s=300, env=ENV)
+    # each rank in turn has no tokens: 3 dtypes/layouts x top-k on/off per zero rank
+    assert [o["cases"] for o in out] == [2 * 3 * 2] * 2
+
+
+def test_zero_token_rank_checks_catch_lost_scales():
+    env = {"EPSCOPE_TEST_BUFFER": "tests.ep_core.reference_buffer:ZeroTokenScalesBuffer"}
+    with pytest.raises(RankFailed, match=r"zero-token rank \d, fp8-(row|col).*scales differ"):
+        run_ranks(ep_checks.run_zero_token_ranks, 2, ZERO, backend="gloo", timeout_s=300, env=env)

@@ -28,6 +28,7 @@ def test_kernel_limits_match_the_python_limits():
     assert k["kMaxExperts"] == C.MAX_EXPERTS
     assert k["kMaxTopk"] == C.MAX_TOPK
     assert k["kMaxHidden"] == C.MAX_HIDDEN
+    assert k["kScaleBlock"] == C.SCALE_BLOCK
 
 
 def _bare_buffer(num_nvl_bytes: int, ranks: int = 2, data_offset: int = 1 << 20) -> B.Buffer:
@@ -108,29 +109,28 @@ def test_chunking_covers_every_token_within_the_chunk_limit(tokens, senders, sen
 
 
 def test_device_error_messages_name_rank_phase_chunk_and_peer():
+    from tests.ep_core.fake_ext import ErrorRecord, ErrorReport
+
     b = _bare_buffer(1 << 30)
     b.timeout_s = 2.0
-    b._err_host = 0
-
-    class FakeExt:
-        record = [1, 0, 3, 5, 0, 7, 1, 12]  # timeout, rank 0, dispatch, wait_data, chunk 7, peer 1
-
-        def read_error(self, _):
-            return list(self.record)
-
-    b.ext = FakeExt()
+    b._err = ErrorRecord()
+    # timeout, rank 0, dispatch, wait_data, chunk 7, peer 1
+    b._err.record = ErrorReport(flag=1, rank=0, kernel=3, phase=5, is_barrier=False, channel=7, peer=1, epoch=12)
     msg = b._device_error()
     assert "dispatch" in msg and "rank 0" in msg and "wait_data" in msg and "chunk 7" in msg and "rank 1" in msg
-    FakeExt.record = [1, 1, 5, 1, 1, 0, 0, 13]  # timeout at the rank_start barrier of a barrier kernel
+    assert "op 12" in msg
+    # timeout at the rank_start barrier of a barrier kernel
+    b._err.record = ErrorReport(flag=1, rank=1, kernel=5, phase=1, is_barrier=True, channel=0, peer=0, epoch=13)
     msg = b._device_error()
     assert "barrier rank_start" in msg and "rank 1" in msg and "rank 0" in msg
-    FakeExt.record = [2, 0, 4, 8, 0, 3, 1, 14]  # capacity
+    b._err.record = ErrorReport(flag=2, rank=0, kernel=4, phase=8, is_barrier=False, channel=3, peer=1, epoch=14)
     msg = b._device_error()
     assert "num_nvl_bytes" in msg and "get_buffer_size_hint" in msg
-    FakeExt.record = [3, 1, 3, 6, 0, 2, 0, 15]  # recv_x too small: num_worst_tokens
+    # recv_x too small: num_worst_tokens
+    b._err.record = ErrorReport(flag=3, rank=1, kernel=3, phase=6, is_barrier=False, channel=2, peer=0, epoch=15)
     msg = b._device_error()
     assert "num_worst_tokens" in msg and "rank 1" in msg
-    FakeExt.record = [0] * 8
+    b._err.record = ErrorReport()
     assert b._device_error() is None
 
 

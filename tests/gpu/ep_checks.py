@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from ep_core import reference as ref
 from ep_core.config import Config, Problem
-from ep_core.workload import make_all_inputs
+from ep_core.workload import make_all_inputs, make_rank_inputs
 
 # ep-api.md check 7 thresholds (DeepEP tests/test_intranode.py)
 COMBINE_DIFF = 5e-6
@@ -389,3 +389,94 @@ def run_limit_errors(ctx) -> dict:
 def run_many(ctx, jobs: list) -> list:
     """Several (function name, argument) jobs in one rank process (one spawn, one NCCL init)."""
     return [globals()[name](ctx, arg) for name, arg in jobs]
+
+
+def _poison_like(*tensors) -> None:
+    """Fill, then free, blocks of the outputs' sizes: the caching allocator hands the next
+    allocations of those sizes these blocks, so an output the kernels leave unwritten holds a
+    pattern no correct result has (the zero-token FP8 bug of issue 9 passed checks on luck)."""
+    junk = [torch.full((t.numel() * t.element_size(),), 0xA5, dtype=torch.uint8, device=t.device)
+            for t in tensors if t is not None and t.numel()]
+    del junk
+
+
+def run_zero_token_ranks(ctx, arg: dict) -> dict:
+    """A rank whose own input has zero tokens, for each rank in turn: BF16 and FP8 (scales
+    row-major and DeepEP's column-major `s.T.contiguous().T`), with and without top-k, fresh and
+    cached dispatch, then combine; every output equal to the reference, outputs poisoned first."""
+    Buffer, topk_idx_t = api()
+    rank, R = ctx.rank, ctx.world_size
+    T, H, K, E = arg.get("tokens", 512), arg.get("hidden", 7168), arg.get("topk", 8), arg.get("experts", 256)
+    buffer = make_buffer(ctx, Problem(T, H, K, E, R))
+    config = with_sms(Buffer.get_dispatch_config(R), arg.get("num_sms", 24))
+    done = 0
+    for zero in range(R):
+        probs = [Problem(0 if r == zero else T, H, K, E, R) for r in range(R)]
+        ins = [make_rank_inputs(probs[r], "uniform", r, seed=700 + zero, device=ctx.device) for r in range(R)]
+        mine = ins[rank]
+        idx = mine.topk_idx.to(topk_idx_t)
+        layout = buffer.get_dispatch_layout(idx, E)
+        for dtype in ("bf16", "fp8-row", "fp8-col"):
+            def x_of(i):
+                if dtype == "bf16":
+                    return i.x
+                q, s = i.x_fp8
+                return (q, s.T.contiguous().T if dtype == "fp8-col" else s)
+
+            want = ref.dispatch([x_of(i) for i in ins], topk_idx=[i.topk_idx for i in ins],
+                                topk_weights=[i.topk_weights for i in ins], num_experts=E)[rank]
+            for with_topk in (False, True):
+                tag = f"[rank {rank}, zero-token rank {zero}, {dtype}, {'with' if with_topk else 'without'} top-k]"
+                wx = want.recv_x if dtype == "bf16" else want.recv_x
+                _poison_like(*(wx if isinstance(wx, tuple) else (wx,)), want.recv_topk_idx, want.recv_topk_weights)
+                kw = dict(topk_idx=idx, topk_weights=mine.topk_weights) if with_topk else {}
+                recv, recv_idx, recv_w, expert_list, handle, _ = buffer.dispatch(
+                    x_of(mine), num_tokens_per_rank=layout[0], is_token_in_rank=layout[3],
+                    num_tokens_per_expert=layout[2], config=config, **kw)
+                _equal_recv(recv, want.recv_x, tag + " fresh dispatch")
+                if with_topk:
+                    assert torch.equal(recv_idx, want.recv_topk_idx), f"{tag} recv_topk_idx"
+                    assert torch.equal(recv_w, want.recv_topk_weights), f"{tag} recv_topk_weights"
+                    assert expert_list == want.num_recv_tokens_per_expert_list, f"{tag} per-expert list"
+                _poison_like(*(wx if isinstance(wx, tuple) else (wx,)))
+                cached = buffer.dispatch(x_of(mine), handle=handle, config=config)[0]
+                _equal_recv(cached, want.recv_x, tag + " cached dispatch")
+                y = ref.per_token_cast_back(*recv) if isinstance(recv, tuple) else recv
+                cw = recv_w if with_topk else None
+                combined, combined_w, _ = buffer.combine(y, handle, topk_weights=cw)
+                all_y = _gather_rows(ctx, y)
+                all_w = _gather_rows(ctx, cw) if with_topk else None
+                refd = ref.dispatch([x_of(i) for i in ins], topk_idx=[i.topk_idx for i in ins],
+                                    topk_weights=[i.topk_weights for i in ins], num_experts=E)
+                wc = ref.combine(all_y, [d.handle for d in refd],
+                                 topk_weights=all_w if with_topk else None)[rank]
+                assert combined.shape == (probs[rank].tokens, H), f"{tag} combined shape"
+                assert torch.equal(combined, wc[0]), f"{tag} combine vs reference"
+                if with_topk:
+                    assert torch.allclose(combined_w, wc[1], atol=1e-6), f"{tag} combined weights"
+                done += 1
+    buffer_destroy(buffer)
+    return {"rank": rank, "cases": done}
+
+
+def _equal_recv(got, want, tag):
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple), f"{tag}: expected (x, scales)"
+        assert torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8)), f"{tag}: fp8 rows differ"
+        assert torch.equal(got[1], want[1]), f"{tag}: scales differ"
+    else:
+        assert torch.equal(got, want), f"{tag}: rows differ"
+
+
+def _gather_rows(ctx, t):
+    """Every rank's [N_r, ...] tensor (N_r may differ, 0 included), in rank order."""
+    n = torch.tensor([t.size(0)], device=t.device)
+    ns = [torch.zeros_like(n) for _ in range(ctx.world_size)]
+    dist.all_gather(ns, n, group=ctx.group)
+    width = tuple(t.shape[1:])
+    m = max(int(v) for v in ns)
+    pad = torch.zeros((m, *width), dtype=t.dtype, device=t.device)
+    pad[: t.size(0)] = t
+    outs = [torch.empty_like(pad) for _ in range(ctx.world_size)]
+    dist.all_gather(outs, pad, group=ctx.group)
+    return [o[: int(v)] for o, v in zip(outs, ns)]

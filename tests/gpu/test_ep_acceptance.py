@@ -135,3 +135,12 @@ def test_acceptance_on_every_visible_gpu():
     out = run_ranks(ep_checks.run_many, n, jobs, timeout_s=TIMEOUT_S)
     assert [o[0]["checks"] for o in out] == [_expected_checks(Scenario())] * n
     assert all(o[4]["shapes"] == len(shapes) for o in out)
+
+
+@pytest.mark.multigpu
+def test_zero_token_rank_bf16_and_fp8_both_scale_layouts():
+    """Issue 9: a rank whose own input has zero tokens (each rank in turn) receives exactly the
+    reference's rows and FP8 scales (row-major and column-major scales), fresh and cached, and
+    combines back; outputs are poisoned before every call."""
+    out = run_ranks(ep_checks.run_zero_token_ranks, 2, {"tokens": 512}, timeout_s=TIMEOUT_S)
+    assert [o["cases"] for o in out] == [2 * 3 * 2] * 2

@@ -173,3 +173,40 @@ def test_sync_clocks_sequence_bases_and_samples(tmp_path, monkeypatch):
     assert s2._clock == {}
     with pytest.raises(SessionError, match="when"):
         s0.add_clock_samples(1, np.zeros((1, 4)), "middle")
+
+
+def test_launch_slots_come_from_stamped_zeroed_slabs_and_save_like_buffers(tmp_path, monkeypatch):
+    import profiler.record.session as S
+
+    monkeypatch.setattr(S, "POOL_SLOTS", 4)
+    s = Session(tmp_path, name="pooled", description="pool", device="cpu", capacity=8, host_pairs=0)
+    addrs = []
+    for it in range(5):  # 5 launches of one geometry: a second slab after 4
+        t0, first = 1000 * it, s.num_launches
+        addrs.append(s.launch_slot("selftest.imbalance", "selftest", 2, 1, it))
+        s.host_call("selftest.imbalance", it, t0, t0 + 500, first)
+    s.host_call("idle host work", 9, 7000, 7100, s.num_launches)  # no launch: a host row
+    assert len(s._slabs) == 2 and [sl.used for sl in s._slabs] == [4, 1]
+    slot = buffer_bytes(2, 8)
+    assert [a - addrs[0] for a in addrs[:4]] == [0, slot, 2 * slot, 3 * slot]
+    views = []
+    for lid, a in enumerate(addrs):
+        sl = s._launches[lid].slab
+        off = a - sl.base
+        v = sl.device[off: off + slot]
+        h = v.numpy()[: L.BUFFERHEADER_SIZE].view(L.BUFFERHEADER_DTYPE)[0]
+        assert (h["magic"], h["num_regions"], h["region_capacity"], h["warps_per_block"], h["launch_id"]) == \
+            (L.MAGIC, 2, 8, 1, lid)
+        assert not v.numpy()[L.BUFFERHEADER_SIZE:].any(), "regions start zeroed"
+        views.append(v)
+    for it, v in enumerate(views):  # "the kernel" writes each slot
+        fill(v, [[(ITER, 0, 900 + it)], [(WORK, 10, 500)]], capacity=8)
+    path = s.save()
+    run = load_run(path)
+    la = run.launches.sort_values("launch")
+    assert list(la["iteration"]) == [0, 1, 2, 3, 4]
+    # each launch got the host times of its call (placed on the timeline only with host pairs)
+    assert [(l.host_begin, l.host_end) for l in s._launches] == [(1000 * i, 1000 * i + 500) for i in range(5)]
+    assert s._host_spans == [("idle host work", 9, 7000, 7100)]
+    spans = run.events[run.events["kind"] == "span"]
+    assert sorted(spans.groupby("launch", observed=True).size().tolist()) == [2] * 5

@@ -1,0 +1,110 @@
+"""Host cost of ep_core.Buffer's Python side per call, on the CPU (no GPU, no extension).
+
+    python benchmarks/bench_host.py            # table printed, result file under benchmarks/results/
+    python benchmarks/bench_host.py --no-write
+
+A one-rank Buffer over the fake extension of the CPU tests (tests/ep_core/fake_ext.py) whose
+launcher returns its outputs at once, so what is timed is everything ep_core does in Python for a
+call: the usability check, the plan lookup on the handle, the stream mode, the profile slots of a
+profiled call, the event. The extension call itself (argument checks, the two kernel launches,
+the fork/join events, the output allocations) is not in this number: benchmarks/bench_ep.py
+measures the whole call on the GPU machine ("host µs" column).
+
+Per op: the best of 5 rounds of the mean over `--calls` calls (a best-of is the cost without
+the machine's noise; the GPU benchmark reports medians of the real thing)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+class _Patch:
+    """monkeypatch's setattr without pytest (fake_buffer replaces two module attributes)."""
+
+    def setattr(self, obj, name, value, raising=True):
+        setattr(obj, name, value)
+
+
+def per_call_us(fn, calls: int, rounds: int = 5) -> float:
+    for _ in range(min(calls, 500)):
+        fn()
+    best = []
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        best.append((time.perf_counter_ns() - t0) / calls / 1e3)
+    return min(best)
+
+
+def measure(calls: int) -> list[dict]:
+    from ep_core import buffer as B
+    from ep_core.config import Problem
+    from ep_core.workload import make_rank_inputs
+    from profiler.record.session import Session
+    from tests.ep_core.fake_ext import fake_buffer
+
+    buf, _ = fake_buffer(compute=False, monkeypatch=_Patch())
+    p = Problem(512, 1024, 8, 16, 1)
+    ins = make_rank_inputs(p, "uniform", 0, seed=1)
+    idx = ins.topk_idx.to(B.topk_idx_t)
+    lay = buf.get_dispatch_layout(idx, p.experts)
+    out = buf.dispatch(ins.x, num_tokens_per_rank=lay[0], is_token_in_rank=lay[3], num_tokens_per_expert=lay[2])
+    handle, recv = out[4], out[0]
+    x8 = ins.x_fp8
+    rows = []
+    ops = {"BF16 dispatch": lambda **kw: buf.dispatch(ins.x, handle=handle, **kw),
+           "FP8 dispatch": lambda **kw: buf.dispatch(x8, handle=handle, **kw),
+           "BF16 combine": lambda **kw: buf.combine(recv, handle, **kw)}
+    for name, op in ops.items():
+        rows.append({"op": name, "mode": "unprofiled", "us": per_call_us(op, calls)})
+    # profiled: every call takes its profile slots from the session's pool (slabs of POOL_SLOTS
+    # launches are made when one runs out, as on the GPU: that cost is in the mean)
+    with tempfile.TemporaryDirectory() as tmp:
+        s = Session(tmp, name="bench-host", description="bench_host", device="cpu", capacity=64, host_pairs=0,
+                    max_device_bytes=1 << 34)
+        with buf.profile(s):
+            n = max(calls // 10, 200)
+            for name, op in ops.items():
+                rows.append({"op": name, "mode": "profiled", "us": per_call_us(lambda: op(profile=True), n)})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--no-write", action="store_true")
+    a = ap.parse_args(argv)
+    import datetime as dt
+
+    from benchmarks.machine import commit, cpu_name
+
+    rows = measure(a.calls)
+    table = ["| op | mode | Python µs per call (best of 5 means) |", "| --- | --- | --- |"]
+    table += [f"| {r['op']} | {r['mode']} | {r['us']:.2f} |" for r in rows]
+    text = "\n".join(table)
+    print(text)
+    if not a.no_write:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        date = dt.date.today().isoformat()
+        path = out / f"host-cpu-{date}.md"
+        path.write_text(f"# ep_core host cost, Python side, CPU\n\nCPU: {cpu_name()}; commit "
+                        f"{commit(('ep_core', 'benchmarks/bench_host.py'))}; {date}; command: "
+                        f"`python benchmarks/bench_host.py --calls {a.calls}`.\n\nPython side of one ep_core.Buffer "
+                        f"call (fake one-rank extension whose launcher returns at once): mean over {a.calls} calls "
+                        f"(profiled: {max(a.calls // 10, 200)}), best of 5 rounds.\n\n{text}\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
