@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler.generated import ep_intranode_phases as P
+from ep_core.generated import ep_intranode_phases as P
 from profiler.runstore import write_run
 
 KERNELS = ("layout", "notify", "dispatch", "barrier", "combine")
