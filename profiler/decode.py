@@ -1,16 +1,15 @@
 """Raw profile buffers -> the tidy event table (profiler.schema), vectorised with numpy.
 
 The buffer layout comes only from profiler/generated/layout.py (generated from layout.toml): no
-offset in this file is written by hand. Every record is touched by numpy array operations; the
-Python loops run per launch, per chunk of ~128 k records (whole regions) and per phase id.
+offset in this file is written by hand. This module plans each launch (buffer and region
+headers, region states, the launch's time window, high-resolution clock pairs) and assembles
+the table; profiler.decode_records decodes the records, chunk by chunk, straight into columns
+allocated once per decode. The rules are in docs/design.md ("Decoder rules"); the pure-Python
+decoder of tests/profiler/reference_decoder.py implements them record by record and the fuzz
+tests hold the two equal.
 
-Span matching. Within one warp region, the BEGINs and ENDs of one phase are taken in record
-order (= time order; a stable ordering by the u16 phase id keeps it) and a BEGIN
-immediately followed by an END of the same phase in the same region forms a span. A phase never
-nests in itself (registry rule), so this is exactly "the k-th BEGIN with the k-th END" on
-well-formed data, and on malformed data it can never produce a span that ends before it begins.
-A BEGIN with no END becomes an open span (open=True) ending at the warp's last timestamp
-(UnmatchedBegin); an END with no BEGIN is dropped and counted (UnmatchedEnd).
+Nothing decodes to a silent wrong result: what cannot be read raises a DecodeError naming the
+byte offset; what is read with losses comes back as a typed warning with its count.
 
 No torch / perfetto / dash imports: this runs on the recording path of the GPU machine.
 """
@@ -23,21 +22,39 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from . import errors as E
-from .align import ClockModel, sm_cycles_to_ns
+from .align import NOMINAL_SM_GHZ, ClockModel
+from .decode_records import KEY_BITS, Scratch, decode_chunk
 from .generated import layout as L
 from .registry import Registry
 from .schema import CATEGORICAL, COLUMNS, EVENT_KINDS, LAUNCH_COLUMNS, coerce_events, empty_events
 
 _HDR = L.BUFFERHEADER_DTYPE
 _RH = L.REGIONHEADER_DTYPE
-_REC = L.RECORD_DTYPE
-# A region header occupies a whole number of record slots, which lets the region area be viewed
-# as a (regions, slots) record array whose first slots are the header.
+# A region header occupies a whole number of record slots, which lets a region be viewed as
+# record slots whose first ones are the header.
 assert L.REGIONHEADER_SIZE % L.RECORD_SIZE == 0, "region header must be a multiple of the record size"
 _RH_SLOTS = L.REGIONHEADER_SIZE // L.RECORD_SIZE
-_MAX_KIND = max(L.KIND_NAMES)
+_RH_STATES = (L.REGION_STATE_UNUSED, L.REGION_STATE_STARTED, L.REGION_STATE_FINISHED)
 
-_K_SPAN, _K_INSTANT, _K_ARRIVE, _K_DEPART, _K_HOST = (EVENT_KINDS.index(k) for k in ("span", "instant", "arrive", "depart", "host"))
+# -- policy: what a plausible buffer holds (docs/design.md, "Decoder rules") --------------------
+# Times are int64 ns on the event table. A raw time (or region clock) must be below 2^62 ns (year
+# 2116 as %globaltimer; 73 years of clock64 at 2 GHz), so no shift or clock mapping can wrap.
+TIME_LIMIT_NS = 1 << 62
+# Every time of a launch lies within an hour of its median warp start (the longest EP wait gives
+# up after 10 s: ep_core's timeout_s): a bit flip in a timestamp's upper bytes can't stretch a
+# launch over years, nor move the run's time base.
+LAUNCH_WINDOW_NS = 3_600 * 10**9
+# A high-resolution clock pair must give 0.1-10 ns per cycle (a 0.1-10 GHz SM clock; H200 runs
+# 1.98 GHz), else the region is converted at the nominal rate (ClockFallback).
+MIN_NS_PER_CYCLE, MAX_NS_PER_CYCLE = 0.1, 10.0
+# The event table stores warp and sm as int16.
+MAX_WARPS_PER_BLOCK = 1 << 15
+MAX_SM = (1 << 15) - 1
+# Records are decoded in chunks of whole regions of about this many records (512 kB of compact
+# records and their temporaries stay in a core's L2; 2^15 was fastest of 2^14..2^17 on the dev VM).
+CHUNK_RECORDS = 1 << 15
+
+_I16, _I32 = np.iinfo(np.int16), np.iinfo(np.int32)
 
 
 def _field_offset(dtype: np.dtype, name: str) -> int:
@@ -56,6 +73,14 @@ class LaunchInfo:
     host_begin_ns: int = -1  # host clock ns (time.perf_counter_ns) or -1
     host_end_ns: int = -1
 
+    def __post_init__(self):
+        for name, lim in (("rank", _I16), ("launch", _I32), ("iteration", _I32)):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or not lim.min <= int(v) <= lim.max:
+                raise ValueError(f"LaunchInfo.{name} = {v!r}: must be an integer in [{lim.min}, {lim.max}] (the event table's dtype)")
+        if not isinstance(self.kernel, str) or not isinstance(self.family, str):
+            raise ValueError(f"LaunchInfo kernel and family must be strings, got {self.kernel!r}, {self.family!r}")
+
 
 @dataclass
 class DecodedLaunch:
@@ -71,53 +96,103 @@ class Decoded:
     warnings: list = field(default_factory=list)
 
 
-# -- registry lookup tables ---------------------------------------------------------------------
-class _Tables:
-    """id -> category code lookups of one registry, as 65536-entry arrays (ids are u16)."""
+def _registry(registry) -> Registry:
+    return registry if isinstance(registry, Registry) else Registry.from_dict(registry)
 
-    def __init__(self, reg: Registry):
-        self.registry = reg
-        self.hash = reg.hash
+
+def _code_dtype(categories: int) -> type:
+    """The codes dtype pandas keeps for this many categories (pandas coerce_indexer_dtype), so
+    Categorical.from_codes takes the decoded array without a copy."""
+    return np.int8 if categories < 127 else np.int16 if categories < _I16.max else np.int32
+
+
+# -- category codes -----------------------------------------------------------------------------
+_KIND_CODE = {L.KIND_BEGIN: "span", L.KIND_INSTANT: "instant", L.KIND_BARRIER_ARRIVE: "arrive",
+              L.KIND_BARRIER_DEPART: "depart"}
+_BARRIER_KINDS = (L.KIND_BARRIER_ARRIVE, L.KIND_BARRIER_DEPART)
+_PHASE_KINDS = (L.KIND_BEGIN, L.KIND_INSTANT)
+_LUT_CACHE: dict[tuple, np.ndarray] = {}
+_LUT_CACHE_MAX = 32
+
+
+def _key(kind: int, ident) -> np.ndarray:
+    """The event LUT index of (kind, id): decode_records.KEY_BITS wide."""
+    return (kind & 7) << 16 | np.asarray(ident, np.int64)
+
+
+def _kind_lut() -> np.ndarray:
+    lut = _LUT_CACHE.get(("kind",))
+    if lut is None:
+        lut = np.zeros(1 << KEY_BITS, np.int8)
+        for k, name in _KIND_CODE.items():
+            lut[(k & 7) << 16:((k & 7) + 1) << 16] = EVENT_KINDS.index(name)
+        _LUT_CACHE[("kind",)] = lut
+    return lut
+
+
+def _cached(key: tuple, build) -> np.ndarray:
+    lut = _LUT_CACHE.get(key)
+    if lut is None:
+        if len(_LUT_CACHE) >= _LUT_CACHE_MAX:
+            _LUT_CACHE.clear()
+        lut = _LUT_CACHE[key] = build()
+    return lut
+
+
+class _Codes:
+    """The categories of one decode (kernels, roles, phase names, in first-seen order) and, per
+    kernel family, event LUTs from (kind, id) straight to those codes."""
+
+    def __init__(self, plans: list):
+        self.kernels = list(dict.fromkeys(p.info.kernel for p in plans))
+        self.registries = {p.info.family: p.registry for p in plans}
+        self.roles = list(dict.fromkeys(r for reg in self.registries.values() for r in ("", *reg.roles, "host")))
         self.names: list[str] = []
-        index: dict[str, int] = {}
+        self._idx: dict[str, int] = {}
+        for reg in self.registries.values():
+            self.add_names([p.name for p in sorted(reg.phases, key=lambda p: p.id)]
+                           + [b.name for b in sorted(reg.barriers, key=lambda b: b.id)])
+        self.phase_dtype = _code_dtype(len(self.names))
+        self.role_dtype = _code_dtype(len(self.roles))
+        self.kind_lut = _kind_lut()
 
-        def code(name: str) -> int:
-            if name not in index:
-                index[name] = len(self.names)
-                self.names.append(name)
-            return index[name]
+    def phase_lut(self, family: str) -> np.ndarray:
+        reg = self.registries[family]
 
-        self.phase_code = np.full(1 << 16, -1, np.int32)
-        self.barrier_code = np.full(1 << 16, -1, np.int32)
-        self.roles = ["", *reg.roles, "host"]
-        self.phase_role = np.zeros(1 << 16, np.int16)
-        for p in sorted(reg.phases, key=lambda p: p.id):
-            self.phase_code[p.id] = code(p.name)
-            self.phase_role[p.id] = self.roles.index(p.role) if p.role else 0
-        for b in sorted(reg.barriers, key=lambda b: b.id):
-            self.barrier_code[b.id] = code(b.name)
-        self._index = index
-        self.span_ids = np.array(sorted(p.id for p in reg.phases if p.kind == "span"), np.uint16)
+        def build():
+            lut = np.full(1 << KEY_BITS, -1, self.phase_dtype)
+            idx = self._idx
+            for p in reg.phases:
+                for k in _PHASE_KINDS:
+                    lut[_key(k, p.id)] = idx[p.name]
+            for b in reg.barriers:
+                for k in _BARRIER_KINDS:
+                    lut[_key(k, b.id)] = idx[b.name]
+            return lut
+        return _cached(("phase", reg.hash, tuple(self.names), self.phase_dtype), build)
 
-    def extend(self, names: list[str], extra: list[str]) -> tuple[list[str], dict[str, int]]:
-        out = list(names)
-        idx = dict(self._index)
-        for n in extra:
-            if n not in idx:
-                idx[n] = len(out)
-                out.append(n)
-        return out, idx
+    def role_lut(self, family: str) -> np.ndarray:
+        reg = self.registries[family]
 
+        def build():
+            lut = np.zeros(1 << KEY_BITS, self.role_dtype)
+            for k in _BARRIER_KINDS:  # -1: the warp's role, filled in per region
+                lut[(k & 7) << 16:((k & 7) + 1) << 16] = -1
+            for p in reg.phases:
+                for k in _PHASE_KINDS:
+                    lut[_key(k, p.id)] = self.roles.index(p.role) if p.role else 0
+            return lut
+        return _cached(("role", reg.hash, tuple(self.roles), self.role_dtype), build)
 
-_TABLES: dict[int, _Tables] = {}
-
-
-def _tables(registry) -> _Tables:
-    reg = registry if isinstance(registry, Registry) else Registry.from_dict(registry)
-    h = reg.hash
-    if h not in _TABLES:
-        _TABLES[h] = _Tables(reg)
-    return _TABLES[h]
+    def add_names(self, extra: list[str]) -> np.ndarray:
+        """Codes of `extra`, appending the names not seen yet (the caller widens the phase column
+        when they outgrow phase_dtype)."""
+        idx = self._idx
+        for x in extra:
+            if x not in idx:
+                idx[x] = len(self.names)
+                self.names.append(x)
+        return np.array([idx[x] for x in extra], np.int64)
 
 
 # -- buffer parsing -------------------------------------------------------------------------------
@@ -129,7 +204,7 @@ def _as_bytes(buf) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.uint8)
 
 
-def _header(arr: np.ndarray, tables: _Tables):
+def _header(arr: np.ndarray, registry: Registry):
     n = arr.size
     if n < L.BUFFERHEADER_SIZE:
         raise E.TruncatedBuffer(f"buffer ends at byte {n}, before the end of its {L.BUFFERHEADER_SIZE}-byte header", n)
@@ -144,16 +219,18 @@ def _header(arr: np.ndarray, tables: _Tables):
         raise E.UnsupportedVersion(f"buffer format version {version} is {what} this decoder (version {L.VERSION})",
                                    _field_offset(_HDR, "version"))
     rh = int(h["registry_hash"])
-    if rh != tables.hash:
+    if rh != registry.hash:
         raise E.RegistryMismatch(
-            f"buffer registry_hash 0x{rh:08X} != 0x{tables.hash:08X} of registry {tables.registry.family!r}: "
+            f"buffer registry_hash 0x{rh:08X} != 0x{registry.hash:08X} of registry {registry.family!r}: "
             "decode with the registry the buffer was recorded with (the run manifest embeds it)",
             _field_offset(_HDR, "registry_hash"))
     nreg, cap, wpb = int(h["num_regions"]), int(h["region_capacity"]), int(h["warps_per_block"])
-    if nreg and wpb == 0:
-        raise E.DecodeError("warps_per_block is 0 but the buffer has regions", _field_offset(_HDR, "warps_per_block"))
+    if nreg and not 1 <= wpb <= MAX_WARPS_PER_BLOCK:
+        raise E.DecodeError(f"warps_per_block is {wpb}; a buffer with regions needs 1..{MAX_WARPS_PER_BLOCK} "
+                            "(the event table's warp column is int16)", _field_offset(_HDR, "warps_per_block"))
     stride = L.REGIONHEADER_SIZE + cap * L.RECORD_SIZE
     need = L.BUFFERHEADER_SIZE + nreg * stride
+    # (blocks = regions / warps_per_block fit the int32 block column: 2^31 regions need 128 GiB)
     if n < need:
         raise E.TruncatedBuffer(
             f"buffer ends at byte {n} but its header (num_regions={nreg}, region_capacity={cap}) "
@@ -161,52 +238,38 @@ def _header(arr: np.ndarray, tables: _Tables):
     return h, nreg, cap, wpb, stride, need
 
 
-def _stable_order(keys: np.ndarray, likely: np.ndarray) -> np.ndarray:
-    """Stable argsort of u16 phase ids. A kernel family has a handful of span phases (`likely`):
-    one compare-and-compress pass per phase beats numpy's stable sort (37 vs 63 ms for 2.5 M keys
-    of 9 values on the dev machine); ids outside `likely` (unknown phases) fall back to it."""
-    if len(likely) > 12 or len(keys) == 0:
-        return np.argsort(keys, kind="stable")
-    parts = [np.flatnonzero(keys == v) for v in likely]
-    if sum(map(len, parts)) != len(keys):
-        return np.argsort(keys, kind="stable")
-    return np.concatenate(parts)
-
-
-# Records are decoded in chunks of whole regions of about this many records, straight into the
-# preallocated output columns: a chunk's temporaries (~80 bytes a record) stay in cache and in
-# reused heap memory, and every output byte is written once. Decoding a launch in one piece spent
-# more time in page faults than in numpy on the dev VM (ru_stime > ru_utime).
-CHUNK_RECORDS = 1 << 17
-
-_KIND_LUT = np.zeros(256, np.int8)
-_KIND_LUT[L.KIND_BEGIN] = _K_SPAN
-_KIND_LUT[L.KIND_INSTANT] = _K_INSTANT
-_KIND_LUT[L.KIND_BARRIER_ARRIVE] = _K_ARRIVE
-_KIND_LUT[L.KIND_BARRIER_DEPART] = _K_DEPART
+def _lower_median(v: np.ndarray) -> int:
+    k = (len(v) - 1) // 2
+    return int(np.partition(v, k)[k])
 
 
 class _Plan:
-    """One launch after its header and region headers are read: everything needed to size and
-    fill its slice of the output."""
+    """One launch after its headers are read: where its records are, how many each region holds,
+    its time window and clock conversion, and the warnings found so far."""
 
-    def __init__(self, buf, info: LaunchInfo, tables: _Tables):
-        self.info, self.tables = info, tables
+    def __init__(self, buf, info: LaunchInfo, registry: Registry):
+        self.info, self.registry, self.family = info, registry, info.family
         arr = _as_bytes(buf)
-        h, nreg, cap, wpb, stride, need = _header(arr, tables)
+        h, nreg, cap, wpb, stride, need = _header(arr, registry)
         self.cap, self.hires = cap, bool(int(h["flags"]) & L.FLAGS_HIRES)
-        self.warnings: list[E.DecodeWarning] = []
         self.where = where = f"rank {info.rank} launch {info.launch} ({info.kernel})"
+        self.warnings: list[E.DecodeWarning] = []
         body = arr[L.BUFFERHEADER_SIZE:need]
         rh = np.ascontiguousarray(body.reshape(nreg, stride)[:, : L.REGIONHEADER_SIZE]).view(_RH).reshape(nreg)
         state = rh["state"]
-        bad_state = ~np.isin(state, (L.REGION_STATE_UNUSED, L.REGION_STATE_STARTED, L.REGION_STATE_FINISHED))
-        if bad_state.any():
-            i = int(np.flatnonzero(bad_state)[0])
+        bad = np.flatnonzero(~np.isin(state, _RH_STATES))
+        if len(bad):
+            i = int(bad[0])
             raise E.DecodeError(f"region {i}: state {int(state[i])} is not a region_state",
                                 L.BUFFERHEADER_SIZE + i * stride + _field_offset(_RH, "state"))
         finished = state == L.REGION_STATE_FINISHED
         started = state == L.REGION_STATE_STARTED
+        used = finished | started
+        bad = np.flatnonzero(used & (rh["sm"] > MAX_SM))
+        if len(bad):
+            i = int(bad[0])
+            raise E.DecodeError(f"region {i}: sm {int(rh['sm'][i])} is above {MAX_SM} (the event table's sm column is int16)",
+                                L.BUFFERHEADER_SIZE + i * stride + _field_offset(_RH, "sm"))
         attempted = rh["attempted"].astype(np.int64)
         n = np.where(finished, np.minimum(attempted, cap), 0)
         over = np.where(finished, np.maximum(attempted - cap, 0), 0)
@@ -214,176 +277,132 @@ class _Plan:
         if self.dropped:
             self.warnings.append(E.DroppedRecords(self.dropped, f"{where}: {self.dropped} records past capacity {cap} "
                                                                 f"in {int((over > 0).sum())} of {nreg} regions"))
-        # records as a (nreg, slots) structured view; a region's first _RH_SLOTS slots are its header
-        self.rec2 = body.view(_REC).reshape(nreg, _RH_SLOTS + cap)[:, _RH_SLOTS:]
+        # the record slots of every region as (regions, capacity, 2) u64: a region's header slots cut off
+        self.all_slots = body.view(np.uint64).reshape(-1, 2)
+        self.slots = self.all_slots.reshape(nreg, _RH_SLOTS + cap, 2)[:, _RH_SLOTS:, :]
         if started.any():
             si = np.flatnonzero(started)
-            empty = self.rec2["kind"][si] == L.KIND_EMPTY
+            empty = self.slots[si].view(np.uint8)[:, :, _field_offset(L.RECORD_DTYPE, "kind")] == L.KIND_EMPTY
             n[si] = np.where(empty.any(axis=1), empty.argmax(axis=1), cap) if cap else 0
             self.warnings.append(E.UnfinishedRegion(len(si), f"{where}: {len(si)} regions never finished "
                                                              "(aborted kernel?); decoded up to their first empty record"))
-        self.n, self.rh, self.finished, self.used = n, rh, finished, finished | started
-        ar = np.arange(nreg, dtype=np.int32)
-        self.block, self.warp, self.sm = ar // max(wpb, 1), (ar % max(wpb, 1)).astype(np.int16), rh["sm"].astype(np.int16)
-        if self.hires:
-            clk_ok = finished & (rh["clk_end"] > rh["clk_start"])
-            self.clk_end = np.where(clk_ok, rh["clk_end"], rh["clk_start"])  # equal pair -> nominal rate
-            used_bad = ~clk_ok & (n > 0)
-            if used_bad.any():
-                self.warnings.append(E.ClockFallback(int(used_bad.sum()), f"{where}: high-res regions without an end "
-                                                                          "clock pair converted at the nominal SM clock"))
-        # chunks of whole regions; the output is sized by the record count (an upper bound of the
-        # event count: ENDs make no row) and trimmed after decoding; untouched pages cost nothing
-        step = max(1, CHUNK_RECORDS // max(cap, 1))
-        self.chunks = [r0 for r0 in range(0, nreg, step) if n[r0:r0 + step].any()]
-        self.n_records = int(n.sum())
-        self.step = step
-        self.first_t = np.zeros(nreg, np.int64)
-        self.last_t = np.zeros(nreg, np.int64)
-        self.counts = {"bad": 0, "ub": 0, "ue": 0, "back": 0}
-        self.unknown: list[tuple[np.ndarray, np.ndarray]] = []
+        self.n, self.used, self.n_records = n, used, int(n.sum())
+        ar, per_block = np.arange(nreg, dtype=np.int64), max(wpb, 1)
+        self.block, self.warp = (ar // per_block).astype(np.int32), (ar % per_block).astype(np.int16)
+        self.sm = rh["sm"].astype(np.int16)
+        self._clocks(rh, finished, used)
+        self.chunks = self._chunks()
 
-    def decode_into(self, out: dict, off: int) -> int:
-        """Write this launch's events into out[c][off:...] chunk by chunk; returns the event count."""
-        o = off
-        for r0 in self.chunks:
-            o += self._chunk(out, o, r0)
-        self.n_events = o - off
-        c, where = self.counts, self.where
-        if c["bad"]:
-            self.warnings.append(E.CorruptRecords(c["bad"], f"{where}: records with kind outside 1..{_MAX_KIND} skipped"))
-        if c["ue"]:
-            self.warnings.append(E.UnmatchedEnd(c["ue"], f"{where}: ENDs without BEGIN dropped"))
-        if c["ub"]:
-            self.warnings.append(E.UnmatchedBegin(c["ub"], f"{where}: BEGINs without END kept as open spans"))
-        if c["back"]:
-            self.warnings.append(E.CorruptRecords(c["back"], f"{where}: spans ending before they begin; end set to begin"))
-        has, used, rh = self.n > 0, self.used, self.rh
-        gb = ge = -1
-        if used.any():
-            gb = int(rh["gt_start"][used].astype(np.int64).min())
-            ge = int(np.where(self.finished, rh["gt_end"].astype(np.int64), self.last_t)[used].max())
-        if has.any():
-            lo, hi = int(self.first_t[has].min()), int(self.last_t[has].max())
-            gb = lo if gb < 0 else min(gb, lo)
-            ge = max(ge, hi)
-        self.gpu_begin, self.gpu_end = gb, ge
-        return self.n_events
-
-    def _chunk(self, out: dict, o: int, r0: int) -> int:
-        cap, tables = self.cap, self.tables
-        n = self.n[r0:r0 + self.step]
-        rec2 = self.rec2[r0:r0 + self.step]
-        nreg = len(n)
-        m = int(n.sum())
-        valid = None if m == nreg * cap else np.arange(cap)[None, :] < n[:, None]
-
-        def column(name):  # one strided pass per field into a contiguous array
-            a = rec2[name]
-            return a.reshape(-1) if valid is None else a[valid]
-
-        kind = column("kind")
-        region = np.repeat(np.arange(nreg, dtype=np.int32), n)
-        bad = (kind - np.uint8(1)) >= np.uint8(_MAX_KIND)  # kind 0 wraps to 255
-        n_bad = int(np.count_nonzero(bad))
-        keep = None
-        if n_bad:
-            self.counts["bad"] += n_bad
-            keep = ~bad
-            kind, region = kind[keep], region[keep]
-            n = np.bincount(region, minlength=nreg).astype(np.int64)
-        ids = column("id") if keep is None else column("id")[keep]
-        payload = column("payload") if keep is None else column("payload")[keep]
-        traw = column("t") if keep is None else column("t")[keep]
-        if self.hires:
-            g = region + r0
-            rh = self.rh
-            t = sm_cycles_to_ns(traw, rh["clk_start"][g], rh["gt_start"][g], self.clk_end[g], rh["gt_end"][g])
+    # -- time window and clocks --------------------------------------------------------------
+    def _clocks(self, rh, finished, used) -> None:
+        gs, ge = rh["gt_start"], rh["gt_end"]
+        in_range = used & (gs >= 1) & (gs < TIME_LIMIT_NS)
+        if in_range.any():
+            anchor = _lower_median(gs[in_range])
+        elif not self.hires:
+            anchor = self._record_anchor()
         else:
-            t = traw.view(np.int64)
+            anchor = None
+        if anchor is None:
+            lo, hi = 1, TIME_LIMIT_NS - 1
+        else:
+            lo, hi = max(1, anchor - LAUNCH_WINDOW_NS), min(TIME_LIMIT_NS - 1, anchor + LAUNCH_WINDOW_NS)
+        self.window = (lo, hi)
+        gs_ok = used & (gs >= lo) & (gs <= hi)
+        ge_ok = finished & (ge >= lo) & (ge <= hi)
+        bad = int(np.count_nonzero(used & (~gs_ok | (finished & ~ge_ok))))
+        if bad:
+            self.warnings.append(E.BadRegionClock(bad, f"{self.where}: warp start/finish clocks outside "
+                                                        f"[{lo}, {hi}] (the launch's window) ignored"))
+        self._header_span(gs[gs_ok], ge[ge_ok])
+        if not self.hires:
+            return
+        gsi = gs.astype(np.int64)
+        cs, ce = rh["clk_start"], rh["clk_end"]
+        pair = gs_ok & ge_ok & (ce > cs) & (ge > gs)
+        span_c = (ce - cs).view(np.int64).astype(np.float64)
+        span_g = (ge.astype(np.int64) - gsi).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            rate = span_g / np.where(pair, span_c, 1.0)
+        pair &= (rate >= MIN_NS_PER_CYCLE) & (rate <= MAX_NS_PER_CYCLE)
+        self.rate = np.where(pair, rate, 1.0 / NOMINAL_SM_GHZ)
+        self._header_span(gs[gs_ok], ge[pair])  # a finish clock that fails its pair's rate check is not trusted either
+        fallback = int(np.count_nonzero(gs_ok & ~pair & (self.n > 0)))
+        if fallback:
+            self.warnings.append(E.ClockFallback(fallback, f"{self.where}: high-res regions without a usable clock pair "
+                                                           "converted at the nominal SM clock"))
+        # converted time = gs + rint((clk - cs) * rate), kept when the product lies in [ylo, yhi]
+        self.gs, self.cs = np.where(gs_ok, gsi, 0), cs
+        self.ylo = np.where(gs_ok, (lo - np.where(gs_ok, gsi, 0)).astype(np.float64), np.inf)
+        self.yhi = np.where(gs_ok, (hi - np.where(gs_ok, gsi, 0)).astype(np.float64), -np.inf)
 
-        # first / last timestamp of each region (records are in time order within a region)
-        rstart = np.cumsum(n) - n
-        has = n > 0
-        last_t = np.zeros(nreg, np.int64)
-        last_t[has] = t[rstart[has] + n[has] - 1]
-        self.last_t[r0:r0 + nreg] = last_t
-        self.first_t[r0:r0 + nreg][has] = t[rstart[has]]
+    def _header_span(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        hdr = np.concatenate([starts, ends]).astype(np.int64)
+        self.header_span = (int(hdr.min()), int(hdr.max())) if len(hdr) else None
 
-        # -- spans: stable order of BEGIN/END by phase id keeps region-major record order --------
-        n_begin, n_end = int(np.count_nonzero(kind == L.KIND_BEGIN)), int(np.count_nonzero(kind == L.KIND_END))
-        be = np.flatnonzero(kind <= L.KIND_END)
-        s = be[_stable_order(ids[be], tables.span_ids)]
-        ks, is_, rs = kind[s], ids[s], region[s]
-        pair = (ks[:-1] == L.KIND_BEGIN) & (ks[1:] == L.KIND_END) & (is_[:-1] == is_[1:]) & (rs[:-1] == rs[1:])
-        pi = np.flatnonzero(pair)
-        b_pos, e_pos = s[pi], s[pi + 1]
-        n_ub = n_begin - len(b_pos)
-        self.counts["ue"] += n_end - len(b_pos)
+    def _record_anchor(self) -> int | None:
+        """Lower median of the plausible raw record times (used when no warp start clock is)."""
+        if not self.n_records:
+            return None
+        rec = self.all_slots[self.slot_index(0, len(self.n))]
+        t, kind = rec[:, 0], rec.view(np.uint8)[:, _field_offset(L.RECORD_DTYPE, "kind")]
+        v = t[(kind >= 1) & (kind <= 5) & (t >= 1) & (t < TIME_LIMIT_NS)]
+        return _lower_median(v) if len(v) else None
 
-        # -- events in record order: every record but the ENDs ----------------------------------
-        is_end = kind == L.KIND_END
-        src = np.flatnonzero(~is_end)
-        e = len(src)
-        ends_before = np.cumsum(is_end, dtype=np.int32)  # record p (not an END) is event p - ends_before[p]
-        k_src = kind[src]
-        ids_src = ids[src]
-        ev_region = region[src]
-        begin_t = out["begin_ns"][o:o + e]
-        end_t = out["end_ns"][o:o + e]
-        pl = out["payload"][o:o + e]
-        is_open = out["open"][o:o + e]
-        np.take(t, src, out=begin_t)
-        end_t[:] = begin_t
-        pl[:] = payload[src]
-        is_open[:] = False
-        if n_ub:
-            self.counts["ub"] += n_ub
-            ub = s[(ks == L.KIND_BEGIN) & ~np.r_[pair, False]]
-            ui = ub - ends_before[ub]
-            end_t[ui] = last_t[region[ub]]
-            is_open[ui] = True
-        bi = b_pos - ends_before[b_pos]
-        end_t[bi] = t[e_pos]
-        back = end_t < begin_t
-        if back.any():  # only corrupt timestamps do this: globaltimer and per-SM clock64 never run backwards
-            self.counts["back"] += int(back.sum())
-            np.maximum(end_t, begin_t, out=end_t)
-        # a span's payload is its BEGIN's, or its END's when the BEGIN carried 0 (counts known at the end)
-        z = np.flatnonzero(pl[bi] == 0)
-        pl[bi[z]] = payload[e_pos[z]]
-        code = tables.phase_code[ids_src]
-        role = self.role_by_id[ids_src]  # global role codes; 0 is '' everywhere
-        is_bar = k_src >= L.KIND_BARRIER_ARRIVE
-        if is_bar.any():
-            code[is_bar] = tables.barrier_code[ids_src[is_bar]]
-            # barrier events take the role of the warp's first role-bearing event
-            role[is_bar] = 0
-            rr = np.flatnonzero(role > 0)
-            reg_rr = ev_region[rr]
-            firsts = np.flatnonzero(np.r_[True, reg_rr[1:] != reg_rr[:-1]]) if len(rr) else rr
-            region_role = np.zeros(nreg, np.int32)
-            region_role[reg_rr[firsts]] = role[rr[firsts]]
-            role[is_bar] = region_role[ev_region[is_bar]]
-        unknown = np.flatnonzero(code < 0)
-        if len(unknown):  # named once the whole launch is decoded
-            self.unknown.append((unknown + o, ids_src[unknown].astype(np.int64) * 2 + is_bar[unknown]))
-        out["phase"][o:o + e] = code
-        out["role"][o:o + e] = role
-        out["kind"][o:o + e] = _KIND_LUT[k_src]
-        g = ev_region + r0
-        np.take(self.block, g, out=out["block"][o:o + e])
-        np.take(self.warp, g, out=out["warp"][o:o + e])
-        np.take(self.sm, g, out=out["sm"][o:o + e])
-        return e
+    def slot_index(self, r0: int, r1: int) -> np.ndarray:
+        """Index in all_slots of every candidate record of regions r0..r1, in order."""
+        n = self.n[r0:r1]
+        first = np.arange(r0, r1, dtype=np.int64) * (_RH_SLOTS + self.cap) + _RH_SLOTS - (np.cumsum(n) - n)
+        idx = np.repeat(first, n)
+        idx += np.arange(len(idx), dtype=np.int64)
+        return idx
+
+    def _per_record(self, a: np.ndarray, r0: int, r1: int) -> np.ndarray:
+        return np.repeat(a[r0:r1], self.n[r0:r1])
+
+    def convert(self, begin: np.ndarray, end: np.ndarray, r0: int, r1: int, counts: np.ndarray) -> bool:
+        """High-res cycles -> ns in place, per event (`counts` events of each region r0..r1);
+        False if a time falls outside the window (nothing is kept then)."""
+        cs, rate, gs = (np.repeat(a[r0:r1], counts) for a in (self.cs, self.rate, self.gs))
+        ylo, yhi = np.repeat(self.ylo[r0:r1], counts), np.repeat(self.yhi[r0:r1], counts)
+        ys = []
+        for a in (begin, end):
+            y = (a.view(np.uint64) - cs).view(np.int64).astype(np.float64) * rate
+            if not ((y >= ylo) & (y <= yhi)).all():
+                return False
+            ys.append(y)
+        for a, y in zip((begin, end), ys):
+            np.add(gs, np.rint(y).astype(np.int64), out=a)
+        return True
+
+    def bad_times(self, rc: np.ndarray, seg: np.ndarray, km1: np.ndarray, r0: int, r1: int) -> np.ndarray:
+        """Compact records of regions r0..r1 that are kept by kind but whose time is not usable."""
+        t = rc[:, 0]
+        lo, hi = self.window
+        if not self.hires:
+            return (km1 < 5) & ((t < lo) | (t > hi))
+        y = (t - self._per_record(self.cs, r0, r1)).view(np.int64).astype(np.float64) * self._per_record(self.rate, r0, r1)
+        ok = (y >= self._per_record(self.ylo, r0, r1)) & (y <= self._per_record(self.yhi, r0, r1))
+        return (km1 < 5) & ~ok
+
+    def _chunks(self) -> list[tuple[int, int]]:
+        """Runs of whole regions of about CHUNK_RECORDS candidate records (empty runs left out)."""
+        if not self.n_records:
+            return []
+        start = np.cumsum(self.n) - self.n
+        cut = np.flatnonzero(np.diff(start // CHUNK_RECORDS)) + 1
+        bounds = [0, *cut.tolist(), len(self.n)]
+        return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if self.n[a:b].any()]
 
 
-def _union(lists) -> tuple[list[str], dict[str, int]]:
-    idx: dict[str, int] = {}
-    for lst in lists:
-        for x in lst:
-            idx.setdefault(x, len(idx))
-    return list(idx), idx
+# -- the table ------------------------------------------------------------------------------------
+_COUNT_WARNINGS = (  # chunk counts -> warnings, in this order
+    ("CorruptRecords", E.CorruptRecords, "records with kind outside 1..5 skipped"),
+    ("BadTimestamps", E.BadTimestamps, "records with a time outside the launch's window skipped"),
+    ("UnmatchedEnd", E.UnmatchedEnd, "ENDs without BEGIN dropped"),
+    ("UnmatchedBegin", E.UnmatchedBegin, "BEGINs without END kept as open spans"),
+    ("ReversedSpans", E.ReversedSpans, "spans ending before they begin; end set to begin"),
+)
 
 
 def _host_span(info: LaunchInfo, clock: ClockModel | None):
@@ -396,69 +415,107 @@ def _host_span(info: LaunchInfo, clock: ClockModel | None):
     return ((hb, he) if 0 <= info.host_begin_ns <= info.host_end_ns else None), hb, he
 
 
+class _Table:
+    """The output columns of one decode, allocated once (sized by the record count, an upper bound
+    of the event count: ENDs make no row) and trimmed at the end; untouched pages cost nothing."""
+
+    def __init__(self, codes: _Codes, rows: int):
+        self.codes = codes
+        dt = {"kernel": _code_dtype(len(codes.kernels)), "role": codes.role_dtype, "phase": codes.phase_dtype,
+              "kind": np.int8}
+        self.out = {c: np.empty(rows, dt.get(c, t)) for c, t in COLUMNS.items()}
+
+    def name_unknown(self, plan, unknown: list) -> None:
+        """Name ids the registry does not declare phase_<id> / barrier_<id>, code them."""
+        keys = np.concatenate([k for _, k in unknown])
+        uk = np.unique(keys)
+        extra = [f"{'barrier' if (k >> 16) in _BARRIER_KINDS else 'phase'}_{k & 0xFFFF}" for k in uk.tolist()]
+        lut = self.codes.add_names(extra)
+        want = _code_dtype(len(self.codes.names))
+        if np.dtype(want).itemsize > self.out["phase"].dtype.itemsize:
+            self.out["phase"] = self.out["phase"].astype(want)
+            self.codes.phase_dtype = want
+        for pos, key in unknown:
+            self.out["phase"][pos] = lut[np.searchsorted(uk, key)]
+        plan.warnings.append(E.UnknownPhase(len(keys), f"{plan.where}: ids not in registry "
+                                                       f"{plan.registry.family!r}: {', '.join(extra)}"))
+
+
+def _decode_launch(plan: _Plan, table: _Table, off: int, scratch: Scratch) -> tuple[int, int, int]:
+    """Decode one launch's records at table row `off`; (events, gpu_begin, gpu_end) in raw ns."""
+    out, codes = table.out, table.codes
+    counts = dict.fromkeys([c for c, _, _ in _COUNT_WARNINGS], 0)
+    unknown = []
+    o = off
+    spans = [plan.header_span] if plan.header_span else []
+    for r0, r1 in plan.chunks:
+        res = decode_chunk(plan, r0, r1, out, o, codes, scratch)
+        o += res.events
+        for k, v in res.counts.items():
+            counts[k] += v
+        if res.events:
+            spans.append((res.tmin, res.tmax))
+        if res.unknown is not None:
+            unknown.append(res.unknown)
+    for c, cls, what in _COUNT_WARNINGS:
+        if counts[c]:
+            plan.warnings.append(cls(counts[c], f"{plan.where}: {what}"))
+    if unknown:
+        table.name_unknown(plan, unknown)
+    gb = min(s[0] for s in spans) if spans else -1
+    ge = max(s[1] for s in spans) if spans else -1
+    return o - off, gb, ge
+
+
 def _decode(plans: list[_Plan], clock: ClockModel | None) -> tuple[pd.DataFrame, list[dict]]:
     """Decode planned launches into one event table, every column allocated once."""
-    kernels, kidx = _union([[p.info.kernel] for p in plans])
-    roles, ridx = _union([p.tables.roles for p in plans])
-    names, nidx = _union([p.tables.names for p in plans])
+    codes = _Codes(plans)
+    kidx = {k: i for i, k in enumerate(codes.kernels)}
     hosts = [_host_span(p.info, clock) for p in plans]
-    total = sum(p.n_records + (1 if h[0] else 0) for p, h in zip(plans, hosts))
-    out = {c: np.empty(total, np.int32 if COLUMNS[c] == "category" else COLUMNS[c]) for c in COLUMNS}
-    out["kind"] = np.empty(total, np.int8)
+    table = _Table(codes, sum(p.n_records + (1 if h[0] else 0) for p, h in zip(plans, hosts)))
+    biggest = max((int(p.n[a:b].sum()) for p in plans for a, b in p.chunks), default=0)
+    scratch = Scratch(biggest)
     launches, off = [], 0
     for p, (host, hb, he) in zip(plans, hosts):
         info = p.info
-        p.role_by_id = np.array([ridx[r] for r in p.tables.roles], np.int32)[p.tables.phase_role]
-        k = p.decode_into(out, off)
-        local_names = p.tables.names
-        if p.unknown:
-            uk = np.unique(np.concatenate([key for _, key in p.unknown]))
-            extra = [f"{'barrier' if v & 1 else 'phase'}_{v >> 1}" for v in uk.tolist()]
-            local_names, idx = p.tables.extend(local_names, extra)
-            lut = np.array([idx[x] for x in extra], np.int32)
-            for pos, key in p.unknown:
-                out["phase"][pos] = lut[np.searchsorted(uk, key)]
-            p.warnings.append(E.UnknownPhase(sum(len(x) for x, _ in p.unknown),
-                                             f"{p.where}: ids not in registry {p.tables.registry.family!r}: {', '.join(extra)}"))
-        for x in local_names:
-            nidx.setdefault(x, len(nidx))
-        ph = out["phase"][off:off + k]
-        ph[:] = np.array([nidx[x] for x in local_names], np.int32)[ph]
-        gb, ge = p.gpu_begin, p.gpu_end
+        k, gb, ge = _decode_launch(p, table, off, scratch)
+        out = table.out
         if clock is not None:
             for c in ("begin_ns", "end_ns"):
                 out[c][off:off + k] = clock.to_run_timeline(info.rank, out[c][off:off + k])
             if gb >= 0:
                 gb, ge = (int(v) for v in clock.to_run_timeline(info.rank, np.array([gb, ge])))
-        out["rank"][off:off + k + (1 if host else 0)] = info.rank
-        out["launch"][off:off + k + (1 if host else 0)] = info.launch
-        out["kernel"][off:off + k + (1 if host else 0)] = kidx[info.kernel]
-        out["iteration"][off:off + k + (1 if host else 0)] = info.iteration
+        rows = slice(off, off + k + (1 if host else 0))
+        out["rank"][rows], out["launch"][rows] = info.rank, info.launch
+        out["kernel"][rows], out["iteration"][rows] = kidx[info.kernel], info.iteration
         off += k
         if host:
-            nidx.setdefault(info.kernel, len(nidx))
-            row = {"sm": -1, "block": -1, "warp": -1, "payload": 0, "open": False, "kind": _K_HOST,
-                   "role": ridx.setdefault("host", len(ridx)), "phase": nidx[info.kernel],
+            row = {"sm": -1, "block": -1, "warp": -1, "payload": 0, "open": False, "kind": EVENT_KINDS.index("host"),
+                   "role": codes.roles.index("host"), "phase": int(codes.add_names([info.kernel])[0]),
                    "begin_ns": host[0], "end_ns": host[1]}
+            if np.dtype(_code_dtype(len(codes.names))).itemsize > out["phase"].dtype.itemsize:
+                out["phase"] = out["phase"].astype(_code_dtype(len(codes.names)))
+                codes.phase_dtype = _code_dtype(len(codes.names))
             for c, v in row.items():
                 out[c][off] = v
             off += 1
         launches.append({"rank": info.rank, "launch": info.launch, "kernel": info.kernel, "iteration": info.iteration,
                          "host_begin_ns": hb, "host_end_ns": he, "gpu_begin_ns": gb, "gpu_end_ns": ge,
                          "regions": int(p.used.sum()), "dropped": p.dropped})
-    out = {c: a[:off] for c, a in out.items()}
+    out = {c: a[:off] for c, a in table.out.items()}
     if clock is None:  # each rank's own globaltimer minus the earliest timestamp of the decode
         starts = [la["gpu_begin_ns"] for la in launches if la["gpu_begin_ns"] >= 0]
-        if starts:
+        if starts:  # every time is in [1, 2^62): no wrap
             shift = np.int64(min(starts))
-            out["begin_ns"] -= shift  # int64 arithmetic: corrupt timestamps wrap instead of raising
+            out["begin_ns"] -= shift
             out["end_ns"] -= shift
             for la in launches:
                 if la["gpu_begin_ns"] >= 0:
-                    la["gpu_begin_ns"], la["gpu_end_ns"] = (int(v) for v in np.array(
-                        [la["gpu_begin_ns"], la["gpu_end_ns"]], np.int64) - shift)
-    cat = {"kernel": kernels, "phase": list(nidx), "role": list(ridx), "kind": list(EVENT_KINDS)}
-    frame = {c: pd.Categorical.from_codes(out[c], categories=cat[c]) if c in cat else out[c] for c in COLUMNS}
+                    la["gpu_begin_ns"] -= int(shift)
+                    la["gpu_end_ns"] -= int(shift)
+    cat = {"kernel": codes.kernels, "phase": codes.names, "role": codes.roles, "kind": list(EVENT_KINDS)}
+    frame = {c: pd.Categorical.from_codes(out[c], categories=cat[c], validate=False) if c in cat else out[c]
+             for c in COLUMNS}
     return pd.DataFrame(frame, copy=False), launches
 
 
@@ -471,7 +528,7 @@ def decode_buffer(buf, info: LaunchInfo, registry, clock: ClockModel | None = No
     one, times are this buffer's globaltimer minus its earliest timestamp. Raises DecodeError
     subclasses for unreadable buffers; recoverable problems come back in .warnings.
     """
-    plan = _Plan(buf, info, _tables(registry))
+    plan = _Plan(buf, info, _registry(registry))
     events, launches = _decode([plan], clock)
     return DecodedLaunch(events, launches[0], plan.warnings)
 
@@ -524,11 +581,11 @@ def decode_launches(items, registries, clocks: ClockModel | None = None) -> Deco
     the whole decode (only meaningful across ranks that share one clock). Warnings are
     aggregated: one per type, counts summed.
     """
-    tabs = {fam: _tables(r) for fam, r in registries.items()}
+    regs = {fam: _registry(r) for fam, r in registries.items()}
     plans = []
     for buf, info in items:
-        if info.family not in tabs:
-            raise KeyError(f"no registry for kernel family {info.family!r} (have {sorted(tabs)})")
-        plans.append(_Plan(buf, info, tabs[info.family]))
+        if info.family not in regs:
+            raise KeyError(f"no registry for kernel family {info.family!r} (have {sorted(regs)})")
+        plans.append(_Plan(buf, info, regs[info.family]))
     events, launches = _decode(plans, clocks)
     return Decoded(events, launches_frame(launches), aggregate_warnings([w for p in plans for w in p.warnings]))

@@ -73,7 +73,22 @@ class CorruptRecords(DecodeWarning):
 
 
 class ClockFallback(DecodeWarning):
-    """High-resolution regions without a usable end clock pair: converted at the nominal SM clock."""
+    """High-resolution regions without a usable clock pair (missing, reversed or implying an SM
+    clock outside 0.1-10 GHz): converted at the nominal SM clock."""
+
+
+class BadTimestamps(DecodeWarning):
+    """Records whose time lies outside their launch's window (an hour around its median warp
+    start, below 2^62 ns), or cannot be converted from clock64: skipped, `count` of them."""
+
+
+class BadRegionClock(DecodeWarning):
+    """Regions whose warp start or finish clock lies outside the launch's window: those clocks are
+    ignored (launch bounds, high-resolution conversion); `count` regions."""
+
+
+class ReversedSpans(DecodeWarning):
+    """Spans whose END time precedes their BEGIN's (corrupt timestamps): end set to begin."""
 
 
 class ExportError(EpscopeError):

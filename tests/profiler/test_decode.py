@@ -309,3 +309,97 @@ def test_accepts_a_torch_tensor():
     buf = build([Region([(T0, B, WORK, 0), (T0 + 32, END, WORK, 0)])], registry_hash=REG.hash, capacity=2)
     t = torch.frombuffer(bytearray(buf), dtype=torch.uint8)
     assert decode_buffer(t, INFO, REG).events["end_ns"].tolist() == [32]
+
+
+# -- issue 13: inputs that once decoded to a silent wrong result (tests/profiler/corpus) ----------
+def _corpus(name):
+    from .corpus.make_corpus import cases
+    return cases()[name]
+
+
+def _strict_decode(buf, **kw):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy cast / overflow warnings would be bugs
+        return decode_buffer(buf, INFO, REG, **kw)
+
+
+def test_timestamp_above_2_63_is_skipped_not_wrapped():
+    d = _strict_decode(_corpus("timestamp-above-int64-max"))
+    bad = next(w for w in d.warnings if isinstance(w, E.BadTimestamps))
+    assert bad.count == 2  # the BEGIN at >= 2^63 and its END at t = 100, an hour outside the launch
+    ev = d.events
+    assert ev["phase"].astype(str).tolist() == ["tick", "work"]
+    assert ev["begin_ns"].tolist() == [32, 64] and ev["end_ns"].tolist() == [32, 160]
+    assert (d.launch["gpu_begin_ns"], d.launch["gpu_end_ns"]) == (0, 160)
+
+
+def test_region_of_invalid_kinds_stays_out_of_the_time_base():
+    d = _strict_decode(_corpus("region-all-invalid-kinds"))
+    assert next(w for w in d.warnings if isinstance(w, E.CorruptRecords)).count == 2
+    assert d.events["begin_ns"].tolist() == [64] and d.events["end_ns"].tolist() == [160]
+    assert (d.launch["gpu_begin_ns"], d.launch["gpu_end_ns"]) == (0, 160)
+
+
+def test_aborted_regions_without_records_bound_the_launch_by_their_start():
+    d = _strict_decode(_corpus("aborted-region-no-records"))
+    assert len(d.events) == 0 and kinds(d) == [E.UnfinishedRegion]
+    assert (d.launch["gpu_begin_ns"], d.launch["gpu_end_ns"]) == (0, 32)
+
+
+def test_warps_per_block_out_of_range_is_a_decode_error():
+    with pytest.raises(E.DecodeError, match="warps_per_block is 2147483648") as e:
+        _strict_decode(_corpus("warps-per-block-2pow31"))
+    assert e.value.offset == L.BUFFERHEADER_DTYPE.fields["warps_per_block"][1]
+
+
+def test_hires_extreme_clock_pair_falls_back_without_numpy_warnings():
+    d = _strict_decode(_corpus("hires-extreme-clock-pair"))
+    assert [(type(w), w.count) for w in d.warnings] == [(E.ClockFallback, 1)]
+    # region 0: 10 and 20 cycles after its start at the nominal 1.98 GHz; region 1: 0.5 ns a cycle
+    assert d.events["begin_ns"].tolist() == [5, 50] and d.events["end_ns"].tolist() == [10, 150]
+    assert d.launch["gpu_end_ns"] == 2000  # the rejected pair's finish clock (2^40 ns later) is not used
+
+
+def test_record_an_hour_away_from_its_launch_is_skipped():
+    far = T0 + 2 * 3_600 * 10**9
+    d = dec([Region([(T0, B, WORK, 0), (T0 + 32, END, WORK, 0), (far, I, TICK, 0)], gt_start=T0, gt_end=T0 + 64)])
+    assert [(type(w), w.count) for w in d.warnings] == [(E.BadTimestamps, 1)]
+    assert d.events["phase"].astype(str).tolist() == ["work"]
+
+
+def test_region_clock_outside_the_window_is_ignored_with_a_warning():
+    r = [Region([(T0, B, WORK, 0), (T0 + 32, END, WORK, 0)], gt_start=T0, gt_end=T0 + 64),
+         Region([(T0 + 64, B, WORK, 0), (T0 + 96, END, WORK, 0)], gt_start=T0, gt_end=T0 + 64),
+         Region([], gt_start=5, gt_end=2**63)]  # a warp whose clocks were never written properly
+    d = dec(r, wpb=4)
+    assert [(type(w), w.count) for w in d.warnings] == [(E.BadRegionClock, 1)]
+    assert (d.launch["gpu_begin_ns"], d.launch["gpu_end_ns"]) == (0, 96)
+
+
+def test_sm_out_of_the_int16_column_is_a_decode_error():
+    buf = build([Region([(T0, B, WORK, 0)], sm=40_000)], registry_hash=REG.hash, capacity=2)
+    with pytest.raises(E.DecodeError, match="sm 40000") as e:
+        decode_buffer(buf, INFO, REG)
+    assert e.value.offset == L.BUFFERHEADER_SIZE + L.REGIONHEADER_DTYPE.fields["sm"][1]
+
+
+def test_launch_info_out_of_the_column_range_is_refused():
+    with pytest.raises(ValueError, match="LaunchInfo.rank"):
+        LaunchInfo(70_000, 0, "k", 0, "selftest")
+    with pytest.raises(ValueError, match="LaunchInfo.iteration"):
+        LaunchInfo(0, 0, "k", 2**31, "selftest")
+
+
+def test_nested_and_interleaved_spans_follow_the_per_phase_rule():
+    # iteration{work} nests; idle and work interleave without nesting; a work BEGIN nests in a
+    # work span (malformed): the inner BEGIN takes the END, the outer stays open
+    r = Region([(T0, B, ITER, 0), (T0 + 32, B, WORK, 0), (T0 + 64, END, WORK, 0), (T0 + 96, B, IDLE, 0),
+                (T0 + 128, B, WORK, 0), (T0 + 160, END, IDLE, 0), (T0 + 192, END, WORK, 0),
+                (T0 + 224, B, WORK, 0), (T0 + 256, B, WORK, 0), (T0 + 288, END, WORK, 0), (T0 + 320, END, ITER, 0)])
+    d = dec([r], cap=16)
+    ev = d.events
+    assert ev["phase"].astype(str).tolist() == ["iteration", "work", "idle", "work", "work", "work"]
+    assert ev["end_ns"].tolist() == [320, 64, 160, 192, 320, 288]
+    assert ev["open"].tolist() == [False, False, False, False, True, False]
+    assert next(w for w in d.warnings if isinstance(w, E.UnmatchedBegin)).count == 1

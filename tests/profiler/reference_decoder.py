@@ -1,0 +1,279 @@
+"""A small, slow, obviously-correct decoder: the oracle of the differential fuzz tests.
+
+Written from profiler/layout.toml (parsed here, offsets computed here: it does not use the
+generated numpy dtypes) and from the decoder rules of docs/design.md, one record at a time in
+plain Python. profiler.decode must give the same table, launches, warning counts and errors for
+every input; tests/profiler/test_decode_fuzz.py and benchmarks/fuzz_decode.py compare the two.
+It takes its policy numbers (time window, plausible clock rates, limits) from profiler.decode:
+those are choices, not layout, and the comparison is about implementing them the same way.
+"""
+from __future__ import annotations
+
+import struct
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from profiler import decode as D
+from profiler import errors as E
+
+LAYOUT = tomllib.loads((Path(D.__file__).parent / "layout.toml").read_text())
+_FMT = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "i64": "q"}
+_SIZE = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "i64": 8}
+KIND = LAYOUT["kinds"]
+STATE = LAYOUT["region_state"]
+HIRES = LAYOUT["flags"]["HIRES"]
+EVENT_KIND = {KIND["BEGIN"]: "span", KIND["INSTANT"]: "instant", KIND["BARRIER_ARRIVE"]: "arrive",
+              KIND["BARRIER_DEPART"]: "depart"}
+U64 = 1 << 64
+
+
+@dataclass(frozen=True)
+class Struct:
+    name: str
+    size: int
+    offsets: dict
+    formats: dict
+
+    def read(self, buf: bytes, at: int) -> dict:
+        return {n: struct.unpack_from("<" + f, buf, at + self.offsets[n])[0] for n, f in self.formats.items()}
+
+
+def _struct(name: str) -> Struct:
+    (s,) = [s for s in LAYOUT["struct"] if s["name"] == name]
+    off, offsets, formats = 0, {}, {}
+    for fname, ftype, _ in s["fields"]:
+        size = _SIZE[ftype]
+        off = -(-off // size) * size  # natural alignment
+        offsets[fname], formats[fname] = off, _FMT[ftype]
+        off += size
+    assert off == s["size"], f"{name}: fields end at {off}, declared size {s['size']}"
+    return Struct(name, s["size"], offsets, formats)
+
+
+HDR, RH, REC = _struct("BufferHeader"), _struct("RegionHeader"), _struct("Record")
+
+
+@dataclass
+class RefLaunch:
+    events: list = field(default_factory=list)   # dicts with the event-table columns (names as strings)
+    launch: dict = field(default_factory=dict)
+    warnings: dict = field(default_factory=dict)  # warning type name -> count
+
+
+@dataclass
+class RefError:
+    type: str
+    offset: int
+
+
+def _signed64(v: int) -> int:
+    v %= U64
+    return v - U64 if v >= 1 << 63 else v
+
+
+def _lower_median(values: list[int]) -> int:
+    return sorted(values)[(len(values) - 1) // 2]
+
+
+def _window(anchor: int | None) -> tuple[int, int]:
+    if anchor is None:
+        return 1, D.TIME_LIMIT_NS - 1
+    return max(1, anchor - D.LAUNCH_WINDOW_NS), min(D.TIME_LIMIT_NS - 1, anchor + D.LAUNCH_WINDOW_NS)
+
+
+def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError:
+    """One launch, times raw (the caller shifts them)."""
+    buf = bytes(buf)
+    if len(buf) < HDR.size:
+        return RefError("TruncatedBuffer", len(buf))
+    h = HDR.read(buf, 0)
+    if h["magic"] != LAYOUT["magic"]:
+        return RefError("BadMagic", HDR.offsets["magic"])
+    if not 1 <= h["version"] <= LAYOUT["version"]:
+        return RefError("UnsupportedVersion", HDR.offsets["version"])
+    if h["registry_hash"] != registry.hash:
+        return RefError("RegistryMismatch", HDR.offsets["registry_hash"])
+    nreg, cap, wpb = h["num_regions"], h["region_capacity"], h["warps_per_block"]
+    if nreg and not 1 <= wpb <= D.MAX_WARPS_PER_BLOCK:
+        return RefError("DecodeError", HDR.offsets["warps_per_block"])
+    stride = RH.size + cap * REC.size
+    if len(buf) < HDR.size + nreg * stride:
+        return RefError("TruncatedBuffer", len(buf))
+    at = [HDR.size + i * stride for i in range(nreg)]
+    rhs = [RH.read(buf, a) for a in at]
+    for i, r in enumerate(rhs):
+        if r["state"] not in STATE.values():
+            return RefError("DecodeError", at[i] + RH.offsets["state"])
+    used = [r["state"] != STATE["UNUSED"] for r in rhs]
+    for i, r in enumerate(rhs):
+        if used[i] and r["sm"] > D.MAX_SM:
+            return RefError("DecodeError", at[i] + RH.offsets["sm"])
+
+    warn: dict[str, int] = {}
+
+    def count(name: str, k: int) -> None:
+        if k:
+            warn[name] = warn.get(name, 0) + k
+
+    # candidate records of each region
+    records = []
+    dropped = 0
+    for i, r in enumerate(rhs):
+        recs = [REC.read(buf, at[i] + RH.size + j * REC.size) for j in range(cap)]
+        if r["state"] == STATE["FINISHED"]:
+            n = min(r["attempted"], cap)
+            dropped += max(r["attempted"] - cap, 0)
+        elif r["state"] == STATE["STARTED"]:
+            n = next((j for j, x in enumerate(recs) if x["kind"] == KIND["EMPTY"]), cap)
+        else:
+            n = 0
+        records.append(recs[:n])
+    count("DroppedRecords", dropped)
+    count("UnfinishedRegion", sum(r["state"] == STATE["STARTED"] for r in rhs))
+
+    # the launch's time window, anchored on the median warp start
+    starts = [r["gt_start"] for r, u in zip(rhs, used) if u and 1 <= r["gt_start"] < D.TIME_LIMIT_NS]
+    hires = bool(h["flags"] & HIRES)
+    if starts:
+        anchor = _lower_median(starts)
+    elif not hires:
+        raw = [x["t"] for recs in records for x in recs if 1 <= x["kind"] <= 5 and 1 <= x["t"] < D.TIME_LIMIT_NS]
+        anchor = _lower_median(raw) if raw else None
+    else:
+        anchor = None
+    lo, hi = _window(anchor)
+    gs_ok = [u and lo <= r["gt_start"] <= hi for r, u in zip(rhs, used)]
+    ge_ok = [r["state"] == STATE["FINISHED"] and lo <= r["gt_end"] <= hi for r in rhs]
+    count("BadRegionClock", sum(u and (not gs_ok[i] or (rhs[i]["state"] == STATE["FINISHED"] and not ge_ok[i]))
+                                for i, u in enumerate(used)))
+
+    end_trusted = list(ge_ok)
+
+    def converter(i: int):
+        """raw record time -> (ok, ns) for region i."""
+        r = rhs[i]
+        if not hires:
+            return lambda t: (lo <= t <= hi, t)
+        if not gs_ok[i]:
+            end_trusted[i] = False
+            return lambda t: (False, 0)
+        gs, cs = r["gt_start"], r["clk_start"]
+        span_c = _signed64(r["clk_end"] - r["clk_start"])
+        rate = None
+        if ge_ok[i] and r["clk_end"] > r["clk_start"] and r["gt_end"] > gs:
+            rate = float(r["gt_end"] - gs) / float(span_c)
+            if not D.MIN_NS_PER_CYCLE <= rate <= D.MAX_NS_PER_CYCLE:
+                rate = None
+        if rate is None:
+            end_trusted[i] = False  # the finish clock of a rejected pair does not bound the launch either
+            rate = 1.0 / D.NOMINAL_SM_GHZ
+            if records[i]:
+                count("ClockFallback", 1)
+        ylo, yhi = float(lo - gs), float(hi - gs)
+
+        def conv(t):
+            y = float(_signed64(t - cs)) * rate
+            if not ylo <= y <= yhi:  # also false for nan
+                return False, 0
+            return True, gs + round(y)
+        return conv
+
+    phase_names, barrier_names = registry.phase_names(), registry.barrier_names()
+    phase_role = {p.id: p.role for p in registry.phases}
+    events, times = [], []
+    for i, recs in enumerate(records):
+        conv = converter(i)
+        kept = []
+        for x in recs:
+            if not 1 <= x["kind"] <= 5:
+                count("CorruptRecords", 1)
+                continue
+            ok, t = conv(x["t"])
+            if not ok:
+                count("BadTimestamps", 1)
+                continue
+            kept.append((x["kind"], x["id"], x["payload"], t))
+        if not kept:
+            continue
+        last_t = kept[-1][3]
+        # spans: per phase id, a BEGIN immediately followed by an END of that id
+        partner = {}
+        prev = {}
+        for j, (k, pid, _, _) in enumerate(kept):
+            if k == KIND["BEGIN"]:
+                prev[pid] = j
+            elif k == KIND["END"]:
+                b = prev.pop(pid, None)
+                if b is None:
+                    count("UnmatchedEnd", 1)
+                else:
+                    partner[b] = j
+        # a BEGIN followed by another BEGIN of its id was replaced in `prev`: it is open
+        region_events = []
+        for j, (k, pid, pl, t) in enumerate(kept):
+            if k == KIND["END"]:
+                continue
+            is_bar = k >= KIND["BARRIER_ARRIVE"]
+            names = barrier_names if is_bar else phase_names
+            name = names.get(pid)
+            if name is None:
+                name = f"{'barrier' if is_bar else 'phase'}_{pid}"
+                count("UnknownPhase", 1)
+            ev = {"rank": info.rank, "launch": info.launch, "kernel": info.kernel, "iteration": info.iteration,
+                  "sm": rhs[i]["sm"], "block": i // wpb, "warp": i % wpb,
+                  "role": "" if is_bar else (phase_role.get(pid, "") if pid in phase_names else ""),
+                  "kind": EVENT_KIND[k], "phase": name, "begin_ns": t, "end_ns": t, "payload": pl, "open": False}
+            if k == KIND["BEGIN"]:
+                if j in partner:
+                    e = kept[partner[j]]
+                    ev["end_ns"] = e[3]
+                    if pl == 0:
+                        ev["payload"] = e[2]
+                else:
+                    ev["end_ns"], ev["open"] = last_t, True
+                    count("UnmatchedBegin", 1)
+                if ev["end_ns"] < ev["begin_ns"]:
+                    ev["end_ns"] = ev["begin_ns"]
+                    count("ReversedSpans", 1)
+            region_events.append((is_bar, ev))
+        role = next((ev["role"] for is_bar, ev in region_events if not is_bar and ev["role"]), "")
+        for is_bar, ev in region_events:
+            if is_bar:
+                ev["role"] = role
+            events.append(ev)
+            times += [ev["begin_ns"], ev["end_ns"]]
+    times += [r["gt_start"] for r, ok in zip(rhs, gs_ok) if ok]
+    times += [r["gt_end"] for r, ok in zip(rhs, end_trusted) if ok]
+    launch = {"rank": info.rank, "launch": info.launch, "kernel": info.kernel, "iteration": info.iteration,
+              "host_begin_ns": -1, "host_end_ns": -1,
+              "gpu_begin_ns": min(times) if times else -1, "gpu_end_ns": max(times) if times else -1,
+              "regions": sum(used), "dropped": dropped}
+    return RefLaunch(events, launch, warn)
+
+
+def decode_many(items, registries) -> tuple[list, list, dict] | RefError:
+    """decode_launches without a clock model: (events, launches, warning counts) or the first error."""
+    out = []
+    for buf, info in items:
+        r = decode_one(buf, info, registries[info.family])
+        if isinstance(r, RefError):
+            return r
+        out.append(r)
+    starts = [r.launch["gpu_begin_ns"] for r in out if r.launch["gpu_begin_ns"] >= 0]
+    shift = min(starts) if starts else 0
+    events, launches, warns = [], [], {}
+    for r in out:
+        for ev in r.events:
+            ev["begin_ns"] -= shift
+            ev["end_ns"] -= shift
+            events.append(ev)
+        la = dict(r.launch)
+        if la["gpu_begin_ns"] >= 0:
+            la["gpu_begin_ns"] -= shift
+            la["gpu_end_ns"] -= shift
+        launches.append(la)
+        for k, v in r.warnings.items():
+            warns[k] = warns.get(k, 0) + v
+    return events, launches, warns
+
