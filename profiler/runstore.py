@@ -68,7 +68,7 @@ class OutsideRoots(RunError):
 class RunFiles:
     """The resolved paths of a run's files (symlinks followed once, at open time)."""
     manifest: Path
-    events: Path
+    events: Path | None     # None when missing (an error once the manifest has been read)
     launches: Path | None
 
 
@@ -352,13 +352,18 @@ def _files(path: Path, within: Sequence[Path] | None) -> RunFiles:
         if ep.exists():
             raise CorruptRun(f"{path}: has {EVENTS} but no {MANIFEST}")
         raise RunNotFound(f"{path}: not a run directory (no {MANIFEST})")
-    if not ep.exists():
-        raise CorruptRun(f"{path}: manifest present but {EVENTS} missing")
-    files = RunFiles(_resolve(mp, within), _resolve(ep, within), _resolve(lp, within) if lp.exists() else None)
+    files = RunFiles(_resolve(mp, within), _resolve(ep, within) if ep.exists() else None,
+                     _resolve(lp, within) if lp.exists() else None)
     for f in (files.manifest, files.events, files.launches):
         if f is not None and not f.is_file():
             raise CorruptRun(f"{f}: not a regular file")
     return files
+
+
+def _need_events(path: Path, files: RunFiles) -> Path:
+    if files.events is None:
+        raise CorruptRun(f"{path}: manifest present but {EVENTS} missing")
+    return files.events
 
 
 def read_manifest(path, *, within: Sequence[Path] | None = None) -> dict:
@@ -418,7 +423,7 @@ def load_run(path, *, within: Sequence[Path] | None = None) -> Run:
     for attempt in range(READ_RETRIES):
         files = _files(path, within)
         man = _read_manifest(files.manifest)
-        meta = _events_footer(files.events)
+        meta = _events_footer(_need_events(path, files))
         launches, lver = _read_launches(files.launches)
         try:
             _one_version(path, man, (EVENTS, _version_of(meta.schema.to_arrow_schema())),

@@ -2,7 +2,8 @@
 
 The URL holds the state a user may want to share: /<page>?run=<run id>. Run ids are keys of the
 Catalog built from the configured roots; the download route and every page look ids up there
-and never build a path from browser input.
+and never build a path from browser input. Requests are bounded (MAX_REQUEST_BYTES) and every
+callback checks its arguments (viewer.inputs), answering a wrong one with a message in the page.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dash import Input, Output, ctx, dcc, html, no_update
 
 from . import components as C
 from .catalog import Catalog, ViewerError
+from .inputs import checked, opt, text
 from .pages.barriers import callbacks as barriers_cb, layout as barriers_layout
 from .pages.compare import callbacks as compare_cb, layout as compare_layout
 from .pages.critical_path import callbacks as critical_cb, layout as critical_layout
@@ -36,6 +38,10 @@ PAGES = {
 }
 
 URL, PAGE, NAV, RUN_SELECT = "url", "page", "nav", "run-select"
+# Largest legitimate request: the timeline sends its current figure back as state, up to 2.1 MB
+# (160 rows x 320 bins heatmap of an 8-rank 1 M-event synthetic run, measured); 8 MB leaves room.
+MAX_REQUEST_BYTES = 8 << 20
+MAX_PATH = 256   # characters of a URL path or query a page accepts
 
 
 def _run_from_search(search: str | None) -> str | None:
@@ -51,15 +57,16 @@ def _nav(pathname: str, run_id: str | None) -> list:
             for path, (label, _, _) in PAGES.items()]
 
 
-def create_app(roots, cache_dir: Path | None = None) -> dash.Dash:
-    catalog = Catalog([Path(r) for r in roots], cache_dir=cache_dir)
+def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.Dash:
+    catalog = Catalog([Path(r) for r in roots], cache_dir=cache_dir, **catalog_options)
     app = dash.Dash(__name__, assets_folder=str(ASSETS), title="epscope",
                     suppress_callback_exceptions=True, update_title=None)
     app.catalog = catalog   # tests and the benchmark reach the catalog through the app
+    app.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES   # larger bodies get HTTP 413
 
     def layout():
         catalog.refresh()
-        options = [{"label": e.name, "value": e.run_id} for e in catalog.entries()]
+        options = [{"label": label, "value": rid} for rid, label in catalog.labels().items()]
         return html.Div([
             dcc.Location(id=URL, refresh=False),
             html.Header([
@@ -77,6 +84,8 @@ def create_app(roots, cache_dir: Path | None = None) -> dash.Dash:
     @app.callback(Output(PAGE, "children"), Output(NAV, "children"), Output(RUN_SELECT, "value"),
                   Output(URL, "search"),
                   Input(URL, "pathname"), Input(URL, "search"), Input(RUN_SELECT, "value"))
+    @checked(lambda msg: (C.error_box(msg, title="Not found"), _nav("/", None), None, no_update),
+             pathname=opt(text(MAX_PATH)), search=opt(text(MAX_PATH)), selected=opt(text(MAX_PATH)))
     def route(pathname, search, selected):
         pathname = pathname if pathname in PAGES else ("/" if pathname in (None, "", "/runs") else pathname)
         run_id = _run_from_search(search)

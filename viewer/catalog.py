@@ -1,14 +1,19 @@
 """The runs the viewer may show: found only under the configured roots, named by opaque ids.
 
 The browser never sends a path. It sends a run id, which is only ever a key into the dict built
-here by walking the roots; an id that is not a key is "unknown run", whatever it contains. A
-symlink under a root that resolves outside that root is skipped, so nothing outside the roots is
-reachable. Loaded runs (their event tables and per-run derived indices) are cached: the timeline
-and analysis pages recompute nothing when the user switches between them.
+here by walking the roots; an id that is not a key is "unknown run", whatever it contains. Every
+file the viewer reads is resolved first and refused when its real path lies outside the roots
+(a symlinked trace.perfetto-trace pointing at /etc/passwd is not served), and every run is read
+through the profiler's run store (`profiler.runstore`: the same validation as `epscope report`).
+
+Loaded runs (their event tables and per-run derived results) are cached, LRU; a run rewritten on
+disk since it was loaded is loaded again (its files' identity is compared on every access).
+Results computed for values a client chose (what-if parameters, a kernel name) share one
+byte-bounded LRU (viewer.cache.SizedLRU).
 """
 from __future__ import annotations
 
-import json
+import os
 import re
 import tempfile
 import threading
@@ -19,13 +24,35 @@ from typing import Any, Callable
 
 import pandas as pd
 
-MANIFEST = "manifest.json"
+from profiler import runstore
+from profiler.errors import RunChanged
+from profiler.progress import Activity
+
+from .cache import MISSING, SizedLRU
+
+MANIFEST = runstore.MANIFEST
 # Deep enough for traces/<scenario>/<run>/ and a user's results/<date>/<run>/.
 MAX_DEPTH = 4
+# Results keyed by client values, all runs together. One what-if on the 8-rank 1 M-event
+# synthetic run holds ~40 MB (its retimed graph); 256 MB keeps the last few per run.
+PARAM_CACHE_BYTES = 256 << 20
+MAX_NAME = 200   # characters of a run's name shown (a manifest may hold a longer one)
 
 
 class ViewerError(Exception):
     """A run cannot be shown; str(e) is the message the page displays (no stack trace)."""
+
+
+def _signature(path: Path) -> tuple:
+    """Identity of a run's files: changes when the run is rewritten (a new directory, new inodes)."""
+    out = []
+    for name in (MANIFEST, runstore.EVENTS, runstore.LAUNCHES):
+        try:
+            st = os.stat(path / name)
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -33,23 +60,39 @@ class RunEntry:
     run_id: str
     path: Path
     root: Path
-    manifest: dict | None   # None when manifest.json cannot be read; `problem` says why
+    manifest: dict | None   # checked by profiler.validate; None when it cannot be read (`problem`)
     problem: str | None = None
+    status: str = "ok"       # runstore.RunCheck.status: ok, timeout, corrupt, unreadable, newer format, empty
+    num_events: int | None = None
+    signature: tuple = ()
 
     @property
     def name(self) -> str:
         if self.manifest and self.manifest.get("name"):
-            return str(self.manifest["name"])
-        return self.path.name
+            return str(self.manifest["name"])[:MAX_NAME]
+        return self.path.name[:MAX_NAME]
+
+    @property
+    def directory(self) -> str:
+        """The run's directory relative to its root (what tells runs of one name apart)."""
+        rel = self.path.relative_to(self.root).as_posix()
+        return rel if rel != "." else self.path.name
 
 
 @dataclass
 class LoadedRun:
-    """A run with its event table in memory and a cache of things derived from it."""
+    """A run with its event table in memory and a cache of things derived from it.
+
+    cached(key, compute): a str key names one fixed result per run (an analysis, a built page)
+    and is kept while the run is loaded; any other key carries parameters, often a client's
+    (("what_if", phase, speedup, rank)), and lives in the catalog's byte-bounded LRU."""
     entry: RunEntry
     run: Any                      # profiler.runstore.Run
     events: pd.DataFrame
     launches: pd.DataFrame | None
+    signature: tuple = ()
+    params: SizedLRU | None = None
+    _token: object = field(default_factory=object)   # this load's part of its keys in `params`
     _derived: dict = field(default_factory=dict)
     _locks: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -58,16 +101,39 @@ class LoadedRun:
     def manifest(self) -> dict:
         return self.entry.manifest or {}
 
+    def _get(self, key):
+        if isinstance(key, str):
+            return self._derived.get(key, MISSING)
+        return self.params.get((self._token, key), MISSING) if self.params is not None else MISSING
+
+    def _put(self, key, value) -> None:
+        if isinstance(key, str):
+            self._derived[key] = value
+        elif self.params is not None:
+            self.params.put((self._token, key), value)
+
     def cached(self, key: Any, compute: Callable[[], Any]) -> Any:
-        """compute() once per key per loaded run; concurrent callers of one key wait for it."""
-        if key in self._derived:
-            return self._derived[key]
-        with self._lock:
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
-            if key not in self._derived:
-                self._derived[key] = compute()
-            return self._derived[key]
+        """compute() once per key while cached; concurrent callers of one key wait for it."""
+        got = self._get(key)
+        if got is not MISSING:
+            return got
+        with self._lock:                       # one lock per key in flight, dropped when done
+            lock, users = self._locks.get(key, (threading.Lock(), 0))
+            self._locks[key] = (lock, users + 1)
+        try:
+            with lock:
+                got = self._get(key)
+                if got is MISSING:
+                    got = compute()
+                    self._put(key, got)
+                return got
+        finally:
+            with self._lock:
+                lock, users = self._locks[key]
+                if users == 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
 
 
 def _slug(parts: tuple[str, ...]) -> str:
@@ -75,21 +141,10 @@ def _slug(parts: tuple[str, ...]) -> str:
     return re.sub(r"[^A-Za-z0-9_.~-]+", "_", s)
 
 
-def _read_manifest(path: Path) -> tuple[dict | None, str | None]:
-    try:
-        with open(path / MANIFEST, encoding="utf-8") as f:
-            m = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        return None, f"manifest.json unreadable: {e}"
-    if not isinstance(m, dict):
-        return None, "manifest.json is not a JSON object"
-    return m, None
-
-
 def describe_load_error(name: str, exc: BaseException) -> str:
     """One readable sentence for the page, for each typed error of the run store."""
     kind = type(exc).__name__
-    detail = str(exc).strip() or kind
+    detail = " ".join((str(exc).strip() or kind).split())[:600]
     if kind == "RunNotFound" or isinstance(exc, FileNotFoundError):
         return f"Run '{name}' was not found: {detail}"
     if kind == "UnsupportedRunVersion":
@@ -97,27 +152,44 @@ def describe_load_error(name: str, exc: BaseException) -> str:
                 "Update epscope to view it.")
     if kind == "EmptyRun":
         return f"Run '{name}' has no events to show ({detail})."
-    if kind == "CorruptRun":
+    if kind == "OutsideRoots":
+        return f"Run '{name}' is not shown: {detail}"
+    if kind == "RunChanged":
+        return f"Run '{name}' was rewritten while it was being read; reload the page. ({detail})"
+    if isinstance(exc, runstore.CorruptRun):
         return f"Run '{name}' is corrupt and cannot be read: {detail}"
     return f"Run '{name}' could not be loaded ({kind}: {detail})"
 
 
 class Catalog:
     """Runs under the roots. At most `max_loaded` runs stay in memory (a 10 M-event run holds
-    0.47 GB of event table plus 0.31 GB of timeline index, measured on the benchmark's run), least recently used evicted first."""
+    0.47 GB of event table plus 0.31 GB of timeline index, measured on the benchmark's run),
+    least recently used evicted first."""
 
-    def __init__(self, roots: list[Path] | list[str], cache_dir: Path | None = None, max_loaded: int = 4):
+    def __init__(self, roots: list[Path] | list[str], cache_dir: Path | None = None, max_loaded: int = 4,
+                 param_cache_bytes: int = PARAM_CACHE_BYTES):
         self.roots = [Path(r).expanduser().resolve() for r in roots]
         self._cache_dir = Path(cache_dir) if cache_dir else None
         self._max_loaded = max_loaded
         self._entries: dict[str, RunEntry] = {}
         self._loaded: "OrderedDict[str, LoadedRun]" = OrderedDict()
+        self._params = SizedLRU(param_cache_bytes)
         self._lock = threading.Lock()
         self._load_locks: dict[str, threading.Lock] = {}
         self.refresh()
 
     # -- discovery ----------------------------------------------------------------------------
+    def _check(self, run_id: str, path: Path, root: Path, previous: RunEntry | None) -> RunEntry:
+        """The entry of a run: the cheap validation again only when its files changed."""
+        sig = _signature(path)
+        if previous is not None and previous.path == path and previous.signature == sig:
+            return previous
+        c = runstore.check_run(path, within=self.roots)
+        return RunEntry(run_id, path, root, c.manifest, c.problem, c.status, c.num_events, sig)
+
     def refresh(self) -> None:
+        with self._lock:
+            before = dict(self._entries)
         found: dict[str, RunEntry] = {}
         for ri, root in enumerate(self.roots):
             for path in self._walk(root):
@@ -127,27 +199,26 @@ class Catalog:
                 n = 2
                 while rid in found:
                     rid, n = f"{base}~{n}", n + 1
-                manifest, problem = _read_manifest(path)
-                found[rid] = RunEntry(rid, path, root, manifest, problem)
+                found[rid] = self._check(rid, path, root, before.get(rid))
         with self._lock:
             self._entries = found
             for rid in list(self._loaded):
                 if rid not in found:
                     del self._loaded[rid]
 
-    @staticmethod
-    def _walk(root: Path):
+    def _inside(self, p: Path) -> bool:
+        real = Path(os.path.realpath(p))
+        return any(real == r or r in real.parents for r in self.roots)
+
+    def _walk(self, root: Path):
         if not root.is_dir():
             return
         stack = [(root, 0)]
         while stack:
             d, depth = stack.pop()
-            try:
-                real = d.resolve()
-                real.relative_to(root)          # symlinks out of the root are not followed
-            except (OSError, ValueError):
+            if not self._inside(d):             # symlinks out of the roots are not followed
                 continue
-            if (d / MANIFEST).is_file():
+            if (d / MANIFEST).is_file() or (d / MANIFEST).is_symlink():
                 yield d
                 continue                        # a run directory holds no further runs
             if depth >= MAX_DEPTH:
@@ -170,29 +241,49 @@ class Catalog:
         with self._lock:
             e = self._entries.get(run_id) if isinstance(run_id, str) else None
         if e is None:
-            raise ViewerError(f"Unknown run '{run_id}'. Pick a run from the Runs page.")
+            shown = run_id if isinstance(run_id, str) and len(run_id) <= 80 else "(not a run id)"
+            raise ViewerError(f"Unknown run '{shown}'. Pick a run from the Runs page.")
         return e
 
     def default_id(self) -> str | None:
         """The first run that has a readable manifest (what pages show before the user picks)."""
         for e in self.entries():
-            if e.manifest is not None:
+            if e.manifest is not None and e.problem is None:
                 return e.run_id
         return None
 
+    def labels(self) -> dict[str, str]:
+        """Run id -> the name a picker shows; runs sharing a name get their directory too."""
+        entries = self.entries()
+        counts: dict[str, int] = {}
+        for e in entries:
+            counts[e.name] = counts.get(e.name, 0) + 1
+        return {e.run_id: e.name if counts[e.name] == 1 else f"{e.name} ({e.directory})" for e in entries}
+
     # -- loading ------------------------------------------------------------------------------
     def load(self, run_id: str | None) -> LoadedRun:
-        """The run with its events in memory (cached, LRU); ViewerError with a clear message."""
+        """The run with its events in memory (cached, LRU, reloaded when rewritten on disk);
+        ViewerError with a clear message."""
         entry = self.entry(run_id)
+        sig = _signature(entry.path)
         with self._lock:
-            if run_id in self._loaded:
+            hit = self._loaded.get(run_id)
+            if hit is not None and hit.signature == sig:
                 self._loaded.move_to_end(run_id)
-                return self._loaded[run_id]
+                return hit
             lock = self._load_locks.setdefault(run_id, threading.Lock())
         with lock:
+            sig = _signature(entry.path)
             with self._lock:
-                if run_id in self._loaded:
-                    return self._loaded[run_id]
+                hit = self._loaded.get(run_id)
+                if hit is not None and hit.signature == sig:
+                    return hit
+                self._loaded.pop(run_id, None)    # stale: the run was rewritten
+            if entry.signature != sig:          # the Runs list learns of the rewrite too
+                entry = self._check(run_id, entry.path, entry.root, None)
+                with self._lock:
+                    if run_id in self._entries:
+                        self._entries[run_id] = entry
             loaded = self._load_uncached(entry)
             with self._lock:
                 self._loaded[run_id] = loaded
@@ -201,30 +292,25 @@ class Catalog:
             return loaded
 
     def _load_uncached(self, entry: RunEntry) -> LoadedRun:
-        from profiler import runstore  # the viewer's only route to run files
-
-        if entry.problem:
-            raise ViewerError(f"Run '{entry.name}' is corrupt and cannot be read: {entry.problem}")
-        try:
-            run = runstore.load_run(entry.path)
-            events = run.events
-            if callable(events):
-                events = events()
-            if not isinstance(events, pd.DataFrame):
-                events = pd.DataFrame(events)
-            launches = getattr(run, "launches", None)
-            if callable(launches):
-                launches = launches()
-        except ViewerError:
-            raise
-        except Exception as e:  # every failure becomes a sentence in the page, never a traceback
-            raise ViewerError(describe_load_error(entry.name, e)) from e
+        with Activity(f"epscope view: loading {entry.name}") as progress:
+            for attempt in (1, 2):   # a rewrite racing this read: once more, then say so
+                sig = _signature(entry.path)
+                try:
+                    run = runstore.load_run(entry.path, within=self.roots)
+                    progress.step(f"reading {run.num_events:,} events")
+                    events = run.events
+                    break
+                except RunChanged as e:
+                    if attempt == 2:
+                        raise ViewerError(describe_load_error(entry.name, e)) from e
+                except Exception as e:  # every failure becomes a sentence in the page, never a traceback
+                    raise ViewerError(describe_load_error(entry.name, e)) from e
         if len(events) == 0:
             raise ViewerError(f"Run '{entry.name}' has no events to show (the event table is empty).")
-        manifest = getattr(run, "manifest", None)
-        if isinstance(manifest, dict) and manifest is not entry.manifest:
-            entry = RunEntry(entry.run_id, entry.path, entry.root, manifest, None)
-        return LoadedRun(entry, run, events, launches if isinstance(launches, pd.DataFrame) else None)
+        if run.manifest is not entry.manifest:
+            entry = RunEntry(entry.run_id, entry.path, entry.root, run.manifest, None, run.status,
+                             run.num_events, entry.signature)
+        return LoadedRun(entry, run, events, run.launches, sig, self._params)
 
     # -- perfetto download ----------------------------------------------------------------------
     @property
@@ -235,14 +321,24 @@ class Catalog:
         return self._cache_dir
 
     def perfetto_trace(self, run_id: str) -> Path:
-        """The run's .perfetto-trace: the one in the run directory, else exported once on demand
-        into the viewer's cache directory (run directories under traces/ stay untouched)."""
+        """The run's .perfetto-trace: the one in the run directory when its real path is inside
+        the roots, else exported once per version of the run into the viewer's cache directory
+        (run directories stay untouched)."""
         entry = self.entry(run_id)
-        for name in ("trace.perfetto-trace",):
-            p = entry.path / name
-            if p.is_file():
-                return p
-        out = self.cache_dir / f"{entry.run_id}.perfetto-trace"
+        p = entry.path / runstore.TRACE
+        if os.path.lexists(p):
+            if not self._inside(p):
+                raise ViewerError(f"Run '{entry.name}': its {runstore.TRACE} resolves outside the viewer's "
+                                  "roots and is not served.")
+            real = Path(os.path.realpath(p))
+            if real.is_file():
+                return real
+        try:
+            run = runstore.load_run(entry.path, within=self.roots)   # its files are confined too
+        except Exception as e:
+            raise ViewerError(describe_load_error(entry.name, e)) from e
+        token = run.version_id or "%x" % (hash(_signature(entry.path)) & 0xFFFFFFFF)
+        out = self.cache_dir / f"{entry.run_id}~{token}.perfetto-trace"
         if out.is_file():
             return out
         with self._lock:
@@ -252,10 +348,13 @@ class Catalog:
                 from profiler.perfetto_export import export_perfetto
                 tmp = out.with_suffix(".partial")
                 try:
-                    export_perfetto(entry.path, tmp)
+                    export_perfetto(run, tmp)
                 except Exception as e:
                     tmp.unlink(missing_ok=True)
                     raise ViewerError(f"Could not export run '{entry.name}' to Perfetto: "
                                       f"{type(e).__name__}: {e}") from e
                 tmp.replace(out)
+                for old in self.cache_dir.glob(f"{entry.run_id}~*.perfetto-trace"):   # earlier versions
+                    if old != out:
+                        old.unlink(missing_ok=True)
         return out

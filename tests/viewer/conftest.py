@@ -16,8 +16,10 @@ def run_root(tmp_path_factory):
     runs.synthetic(root / "ab", "b1", "ab", variant="b", seed=2)
     bad = root / "bad"
     runs.broken_runs(bad, good)
-    try:
-        runs.empty_run(bad, good)
-    except Exception:   # a run store that refuses to write an empty run: the loader case stays covered by 'missing'
-        pass
+    runs.empty_run(bad, good)
+    runs.timeout_run(root, good)
+    runs.same_name_copy(root, good)
+    outside = tmp_path_factory.mktemp("outside-the-root")
+    runs.synthetic(outside, "good-run")
+    runs.linked_out(root / "links", outside)
     return root

@@ -12,17 +12,7 @@ def _spec(item):
 def call(app, outputs, inputs, state=(), changed=None):
     """outputs: [(id, prop)]; inputs/state: [(id, prop, value)]; returns {id: {prop: value}} or
     raises AssertionError with the server's answer when the callback failed."""
-    key = next(k for k in app.callback_map
-               if all(f"{o[0]}.{o[1]}" in k for o in outputs) and k.count(".") >= len(outputs))
-    payload = {
-        "output": key,
-        "outputs": [_spec(o) for o in outputs] if key.startswith("..") else _spec(outputs[0]),
-        "inputs": [{"id": str(i), "property": p, "value": v} for i, p, v in inputs],
-        "state": [{"id": str(i), "property": p, "value": v} for i, p, v in state],
-        "changedPropIds": changed if changed is not None else [f"{inputs[0][0]}.{inputs[0][1]}"],
-    }
-    client = app.server.test_client()
-    r = client.post("/_dash-update-component", json=payload)
+    r = post(app, outputs, inputs, state, changed)
     if r.status_code == 204:
         return None
     assert r.status_code == 200, r.get_data(as_text=True)[:2000]
@@ -49,3 +39,17 @@ def text_of(component) -> str:
                     walk(v)
     walk(component)
     return " ".join(out)
+
+
+def post(app, outputs, inputs, state=(), changed=None):
+    """Like call, but returns the raw response: for tests of what a server must refuse."""
+    key = next(k for k in app.callback_map
+               if all(f"{o[0]}.{o[1]}" in k for o in outputs) and k.count(".") >= len(outputs))
+    payload = {
+        "output": key,
+        "outputs": [_spec(o) for o in outputs] if key.startswith("..") else _spec(outputs[0]),
+        "inputs": [{"id": str(i), "property": p, "value": v} for i, p, v in inputs],
+        "state": [{"id": str(i), "property": p, "value": v} for i, p, v in state],
+        "changedPropIds": changed if changed is not None else [f"{inputs[0][0]}.{inputs[0][1]}"],
+    }
+    return app.server.test_client().post("/_dash-update-component", json=payload)

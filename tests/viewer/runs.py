@@ -1,5 +1,6 @@
 """Small run directories for the viewer tests: synthetic runs from profiler.synthetic and
-hand-broken ones (missing events, corrupt manifest, newer format, empty table)."""
+hand-broken ones (missing events, corrupt manifest, newer format, empty table, wrong field
+types, a 5,000-deep manifest, files linked out of the root, a timeout, a copy of a run)."""
 from __future__ import annotations
 
 import json
@@ -41,6 +42,59 @@ def broken_runs(root: Path, good: Path) -> dict[str, Path]:
     d.mkdir()
     (d / "manifest.json").write_text((good / "manifest.json").read_text())
     out["missing"] = d
+    # valid JSON, wrong field types (issue 13): each one alone broke the Runs page for every run
+    for name, field, value in (("git-string", "git", "abc"), ("clock-list", "clock", [1, 2]),
+                               ("drops-many", "drops", {"total": "many"})):
+        out[name] = _copy_with(root / name, good, {field: value})
+    d = root / "deep-manifest"
+    d.mkdir()
+    (d / "manifest.json").write_text('{"format": "epscope-run", "format_version": 1, "x": '
+                                     + "[" * 5000 + "]" * 5000 + "}")
+    for f in ("events.parquet", "launches.parquet"):
+        (d / f).write_bytes((good / f).read_bytes())
+    out["deep"] = d
+    # the manifest says more events than events.parquet holds (a copy gone wrong)
+    out["short"] = _copy_with(root / "row-count-mismatch", good, {"num_events": 3})
+    return out
+
+
+def _copy_with(d: Path, good: Path, changes: dict) -> Path:
+    d.mkdir(parents=True)
+    m = json.loads((good / "manifest.json").read_text())
+    m.update(changes)
+    (d / "manifest.json").write_text(json.dumps(m))
+    for f in ("events.parquet", "launches.parquet"):
+        (d / f).write_bytes((good / f).read_bytes())
+    return d
+
+
+def timeout_run(root: Path, good: Path) -> Path:
+    """A copy of a good run whose recording says it timed out (as ep_core's forced timeout does)."""
+    return _copy_with(root / "timed-out", good, {"status": "timeout",
+                                                 "error": "rank 0: dispatch timed out waiting for rank 1"})
+
+
+def same_name_copy(root: Path, good: Path) -> Path:
+    """A byte-for-byte copy of a run in another directory: same manifest name."""
+    return _copy_with(root / "copy-of-balanced", good, {})
+
+
+def linked_out(root: Path, outside: Path) -> dict[str, Path]:
+    """Runs under the root whose files are symlinks to files outside it (issue 13)."""
+    import os
+
+    secret = outside / "secret.txt"
+    secret.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    good = outside / "good-run"
+    out = {}
+    for f in ("trace.perfetto-trace", "manifest.json", "events.parquet"):
+        d = root / f"link-{f.split('.')[0]}"
+        d.mkdir(parents=True)
+        for g in ("manifest.json", "events.parquet", "launches.parquet"):
+            os.symlink(good / g, d / g) if g == f else (d / g).write_bytes((good / g).read_bytes())
+        if f == "trace.perfetto-trace":
+            os.symlink(secret, d / f)
+        out[f] = d
     return out
 
 

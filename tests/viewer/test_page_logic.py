@@ -30,15 +30,21 @@ def test_runs_table_from_manifests(tmp_path):
             "gpu": {"name": "NVIDIA H200", "count": 2}, "drops": {"total": 12},
             "clock": {"ranks": [{"rank": 0, "uncertainty_ns": 0}, {"rank": 1, "uncertainty_ns": 96}]},
             "headline": {"dispatch_us": 180.25}}
-    newer = dict(good, name="b", format_version=99)
-    entries = [RunEntry("a", tmp_path, tmp_path, good), RunEntry("b", tmp_path, tmp_path, newer),
-               RunEntry("c", tmp_path, tmp_path, None, "manifest.json unreadable: boom")]
+    timeout = dict(good, name="a", status="timeout", error="rank 0 waited for rank 1")
+    entries = [RunEntry("a", tmp_path / "a", tmp_path, good),
+               RunEntry("b", tmp_path / "b", tmp_path, None, "run format version 99 is newer than this epscope's 1",
+                        "newer format"),
+               RunEntry("c", tmp_path / "c", tmp_path, None, "manifest.json unreadable: boom", "unreadable"),
+               RunEntry("d", tmp_path / "d", tmp_path, timeout, None, "timeout")]
     df = RL.runs_table(entries).set_index("run_id")
     assert df.loc["a", "commit"] == "0123456789 (dirty)" and df.loc["a", "gpu"] == "2× NVIDIA H200"
     assert df.loc["a", "clock"] == 96 and df.loc["a", "drops"] == 12 and df.loc["a", "ok"]
     assert "tokens=4096" in df.loc["a", "config"] and "dispatch_us=180.2" in df.loc["a", "headline"]
-    assert df.loc["b", "status"].startswith("newer format v99") and not df.loc["b", "ok"]
-    assert df.loc["c", "status"].startswith("unreadable") and df.loc["c", "name"] == tmp_path.name
+    assert df.loc["b", "status"].startswith("newer format: run format version 99") and not df.loc["b", "ok"]
+    assert df.loc["c", "status"].startswith("unreadable: ") and df.loc["c", "name"] == "c"
+    assert df.loc["d", "status"] == "TIMEOUT: rank 0 waited for rank 1" and not df.loc["d", "ok"]
+    assert df.loc["a", "shared_name"] and df.loc["d", "shared_name"] and df.loc["d", "directory"] == "d"
+    assert not df.loc["c", "shared_name"]
 
 
 def _starved():

@@ -9,6 +9,7 @@ from profiler import analysis
 from ... import components as C
 from ...catalog import ViewerError
 from ...format import ns, pct, share
+from ...inputs import CLICKS, RUN_ID, checked, list_of, opt
 from . import logic
 from .ids import Ids
 
@@ -28,6 +29,8 @@ def _tone(rec):
 def register(app, catalog) -> None:
     @app.callback(Output(Ids.RESULT, "children"), Input(Ids.GO, "n_clicks"),
                   State(Ids.A, "value"), State(Ids.B, "value"))
+    @checked(lambda msg: C.error_box(msg, title="Cannot compare these runs"), n=CLICKS,
+             a_ids=opt(list_of(RUN_ID, 64)), b_ids=opt(list_of(RUN_ID, 64)))
     def run_compare(n, a_ids, b_ids):
         if not n:
             raise PreventUpdate

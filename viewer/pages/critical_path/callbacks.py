@@ -6,6 +6,7 @@ from dash.exceptions import PreventUpdate
 from ... import analyses, components as C
 from ...catalog import ViewerError
 from ...format import ns, pct
+from ...inputs import CLICKS, NAME, RANK, RUN_ID, checked, either, number, one_of, opt
 from . import logic
 from .ids import Ids
 
@@ -18,6 +19,8 @@ def register(app, catalog) -> None:
                   Input(Ids.APPLY, "n_clicks"),
                   State(Ids.RUN, "data"), State(Ids.PHASE, "value"), State(Ids.RANK, "value"),
                   State(Ids.PERCENT, "value"))
+    @checked(lambda msg: C.error_box(msg, title="What-if not possible"), n=CLICKS, run_id=RUN_ID,
+             phase=opt(NAME), rank=opt(either(one_of("all"), RANK)), percent=opt(number(-1000, 1000)))
     def project(n, run_id, phase, rank, percent):
         if not n:
             raise PreventUpdate

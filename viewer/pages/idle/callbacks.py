@@ -4,6 +4,7 @@ from dash import Input, Output, State, no_update
 
 from ... import analyses
 from ...catalog import ViewerError
+from ...inputs import NAME, RUN_ID, checked, figure_message, opt
 from . import logic
 from .ids import Ids
 
@@ -11,6 +12,7 @@ from .ids import Ids
 def register(app, catalog) -> None:
     @app.callback(Output(Ids.HEATMAP, "figure"), Input(Ids.KERNEL, "value"), State(Ids.RUN, "data"),
                   prevent_initial_call=True)
+    @checked(figure_message, k=opt(NAME), run_id=RUN_ID)
     def kernel(k, run_id):
         try:
             run = catalog.load(run_id)

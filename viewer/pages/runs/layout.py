@@ -16,11 +16,12 @@ def layout(catalog, run_id=None):
         roots = ", ".join(map(str, catalog.roots))
         return html.Div([html.H2("Runs"), C.note(f"No runs found under {roots}. Record one with "
                                                  "`epscope trace` or point `epscope view` at run directories.")])
-    head = html.Thead(html.Tr([html.Th(h) for h in COLUMNS.values()]))
     body = []
     for r in df.to_dict("records"):
         q = "?" + urlencode({"run": r["run_id"]})
         name = html.Div([dcc.Link(r["name"], href="/timeline" + q, className="run-link"),
+                         # runs that share a name are told apart by where they live
+                         *([html.Div(f"in {r['directory']}", className="cell-sub run-dir")] if r["shared_name"] else []),
                          html.Div(r["description"], className="cell-sub")])
         cells = [html.Td(name)]
         for c in list(COLUMNS)[1:]:

@@ -5,8 +5,17 @@ from dash.exceptions import PreventUpdate
 
 from ... import analyses
 from ...catalog import ViewerError
+from ...inputs import (BLOCK, CLICKS, RANK, RUN_ID, X_RANGE, checked, list_of, mapping, number, one_of, opt,
+                       text)
 from . import logic
 from .ids import Ids
+
+LEVEL = opt(one_of(*logic.LEVELS))
+ROWS = {"level": LEVEL, "ranks": opt(list_of(RANK)), "blo": opt(BLOCK), "bhi": opt(BLOCK)}
+
+
+def _unchanged(message: str):
+    raise PreventUpdate   # a drill-down with a bad value changes nothing (its outputs are controls)
 
 
 def register(app, catalog) -> None:
@@ -15,6 +24,7 @@ def register(app, catalog) -> None:
                   Input(Ids.GRAPH, "clickData"),
                   State(Ids.RUN, "data"), State(Ids.LEVEL, "value"), State(Ids.RANKS, "value"),
                   State(Ids.BLOCK_LO, "value"), State(Ids.BLOCK_HI, "value"), prevent_initial_call=True)
+    @checked(_unchanged, click=opt(mapping(points=list_of(mapping(y=number())))), run_id=RUN_ID, **ROWS)
     def drill(click, run_id, level, ranks, blo, bhi):
         try:
             row = int(round(float(click["points"][0]["y"])))
@@ -32,6 +42,9 @@ def register(app, catalog) -> None:
                   Input(Ids.BLOCK_LO, "value"), Input(Ids.BLOCK_HI, "value"), Input(Ids.CRITICAL, "value"),
                   Input(Ids.GRAPH, "relayoutData"), Input(Ids.RESET, "n_clicks"),
                   State(Ids.GRAPH, "figure"))
+    @checked(lambda msg: (no_update, msg), run_id=RUN_ID, crit=opt(list_of(text(16), 4)), _reset=CLICKS,
+             relayout=opt(mapping(**{"xaxis.range[0]": number(), "xaxis.range[1]": number(), "xaxis.range": X_RANGE})),
+             current=opt(mapping(layout=mapping(xaxis=mapping(range=X_RANGE)))), **ROWS)
     def update(run_id, level, ranks, blo, bhi, crit, relayout, _reset, current):
         t0 = t1 = None
         if ctx.triggered_id == Ids.GRAPH:
