@@ -14,15 +14,19 @@ import pytest
 
 from ep_core._ext import CSRC, KERNEL_SOURCES
 from profiler.record.build import NvccNotFound, nvcc_path
+from tests.needs import needs
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+NVCC_INSTALL = "a CUDA toolkit: nvcc on PATH or under CUDA_HOME"
 
 
 def _nvcc_or_skip():
     try:
         return nvcc_path()
-    except NvccNotFound as e:
-        pytest.skip(f"no nvcc on this machine: {e}")
+    except NvccNotFound:
+        needs(False, "nvcc", NVCC_INSTALL)
 
 
 def _nvcc(src: Path, profile: int, keep_dir: str) -> str:
@@ -66,16 +70,16 @@ def test_kernel_files_do_not_include_torch():
 
 
 def test_bindings_syntax_checks_with_host_compiler():
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("no g++ on this machine")
+    import importlib.util
     import os
 
-    homes = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", str(Path(nvcc_path()).resolve().parents[1])]
+    gxx = shutil.which("g++")
+    needs(gxx is not None, "g++", "apt-get install g++")
+    needs(importlib.util.find_spec("torch") is not None, "torch", "pip install torch==2.13.0 -e '.[gpu]'")
+    homes = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", str(Path(_nvcc_or_skip()).resolve().parents[1])]
     cuda_inc = next((Path(h) / "include" for h in homes if h and (Path(h) / "include" / "cuda_runtime.h").is_file()),
                     None)
-    if cuda_inc is None:
-        pytest.skip("no CUDA headers (cuda_runtime.h) under CUDA_HOME or /usr/local/cuda")
+    needs(cuda_inc is not None, "the CUDA headers (cuda_runtime.h)", NVCC_INSTALL)
     from torch.utils.cpp_extension import include_paths
 
     cmd = [gxx, "-std=c++17", "-fsyntax-only", f"-I{REPO}", f"-I{cuda_inc}",

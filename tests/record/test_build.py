@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from profiler.record import build
+from tests.needs import needs
 
 CSRC = build.CSRC
 
@@ -51,8 +52,8 @@ def test_build_env_defaults(monkeypatch):
 def _ptx(path, profile):
     try:
         return build.nvcc_compile_check(path, {"EPSCOPE_PROFILE": profile}, ptx=True)
-    except build.NvccNotFound as e:
-        pytest.skip(f"nvcc not available: {e}")
+    except build.NvccNotFound:
+        needs(False, "nvcc", "a CUDA toolkit: nvcc on PATH or under CUDA_HOME")
 
 
 def _entries(ptx: str) -> dict[str, str]:
@@ -99,8 +100,8 @@ def test_recorder_header_compiles_in_host_code(tmp_path):
                    "int main() { return 0; }\n")
     try:
         build.nvcc_compile_check(src, {"EPSCOPE_PROFILE": 1})
-    except build.NvccNotFound as e:
-        pytest.skip(f"nvcc not available: {e}")
+    except build.NvccNotFound:
+        needs(False, "nvcc", "a CUDA toolkit: nvcc on PATH or under CUDA_HOME")
 
 
 def test_nvcc_error_is_reported(tmp_path):
@@ -108,7 +109,7 @@ def test_nvcc_error_is_reported(tmp_path):
     bad.write_text("__global__ void k() { this is not cuda; }\n")
     try:
         build.nvcc_path()
-    except build.NvccNotFound as e:
-        pytest.skip(f"nvcc not available: {e}")
+    except build.NvccNotFound:
+        needs(False, "nvcc", "a CUDA toolkit: nvcc on PATH or under CUDA_HOME")
     with pytest.raises(build.NvccError, match="bad.cu"):
         build.nvcc_compile_check(bad)

@@ -14,8 +14,7 @@ TRACES = Path(__file__).resolve().parents[2] / "traces"
 
 def _run(name):
     path = TRACES / name
-    if not (path / "manifest.json").exists():
-        pytest.skip(f"{name} is not bundled in traces/")
+    assert (path / "manifest.json").exists(), f"{name} is tracked in git under traces/ and missing from this checkout"
     run = load_run(path)
     assert run.manifest["status"] == "ok" and run.manifest["gpu"]["name"].startswith("NVIDIA")
     assert run.manifest["drops"]["total"] == 0

@@ -1,6 +1,9 @@
 """The real app in headless Chromium (Debian's /usr/bin/chromium through Playwright's Python API,
-never a downloaded browser), on the repo's bundled traces/. Saves one screenshot per page under
-docs/screenshots/.
+never a downloaded browser), on the repo's bundled traces/. Saves one screenshot per page into a
+temporary directory (a test run leaves the checkout as it was); refreshing the README's
+screenshots is an explicit command:
+
+    python -m tests.viewer.test_browser --screenshots docs/screenshots
 
 Checks: every page loads; the starvation self-test's verdict names its idle warps; the grid
 barrier self-test names its last arriver; Compare says "within noise" for two runs of the same
@@ -8,19 +11,24 @@ code and finds a difference for two runs that differ.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
+import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
 
+from tests.needs import needs
+
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES = REPO / "traces"
-SHOTS = REPO / "docs" / "screenshots"
+SHOTS_ENV = "EPSCOPE_SCREENSHOTS"   # a directory: save the screenshots there instead of a temporary one
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -34,17 +42,19 @@ def _find(name: str) -> Path | None:
 
 def _need(name: str) -> Path:
     p = _find(name)
-    if p is None:
-        pytest.skip(f"bundled trace traces/**/{name} is not in this checkout")
+    assert p is not None, f"bundled trace traces/**/{name} is tracked in git and missing from this checkout"
     return p
 
 
 @pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    return Path(os.environ[SHOTS_ENV]) if os.environ.get(SHOTS_ENV) else tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture(scope="module")
 def server():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
-    if not TRACES.is_dir() or not any(TRACES.rglob("manifest.json")):
-        pytest.skip("no bundled traces under traces/")
+    needs(Path(CHROMIUM).exists(), f"{CHROMIUM}", "apt-get install chromium")
+    assert any(TRACES.rglob("manifest.json")), "traces/ is tracked in git: its runs must be in the checkout"
     from werkzeug.serving import make_server
 
     from viewer.app import create_app
@@ -58,8 +68,9 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def page(server):
-    sync_api = pytest.importorskip("playwright.sync_api")
+def page(server, shots):
+    needs(importlib.util.find_spec("playwright") is not None, "the playwright package", "pip install -e '.[dev]'")
+    from playwright import sync_api
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         pg = browser.new_page(viewport={"width": 1440, "height": 900})
@@ -67,6 +78,7 @@ def page(server):
         errors = []
         pg.on("pageerror", lambda e: errors.append(str(e)))
         pg.errors = errors
+        pg.shots = shots
         yield pg
         browser.close()
 
@@ -92,9 +104,9 @@ def _settled(page):
 
 
 def _shot(page, name):
-    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.shots.mkdir(parents=True, exist_ok=True)
     page.wait_for_timeout(400)     # let plotly finish its transition
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(page.shots / f"{name}.png"), full_page=True)
 
 
 def _no_error(page):
@@ -107,9 +119,9 @@ def _timeline_run(app) -> Path:
     entries = [e for e in app.catalog.entries() if e.problem is None]
     for kind in ("ep", "selftest", "synthetic"):
         for e in entries:
-            if (e.manifest or {}).get("workload", {}).get("kind") == kind and e.path.name != "selftest-timer-resolution":
+            if ((e.manifest or {}).get("workload") or {}).get("kind") == kind and e.path.name != "selftest-timer-resolution":
                 return e.path
-    pytest.skip("no readable bundled run")
+    raise AssertionError("no readable run under traces/ (they are tracked in git)")
 
 
 def test_runs_page(server, page):
@@ -236,3 +248,14 @@ def test_compare_changed_code_is_a_significant_difference(server, page):
     assert "slower" in verdict and "within noise" not in verdict.split(";")[0], verdict
     _no_error(page)
     _shot(page, "compare")
+
+
+if __name__ == "__main__":
+    # python -m tests.viewer.test_browser --screenshots DIR: run these tests, saving the pages to DIR
+    import argparse
+
+    ap = argparse.ArgumentParser(description="run the browser tests and keep their screenshots")
+    ap.add_argument("--screenshots", required=True, type=Path, help="directory, e.g. docs/screenshots")
+    a, rest = ap.parse_known_args()
+    os.environ[SHOTS_ENV] = str(a.screenshots.resolve())
+    sys.exit(pytest.main([__file__, "-q", *rest]))
