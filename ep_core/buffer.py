@@ -248,6 +248,7 @@ class Buffer:
     """DeepEP's intranode `Buffer` (normal kernels). See the module docstring."""
 
     num_sms: int = 20  # DeepEP's default; set_num_sms changes it for every Buffer
+    _num_sms_set: bool = False  # set_num_sms was called: the caller chose the SMs, no tuned entry applies
 
     def __init__(self, group, num_nvl_bytes: int = 0, num_rdma_bytes: int = 0, low_latency_mode: bool = False,
                  num_qps_per_rank: int = 24, allow_nvlink_for_low_latency_mode: bool = True,
@@ -340,6 +341,7 @@ class Buffer:
         if isinstance(new_num_sms, bool) or not isinstance(new_num_sms, int) or new_num_sms < 2 or new_num_sms % 2:
             raise ValueError(f"Buffer.set_num_sms: the SM count must be even and >= 2, got {new_num_sms!r}")
         cls.num_sms = new_num_sms
+        cls._num_sms_set = True
 
     @staticmethod
     def get_dispatch_config(num_ranks: int) -> Config:
@@ -349,15 +351,29 @@ class Buffer:
     def get_combine_config(num_ranks: int) -> Config:
         return _combine_config(num_ranks, Buffer.num_sms)
 
-    def _default_config(self, kind: str) -> Config:
-        """The table's config at the current Buffer.num_sms, made once (Config validates on
-        construction: a few µs a call if remade every time)."""
-        key = (kind, Buffer.num_sms)
+    def _default_config(self, kind: str, num_tokens: int, hidden: int, dtype: str) -> Config:
+        """The config of a call that passed none, made once per key (Config validates on
+        construction: a few µs a call if remade every time; cached plans key on its identity):
+        the tuned table's entry for this GPU and shape when one matches (ep_core.tuned, which
+        says so once) unless set_num_sms chose the SMs, else the recommended table at num_sms."""
+        key = (kind, Buffer.num_sms, Buffer._num_sms_set, num_tokens, hidden, dtype)
         c = self._default_configs.get(key)
         if c is None:
-            make = self.get_dispatch_config if kind == "dispatch" else self.get_combine_config
-            c = self._default_configs[key] = make(self.group_size)
+            c = self._default_configs[key] = self._tuned_config(kind, num_tokens, hidden, dtype) or (
+                self.get_dispatch_config if kind == "dispatch" else self.get_combine_config)(self.group_size)
         return c
+
+    def _tuned_config(self, kind: str, num_tokens: int, hidden: int, dtype: str) -> Config | None:
+        from . import tuned
+
+        if Buffer._num_sms_set or num_tokens <= 0 or hidden <= 0:
+            return None
+        m = tuned.match(kind, tuned.TunedKey(torch.cuda.get_device_name(self.device), self.group_size, dtype,
+                                             hidden, num_tokens))
+        if m.entry is None:
+            return None
+        tuned.announce(m)
+        return Config(**m.entry.config)
 
     @staticmethod
     def get_buffer_size_hint(num_max_tokens_per_rank: int, hidden: int, num_ranks: int,
@@ -627,7 +643,9 @@ class Buffer:
             x_data, x_scales = x, None
         session = self._session if profile is None or profile is False else self._session_for(profile)
         if config is None:
-            config = self._default_config("dispatch")
+            shape = getattr(x_data, "shape", ())   # not validated yet: a bad x gets the table, then its error
+            config = self._default_config("dispatch", *(shape if len(shape) == 2 else (0, 0)),
+                                          "fp8" if x_scales is not None else "bf16")
         if handle is None:
             return self._dispatch_fresh(x_data, x_scales, num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert,
                                         topk_idx, topk_weights, expert_alignment, num_worst_tokens, config,
@@ -846,7 +864,9 @@ class Buffer:
             self._check_usable()
         session = self._session if profile is None or profile is False else self._session_for(profile)
         if config is None:
-            config = self._default_config("combine")
+            shape = getattr(x, "shape", ())
+            config = self._default_config("combine", getattr(handle, "num_tokens", 0),
+                                          shape[1] if len(shape) == 2 else 0, "bf16")
         if not isinstance(handle, DispatchHandle):
             raise ValueError("ep_core: combine needs the handle returned by this Buffer's dispatch")
         if bias is None:

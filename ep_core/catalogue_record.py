@@ -35,7 +35,8 @@ def _problem(tokens: int):
 
 
 def _op(buffer, run: PlannedRun, rank: int, device):
-    from .workload import RankOp, make_rank_inputs, op_configs
+    from .config import op_configs
+    from .workload import RankOp, make_rank_inputs
 
     s = run.scenario
     p = _problem(s.tokens)

@@ -228,3 +228,12 @@ def dispatch_config(num_ranks: int, num_sms: int = DEFAULT_NUM_SMS) -> Config:
 def combine_config(num_ranks: int, num_sms: int = DEFAULT_NUM_SMS) -> Config:
     """Recommended combine tuning for `num_ranks` (what `Buffer.get_combine_config` returns)."""
     return _table(_COMBINE_NVL, "combine", num_ranks, num_sms)
+
+
+def op_configs(ranks: int, num_sms: int, chunk: int | None = None) -> tuple[Config, Config]:
+    """(dispatch, combine) Configs of one op: the recommended tables at `num_sms`, with the send
+    chunk overridden when `chunk` is given (Config validates it and names the field)."""
+    d, c = dispatch_config(ranks, num_sms), combine_config(ranks, num_sms)
+    if chunk:
+        d, c = d.with_send_chunk(chunk), c.with_send_chunk(chunk)
+    return d, c

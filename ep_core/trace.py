@@ -118,8 +118,8 @@ def _trace_rank(ctx, opts: dict) -> dict:
     import torch
 
     import ep_core
-    from ep_core.config import Problem
-    from ep_core.workload import RankOp, make_rank_inputs, op_configs
+    from ep_core.config import Problem, op_configs
+    from ep_core.workload import RankOp, make_rank_inputs
     from profiler.record.session import Session
 
     w = opts["workload"]

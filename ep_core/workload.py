@@ -95,17 +95,6 @@ def traffic(problem: Problem, counts: torch.Tensor, rank: int) -> Traffic:
     return Traffic(rows, remote, rows * problem.row_bytes, remote * problem.row_bytes)
 
 
-def op_configs(ranks: int, num_sms: int, chunk: Optional[int] = None) -> tuple:
-    """(dispatch, combine) Configs of one op: the recommended tables at `num_sms`, with the send
-    chunk overridden when `chunk` is given (Config validates it and names the field)."""
-    from .config import combine_config, dispatch_config
-
-    d, c = dispatch_config(ranks, num_sms), combine_config(ranks, num_sms)
-    if chunk:
-        d, c = d.with_send_chunk(chunk), c.with_send_chunk(chunk)
-    return d, c
-
-
 @dataclass(frozen=True)
 class Layout:
     """What get_dispatch_layout returns and dispatch takes (named, not read by position)."""

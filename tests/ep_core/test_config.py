@@ -135,3 +135,13 @@ def test_problem_derived_sizes():
     # FP8 row: 1 byte per element plus one float32 scale per 128 columns (DeepEP's fp8_factor)
     assert f.row_bytes == 7168 + 56 * 4
     assert f.row_bytes / p.row_bytes == pytest.approx((1 + 4 / 128) / 2)
+
+
+def test_op_configs_are_the_tables_with_the_send_chunk_overridden():
+    from ep_core.config import combine_config, dispatch_config, op_configs
+
+    assert op_configs(2, 24) == (dispatch_config(2, 24), combine_config(2, 24))
+    d, c = op_configs(2, 64, 48)
+    assert (d.num_sms, d.num_max_nvl_chunked_send_tokens, c.num_max_nvl_chunked_send_tokens) == (64, 48, 48)
+    with pytest.raises(ValueError, match="num_max_nvl_chunked_send_tokens"):
+        op_configs(2, 24, 300)

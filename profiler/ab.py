@@ -1,0 +1,198 @@
+"""A/B bookkeeping: rounds of latency samples per side -> the comparison record and its verdict.
+
+`epscope ab` (ep_core/ab.py) and `epscope tune` (ep_core/tune.py) collect, per side and round,
+the per-iteration latencies of each metric (the slowest rank's, ep_core.rounds.slowest_rank).
+This module turns them into verdicts and keeps the record; it holds no statistics of its own:
+`compare_metric` hands the samples, grouped by round (the round is the run, the unit of
+replication), to `profiler.analysis.compare.stats` (bootstrap over runs, then over the samples
+of the drawn runs) and reads its fields by name. That is the one place to rewire when the
+Compare statistics change.
+
+The comparison record (RUN_ROOT/comparison.json):
+    {"format": "epscope-ab", "format_version": 1, "created": ISO-8601, "command": "...",
+     "sides": {"A": {"ref": "main", "commit": "...", "tree": "..."}, "B": {...}},
+     "workload": {...}, "gpu": "...",
+     "rounds": [{"side": "A", "round": 0, "profiled": false, "run_dir": null,
+                 "samples": {metric: [µs per iteration]}}, ...],
+     "verdict": [MetricVerdict as dict, ...], "critical_path": [...], "notes": [...]}
+Profiled rounds name their run directory (next to the record); their samples are kept but the
+verdict uses the timing rounds only (profiling perturbs the latencies it would be judging).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = "epscope-ab"
+FORMAT_VERSION = 1
+RECORD = "comparison.json"
+# GPU time of each call and of the op, then host time per call (ep_core/ab_worker.py)
+GPU_METRICS = ("op", "layout", "dispatch", "combine")
+HOST_METRICS = ("host_layout", "host_dispatch", "host_combine")
+METRICS = GPU_METRICS + HOST_METRICS
+
+
+class ABError(ValueError):
+    """A record or a set of rounds that cannot be compared; the message says why."""
+
+
+@dataclass(frozen=True)
+class RoundSamples:
+    """One side's one round: per metric, the per-iteration latency (µs) of the slowest rank."""
+
+    side: str
+    round: int
+    profiled: bool
+    samples: dict
+    run_dir: str | None = None
+
+    def __post_init__(self):
+        unknown = sorted(set(self.samples) - set(METRICS))
+        if unknown:
+            raise ABError(f"round {self.side}{self.round}: unknown metrics {unknown}")
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """B against A for one metric, from timing rounds only. `runs_*`: rounds, `n_*`: samples."""
+
+    metric: str
+    runs_a: int
+    runs_b: int
+    n_a: int
+    n_b: int
+    median_a_us: float
+    median_b_us: float
+    diff_us: float
+    diff_pct: float
+    ci_low_us: float
+    ci_high_us: float
+    verdict: str                       # faster | slower | within noise | too few samples
+    heavy_tail: bool | None = None     # None: the statistics in use do not say
+    notes: tuple = ()
+
+    @property
+    def moved(self) -> bool:
+        return self.verdict in ("faster", "slower")
+
+
+def compare_metric(metric: str, a_rounds: list, b_rounds: list, *, n_boot: int = 2000, seed: int = 0,
+                   alpha: float = 0.05) -> MetricVerdict:
+    """B - A of one metric; a_rounds / b_rounds: per round, the per-iteration samples (µs)."""
+    from profiler.analysis.compare import stats
+
+    a, ra = _flatten(a_rounds)
+    b, rb = _flatten(b_rounds)
+    row = stats(a * 1e3, b * 1e3, n_boot=n_boot, rng=np.random.default_rng(seed), alpha=alpha,
+                runs_a=ra, runs_b=rb)
+    notes = []
+    if len(a_rounds) < 2 or len(b_rounds) < 2:
+        notes.append("one round on a side: run-to-run noise cannot be estimated")
+    return MetricVerdict(
+        metric=metric, runs_a=len(a_rounds), runs_b=len(b_rounds), n_a=int(row["n_a"]), n_b=int(row["n_b"]),
+        median_a_us=_us(row["median_a_ns"]), median_b_us=_us(row["median_b_ns"]), diff_us=_us(row["diff_ns"]),
+        diff_pct=_round(row["diff_pct"], 2), ci_low_us=_us(row["ci_low_ns"]), ci_high_us=_us(row["ci_high_ns"]),
+        verdict=str(row["verdict"]), heavy_tail=row.get("heavy_tail"), notes=tuple(notes + list(row.get("notes", ()))))
+
+
+def _flatten(rounds: list) -> tuple[np.ndarray, np.ndarray]:
+    vals = [np.asarray(r, dtype=float) for r in rounds]
+    if not vals:
+        return np.zeros(0), np.zeros(0, int)
+    labels = [np.full(len(v), i) for i, v in enumerate(vals)]
+    return np.concatenate(vals), np.concatenate(labels)
+
+
+def _round(x, nd):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), nd)
+
+
+def _us(ns):
+    return _round(None if ns is None else float(ns) / 1e3, 3)
+
+
+def timing_rounds(rounds: list[RoundSamples], side: str, metric: str) -> list[list[float]]:
+    return [list(r.samples.get(metric, [])) for r in sorted(rounds, key=lambda r: r.round)
+            if r.side == side and not r.profiled and r.samples.get(metric)]
+
+
+def verdict_table(rounds: list[RoundSamples], sides=("A", "B"), metrics=METRICS, **kw) -> list[MetricVerdict]:
+    a, b = sides
+    out = []
+    for m in metrics:
+        ra, rb = timing_rounds(rounds, a, m), timing_rounds(rounds, b, m)
+        if ra or rb:
+            out.append(compare_metric(m, ra, rb, **kw))
+    return out
+
+
+def format_table(rows: list[MetricVerdict], title: str = "") -> str:
+    """The verdict table as text (the last thing `epscope ab` prints)."""
+    head = f"{'metric':<14} {'rounds A/B':>10} {'median A µs':>12} {'median B µs':>12} {'B - A':>9} " \
+           f"{'95% CI of B - A (µs)':>24}  verdict"
+    lines = ([title] if title else []) + [head, "-" * len(head)]
+    for r in rows:
+        ci = "-" if r.ci_low_us is None else f"{r.ci_low_us:+.1f} .. {r.ci_high_us:+.1f}"
+        pct = "-" if r.diff_pct is None else f"{r.diff_pct:+.1f}%"
+        flag = "" if not r.heavy_tail else "  (heavy tail: mean and median disagree)"
+        lines.append(f"{r.metric:<14} {r.runs_a:>4}/{r.runs_b:<5} {_f(r.median_a_us):>12} {_f(r.median_b_us):>12} "
+                     f"{pct:>9} {ci:>24}  {r.verdict}{flag}")
+        for n in r.notes:
+            lines.append(f"{'':<14} note: {n}")
+    return "\n".join(lines)
+
+
+def _f(x):
+    return "-" if x is None else f"{x:.1f}"
+
+
+# -- the record ----------------------------------------------------------------------------------
+@dataclass
+class ComparisonRecord:
+    sides: dict
+    workload: dict
+    rounds: list[RoundSamples] = field(default_factory=list)
+    verdict: list[MetricVerdict] = field(default_factory=list)
+    critical_path: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    command: str = ""
+    gpu: str = ""
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "format_version": FORMAT_VERSION, "created": self.created, "command": self.command,
+                "sides": self.sides, "workload": self.workload, "gpu": self.gpu,
+                "rounds": [asdict(r) for r in self.rounds], "verdict": [asdict(v) for v in self.verdict],
+                "critical_path": self.critical_path, "notes": self.notes}
+
+    def write(self, root) -> Path:
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        path = root / RECORD
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def read(cls, root) -> "ComparisonRecord":
+        path = Path(root)
+        path = path / RECORD if path.is_dir() else path
+        try:
+            d = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ABError(f"{path}: not a readable comparison record ({e})") from None
+        if d.get("format") != FORMAT:
+            raise ABError(f"{path}: not an {FORMAT} record (format={d.get('format')!r})")
+        if not isinstance(d.get("format_version"), int) or d["format_version"] > FORMAT_VERSION:
+            raise ABError(f"{path}: record version {d.get('format_version')!r} is newer than this epscope's "
+                          f"{FORMAT_VERSION}")
+        return cls(sides=d["sides"], workload=d["workload"], rounds=[RoundSamples(**r) for r in d["rounds"]],
+                   verdict=[MetricVerdict(**{**v, "notes": tuple(v.get("notes", ()))}) for v in d["verdict"]],
+                   critical_path=d.get("critical_path", []), notes=d.get("notes", []), command=d.get("command", ""),
+                   gpu=d.get("gpu", ""), created=d.get("created", ""))
