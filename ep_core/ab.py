@@ -313,6 +313,8 @@ def main(argv=None) -> int:
             sides.append(resolve_side(side, ref, work, repo))
         out = a.out or Path("ab-runs") / (time.strftime("%Y%m%d-%H%M%S") + f"-{_slug(a.refs[0])}-vs-{_slug(a.refs[1])}")
         out = out.resolve()   # the workers run in the sides' trees: every path they get is absolute
+        if (out / "comparison.json").exists():
+            raise ABUsage(f"{out} already holds a comparison; give another --out")
         out.mkdir(parents=True, exist_ok=True)
         command = "epscope ab " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
         record, title, fmt = run(a, problem, profiled, sides, out, work, command)
