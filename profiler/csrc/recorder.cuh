@@ -140,31 +140,31 @@ class WarpRecorder {
   }
 
  private:
-  // One record = one predicated timer read and one predicated 16-byte store, straight-line code
-  // with no branch: predicate p = (n_ < cap_) is false on lanes 1..31, when the region is full
-  // and when the recorder is off (cap_ = 0), so those cases read no timer and store nothing.
-  // A first version with C++ branches here cost 83 cycles per record, 30 of them with the
-  // recorder off (benchmarks/results/recorder-h200-2026-11-29-v1-branchy.md).
+  // One record = one timer read and one predicated 16-byte store, straight-line code. The timer
+  // is chosen by the region's mode (hires_ is loop-invariant), and ptxas turns the two reads into
+  // a predicated pair of which exactly one executes (cuobjdump: `@P0 CS2R SR_CLOCKLO` /
+  // `@!P0 CS2R SR_GLOBALTIMERLO`, then `@!P2 STG.E.128`). The store's predicate p = (n_ < cap_)
+  // is false on lanes 1..31, when the region is full and when the recorder is off (cap_ = 0).
+  // History (benchmarks/NOTES.md): a first version with C++ branches cost 83 cycles a record
+  // (recorder-h200-2026-11-29-v1-branchy.md); the next one predicated both reads inside one asm
+  // block, which ptxas compiled to two unconditional reads plus SELs, 37-42 cycles; a store
+  // deferred to the next record site cost 78-85.
   __device__ __forceinline__ void put(uint8_t kind, uint16_t id, uint32_t payload) {
     const uint64_t dst = recs_ + uint64_t(n_) * sizeof(Record);
     const uint32_t idkind = uint32_t(id) | (uint32_t(kind) << 16);  // Record bytes 8..11: id, kind, reserved
+    uint64_t t;
+    if (hires_) asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+    else asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     asm volatile(
         "{\n\t"
-        ".reg .pred p, ph, pc, pg;\n\t"
-        ".reg .b64 t;\n\t"
+        ".reg .pred p;\n\t"
         ".reg .b32 lo, hi;\n\t"
         "setp.lt.u32 p, %1, %2;\n\t"
-        "setp.ne.u32 ph, %3, 0;\n\t"
-        "and.pred pc, p, ph;\n\t"   // hires: clock64
-        "xor.pred pg, p, pc;\n\t"   // p && !hires: globaltimer
-        "mov.b64 t, 0;\n\t"
-        "@pc mov.u64 t, %%clock64;\n\t"
-        "@pg mov.u64 t, %%globaltimer;\n\t"
-        "mov.b64 {lo, hi}, t;\n\t"
+        "mov.b64 {lo, hi}, %3;\n\t"
         "@p st.global.v4.u32 [%0], {lo, hi, %4, %5};\n\t"
         "}"
         :
-        : "l"(dst), "r"(n_), "r"(cap_), "r"(hires_), "r"(idkind), "r"(payload));
+        : "l"(dst), "r"(n_), "r"(cap_), "l"(t), "r"(idkind), "r"(payload));
     ++n_;  // counts drops too: nothing is dropped silently
   }
 
