@@ -259,7 +259,8 @@ def render_md(res: dict, excerpt: dict) -> str:
         L += [""]
     L += [
           "## SASS proof (cuobjdump -sass of selftest.cuda.o, both builds)", "",
-          "Per kernel: SR_GLOBALTIMER reads (in parentheses those under a predicate: record sites, one of a clock64 / globaltimer pair runs), STG.E.128 record stores (the kernels' own outputs are 32-bit "
+          "Per kernel: SR_GLOBALTIMER reads (in parentheses those under a predicate: record sites, one of a "
+          "clock64 / globaltimer pair runs), STG.E.128 record stores (the kernels' own outputs are 32-bit "
           "stores), SR_CLOCK reads (the record_cost harness and the spin timeouts use clock64 in both builds).", "",
           "| build | kernel | SR_GLOBALTIMER (predicated) | STG.E.128 | SR_CLOCK |", "| --- | --- | --- | --- | --- |"]
     for v, ks in res["sass"].items():
