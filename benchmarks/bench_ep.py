@@ -1,36 +1,35 @@
-"""ep_core intranode dispatch / combine speed vs the NCCL all_to_all_single baseline, one run.
+"""ep_core intranode dispatch / combine: kernel time, host cost, tight loop, CUDA-graph replay and
+recording overhead per op and SM count, beside DeepEP V1, in one run.
 
-    python benchmarks/bench_ep.py --ranks 2                 # the shape of issue 3
-    python benchmarks/bench_ep.py --ranks 8 --sms 24,64 --iters 200
-    python benchmarks/bench_ep.py --ranks 2 --sweep-chunks  # retune the Config tables
+    python benchmarks/bench_ep.py --ranks 2 --out $OUT           # the shape of issue 3, ~1-2 min
+    python benchmarks/bench_ep.py --ranks 2 --deepep third_party/DeepEP   # DeepEP built beside it
+    python benchmarks/bench_ep.py --ranks 2 --sweep-chunks        # also retune the Config tables
 
-One process per GPU (ep_core.launch, no torchrun). Per rank: build `--sets` rotating input sets
-(uniform routing, seed = set * 1000 + rank), validate every timed op against ep_core.reference,
-then time each op with CUDA events around it, `--warmup` + `--iters` iterations, input sets
-rotating, all ranks released together by a small NCCL all-reduce before every iteration.
-An iteration's time is the slowest rank's; a row reports the median over iterations.
+One process per GPU (ep_core.launch, no torchrun). Per rank: `--sets` rotating input sets (uniform
+routing, seed = set * 1000 + rank), every timed op validated against ep_core.reference first,
+then per op (BF16 dispatch and FP8 dispatch with the handle, BF16 combine) and SM count
+(benchmarks/ep_timing.py says how each is timed):
+- kernel µs: device time of the op's kernel (CUPTI), mean per call;
+- host µs: wall time of one call with the GPU busy ahead of it (median), what the call costs the
+  host whatever the GPU does;
+- event µs: the call's device span with the GPU kept busy ahead (median, p90), logical GB/s from it;
+- tight µs: calls back to back with no GPU lead, per call (median of rounds): host cost shows here;
+- graph µs: the op captured once in a CUDA graph and replayed back to back, per replay.
+DeepEP V1's figures come from measured-facts.md (2×H200, 2026-11-30, kernel and host columns of
+the side-by-side run; tight-loop figures at 64 SMs) unless `--deepep DIR` names a built DeepEP
+(baselines.md): then the same measurements are taken of it in the same processes.
+Recording (dispatch + combine with the handle, per SM count): compiled out, the instrumented
+build with recording off, and recording on through a profile() block (pool slots, no
+synchronisation); median, p90 and kernel time, and the on / compiled-out ratios.
+Also: a non-cached BF16 dispatch (notify + host sync) and the NCCL all_to_all_single baseline.
 
-Columns (the DeepEP intranode benchmark's conventions, measured-facts.md):
-- logical GB/s: bytes of recv_x (every received row, the rank's own included; FP8 rows count
-  their scales) / time; combine counts the BF16 rows it sends back, i.e. the same bytes.
-- NVLink GB/s: bytes of the rows that crossed to another GPU / time.
-Rows: ep_core BF16 dispatch, FP8 dispatch, BF16 combine at each `--sms` (dispatch with the
-handle, as DeepEP's tuning loop times it; a non-cached BF16 dispatch with its notify and host
-sync too), the NCCL baseline (counts exchange + index_select pack + payload all_to_all_single),
-and profiling: recording off (compiled out), the instrumented build with recording off, and
-recording on. Both the event time of the whole op (what a user leaving profiling on pays,
-including zeroing the profile buffers) and the device time of the dispatch and combine kernels
-from torch.profiler (CUPTI) are shown.
-
-The table is printed last and written to benchmarks/results/ep-<R>x<GPU>-<date>.md (e.g.
-ep-2xH200-2026-11-29.md) with the GPU name, commit and date (--out to change the folder,
---no-write to skip).
+Writes <out>/ep-<R>x<GPU>-<date>.md and .json (machine, commit, date); the tables print last.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import os
+import json
 import statistics
 import sys
 import time
@@ -40,9 +39,23 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# DeepEP V1 intranode on this machine (measured-facts.md): logical GB/s by (op, SMs).
+from benchmarks.ep_timing import capture, graph_replay, kernel_seconds, pct, tight_loop, time_op  # noqa: E402
+
+OPS = ("BF16 dispatch", "FP8 dispatch", "BF16 combine")
+# DeepEP V1 intranode on the 2xH200 machine (measured-facts.md): logical GB/s by (op, SMs) ...
 DEEPEP_GBPS = {("BF16 dispatch", 24): 362, ("FP8 dispatch", 24): 248, ("BF16 combine", 24): 289,
                ("BF16 dispatch", 64): 545, ("FP8 dispatch", 64): 464, ("BF16 combine", 64): 502}
+# ... and its side-by-side run of 2026-11-30: (kernel µs, host µs) by (op, SMs), tight loop µs at 64 SMs.
+DEEPEP_SIDE = {("BF16 dispatch", 24): (318, 58), ("FP8 dispatch", 24): (242, 63), ("BF16 combine", 24): (416, 60),
+               ("BF16 dispatch", 64): (228, 65), ("FP8 dispatch", 64): (127, 86), ("BF16 combine", 64): (231, 50)}
+DEEPEP_TIGHT = {("BF16 dispatch", 64): 296, ("BF16 combine", 64): 249}
+# kernel names whose device time makes an op's "kernel µs" (substrings of the CUPTI names)
+EP_KERNELS = {"BF16 dispatch": ("dispatch_kernel",), "FP8 dispatch": ("dispatch_kernel",),
+              "BF16 combine": ("combine_kernel",)}
+DEEPEP_KERNELS = {"BF16 dispatch": ("intranode::dispatch",), "FP8 dispatch": ("intranode::dispatch",),
+                  "BF16 combine": ("intranode::combine",)}
+STEP_KERNELS = ("dispatch_kernel", "combine_kernel")
+PROFILE_MODES = ("compiled out", "instrumented, recording off", "recording on")
 
 
 def log(rank: int, msg: str) -> None:
@@ -50,93 +63,56 @@ def log(rank: int, msg: str) -> None:
         print(f"[bench_ep {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-# ---- timing -------------------------------------------------------------------------------------
-
-# Before each timed op the stream spins this long (torch.cuda._sleep, in SM cycles at the H200's
-# 1.98 GHz max clock, measured-facts.md) so the host's enqueue of the op (tens of µs of Python)
-# happens while the GPU is busy and not inside the timed span. Equal on every rank.
-LEAD_US = 300
-SM_CLOCK_GHZ = 1.98
-
-def time_op(ctx, fn, sets: int, warmup: int, iters: int) -> list[float]:
-    """Per-iteration seconds (slowest rank) of fn(set_index), ranks started together."""
-    import torch
-    import torch.distributed as dist
-
-    go = torch.zeros(1, device=ctx.device)
-    lead = int(LEAD_US * SM_CLOCK_GHZ * 1e3)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(warmup + iters):
-        if ctx.world_size > 1:
-            dist.all_reduce(go, group=ctx.group)  # on the stream: the op below starts after every rank got here
-        k = i % sets
-        # keep the GPU busy while the host enqueues the op, so the timed span holds GPU work only
-        torch.cuda._sleep(lead)
-        if i >= warmup:
-            starts[i - warmup].record()
-        fn(k)
-        if i >= warmup:
-            ends[i - warmup].record()
-    torch.cuda.synchronize()
-    ms = torch.tensor([s.elapsed_time(e) for s, e in zip(starts, ends)], device=ctx.device, dtype=torch.float64)
-    if ctx.world_size > 1:
-        dist.all_reduce(ms, op=dist.ReduceOp.MAX, group=ctx.group)
-    return [v / 1e3 for v in ms.tolist()]
+def _us(v):
+    return None if v is None else v * 1e6
 
 
-# The kernels whose device time the profiling rows compare (ep_core/csrc/dispatch.cu and
-# combine.cu). The small barrier / notify kernels are left out: their time is mostly spent
-# waiting for the peer rank, i.e. host skew between ranks, not work (a first run that summed every
-# ep_core kernel read recording-on as 20x, which was the peer's host-side profiling prologue).
-KERNEL_NAMES = ("dispatch_kernel", "combine_kernel")
-
-
-def kernel_seconds(ctx, fn, sets: int, iters: int) -> float | None:
-    """Device time of one dispatch kernel plus one combine kernel (mean per launch, CUPTI via
-    torch.profiler), ranks released together before every iteration as in time_op; None if
-    the profiler is unavailable."""
-    import torch
-    import torch.distributed as dist
-
+def _guard(rank, what, fn, default=None):
+    """Run one section; a failure is logged and recorded, the run goes on (the table says n/a)."""
     try:
-        from torch.profiler import ProfilerActivity, profile
-    except ImportError:
-        return None
-    go = torch.zeros(1, device=ctx.device)
-    lead = int(LEAD_US * SM_CLOCK_GHZ * 1e3)
-    try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for i in range(iters):
-                if ctx.world_size > 1:
-                    dist.all_reduce(go, group=ctx.group)
-                torch.cuda._sleep(lead)
-                fn(i % sets)
-            torch.cuda.synchronize()
-    except Exception:  # noqa: BLE001 (CUPTI missing or busy: say n/a rather than fail the run)
-        return None
-    per_name: dict[str, list[float]] = {n: [0.0, 0] for n in KERNEL_NAMES}
-    for evt in prof.key_averages():
-        for n in KERNEL_NAMES:
-            if n in evt.key:
-                dt = getattr(evt, "self_device_time_total", None)
-                if dt is None:
-                    dt = getattr(evt, "self_cuda_time_total", 0.0)
-                per_name[n][0] += float(dt)
-                per_name[n][1] += int(evt.count)
-    if any(c == 0 for _, c in per_name.values()):
-        return None
-    return sum(t / c for t, c in per_name.values()) / 1e6
+        return fn()
+    except Exception as e:  # noqa: BLE001 (one section's failure must not lose the others' numbers)
+        log(rank, f"{what} failed: {type(e).__name__}: {e}")
+        return default if default is not None else {"error": f"{type(e).__name__}: {e}"}
 
 
 # ---- the per-rank benchmark ---------------------------------------------------------------------
+
+class _Library:
+    """One EP library's Buffer and the op callables of the benchmark (ep_core or DeepEP)."""
+
+    def __init__(self, name, buffer, module, data, dconf_of, cconf_of):
+        self.name, self.buffer, self.module, self.data = name, buffer, module, data
+        self.dconf_of, self.cconf_of = dconf_of, cconf_of
+        self.handles: dict = {}
+
+    def prepare(self, sms: int) -> None:
+        """Handles and combine inputs of every set for `sms`: a handle fixes the op's chunking."""
+        dc = self.dconf_of(sms)
+        hs = []
+        for d in self.data:
+            out = self.buffer.dispatch(d["x"], num_tokens_per_rank=d[self.name]["layout"][0],
+                                       is_token_in_rank=d[self.name]["layout"][1],
+                                       num_tokens_per_expert=d[self.name]["layout"][2], topk_idx=d[self.name]["idx"],
+                                       topk_weights=d["w"], config=dc)
+            hs.append((out[4], out[0]))
+        self.handles[sms] = hs
+
+    def op(self, name: str, sms: int, **kw):
+        dc, cc = self.dconf_of(sms), self.cconf_of(sms)
+        hs, data, b = self.handles[sms], self.data, self.buffer
+        if name == "BF16 dispatch":
+            return lambda k: b.dispatch(data[k]["x"], handle=hs[k][0], config=dc, **kw)
+        if name == "FP8 dispatch":
+            return lambda k: b.dispatch(data[k]["x8"], handle=hs[k][0], config=dc, **kw)
+        return lambda k: b.combine(hs[k][1], hs[k][0], config=cc, **kw)
+
 
 def _bench_rank(ctx, opts: dict) -> dict:
     import torch
     import torch.distributed as dist
 
     import ep_core
-    from ep_core import reference as ref
     from ep_core.config import Config, Problem
     from ep_core.workload import make_all_inputs, routing_matrix, traffic
 
@@ -148,171 +124,222 @@ def _bench_rank(ctx, opts: dict) -> dict:
     sets = opts["sets"]
     log(rank, f"{R} ranks, {torch.cuda.get_device_name()}, T={p.tokens} H={p.hidden} top-{p.topk} of {p.experts}; "
               f"building {sets} input sets")
-
-    # inputs and layouts of every set (set k: seed k*1000 + rank); all ranks' routing for bytes
     data = []
     for k in range(sets):
         all_in = make_all_inputs(p, opts["routing"], seed=k * 1000, device=ctx.device)
         mine = all_in[rank]
         idx = mine.topk_idx.to(ep_core.topk_idx_t)
         n_rank, _, n_exp, in_rank, _ = buffer.get_dispatch_layout(idx, p.experts)
-        counts = routing_matrix([i.topk_idx for i in all_in], p.experts)
-        data.append(dict(all_in=all_in if k == 0 else None, x=mine.x, x8=mine.x_fp8, idx=idx,
-                         w=mine.topk_weights, layout=(n_rank, in_rank, n_exp), counts=counts))
-    dconf = Buffer.get_dispatch_config(R)
-    cconf = Buffer.get_combine_config(R)
+        data.append(dict(all_in=all_in if k == 0 else None, x=mine.x, x8=mine.x_fp8, w=mine.topk_weights,
+                         counts=routing_matrix([i.topk_idx for i in all_in], p.experts),
+                         ep_core=dict(idx=idx, layout=(n_rank, in_rank, n_exp))))
+    d0, c0 = Buffer.get_dispatch_config(R), Buffer.get_combine_config(R)
+    ep = _Library("ep_core", buffer, ep_core, data,
+                  lambda sms: Config(sms, d0.num_max_nvl_chunked_send_tokens, d0.num_max_nvl_chunked_recv_tokens),
+                  lambda sms: Config(sms, c0.num_max_nvl_chunked_send_tokens, c0.num_max_nvl_chunked_recv_tokens))
+    _validate(ctx, ep, data, p, opts)
+    deep = _guard(rank, "DeepEP setup", lambda: _deepep(ctx, opts, data, p), default={}) if opts["deepep"] else None
+    if isinstance(deep, dict):
+        deep = None
 
-    def cfg(base: Config, sms: int, chunk: int | None = None) -> Config:
-        return Config(sms, chunk or base.num_max_nvl_chunked_send_tokens, base.num_max_nvl_chunked_recv_tokens)
+    def mean_traffic(prob):
+        ts = [traffic(prob, d["counts"], r) for d in data for r in range(R)]
+        return statistics.mean(t.logical_bytes for t in ts)
 
-    def full_dispatch(k, x, config, **kw):
-        d = data[k]
-        return buffer.dispatch(x, num_tokens_per_rank=d["layout"][0], is_token_in_rank=d["layout"][1],
-                               num_tokens_per_expert=d["layout"][2], topk_idx=d["idx"], topk_weights=d["w"],
-                               config=config, **kw)
-
-    def make_handles(config: Config) -> None:
-        """Handles and combine inputs of every set, from a full dispatch with `config`: a handle
-        fixes the op's token chunking for the SM count it was made with (ep_core/buffer.py
-        _chunking), so the cached calls timed at an SM count use handles made at that count."""
-        for k, d in enumerate(data):
-            out = full_dispatch(k, d["x"], config)
-            d["handle"], d["recv"], d["recv_w"] = out[4], out[0], out[2]
-
-    make_handles(dconf)
-
-    # ---- validate before timing (set 0 against the reference over all ranks' inputs) ----
-    log(rank, "validating ep_core against ep_core.reference (set 0)")
-    d0 = data[0]
-    all_in = d0["all_in"]
-    want = ref.dispatch([i.x for i in all_in], topk_idx=[i.topk_idx for i in all_in],
-                        topk_weights=[i.topk_weights for i in all_in], num_experts=p.experts)
-    want8 = ref.dispatch([i.x_fp8 for i in all_in], topk_idx=[i.topk_idx for i in all_in],
-                         topk_weights=[i.topk_weights for i in all_in], num_experts=p.experts)
+    logical = {"BF16 dispatch": mean_traffic(p), "FP8 dispatch": mean_traffic(p8), "BF16 combine": mean_traffic(p)}
+    W, N = opts["warmup"], opts["iters"]
+    rows, prof_rows, other = [], [], []
     for sms in opts["sms"]:
-        make_handles(cfg(dconf, sms))
-        got = full_dispatch(0, d0["x"], cfg(dconf, sms))
-        assert torch.equal(got[0], want[rank].recv_x), f"rank {rank}: BF16 dispatch at {sms} SMs differs from the reference"
-        assert torch.equal(got[1], want[rank].recv_topk_idx), f"rank {rank}: recv_topk_idx at {sms} SMs"
-        cached = buffer.dispatch(d0["x8"], handle=d0["handle"], config=cfg(dconf, sms))[0]
-        assert torch.equal(cached[0].view(torch.uint8), want8[rank].recv_x[0].view(torch.uint8)) and \
-            torch.equal(cached[1], want8[rank].recv_x[1]), f"rank {rank}: FP8 dispatch at {sms} SMs differs"
-        comb = buffer.combine(d0["recv"], d0["handle"], config=cfg(cconf, sms))[0]
-        wc = ref.combine([w.recv_x for w in want], [w.handle for w in want])[rank][0]
+        ep.prepare(sms)
+        if deep is not None:
+            _guard(rank, f"DeepEP handles at {sms} SMs", lambda: deep.prepare(sms))
+        for op in OPS:
+            row = {"op": op, "sms": sms}
+            row.update(_measure(ctx, ep, op, sms, sets, W, N, EP_KERNELS[op], graphs=True))
+            if row.get("event_us"):
+                row["gbps"] = logical[op] / (row["event_us"] / 1e6) / 1e9
+            if deep is not None and sms in deep.handles:
+                d = _guard(rank, f"DeepEP {op} at {sms} SMs",
+                           lambda: _measure(ctx, deep, op, sms, sets, W, N, DEEPEP_KERNELS[op], graphs=False))
+                row["deepep"] = {k: v for k, v in d.items() if k != "error"} if "error" not in d else None
+            rows.append(row)
+            log(rank, f"{op:<14} {sms:>3} SMs: kernel {_fmt(row.get('kernel_us'))} µs, host {_fmt(row.get('host_us'))} "
+                      f"µs, event {_fmt(row.get('event_us'))} µs, tight {_fmt(row.get('tight_us'))} µs, graph "
+                      f"{_fmt(row.get('graph_us'))} µs")
+        prof_rows += _guard(rank, f"recording overhead at {sms} SMs",
+                            lambda: _profiling_rows(ctx, ep, sms, sets, W, N, opts, p), default=[])
+    # non-cached dispatch and the NCCL baseline, at the largest SM count
+    sms = max(opts["sms"])
+
+    def fresh(k):
+        d = data[k]
+        return buffer.dispatch(d["x"], num_tokens_per_rank=d["ep_core"]["layout"][0],
+                               is_token_in_rank=d["ep_core"]["layout"][1],
+                               num_tokens_per_expert=d["ep_core"]["layout"][2], topk_idx=d["ep_core"]["idx"],
+                               topk_weights=d["w"], config=ep.dconf_of(sms))
+
+    for name, fn in (("BF16 dispatch, non-cached (notify + host sync)", fresh),
+                     ("NCCL all_to_all_single dispatch", lambda k: _nccl_dispatch(ctx, data[k], p))):
+        r = _guard(rank, name, lambda: time_op(ctx, fn, sets, W, N))
+        if isinstance(r, tuple):
+            dev, host = r
+            other.append({"op": name, "sms": sms if "non-cached" in name else "all",
+                          "event_us": statistics.median(dev) * 1e6, "p90_us": pct(dev, 90) * 1e6,
+                          "host_us": statistics.median(host) * 1e6,
+                          "gbps": logical["BF16 dispatch"] / statistics.median(dev) / 1e9})
+    sweep = _sweep(ctx, ep, opts, sets, W, N, logical) if opts["sweep_chunks"] else []
+    dist.barrier(group=ctx.group)
+    return {"rank": rank, "rows": rows, "profiling": prof_rows, "other": other, "sweep": sweep,
+            "gpu": torch.cuda.get_device_name(), "deepep_measured": deep is not None,
+            "recv_rows": logical["BF16 dispatch"] / p.row_bytes}
+
+
+def _fmt(v, nd=1):
+    return "n/a" if v is None else f"{v:.{nd}f}"
+
+
+def _measure(ctx, lib: _Library, op: str, sms: int, sets: int, W: int, N: int, kernels, graphs: bool) -> dict:
+    fn = lib.op(op, sms)
+    dev, host = time_op(ctx, fn, sets, W, N)
+    out = {"event_us": statistics.median(dev) * 1e6, "p90_us": pct(dev, 90) * 1e6,
+           "host_us": statistics.median(host) * 1e6, "host_p90_us": pct(host, 90) * 1e6,
+           "kernel_us": _us(kernel_seconds(ctx, fn, sets, min(N, 30), kernels)),
+           "tight_us": tight_loop(ctx, fn, sets) * 1e6}
+    if graphs:
+        out["graph_us"] = _guard(ctx.rank, f"graph of {op} at {sms} SMs",
+                                 lambda: graph_replay(ctx, capture(lambda: fn(0))) * 1e6, default=-1.0)
+        if out["graph_us"] == -1.0:
+            out["graph_us"] = None
+    return out
+
+
+def _validate(ctx, ep: _Library, data, p, opts) -> None:
+    """Every timed op of ep_core against ep_core.reference (set 0), at every SM count."""
+    import torch
+
+    from ep_core import reference as ref
+
+    log(ctx.rank, "validating ep_core against ep_core.reference (set 0)")
+    rank, d0 = ctx.rank, data[0]
+    all_in = d0["all_in"]
+    kw = dict(topk_idx=[i.topk_idx for i in all_in], topk_weights=[i.topk_weights for i in all_in],
+              num_experts=p.experts)
+    want = ref.dispatch([i.x for i in all_in], **kw)
+    want8 = ref.dispatch([i.x_fp8 for i in all_in], **kw)
+    wc = ref.combine([w.recv_x for w in want], [w.handle for w in want])[rank][0]
+    for sms in opts["sms"]:
+        ep.prepare(sms)
+        handle, recv = ep.handles[sms][0]
+        assert torch.equal(recv, want[rank].recv_x), f"rank {rank}: BF16 dispatch at {sms} SMs differs"
+        got = ep.op("BF16 dispatch", sms)(0)[0]
+        assert torch.equal(got, want[rank].recv_x), f"rank {rank}: cached BF16 dispatch at {sms} SMs differs"
+        q, s = ep.op("FP8 dispatch", sms)(0)[0]
+        assert torch.equal(q.view(torch.uint8), want8[rank].recv_x[0].view(torch.uint8)) and \
+            torch.equal(s, want8[rank].recv_x[1]), f"rank {rank}: FP8 dispatch at {sms} SMs differs"
+        comb = ep.op("BF16 combine", sms)(0)[0]
         diff = ref.calc_diff(comb.float(), wc.float())
         assert diff < 1e-6, f"rank {rank}: combine at {sms} SMs differs from the reference (diff {diff:.3g})"
-    nccl_ok = _validate_nccl(ctx, data[0], want[rank], p)
-    assert nccl_ok, f"rank {rank}: the NCCL baseline's rows differ from the reference"
-    del want, want8, all_in
+    assert torch.equal(_nccl_dispatch(ctx, d0, p), want[rank].recv_x), f"rank {rank}: NCCL baseline rows differ"
     d0["all_in"] = None
     torch.cuda.synchronize()
 
-    # bytes per rank, averaged over sets and ranks (every rank's own traffic)
-    def mean_traffic(prob):
-        ts = [traffic(prob, d["counts"], r) for d in data for r in range(R)]
-        return (statistics.mean(t.logical_bytes for t in ts), statistics.mean(t.nvlink_bytes for t in ts))
 
-    bytes_bf16, bytes8 = mean_traffic(p), mean_traffic(p8)
-
-    rows = []
-    n_rows = len(opts["sms"]) * 4 + 1 + 3
-    step = [0]
-
-    def add(op, sms, secs, nbytes, note=""):
-        step[0] += 1
-        med = statistics.median(secs)
-        row = dict(op=op, sms=sms, us=med * 1e6, p10=_pct(secs, 10) * 1e6, p90=_pct(secs, 90) * 1e6,
-                   logical=nbytes[0] / med / 1e9 if nbytes else None,
-                   nvlink=nbytes[1] / med / 1e9 if nbytes else None, note=note)
-        rows.append(row)
-        log(rank, f"[{step[0]}/{n_rows}] {op:<34} {str(sms):>4} SMs  {row['us']:8.1f} us"
-                  + (f"  {row['logical']:6.1f} GB/s logical" if nbytes else ""))
-
-    W, N = opts["warmup"], opts["iters"]
-    for sms in opts["sms"]:
-        dc, cc = cfg(dconf, sms), cfg(cconf, sms)
-        make_handles(dc)
-        add("BF16 dispatch", sms, time_op(ctx, lambda k: buffer.dispatch(data[k]["x"], handle=data[k]["handle"],
-                                                                          config=dc), sets, W, N), bytes_bf16)
-        add("FP8 dispatch", sms, time_op(ctx, lambda k: buffer.dispatch(data[k]["x8"], handle=data[k]["handle"],
-                                                                         config=dc), sets, W, N), bytes8)
-        add("BF16 combine", sms, time_op(ctx, lambda k: buffer.combine(data[k]["recv"], data[k]["handle"],
-                                                                        config=cc), sets, W, N), bytes_bf16)
-        add("BF16 dispatch, non-cached", sms, time_op(ctx, lambda k: full_dispatch(k, data[k]["x"], dc), sets, W, N),
-            bytes_bf16, "notify + host sync + dispatch")
-
-    # NCCL baseline, same inputs
-    add("NCCL all_to_all_single dispatch", "all",
-        time_op(ctx, lambda k: _nccl_dispatch(ctx, data[k], p), sets, W, N), bytes_bf16,
-        "counts exchange + index_select pack + payload")
-
-    # profiling on vs off: BF16 cached dispatch + combine at the largest SM count
-    sms = max(opts["sms"])
-    dc, cc = cfg(dconf, sms), cfg(cconf, sms)
-    make_handles(dc)
-
-    def step_fn(k, profile=None):
-        buffer.dispatch(data[k]["x"], handle=data[k]["handle"], config=dc, profile=profile)
-        buffer.combine(data[k]["recv"], data[k]["handle"], config=cc, profile=profile)
-
-    prof_rows = _profiling_rows(ctx, buffer, step_fn, sets, W, N, opts, p)
-    for name, secs, kern, note in prof_rows:
-        add(name, sms, secs, None, note)
-        rows[-1]["kernel_us"] = kern * 1e6 if kern else None
-
-    sweep = []
-    if opts["sweep_chunks"]:
-        for sms in opts["sms"]:
-            for chunk in opts["chunks"]:
-                dc, cc = cfg(dconf, sms, chunk), cfg(cconf, sms, chunk)
-                make_handles(dc)
-                td = statistics.median(time_op(ctx, lambda k: buffer.dispatch(data[k]["x"], handle=data[k]["handle"],
-                                                                                config=dc), sets, W, N))
-                tc = statistics.median(time_op(ctx, lambda k: buffer.combine(data[k]["recv"], data[k]["handle"],
-                                                                               config=cc), sets, W, N))
-                sweep.append(dict(sms=sms, chunk=chunk, dispatch_us=td * 1e6, combine_us=tc * 1e6,
-                                  dispatch_gbps=bytes_bf16[0] / td / 1e9, combine_gbps=bytes_bf16[0] / tc / 1e9))
-                log(rank, f"sweep {sms} SMs chunk {chunk}: dispatch {td * 1e6:.1f} us, combine {tc * 1e6:.1f} us")
-    dist.barrier(group=ctx.group)
-    return {"rank": rank, "rows": rows, "sweep": sweep, "gpu": torch.cuda.get_device_name(),
-            "recv_rows": bytes_bf16[0] / p.row_bytes, "nvlink_rows": bytes_bf16[1] / p.row_bytes}
-
-
-def _pct(values, q):
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
-
-
-def _profiling_rows(ctx, buffer, step_fn, sets, W, N, opts, p):
-    """(name, per-iteration seconds, kernel seconds per iteration or None, note) rows."""
+def _profiling_rows(ctx, ep: _Library, sms: int, sets, W, N, opts, p) -> list[dict]:
+    """Dispatch + combine with the handle: compiled out, instrumented with recording off,
+    recording on (a Session's profile() block; never saved: filling the buffers is what costs)."""
     import tempfile
 
     from profiler.record.session import Session
 
+    buffer = ep.buffer
+    dispatch, combine = ep.op("BF16 dispatch", sms), ep.op("BF16 combine", sms)
+    pd, pc = ep.op("BF16 dispatch", sms, profile=True), ep.op("BF16 combine", sms, profile=True)
+
+    def step(k):
+        dispatch(k)
+        combine(k)
+
+    def step_on(k):
+        pd(k)
+        pc(k)
+
     out = []
-    off = time_op(ctx, lambda k: step_fn(k), sets, W, N)
-    out.append(("dispatch+combine, profiling compiled out", off, kernel_seconds(ctx, step_fn, sets, N),
-                "default build"))
-    # the instrumented build with recording off (null profile buffer): the runtime switch
+
+    def add(mode, fn):
+        dev, host = time_op(ctx, fn, sets, W, N)
+        out.append({"sms": sms, "mode": mode, "median_us": statistics.median(dev) * 1e6, "p90_us": pct(dev, 90) * 1e6,
+                    "host_us": statistics.median(host) * 1e6,
+                    "kernel_us": _us(kernel_seconds(ctx, fn, sets, min(N, 30), STEP_KERNELS))})
+        log(ctx.rank, f"dispatch+combine {sms} SMs, {mode}: median {out[-1]['median_us']:.1f} µs, p90 "
+                      f"{out[-1]['p90_us']:.1f}, kernel {_fmt(out[-1]['kernel_us'])}, host {out[-1]['host_us']:.1f}")
+
+    add(PROFILE_MODES[0], step)
     try:
         buffer.use_instrumented_build(True)
-        null = time_op(ctx, lambda k: step_fn(k), sets, W, N)
-        out.append(("dispatch+combine, instrumented, recording off", null,
-                    kernel_seconds(ctx, step_fn, sets, N), "null profile buffer"))
+        add(PROFILE_MODES[1], step)
     finally:
         buffer.use_instrumented_build(False)
+    # Recording on: capacity 1024 records per warp caps the work-split bound (ep_core/buffer.py
+    # _prof_geometry); device memory for every profiled launch of the run stays on the GPU (no
+    # collect inside the timed loops: that would synchronise).
     tmp = tempfile.mkdtemp(prefix="bench-ep-prof-")
-    # Profile a bounded number of iterations: each fills one buffer per kernel launch. 1024
-    # records per warp is far above what one dispatch or combine warp writes, so nothing drops;
-    # the session is never saved (decoding is not what is measured), only its buffers are filled.
-    n_prof = min(N, opts["profile_iters"])
-    session = Session(tmp, name="bench", description="bench_ep profiling overhead", rank=ctx.rank,
-                      world_size=ctx.world_size, group=ctx.group, capacity=1024,
+    session = Session(tmp, name="bench", description="bench_ep recording overhead", rank=ctx.rank,
+                      world_size=ctx.world_size, group=ctx.group, capacity=1024, max_device_bytes=32 << 30,
                       workload={"kind": "ep", **p.to_dict()})
     with buffer.profile(session):
-        on = time_op(ctx, lambda k: step_fn(k, profile=True), sets, min(W, 3), n_prof)
-        kern_on = kernel_seconds(ctx, lambda k: step_fn(k, profile=True), sets, min(n_prof, 10))
-    out.append(("dispatch+combine, recording on", on, kern_on, "profile buffers zeroed per launch"))
+        add(PROFILE_MODES[2], step_on)
+    del session  # never saved: its slabs are freed with it
+    return out
+
+
+def _deepep(ctx, opts: dict, data, p):
+    """DeepEP V1 (built per baselines.md, importable from --deepep) beside ep_core, same inputs."""
+    import importlib
+
+    import torch
+
+    if opts["deepep"] not in sys.path:
+        sys.path.insert(0, opts["deepep"])
+    deep_ep = importlib.import_module("deep_ep")
+    R = ctx.world_size
+    hidden_bytes = p.hidden * 2
+    nvl = max(deep_ep.Config(24, 6, 256, 6, 128).get_nvl_buffer_size_hint(hidden_bytes, R),
+              deep_ep.Config(64, 6, 256, 6, 128).get_nvl_buffer_size_hint(hidden_bytes, R))
+    buf = deep_ep.Buffer(ctx.group, nvl, 0)
+    for d in data:
+        idx = d["ep_core"]["idx"].to(deep_ep.topk_idx_t) if hasattr(deep_ep, "topk_idx_t") else d["ep_core"]["idx"]
+        n_rank, _, n_exp, in_rank, _ = buf.get_dispatch_layout(idx, p.experts)
+        d["deep_ep"] = dict(idx=idx, layout=(n_rank, in_rank, n_exp))
+    torch.cuda.synchronize()
+
+    def conf(kind):
+        def make(sms):
+            deep_ep.Buffer.set_num_sms(sms)
+            return (deep_ep.Buffer.get_dispatch_config if kind == "d" else deep_ep.Buffer.get_combine_config)(R)
+        return make
+
+    return _Library("deep_ep", buf, deep_ep, data, conf("d"), conf("c"))
+
+
+def _sweep(ctx, ep: _Library, opts, sets, W, N, logical) -> list[dict]:
+    from ep_core.config import Config
+
+    out = []
+    base_d, base_c = ep.dconf_of, ep.cconf_of
+    try:
+        for sms in opts["sms"]:
+            for chunk in opts["chunks"]:
+                ep.dconf_of = lambda s, c=chunk: Config(s, c, 256)
+                ep.cconf_of = lambda s, c=chunk: Config(s, c, 256)
+                ep.prepare(sms)
+                td = statistics.median(time_op(ctx, ep.op("BF16 dispatch", sms), sets, W, N)[0])
+                tc = statistics.median(time_op(ctx, ep.op("BF16 combine", sms), sets, W, N)[0])
+                out.append(dict(sms=sms, chunk=chunk, dispatch_us=td * 1e6, combine_us=tc * 1e6,
+                                dispatch_gbps=logical["BF16 dispatch"] / td / 1e9,
+                                combine_gbps=logical["BF16 combine"] / tc / 1e9))
+                log(ctx.rank, f"sweep {sms} SMs chunk {chunk}: dispatch {td * 1e6:.1f} us, combine {tc * 1e6:.1f} us")
+    finally:
+        ep.dconf_of, ep.cconf_of = base_d, base_c
     return out
 
 
@@ -324,7 +351,7 @@ def _nccl_dispatch(ctx, d, p):
     import torch.distributed as dist
 
     R = ctx.world_size
-    in_rank = d["layout"][1]
+    in_rank = d["layout"][1] if "layout" in d else d["ep_core"]["layout"][1]
     send_counts = in_rank.sum(0).to(torch.int64)
     recv_counts = torch.empty_like(send_counts)
     dist.all_to_all_single(recv_counts, send_counts, group=ctx.group)
@@ -338,13 +365,6 @@ def _nccl_dispatch(ctx, d, p):
     recv = torch.empty((sum(counts[1]), p.hidden), dtype=d["x"].dtype, device=d["x"].device)
     dist.all_to_all_single(recv, send, output_split_sizes=counts[1], input_split_sizes=counts[0], group=ctx.group)
     return recv
-
-
-def _validate_nccl(ctx, d, want, p) -> bool:
-    import torch
-
-    got = _nccl_dispatch(ctx, d, p)
-    return bool(torch.equal(got, want.recv_x))
 
 
 # ---- driver -------------------------------------------------------------------------------------
@@ -361,7 +381,8 @@ def parse_args(argv):
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--sets", type=int, default=4, help="rotating input sets")
-    ap.add_argument("--profile-iters", type=int, default=20, help="iterations timed with recording on")
+    ap.add_argument("--deepep", default=None, metavar="DIR",
+                    help="a built DeepEP V1 (baselines.md): measure it beside ep_core instead of quoting measured-facts")
     ap.add_argument("--sweep-chunks", action="store_true", help="also time a range of send chunk sizes")
     ap.add_argument("--chunks", default="4,8,12,16,24,32", help="send chunk sizes for --sweep-chunks")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -375,26 +396,48 @@ def parse_args(argv):
     return a
 
 
-def format_table(rows, ranks) -> str:
-    nccl = next((r for r in rows if r["op"].startswith("NCCL")), None)
-    off = next((r for r in rows if "compiled out" in r["op"]), None)
-    lines = ["| op | SMs | µs (median) | p10–p90 µs | logical GB/s | NVLink GB/s | vs DeepEP V1 | vs NCCL | kernel µs | note |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        deep = DEEPEP_GBPS.get((r["op"], r["sms"])) if ranks == 2 else None
-        vs_deep = f"{r['logical'] / deep:.2f}× ({deep})" if deep and r["logical"] else ""
-        vs_nccl = ""
-        if nccl and r is not nccl and r["op"].startswith("BF16 dispatch"):
-            vs_nccl = f"{nccl['us'] / r['us']:.2f}×"
-        kern = r.get("kernel_us")
-        kern_s = f"{kern:.1f}" if kern else ""
-        if off and kern and off.get("kernel_us") and r is not off:
-            kern_s += f" ({kern / off['kernel_us']:.3f}× off)"
-        logical = "" if r["logical"] is None else f"{r['logical']:.1f}"
-        nvlink = "" if r["nvlink"] is None else f"{r['nvlink']:.1f}"
-        lines.append(f"| {r['op']} | {r['sms']} | {r['us']:.1f} | {r['p10']:.0f}–{r['p90']:.0f} | {logical} | "
-                     f"{nvlink} | {vs_deep} | {vs_nccl} | {kern_s} | {r['note']} |")
-    return "\n".join(lines)
+def _ratio(a, b, nd=3):
+    return f"{a / b:.{nd}f}×" if a and b else "n/a"
+
+
+def format_tables(r0: dict, ranks: int) -> str:
+    """The op table (ep_core beside DeepEP), the recording table and the other rows, markdown."""
+    measured = r0.get("deepep_measured")
+    src = "measured in this run" if measured else "measured-facts.md, 2026-11-30"
+    L = [f"### Per op (DeepEP V1: {src})", "",
+         "| op | SMs | kernel µs ep_core | kernel µs DeepEP | host µs ep_core | host µs DeepEP | event µs (p90) "
+         "| GB/s | tight µs/call ep_core | tight µs/call DeepEP | graph replay µs |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in r0["rows"]:
+        key = (r["op"], r["sms"])
+        if measured:
+            d = r.get("deepep") or {}
+            dk, dh, dt = d.get("kernel_us"), d.get("host_us"), d.get("tight_us")
+        else:
+            dk, dh = DEEPEP_SIDE.get(key, (None, None)) if ranks == 2 else (None, None)
+            dt = DEEPEP_TIGHT.get(key) if ranks == 2 else None
+        L.append(f"| {r['op']} | {r['sms']} | {_fmt(r.get('kernel_us'))} | {_fmt(dk)} | {_fmt(r.get('host_us'))} | "
+                 f"{_fmt(dh)} | {_fmt(r.get('event_us'))} ({_fmt(r.get('p90_us'), 0)}) | {_fmt(r.get('gbps'))} | "
+                 f"{_fmt(r.get('tight_us'))} | {_fmt(dt)} | {_fmt(r.get('graph_us'))} |")
+    L += ["", "### Recording: dispatch + combine with the handle", "",
+          "| SMs | mode | median µs | p90 µs | kernel µs | host µs | median / compiled out | p90 / compiled out "
+          "| kernel / compiled out |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    base = {r["sms"]: r for r in r0["profiling"] if r["mode"] == PROFILE_MODES[0]}
+    for r in r0["profiling"]:
+        b = base.get(r["sms"], {})
+        L.append(f"| {r['sms']} | {r['mode']} | {r['median_us']:.1f} | {r['p90_us']:.1f} | {_fmt(r['kernel_us'])} | "
+                 f"{r['host_us']:.1f} | {_ratio(r['median_us'], b.get('median_us'))} | "
+                 f"{_ratio(r['p90_us'], b.get('p90_us'))} | {_ratio(r['kernel_us'], b.get('kernel_us'))} |")
+    if r0["other"]:
+        L += ["", "### Other rows", "", "| op | SMs | event µs (p90) | host µs | GB/s |", "| --- | --- | --- | --- | --- |"]
+        L += [f"| {r['op']} | {r['sms']} | {r['event_us']:.1f} ({r['p90_us']:.0f}) | {r['host_us']:.1f} | "
+              f"{r['gbps']:.1f} |" for r in r0["other"]]
+    if r0.get("sweep"):
+        L += ["", "### Send chunk sweep (BF16, with the handle)", "",
+              "| SMs | chunk | dispatch µs | GB/s | combine µs | GB/s |", "| --- | --- | --- | --- | --- | --- |"]
+        L += [f"| {s['sms']} | {s['chunk']} | {s['dispatch_us']:.1f} | {s['dispatch_gbps']:.1f} | "
+              f"{s['combine_us']:.1f} | {s['combine_gbps']:.1f} |" for s in r0["sweep"]]
+    return "\n".join(L)
 
 
 def main(argv=None) -> int:
@@ -403,8 +446,8 @@ def main(argv=None) -> int:
     from profiler.record.session import git_info
 
     opts = dict(tokens=a.tokens, hidden=a.hidden, topk=a.topk, experts=a.experts, routing=a.routing, sms=a.sms,
-                warmup=a.warmup, iters=a.iters, sets=a.sets, profile_iters=a.profile_iters,
-                sweep_chunks=a.sweep_chunks, chunks=a.chunks)
+                warmup=a.warmup, iters=a.iters, sets=a.sets, sweep_chunks=a.sweep_chunks, chunks=a.chunks,
+                deepep=str(Path(a.deepep).resolve()) if a.deepep else None)
     t0 = time.time()
     results = run_ranks(_bench_rank, a.ranks, opts, timeout_s=a.timeout)
     r0 = results[0]
@@ -413,26 +456,21 @@ def main(argv=None) -> int:
     head = (f"ep_core intranode benchmark: {a.ranks} × {r0['gpu']}, T={a.tokens} tokens per rank, H={a.hidden}, "
             f"top-{a.topk} of {a.experts} experts, {a.routing} routing; commit {git['commit'][:12]}"
             f"{' (dirty)' if git['dirty'] else ''}, {date}; median of {a.iters} iterations after {a.warmup} "
-            f"warm-up, {a.sets} rotating input sets; rank 0 receives ≈{r0['recv_rows']:.0f} rows per dispatch, "
-            f"≈{r0['nvlink_rows']:.0f} over NVLink.")
-    table = format_table(r0["rows"], a.ranks)
-    sweep = ""
-    if r0["sweep"]:
-        sweep = "\n\nSend chunk sweep (BF16, cached dispatch / combine):\n\n| SMs | chunk | dispatch µs | GB/s | combine µs | GB/s |\n| --- | --- | --- | --- | --- | --- |\n"
-        sweep += "\n".join(f"| {s['sms']} | {s['chunk']} | {s['dispatch_us']:.1f} | {s['dispatch_gbps']:.1f} | "
-                           f"{s['combine_us']:.1f} | {s['combine_gbps']:.1f} |" for s in r0["sweep"])
-    text = f"{head}\n\n{table}{sweep}\n"
+            f"warm-up, {a.sets} rotating input sets; rank 0 receives ≈{r0['recv_rows']:.0f} rows per dispatch. "
+            f"Times are the slowest rank's.")
+    text = f"{head}\n\n{format_tables(r0, a.ranks)}\n"
     if not a.no_write:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
-        # "NVIDIA H200" -> H200: the file says which GPU it was measured on
-        short = r0["gpu"].split()[-1] if r0["gpu"] else "GPU"
+        short = r0["gpu"].split()[-1] if r0["gpu"] else "GPU"  # "NVIDIA H200" -> H200
         path = out / f"ep-{a.ranks}x{short}-{date}.md"
         cmd = "python benchmarks/bench_ep.py " + " ".join(sys.argv[1:] if argv is None else argv)
         path.write_text(f"# ep_core benchmark, {a.ranks} × {r0['gpu']}, {date}\n\n"
                         f"GPU: {r0['gpu']}; commit: {git['commit']} (branch {git['branch']}, dirty={git['dirty']}); "
                         f"command: `{cmd.strip()}`; wall time {time.time() - t0:.0f} s.\n\n{text}")
-        print(f"wrote {path}", flush=True)
+        path.with_suffix(".json").write_text(json.dumps({"git": git, "date": date, "opts": opts, "rank0": r0},
+                                                        indent=1, default=str) + "\n")
+        print(f"wrote {path} (+ .json)", flush=True)
     print("\n" + text, flush=True)
     return 0
 

@@ -22,6 +22,7 @@ torch is the only heavy import (no dash / plotly / perfetto): this runs on the r
 from __future__ import annotations
 
 import contextlib
+from array import array
 import datetime as _dt
 import functools
 import gzip
@@ -128,20 +129,14 @@ def gpu_info() -> dict:
 
 
 class _Launch:
-    """One launch the session handed a profile buffer to: a standalone tensor (`buffer()`) or a
-    slot of a pool slab (`launch_slot()`). Its LaunchInfo is made at save time."""
+    """A launch given a standalone buffer (`buffer()`); pool launches live in their slab's arrays."""
 
-    __slots__ = ("kernel", "family", "iteration", "device", "host", "slab", "index", "host_begin", "host_end")
+    __slots__ = ("kernel", "family", "iteration", "device", "host", "host_begin", "host_end")
 
-    def __init__(self, kernel: str, family: str, iteration: int, device=None, slab=None, index: int = -1,
-                 host_begin: int = -1):
+    def __init__(self, kernel: str, family: str, iteration: int, device, host_begin: int = -1):
         self.kernel, self.family, self.iteration = kernel, family, int(iteration)
         self.device, self.host = device, None          # torch tensor while on the GPU, numpy after collect
-        self.slab, self.index = slab, index
         self.host_begin, self.host_end = host_begin, -1
-
-    def info(self, rank: int, launch_id: int) -> LaunchInfo:
-        return LaunchInfo(rank, launch_id, self.kernel, self.iteration, self.family, self.host_begin, self.host_end)
 
 
 class _Pool:
@@ -157,19 +152,29 @@ class _Pool:
 
 
 class _Slab:
-    """One device allocation of `count` zeroed, header-stamped slots; `used` of them handed out."""
+    """One device allocation of `count` zeroed, header-stamped slots, `used` of them handed out.
+    The iteration of each slot's launch sits in an int64 array: a profiled call allocates no
+    Python object that outlives it (a run of thousands of calls would otherwise grow the heap the
+    garbage collector walks, a pause every few thousand calls)."""
 
-    __slots__ = ("device", "base", "count", "used", "slot_bytes", "host")
+    __slots__ = ("pool", "device", "base", "count", "used", "iteration", "host", "code")
 
-    def __init__(self, device, count: int, slot_bytes: int):
-        self.device, self.count, self.slot_bytes = device, count, slot_bytes
+    def __init__(self, pool: _Pool, device, count: int, code: int):
+        self.pool, self.device, self.count = pool, device, count
         self.base = int(device.data_ptr())
         self.used = 0
+        self.iteration = np.full(count, -1, np.int64)
         self.host = None
+        self.code = code               # slab number << _SLAB_SHIFT: the launch-order code of slot 0
 
     @property
     def nbytes(self) -> int:
-        return self.count * self.slot_bytes if self.device is not None else 0
+        return self.count * self.pool.slot_bytes if self.device is not None else 0
+
+
+# Launch order codes (Session._order, an array of int64): slab number << _SLAB_SHIFT | slot for a
+# pool launch, -1 - k for the k-th standalone launch.
+_SLAB_SHIFT = 24
 
 
 class Session:
@@ -199,10 +204,11 @@ class Session:
         self.max_device_bytes = int(max_device_bytes)
         self.created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.start_host_ns = time.perf_counter_ns()
-        self._launches: list[_Launch] = []
+        self._launches: list[_Launch] = []            # standalone launches (buffer())
+        self._order = array("q")                        # every launch, in launch-id order (codes above)
         self._pools: dict[tuple, _Pool] = {}
-        self._slabs: list[_Slab] = []
-        self._calls: list[tuple[int, int, int, int]] = []          # (first launch, end launch, begin, end)
+        self._slabs: list[_Slab] = []                   # every slab ever made (device memory freed by collect)
+        self._calls = array("q")                        # host_call: (first launch, end launch, begin, end) ...
         self._families: set[str] = set()
         self._clock: dict[int, dict[str, list[np.ndarray]]] = {}
         self._host_pairs: list[tuple[int, int, int]] = []
@@ -255,7 +261,7 @@ class Session:
         cap = int(capacity or self.capacity)
         regions = grid * warps_per_block
         self._make_room(buffer_bytes(regions, cap))
-        launch_id = len(self._launches)
+        launch_id = len(self._order)
         hdr = make_header(registry_hash=reg.REGISTRY_HASH, num_regions=regions, capacity=cap, rank=self.rank,
                           launch_id=launch_id, warps_per_block=warps_per_block, hires=self.hires)
         buf = torch.zeros(buffer_bytes(regions, cap), dtype=torch.uint8, device=self.device)
@@ -267,6 +273,7 @@ class Session:
             src = src.pin_memory()
         buf[: hdr.size].copy_(src, non_blocking=buf.is_cuda)
         span = self._open_spans[-1] if self._open_spans else None
+        self._order.append(-1 - len(self._launches))
         self._launches.append(_Launch(kernel, family, iteration, device=buf, host_begin=span[2] if span else -1))
         if span is not None:
             span[4].append(launch_id)
@@ -292,22 +299,25 @@ class Session:
             slab = self._new_slab(pool)
         i = slab.used
         slab.used = i + 1
-        self._launches.append(_Launch(kernel, family, iteration, slab=slab, index=i))
-        return slab.base + i * slab.slot_bytes
+        slab.iteration[i] = iteration
+        if self._open_spans:
+            self._open_spans[-1][4].append(len(self._order))
+        self._order.append(slab.code + i)
+        return slab.base + i * pool.slot_bytes
 
     def host_call(self, name: str, iteration: int, begin_ns: int, end_ns: int, first_launch: int) -> None:
         """The host's enqueue of one call (perf_counter_ns), whose launches are those taken since
         `first_launch` (= `num_launches` before the call); a call without launches is kept as a
         host row, like `host_span`."""
-        n = len(self._launches)
+        n = len(self._order)
         if first_launch >= n:
             self._host_spans.append((name, int(iteration), begin_ns, end_ns))
         else:
-            self._calls.append((first_launch, n, begin_ns, end_ns))
+            self._calls.extend((first_launch, n, begin_ns, end_ns))
 
     @property
     def num_launches(self) -> int:
-        return len(self._launches)
+        return len(self._order)
 
     def _new_pool(self, key) -> _Pool:
         kernel, family, grid, warps, capacity = key
@@ -333,7 +343,7 @@ class Session:
         count = max(1, min(POOL_SLOTS, (self.max_device_bytes // 4) // pool.slot_bytes))
         self._make_room(count * pool.slot_bytes)
         dev = torch.zeros(count * pool.slot_bytes, dtype=torch.uint8, device=self.device)
-        first = len(self._launches)
+        first = len(self._order)
         hdr = np.tile(make_header(registry_hash=pool.registry_hash, num_regions=pool.grid * pool.warps,
                                   capacity=pool.capacity, rank=self.rank, launch_id=first,
                                   warps_per_block=pool.warps, hires=self.hires), (count, 1))
@@ -343,7 +353,9 @@ class Session:
         if cuda:
             src = src.pin_memory()  # asynchronous copy; torch keeps the pinned block until it ran
         dev.view(count, pool.slot_bytes)[:, : L.BUFFERHEADER_SIZE].copy_(src, non_blocking=cuda)
-        slab = _Slab(dev, count, pool.slot_bytes)
+        if len(self._slabs) >= 1 << (63 - _SLAB_SHIFT) or count > 1 << _SLAB_SHIFT:
+            raise SessionError("too many profile pool slabs in one session")
+        slab = _Slab(pool, dev, count, len(self._slabs) << _SLAB_SHIFT)
         self._slabs.append(slab)
         pool.slab = slab
         return slab
@@ -374,12 +386,27 @@ class Session:
             if l.device is not None:
                 l.host = l.device.cpu().numpy()
                 l.device = None
-            elif l.slab is not None and l.host is None:
-                if l.slab.host is None:
-                    continue
-                b = l.index * l.slab.slot_bytes
-                l.host = l.slab.host[b: b + l.slab.slot_bytes]
-        self._slabs = [s for s in self._slabs if s.device is not None]
+
+    def _launch_list(self) -> list[tuple[LaunchInfo, np.ndarray]]:
+        """(LaunchInfo, raw buffer) of every launch in launch-id order, host times applied."""
+        n = len(self._order)
+        hb = np.full(n, -1, np.int64)
+        he = np.full(n, -1, np.int64)
+        calls = np.frombuffer(self._calls, dtype=np.int64).reshape(-1, 4) if len(self._calls) else ()
+        for first, end, b, e in calls:
+            hb[first:end], he[first:end] = b, e
+        out = []
+        for lid, code in enumerate(self._order):
+            if code < 0:
+                l = self._launches[-1 - code]
+                b, e = (l.host_begin, l.host_end) if hb[lid] < 0 else (int(hb[lid]), int(he[lid]))
+                out.append((LaunchInfo(self.rank, lid, l.kernel, l.iteration, l.family, b, e), l.host))
+            else:
+                slab, i = self._slabs[code >> _SLAB_SHIFT], code & ((1 << _SLAB_SHIFT) - 1)
+                pool, size = slab.pool, slab.pool.slot_bytes
+                out.append((LaunchInfo(self.rank, lid, pool.kernel, int(slab.iteration[i]), pool.family,
+                                       int(hb[lid]), int(he[lid])), slab.host[i * size: (i + 1) * size]))
+        return out
 
     # -- host side -----------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -394,8 +421,12 @@ class Session:
             rec[3] = time.perf_counter_ns()
             self._open_spans.remove(rec)
             for lid in rec[4]:
-                l = self._launches[lid]
-                l.host_begin, l.host_end = rec[2], rec[3]
+                code = self._order[lid]
+                if code < 0:
+                    l = self._launches[-1 - code]
+                    l.host_begin, l.host_end = rec[2], rec[3]
+                else:  # a pool launch inside a host_span: recorded like a host_call of its own
+                    self._calls.extend((lid, lid + 1, rec[2], rec[3]))
             if not rec[4]:
                 self._host_spans.append((name, rec[1], rec[2], rec[3]))
 
@@ -443,15 +474,12 @@ class Session:
             except Exception as e:  # a trace without end pairs is still a trace; say so
                 self.note("ClockFallback", f"rank {self.rank}: end-of-run host pairing failed: {e}")
         self.collect()
-        for first, end, b, e in self._calls:
-            for l in self._launches[first:end]:
-                l.host_begin, l.host_end = b, e
         if self._host_spans and not self._host_pairs:
             self.note("ClockFallback", f"rank {self.rank}: {len(self._host_spans)} host spans without host clock "
                                        "pairs are not placed on the timeline", len(self._host_spans))
         return {
             "rank": self.rank, "status": status, "error": error,
-            "launches": [(l.info(self.rank, i), l.host) for i, l in enumerate(self._launches)],
+            "launches": self._launch_list(),
             "clock": {k: {w: [a for a in v] for w, v in d.items()} for k, d in self._clock.items()},
             "host_pairs": list(self._host_pairs), "host_spans": list(self._host_spans),
             "families": sorted(self._families), "notes": list(self._notes),

@@ -36,18 +36,36 @@ def test_nccl_baseline_rows_equal_the_reference():
     assert all(ok for ok, _ in out) and all(n > 0 for _, n in out)
 
 
-def test_table_ratios():
-    rows = [dict(op="BF16 dispatch", sms=64, us=200.0, p10=190, p90=210, logical=600.0, nvlink=300.0, note=""),
-            dict(op="NCCL all_to_all_single dispatch", sms="all", us=600.0, p10=590, p90=610, logical=200.0,
-                 nvlink=100.0, note="baseline"),
-            dict(op="dispatch+combine, profiling compiled out", sms=64, us=500.0, p10=1, p90=2, logical=None,
-                 nvlink=None, note="", kernel_us=400.0),
-            dict(op="dispatch+combine, recording on", sms=64, us=700.0, p10=1, p90=2, logical=None, nvlink=None,
-                 note="", kernel_us=404.0)]
-    table = bench_ep.format_table(rows, 2).splitlines()
-    assert "1.10× (545)" in table[2] and "3.00×" in table[2]  # vs DeepEP's 545 GB/s, vs NCCL 600/200 µs
-    assert "1.010× off" in table[5]
-    assert "×" not in bench_ep.format_table(rows, 4).splitlines()[2].split("|")[7]  # DeepEP figures are 2-rank
+def _r0(**kw):
+    rows = [dict(op="BF16 dispatch", sms=64, kernel_us=199.0, host_us=20.0, event_us=205.0, p90_us=209.0, gbps=570.0,
+                 tight_us=212.0, graph_us=201.0),
+            dict(op="BF16 combine", sms=24, kernel_us=287.0, host_us=None, event_us=290.0, p90_us=300.0, gbps=410.0,
+                 tight_us=295.0, graph_us=None)]
+    prof = [dict(sms=64, mode="compiled out", median_us=500.0, p90_us=520.0, kernel_us=400.0, host_us=40.0),
+            dict(sms=64, mode="recording on", median_us=505.0, p90_us=530.4, kernel_us=404.0, host_us=48.0)]
+    other = [dict(op="NCCL all_to_all_single dispatch", sms="all", event_us=600.0, p90_us=650.0, host_us=90.0,
+                  gbps=190.0)]
+    return dict(rows=rows, profiling=prof, other=other, sweep=[], **kw)
+
+
+def test_tables_put_deepep_beside_ep_core_and_the_recording_ratios():
+    table = bench_ep.format_tables(_r0(deepep_measured=False), 2).splitlines()
+    bf16 = next(line for line in table if line.startswith("| BF16 dispatch | 64"))
+    # measured-facts' DeepEP side-by-side figures at 64 SMs: kernel 228, host 65, tight loop 296
+    assert "| 199.0 | 228.0 | 20.0 | 65.0 |" in bf16 and "| 212.0 | 296.0 | 201.0 |" in bf16
+    comb = next(line for line in table if line.startswith("| BF16 combine | 24"))
+    assert "| 287.0 | 416.0 | n/a | 60.0 |" in comb and comb.endswith("| n/a |")  # no graph figure
+    on = next(line for line in table if "recording on" in line)
+    assert "| 1.010× | 1.020× | 1.010× |" in on
+    assert "measured-facts.md" in table[0]
+    # other rank counts have no DeepEP figures; a run that measured DeepEP shows its own
+    four = bench_ep.format_tables(_r0(deepep_measured=False), 4).splitlines()
+    assert "| 199.0 | n/a | 20.0 | n/a |" in next(line for line in four if line.startswith("| BF16 dispatch | 64"))
+    r0 = _r0(deepep_measured=True)
+    r0["rows"][0]["deepep"] = dict(kernel_us=230.5, host_us=61.0, tight_us=290.0)
+    mine = bench_ep.format_tables(r0, 2).splitlines()
+    assert "| 199.0 | 230.5 | 20.0 | 61.0 |" in next(line for line in mine if line.startswith("| BF16 dispatch | 64"))
+    assert "measured in this run" in mine[0]
 
 
 def test_arguments():

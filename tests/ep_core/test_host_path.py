@@ -112,7 +112,7 @@ def test_profiled_calls_take_pool_slots_without_allocating(setup, tmp_path):
     # one slab per geometry: barrier (twice per iteration), dispatch, combine
     assert len(s._slabs) == 3 and {sl.used for sl in s._slabs} == {3, 6}
     assert all(sl.count == POOL_SLOTS for sl in s._slabs)
-    assert s.num_launches == 12 and len(s._calls) == 6
+    assert s.num_launches == 12 and len(s._calls) == 6 * 4  # one (first, end, begin, end) per call
     # unprofiled calls still use the compiled-out build
     buf.dispatch(ins.x, handle=handle)
     assert buf._build(False).launcher.calls[-1][3] == (0, 0)

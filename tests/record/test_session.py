@@ -191,7 +191,7 @@ def test_launch_slots_come_from_stamped_zeroed_slabs_and_save_like_buffers(tmp_p
     assert [a - addrs[0] for a in addrs[:4]] == [0, slot, 2 * slot, 3 * slot]
     views = []
     for lid, a in enumerate(addrs):
-        sl = s._launches[lid].slab
+        sl = s._slabs[s._order[lid] >> S._SLAB_SHIFT]
         off = a - sl.base
         v = sl.device[off: off + slot]
         h = v.numpy()[: L.BUFFERHEADER_SIZE].view(L.BUFFERHEADER_DTYPE)[0]
@@ -206,7 +206,9 @@ def test_launch_slots_come_from_stamped_zeroed_slabs_and_save_like_buffers(tmp_p
     la = run.launches.sort_values("launch")
     assert list(la["iteration"]) == [0, 1, 2, 3, 4]
     # each launch got the host times of its call (placed on the timeline only with host pairs)
-    assert [(l.host_begin, l.host_end) for l in s._launches] == [(1000 * i, 1000 * i + 500) for i in range(5)]
+    infos = [info for info, _ in s._launch_list()]
+    assert [(i.host_begin_ns, i.host_end_ns) for i in infos] == [(1000 * i, 1000 * i + 500) for i in range(5)]
+    assert [i.launch for i in infos] == list(range(5)) and not s._launches, "no Python object per pool launch"
     assert s._host_spans == [("idle host work", 9, 7000, 7100)]
     spans = run.events[run.events["kind"] == "span"]
     assert sorted(spans.groupby("launch", observed=True).size().tolist()) == [2] * 5

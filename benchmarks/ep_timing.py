@@ -1,0 +1,147 @@
+"""Timing primitives of the EP benchmark (benchmarks/bench_ep.py), one per question a user asks of
+an expert-parallel op; every one releases the ranks together (a small NCCL all-reduce on the
+stream) before it times, and reports the slowest rank where ranks differ.
+
+- `time_op`: device time of one call (CUDA events around it) with the GPU kept busy ahead of the
+  call (torch.cuda._sleep), so the host's enqueue is not in the span; plus the host's wall time
+  of that call, which then never waits on the GPU (DeepEP's "host" convention, measured-facts.md).
+- `kernel_seconds`: device time of the op's kernels alone (CUPTI through torch.profiler).
+- `tight_loop`: calls issued back to back with no lead, timed with events: what a training step
+  with little other work sees (host cost shows here when it exceeds the GPU's).
+- `graph_replay`: the op captured once in a CUDA graph and replayed back to back.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+# Before each timed op the stream spins this long (torch.cuda._sleep, in SM cycles at the H200's
+# 1.98 GHz max clock, measured-facts.md) so the host's enqueue of the op (tens of µs of Python)
+# happens while the GPU is busy and not inside the timed span. Equal on every rank.
+LEAD_US = 300
+SM_CLOCK_GHZ = 1.98
+
+
+def _release(ctx, go) -> None:
+    import torch.distributed as dist
+
+    if ctx.world_size > 1:
+        dist.all_reduce(go, group=ctx.group)  # on the stream: what follows starts after every rank got here
+
+
+def _slowest(ctx, values: list[float]) -> list[float]:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, device=ctx.device, dtype=torch.float64)
+    if ctx.world_size > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.group)
+    return t.tolist()
+
+
+def time_op(ctx, fn, sets: int, warmup: int, iters: int) -> tuple[list[float], list[float]]:
+    """(per-iteration device seconds of fn(set), per-iteration host seconds of the call), slowest rank."""
+    import torch
+
+    go = torch.zeros(1, device=ctx.device)
+    lead = int(LEAD_US * SM_CLOCK_GHZ * 1e3)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    host = []
+    for i in range(warmup + iters):
+        _release(ctx, go)
+        k = i % sets
+        torch.cuda._sleep(lead)  # the GPU is busy while the host enqueues the op
+        if i >= warmup:
+            starts[i - warmup].record()
+        t0 = time.perf_counter_ns()
+        fn(k)
+        t1 = time.perf_counter_ns()
+        if i >= warmup:
+            ends[i - warmup].record()
+            host.append((t1 - t0) / 1e9)
+    torch.cuda.synchronize()
+    dev = _slowest(ctx, [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)])
+    return dev, _slowest(ctx, host)
+
+
+def kernel_seconds(ctx, fn, sets: int, iters: int, names: tuple[str, ...]) -> float | None:
+    """Device seconds per iteration of the kernels whose names contain one of `names` (mean per
+    launch of each, summed; CUPTI via torch.profiler), ranks released together before every
+    iteration; None if the profiler is unavailable or a kernel never ran."""
+    import torch
+
+    try:
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        return None
+    go = torch.zeros(1, device=ctx.device)
+    lead = int(LEAD_US * SM_CLOCK_GHZ * 1e3)
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(iters):
+                _release(ctx, go)
+                torch.cuda._sleep(lead)
+                fn(i % sets)
+            torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 (CUPTI missing or busy: say n/a rather than fail the run)
+        return None
+    per_name: dict[str, list] = {n: [0.0, 0] for n in names}
+    for evt in prof.key_averages():
+        for n in names:
+            if n in evt.key:
+                dt = getattr(evt, "self_device_time_total", None)
+                if dt is None:
+                    dt = getattr(evt, "self_cuda_time_total", 0.0)
+                per_name[n][0] += float(dt)
+                per_name[n][1] += int(evt.count)
+    if any(c == 0 for _, c in per_name.values()):
+        return None
+    return sum(t / c for t, c in per_name.values()) / 1e6
+
+
+def tight_loop(ctx, fn, sets: int, calls: int = 50, rounds: int = 5) -> float:
+    """Median over rounds of (event time of `calls` back-to-back calls) / calls, slowest rank."""
+    import torch
+
+    go = torch.zeros(1, device=ctx.device)
+    per = []
+    for r in range(rounds + 1):  # round 0 warms up
+        _release(ctx, go)
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for i in range(calls):
+            fn(i % sets)
+        e.record()
+        torch.cuda.synchronize()
+        if r:
+            per.append(s.elapsed_time(e) / 1e3 / calls)
+    return statistics.median(_slowest(ctx, per))
+
+
+def capture(fn):
+    """fn() warmed up on a side stream (torch's recipe), then captured in a CUDA graph."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    torch.cuda.synchronize()
+    return g
+
+
+def graph_replay(ctx, graph, replays: int = 50, rounds: int = 5) -> float:
+    """Median over rounds of (event time of `replays` back-to-back replays) / replays, slowest rank."""
+    return tight_loop(ctx, lambda k: graph.replay(), 1, replays, rounds)
+
+
+def pct(values, q) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
