@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.needs import needs
+
 REPO = Path(__file__).resolve().parents[2]
 
 DRIVER = r"""
@@ -33,8 +35,7 @@ int main() {
 @pytest.fixture(scope="module")
 def layout_of(tmp_path_factory):
     gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("no g++ on this machine")
+    needs(gxx is not None, "g++", "apt-get install g++")
     d = tmp_path_factory.mktemp("scale_layout")
     (d / "driver.cpp").write_text(DRIVER)
     res = subprocess.run([gxx, "-std=c++17", "-O1", f"-I{REPO}", str(d / "driver.cpp"), "-o", str(d / "driver")],
