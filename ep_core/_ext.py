@@ -12,7 +12,7 @@ from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 # bindings first: it is the only torch file; each .cu is one kernel family (style rule 5)
-SOURCES = tuple(CSRC / f for f in ("bindings.cpp", "layout.cu", "notify.cu", "dispatch.cu", "combine.cu"))
+SOURCES = tuple(CSRC / f for f in ("bindings.cpp", "layout.cu", "notify.cu", "dispatch.cu", "combine.cu", "hook.cu"))
 KERNEL_SOURCES = SOURCES[1:]
 
 

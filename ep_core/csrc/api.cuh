@@ -36,6 +36,10 @@ cudaError_t notify(const Args& a, const PeerPtrs& peers, int num_ranks, const Fa
 cudaError_t barrier(const PeerPtrs& peers, int num_ranks, const FailCtx& f, void* prof, cudaStream_t stream);
 }  // namespace notify
 
+// Hook mode splits an op in two launches: the send (senders only; the bulk data then moves by
+// peer copies, hook.cu) and the receive (receivers / reducers only, when the hook is called).
+enum HookPart : int { kHookOff = 0, kHookSend = 1, kHookReceive = 2 };
+
 namespace dispatch {
 struct Args {
   const void* x;                      // [T, hidden_bytes] contiguous
@@ -57,6 +61,11 @@ struct Args {
   float* recv_topk_weights;
   int num_sender_blocks;
   int skip_send;                      // test hook: this rank writes nothing to peers
+  // 0: the register path; 1..3: the pipelined bulk-copy path with that many staging buffers per
+  // warp (tma.cuh). Hook mode runs on the bulk-copy path only.
+  int num_tma_buffers = 0;
+  int hook = kHookOff;                // HookPart
+  RowRegions stage{};                 // kHookSend: where peer rows are packed in this rank's buffer
 };
 cudaError_t dispatch(const Args& a, const RowRegions& rows, const PeerPtrs& peers, int num_ranks, int num_blocks,
                      const FailCtx& f, void* prof, cudaStream_t stream);
@@ -78,9 +87,39 @@ struct Args {
   void* out;                          // [T, H] bf16
   float* out_weights;                 // [T, K] or null
   int num_sender_blocks;
+  int num_tma_buffers = 0;            // as in dispatch::Args
+  int hook = kHookOff;                // kHookReceive only: the sends are peer copies (hook.cu)
 };
 cudaError_t combine(const Args& a, const RowRegions& rows, const PeerPtrs& peers, int num_ranks, int num_blocks,
                     const FailCtx& f, void* prof, cudaStream_t stream);
 }  // namespace combine
+
+namespace hook {
+// One peer copy of a hook-mode op: bytes from this rank's memory to a peer's mapped buffer.
+struct Copy {
+  const void* src;
+  void* dst;
+  size_t bytes;
+};
+// Everything the copy engines move for one op, per peer: rows (x), FP8 scales, top-k ids and
+// weights, each a contiguous block on both sides (plan_* below fill it from the layout).
+struct Transfer {
+  Copy copies[kMaxRanks][4];
+  int num_copies[kMaxRanks];
+};
+// Dispatch: the rows `rank` packed for each peer (stage regions of its own buffer) go to the rows
+// the peer's receive regions hold for `rank`. rpm_host: rank_prefix_matrix on the host [R, R].
+Transfer plan_dispatch(const int* rpm_host, int num_ranks, int rank, const PeerPtrs& peers, const RowRegions& rows,
+                       const RowRegions& stage, int hidden_bytes, int num_scales, int num_topk_idx,
+                       int num_topk_weights);
+// Combine: the rows `rank` received from each source s (contiguous in x) go back to s's combine
+// region; the top-k weights likewise.
+Transfer plan_combine(const int* rpm_host, int num_ranks, int rank, const PeerPtrs& peers, const RowRegions& rows,
+                      const void* x, const float* topk_weights, int hidden, int num_topk);
+// Issue the copies on `stream` (copy engines; no SM), then one 32-thread block releases
+// hook_ready[kind][rank] = epoch on every peer (stream order puts it after the copies).
+cudaError_t send(const Transfer& t, HookKind kind, const PeerPtrs& peers, int num_ranks, const FailCtx& f, void* prof,
+                 cudaStream_t stream);
+}  // namespace hook
 
 }  // namespace ep_core

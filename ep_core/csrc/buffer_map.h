@@ -21,8 +21,12 @@ constexpr int kNotifyThreads = 1024;
 // Cross-rank barriers of one op (ids index Signals::barrier).
 enum BarrierSlot : int { kSlotStart = 0, kSlotLayout = 1, kNumBarrierSlots = 2 };
 
+// Hook mode (hook.cu): a source's copy-engine transfer of one op has landed; one flag per kind.
+enum HookKind : int { kHookDispatch = 0, kHookCombine = 1, kNumHookKinds = 2 };
+
 // Which kernel raised an error (ErrorInfo::kernel); Python maps them back to names.
-enum KernelId : int { kKernelLayout = 1, kKernelNotify = 2, kKernelDispatch = 3, kKernelCombine = 4, kKernelBarrier = 5 };
+enum KernelId : int { kKernelLayout = 1, kKernelNotify = 2, kKernelDispatch = 3, kKernelCombine = 4, kKernelBarrier = 5,
+                     kKernelHook = 6 };
 
 // Start of every rank's buffer. Every slot holds the epoch (op sequence number, identical on all
 // ranks) of the last op that signalled it, so nothing is ever reset: a wait is "slot >= epoch",
@@ -37,7 +41,8 @@ struct alignas(128) Signals {
   // increments it on the device, so a CUDA graph that replays an op gets a fresh epoch each time
   // (a host-passed epoch would be frozen into the graph's kernel arguments).
   int op_epoch;
-  int pad[29];
+  int hook_ready[kNumHookKinds][kMaxRanks];     // [dispatch/combine][source rank]: its peer copies landed here
+  int pad[29 - kNumHookKinds * kMaxRanks];
   uint64_t clock_sync[2 * 64];                  // ping-pong area for profiler clock alignment
 };
 
@@ -63,7 +68,9 @@ struct PeerPtrs {
 
 // Host-mapped error record (cudaHostAllocMapped): the first failing warp of a rank fills it.
 struct ErrorInfo {
-  int flag;      // 0 ok, 1 timeout, 2 buffer capacity, 3 recv_x rows (num_worst_tokens too small)
+  int flag;      // 0 ok, 1 timeout, 2 buffer capacity, 3 recv_x rows (num_worst_tokens too small),
+                 // 4 a staged bulk copy (tma.cuh) did not land within the bound, 5 a launch plan
+                 // that does not match the kernel (shared memory / buffer count)
   int rank;
   int kernel;    // KernelId
   int phase;     // registry phase or barrier id (is_barrier says which)

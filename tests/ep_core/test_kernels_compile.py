@@ -61,6 +61,17 @@ def test_every_kernel_file_compiles_in_both_builds(tmp_path):
         assert "%smid" in on, f"{src.name}: the instrumented build records nothing"
         assert "%smid" not in off, f"{src.name}: the compiled-out build still holds recorder code"
         assert len(re.findall(r"st\.global\.v4\.u32", on)) > len(re.findall(r"st\.global\.v4\.u32", off)), src.name
+    # The pipelined paths (tma.cuh) are built into dispatch and combine in both builds: bulk loads
+    # completing on an mbarrier, bulk stores in groups, the read-wait at the derived depth of
+    # every buffer count (N = 1, 2: depth 0; N = 3: depth 1) and the full drain before a publish.
+    for name in ("dispatch.cu", "combine.cu"):
+        for p in (0, 1):
+            text = ptx[(name, p)]
+            for instr in (r"cp\.async\.bulk\.shared::cluster\.global\.mbarrier::complete_tx::bytes",
+                          r"cp\.async\.bulk\.global\.shared::cta\.bulk_group", r"cp\.async\.bulk\.commit_group",
+                          r"cp\.async\.bulk\.wait_group\.read 0;", r"cp\.async\.bulk\.wait_group\.read 1;",
+                          r"cp\.async\.bulk\.wait_group 0;", r"mbarrier\.try_wait\.parity", r"fence\.proxy\.async\.global"):
+                assert re.search(instr, text), f"{name} (EPSCOPE_PROFILE={p}): no {instr} in the PTX"
 
 
 def test_kernel_files_do_not_include_torch():
