@@ -14,6 +14,7 @@ No torch import at module level: the recording path and the CPU tests import thi
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 # Limits of issue 3 ("any problem size a user may bring").
@@ -35,6 +36,14 @@ DTYPES = ("bf16", "fp8")
 # DeepEP's default `Buffer.num_sms` (deep_ep/buffer.py); the tables below scale with it.
 DEFAULT_NUM_SMS = 20
 
+# How dispatch and combine move rows (Config.path). "direct": each lane loads 16-byte vectors into
+# registers and stores them (the v3 kernels, the default). "tma": the pipelined bulk-copy path,
+# global -> shared -> global by the copy engine of each SM with Config.num_tma_buffers staging
+# buffers per warp. The buffer-count bounds are tma.cuh's kMinBuffers / kMaxBuffers
+# (tests/ep_core/test_config.py reads them from there).
+PATHS = ("direct", "tma")
+TMA_BUFFERS = (1, 2, 3)
+
 
 def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
@@ -55,7 +64,10 @@ class Config:
     `num_max_nvl_chunked_send_tokens` the smallest chunk of tokens a sender publishes at once
     (ep_core/buffer.py `_chunking`); `num_max_nvl_chunked_recv_tokens` bounds it from above as in
     DeepEP. The RDMA fields exist for API compatibility (internode is not implemented) and are
-    validated exactly as DeepEP does.
+    validated exactly as DeepEP does. `path` picks how rows move ("direct" registers, the
+    default, or the pipelined bulk-copy "tma" path) and `num_tma_buffers` (1..3) the staging
+    buffers per warp of the "tma" path: with 1 every row loads, stores and drains in turn; with 2
+    or 3 the next row loads while earlier rows' stores are in flight (ep_core/csrc/tma.cuh).
     """
 
     num_sms: int = DEFAULT_NUM_SMS
@@ -63,6 +75,9 @@ class Config:
     num_max_nvl_chunked_recv_tokens: int = 256
     num_max_rdma_chunked_send_tokens: int = 6
     num_max_rdma_chunked_recv_tokens: int = 256
+    # ep_core's own fields, after DeepEP's (its positional order is unchanged)
+    path: str = "direct"
+    num_tma_buffers: int = 3
 
     def _check_positive(self, *names: str) -> None:
         for name in names:
@@ -71,8 +86,13 @@ class Config:
 
     def __post_init__(self):
         for name in ("num_sms", "num_max_nvl_chunked_send_tokens", "num_max_nvl_chunked_recv_tokens",
-                     "num_max_rdma_chunked_send_tokens", "num_max_rdma_chunked_recv_tokens"):
+                     "num_max_rdma_chunked_send_tokens", "num_max_rdma_chunked_recv_tokens", "num_tma_buffers"):
             _check_int("Config", name, getattr(self, name))
+        if self.path not in PATHS:
+            raise ValueError(f"Config.path must be one of {PATHS}, got {self.path!r}")
+        if self.num_tma_buffers not in TMA_BUFFERS:
+            raise ValueError(f"Config.num_tma_buffers must be in {TMA_BUFFERS} (staging buffers per warp of the "
+                             f"'tma' path), got {self.num_tma_buffers}")
         if self.num_sms < 2 or self.num_sms % 2:
             raise ValueError(f"Config.num_sms must be even and >= 2 (DeepEP's rule), got {self.num_sms}")
         self._check_positive("num_max_nvl_chunked_send_tokens", "num_max_nvl_chunked_recv_tokens")
@@ -93,12 +113,20 @@ class Config:
                 f"<= num_max_rdma_chunked_recv_tokens / 2 ({rdma_recv} / 2 after rounding up to whole chunks)")
 
     def with_num_sms(self, num_sms: int) -> "Config":
-        return Config(num_sms, self.num_max_nvl_chunked_send_tokens, self.num_max_nvl_chunked_recv_tokens,
-                      self.num_max_rdma_chunked_send_tokens, self.num_max_rdma_chunked_recv_tokens)
+        return dataclasses.replace(self, num_sms=num_sms)
 
     def with_send_chunk(self, tokens: int) -> "Config":
-        return Config(self.num_sms, tokens, self.num_max_nvl_chunked_recv_tokens,
-                      self.num_max_rdma_chunked_send_tokens, self.num_max_rdma_chunked_recv_tokens)
+        return dataclasses.replace(self, num_max_nvl_chunked_send_tokens=tokens)
+
+    def with_path(self, path: str, num_tma_buffers: int | None = None) -> "Config":
+        """The same tuning on another copy path (and buffer count)."""
+        n = self.num_tma_buffers if num_tma_buffers is None else num_tma_buffers
+        return dataclasses.replace(self, path=path, num_tma_buffers=n)
+
+    @property
+    def kernel_tma_buffers(self) -> int:
+        """What the kernels take: 0 for the direct path, else the staging buffers per warp."""
+        return self.num_tma_buffers if self.path == "tma" else 0
 
     def get_nvl_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
         """num_nvl_bytes for any problem of BF16 rows of `hidden_bytes` (hidden * 2, DeepEP's
@@ -126,7 +154,8 @@ class Config:
                 "num_max_nvl_chunked_send_tokens": self.num_max_nvl_chunked_send_tokens,
                 "num_max_nvl_chunked_recv_tokens": self.num_max_nvl_chunked_recv_tokens,
                 "num_max_rdma_chunked_send_tokens": self.num_max_rdma_chunked_send_tokens,
-                "num_max_rdma_chunked_recv_tokens": self.num_max_rdma_chunked_recv_tokens}
+                "num_max_rdma_chunked_recv_tokens": self.num_max_rdma_chunked_recv_tokens,
+                "path": self.path, "num_tma_buffers": self.num_tma_buffers}
 
 
 @dataclass(frozen=True)

@@ -145,3 +145,43 @@ def test_op_configs_are_the_tables_with_the_send_chunk_overridden():
     assert (d.num_sms, d.num_max_nvl_chunked_send_tokens, c.num_max_nvl_chunked_send_tokens) == (64, 48, 48)
     with pytest.raises(ValueError, match="num_max_nvl_chunked_send_tokens"):
         op_configs(2, 24, 300)
+
+
+# -- copy path and staging buffers (issue 11) ------------------------------------------------------
+def test_default_path_is_the_direct_one():
+    c = Config()
+    assert c.path == "direct" and c.kernel_tma_buffers == 0
+    assert Config(24, 6, 256).kernel_tma_buffers == 0  # DeepEP's positional form keeps the old path
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_tma_path_passes_its_buffer_count(n):
+    c = Config(24, 6, 256).with_path("tma", n)
+    assert (c.path, c.num_tma_buffers, c.kernel_tma_buffers) == ("tma", n, n)
+    assert c.with_num_sms(64).kernel_tma_buffers == n and c.with_send_chunk(8).kernel_tma_buffers == n
+    assert c.to_dict()["num_tma_buffers"] == n and c.to_dict()["path"] == "tma"
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(path="registers"), "path"),
+    (dict(num_tma_buffers=0), "num_tma_buffers"),
+    (dict(num_tma_buffers=4), "num_tma_buffers"),
+])
+def test_copy_path_fields_are_validated(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        Config(**kwargs)
+    with pytest.raises(TypeError, match="num_tma_buffers"):
+        Config(num_tma_buffers=2.0)
+
+
+def test_buffer_bounds_are_the_kernels():
+    """config.TMA_BUFFERS mirrors tma.cuh's bounds, which its Depth<> static_assert enforces."""
+    import re
+    from pathlib import Path
+
+    from ep_core.config import TMA_BUFFERS
+
+    src = (Path(__file__).resolve().parents[2] / "ep_core" / "csrc" / "tma.cuh").read_text()
+    lo = int(re.search(r"constexpr int kMinBuffers = (\d+);", src).group(1))
+    hi = int(re.search(r"constexpr int kMaxBuffers = (\d+);", src).group(1))
+    assert TMA_BUFFERS == tuple(range(lo, hi + 1))
