@@ -91,7 +91,7 @@ def _split(num_sms: int, table) -> float:
         return f1
     return f0 + (f1 - f0) * (num_sms - s0) / (s1 - s0)
 
-_KERNELS = {1: "layout", 2: "notify", 3: "dispatch", 4: "combine", 5: "barrier"}
+_KERNELS = {1: "layout", 2: "notify", 3: "dispatch", 4: "combine", 5: "barrier", 6: "hook_signal"}
 
 
 class EPTimeoutError(TimeoutError):
@@ -134,7 +134,7 @@ class ErrorReport:
     epoch: int
 
 
-_ERROR_KINDS = {1: "timeout", 2: "capacity", 3: "overflow"}
+_ERROR_KINDS = {1: "timeout", 2: "capacity", 3: "overflow", 4: "staged_copy", 5: "launch_plan"}
 
 
 class EventOverlap:
@@ -433,6 +433,10 @@ class Buffer:
                      else f"phase {what}, chunk {e.channel}, waiting for rank {e.peer}")
             return (f"ep_core {kname} timed out on rank {e.rank} after {self.timeout_s:g} s: {where} "
                     f"(op {e.epoch}); rank {e.peer} never signalled (it hung, died, or skipped this op)")
+        if e.flag in (4, 5):  # the bulk-copy path (Config.path="tma", ep_core/csrc/tma.cuh)
+            why = ("a staged bulk copy did not land in shared memory within the bound" if e.flag == 4 else
+                   "the launch plan does not match the kernel (buffer count or shared memory)")
+            return f"ep_core {kname} on rank {e.rank}: {why} (phase {what}, unit {e.channel}); an ep_core bug, please report"
         if e.flag == 3:
             return (f"ep_core {kname} on rank {e.rank}: more rows arrive than recv_x holds (phase {what}, chunk "
                     f"{e.channel}, from rank {e.peer}): num_worst_tokens is smaller than the rows this rank receives")
@@ -725,9 +729,13 @@ class Buffer:
             handle=handle.kernel_tensors(build.ext), rows=build.ext.RowRegions(
                 x=regions[0], scales=regions[1], topk_idx=regions[2], topk_weights=regions[3], capacity=regions[4]),
             hidden=hidden, fp8=fp8, num_topk=num_topk, with_weights=with_weights, num_experts=num_experts,
-            recv_rows=rows, fill_from=fill_from, num_blocks=num_blocks, num_sender_blocks=num_senders, open_op=open_op)
+            recv_rows=rows, fill_from=fill_from, num_blocks=num_blocks, num_sender_blocks=num_senders, open_op=open_op,
+            num_tma_buffers=config.kernel_tma_buffers)
         warps = self.limits["threads"] // 32
-        prof_kernel = self._prof_geometry("dispatch", num_blocks, warps, units=self.group_size * handle.num_chunks,
+        # the bulk-copy path also records its stalls (stage_wait, per row): the session's capacity
+        tma = config.kernel_tma_buffers > 0
+        prof_kernel = self._prof_geometry("dispatch", num_blocks, warps,
+                                          units=0 if tma else self.group_size * handle.num_chunks,
                                           role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
         prof_open = self._prof_geometry("barrier", 1, 1) if open_op else None
         return _Plan(config, cpp, prof_open, prof_kernel)
@@ -939,9 +947,9 @@ class Buffer:
         cpp = build.ext.CombinePlan(handle=handle.kernel_tensors(build.ext), rows=build.ext.RowRegions(
             x=regions[0], scales=regions[1], topk_idx=regions[2], topk_weights=regions[3], capacity=regions[4]),
             hidden=H, num_topk=K, min_rows=max(handle.num_recv_tokens, 0), num_blocks=num_blocks,
-            num_sender_blocks=num_senders)
+            num_sender_blocks=num_senders, num_tma_buffers=config.kernel_tma_buffers)
         prof_kernel = self._prof_geometry("combine", num_blocks, self.limits["threads"] // 32,
-                                          units=self.group_size * handle.num_chunks,
+                                          units=0 if config.kernel_tma_buffers else self.group_size * handle.num_chunks,
                                           role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
         return _Plan(config, cpp, self._prof_geometry("barrier", 1, 1), prof_kernel)
 

@@ -175,6 +175,7 @@ struct DispatchPlan {
   int fill_from = 0;           // padding rows [fill_from, recv_rows) of num_worst_tokens get topk -1 / weight 0
   int num_blocks = 0, num_sender_blocks = 0;
   bool open_op = true;         // launch the start barrier first (a cached dispatch); notify opened it otherwise
+  int num_tma_buffers = 0;     // 0: the register path; 1..3: the bulk-copy path's staging buffers per warp
 };
 
 struct CombinePlan {
@@ -184,6 +185,7 @@ struct CombinePlan {
   int num_topk = 0;            // columns of topk_weights, 0 without
   int min_rows = 0;            // x holds at least the rows the dispatch received
   int num_blocks = 0, num_sender_blocks = 0;
+  int num_tma_buffers = 0;     // as in DispatchPlan
 };
 
 struct Received {
@@ -403,6 +405,7 @@ class Launcher {
     a.recv_topk_weights = ptr_or_null<float>(out.topk_weights);
     a.num_sender_blocks = p.num_sender_blocks;
     a.skip_send = skip_send_ ? 1 : 0;
+    a.num_tma_buffers = p.num_tma_buffers;
     check_cuda(ep_core::dispatch::dispatch(a, p.rows, peers_, num_ranks_, p.num_blocks, fail(ep_core::kKernelDispatch),
                                            as_ptr(prof_kernel), comm_),
                "dispatch launch");
@@ -467,6 +470,7 @@ class Launcher {
     a.out = out.x.data_ptr();
     a.out_weights = ptr_or_null<float>(out.topk_weights);
     a.num_sender_blocks = p.num_sender_blocks;
+    a.num_tma_buffers = p.num_tma_buffers;
     check_cuda(ep_core::combine::combine(a, p.rows, peers_, num_ranks_, p.num_blocks, fail(ep_core::kKernelCombine),
                                          as_ptr(prof_kernel), comm_),
                "combine launch");
@@ -607,7 +611,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<DispatchPlan>(m, "DispatchPlan", py::module_local())
       .def(py::init([](HandleTensors handle, RowRegions rows, int hidden, bool fp8, int num_topk, bool with_weights,
                        int num_experts, int recv_rows, int fill_from, int num_blocks, int num_sender_blocks,
-                       bool open_op) {
+                       bool open_op, int num_tma_buffers) {
              TORCH_CHECK(hidden > 0 && hidden % ep_core::kScaleBlock == 0 && hidden <= ep_core::kMaxHidden,
                          "ep_core: hidden out of range");
              TORCH_CHECK(num_topk >= 0 && num_topk <= ep_core::kMaxTopk && (num_topk > 0 || !with_weights),
@@ -616,26 +620,29 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                              num_sender_blocks <= num_blocks,
                          "ep_core: dispatch plan sizes out of range");
              TORCH_CHECK(num_experts >= 1 && num_experts <= ep_core::kMaxExperts, "ep_core: num_experts out of range");
+             TORCH_CHECK(num_tma_buffers >= 0 && num_tma_buffers <= 3, "ep_core: num_tma_buffers out of range");
              return DispatchPlan{handle, rows, hidden, fp8, num_topk, with_weights, num_experts, recv_rows,
-                                 fill_from, num_blocks, num_sender_blocks, open_op};
+                                 fill_from, num_blocks, num_sender_blocks, open_op, num_tma_buffers};
            }),
            py::arg("handle"), py::arg("rows"), py::arg("hidden"), py::arg("fp8"), py::arg("num_topk"),
            py::arg("with_weights"), py::arg("num_experts"), py::arg("recv_rows"), py::arg("fill_from"),
-           py::arg("num_blocks"), py::arg("num_sender_blocks"), py::arg("open_op"))
+           py::arg("num_blocks"), py::arg("num_sender_blocks"), py::arg("open_op"), py::arg("num_tma_buffers") = 0)
       .def_readonly("recv_rows", &DispatchPlan::recv_rows)
       .def_readonly("num_blocks", &DispatchPlan::num_blocks)
       .def_readonly("num_sender_blocks", &DispatchPlan::num_sender_blocks);
   py::class_<CombinePlan>(m, "CombinePlan", py::module_local())
       .def(py::init([](HandleTensors handle, RowRegions rows, int hidden, int num_topk, int min_rows, int num_blocks,
-                       int num_sender_blocks) {
+                       int num_sender_blocks, int num_tma_buffers) {
              TORCH_CHECK(hidden > 0 && hidden % 8 == 0 && hidden <= ep_core::kMaxHidden, "ep_core: hidden out of range");
              TORCH_CHECK(num_topk >= 0 && num_topk <= ep_core::kMaxTopk, "ep_core: num_topk out of range");
              TORCH_CHECK(min_rows >= 0 && num_blocks >= 2 && num_sender_blocks >= 1 && num_sender_blocks < num_blocks,
                          "ep_core: combine plan sizes out of range");
-             return CombinePlan{handle, rows, hidden, num_topk, min_rows, num_blocks, num_sender_blocks};
+             TORCH_CHECK(num_tma_buffers >= 0 && num_tma_buffers <= 3, "ep_core: num_tma_buffers out of range");
+             return CombinePlan{handle, rows, hidden, num_topk, min_rows, num_blocks, num_sender_blocks,
+                                num_tma_buffers};
            }),
            py::arg("handle"), py::arg("rows"), py::arg("hidden"), py::arg("num_topk"), py::arg("min_rows"),
-           py::arg("num_blocks"), py::arg("num_sender_blocks"));
+           py::arg("num_blocks"), py::arg("num_sender_blocks"), py::arg("num_tma_buffers") = 0);
 
   py::class_<StreamMode>(m, "StreamMode", py::module_local())
       .def(py::init([](int64_t compute, bool fork, bool join, bool async_finish, bool alloc_on_comm) {

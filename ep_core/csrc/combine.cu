@@ -413,6 +413,7 @@ template <int kNumRanks, int kBuffers>
 __global__ void __launch_bounds__(kNumThreads, 1) combine_tma_kernel(Args a, RowRegions rows, PeerPtrs peers,
                                                                      FailCtx f, void* prof, tma::Plan send_plan,
                                                                      tma::Plan reduce_plan) {
+  f = current_op(f);  // the epoch the op's barrier / notify opened (common.cuh)
   extern __shared__ __align__(tma::kSlotAlign) char smem[];
   epscope::WarpRecorder rec;
   rec.init(prof);

@@ -449,6 +449,7 @@ __device__ void receive_tma(const Args& a, const RowRegions& rows, const PeerPtr
 template <int kNumRanks, int kBuffers>
 __global__ void __launch_bounds__(kNumThreads, 1) dispatch_tma_kernel(Args a, RowRegions rows, PeerPtrs peers,
                                                                       FailCtx f, void* prof, tma::Plan plan) {
+  f = current_op(f);  // the epoch the op's barrier / notify opened (common.cuh)
   extern __shared__ __align__(tma::kSlotAlign) char smem[];
   epscope::WarpRecorder rec;
   rec.init(prof);

@@ -75,6 +75,7 @@ Transfer plan_combine(const int* rpm, int num_ranks, int rank, const PeerPtrs& p
 // the time it starts, so a peer that acquires the flag reads the rows.
 template <int kNumRanks>
 __global__ void __launch_bounds__(32, 1) signal_kernel(PeerPtrs peers, int kind, FailCtx f, void* prof) {
+  f = current_op(f);  // the epoch of the op whose send this is (common.cuh)
   epscope::WarpRecorder rec;
   rec.init(prof);
   const int d = threadIdx.x;

@@ -35,6 +35,8 @@ class Scenario:
     modes: tuple = ((False, False), (False, True), (True, False), (True, True))  # (async, previous)
     num_sms: int = 24
     expect_zero_rank: int | None = None  # a rank that must receive no rows
+    path: str = "direct"                 # Config.path of every dispatch / combine
+    num_tma_buffers: int = 3             # Config.num_tma_buffers ("tma" path)
 
 
 def api():
@@ -57,9 +59,11 @@ def make_buffer(ctx, problem: Problem):
     return Buffer(ctx.group, num_nvl_bytes=size)
 
 
-def with_sms(c, num_sms: int) -> Config:
-    """The table's chunk sizes at `num_sms` SMs (works for any object with Config's fields)."""
-    return Config(num_sms, c.num_max_nvl_chunked_send_tokens, c.num_max_nvl_chunked_recv_tokens)
+def with_sms(c, num_sms: int, path: str = "direct", num_tma_buffers: int = 3) -> Config:
+    """The table's chunk sizes at `num_sms` SMs (works for any object with Config's fields), on
+    copy path `path` (with `num_tma_buffers` staging buffers per warp on the "tma" path)."""
+    return Config(num_sms, c.num_max_nvl_chunked_send_tokens, c.num_max_nvl_chunked_recv_tokens,
+                  path=path, num_tma_buffers=num_tma_buffers)
 
 
 def _tag(rank, mode, what):
@@ -93,8 +97,8 @@ def run_acceptance(ctx, sc: Scenario) -> dict:
     dev = ctx.device
     p = Problem(sc.tokens, sc.hidden, sc.topk, sc.experts, R)
     buffer = make_buffer(ctx, p)
-    config = with_sms(Buffer.get_dispatch_config(R), sc.num_sms)
-    cconfig = with_sms(Buffer.get_combine_config(R), sc.num_sms)
+    config = with_sms(Buffer.get_dispatch_config(R), sc.num_sms, sc.path, sc.num_tma_buffers)
+    cconfig = with_sms(Buffer.get_combine_config(R), sc.num_sms, sc.path, sc.num_tma_buffers)
     kw = dict(seed=sc.seed, device=dev, drop=sc.drop, routing_args=sc.routing_args)
     rand_all = make_all_inputs(p, sc.routing, **kw)
     const_all = make_all_inputs(p, sc.routing, x_kind="rank", **kw)
@@ -280,7 +284,7 @@ def run_reference_options(ctx, sc: Scenario) -> dict:
     rank, R = ctx.rank, ctx.world_size
     p = Problem(sc.tokens, sc.hidden, sc.topk, sc.experts, R)
     buffer = make_buffer(ctx, p)
-    config = with_sms(Buffer.get_dispatch_config(R), sc.num_sms)
+    config = with_sms(Buffer.get_dispatch_config(R), sc.num_sms, sc.path, sc.num_tma_buffers)
     ins = make_all_inputs(p, sc.routing, seed=sc.seed, device=ctx.device, drop=sc.drop,
                           routing_args=sc.routing_args)
     mine = ins[rank]
