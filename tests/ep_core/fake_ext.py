@@ -104,6 +104,7 @@ class DispatchPlan:
     num_blocks: int
     num_sender_blocks: int
     open_op: bool
+    num_tma_buffers: int = 0  # 0: the direct path (bindings.cpp's default)
 
 
 @dataclass
@@ -115,6 +116,7 @@ class CombinePlan:
     min_rows: int
     num_blocks: int
     num_sender_blocks: int
+    num_tma_buffers: int = 0
 
 
 @dataclass
