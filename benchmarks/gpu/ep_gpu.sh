@@ -36,7 +36,7 @@ if [ "$OWN" = 1 ]; then
     2>&1 | tee "$OUT/bench.log"
 fi
 if [ "$HARNESS_BENCH" = 1 ] && [ -f benchmarks/bench_ep.py ]; then
-  timeout 240 python benchmarks/bench_ep.py --ranks 2 --out "$OUT" $HARNESS_BENCH_ARGS 2>&1 | tail -60 | tee "$OUT/bench_ep.log"
+  timeout 360 python benchmarks/bench_ep.py --ranks 2 --out "$OUT" $HARNESS_BENCH_ARGS 2>&1 | tail -60 | tee "$OUT/bench_ep.log"
 fi
 if [ "$EP_TRACE" = 1 ] && [ -f ep_core/trace.py ]; then
   # the same three scenarios through ep-harness's `epscope trace`
