@@ -455,7 +455,9 @@ def run_zero_token_ranks(ctx, arg: dict) -> dict:
                 wc = ref.combine(all_y, [d.handle for d in refd],
                                  topk_weights=all_w if with_topk else None)[rank]
                 assert combined.shape == (probs[rank].tokens, H), f"{tag} combined shape"
-                assert torch.equal(combined, wc[0]), f"{tag} combine vs reference"
+                # fp32 sums rounded to bf16: compared as the other combine checks are (ep-api.md check 7)
+                assert combined.numel() == 0 or ref.calc_diff(combined.float(), wc[0].float()) < 1e-6, \
+                    f"{tag} combine vs reference"
                 if with_topk:
                     assert torch.allclose(combined_w, wc[1], atol=1e-6), f"{tag} combined weights"
                 done += 1
