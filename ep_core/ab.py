@@ -33,7 +33,7 @@ from pathlib import Path
 from .rounds import WorkerError
 
 REF_STAMP = ".epscope-ref.json"   # in an exported tree: the ref and commit it was made from
-EXPORT_PATHS = ("ep_core", "profiler")
+EXPORT_PATHS = ("ep_core", "profiler", "pyproject.toml")   # pyproject: the registry search path
 
 
 class ABUsage(ValueError):
@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("refs", nargs="*", metavar="REF", help="REF_A REF_B: git refs of this repository or "
                     "source trees (directories holding ep_core/)")
     ap.add_argument("--export", nargs=2, metavar=("REF", "DIR"), default=None,
-                    help="write REF's ep_core/ and profiler/ into DIR (for a machine without .git) and exit")
+                    help="write REF's ep_core/, profiler/ and pyproject.toml into DIR (for a machine without "
+                         ".git) and exit")
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=4096, help="tokens per rank")
     ap.add_argument("--hidden", type=int, default=7168)
@@ -175,7 +176,7 @@ def remove_worktree(t: SideTree, repo: Path) -> None:
 
 
 def export_tree(ref: str, dest: Path, repo: Path | None = None) -> Path:
-    """REF's ep_core/ and profiler/ into dest (git archive), stamped with the ref and commit."""
+    """REF's EXPORT_PATHS into dest (git archive), stamped with the ref and commit."""
     repo = repo or repo_root()
     commit = commit_of(repo, ref)
     dest.mkdir(parents=True, exist_ok=True)

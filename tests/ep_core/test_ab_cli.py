@@ -68,6 +68,7 @@ def repo(tmp_path):
     (r / "profiler").mkdir()
     (r / "ep_core" / "knob.py").write_text("CHUNKS = 8\n")
     (r / "profiler" / "x.py").write_text("\n")
+    (r / "pyproject.toml").write_text("[tool.epscope]\n")
     (r / "traces").mkdir()
     (r / "traces" / "big.bin").write_text("not exported\n")
     _git(r, "init", "-q")
@@ -91,6 +92,7 @@ def test_a_ref_becomes_a_detached_worktree_at_its_commit(repo, tmp_path):
 def test_export_makes_a_stamped_tree_that_resolves_without_git(repo, tmp_path):
     dest = ab.export_tree("HEAD", tmp_path / "exp", repo)
     assert (dest / "ep_core" / "knob.py").read_text() == "CHUNKS = 4\n" and not (dest / "traces").exists()
+    assert (dest / "pyproject.toml").exists()       # the registry search path of the tree's profiler
     t = ab.resolve_side("B", str(dest), tmp_path / "work", tmp_path / "not-a-repo")
     assert not t.worktree and t.commit == _git(repo, "rev-parse", "HEAD") and t.ref == "HEAD"
     with pytest.raises(ab.ABUsage, match="not empty"):
