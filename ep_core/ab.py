@@ -7,8 +7,9 @@ machine's GPUs; print a verdict with confidence intervals over rounds.
     epscope ab --export main .ab/a                              # make such a tree from a ref (CPU side)
 
 Each ref is checked out into a temporary worktree (`git worktree add --detach`; a directory that
-holds ep_core/ is used as it is) and gets its own build cache (EPSCOPE_BUILD_DIR), and its own
-worker processes (ep_core.rounds.WorkerSet): two builds of one extension never share a process.
+holds ep_core/ is used as it is) and gets its own worker processes (ep_core.rounds.WorkerSet), so
+two builds of one extension never share a process, and a build cache per commit (`build_dir`:
+EPSCOPE_BUILD_DIR in the workers), so two commits never overwrite each other's build.
 The inputs are made once and loaded by both sides. Rounds alternate A B A B ...; each round
 warms up (not measured) and then times `--iters` iterations with CUDA events (the slowest rank's
 GPU time of each call and of the op, and the host time per call). The rounds of
@@ -76,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile-iters", type=int, default=2, help="iterations of a profiled round (default 2)")
     ap.add_argument("--out", type=Path, default=None, help="output directory (default ab-runs/<time>-<A>-vs-<B>)")
     ap.add_argument("--view", action="store_true", help="serve the viewer on the output directory at the end")
+    ap.add_argument("--build-root", type=Path, default=None,
+                    help="where the other trees' builds are cached, one directory per commit (default: a temporary "
+                         "directory; this checkout always uses its usual cache, EPSCOPE_BUILD_DIR)")
     ap.add_argument("--keep-worktrees", action="store_true", help="leave the temporary worktrees and builds")
     ap.add_argument("--round-timeout", type=float, default=600.0, help="seconds a round may take")
     return ap
@@ -169,6 +173,19 @@ def resolve_side(side: str, ref: str, workdir: Path, repo: Path) -> SideTree:
     return SideTree(side, ref, commit, tree, True)
 
 
+def build_dir(t: SideTree, repo: Path, root: Path) -> Path:
+    """The side's extension build cache. This checkout keeps its usual one (shared with `epscope
+    trace`, the catalogue and tune: the same sources); another tree gets root/ab-<commit>, so two
+    commits never share a cache and one commit is built once (two sides of one commit share
+    identical sources, which cannot overwrite each other's build). A tree of unknown commit gets
+    a cache of its own side."""
+    if t.tree.resolve() == repo.resolve():
+        from profiler.record.build import build_root
+
+        return build_root()
+    return root / (f"ab-{t.commit[:16]}" if t.commit != "unknown" else f"ab-side-{t.side}")
+
+
 def remove_worktree(t: SideTree, repo: Path) -> None:
     if t.worktree:
         subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(t.tree)], capture_output=True,
@@ -217,16 +234,17 @@ def round_command(a, side: SideTree, i: int, profiled: bool, out: Path, problem)
     return cmd
 
 
-def run(a, problem, profiled: list[int], sides: list[SideTree], out: Path, work: Path, command: str):
+def run(a, problem, profiled: list[int], sides: list[SideTree], out: Path, work: Path, command: str,
+        repo: Path):
     from profiler.ab import ComparisonRecord, RoundSamples, format_table, verdict_table
 
-    from .rounds import WorkerSet, interleave, slowest_rank, write_inputs
+    from .rounds import WorkerSet, interleave, prebuild, slowest_rank, write_inputs
 
     inputs = write_inputs(work / "inputs", problem, a.routing, a.seed)
     sets = {}
     for t in sides:
-        env = {"EPSCOPE_BUILD_DIR": str(work / f"build-{t.side}"), "EPSCOPE_GIT_COMMIT": t.commit,
-               "EPSCOPE_GIT_BRANCH": t.ref}
+        env = {"EPSCOPE_BUILD_DIR": str(build_dir(t, repo, (a.build_root or work).resolve())),
+               "EPSCOPE_GIT_COMMIT": t.commit, "EPSCOPE_GIT_BRANCH": t.ref}
         sets[t.side] = WorkerSet(t.side, t.tree, a.ranks, inputs, out / "logs", env=env, profile=bool(profiled))
     record = ComparisonRecord(sides={t.side: {"ref": t.ref, "commit": t.commit, "tree": str(t.tree)} for t in sides},
                               workload={**problem.to_dict(), "routing": a.routing, "seed": a.seed,
@@ -234,13 +252,18 @@ def run(a, problem, profiled: list[int], sides: list[SideTree], out: Path, work:
                                         "rounds": a.rounds, "profile_rounds": profiled},
                               command=command)
     try:
-        _say("building both sides (each in its own cache) and starting their workers")
+        _say("building both sides' extensions (a cache per commit, in parallel)")
+        t0 = time.time()
+        for f in prebuild(list(sets.values())):
+            record.notes.append(f"build {f}: the side's workers build on first use instead")
+        _say(f"builds done in {time.time() - t0:.0f} s; starting the workers")
         for s in sets.values():
             s.spawn()
         for name, s in sets.items():
             ready = s.wait_ready()
             record.gpu = ready[0].get("gpu", "")
-            _say(f"side {name} ready: ep_core from {ready[0].get('ep_core')}")
+            record.sides[name]["build_dir"] = s.env["EPSCOPE_BUILD_DIR"]
+            _say(f"side {name} ready: ep_core from {ready[0].get('ep_core')}, built in {s.env['EPSCOPE_BUILD_DIR']}")
         order = interleave([t.side for t in sides], a.rounds)
         by_side = {t.side: t for t in sides}
         for k, (side, i) in enumerate(order):
@@ -318,7 +341,7 @@ def main(argv=None) -> int:
             raise ABUsage(f"{out} already holds a comparison; give another --out")
         out.mkdir(parents=True, exist_ok=True)
         command = "epscope ab " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
-        record, title, fmt = run(a, problem, profiled, sides, out, work, command)
+        record, title, fmt = run(a, problem, profiled, sides, out, work, command, repo)
     except ABUsage as e:
         print(f"epscope ab: {e}", file=sys.stderr)
         return 2

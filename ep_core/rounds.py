@@ -166,6 +166,45 @@ class WorkerSet:
         return False
 
 
+# The builds a side needs, as separate processes so they run in parallel (a worker would run them
+# one after the other): the compiled-out and the instrumented ep_core extension, and the
+# recorder's clock extension (profiled rounds). A tree without these loaders builds on first use.
+BUILDS = {"noprof": "import ep_core._ext as X; X.load(False)",
+          "prof": "import ep_core._ext as X; X.load(True)",
+          "record": "from profiler.record.build import load_record_extension as L; L(profile=False)"}
+
+
+def prebuild(sets: list["WorkerSet"], timeout_s: float = 1500.0) -> list[str]:
+    """Build every side's extensions in parallel (one process per build and distinct cache; sides
+    that share a cache build once). Returns what failed, for the log: a failed build is not fatal
+    here, the side's workers then build on first use or report the error themselves."""
+    jobs, seen = [], set()
+    for ws in sets:
+        ws.log_dir.mkdir(parents=True, exist_ok=True)
+        names = ["noprof"] + (["prof", "record"] if ws.profile else [])
+        for n in names:
+            key = (str(ws.tree), ws.env.get("EPSCOPE_BUILD_DIR"), n)
+            if key in seen:
+                continue
+            seen.add(key)
+            log = open(ws.log_dir / f"{ws.side}-build-{n}.log", "w")
+            jobs.append((f"side {ws.side} {n}", log, subprocess.Popen([ws.python, "-c", BUILDS[n]], cwd=ws.tree,
+                                                                      env=ws._env(), stdout=log,
+                                                                      stderr=subprocess.STDOUT)))
+    failed = []
+    end = time.monotonic() + timeout_s
+    for what, log, p in jobs:
+        try:
+            rc = p.wait(timeout=max(1.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = "timeout"
+        log.close()
+        if rc != 0:
+            failed.append(f"{what}: exit {rc} (log {log.name})")
+    return failed
+
+
 def _pump(stream, replies: "queue.Queue[dict]", log: Path) -> None:
     with open(log, "a", buffering=1) as f:
         for line in stream:

@@ -9,11 +9,14 @@
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16}
+# builds under the repo's git-ignored build/: a later device call on the same (warm) machine reuses
+# them (the catalogue's builds serve `epscope ab`'s side for this tree and `epscope tune`)
+export EPSCOPE_BUILD_DIR=${EPSCOPE_BUILD_DIR:-$PWD/build/epscope}
 OUT=${OUT:-/tmp/ab_tune_out}
 mkdir -p "$OUT/ab"
 STEPS=${STEPS:-"aa ab tune"}
 KNOB_TREE=${KNOB_TREE:-.ab/knob}
-AB_ARGS=${AB_ARGS:-"--num-sms 24 --rounds 6 --profile-rounds -1 --iters 20 --warmup 5"}
+AB_ARGS=${AB_ARGS:-"--num-sms 24 --rounds 6 --profile-rounds -1 --iters 20 --warmup 5 --build-root build/ab"}
 TUNE_ARGS=${TUNE_ARGS:-"--sms 24,32,48,64 --chunks default,48 --rounds 3 --recheck-rounds 4 --top 2"}
 if [ -n "${EP_COMMIT:-}" ]; then export EPSCOPE_GIT_COMMIT="$EP_COMMIT" EPSCOPE_GIT_BRANCH="${EP_BRANCH:-main}"; fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv; echo "commit ${EP_COMMIT:-unknown}"; date -u; } | tee "$OUT/gpu.txt"

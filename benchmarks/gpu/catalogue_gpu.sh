@@ -7,6 +7,9 @@
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16}
+# builds under the repo's git-ignored build/: a later device call on the same (warm) machine reuses
+# them (the catalogue's builds serve `epscope ab`'s side for this tree and `epscope tune`)
+export EPSCOPE_BUILD_DIR=${EPSCOPE_BUILD_DIR:-$PWD/build/epscope}
 OUT=${OUT:-/tmp/catalogue_out}
 mkdir -p "$OUT"
 CATALOGUE_TIMEOUT=${CATALOGUE_TIMEOUT:-420}

@@ -111,6 +111,7 @@ def _tree(path, level, variant):
 @pytest.fixture
 def fake_workers(monkeypatch):
     monkeypatch.setattr(rounds, "WORKER", FAKE)
+    monkeypatch.setattr(rounds, "BUILDS", {k: "pass" for k in rounds.BUILDS})   # the stand-in trees build nothing
     monkeypatch.setattr(ab, "gpu_count", lambda: 2)
     monkeypatch.setenv("FAKE_TOOL_ROOT", str(ROOT))
 
@@ -164,3 +165,15 @@ def test_this_checkout_as_a_side_is_named_by_its_commit(monkeypatch, tmp_path):
     monkeypatch.setenv("EPSCOPE_GIT_COMMIT", "0123abcd" * 5)   # what the GPU machine's copy gets
     t = ab.resolve_side("A", str(ROOT), tmp_path, ROOT)
     assert not t.worktree and t.tree == ROOT and t.commit == "0123abcd" * 5 and "working tree" in t.ref
+
+
+def test_build_caches_are_per_commit_and_this_checkout_keeps_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("EPSCOPE_BUILD_DIR", str(tmp_path / "usual"))
+    here = ab.SideTree("A", "main", "a" * 40, ROOT, False)
+    other = ab.SideTree("B", "knob", "b" * 40, tmp_path / "knob", True)
+    same = ab.SideTree("A", "knob", "b" * 40, tmp_path / "knob2", True)
+    unknown = ab.SideTree("B", "dir", "unknown", tmp_path / "d", False)
+    root = tmp_path / "builds"
+    assert ab.build_dir(here, ROOT, root) == tmp_path / "usual"
+    assert ab.build_dir(other, ROOT, root) == root / f"ab-{'b' * 16}" == ab.build_dir(same, ROOT, root)
+    assert ab.build_dir(unknown, ROOT, root) == root / "ab-side-B"

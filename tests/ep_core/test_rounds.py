@@ -86,3 +86,19 @@ def test_slowest_rank_refuses_ragged_iterations():
 
 def test_interleave_alternates_sides_round_by_round():
     assert rounds.interleave(["A", "B"], 3) == [("A", 0), ("B", 0), ("A", 1), ("B", 1), ("A", 2), ("B", 2)]
+
+
+def test_prebuild_runs_each_build_once_per_cache_and_reports_failures(tmp_path, inputs, monkeypatch):
+    # stand-in builds: a line in a file per build; one of them fails
+    monkeypatch.setattr(rounds, "BUILDS", {
+        "noprof": "open('built.txt', 'a').write('noprof\\n')",
+        "prof": "open('built.txt', 'a').write('prof\\n')",
+        "record": "raise SystemExit(3)"})
+    tree = _tree(tmp_path / "tree")
+    env = {"EPSCOPE_BUILD_DIR": str(tmp_path / "cache")}
+    a = rounds.WorkerSet("A", tree, 2, inputs, tmp_path / "logs", worker=FAKE, env=env)
+    b = rounds.WorkerSet("B", tree, 2, inputs, tmp_path / "logs", worker=FAKE, env=env)   # same tree and cache
+    c = rounds.WorkerSet("C", tree, 2, inputs, tmp_path / "logs", worker=FAKE, env=env, profile=False)
+    failed = rounds.prebuild([a, b, c])
+    assert sorted((tree / "built.txt").read_text().split()) == ["noprof", "prof"]
+    assert len(failed) == 1 and failed[0].startswith("side A record: exit 3")
