@@ -1,10 +1,11 @@
 """`epscope tune`: sweep the dispatch/combine geometry of one shape, rank the candidates with the
 Compare statistics, re-check the best against the incumbent, save the winners in the tuned table.
 
-    epscope tune --tokens 4096 --hidden 7168 --sms 24,32,48,64 --chunks default,48,96 --rounds 3
+    epscope tune --tokens 4096 --hidden 7168 --sms 24,32,48,64 --chunks default,48 --copy-paths direct,tma:2
     epscope tune ... --dry-run        # validate the settings and print the candidates, run nothing
 
-1. Screening: every candidate (SMs x send chunk) and the incumbent run `--rounds` rounds each,
+1. Screening: every candidate (SMs x send chunk x copy path: direct, or the pipelined "tma" path
+   with N staging buffers) and the incumbent run `--rounds` rounds each,
    interleaved (c0 c1 ... then again), in one set of worker processes (ep_core.rounds).
 2. Ranking, per kernel (dispatch and combine are tuned apart, from the same rounds): each
    candidate against the incumbent with profiler.ab.compare_metric (rounds are the runs);
@@ -58,11 +59,15 @@ class Candidate:
     name: str
     num_sms: int
     chunk: int | None           # send chunk tokens; None = the recommended table's
+    path: str = "direct"        # Config.path: "direct" or the pipelined "tma" copy
+    tma_buffers: int | None = None   # Config.num_tma_buffers of the "tma" path (None: Config's default)
 
     def configs(self, ranks: int) -> dict:
         from .config import op_configs
 
         d, c = op_configs(ranks, self.num_sms, self.chunk)
+        if self.path != "direct":
+            d, c = d.with_path(self.path, self.tma_buffers), c.with_path(self.path, self.tma_buffers)
         return {"dispatch": d.to_dict(), "combine": c.to_dict()}
 
 
@@ -89,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sms", default="24,32,48,64", help="SM counts to try (even)")
     ap.add_argument("--chunks", default="default,48,96", help="send chunk tokens to try ('default': the table's)")
+    ap.add_argument("--copy-paths", default="direct,tma:2,tma:3",
+                    help="copy paths to try: 'direct', or 'tma:N' (the pipelined path with N staging buffers)")
     for k, env in ENV_SETTINGS.items():
         ap.add_argument(f"--{k.replace('_', '-')}", default=None,
                         help=f"(env {env}; default {DEFAULTS[k]})")
@@ -144,10 +151,26 @@ def check_settings(a, env=None) -> tuple:
         p = Problem(a.tokens, a.hidden, a.topk, a.experts, a.ranks, a.dtype)
     except (TypeError, ValueError) as e:
         raise TuneUsage(str(e)) from None
-    return p, s, candidates(a.sms, a.chunks, p.ranks)
+    return p, s, candidates(a.sms, a.chunks, p.ranks, a.copy_paths)
 
 
-def candidates(sms_text: str, chunks_text: str, ranks: int) -> list[Candidate]:
+def _paths(text: str) -> list[tuple[str, int | None]]:
+    out = []
+    for tok in (t.strip() for t in text.split(",")):
+        if not tok:
+            continue
+        if tok == "direct":
+            out.append(("direct", None))
+        elif tok.startswith("tma:"):
+            out.append(("tma", _int_list(tok[4:], "--copy-paths")[0] if tok[4:].strip() else None))
+            if out[-1][1] is None:
+                raise TuneUsage(f"--copy-paths: {tok!r} needs a buffer count (tma:N)")
+        else:
+            raise TuneUsage(f"--copy-paths: {tok!r} is not 'direct' or 'tma:N'")
+    return out
+
+
+def candidates(sms_text: str, chunks_text: str, ranks: int, paths_text: str = "direct") -> list[Candidate]:
     sms = _int_list(sms_text, "--sms")
     chunks = []
     for tok in (t.strip() for t in chunks_text.split(",")):
@@ -155,17 +178,20 @@ def candidates(sms_text: str, chunks_text: str, ranks: int) -> list[Candidate]:
             chunks.append(None)
         elif tok:
             chunks.extend(_int_list(tok, "--chunks"))
-    if not sms or not chunks:
-        raise TuneUsage("--sms and --chunks need at least one value each")
+    paths = _paths(paths_text)
+    if not sms or not chunks or not paths:
+        raise TuneUsage("--sms, --chunks and --copy-paths need at least one value each")
     out = []
     for n in sms:
         for c in chunks:
-            cand = Candidate(f"sms{n}-chunk{c or 'default'}", n, c)
-            try:
-                cand.configs(ranks)
-            except (TypeError, ValueError) as e:
-                raise TuneUsage(f"candidate {cand.name}: {e}") from None
-            out.append(cand)
+            for path, nb in paths:
+                name = f"sms{n}-chunk{c or 'default'}" + ("" if path == "direct" else f"-tma{nb}")
+                cand = Candidate(name, n, c, path, nb)
+                try:
+                    cand.configs(ranks)
+                except (TypeError, ValueError) as e:
+                    raise TuneUsage(f"candidate {cand.name}: {e}") from None
+                out.append(cand)
     if len({c.name for c in out}) != len(out):
         raise TuneUsage("--sms / --chunks list a value twice")
     return out

@@ -17,7 +17,7 @@ mkdir -p "$OUT/ab"
 STEPS=${STEPS:-"aa ab tune"}
 KNOB_TREE=${KNOB_TREE:-.ab/knob}
 AB_ARGS=${AB_ARGS:-"--num-sms 24 --rounds 6 --profile-rounds -1 --iters 20 --warmup 5 --build-root build/ab"}
-TUNE_ARGS=${TUNE_ARGS:-"--sms 24,32,48,64 --chunks default,48 --rounds 3 --recheck-rounds 4 --top 2"}
+TUNE_ARGS=${TUNE_ARGS:-"--sms 24,32,48,64 --chunks default --copy-paths direct,tma:2,tma:3 --rounds 3 --recheck-rounds 4 --top 2"}
 if [ -n "${EP_COMMIT:-}" ]; then export EPSCOPE_GIT_COMMIT="$EP_COMMIT" EPSCOPE_GIT_BRANCH="${EP_BRANCH:-main}"; fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv; echo "commit ${EP_COMMIT:-unknown}"; date -u; } | tee "$OUT/gpu.txt"
 t0=$(date +%s)

@@ -29,6 +29,9 @@ def _args(*extra):
     (["--sms", "24,x"], {}, "--sms: 'x' is not an integer"),
     (["--sms", "24,24"], {}, "a value twice"),
     (["--iters", "2"], {}, "--iters must be >= 3"),
+    (["--copy-paths", "fast"], {}, "'fast' is not 'direct' or 'tma:N'"),
+    (["--copy-paths", "tma:"], {}, "needs a buffer count"),
+    (["--copy-paths", "tma:5"], {}, "Config.num_tma_buffers must be in"),
     (["--hidden", "100"], {}, "Problem.hidden"),
 ])
 def test_invalid_settings_fail_at_start(args, env, msg):
@@ -40,7 +43,11 @@ def test_flags_win_over_the_environment_and_defaults_fill_the_rest():
     _, s, cands = T.check_settings(_args("--rounds", "5"), env={"EPSCOPE_TUNE_ROUNDS": "9",
                                                                "EPSCOPE_TUNE_MARGIN": "0.05"})
     assert (s.rounds, s.margin, s.top, s.recheck_rounds) == (5, 0.05, T.DEFAULTS["top"], T.DEFAULTS["recheck_rounds"])
-    assert [c.name for c in cands][:3] == ["sms24-chunkdefault", "sms24-chunk48", "sms24-chunk96"] and len(cands) == 12
+    assert [c.name for c in cands][:4] == ["sms24-chunkdefault", "sms24-chunkdefault-tma2", "sms24-chunkdefault-tma3",
+                                           "sms24-chunk48"] and len(cands) == 4 * 3 * 3
+    tma = next(c for c in cands if c.name == "sms64-chunk96-tma2").configs(2)["dispatch"]
+    assert (tma["num_sms"], tma["num_max_nvl_chunked_send_tokens"], tma["path"], tma["num_tma_buffers"]) == \
+        (64, 96, "tma", 2)
 
 
 def test_main_refuses_bad_settings_and_cpu_machines(capsys, monkeypatch):
@@ -48,7 +55,7 @@ def test_main_refuses_bad_settings_and_cpu_machines(capsys, monkeypatch):
     monkeypatch.setattr("ep_core.ab.gpu_count", lambda: 0)
     monkeypatch.delenv("EPSCOPE_TUNE_ROUNDS", raising=False)
     assert T.main([]) == 2 and "it has 0" in capsys.readouterr().err
-    assert T.main(["--dry-run"]) == 0 and "12 candidates x 3 rounds" in capsys.readouterr().out
+    assert T.main(["--dry-run"]) == 0 and "36 candidates x 3 rounds" in capsys.readouterr().out
 
 
 # -- the logic, with a synthetic round runner -------------------------------------------------------
