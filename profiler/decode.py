@@ -357,8 +357,16 @@ class _Plan:
         idx += np.arange(len(idx), dtype=np.int64)
         return idx
 
-    def _per_record(self, a: np.ndarray, r0: int, r1: int) -> np.ndarray:
-        return np.repeat(a[r0:r1], self.n[r0:r1])
+    def width(self, r0: int, r1: int) -> int | None:
+        """Slots per region when regions r0..r1 are copied as a block (decode_records.compact), or
+        None to gather their candidates: a block is used when it is at most twice their count."""
+        n = self.n[r0:r1]
+        w = int(n.max())
+        return w if (r1 - r0) * w <= 2 * int(n.sum()) else None
+
+    def chunk_slots(self, r0: int, r1: int) -> int:
+        w = self.width(r0, r1)
+        return (r1 - r0) * w if w is not None else int(self.n[r0:r1].sum())
 
     def convert(self, begin: np.ndarray, end: np.ndarray, r0: int, r1: int, counts: np.ndarray) -> bool:
         """High-res cycles -> ns in place, per event (`counts` events of each region r0..r1);
@@ -381,9 +389,10 @@ class _Plan:
         lo, hi = self.window
         if not self.hires:
             return (km1 < 5) & ((t < lo) | (t > hi))
-        y = (t - self._per_record(self.cs, r0, r1)).view(np.int64).astype(np.float64) * self._per_record(self.rate, r0, r1)
-        ok = (y >= self._per_record(self.ylo, r0, r1)) & (y <= self._per_record(self.yhi, r0, r1))
-        return (km1 < 5) & ~ok
+        per = np.diff(seg, append=len(rc))  # slots of each region in rc
+        cs, rate, ylo, yhi = (np.repeat(a[r0:r1], per) for a in (self.cs, self.rate, self.ylo, self.yhi))
+        y = (t - cs).view(np.int64).astype(np.float64) * rate
+        return (km1 < 5) & ~((y >= ylo) & (y <= yhi))
 
     def _chunks(self) -> list[tuple[int, int]]:
         """Runs of whole regions of about CHUNK_RECORDS candidate records (empty runs left out)."""
@@ -473,7 +482,7 @@ def _decode(plans: list[_Plan], clock: ClockModel | None) -> tuple[pd.DataFrame,
     kidx = {k: i for i, k in enumerate(codes.kernels)}
     hosts = [_host_span(p.info, clock) for p in plans]
     table = _Table(codes, sum(p.n_records + (1 if h[0] else 0) for p, h in zip(plans, hosts)))
-    biggest = max((int(p.n[a:b].sum()) for p in plans for a, b in p.chunks), default=0)
+    biggest = max((p.chunk_slots(a, b) for p in plans for a, b in p.chunks), default=0)
     scratch = Scratch(biggest)
     launches, off = [], 0
     for p, (host, hb, he) in zip(plans, hosts):

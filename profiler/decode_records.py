@@ -42,18 +42,24 @@ class Scratch:
         self.tend = np.empty(records, np.int64)        # end time of each record's event
 
 
-def compact(plan, r0: int, r1: int, scratch: Scratch) -> tuple[np.ndarray, np.ndarray]:
-    """Copy the candidate records of regions [r0, r1) into scratch; returns (records (m, 2) u64,
-    segment start of each region in it)."""
+def compact(plan, r0: int, r1: int, scratch: Scratch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Copy the candidate records of regions [r0, r1) into scratch: (records (k, 2) u64, start of
+    each region in them, mask of the slots past a region's candidates or None).
+
+    Regions are copied as a block of their first w = max(n) slots each (a strided memcpy, the
+    fastest way through a sparse buffer) when that wastes at most half the block; the slots past
+    a region's n are then holes the caller masks. Otherwise the candidates are gathered."""
     n = plan.n[r0:r1]
+    nr, w = r1 - r0, plan.width(r0, r1)
+    if w is not None:
+        rc = scratch.rec[:nr * w]
+        np.copyto(rc.reshape(nr, w, 2), plan.slots[r0:r1, :w])
+        holes = None if (n == w).all() else np.arange(w) >= n[:, None]
+        return rc, np.arange(nr, dtype=np.int64) * w, holes
     m = int(n.sum())
     rc = scratch.rec[:m]
-    seg = np.cumsum(n) - n
-    if m == (r1 - r0) * plan.cap:  # full regions: one memcpy each
-        np.copyto(rc.reshape(r1 - r0, plan.cap, 2), plan.slots[r0:r1])
-    else:
-        np.take(plan.all_slots, plan.slot_index(r0, r1), axis=0, out=rc, mode="clip")
-    return rc, seg
+    np.take(plan.all_slots, plan.slot_index(r0, r1), axis=0, out=rc, mode="clip")
+    return rc, np.cumsum(n) - n, None
 
 
 def _pairs_in_order(pos: np.ndarray, val: np.ndarray, seg: np.ndarray) -> np.ndarray:
@@ -137,22 +143,25 @@ class ChunkResult:
 
 def decode_chunk(plan, r0: int, r1: int, out: dict, o: int, codes, scratch: Scratch) -> ChunkResult:
     """Decode regions [r0, r1) of `plan` into out[column][o:o + events]."""
-    rc, seg = compact(plan, r0, r1, scratch)
     res = ChunkResult()
-    if not len(rc):
-        return res
     bad = None
     for attempt in range(2):
-        if bad is not None:  # again from a fresh copy (the first pass patched payloads), bad times dropped
-            rc, seg = compact(plan, r0, r1, scratch)
+        rc, seg, holes = compact(plan, r0, r1, scratch)  # again on the second pass: the first patched payloads
+        if not len(rc):
+            return res
+        if bad is not None:  # records with a bad time are skipped like corrupt ones
             rc.view(np.uint8)[:, _KIND_BYTE][bad] = 0
         km1 = rc.view(np.uint8)[:, _KIND_BYTE] - np.uint8(1)    # 0 BEGIN .. 4 DEPART; EMPTY wraps to 255
+        n_holes = 0
+        if holes is not None:
+            np.copyto(km1.reshape(holes.shape), 255, where=holes)
+            n_holes = int(np.count_nonzero(holes))
         n_bad = 0 if bad is None else int(np.count_nonzero(bad))
         words = rc.view(np.uint32)[:, _W_IDKIND] & _ID_KIND_MASK
         b, e = match_spans(km1, words, seg)
         n_begin, n_end = int(np.count_nonzero(km1 == 0)), int(np.count_nonzero(km1 == 1))
         res = ChunkResult()
-        res.counts = {"CorruptRecords": int(np.count_nonzero(km1 > 4)) - n_bad, "BadTimestamps": n_bad,
+        res.counts = {"CorruptRecords": int(np.count_nonzero(km1 > 4)) - n_holes - n_bad, "BadTimestamps": n_bad,
                       "UnmatchedEnd": n_end - len(b), "UnmatchedBegin": n_begin - len(b)}
         if _events(plan, r0, r1, rc, seg, km1, b, e, out, o, codes, scratch, res):
             return res
@@ -193,7 +202,7 @@ def _events(plan, r0, r1, rc, seg, km1, b, e, out, o, codes, scratch, res) -> bo
     np.copyto(begin.view(np.uint64), rows[:, 0])
     np.take(tend, src, out=end, mode="clip")
     evoff = np.searchsorted(src, seg)
-    counts = np.diff(np.r_[evoff, n])
+    counts = np.diff(evoff, append=n)
     if plan.hires:
         if not plan.convert(begin, end, r0, r1, counts):
             return False
