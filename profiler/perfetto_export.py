@@ -11,10 +11,10 @@ so the file is written packet by packet and never held in memory. Layout of the 
 
 Descriptors, interned names, launches and the last arriver of each barrier occurrence (which
 carries a list of flow ids) are built with perfetto_trace_pb2 messages. Every other row (spans,
-instants, host spans, barrier events) is encoded by vectorised numpy varint code: the Python
-protobuf runtime (upb) costs ~2.8 us a packet on the dev machine (100 k packets timed; two
-packets a slice: 180 k slices/s), far below the 500 k slices/s target. The encoded bytes are
-checked against perfetto_trace_pb2 parsing in tests/profiler/test_perfetto.py.
+instants, host spans, barrier events) is encoded by vectorised numpy code, a block of
+same-sized packets at a time (`encode_events`): the Python protobuf runtime (upb) costs ~2.8 us
+a packet on the dev machine (100 k packets timed; two packets a slice: 180 k slices/s). The
+encoded bytes are checked against perfetto_trace_pb2 parsing in tests/profiler/test_perfetto.py.
 
 Ordering. Rows arrive in record order per warp (a parent's BEGIN before its child's), and each
 span is written as its BEGIN packet immediately followed by its END packet. Perfetto's
@@ -54,52 +54,14 @@ def _pb():
 
 
 # -- vectorised protobuf encoding ----------------------------------------------------------------
-# A piece is (columns, length): columns[k] holds byte k of every row (a (n,) uint8 array or an int
-# for a constant byte), and a row's piece is its first length[row] bytes. Rows of one packet
-# kind have the same pieces; an absent optional field is a piece of length 0 on that row.
-def _varint(v: np.ndarray, present: np.ndarray | None = None):
-    """Unsigned varints of v (uint64) as a piece; rows where present is False encode nothing."""
-    v = np.asarray(v).astype(np.uint64, copy=False)
-    n = len(v)
-    vmax = int(v.max()) if n else 0
-    w = max(1, (vmax.bit_length() + 6) // 7)
-    nb = np.ones(n, np.int64)
-    for k in range(1, w):
-        nb += v >= np.uint64(1 << (7 * k))
-    cols = []
-    for k in range(w):
-        b = (v >> np.uint64(7 * k)).astype(np.uint8) & np.uint8(0x7F)
-        if k + 1 < w:
-            b |= (nb > k + 1).view(np.uint8) << np.uint8(7)
-        cols.append(b)
-    if present is not None:
-        nb = np.where(present, nb, 0)
-    return cols, nb
-
-
-def _const(data: bytes, n: int, present: np.ndarray | None = None):
-    ln = np.full(n, len(data), np.int64) if present is None else np.where(present, len(data), 0)
-    return list(data), ln
-
-
-def _scatter(out: np.ndarray, pieces, off: np.ndarray) -> None:
-    """Write the pieces row by row into out, row i starting at off[i] (off is consumed)."""
-    for cols, ln in pieces:
-        for k, col in enumerate(cols):
-            sel = ln > k
-            if sel.all():
-                out[off + k] = col
-            elif sel.any():
-                out[off[sel] + k] = col if isinstance(col, int) else col[sel]
-        off += ln
-
-
-def _assemble(pieces) -> bytes:
-    """Concatenate the pieces row by row into one byte string."""
-    lens = sum(p[1] for p in pieces)
-    out = np.empty(int(lens.sum()), np.uint8)
-    _scatter(out, pieces, np.cumsum(lens) - lens)
-    return out.tobytes()
+# Packets of one shape (BEGIN/INSTANT with their name and payload, END, either with a terminating
+# flow) are built as a (rows, bytes) uint8 block, one column per byte: every varint of a field is
+# written at the width of the field's largest value in the block, its upper bytes redundant
+# (0x80 continuations). Protobuf parsers accept that (protozero's ParseVarInt reads up to 10
+# bytes; Perfetto's own writer pads message lengths so: WriteRedundantVarInt), and it makes all
+# packets of a shape the same size: no per-row offsets, no scatter. The trace grows by the
+# padding (~1 byte a packet: bench_profiler.py reports bytes a slice).
+ENCODE_ROWS = 1 << 15  # packets encoded at once: ~2.5 MB of temporaries
 
 
 def _tag(field: int, wire: int) -> int:
@@ -117,27 +79,86 @@ def _tag_bytes(field: int, wire: int) -> bytes:
             return bytes(out)
 
 
-def _packet_pieces(ts, typ, uuid, name_iid, pl, da_iid, seq, term_flow, named: bool):
-    """Pieces of framed TracePackets of one shape: named (BEGIN/INSTANT) or not (END)."""
-    n = len(ts)
-    body = [([_tag(9, 0), typ.astype(np.uint8)], np.full(n, 2, np.int64)),
-            _const(bytes([_tag(11, 0)]), n), _varint(uuid)]
+def _width(v: np.ndarray) -> int:
+    """Bytes of the varint of the largest value (at least 1)."""
+    return max(1, (int(v.max()).bit_length() + 6) // 7) if len(v) else 1
+
+
+class _Columns:
+    """The byte columns of one packet shape: constants or (rows,) uint8 arrays."""
+
+    def __init__(self):
+        self.cols: list = []
+
+    def const(self, data: bytes) -> "_Columns":
+        self.cols += list(data)
+        return self
+
+    def varint(self, v: np.ndarray, width: int) -> "_Columns":
+        for k in range(width):
+            b = (v >> np.uint64(7 * k)).astype(np.uint8) & np.uint8(0x7F)
+            if k + 1 < width:
+                b |= np.uint8(0x80)
+            self.cols.append(b)
+        return self
+
+    def fixed64(self, v: np.ndarray) -> "_Columns":
+        self.cols += [(v >> np.uint64(8 * k)).astype(np.uint8) for k in range(8)]
+        return self
+
+    def __len__(self) -> int:
+        return len(self.cols)
+
+    def block(self, n: int) -> np.ndarray:
+        out = np.empty((n, len(self.cols)), np.uint8)
+        for j, c in enumerate(self.cols):
+            out[:, j] = c
+        return out
+
+
+def _shape_block(ts, typ, uuid, name_iid, pl, term, named: bool, da_iid: int, seq: int) -> np.ndarray:
+    """Framed TracePackets (Trace.packet entries) of one shape as a (rows, bytes) block."""
+    te = _Columns().const(bytes([_tag(9, 0)]))
     if named:
-        da_val = _varint(pl)
-        da_len = 3 + da_val[1]                     # name_iid field (2 bytes) + int_value tag + varint
-        body += [_const(bytes([_tag(10, 0)]), n), _varint(name_iid),
-                 _const(bytes([_tag(4, 2)]), n), _varint(da_len),
-                 _const(bytes([_tag(1, 0), da_iid, _tag(4, 0)]), n), da_val]
-    if term_flow is not None:
-        has = term_flow != 0
-        body += [_const(_tag_bytes(48, 1), n, has),   # terminating_flow_ids: fixed64, little-endian
-                 ([(term_flow >> np.uint64(8 * k)).astype(np.uint8) for k in range(8)], np.where(has, 8, 0))]
-    te_len = sum(p[1] for p in body)
-    head = [_const(bytes([_tag(8, 0)]), n), _varint(ts), _const(bytes([_tag(11, 2)]), n), _varint(te_len)]
-    tail = [_const(bytes([_tag(10, 0), seq, _tag(13, 0), 2]), n)]   # sequence id, SEQ_NEEDS_INCREMENTAL_STATE
-    pkt = head + body + tail
-    pkt_len = sum(p[1] for p in pkt)
-    return [_const(bytes([_tag(1, 2)]), n), _varint(pkt_len), *pkt]
+        te.cols.append(typ.astype(np.uint8))
+    else:
+        te.const(bytes([2]))
+    te.const(bytes([_tag(11, 0)])).varint(uuid, _width(uuid))
+    if named:
+        wp = _width(pl)
+        te.const(bytes([_tag(10, 0)])).varint(name_iid, _width(name_iid))
+        te.const(bytes([_tag(4, 2), 3 + wp, _tag(1, 0), da_iid, _tag(4, 0)])).varint(pl, wp)
+    if term is not None:  # terminating_flow_ids: fixed64
+        te.const(_tag_bytes(48, 1)).fixed64(term)
+    pkt = _Columns().const(bytes([_tag(8, 0)])).varint(ts, _width(ts)).const(bytes([_tag(11, 2), len(te)]))
+    pkt.cols += te.cols
+    pkt.const(bytes([_tag(10, 0), seq, _tag(13, 0), 2]))  # sequence id, SEQ_NEEDS_INCREMENTAL_STATE
+    assert len(te) < 128 and len(pkt) < 128, "one-byte lengths"
+    frame = _Columns().const(bytes([_tag(1, 2), len(pkt)]))
+    frame.cols += pkt.cols
+    return frame.block(len(ts))
+
+
+def _encode(ts, typ, uuid, name_iid, pl, tf, da_iid: int, seq: int) -> bytes:
+    """Rows of every shape into one (rows, widest) block, then the padding of the shorter rows
+    squeezed out with one boolean mask (two bytes of temporaries per byte written)."""
+    named = typ != 2
+    has_term = np.zeros(len(ts), bool) if tf is None else tf != 0
+    shape = named.astype(np.int8) * 2 + has_term
+    parts = []
+    for sh in np.unique(shape).tolist():
+        idx = np.flatnonzero(shape == sh)
+        parts.append((idx, _shape_block(ts[idx], typ[idx], uuid[idx], name_iid[idx], pl[idx],
+                                        tf[idx] if sh & 1 else None, bool(sh & 2), da_iid, seq)))
+    if len(parts) == 1:
+        return parts[0][1].tobytes()
+    widest = max(b.shape[1] for _, b in parts)
+    rows = np.empty((len(ts), widest), np.uint8)
+    sizes = np.empty(len(ts), np.int16)
+    for idx, b in parts:
+        rows[idx, :b.shape[1]] = b
+        sizes[idx] = b.shape[1]
+    return rows[np.arange(widest, dtype=np.int16) < sizes[:, None]].tobytes()
 
 
 def encode_events(ts, typ, uuid, name_iid, payload, da_iid: int, seq: int = SEQ_ID, term_flow=None) -> bytes:
@@ -146,29 +167,18 @@ def encode_events(ts, typ, uuid, name_iid, payload, da_iid: int, seq: int = SEQ_
     typ: 1 SLICE_BEGIN, 2 SLICE_END, 3 INSTANT. BEGIN and INSTANT carry name_iid and a
     debug annotation (name iid da_iid) with the int payload; END carries neither. term_flow:
     optional uint64 per row, nonzero = one terminating_flow_ids entry (fixed64, field 48).
-    Named and END packets are encoded as two shapes (no per-row optional fields) and scattered
-    into one buffer at their row offsets.
     """
     assert 0 < da_iid < 128 and 0 < seq < 128
     typ = np.asarray(typ)
+    ts = np.asarray(ts).astype(np.uint64)
+    uuid, iid = np.asarray(uuid).astype(np.uint64), np.asarray(name_iid).astype(np.uint64)
     pl = np.asarray(payload).astype(np.int64).view(np.uint64)  # int64 two's complement, as protobuf
     tf = None if term_flow is None else np.asarray(term_flow).astype(np.uint64)
-    named = typ != 2
-    shapes = []
-    for want in (True, False):
-        idx = np.flatnonzero(named == want)
-        if len(idx):
-            pieces = _packet_pieces(np.asarray(ts)[idx], typ[idx], np.asarray(uuid)[idx], np.asarray(name_iid)[idx],
-                                    pl[idx], da_iid, seq, None if tf is None else tf[idx], want)
-            shapes.append((idx, pieces, sum(p[1] for p in pieces)))
-    lens = np.zeros(len(typ), np.int64)
-    for idx, _, ln in shapes:
-        lens[idx] = ln
-    start = np.cumsum(lens) - lens
-    out = np.empty(int(lens.sum()), np.uint8)
-    for idx, pieces, _ in shapes:
-        _scatter(out, pieces, start[idx])
-    return out.tobytes()
+    parts = []
+    for a in range(0, len(typ), ENCODE_ROWS):
+        s = slice(a, a + ENCODE_ROWS)
+        parts.append(_encode(ts[s], typ[s], uuid[s], iid[s], pl[s], None if tf is None else tf[s], da_iid, seq))
+    return b"".join(parts)
 
 
 def _frame(msg) -> bytes:
