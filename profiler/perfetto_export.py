@@ -45,6 +45,8 @@ _K = {k: i for i, k in enumerate(EVENT_KINDS)}
 # Rows per parquet batch: the export's peak RSS is ~0.4 GB whatever the run size at this batch
 # size (1 M and 10 M slices: benchmarks/results/profiler-cpu-*.md).
 BATCH_ROWS = 262_144
+# Rows encoded at once (two packets a span): ~150 bytes of temporaries a row, a few MB.
+WRITE_ROWS = 16_384
 
 
 def _pb():
@@ -395,7 +397,9 @@ def _write_trace(tmp: Path, P, run: Run, tmin, tracks, host_ranks, flows, term, 
         row0 = 0
         cols = ["rank", "block", "warp", "kind", "phase", "begin_ns", "end_ns", "payload", "open"]
         for n, c in _batches(run.path, cols):
-            _write_batch(f, P, c, row0, base, names, intern, flows, term)
+            for a in range(0, n, WRITE_ROWS):  # a slice at a time: the encoder's temporaries stay small
+                part = {k: (v[0][a:a + WRITE_ROWS], v[1]) if isinstance(v, tuple) else v[a:a + WRITE_ROWS] for k, v in c.items()}
+                _write_batch(f, P, part, row0 + a, base, names, intern, flows, term)
             row0 += n
 
 
