@@ -14,7 +14,8 @@ from .pages.timeline import logic as timeline_logic
 
 
 def registry(run: LoadedRun):
-    return run.manifest.get("registry") or None
+    """The run's phase registries as the profiler parses them (profiler.runstore.Run.registries)."""
+    return run.cached("registries", lambda: run.run.registries) or None
 
 
 def timeline_index(run: LoadedRun) -> timeline_logic.TimelineIndex:
