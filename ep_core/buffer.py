@@ -168,6 +168,13 @@ def current_raw_stream(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
+def _device_name(device) -> str:
+    """The GPU's name for the tuned table; a CPU device (the CPU tests' fake Buffer) is named by type."""
+    if device is not None and device.type != "cuda":
+        return device.type
+    return torch.cuda.get_device_name(device)
+
+
 class PlanCache:
     """The plans built for one handle, keyed by what a call may change: the build (compiled out
     or instrumented), dtype, config, options. A plan keeps its config object alive, so a config's
@@ -363,16 +370,12 @@ class Buffer:
                 self.get_dispatch_config if kind == "dispatch" else self.get_combine_config)(self.group_size)
         return c
 
-    def _device_name(self) -> str:
-        """The GPU's name for the tuned table ("cpu" for a Buffer on the CPU test double)."""
-        return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else self.device.type
-
     def _tuned_config(self, kind: str, num_tokens: int, hidden: int, dtype: str) -> Config | None:
         from . import tuned
 
         if Buffer._num_sms_set or num_tokens <= 0 or hidden <= 0:
             return None
-        m = tuned.match(kind, tuned.TunedKey(self._device_name(), self.group_size, dtype, hidden, num_tokens))
+        m = tuned.match(kind, tuned.TunedKey(_device_name(self.device), self.group_size, dtype, hidden, num_tokens))
         if m.entry is None:
             return None
         tuned.announce(m)
