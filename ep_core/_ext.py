@@ -11,9 +11,12 @@ import functools
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-# bindings first: it is the only torch file; each .cu is one kernel family (style rule 5)
-SOURCES = tuple(CSRC / f for f in ("bindings.cpp", "layout.cu", "notify.cu", "dispatch.cu", "combine.cu", "hook.cu"))
-KERNEL_SOURCES = SOURCES[1:]
+# the torch files (bindings.cpp holds the module; the low-latency calls register into it), then
+# the kernel files: each .cu is one kernel family (style rule 5), compiled without torch
+BINDING_SOURCES = tuple(CSRC / f for f in ("bindings.cpp", "low_latency_bindings.cpp"))
+KERNEL_SOURCES = tuple(CSRC / f for f in ("layout.cu", "notify.cu", "dispatch.cu", "combine.cu", "hook.cu",
+                                          "low_latency_dispatch.cu", "low_latency_combine.cu"))
+SOURCES = BINDING_SOURCES + KERNEL_SOURCES
 
 
 @functools.lru_cache(maxsize=None)

@@ -102,6 +102,12 @@ class EPCapacityError(ValueError):
     """A call needs more buffer (or exceeds a limit) than this Buffer was created for."""
 
 
+def _ll_module():
+    from . import low_latency
+
+    return low_latency
+
+
 def _registry():
     from ep_core.generated import ep_intranode_phases as P
 
@@ -261,12 +267,12 @@ class Buffer:
                  num_qps_per_rank: int = 24, allow_nvlink_for_low_latency_mode: bool = True,
                  allow_mnnvl: bool = False, use_fabric: bool = False, explicitly_destroy: bool = False, *,
                  timeout_s: float | None = None, _test_skip_send_rank: int | None = None):
-        if num_rdma_bytes > 0:
+        if num_rdma_bytes > 0 and not low_latency_mode:
             raise NotImplementedError("ep_core: internode (num_rdma_bytes > 0) is not implemented; "
                                       "ep_core is intranode only (the GPUs of one NVLink node)")
-        if low_latency_mode:
-            raise NotImplementedError("ep_core: low-latency mode is not implemented (issue 3 covers the normal "
-                                      "prefill/training kernels only)")
+        if low_latency_mode and not allow_nvlink_for_low_latency_mode:
+            raise NotImplementedError("ep_core: the low-latency kernels move data over NVLink only "
+                                      "(allow_nvlink_for_low_latency_mode=False needs RDMA)")
         self.group = group
         rank = group.rank() if group is not None else 0
         group_size = group.size() if group is not None else 1
@@ -274,6 +280,8 @@ class Buffer:
             raise ValueError(f"ep_core: 1..{MAX_RANKS} ranks (intranode), the group has {group_size}")
         ext = _ext.load(profile=False)
         limits = dict(ext.limits())
+        if low_latency_mode:  # decode-only Buffers size num_rdma_bytes alone: the normal map gets its minimum
+            num_nvl_bytes = max(int(num_nvl_bytes), limits["data_offset"] + REGION_ALIGN * 8)
         if int(num_nvl_bytes) < limits["data_offset"] + REGION_ALIGN * 8:
             raise EPCapacityError(
                 f"ep_core: num_nvl_bytes={int(num_nvl_bytes)} is below the minimum "
@@ -289,6 +297,8 @@ class Buffer:
         self._init_host_state(ext, rank=rank, group_size=group_size, num_nvl_bytes=int(num_nvl_bytes),
                               timeout_s=timeout, skip_send=skip is not None and int(skip) == rank, device=device,
                               comm_stream=torch.cuda.Stream(device=device), peers=peers)
+        # low-latency mode: its own IPC-mapped buffer of num_rdma_bytes (ep_core/low_latency.py)
+        self._ll = _ll_module().LowLatency(self, int(num_rdma_bytes)) if low_latency_mode else None
 
     def _init_host_state(self, ext, *, rank, group_size, num_nvl_bytes, timeout_s, skip_send, device, comm_stream,
                          peers) -> None:
@@ -402,6 +412,8 @@ class Buffer:
         torch.cuda.synchronize(self.device)
         if self.group_size > 1:
             dist.barrier(group=self.group)  # no peer may still write into a buffer we unmap
+        if getattr(self, "_ll", None) is not None:
+            self._ll.destroy()
         self.peers.close()
         self._builds.clear()
         self._err.close()
@@ -959,18 +971,48 @@ class Buffer:
                                           role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
         return _Plan(config, cpp, self._prof_geometry("barrier", 1, 1), prof_kernel)
 
-    # -- low latency (not in this issue) ---------------------------------------------------------
-    def low_latency_dispatch(self, *args, **kwargs):
-        raise NotImplementedError("ep_core: low_latency_dispatch is not implemented (normal kernels only, issue 3)")
+    # -- low latency (ep_core/low_latency.py) ------------------------------------------------------
+    @staticmethod
+    def get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank: int, hidden: int, num_ranks: int,
+                                       num_experts: int) -> int:
+        """num_rdma_bytes of a low_latency_mode Buffer for this shape (an NVLink buffer here)."""
+        return _ll_module().size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts)
 
-    def low_latency_combine(self, *args, **kwargs):
-        raise NotImplementedError("ep_core: low_latency_combine is not implemented (normal kernels only, issue 3)")
+    def _low_latency(self):
+        ll = getattr(self, "_ll", None)
+        if ll is None:
+            raise RuntimeError("ep_core: low-latency calls need Buffer(..., num_rdma_bytes="
+                               "Buffer.get_low_latency_rdma_size_hint(...), low_latency_mode=True)")
+        return ll
 
-    def get_next_low_latency_combine_buffer(self, *args, **kwargs):
-        raise NotImplementedError("ep_core: low-latency buffers are not implemented (normal kernels only, issue 3)")
+    def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank: int, num_experts: int,
+                             use_fp8: bool = True, round_scale: bool = False, use_ue8m0: bool = False,
+                             async_finish: bool = False, return_recv_hook: bool = False, *,
+                             cumulative_local_expert_recv_stats=None, dispatch_wait_recv_cost_stats=None,
+                             config=None, profile=None):
+        """DeepEP's low_latency_dispatch -> (recv_x, recv_count, handle, event, hook); `config` (a
+        LowLatencyConfig) and `profile` are ep_core's additions."""
+        return self._low_latency().dispatch(x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
+                                            cumulative_local_expert_recv_stats, dispatch_wait_recv_cost_stats,
+                                            use_fp8, round_scale, use_ue8m0, async_finish, return_recv_hook,
+                                            config=config, profile=profile)
 
-    def clean_low_latency_buffer(self, *args, **kwargs):
-        raise NotImplementedError("ep_core: low-latency buffers are not implemented (normal kernels only, issue 3)")
+    def low_latency_combine(self, x, topk_idx, topk_weights, handle, zero_copy: bool = False,
+                            async_finish: bool = False, return_recv_hook: bool = False, out=None, *,
+                            use_logfmt: bool = False, combine_wait_recv_cost_stats=None, config=None, profile=None):
+        """DeepEP's low_latency_combine (weighted by topk_weights) -> (combined_x, event, hook)."""
+        return self._low_latency().combine(x, topk_idx, topk_weights, handle, zero_copy, async_finish,
+                                           return_recv_hook, out, use_logfmt=use_logfmt,
+                                           combine_wait_recv_cost_stats=combine_wait_recv_cost_stats,
+                                           config=config, profile=profile)
+
+    def get_next_low_latency_combine_buffer(self, handle):
+        """The [E/R, R * T_max, H] bf16 tensor the next low_latency_combine(zero_copy=True) reads."""
+        return self._low_latency().next_combine_buffer(handle)
+
+    def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:
+        """Zero the low-latency buffer's control block on every rank (collective)."""
+        self._low_latency().clean()
 
     def internode_dispatch(self, *args, **kwargs):
         raise NotImplementedError("ep_core: internode is not implemented (intranode only)")

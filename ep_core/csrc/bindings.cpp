@@ -532,8 +532,11 @@ class Launcher {
 
 }  // namespace
 
+void register_low_latency(py::module_& m);  // low_latency_bindings.cpp
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "ep_core intranode dispatch/combine kernels";
+  register_low_latency(m);
   m.def("profile_enabled", [] { return EPSCOPE_PROFILE != 0; });
   m.def("limits", [] {
     py::dict d;
