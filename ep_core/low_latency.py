@@ -338,8 +338,19 @@ class LowLatency:
 
         from .peer import PeerBuffers
 
-        self.buffer = buffer
         ext = buffer.ext
+        self._check_limits(ext)
+        num_sms = torch.cuda.get_device_properties(buffer.device).multi_processor_count
+        self._check_size(num_bytes)
+        peers = PeerBuffers(ext, buffer.group, int(num_bytes))
+        self._init_state(buffer, num_bytes, config, peers, num_sms)
+        ext.ll_clean(peers.local, CONTROL_BYTES, 0)
+        torch.cuda.synchronize(buffer.device)
+        if buffer.group_size > 1:
+            torch.distributed.barrier(group=buffer.group)  # every control block is zero before anyone writes
+
+    @staticmethod
+    def _check_limits(ext) -> None:
         limits = dict(ext.ll_limits())
         mine = {"group": GROUP, "max_tokens": MAX_TOKENS, "max_blocks": MAX_BLOCKS,
                 "max_warps_per_block": MAX_WARPS_PER_BLOCK, "max_local_experts": MAX_LOCAL_EXPERTS,
@@ -350,20 +361,24 @@ class LowLatency:
         if got != mine:
             raise RuntimeError(f"ep_core low-latency: ep_core/low_latency.py and the compiled kernels disagree on "
                                f"their limits: {mine} vs {got} (rebuild the extension)")
-        self.num_bytes = int(num_bytes)
-        if self.num_bytes < CONTROL_BYTES + 4096:
-            raise ValueError(f"ep_core: the low-latency buffer (num_rdma_bytes={self.num_bytes}) is too small; size it "
+
+    @staticmethod
+    def _check_size(num_bytes: int) -> None:
+        if int(num_bytes) < CONTROL_BYTES + 4096:
+            raise ValueError(f"ep_core: the low-latency buffer (num_rdma_bytes={int(num_bytes)}) is too small; size it "
                              f"with Buffer.get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden, "
                              f"num_ranks, num_experts)")
+
+    def _init_state(self, buffer, num_bytes: int, config, peers, num_sms: int) -> None:
+        """Everything but the GPU allocations (the CPU tests build a LowLatency around a fake
+        extension and fake peers with this)."""
+        self.buffer = buffer
+        self.num_bytes = int(num_bytes)
+        self.num_sms = int(num_sms)
         self.config = config if config is not None else LowLatencyConfig()
-        self.num_sms = torch.cuda.get_device_properties(buffer.device).multi_processor_count
         self.config.check_geometry(buffer.group_size, self.num_sms)
-        self.peers = PeerBuffers(ext, buffer.group, self.num_bytes)
-        self._err = ext.ErrorRecord()
-        ext.ll_clean(self.peers.local, CONTROL_BYTES, 0)
-        torch.cuda.synchronize(buffer.device)
-        if buffer.group_size > 1:
-            torch.distributed.barrier(group=buffer.group)  # every control block is zero before anyone writes
+        self.peers = peers
+        self._err = buffer.ext.ErrorRecord()
         self._launchers: dict = {}       # id(ext) -> LLLauncher of that build
         self._layouts: dict = {}         # (T_max, H, E) -> (LowLatencyLayout, {id(ext): LLLayout})
         self._sets: dict = {}            # (dispatch key, parity) -> _OutputSet

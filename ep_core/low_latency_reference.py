@@ -4,8 +4,8 @@ the oracle of tests/gpu/test_low_latency.py and of the CPU tests.
 It simulates R ranks in one process: each function takes one entry per rank and returns one
 entry per rank; vectorised (no loop per token), any device. It computes what the kernels
 compute, bit for bit:
-- expert e lives on rank e // (E / R); a -1 top-k entry is ignored; a token takes one row per
-  (token, expert) even if its top-k names an expert twice.
+- expert e lives on rank e // (E / R); a -1 top-k entry (or any id outside [0, E)) is ignored; a
+  token takes one row per (token, expert) even if its top-k names an expert twice.
 - the rows of local expert e on rank j: sources in rotation order j, j+1, ..., j-1 (mod R), then
   token order; recv_count[e] of the R * T_max rows are valid, the rest are left as they were.
   recv_src_info[e, i] is the token's index at its source; recv_layout_range[e, r] =
@@ -175,7 +175,8 @@ def dispatch(xs: Sequence[torch.Tensor], topks: Sequence[torch.Tensor], num_expe
             if use_ue8m0:
                 recv_scales = ue8m0_pack(recv_scales)
         # this rank's tokens' destination ranks
-        dest = torch.where(topks[j] >= 0, topks[j] // El, torch.full_like(topks[j], -1))
+        ok = (topks[j] >= 0) & (topks[j] < num_experts)
+        dest = torch.where(ok, topks[j] // El, torch.full_like(topks[j], -1))
         bits = torch.where(dest >= 0, torch.ones_like(dest) << dest.clamp(min=0), torch.zeros_like(dest))
         sent_mask = torch.zeros((topks[j].size(0),), dtype=torch.int64, device=dev)
         for k in range(K):
@@ -203,7 +204,7 @@ def combine(ys: Sequence[torch.Tensor], disp: Sequence[LLRefDispatch], topks: Se
         topk = topks[s]
         T, K = topk.shape
         w = _masked_weights(topk if combine_topks is None else combine_topks[s], weights[s])
-        dest = torch.where(topk >= 0, topk // El, torch.full_like(topk, -1))
+        dest = torch.where((topk >= 0) & (topk < El * R), topk // El, torch.full_like(topk, -1))
         acc_out = torch.zeros((T, H), dtype=torch.float32, device=ys[0].device)
         for d in range(R):
             rowids = disp[d].slot[s, :T].to(torch.int64)          # [T, K] on expert rank d

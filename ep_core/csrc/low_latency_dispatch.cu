@@ -6,6 +6,7 @@
 //     and, per expert, the token's position among this rank's tokens of that expert in token
 //     order (shared-memory masks per 32 tokens); written as the routing records meta[h][me][t][k]
 //     = (pos << 16) | local expert, plus the header {num_tokens, count per local expert}, into d.
+//   (an expert id outside [0, E) counts as -1, "no expert", everywhere)
 //   sender tasks (token, slice of its 128-element groups): load the BF16 slice, cast to FP8 with
 //     one scale per group (or keep BF16), store it once into each destination's staging row
 //     rows[h][me][t] (the own rank included, a local store); slice 0 records the token's
@@ -173,14 +174,14 @@ __device__ bool send_token(const Ctx& c, const Task& tk, SeenFlags& credits, eps
     }
 #pragma unroll
     for (int j = 0; j < kK; ++j)
-      if (e[j] >= 0) mask |= 1u << int(e[j] / c.num_local);
+      if (e[j] >= 0 && e[j] < a.num_experts) mask |= 1u << int(e[j] / c.num_local);
     loaded = true;
   } else {
 #pragma unroll
     for (int j = 0; j < kK; ++j) {
       if (j >= K) break;
       const int64_t e = ld_in_order(ids + j);
-      if (e >= 0) mask |= 1u << int(e / c.num_local);
+      if (e >= 0 && e < a.num_experts) mask |= 1u << int(e / c.num_local);
     }
   }
   for (uint32_t m = mask; m; m &= m - 1)

@@ -1,0 +1,73 @@
+"""The low-latency sources build as the project builds them, without a GPU: the bindings file
+passes a host-compiler syntax check against torch's headers (the kernel files' nvcc compile in
+both profile builds is tests/ep_core/test_kernels_compile.py, which covers every KERNEL_SOURCES
+file), and the compiled-out top-8 kernels neither spill nor grow past the register budget of their
+launch bounds (ptxas -v), so the recording build is the only one that may."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from ep_core._ext import BINDING_SOURCES, CSRC, KERNEL_SOURCES, SOURCES
+from profiler.record.build import NvccNotFound, nvcc_path
+
+REPO = Path(__file__).resolve().parents[2]
+LL_KERNELS = [CSRC / "low_latency_dispatch.cu", CSRC / "low_latency_combine.cu"]
+
+
+def test_low_latency_files_are_part_of_the_extension():
+    assert CSRC / "low_latency_bindings.cpp" in BINDING_SOURCES
+    for f in LL_KERNELS:
+        assert f in KERNEL_SOURCES
+    assert SOURCES == BINDING_SOURCES + KERNEL_SOURCES
+    assert "register_low_latency(m);" in (CSRC / "bindings.cpp").read_text()
+
+
+def test_low_latency_bindings_syntax_check():
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("no g++ on this machine")
+    try:
+        nvcc = nvcc_path()
+    except NvccNotFound as e:
+        pytest.skip(f"no CUDA toolkit here: {e}")
+    cuda_inc = Path(nvcc).resolve().parents[1] / "include"
+    if not (cuda_inc / "cuda_runtime.h").is_file():
+        cuda_inc = Path("/usr/local/cuda/include")
+    if not (cuda_inc / "cuda_runtime.h").is_file():
+        pytest.skip("no CUDA headers (cuda_runtime.h)")
+    from torch.utils.cpp_extension import include_paths
+
+    cmd = [gxx, "-std=c++17", "-fsyntax-only", "-w", f"-I{REPO}", f"-I{cuda_inc}",
+           *[f"-I{p}" for p in include_paths()], f"-I{sysconfig.get_paths()['include']}",
+           "-DTORCH_EXTENSION_NAME=ep_core_check", "-DEPSCOPE_PROFILE=0", str(CSRC / "low_latency_bindings.cpp")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+
+
+@pytest.mark.parametrize("src", LL_KERNELS, ids=lambda p: p.stem)
+def test_compiled_out_top8_kernels_do_not_spill(src, tmp_path):
+    try:
+        nvcc = nvcc_path()
+    except NvccNotFound as e:
+        pytest.skip(f"no nvcc on this machine: {e}")
+    cmd = [nvcc, "-arch=sm_90", "-std=c++17", "-O3", f"-I{REPO}", "-DEPSCOPE_PROFILE=0", "-Xptxas", "-v",
+           "-c", str(src), "-o", str(tmp_path / "out.o")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    # per kernel: "Compiling entry function '<mangled>'" then its properties
+    blocks = re.split(r"Compiling entry function '", res.stderr)[1:]
+    top8 = [b for b in blocks if "Li8E" in b.split("'")[0]]
+    assert top8, f"no top-8 instance of {src.name} in ptxas' output"
+    for b in top8:
+        name = b.split("'")[0]
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", b)
+        regs = re.search(r"Used (\d+) registers", b)
+        assert spill and regs, b[:500]
+        assert spill.group(1) == "0" and spill.group(2) == "0", f"{name} spills: {spill.group(0)}"
+        assert int(regs.group(1)) <= 128, f"{name} uses {regs.group(1)} registers (512-thread launch bounds: 128)"
