@@ -270,6 +270,10 @@ class Buffer:
         if num_rdma_bytes > 0 and not low_latency_mode:
             raise NotImplementedError("ep_core: internode (num_rdma_bytes > 0) is not implemented; "
                                       "ep_core is intranode only (the GPUs of one NVLink node)")
+        if low_latency_mode and num_rdma_bytes <= 0:
+            raise ValueError("ep_core: low_latency_mode needs num_rdma_bytes (the low-latency buffer, NVLink-mapped "
+                             "here): size it with Buffer.get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank,"
+                             " hidden, num_ranks, num_experts)")
         if low_latency_mode and not allow_nvlink_for_low_latency_mode:
             raise NotImplementedError("ep_core: the low-latency kernels move data over NVLink only "
                                       "(allow_nvlink_for_low_latency_mode=False needs RDMA)")

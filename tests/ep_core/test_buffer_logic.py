@@ -137,12 +137,17 @@ def test_device_error_messages_name_rank_phase_chunk_and_peer():
 def test_internode_and_low_latency_refuse_before_touching_a_gpu():
     with pytest.raises(NotImplementedError, match="internode"):
         B.Buffer(None, num_nvl_bytes=1 << 30, num_rdma_bytes=1 << 20)
-    with pytest.raises(NotImplementedError, match="low-latency"):
+    # low-latency mode (ep_core/low_latency.py) needs its own buffer size, and NVLink
+    with pytest.raises(ValueError, match="get_low_latency_rdma_size_hint"):
         B.Buffer(None, num_nvl_bytes=1 << 30, low_latency_mode=True)
+    with pytest.raises(NotImplementedError, match="NVLink only"):
+        B.Buffer(None, num_rdma_bytes=1 << 20, low_latency_mode=True, allow_nvlink_for_low_latency_mode=False)
     b = _bare_buffer(1 << 30)
-    for call in (b.low_latency_dispatch, b.low_latency_combine, b.internode_dispatch):
-        with pytest.raises(NotImplementedError):
-            call()
+    with pytest.raises(NotImplementedError):
+        b.internode_dispatch()
+    for call in (b.low_latency_dispatch, b.low_latency_combine):  # a Buffer made without low_latency_mode
+        with pytest.raises(RuntimeError, match="low_latency_mode=True"):
+            call(None, None, None, None)
 
 
 def test_set_num_sms_validates_and_feeds_the_config_tables():
