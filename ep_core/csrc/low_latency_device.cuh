@@ -89,9 +89,10 @@ __device__ __forceinline__ int4 ld_in_order(const int4* p) {
                : "memory");
   return v;
 }
+// (routing records a peer wrote during the kernel: L2 only, like ld_cg)
 __device__ __forceinline__ int ld_in_order(const int* p) {
   int v;
-  asm volatile("ld.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  asm volatile("ld.global.cg.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 
@@ -252,7 +253,9 @@ __device__ __forceinline__ Split make_split(int items, int groups, int duties, c
   Split s{};
   s.items = items;
   s.groups = groups;
-  s.duties = duties;
+  // Warp 0 of block 0 always counts as a worker: a phase with nothing to do on this rank (a
+  // combine receive of zero tokens) still arrives once, so its last arrival posts the credits.
+  s.duties = max(duties, 1);
   s.num_blocks = num_blocks;
   s.wpb = wpb;
   s.flat = k.flat_split != 0;

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issue 10's device call: build both extension variants once, run the low-latency GPU tests,
+# the latency table (benchmarks/gpu/ll_bench.py) and, with STORIES=1, the five A/B story
+# recordings (benchmarks/gpu/ll_stories.py). Everything it writes lands under $OUT.
+#   run (device tool, 2 GPUs):  EP_COMMIT=<commit> bash benchmarks/gpu/ll_gpu.sh
+# Steps (1 = run): TESTS, BENCH, STORIES. Budget: ~1.5 min build + ~1.5 min tests + ~1 min table
+# (+ ~1.5 min stories).
+set -uo pipefail
+export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=32
+OUT=${OUT:-/tmp/ll_gpu_out}
+mkdir -p "$OUT"
+TESTS=${TESTS:-1} BENCH=${BENCH:-1} STORIES=${STORIES:-0}
+BENCH_ARGS=${BENCH_ARGS:-}
+STORY_ARGS=${STORY_ARGS:-}
+if [ -n "${EP_COMMIT:-}" ]; then export EPSCOPE_GIT_COMMIT="$EP_COMMIT" EPSCOPE_GIT_BRANCH="${EP_BRANCH:-main}" EPSCOPE_COMMIT="$EP_COMMIT"; fi
+{ nvidia-smi --query-gpu=name,driver_version --format=csv; echo "commit ${EP_COMMIT:-unknown (no .git on the device)}"; date -u; } \
+  | tee "$OUT/gpu.txt"
+
+t0=$(date +%s)
+python -c "import ep_core._ext as X; X.load(False)" > "$OUT/build_noprof.log" 2>&1 &
+python -c "import ep_core._ext as X; X.load(True)" > "$OUT/build_prof.log" 2>&1 &
+wait
+echo "build: $(( $(date +%s) - t0 )) s"; for f in "$OUT"/build_*.log; do tail -n 3 "$f"; done
+
+if [ "$TESTS" = 1 ]; then
+  timeout 240 python -m pytest -q -x -rA tests/gpu/test_low_latency.py 2>&1 | tail -40 | tee "$OUT/ll_tests.log"
+fi
+if [ "$BENCH" = 1 ]; then
+  timeout 240 python benchmarks/gpu/ll_bench.py --out "$OUT" $BENCH_ARGS 2>&1 | tail -60 | tee "$OUT/ll_bench.log"
+fi
+if [ "$STORIES" = 1 ]; then
+  mkdir -p "$OUT/traces"
+  timeout 300 python benchmarks/gpu/ll_stories.py --out "$OUT/traces" $STORY_ARGS 2>&1 | tail -60 \
+    | tee "$OUT/traces/ll_stories.log"
+  tar czf "$OUT/ll_traces.tar.gz" -C "$OUT" traces && rm -rf "$OUT/traces"
+fi
+# build logs come back only when a build failed
+if grep -qiE "error|Traceback" "$OUT"/build_*.log; then cat "$OUT"/build_*.log | gzip > "$OUT/build_logs.gz"; fi
+rm -f "$OUT"/build_*.log
+echo "total: $(( $(date +%s) - t0 )) s"

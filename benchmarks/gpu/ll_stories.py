@@ -1,0 +1,311 @@
+"""Seed 002's five techniques as A/B recordings of ep_core's low-latency kernels (issue 10).
+
+    PYTHONPATH=. python benchmarks/gpu/ll_stories.py --out traces        # 2 GPUs, ~1.5 min
+    python benchmarks/gpu/ll_stories.py --plan                           # the plan, no GPU
+
+For each knob of LowLatencyConfig, side A runs it at its old behaviour and side B at the new one
+(every other knob new), REPLICATES runs per side, recorded interleaved (A0 B0 of every story, then
+A1 B1, ...), all in ONE launch of one process per GPU. A run is a profiler.record Session of
+PROFILED decode steps (dispatch + combine, FP8, hidden 7168, top-8 of 256) after WARMUP unprofiled
+ones. Each run's manifest gets an `expect` block (profiler.expect) with what was planted: the
+single-run cause of its side and, for the pair, outcome knob_change naming the kernel, phase and
+direction B should move in. After recording, rank 0 checks each planted cause in its own
+recordings with profiler.analysis (idle blocks, useless arrivals, host time on the critical path,
+the op latency B / A) and writes the checks into the expect block's `extra`; a planted cause that
+did not show fails its check and the command exits 1, so a story whose truth did not happen is
+never bundled silently.
+
+Routing: each token picks top_k / 2 experts on each of the 2 ranks (uniformly within the rank):
+every token reaches both ranks, so no warp of the new behaviour is idle because its token had no
+expert on a rank (a coincidence of uniform routing, ~0.4 % of tokens, that would show as a few
+idle warps and blur the stories). Geometry: LowLatencyConfig's default, 64 blocks x 16 warps.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from profiler.expect import Cause, ComparisonExpect, Direction, Effect, Expect  # noqa: E402
+
+HIDDEN, TOPK, EXPERTS, RANKS = 7168, 8, 256, 2
+REPLICATES, WARMUP, PROFILED = 3, 3, 3
+CAPACITY = 256          # records per warp: a warp records a few per task, at most ~20 here
+LEAD_US = 300           # GPU busy ahead of each step, so the host's enqueue is off the path (not for the host story)
+STEP_SLEEP_US = 40      # the host story's stand-ins for attention and the experts' GEMMs, per step
+SM_CLOCK_GHZ = 1.98     # measured-facts.md: torch.cuda._sleep counts SM cycles
+
+
+@dataclass(frozen=True)
+class Story:
+    key: str                    # group name and run-name stem
+    knob: str                   # LowLatencyConfig field
+    tokens: int                 # tokens per rank (= num_max_dispatch_tokens_per_rank)
+    cause_a: Cause              # what the single-run pages should name on side A (old) ...
+    cause_b: Cause              # ... and on side B (new)
+    kernel: str | None          # what B moves, against A
+    phase: str | None
+    direction: Direction
+    host_bound: bool = False    # steps with GPU work between the calls and no lead: the host paces
+    why: str = ""
+
+    def side(self, side: str) -> dict:
+        return {"cause": (self.cause_a if side == "A" else self.cause_b).value}
+
+
+STORIES = (
+    Story("ll-split", "split", 64, Cause.STARVED_WARPS, Cause.NONE, "ll_dispatch", "send_token", Direction.FASTER,
+          why="per block: 64 tokens on 64 blocks, one warp per block copies a whole 14 KB row, 15 of 16 warps idle; "
+              "flat: (token, 512-column slice) tasks on every warp"),
+    Story("ll-barrier", "barrier", 64, Cause.USELESS_ARRIVALS, Cause.NONE, "ll_dispatch", None, Direction.FASTER,
+          why="all: the 128 warps without a send task arrive at send_done and every warp waits for the grid; "
+              "working: only warps with work arrive, and leave"),
+    Story("ll-slice-floor", "min_slice_groups", 4, Cause.STARVED_WARPS, Cause.STARVED_WARPS, "ll_dispatch", None,
+          Direction.FASTER,
+          why="4 tokens: no floor cuts each token into 56 single-group slices (224 send tasks of 256 B), the floor "
+              "into 14 (56 tasks of 1 KB); most warps idle either way"),
+    Story("ll-loads", "loads", 128, Cause.NONE, Cause.NONE, "ll_combine", "partial", Direction.FASTER,
+          why="in order: each expert row of a partial sum loaded right before its use (about 4 dependent "
+              "loads per slice); first: all rows in flight together"),
+    Story("ll-host", "host", 128, Cause.HOST_BOUND, Cause.NONE, None, None, Direction.FASTER, host_bound=True,
+          why="per call: layout, output tensors, views, plans and hook rebuilt on every call; cached: reused. "
+              f"Steps with {STEP_SLEEP_US} us of GPU work before each call and no lead"),
+)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    story: Story
+    side: str
+    replicate: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.story.key}-{self.side.lower()}{self.replicate}"
+
+    def config_dict(self) -> dict:
+        from ep_core.low_latency import LowLatencyConfig
+
+        cfg = LowLatencyConfig()
+        if self.side == "A":
+            cfg = cfg.with_old(self.story.knob)
+        return cfg.to_dict()
+
+    def knob_value(self):
+        return self.config_dict()[self.story.knob]
+
+
+def plan(only: tuple[str, ...] | None = None, replicates: int = REPLICATES) -> list[PlannedRun]:
+    stories = [s for s in STORIES if only is None or s.key in only]
+    return [PlannedRun(s, side, r) for r in range(replicates) for s in stories for side in ("A", "B")]
+
+
+def expect_for(run: PlannedRun, effect: Effect | None, extra: dict, planted_by: str) -> Expect:
+    s = run.story
+    cause = s.cause_a if run.side == "A" else s.cause_b
+    cmp_ = ComparisonExpect(group=s.key, side=run.side, replicate=run.replicate, outcome=Cause.KNOB_CHANGE,
+                            knob=s.knob, value=run.knob_value(), kernel=s.kernel, phase=s.phase,
+                            direction=s.direction)
+    kernel = s.kernel if cause is not Cause.NONE else None
+    phase = "send_done" if cause is Cause.USELESS_ARRIVALS else None
+    if cause is Cause.USELESS_ARRIVALS:
+        kernel = "ll_dispatch"
+    return Expect(cause=cause, kernel=kernel if cause is not Cause.HOST_BOUND else None, phase=phase,
+                  effect=effect, comparison=cmp_, planted_by=planted_by, note=s.why, extra=extra)
+
+
+# ---- recording (GPU) ------------------------------------------------------------------------------
+def balanced_routing(T: int, seed: int, dev):
+    """Each token: TOPK / RANKS distinct experts on each rank, uniform within the rank."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    per = EXPERTS // RANKS
+    parts = [torch.argsort(torch.rand((T, per), generator=g), dim=1)[:, : TOPK // RANKS] + r * per
+             for r in range(RANKS)]
+    idx = torch.cat(parts, dim=1).to(torch.int64)
+    w = torch.rand((T, TOPK), generator=g) + 0.1
+    return idx.to(dev), (w / w.sum(1, keepdim=True)).to(dev)
+
+
+def _record_rank(ctx, opts) -> list[dict]:
+    import torch
+    import torch.distributed as dist
+
+    import ep_core
+    from ep_core import _ext
+    from ep_core import low_latency as ll
+    from ep_core import low_latency_reference as ref
+    from profiler.record.session import Session
+
+    rank = ctx.rank
+    runs = plan(opts.only, opts.replicates)
+    t_max = max(r.story.tokens for r in runs)
+    buffer = ep_core.Buffer(ctx.group, num_rdma_bytes=ep_core.Buffer.get_low_latency_rdma_size_hint(
+        t_max, HIDDEN, RANKS, EXPERTS), low_latency_mode=True)
+    _ext.load(profile=True)
+    inputs = {}
+    for T in sorted({r.story.tokens for r in runs}):
+        g = torch.Generator().manual_seed(T * 1000 + rank)
+        x = torch.randn((T, HIDDEN), generator=g).to(torch.bfloat16).to(ctx.device)
+        idx, w = balanced_routing(T, T * 1000 + rank, ctx.device)
+        # combine's input: the received rows themselves, as BF16 (what the experts read)
+        recv, _, _, _, _ = buffer.low_latency_dispatch(x, idx, T, EXPERTS)
+        y = ref.dequantize(recv[0].reshape(-1, HIDDEN), recv[1].reshape(-1, HIDDEN // 128)).view(
+            recv[0].shape).contiguous()
+        inputs[T] = (x, idx, w, y)
+    torch.cuda.synchronize()
+    go = torch.zeros(1, device=ctx.device)
+    lead = int(LEAD_US * SM_CLOCK_GHZ * 1e3)
+    step_sleep = int(STEP_SLEEP_US * SM_CLOCK_GHZ * 1e3)
+    facts = []
+    for run in runs:
+        s = run.story
+        cfg = ll.LowLatencyConfig(**run.config_dict())
+        x, idx, w, y = inputs[s.tokens]
+
+        def step():
+            dist.all_reduce(go, group=ctx.group)  # ranks start every step together
+            if s.host_bound:
+                torch.cuda._sleep(step_sleep)      # attention
+            else:
+                torch.cuda._sleep(lead)            # the host enqueues while the GPU is busy
+            h = buffer.low_latency_dispatch(x, idx, s.tokens, EXPERTS, config=cfg)[2]
+            if s.host_bound:
+                torch.cuda._sleep(step_sleep)      # the experts' GEMMs
+            buffer.low_latency_combine(y, idx, w, h, config=cfg)
+
+        for _ in range(WARMUP):
+            step()
+        torch.cuda.synchronize()
+        dist.barrier(group=ctx.group)
+        session = Session(opts.out, name=run.name, description=f"{s.key} side {run.side} ({s.knob}="
+                          f"{run.knob_value()}), {s.tokens} tokens/rank, replicate {run.replicate}",
+                          rank=rank, world_size=RANKS, group=ctx.group, capacity=CAPACITY, overwrite=True,
+                          workload={"kind": "ep-low-latency", "story": s.key, "side": run.side,
+                                    "replicate": run.replicate, "tokens": s.tokens, "hidden": HIDDEN,
+                                    "topk": TOPK, "experts": EXPERTS, "routing": "balanced-per-rank",
+                                    "host_bound_steps": s.host_bound},
+                          config={"low_latency": cfg.to_dict()})
+        with session:
+            with buffer.profile(session):
+                for it in range(PROFILED):
+                    buffer.profile_iteration = it
+                    step()
+        torch.cuda.synchronize()
+        facts.append({"run": run.name, "path": str(session.path) if session.path else None})
+        if rank == 0:
+            print(f"[ll_stories {time.strftime('%H:%M:%S')}] recorded {run.name}", flush=True)
+    buffer._ll.synchronize()
+    return facts
+
+
+# ---- checks and expect blocks (rank 0, after the recording) ----------------------------------------
+def _op_latency_us(launches, kernel: str | None):
+    """Per iteration: the slowest rank's GPU time of `kernel`, or (None) the step's span from the
+    first host call to the last GPU end."""
+    import pandas as pd
+
+    la = launches
+    if kernel is not None:
+        k = la[la["kernel"].astype(str) == kernel]
+        k = k.assign(us=(k["gpu_end_ns"] - k["gpu_begin_ns"]) / 1e3)
+        return k.groupby("iteration")["us"].max()
+    ok = la[la["host_begin_ns"] >= 0]
+    g = ok.groupby("iteration")
+    return pd.Series((g["gpu_end_ns"].max() - g["host_begin_ns"].min()) / 1e3)
+
+
+def check_run(run: PlannedRun, loaded) -> list[dict]:
+    """Whether the planted single-run cause shows in the recording (profiler.analysis)."""
+    from profiler import analysis
+
+    ev, reg = loaded.events, loaded.manifest.get("registry")
+    cause = run.story.cause_a if run.side == "A" else run.story.cause_b
+    checks = []
+    idle = analysis.idle_warps(ev, registry=reg)
+    ll_idle = idle.per_warp[idle.per_warp["kernel"].astype(str).str.startswith("ll_")]
+    n_idle = int((~ll_idle["did_work"].astype(bool)).sum())
+    bar = analysis.barrier_contention(ev, registry=reg)
+    useless = int(bar.summary["useless_arrivals"].sum()) if len(bar.summary) else 0
+    if cause is Cause.STARVED_WARPS:
+        checks.append({"what": "idle warps in the ll_ kernels", "ok": n_idle > 0, "value": n_idle})
+    if cause is Cause.USELESS_ARRIVALS:
+        checks.append({"what": "useless barrier arrivals", "ok": useless > 0, "value": useless})
+    if cause is Cause.NONE:
+        checks.append({"what": "no idle warp in the ll_ kernels", "ok": n_idle == 0, "value": n_idle})
+        checks.append({"what": "no useless barrier arrivals", "ok": useless == 0, "value": useless})
+    if cause is Cause.HOST_BOUND:
+        cp = analysis.critical_path(ev, registry=reg)
+        share = float(cp.path_ns.loc[cp.path_ns["kind"] == "host", "share"].sum() / max(cp.path_ns["iteration"].nunique(), 1))
+        checks.append({"what": "host share of the critical path", "ok": share > 0.3, "value": round(share, 3)})
+    return checks
+
+
+def finalize(runs: list[PlannedRun], out: Path, planted_by: str) -> int:
+    import statistics
+
+    from profiler.runstore import load_run, update_manifest
+
+    loaded = {r.name: load_run(out / r.name) for r in runs}
+    bad = 0
+    for key in dict.fromkeys(r.story.key for r in runs):
+        members = [r for r in runs if r.story.key == key]
+        s = members[0].story
+        lat = {side: [v for r in members if r.side == side for v in _op_latency_us(loaded[r.name].launches, s.kernel)]
+               for side in ("A", "B")}
+        med = {side: statistics.median(v) for side, v in lat.items()}
+        change = med["B"] / med["A"] - 1.0
+        sign = -1 if s.direction is Direction.FASTER else 1
+        moved = {"what": f"{s.kernel or 'step'} latency B / A - 1 (medians over runs x iterations)",
+                 "ok": sign * change > 0, "value": round(change, 4)}
+        for r in members:
+            checks = check_run(r, loaded[r.name]) + [moved]
+            extra = {"checks": checks, "median_us": {k: round(v, 2) for k, v in med.items()},
+                     "config": r.config_dict(), "tokens": s.tokens}
+            exp = expect_for(r, Effect("op_latency_change", round(change, 4), "fraction"), extra, planted_by)
+            update_manifest(out / r.name, {"expect": exp.to_json()})
+            for c in checks:
+                flag = "ok  " if c["ok"] else "FAIL"
+                bad += 0 if c["ok"] else 1
+                print(f"{flag} {r.name:<22} {c['what']}: {c['value']}")
+        print(f"     {key}: {s.knob} A {med['A']:.2f} us -> B {med['B']:.2f} us ({change * 100:+.1f} %)")
+    return bad
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="traces", help="directory that receives the run directories")
+    ap.add_argument("--only", type=lambda v: tuple(v.split(",")), default=None, help="story keys, comma-separated")
+    ap.add_argument("--replicates", type=int, default=REPLICATES)
+    ap.add_argument("--plan", action="store_true", help="print the plan and exit (no GPU)")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    runs = plan(a.only, a.replicates)
+    if a.plan:
+        for r in runs:
+            print(f"{r.name:<24} {r.story.knob}={r.knob_value()!r:<12} {r.story.tokens:>4} tokens  "
+                  f"expect {(r.story.cause_a if r.side == 'A' else r.story.cause_b).value}")
+        return 0
+    from ep_core.launch import run_ranks
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    a.out = str(out)
+    planted_by = "python benchmarks/gpu/ll_stories.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    t0 = time.time()
+    run_ranks(_record_rank, RANKS, a, timeout_s=a.timeout)
+    print(f"recorded {len(runs)} runs in {time.time() - t0:.0f} s", flush=True)
+    bad = finalize(runs, out, planted_by)
+    print(f"{bad} failed checks" if bad else "every planted cause showed", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
