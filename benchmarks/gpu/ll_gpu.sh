@@ -3,8 +3,8 @@
 # the latency table (benchmarks/gpu/ll_bench.py) and, with STORIES=1, the five A/B story
 # recordings (benchmarks/gpu/ll_stories.py). Everything it writes lands under $OUT.
 #   run (device tool, 2 GPUs):  EP_COMMIT=<commit> bash benchmarks/gpu/ll_gpu.sh
-# Steps (1 = run): TESTS, BENCH, STORIES. Budget: ~1.5 min build + ~1.5 min tests + ~1 min table
-# (+ ~1.5 min stories).
+# Steps (1 = run): TESTS, BENCH, STORIES. Budget: ~1.5 min build + ~1.5 min tests + ~0.5 min table
+# (+ ~2 min stories).
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=32
@@ -20,11 +20,13 @@ if [ -n "${EP_COMMIT:-}" ]; then export EPSCOPE_GIT_COMMIT="$EP_COMMIT" EPSCOPE_
 t0=$(date +%s)
 python -c "import ep_core._ext as X; X.load(False)" > "$OUT/build_noprof.log" 2>&1 &
 python -c "import ep_core._ext as X; X.load(True)" > "$OUT/build_prof.log" 2>&1 &
+# the recorder's own extension: clock pairing and ping-pong of every profiled session
+python -c "from profiler.record.build import load_record_extension as L; L(profile=False)" > "$OUT/build_record.log" 2>&1 &
 wait
 echo "build: $(( $(date +%s) - t0 )) s"; for f in "$OUT"/build_*.log; do tail -n 3 "$f"; done
 
 if [ "$TESTS" = 1 ]; then
-  timeout 240 python -m pytest -q -x -rA tests/gpu/test_low_latency.py 2>&1 | tail -40 | tee "$OUT/ll_tests.log"
+  timeout 300 python -m pytest -q -rA tests/gpu/test_low_latency.py 2>&1 | tail -40 | tee "$OUT/ll_tests.log"
 fi
 if [ "$BENCH" = 1 ]; then
   timeout 240 python benchmarks/gpu/ll_bench.py --out "$OUT" $BENCH_ARGS 2>&1 | tail -60 | tee "$OUT/ll_bench.log"

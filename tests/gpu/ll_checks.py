@@ -319,3 +319,24 @@ def run_profiled(ctx, sc: LLScenario, out_dir: str, barrier: str) -> dict:
                 buffer.profile_iteration = it
                 _round_trip(buffer, sc, o, rank, "fp8", False, False, _tag(rank, f"profiled {it}"), config=cfg)
     return {"rank": rank, "path": str(session.path) if session.path else None}
+
+
+def run_jobs(ctx, jobs: list) -> list:
+    """Several checks in one spawn of the ranks (each spawn costs seconds of process start and NCCL
+    init): jobs are (function name, args); each result is ("ok", value) or ("error", message).
+    After the first failure the rest are not run ("skipped"): the buffers' state is unknown."""
+    import traceback
+
+    out, failed = [], None
+    for name, args in jobs:
+        if failed is not None:
+            out.append(("skipped", f"after {failed} failed"))
+            continue
+        try:
+            out.append(("ok", globals()[name](ctx, *args)))
+        except Exception as e:  # noqa: BLE001 (the test names the job and shows the message)
+            failed = name
+            out.append(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        torch.cuda.synchronize()
+        dist.barrier(group=ctx.group)
+    return out

@@ -3,74 +3,103 @@ random inputs (tests/gpu/ll_checks.py): the issue's shape (128 tokens per rank, 
 top-8 of 256), -1 entries, a rank with zero tokens, every token to one expert, FP8 / round_scale /
 UE8M0 / BF16, recv hooks with two ops in flight, async_finish, zero_copy, a CUDA graph replayed on
 new inputs, every knob of LowLatencyConfig giving the same bits, a bounded wait that names the
-silent rank, and a profiled step that decodes."""
+silent rank, and a profiled step that decodes.
+
+The checks run in a few spawns of the two ranks (ll_checks.run_jobs: process start and NCCL init
+cost seconds each), shared by the test functions through module fixtures; each test asserts on
+its own job's result, so a failure names the job."""
 import pytest
 
 from ep_core.launch import run_ranks
 from tests.gpu import ll_checks
-from tests.gpu.ll_checks import LLScenario
+from tests.gpu.ll_checks import DTYPES, LLScenario
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]
 
 # JIT load from the cache, NCCL init and the references take seconds; a hang is killed after this
 TIMEOUT_S = 300
 
+CORRECTNESS = {
+    "issue shape": ("run_ll_checks", (LLScenario(),)),
+    "-1 entries": ("run_ll_checks", (LLScenario(tokens=100, max_tokens=128, drop=0.2, seed=100, dtypes=DTYPES[:2]),)),
+    "zero-token rank": ("run_ll_checks", (LLScenario(zero_rank=1, seed=200, dtypes=DTYPES[::3]),)),
+    "one expert": ("run_ll_checks", (LLScenario(hot_expert=3, seed=300, dtypes=DTYPES[:1]),)),
+    "1 token": ("run_ll_checks", (LLScenario(tokens=1, seed=401, dtypes=DTYPES[::3]),)),
+    "4 tokens": ("run_ll_checks", (LLScenario(tokens=4, seed=404, dtypes=DTYPES[::3]),)),
+    "256 tokens": ("run_ll_checks", (LLScenario(tokens=256, seed=456, dtypes=DTYPES[::3]),)),
+    "top-16 small": ("run_ll_checks", (LLScenario(tokens=37, hidden=512, topk=16, experts=64, drop=0.1, seed=500),)),
+    "small grid": ("run_ll_checks", (LLScenario(tokens=64, seed=700, dtypes=DTYPES[:1],
+                                                config=dict(num_blocks=8, warps_per_block=4)),)),
+    "knobs 4": ("run_knob_equivalence", (LLScenario(tokens=4, seed=600),)),
+    "knobs 128": ("run_knob_equivalence", (LLScenario(tokens=128, seed=601),)),
+    "in flight": ("run_in_flight", (LLScenario(tokens=64, seed=800),)),
+    "graph": ("run_graph", (LLScenario(seed=900),)),
+    "stats and errors": ("run_stats_and_errors", (LLScenario(tokens=32, seed=1000),)),
+}
 
-def test_issue_shape_all_dtypes_and_modes():
-    out = run_ranks(ll_checks.run_ll_checks, 2, LLScenario(), timeout_s=TIMEOUT_S)
-    assert [o["checks"] for o in out] == [len(ll_checks.DTYPES) * 4] * 2
+
+@pytest.fixture(scope="module")
+def results():
+    out = run_ranks(ll_checks.run_jobs, 2, list(CORRECTNESS.values()), timeout_s=TIMEOUT_S)
+    return {name: [r[i] for r in out] for i, name in enumerate(CORRECTNESS)}
+
+
+def _ok(results, name):
+    per_rank = results[name]
+    for rank, (status, value) in enumerate(per_rank):
+        assert status == "ok", f"{name} on rank {rank}: {status}: {value}"
+    return [v for _, v in per_rank]
+
+
+def test_issue_shape_all_dtypes_and_modes(results):
+    out = _ok(results, "issue shape")
+    assert [o["checks"] for o in out] == [len(DTYPES) * 4] * 2
     assert all(o["rows"] > 0 for o in out)
 
 
-def test_minus_one_entries_and_fewer_tokens_than_the_maximum():
-    sc = LLScenario(tokens=100, max_tokens=128, drop=0.2, seed=100, dtypes=ll_checks.DTYPES[:2])
-    run_ranks(ll_checks.run_ll_checks, 2, sc, timeout_s=TIMEOUT_S)
+def test_minus_one_entries_and_fewer_tokens_than_the_maximum(results):
+    _ok(results, "-1 entries")
 
 
-def test_a_rank_with_zero_tokens():
-    sc = LLScenario(zero_rank=1, seed=200, dtypes=ll_checks.DTYPES[::3])
-    out = run_ranks(ll_checks.run_ll_checks, 2, sc, timeout_s=TIMEOUT_S)
+def test_a_rank_with_zero_tokens(results):
+    out = _ok(results, "zero-token rank")
     assert all(o["rows"] > 0 for o in out)  # rank 1 still receives rank 0's tokens
 
 
-def test_all_tokens_to_one_expert():
-    sc = LLScenario(hot_expert=3, seed=300, dtypes=ll_checks.DTYPES[:1])
-    run_ranks(ll_checks.run_ll_checks, 2, sc, timeout_s=TIMEOUT_S)
+def test_all_tokens_to_one_expert(results):
+    _ok(results, "one expert")
 
 
-@pytest.mark.parametrize("tokens", [1, 4, 256])
-def test_decode_sizes(tokens):
-    run_ranks(ll_checks.run_ll_checks, 2, LLScenario(tokens=tokens, seed=400 + tokens, dtypes=ll_checks.DTYPES[::3]),
-              timeout_s=TIMEOUT_S)
+@pytest.mark.parametrize("name", ["1 token", "4 tokens", "256 tokens"])
+def test_decode_sizes(results, name):
+    _ok(results, name)
 
 
-def test_small_shapes_and_top16():
-    sc = LLScenario(tokens=37, hidden=512, topk=16, experts=64, drop=0.1, seed=500)
-    run_ranks(ll_checks.run_ll_checks, 2, sc, timeout_s=TIMEOUT_S)
+def test_small_shapes_and_top16(results):
+    _ok(results, "top-16 small")
 
 
-@pytest.mark.parametrize("tokens", [4, 128])
-def test_every_knob_gives_the_same_bits(tokens):
-    out = run_ranks(ll_checks.run_knob_equivalence, 2, LLScenario(tokens=tokens, seed=600), timeout_s=TIMEOUT_S)
+def test_small_grid_geometry(results):
+    _ok(results, "small grid")
+
+
+@pytest.mark.parametrize("name", ["knobs 4", "knobs 128"])
+def test_every_knob_gives_the_same_bits(results, name):
+    out = _ok(results, name)
     assert out[0]["configs"] == len(ll_checks.ll.LowLatencyConfig.KNOBS) + 3
 
 
-def test_small_grid_geometry():
-    sc = LLScenario(tokens=64, seed=700, dtypes=ll_checks.DTYPES[:1], config=dict(num_blocks=8, warps_per_block=4))
-    run_ranks(ll_checks.run_ll_checks, 2, sc, timeout_s=TIMEOUT_S)
+def test_two_ops_in_flight_with_hooks(results):
+    _ok(results, "in flight")
 
 
-def test_two_ops_in_flight_with_hooks():
-    run_ranks(ll_checks.run_in_flight, 2, LLScenario(tokens=64, seed=800), timeout_s=TIMEOUT_S)
-
-
-def test_cuda_graph_replays_on_new_inputs():
-    out = run_ranks(ll_checks.run_graph, 2, LLScenario(seed=900), timeout_s=TIMEOUT_S)
+def test_cuda_graph_replays_on_new_inputs(results):
+    out = _ok(results, "graph")
     assert [o["replays"] for o in out] == [3, 3]
 
 
-def test_cumulative_stats_and_shape_errors():
-    out = run_ranks(ll_checks.run_stats_and_errors, 2, LLScenario(tokens=32, seed=1000), timeout_s=TIMEOUT_S)
+def test_cumulative_stats_and_shape_errors(results):
+    out = _ok(results, "stats and errors")
     assert all(len(o["errors"]) == 2 for o in out)
 
 
@@ -83,13 +112,21 @@ def test_a_silent_rank_gives_a_bounded_named_timeout():
     assert out[0]["seconds"] < timeout + 30, out[0]
 
 
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ll-profiled")
+    jobs = [("run_profiled", (LLScenario(tokens=16, seed=1100), str(d), b)) for b in ("working", "all")]
+    out = run_ranks(ll_checks.run_jobs, 2, jobs, timeout_s=TIMEOUT_S)
+    return {b: out[0][i] for i, b in enumerate(("working", "all"))}
+
+
 @pytest.mark.parametrize("barrier", ["working", "all"])
-def test_profiled_step_decodes(tmp_path, barrier):
-    out = run_ranks(ll_checks.run_profiled, 2, LLScenario(tokens=16, seed=1100), str(tmp_path), barrier,
-                    timeout_s=TIMEOUT_S)
+def test_profiled_step_decodes(profiled, barrier):
+    status, value = profiled[barrier]
+    assert status == "ok", value
     from profiler.runstore import load_run
 
-    run = load_run(out[0]["path"])
+    run = load_run(value["path"])
     assert run.manifest["status"] == "ok"
     assert int(run.launches["dropped"].sum()) == 0
     phases = set(run.events["phase"].astype(str))
