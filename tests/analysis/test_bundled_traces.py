@@ -30,8 +30,8 @@ def test_grid_barrier_names_the_planted_last_arriver():
     assert (s["last_block"], s["last_warp"], s["last_share"]) == (7, 2, 1.0)
 
 
-@pytest.mark.parametrize("name", ["ep-2rank-balanced-dispatch-combine", "ep-2rank-skewed-routing",
-                                  "ep-2rank-forced-timeout", "selftest-two-gpu-clock-sync"])
+@pytest.mark.parametrize("name", ["ep-balanced", "ep-rank-skew", "ep-timeout",
+                                  "selftest-two-gpu-clock-sync"])
 def test_ep_paths_are_contiguous_and_end_at_the_gpu_end(name):
     ev, reg = _run(name)
     cp = critical_path(ev, registry=reg)
@@ -45,7 +45,7 @@ def test_ep_paths_are_contiguous_and_end_at_the_gpu_end(name):
 
 
 def test_ep_what_if_on_the_path_phase_never_lengthens():
-    ev, reg = _run("ep-2rank-balanced-dispatch-combine")
+    ev, reg = _run("ep-balanced")
     w = what_if(ev, phase="reduce", speedup=0.5, registry=reg)
     assert (w.summary["change_ns"] <= 0).all() and (w.summary["change_ns"] < 0).any()
     assert (w.summary["absorbed_pct"].dropna() <= 100.0 + 1e-9).all()
