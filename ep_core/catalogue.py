@@ -19,7 +19,7 @@ Scenarios (`--only` takes these keys; run directory names in brackets):
   zero-rank           [ep-zero-rank]          nobody routes to rank 0's experts: rank 1 gets all the work
   few-tokens          [ep-few-tokens]         32 tokens per rank on 24 SMs: most dispatch blocks have no chunk
   host-late           [ep-host-late]          rank 1's host sleeps 10 ms before each profiled op
-  barrier-straggler   [ep-barrier-straggler]  2 ms of GPU work (torch.cuda._sleep) on rank 0's stream before
+  barrier-straggler   [ep-barrier-straggler]  5 ms of GPU work (torch.cuda._sleep) on rank 0's stream before
                                               each dispatch: rank 0 arrives last at notify's rank_start
   aa                  [ep-aa-{a,b}{0,1,2}]    the same code and config, A and B interleaved
   ab-sms              [ep-ab-sms-{a,b}{0,1,2}] 24 SMs (A) against 64 SMs (B), interleaved
@@ -134,16 +134,18 @@ SCENARIOS: tuple[Scenario, ...] = (
     # host jitter, far below the 5 s device bound
     Scenario("host-late", "rank 1's host sleeps 10 ms before each profiled op; its GPU is idle meanwhile",
              Truth(Cause.HOST_BOUND, rank=1, kernel="layout"), host_delay=Delay(1, 10.0)),
-    Scenario("barrier-straggler", "2 ms of GPU work on rank 0's stream before each dispatch (its host is on "
+    # 5 ms: the first recording (4db78b1) planted 2 ms and the peer waited 1.54-2.01 ms (the
+    # peer's own host jitter eats into it); 5 ms keeps the wait far above ~0.5 ms of jitter
+    Scenario("barrier-straggler", "5 ms of GPU work on rank 0's stream before each dispatch (its host is on "
              "time): rank 0 arrives last at notify's rank_start barrier",
              Truth(Cause.BARRIER_STRAGGLER, rank=0, kernel="notify", phase="rank_start"),
-             device_delay=Delay(0, 2000.0)),
+             device_delay=Delay(0, 5000.0)),
     Scenario("aa", "the same code and config on both sides, runs interleaved", Truth(Cause.NONE),
-             profile_iters=3, pair=Pair("aa", None, BASE_SMS, BASE_SMS)),
+             profile_iters=5, pair=Pair("aa", None, BASE_SMS, BASE_SMS)),
     # 24 -> 64 SMs: combine 285 -> 232 µs (-19 %), dispatch 229 -> 205 µs (-11 %) in
     # benchmarks/results/ep-2xH200-2026-11-29-final-e4b4610.md: combine is the kernel that must move
     Scenario("ab-sms", "24 SMs (A) against 64 SMs (B), runs interleaved", Truth(Cause.NONE),
-             profile_iters=3, pair=Pair("ab-sms", "num_sms", BASE_SMS, 64, kernel="combine",
+             profile_iters=5, pair=Pair("ab-sms", "num_sms", BASE_SMS, 64, kernel="combine",
                                         direction=Direction.FASTER)),
     # one profiled op, no warm-up: its dispatch breaks the Buffer. Rank 0's receivers give up at
     # the bound (its first error: dispatch wait_data on rank 1); rank 1 finished its dispatch and

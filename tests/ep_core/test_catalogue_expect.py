@@ -125,17 +125,17 @@ def test_host_late_records_the_delay_as_slept_and_as_recorded(tmp_path):
 
 def test_barrier_straggler_is_a_device_delay_with_the_host_on_time(tmp_path):
     run = _run("barrier-straggler")
-    facts = _facts(run.name, device_delays_us=([2003.0, 2001.0], []))
-    e, checks = _expect(run, facts, load_run(fake_run(tmp_path / "r", late_rank=0, late_us=1990.0)))
+    facts = _facts(run.name, device_delays_us=([5003.0, 5001.0], []))
+    e, checks = _expect(run, facts, load_run(fake_run(tmp_path / "r", late_rank=0, late_us=4990.0)))
     assert (e.cause, e.rank, e.kernel, e.phase) == (Cause.BARRIER_STRAGGLER, 0, "notify", "rank_start")
-    assert (e.effect.metric, e.effect.value) == ("device_delay_us", 2002.0)
+    assert (e.effect.metric, e.effect.value) == ("device_delay_us", 5002.0)
     assert e.extra["last_arrivals"]["last_rank"] == [0, 0] and _failed(checks) == []
     # the same arrivals with the straggler's host late: that is host_bound, not this scenario
-    _, checks = _expect(run, facts, load_run(fake_run(tmp_path / "host", late_rank=0, late_us=1990.0,
+    _, checks = _expect(run, facts, load_run(fake_run(tmp_path / "host", late_rank=0, late_us=4990.0,
                                                       host_lag_ms={0: 2.0})))
     assert _failed(checks) == ["host entry lag of rank 0 (ms)"]
     # the other rank arrived last
-    _, checks = _expect(run, facts, load_run(fake_run(tmp_path / "other", late_rank=1, late_us=1990.0)))
+    _, checks = _expect(run, facts, load_run(fake_run(tmp_path / "other", late_rank=1, late_us=4990.0)))
     assert "last arriver at notify rank_start, per occurrence" in _failed(checks)
 
 
