@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -202,7 +201,10 @@ def write_run(path, events: pd.DataFrame, launches, manifest: dict, *, perfetto:
     validate.manifest_text(text, f"manifest of {path}")   # what we write must read back
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    # hidden (list_runs and the viewer skip it), beside the destination (one file system: the
+    # rename is atomic); os.mkdir applies the umask as for any directory the user makes
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+    os.mkdir(tmp)
     try:
         pq.write_table(_with_version(table, vid), tmp / EVENTS, compression="zstd",
                        compression_level=ZSTD_LEVEL, row_group_size=ROW_GROUP_ROWS)
@@ -217,19 +219,12 @@ def write_run(path, events: pd.DataFrame, launches, manifest: dict, *, perfetto:
         for f in tmp.iterdir():
             _fsync(f)
         _fsync(tmp)
-        os.chmod(tmp, 0o755 & ~_umask())   # mkdtemp makes it 0700; a run directory is as any other
         final = _place(tmp, path, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync(path.parent)
     return final
-
-
-def _umask() -> int:
-    m = os.umask(0)
-    os.umask(m)
-    return m
 
 
 # renameat2(2) flags (linux/fs.h): fail if the target exists; swap source and target atomically.
