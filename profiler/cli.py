@@ -128,7 +128,7 @@ def _export(args) -> int:
     exp = _lazy("profiler.perfetto_export", "epscope export")
     partial = out.with_name(out.name + ".tmp")   # perfetto_export's temporary name: its size is the progress
     with Activity("epscope export", watch=lambda: partial.stat().st_size if partial.exists() else 0,
-                  unit="B") as act:
+                  unit="B", what="written") as act:
         act.step("checking events")
         check_events(run)
         act.step("writing the trace")

@@ -25,13 +25,15 @@ def enabled(stream=None) -> bool:
 class Activity:
     """with Activity("epscope report") as a: a.step("loading events"); ...; a.step("phases")
 
-    watch: optional callable returning a count shown beside the label (with `unit`; unit "B"
-    scales to kB/MB)."""
+    watch: optional callable returning a count shown beside the label as "(<count><unit> <what>)"
+    (unit "B" scales to kB/MB)."""
 
-    def __init__(self, prefix: str, *, watch: Callable[[], float] | None = None, unit: str = "", stream=None):
+    def __init__(self, prefix: str, *, watch: Callable[[], float] | None = None, unit: str = "", what: str = "",
+                 stream=None):
         self.prefix = prefix
         self._watch = watch
         self._unit = unit
+        self._what = what
         self._stream = stream if stream is not None else sys.stderr
         self._bar = None
         self._stop = threading.Event()
@@ -44,7 +46,7 @@ class Activity:
             from tqdm import tqdm
         except ImportError:    # a bare install without tqdm: no progress, never an error
             return self
-        fmt = "{desc} {n_fmt}{unit} [{elapsed}]" if self._watch else "{desc} [{elapsed}]"
+        fmt = f"{{desc}} ({{n_fmt}}{{unit}} {self._what}) [{{elapsed}}]" if self._watch else "{desc} [{elapsed}]"
         self._bar = tqdm(desc=self.prefix, total=None, file=self._stream, leave=False, bar_format=fmt,
                          unit=self._unit, unit_scale=self._unit == "B", mininterval=REFRESH_S)
         self._thread = threading.Thread(target=self._tick, name="epscope-progress", daemon=True)

@@ -282,9 +282,9 @@ def test_progress_shows_on_a_terminal():
             return True
     out = Tty()
     n = [0]
-    with Activity("epscope export", watch=lambda: n[0], unit="B", stream=out) as a:
+    with Activity("epscope export", watch=lambda: n[0], unit="B", what="written", stream=out) as a:
         a.step("writing the trace")
         n[0] = 2_500_000
         time.sleep(0.5)
     text = out.getvalue()
-    assert "epscope export: writing the trace" in text and "2.50M" in text
+    assert "epscope export: writing the trace (2.50MB written)" in text
