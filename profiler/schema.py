@@ -106,7 +106,8 @@ def integer_column(c: str, s: pd.Series, t: str) -> pd.Series:
             raise SchemaError(f"column {c!r}: {int(bad.sum()):,} rows are missing or not finite")
         bad = v != np.floor(v)
         if bad.any():
-            raise SchemaError(f"column {c!r}: {int(bad.sum()):,} rows are not whole numbers (e.g. {_bad_values(s, bad)})")
+            raise SchemaError(f"column {c!r}: {int(bad.sum()):,} rows are not whole numbers "
+                              f"(e.g. {_bad_values(s, bad)})")
     if len(v):
         info = np.iinfo(t)
         lo, hi = v.min(), v.max()
@@ -154,7 +155,8 @@ def validate_events(df: pd.DataFrame) -> None:
         if got != t:
             raise SchemaError(f"column {c!r} has dtype {got}, schema says {t}")
     if list(df["kind"].cat.categories) != list(EVENT_KINDS):
-        raise SchemaError(f"column 'kind' has categories {list(df['kind'].cat.categories)}, schema says {list(EVENT_KINDS)}")
+        raise SchemaError(f"column 'kind' has categories {list(df['kind'].cat.categories)}, "
+                          f"schema says {list(EVENT_KINDS)}")
     if (df["kind"].cat.codes.to_numpy() < 0).any():
         raise SchemaError("column 'kind' has missing values")
     bad = df["end_ns"].to_numpy() < df["begin_ns"].to_numpy()

@@ -352,8 +352,8 @@ def test_list_runs_nested_missing_root_and_writes_in_progress(tmp_path, decoded)
 
 
 def test_manifest_accepts_numpy_values(tmp_path, decoded):
-    p = RS.write_run(tmp_path / "n", decoded.events, decoded.launches, {"headline": {"x": np.float32(1.5), "n": np.int64(3)}},
-                     perfetto=False)
+    p = RS.write_run(tmp_path / "n", decoded.events, decoded.launches,
+                     {"headline": {"x": np.float32(1.5), "n": np.int64(3)}}, perfetto=False)
     assert RS.load_run(p).manifest["headline"] == {"x": 1.5, "n": 3}
 
 

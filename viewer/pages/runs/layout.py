@@ -19,9 +19,9 @@ def layout(catalog, run_id=None):
     body = []
     for r in df.to_dict("records"):
         q = "?" + urlencode({"run": r["run_id"]})
-        name = html.Div([dcc.Link(r["name"], href="/timeline" + q, className="run-link"),
-                         # runs that share a name are told apart by where they live
-                         *([html.Div(f"in {r['directory']}", className="cell-sub run-dir")] if r["shared_name"] else []),
+        # runs that share a name are told apart by where they live
+        where = [html.Div(f"in {r['directory']}", className="cell-sub run-dir")] if r["shared_name"] else []
+        name = html.Div([dcc.Link(r["name"], href="/timeline" + q, className="run-link"), *where,
                          html.Div(r["description"], className="cell-sub")])
         cells = [html.Td(name)]
         for c in list(COLUMNS)[1:]:
