@@ -260,7 +260,7 @@ def _events(p, **cols):
     """Rewrite RUN/events.parquet with some columns replaced, keeping the write's version id."""
     t = pq.read_table(p / "events.parquet")
     for name, values in cols.items():
-        t = t.set_column(t.column_names.index(name), name, pa.array(values))
+        t = t.set_column(t.column_names.index(name), name, values if isinstance(values, pa.Array) else pa.array(values))
     pq.write_table(t.replace_schema_metadata(pq.read_schema(p / "events.parquet").metadata), p / "events.parquet")
 
 
@@ -270,6 +270,9 @@ def _events(p, **cols):
     ("end_ns", lambda n, ev: (ev["begin_ns"] - 1).tolist(), "end before they begin"),
     ("kind", lambda n, ev: ["bogus"] * n, "outside"),
     ("rank", lambda n, ev: [1 << 40] * n, "do not fit int16"),
+    # stored as write_run stores them (the row-group reader), with bad values
+    ("begin_ns", lambda n, ev: pa.array([None] + ev["begin_ns"].tolist()[1:], pa.int64()), "rows are missing"),
+    ("kind", lambda n, ev: pa.array(["bogus"] * n).dictionary_encode(), "outside"),
 ])
 def test_malformed_events_are_typed_errors(tmp_path, decoded, col, make, match):
     p = write_ok(tmp_path, decoded)
