@@ -209,11 +209,21 @@ def test_a_reader_racing_a_writer_sees_one_version(tmp_path, decoded):
 def test_old_runs_without_version_ids_open(tmp_path, decoded):
     bundled = sorted(TRACES.rglob("manifest.json"))
     assert bundled
-    for m in bundled:       # recorded before version ids: format_version 1, no version_id
+    for m in bundled:       # recorded before version ids, or after: all open
         run = RS.load_run(m.parent)
-        assert run.version_id is None and len(run.launches) >= 0
-    run = RS.load_run(bundled[0].parent)
-    assert len(run.events) == run.num_events
+        assert len(run.launches) >= 0 and run.num_events > 0
+    # a run as epscope wrote them before version ids: no version_id, no parquet metadata key
+    p = write_ok(tmp_path, decoded, "v1")
+    man = json.loads((p / "manifest.json").read_text())
+    del man["version_id"]
+    (p / "manifest.json").write_text(json.dumps(man))
+    for f in ("events.parquet", "launches.parquet"):
+        t = pq.read_table(p / f)
+        meta = {k: v for k, v in t.schema.metadata.items() if k != RS.VERSION_KEY}
+        pq.write_table(t.replace_schema_metadata(meta), p / f)
+    run = RS.load_run(p)
+    assert run.version_id is None
+    pd.testing.assert_frame_equal(run.events, decoded.events, check_categorical=False)
 
 
 # -- errors -----------------------------------------------------------------------------------
