@@ -35,6 +35,22 @@ build; unprofiled calls keep using the compiled-out one. A profiled call takes i
 buffers from the session's pool (`Session.launch_slot`: slabs zeroed and stamped once per 32
 launches of one geometry), so it passes pointers and neither allocates nor synchronises.
 
+Hook mode (seed 000; issue 11): `dispatch(..., return_recv_hook=True)` and `combine(...,
+return_recv_hook=True)` issue the send half on the comm stream and return at once, with a
+RecvHook appended to the usual tuple; calling `hook()` launches the receive half on the current
+stream. The bulk data moves by the copy engines (cudaMemcpyAsync into the peers' IPC-mapped
+buffers, ep_core/csrc/hook.cu) while no SM polls: dispatch's send packs the rows for each peer
+contiguously in this rank's buffer (own rows straight into recv_x) with the bulk-copy kernels
+(Config.num_tma_buffers staging buffers, whatever Config.path says), combine's send copies x's
+rows straight from x; then one 32-thread kernel raises a flag on every peer. The receive waits
+for this rank's send half by a stream wait (no kernel), then its kernel waits for the peers'
+flags and only unpacks (dispatch) or reduces (combine). Rules (ValueError otherwise): one pending
+hook per Buffer, called once, before the Buffer's next dispatch / combine; no async_finish with
+a hook; outputs are complete once the hook ran (on the stream it ran on). A hook-mode dispatch
+reads rank_prefix_matrix back to the host even with num_worst_tokens (the copies are sized
+there; a cached one reads it once per handle), and needs the staging region on top of the
+receive region: size the Buffer with `Buffer.get_hook_buffer_size_hint` (T x (2R - 1) rows).
+
 Host cost (issue 9, benchmarks/NOTES.md): everything a call needs that its handle, dtype,
 config and options fix is built once into a plan (a `DispatchPlan` / `CombinePlan` of the
 extension, kept on the handle), and a call makes one extension call that orders the streams,
@@ -90,6 +106,13 @@ def _split(num_sms: int, table) -> float:
     if num_sms >= s1:
         return f1
     return f0 + (f1 - f0) * (num_sms - s0) / (s1 - s0)
+
+def _kernel_tma_buffers(config: Config, hook: bool) -> int:
+    """Staging buffers per warp the kernels run with: Config.kernel_tma_buffers, except in hook
+    mode, whose pack / receive kernels are the bulk-copy path's whatever Config.path says (the
+    direct path has no send-only or receive-only half): Config.num_tma_buffers."""
+    return int(config.num_tma_buffers) if hook else config.kernel_tma_buffers
+
 
 _KERNELS = {1: "layout", 2: "notify", 3: "dispatch", 4: "combine", 5: "barrier", 6: "hook_signal"}
 
@@ -184,12 +207,15 @@ def _device_name(device) -> str:
 class PlanCache:
     """The plans built for one handle, keyed by what a call may change: the build (compiled out
     or instrumented), dtype, config, options. A plan keeps its config object alive, so a config's
-    id() in the key cannot be reused by another config while the entry exists."""
+    id() in the key cannot be reused by another config while the entry exists. `rank_prefix` is
+    the handle's rank_prefix_matrix on the host, flattened (what hook-mode plans are built from):
+    the non-cached dispatch's read-back, or read once by the first hook-mode call that needs it."""
 
-    __slots__ = ("plans",)
+    __slots__ = ("plans", "rank_prefix")
 
-    def __init__(self):
+    def __init__(self, rank_prefix: list | None = None):
         self.plans: dict = {}
+        self.rank_prefix = rank_prefix
 
     def __repr__(self) -> str:
         return f"PlanCache({len(self.plans)} plans)"
@@ -202,6 +228,8 @@ class _Plan(NamedTuple):
     cpp: object             # ext.DispatchPlan / ext.CombinePlan
     prof_open: tuple | None  # launch_slot arguments of the op's first kernel (barrier), None if none
     prof_kernel: tuple      # launch_slot arguments of the dispatch / combine kernel
+    prof_signal: tuple | None = None  # hook mode: the send half's flag kernel (hook_signal)
+    prof_recv: tuple | None = None    # hook mode: the receive half's kernel (dispatch_recv / combine_recv)
 
 
 class DispatchHandle(NamedTuple):
@@ -255,6 +283,23 @@ class _Build:
         else:
             m.compute = compute
         return m
+
+
+class RecvHook:
+    """The receive half of a hook-mode dispatch / combine (`return_recv_hook=True`): calling it
+    launches the receive kernel on the current stream. Call it once, before this Buffer's next
+    dispatch or combine (the buffer holds the rows of one op)."""
+
+    __slots__ = ("buffer", "kind", "receive", "called")
+
+    def __init__(self, buffer, kind: str, receive):
+        self.buffer, self.kind, self.receive, self.called = buffer, kind, receive, False
+
+    def __call__(self) -> None:
+        self.buffer._run_hook(self)
+
+    def __repr__(self) -> str:
+        return f"RecvHook({self.kind}, {'called' if self.called else 'pending'})"
 
 
 class Buffer:
@@ -329,6 +374,7 @@ class Buffer:
         self._auto_iteration = -1
         self._info_host = None
         self._default_configs: dict = {}
+        self._pending_hook: RecvHook | None = None  # a hook-mode op whose receive has not run yet
 
     def _make_build(self, ext) -> _Build:
         s = self.comm_stream
@@ -406,6 +452,18 @@ class Buffer:
         row = hidden * 2 + (hidden // SCALE_BLOCK) * 4 + num_topk * (8 + 4)
         return int(ext.limits()["data_offset"]) + rows * row + 8 * REGION_ALIGN
 
+    @staticmethod
+    def get_hook_buffer_size_hint(num_max_tokens_per_rank: int, hidden: int, num_ranks: int,
+                                  num_topk: int = MAX_TOPK) -> int:
+        """num_nvl_bytes that fits every call get_buffer_size_hint fits, with or without
+        return_recv_hook: a hook-mode dispatch needs, besides the rows it receives (up to T x R), a
+        staging region for the rows it packs for its peers (up to T x (R - 1)), so the data region
+        holds T x (2R - 1) rows. A hook-mode combine needs no more than a normal one."""
+        ext = _ext.load(profile=False)
+        rows = max(int(num_max_tokens_per_rank), 1) * (2 * int(num_ranks) - 1)
+        row = hidden * 2 + (hidden // SCALE_BLOCK) * 4 + num_topk * (8 + 4)
+        return int(ext.limits()["data_offset"]) + rows * row + 8 * REGION_ALIGN
+
     # -- lifecycle -------------------------------------------------------------------------------
     def destroy(self) -> None:
         """Free the buffer (collective: every rank calls it). Only with explicitly_destroy=True."""
@@ -416,6 +474,7 @@ class Buffer:
         torch.cuda.synchronize(self.device)
         if self.group_size > 1:
             dist.barrier(group=self.group)  # no peer may still write into a buffer we unmap
+        self._pending_hook = None
         if getattr(self, "_ll", None) is not None:
             self._ll.destroy()
         self.peers.close()
@@ -591,6 +650,28 @@ class Buffer:
         assert w + cap * w_k * 4 <= self.num_nvl_bytes
         return [x, s, i, w, int(cap)]
 
+    def _hook_regions(self, hidden_bytes: int, num_scales: int, idx_k: int, w_k: int) -> tuple[list[int], list[int]]:
+        """A hook-mode dispatch's regions: the receive regions (what peers copy into; the same
+        offsets on every rank) and, after them, the staging regions this rank packs its peers'
+        rows into, the data region split R : R - 1 (get_hook_buffer_size_hint)."""
+        base = int(self.limits["data_offset"])
+        R = self.group_size
+        per_row = hidden_bytes + num_scales * 4 + idx_k * 8 + w_k * 4
+        total = max((self.num_nvl_bytes - base - 8 * REGION_ALIGN) // per_row, 0)
+        recv_cap = total * R // (2 * R - 1)
+
+        def lay(start: int, cap: int) -> list[int]:
+            x = _align(start)
+            sc = _align(x + cap * hidden_bytes)
+            i = _align(sc + cap * num_scales * 4)
+            w = _align(i + cap * idx_k * 8)
+            return [x, sc, i, w, int(cap)]
+
+        recv = lay(base, recv_cap)
+        stage = lay(recv[3] + recv_cap * w_k * 4, total - recv_cap)
+        assert stage[3] + stage[4] * w_k * 4 <= self.num_nvl_bytes
+        return recv, stage
+
     def _row_regions(self, ext, hidden_bytes: int, num_scales: int, idx_k: int, w_k: int):
         x, s, i, w, cap = self._regions(hidden_bytes, num_scales, idx_k, w_k)
         return ext.RowRegions(x=x, scales=s, topk_idx=i, topk_weights=w, capacity=cap)
@@ -603,9 +684,9 @@ class Buffer:
                    math.ceil(num_tokens / self.limits["max_chunks"]))
         return size, math.ceil(num_tokens / size)
 
-    def _dispatch_blocks(self, config: Config) -> tuple[int, int]:
+    def _dispatch_blocks(self, config: Config, hook: bool = False) -> tuple[int, int]:
         n = int(config.num_sms)
-        if self.group_size == 1:
+        if self.group_size == 1 or hook:  # a hook-mode send is senders only (its receive runs later)
             return n, n
         frac = DISPATCH_SENDER_FRACTION if DISPATCH_SENDER_FRACTION is not None else _split(n, DISPATCH_SPLIT)
         senders = min(max(int(round(n * frac)), 1), n - 1)
@@ -658,9 +739,15 @@ class Buffer:
                  num_tokens_per_expert: torch.Tensor | None = None, topk_idx: torch.Tensor | None = None,
                  topk_weights: torch.Tensor | None = None, expert_alignment: int = 1, num_worst_tokens: int = 0,
                  config: Config | None = None, previous_event: EventOverlap | None = None,
-                 async_finish: bool = False, allocate_on_comm_stream: bool = False, profile=None):
+                 async_finish: bool = False, allocate_on_comm_stream: bool = False, profile=None,
+                 return_recv_hook: bool = False):
+        """DeepEP's dispatch. With `return_recv_hook=True` (ep_core's addition, seed 000) the call
+        issues the send half only and returns at once with a RecvHook appended to the tuple;
+        calling it launches the receive (see the module docstring, "Hook mode")."""
         if not self._usable_fast():
             self._check_usable()
+        if self._pending_hook is not None or (return_recv_hook and async_finish):
+            self._check_hook_call(return_recv_hook, async_finish)
         if num_tokens_per_rdma_rank is not None:
             raise NotImplementedError("ep_core: num_tokens_per_rdma_rank is internode-only (not implemented)")
         if type(x) is tuple:
@@ -672,21 +759,27 @@ class Buffer:
             shape = getattr(x_data, "shape", ())   # not validated yet: a bad x gets the table, then its error
             config = self._default_config("dispatch", *(shape if len(shape) == 2 else (0, 0)),
                                           "fp8" if x_scales is not None else "bf16")
+        hook = bool(return_recv_hook)
         if handle is None:
             return self._dispatch_fresh(x_data, x_scales, num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert,
                                         topk_idx, topk_weights, expert_alignment, num_worst_tokens, config,
-                                        previous_event, async_finish, allocate_on_comm_stream, session)
+                                        previous_event, async_finish, allocate_on_comm_stream, session, hook)
         if topk_idx is not None or topk_weights is not None:
             raise ValueError("ep_core: cached dispatch (handle given) takes no topk_idx / topk_weights")
         build = self._build(session is not None)
-        key = ("dispatch", build.profile, x_scales is not None, id(config), num_worst_tokens)
+        key = ("dispatch", build.profile, x_scales is not None, id(config), num_worst_tokens, hook)
         plan = handle.cache.plans.get(key)
         if plan is None or plan.config is not config:
             plan = handle.cache.plans[key] = self._cached_dispatch_plan(build, handle, x_data, x_scales, config,
-                                                                        num_worst_tokens)
-        mode = self._stream_mode(build, previous_event, async_finish, allocate_on_comm_stream)
+                                                                        num_worst_tokens, hook)
+        # a hook-mode send never joins the caller's stream: its outputs are complete when the hook ran
+        mode = self._stream_mode(build, previous_event, async_finish or hook, allocate_on_comm_stream)
         try:
-            out = self._launch_dispatch(build, plan, x_data, x_scales, None, None, mode, session, new_iteration=False)
+            if hook:
+                out, recv_hook = self._dispatch_hook(build, plan, x_data, x_scales, None, None, mode, session)
+            else:
+                out = self._launch_dispatch(build, plan, x_data, x_scales, None, None, mode, session,
+                                            new_iteration=False)
         except RuntimeError:
             # the extension checks every call's tensors before it launches anything; say what is
             # wrong the way the plan's first call would (ValueError naming the argument), else re-raise
@@ -696,7 +789,90 @@ class Buffer:
                              (x_data, x_scales, out.x, out.scales), session) if async_finish or \
             allocate_on_comm_stream or self._err.flag() else _NO_EVENT
         recv = (out.x, out.scales) if x_scales is not None else out.x
+        if hook:
+            return recv, None, None, [], handle, event, recv_hook
         return recv, None, None, [], handle, event
+
+    # -- hook mode -------------------------------------------------------------------------------
+    def _check_hook_call(self, return_recv_hook: bool, async_finish: bool) -> None:
+        """The rules of hook mode (see the module docstring), checked before anything launches."""
+        if self._pending_hook is not None:
+            raise ValueError(f"ep_core: call the recv hook of the pending {self._pending_hook.kind} before this "
+                             f"Buffer's next dispatch / combine (the buffer holds the rows of one op)")
+        if return_recv_hook and async_finish:
+            raise ValueError("ep_core: async_finish and return_recv_hook cannot be combined (the hook completes "
+                             "the op on the caller's stream)")
+
+    def _arm_hook(self, kind: str, receive) -> RecvHook:
+        h = self._pending_hook = RecvHook(self, kind, receive)
+        return h
+
+    def _run_hook(self, hook: RecvHook) -> None:
+        if hook.called:
+            raise ValueError(f"ep_core: the recv hook of this {hook.kind} was already called")
+        if self._pending_hook is not hook:
+            raise ValueError(f"ep_core: this {hook.kind}'s recv hook is not the pending one of this Buffer")
+        self._check_usable()
+        hook.called = True
+        self._pending_hook = None
+        hook.receive()
+        if self._err.flag():
+            self._raise_device_error()
+
+    def _receive(self, launch, args: tuple, geometry: tuple, name: str, session, iteration: int) -> None:
+        """The receive half of a hook-mode op on the caller's current stream, profiled like its send."""
+        compute = current_raw_stream(self._device_index)
+        if session is None:
+            launch(*args, compute, 0)
+            return
+        t0, first = perf_counter_ns(), session.num_launches
+        launch(*args, compute, self._slot(session, geometry, iteration))
+        session.host_call(name, iteration, t0, perf_counter_ns(), first)
+
+    def _dispatch_hook(self, build: _Build, plan: _Plan, x_data, x_scales, topk_idx, topk_weights, mode, session,
+                       timing: tuple | None = None):
+        """The send half of a hook-mode dispatch (pack, peer copies, signal, on the comm stream)
+        and its RecvHook (the copy-out kernel). `timing`: (iteration, t0, first launch) of a call
+        whose profiled launches began earlier (the non-cached dispatch's notify)."""
+        launcher = build.launcher
+        it = 0
+        if session is None:
+            out = launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, 0, 0, 0)
+        else:
+            it, t0, first = timing if timing is not None else (self._iteration(new=False), perf_counter_ns(),
+                                                                session.num_launches)
+            p_open = self._slot(session, plan.prof_open, it) if plan.prof_open is not None else 0
+            out = launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, p_open,
+                                    self._slot(session, plan.prof_kernel, it), self._slot(session, plan.prof_signal, it))
+            session.host_call("dispatch", it, t0, perf_counter_ns(), first)
+        return out, self._arm_hook("dispatch", lambda: self._receive(launcher.dispatch_receive, (plan.cpp, out),
+                                                                     plan.prof_recv, "dispatch_recv", session, it))
+
+    def _hook_rank_prefix(self, handle: DispatchHandle) -> list:
+        """The handle's rank_prefix_matrix on the host (flattened), read once per handle."""
+        if handle.cache.rank_prefix is None:
+            handle.cache.rank_prefix = [int(v) for v in handle.rank_prefix_matrix.flatten().tolist()]
+        return handle.cache.rank_prefix
+
+    def _check_hook_capacity(self, rank_prefix: list, recv_cap: int, stage_cap: int | None) -> None:
+        """Every rank's rows fit: a hook-mode dispatch's rows received (recv_cap) and packed for the
+        peers (stage_cap), or a hook-mode combine's rows coming back (recv_cap; stage_cap None).
+        Every rank computes the same numbers from rank_prefix, so all ranks raise together."""
+        R = self.group_size
+        m = [rank_prefix[i * R:(i + 1) * R] for i in range(R)]
+        counts = [[m[i][j] - (m[i - 1][j] if i else 0) for j in range(R)] for i in range(R)]
+        sent = max(sum(c) - c[i] for i, c in enumerate(counts))  # rows one rank sends its peers
+        if stage_cap is None:
+            needs = (("hook-mode combine", "sends back to one rank", sent, recv_cap),)
+            hint = "Buffer.get_buffer_size_hint"
+        else:
+            needs = (("hook-mode dispatch", "puts on one rank", max(m[-1]), recv_cap),
+                     ("hook-mode dispatch", "packs on one rank for its peers", sent, stage_cap))
+            hint = "Buffer.get_hook_buffer_size_hint"
+        for what, verb, n, cap in needs:
+            if n > cap:
+                raise EPCapacityError(f"ep_core: this {what} {verb} {n} rows, the buffer's region holds {cap}; "
+                                      f"create the Buffer with num_nvl_bytes from {hint}")
 
     def _launch_dispatch(self, build: _Build, plan: _Plan, x_data, x_scales, topk_idx, topk_weights, mode, session,
                          new_iteration: bool):
@@ -711,19 +887,25 @@ class Buffer:
         return out
 
     def _cached_dispatch_plan(self, build: _Build, handle: DispatchHandle, x_data, x_scales, config: Config,
-                              num_worst_tokens: int) -> _Plan:
+                              num_worst_tokens: int, hook: bool = False) -> _Plan:
         """Validate a cached dispatch's arguments once for this key and build its plan."""
         T, H = self._check_cached_dispatch(handle, x_data, x_scales, num_worst_tokens)
         hidden_bytes = H * x_data.element_size()
         num_scales = H // SCALE_BLOCK if x_scales is not None else 0
-        regions = self._regions(hidden_bytes, num_scales, 0, 0)
+        regions, stage = (self._hook_regions(hidden_bytes, num_scales, 0, 0) if hook
+                          else (self._regions(hidden_bytes, num_scales, 0, 0), None))
         need = max(handle.max_recv_rows, num_worst_tokens)
         if need > regions[4]:
             raise EPCapacityError(f"ep_core: this dispatch needs {need} rows on one rank, the buffer holds {regions[4]} "
-                                  f"rows of {hidden_bytes} B (+ scales/top-k) (Buffer.get_buffer_size_hint)")
+                                  f"rows of {hidden_bytes} B (+ scales/top-k) (Buffer.get_"
+                                  f"{'hook_' if hook else ''}buffer_size_hint)")
+        rank_prefix = None
+        if hook:
+            rank_prefix = self._hook_rank_prefix(handle)
+            self._check_hook_capacity(rank_prefix, regions[4], stage[4])
         rows = num_worst_tokens if num_worst_tokens else handle.num_recv_rows
         return self._dispatch_plan(build, handle, H, x_scales is not None, 0, False, self.group_size, rows,
-                                   regions, config, open_op=True)
+                                   regions, config, open_op=True, stage=stage, rank_prefix=rank_prefix)
 
     def _check_cached_dispatch(self, handle, x_data, x_scales, num_worst_tokens: int) -> tuple[int, int]:
         if not isinstance(handle, DispatchHandle):
@@ -744,29 +926,38 @@ class Buffer:
 
     def _dispatch_plan(self, build: _Build, handle: DispatchHandle, hidden: int, fp8: bool, num_topk: int,
                        with_weights: bool, num_experts: int, rows: int, regions: list, config: Config,
-                       open_op: bool) -> _Plan:
-        num_blocks, num_senders = self._dispatch_blocks(config)
+                       open_op: bool, stage: list | None = None, rank_prefix: list | None = None) -> _Plan:
+        """`stage` (with `rank_prefix`) makes a hook-mode plan: its send packs into the staging regions."""
+        hook = stage is not None
+        num_blocks, num_senders = self._dispatch_blocks(config, hook)
         fill_from = min(max(handle.num_recv_tokens, 0), rows)
-        cpp = build.ext.DispatchPlan(
-            handle=handle.kernel_tensors(build.ext), rows=build.ext.RowRegions(
+        ext = build.ext
+        cpp = ext.DispatchPlan(
+            handle=handle.kernel_tensors(ext), rows=ext.RowRegions(
                 x=regions[0], scales=regions[1], topk_idx=regions[2], topk_weights=regions[3], capacity=regions[4]),
             hidden=hidden, fp8=fp8, num_topk=num_topk, with_weights=with_weights, num_experts=num_experts,
             recv_rows=rows, fill_from=fill_from, num_blocks=num_blocks, num_sender_blocks=num_senders, open_op=open_op,
-            num_tma_buffers=config.kernel_tma_buffers)
+            num_tma_buffers=_kernel_tma_buffers(config, hook), hook=hook, rank_prefix=rank_prefix if hook else [],
+            stage=None if stage is None else ext.RowRegions(x=stage[0], scales=stage[1], topk_idx=stage[2],
+                                                            topk_weights=stage[3], capacity=stage[4]))
         warps = self.limits["threads"] // 32
         # the bulk-copy path also records its stalls (stage_wait, per row): the session's capacity
-        tma = config.kernel_tma_buffers > 0
-        prof_kernel = self._prof_geometry("dispatch", num_blocks, warps,
+        tma = _kernel_tma_buffers(config, hook) > 0
+        prof_kernel = self._prof_geometry("dispatch_send" if hook else "dispatch", num_blocks, warps,
                                           units=0 if tma else self.group_size * handle.num_chunks,
                                           role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
         prof_open = self._prof_geometry("barrier", 1, 1) if open_op else None
-        return _Plan(config, cpp, prof_open, prof_kernel)
+        if not hook:
+            return _Plan(config, cpp, prof_open, prof_kernel)
+        return _Plan(config, cpp, prof_open, prof_kernel, self._prof_geometry("hook_signal", 1, 1),
+                     self._prof_geometry("dispatch_recv", num_blocks, warps))
 
     def _dispatch_fresh(self, x_data, x_scales, num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert,
                         topk_idx, topk_weights, expert_alignment, num_worst_tokens, config, previous_event,
-                        async_finish, allocate_on_comm_stream, session):
+                        async_finish, allocate_on_comm_stream, session, hook: bool = False):
         """A dispatch without a handle: notify (the count exchange), the read-back of the counts
-        (the one host sync, skipped with num_worst_tokens), then the dispatch kernel."""
+        (the one host sync, skipped with num_worst_tokens unless `hook`: the peer copies are sized
+        on the host), then the dispatch kernel (or, with `hook`, the send half)."""
         R = self.group_size
         T, H = self._check_x(x_data, x_scales)
         if num_tokens_per_rank is None or is_token_in_rank is None or num_tokens_per_expert is None:
@@ -797,8 +988,10 @@ class Buffer:
         K = topk_idx.size(1) if topk_idx is not None else 0
         hidden_bytes = H * x_data.element_size()
         num_scales = H // SCALE_BLOCK if x_scales is not None else 0
-        regions = self._regions(hidden_bytes, num_scales, K, K if topk_weights is not None else 0)
-        num_blocks, num_senders = self._dispatch_blocks(config)
+        w_k = K if topk_weights is not None else 0
+        regions, stage = (self._hook_regions(hidden_bytes, num_scales, K, w_k) if hook
+                          else (self._regions(hidden_bytes, num_scales, K, w_k), None))
+        num_blocks, num_senders = self._dispatch_blocks(config, hook)
         build = self._build(session is not None)
         mode = self._stream_mode(build, previous_event, async_finish, allocate_on_comm_stream)
         compute = mode.compute
@@ -812,8 +1005,10 @@ class Buffer:
                                          E, chunk_size, num_chunks, int(expert_alignment), mode, prof)
         h = notified.handle
         expert_list: list[int] = []
-        if num_worst_tokens == 0:
+        rpm_host = None
+        if num_worst_tokens == 0 or hook:
             info, rpm_host = self._read_back(build, notified)
+        if num_worst_tokens == 0:
             num_recv = info[0]
             expert_list = info[1:]
             rows = num_recv
@@ -827,16 +1022,24 @@ class Buffer:
             raise EPCapacityError(
                 f"ep_core: this dispatch puts {need} rows on one rank but the buffer holds {regions[4]} rows "
                 f"of {hidden_bytes} B (+ scales/top-k); create the Buffer with num_nvl_bytes >= "
-                f"{self.get_buffer_size_hint(math.ceil(need / R), H, R, max(K, 1))} "
-                f"(Buffer.get_buffer_size_hint)")
+                f"{(self.get_hook_buffer_size_hint if hook else self.get_buffer_size_hint)(math.ceil(need / R), H, R, max(K, 1))} "
+                f"(Buffer.get_{'hook_' if hook else ''}buffer_size_hint)")
+        flat = None if rpm_host is None else [v for row in rpm_host for v in row]
+        if hook:
+            self._check_hook_capacity(flat, regions[4], stage[4])
         handle = DispatchHandle(h.rank_prefix_matrix, h.send_chunk_prefix, h.recv_chunk_prefix, h.recv_num_chunks,
                                 h.send_pos, h.is_token_in_rank, T, H, chunk_size, num_chunks, num_recv, rows,
-                                combine_rows, need, PlanCache())
+                                combine_rows, need, PlanCache(flat))
         plan = self._dispatch_plan(build, handle, H, x_scales is not None, K, topk_weights is not None, E, rows,
-                                   regions, config, open_op=False)
-        # the comm stream already waits for the caller (notify forked it)
-        mode = build.mode(compute, False, not async_finish, bool(async_finish), bool(allocate_on_comm_stream))
-        if session is None:
+                                   regions, config, open_op=False, stage=stage, rank_prefix=flat)
+        # the comm stream already waits for the caller (notify forked it); a hook-mode send never joins
+        join = not (async_finish or hook)
+        mode = build.mode(compute, False, join, not join, bool(allocate_on_comm_stream))
+        recv_hook = None
+        if hook:
+            out, recv_hook = self._dispatch_hook(build, plan, x_data, x_scales, topk_idx, topk_weights, mode, session,
+                                                 None if session is None else (it, t0, first))
+        elif session is None:
             out = self._launch_dispatch(build, plan, x_data, x_scales, topk_idx, topk_weights, mode, None, False)
         else:
             out = build.launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, 0,
@@ -847,6 +1050,8 @@ class Buffer:
                               out.topk_weights, h.send_pos, h.send_chunk_prefix, h.rank_prefix_matrix,
                               h.recv_chunk_prefix, h.recv_num_chunks), session)
         recv = (out.x, out.scales) if x_scales is not None else out.x
+        if hook:
+            return recv, out.topk_idx, out.topk_weights, expert_list, handle, event, recv_hook
         return recv, out.topk_idx, out.topk_weights, expert_list, handle, event
 
     def _check_x(self, x_data, x_scales) -> tuple[int, int]:
@@ -889,9 +1094,14 @@ class Buffer:
     # -- combine ---------------------------------------------------------------------------------
     def combine(self, x: torch.Tensor, handle: DispatchHandle, topk_weights: torch.Tensor | None = None,
                 bias=None, config: Config | None = None, previous_event: EventOverlap | None = None,
-                async_finish: bool = False, allocate_on_comm_stream: bool = False, profile=None):
+                async_finish: bool = False, allocate_on_comm_stream: bool = False, profile=None,
+                return_recv_hook: bool = False):
+        """DeepEP's combine. With `return_recv_hook=True` the call issues the send half only (peer
+        copies of x's rows) and returns a RecvHook as a fourth element; calling it reduces."""
         if not self._usable_fast():
             self._check_usable()
+        if self._pending_hook is not None or (return_recv_hook and async_finish):
+            self._check_hook_call(return_recv_hook, async_finish)
         session = self._session if profile is None or profile is False else self._session_for(profile)
         if config is None:
             shape = getattr(x, "shape", ())
@@ -911,12 +1121,16 @@ class Buffer:
         build = self._build(session is not None)
         K = topk_weights.size(1) if topk_weights is not None and topk_weights.dim() == 2 else (
             -1 if topk_weights is not None else 0)
-        key = ("combine", build.profile, id(config), K)
+        hook = bool(return_recv_hook)
+        key = ("combine", build.profile, id(config), K, hook)
         plan = handle.cache.plans.get(key)
         if plan is None or plan.config is not config:
-            plan = handle.cache.plans[key] = self._combine_plan(build, handle, x, topk_weights, config)
-        mode = self._stream_mode(build, previous_event, async_finish, allocate_on_comm_stream)
+            plan = handle.cache.plans[key] = self._combine_plan(build, handle, x, topk_weights, config, hook)
+        mode = self._stream_mode(build, previous_event, async_finish or hook, allocate_on_comm_stream)
         try:
+            if hook:
+                return self._combine_hook(build, plan, x, topk_weights, b0, b1, mode, session,
+                                          allocate_on_comm_stream)
             if session is None:
                 out = build.launcher.combine(plan.cpp, x, topk_weights, b0, b1, mode, 0, 0)
             else:
@@ -933,6 +1147,26 @@ class Buffer:
             return out.x, out.topk_weights, self._finish(async_finish, allocate_on_comm_stream,
                                                          (x, topk_weights, b0, b1, out.x, out.topk_weights), session)
         return out.x, out.topk_weights, _NO_EVENT
+
+    def _combine_hook(self, build: _Build, plan: _Plan, x, topk_weights, b0, b1, mode, session,
+                      allocate_on_comm_stream: bool):
+        """The send half of a hook-mode combine (barrier, peer copies, signal, on the comm stream)
+        -> (combined_x, combined_weights, event, hook); the hook runs the reducers."""
+        launcher = build.launcher
+        it = 0
+        if session is None:
+            out = launcher.combine(plan.cpp, x, topk_weights, b0, b1, mode, 0, 0, 0)
+        else:
+            t0, first = perf_counter_ns(), session.num_launches
+            it = self._iteration(new=False)
+            out = launcher.combine(plan.cpp, x, topk_weights, b0, b1, mode, self._slot(session, plan.prof_open, it), 0,
+                                   self._slot(session, plan.prof_signal, it))
+            session.host_call("combine", it, t0, perf_counter_ns(), first)
+        recv_hook = self._arm_hook("combine", lambda: self._receive(
+            launcher.combine_receive, (plan.cpp, x, topk_weights, b0, b1, out), plan.prof_recv, "combine_recv",
+            session, it))
+        event = self._finish(False, allocate_on_comm_stream, (out.x, out.topk_weights), session)
+        return out.x, out.topk_weights, event, recv_hook
 
     def _check_combine_args(self, handle: DispatchHandle, x, topk_weights, biases) -> int:
         """The checks of a combine's arguments with the error a user can act on; returns top-k."""
@@ -958,22 +1192,34 @@ class Buffer:
                 raise ValueError(f"ep_core: bias must be bf16 [{T}, {H}], got {b.dtype} {tuple(b.shape)}")
         return K
 
-    def _combine_plan(self, build: _Build, handle: DispatchHandle, x, topk_weights, config: Config) -> _Plan:
+    def _combine_plan(self, build: _Build, handle: DispatchHandle, x, topk_weights, config: Config,
+                      hook: bool = False) -> _Plan:
         K = self._check_combine_args(handle, x, topk_weights, ())
         H = handle.hidden
         regions = self._regions(H * 2, 0, 0, K)
         if handle.max_combine_rows > regions[4]:
             raise EPCapacityError(f"ep_core: this combine sends {handle.max_combine_rows} rows back to one rank, the "
                                   f"buffer holds {regions[4]} (Buffer.get_buffer_size_hint)")
+        rank_prefix = None
+        if hook:  # the copies are planned on the host: the same check, from the host copy of the handle
+            rank_prefix = self._hook_rank_prefix(handle)
+            self._check_hook_capacity(rank_prefix, regions[4], None)
         num_blocks, num_senders = self._combine_blocks(config)
+        tma = _kernel_tma_buffers(config, hook)
         cpp = build.ext.CombinePlan(handle=handle.kernel_tensors(build.ext), rows=build.ext.RowRegions(
             x=regions[0], scales=regions[1], topk_idx=regions[2], topk_weights=regions[3], capacity=regions[4]),
             hidden=H, num_topk=K, min_rows=max(handle.num_recv_tokens, 0), num_blocks=num_blocks,
-            num_sender_blocks=num_senders, num_tma_buffers=config.kernel_tma_buffers)
-        prof_kernel = self._prof_geometry("combine", num_blocks, self.limits["threads"] // 32,
-                                          units=0 if config.kernel_tma_buffers else self.group_size * handle.num_chunks,
+            num_sender_blocks=num_senders, num_tma_buffers=tma, hook=hook, rank_prefix=rank_prefix or [])
+        warps = self.limits["threads"] // 32
+        prof_open = self._prof_geometry("barrier", 1, 1)
+        if hook:  # the reducers run in the receive half, on every block
+            return _Plan(config, cpp, prof_open, self._prof_geometry("combine_recv", num_blocks, warps),
+                         self._prof_geometry("hook_signal", 1, 1),
+                         self._prof_geometry("combine_recv", num_blocks, warps))
+        prof_kernel = self._prof_geometry("combine", num_blocks, warps,
+                                          units=0 if tma else self.group_size * handle.num_chunks,
                                           role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
-        return _Plan(config, cpp, self._prof_geometry("barrier", 1, 1), prof_kernel)
+        return _Plan(config, cpp, prof_open, prof_kernel)
 
     # -- low latency (ep_core/low_latency.py) ------------------------------------------------------
     @staticmethod

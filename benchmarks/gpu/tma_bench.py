@@ -92,7 +92,24 @@ def kernel_us(ctx, fn, kind: str, iters: int = 20, warmup: int = 3) -> float:
             if e.device_type == torch.autograd.DeviceType.CUDA and KERNEL_RE[kind].search(e.name)]
     if len(durs) < iters:
         raise RuntimeError(f"found {len(durs)} {kind} kernels in the profile, expected {iters}")
-    t = torch.tensor([statistics.median(durs)], device=ctx.device)
+    return _slowest(ctx, statistics.median(durs))
+
+
+def wall_us(ctx, fn, kind: str, iters: int = 2, warmup: int = 1) -> float:
+    """The CPU dry run's timer (tests/ep_core/test_gpu_scripts_cpu.py): host time per call."""
+    for _ in range(warmup):
+        fn()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return _slowest(ctx, (time.perf_counter() - t0) / iters * 1e6)
+
+
+TIMERS = {"cupti": kernel_us, "wall": wall_us}
+
+
+def _slowest(ctx, us: float) -> float:
+    t = torch.tensor([us], device=ctx.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.group)
     return float(t.item())
 
@@ -123,7 +140,8 @@ def worker(ctx, opts):
         want = ref.dispatch([i.x for i in ins], topk_idx=[i.topk_idx for i in ins],
                             topk_weights=[i.topk_weights for i in ins], num_experts=EXPERTS)
         want_c = ref.combine([d.recv_x for d in want], [d.handle for d in want])[me][0]
-        wq = ref.dispatch([i.x_fp8 for i in ins], topk_idx=[i.topk_idx for i in ins], num_experts=EXPERTS)[me].recv_x
+        # FP8 rows and scales only: routed by is_token_in_rank (top-k outputs need weights, GPU run 1 at 4db78b1)
+        wq = ref.dispatch([i.x_fp8 for i in ins], is_token_in_rank=[d.handle.is_token_in_rank for d in want])[me].recv_x
         for sms in SMS:
             base = Config(sms, 6, 256)
             _, _, _, _, handle, _ = buffer.dispatch(mine.x, num_tokens_per_rank=n_rank, is_token_in_rank=in_rank,

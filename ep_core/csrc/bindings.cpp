@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "ep_core/csrc/api.cuh"
+#include "ep_core/csrc/rows.cuh"
 #include "ep_core/csrc/scale_layout.h"
 
 namespace {
@@ -161,8 +162,16 @@ struct DispatchLayout {
   torch::Tensor num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank;
 };
 
+// Hook mode (return_recv_hook, hook.cu): the send half issues peer copies planned on the host from
+// the handle's rank_prefix_matrix, read back once (rank_prefix, [R * R], the same on every rank).
+struct HookPlan {
+  bool on = false;
+  std::vector<int> rank_prefix;
+  RowRegions stage{};          // dispatch: where this rank packs its peers' rows (after the receive regions)
+};
+
 // Everything of a dispatch that is fixed by (handle, dtype, top-k presence, config,
-// num_worst_tokens): built once per such key (ep_core/buffer.py keeps them on the handle).
+// num_worst_tokens, hook mode): built once per such key (ep_core/buffer.py keeps them on the handle).
 struct DispatchPlan {
   HandleTensors handle;
   RowRegions rows{};
@@ -176,6 +185,7 @@ struct DispatchPlan {
   int num_blocks = 0, num_sender_blocks = 0;
   bool open_op = true;         // launch the start barrier first (a cached dispatch); notify opened it otherwise
   int num_tma_buffers = 0;     // 0: the register path; 1..3: the bulk-copy path's staging buffers per warp
+  HookPlan hook;               // return_recv_hook: the send packs into `hook.stage` and the copy engines move it
 };
 
 struct CombinePlan {
@@ -186,7 +196,52 @@ struct CombinePlan {
   int min_rows = 0;            // x holds at least the rows the dispatch received
   int num_blocks = 0, num_sender_blocks = 0;
   int num_tma_buffers = 0;     // as in DispatchPlan
+  HookPlan hook;               // return_recv_hook: the send is peer copies of x's rows (no kernel but the signal)
 };
+
+// A hook plan, checked where it is built: every copy the send half will issue lands inside the
+// receiving rank's region, and every rank's packed rows fit its staging region (both from the same
+// rank_prefix on every rank, so all ranks accept or refuse the same plan).
+HookPlan make_hook_plan(bool on, std::vector<int> rank_prefix, const c10::optional<RowRegions>& stage,
+                        const HandleTensors& h, const RowRegions& rows, int num_tma_buffers, bool dispatch) {
+  HookPlan hp;
+  if (!on) {
+    TORCH_CHECK(rank_prefix.empty() && !stage.has_value(), "ep_core: rank_prefix / stage are hook-mode fields");
+    return hp;
+  }
+  const int R = int(h.rank_prefix_matrix.size(0));
+  TORCH_CHECK(num_tma_buffers >= 1 && num_tma_buffers <= 3,
+              "ep_core: hook mode runs on the bulk-copy kernels: num_tma_buffers must be 1..3");
+  TORCH_CHECK(int64_t(rank_prefix.size()) == int64_t(R) * R, "ep_core: hook rank_prefix must hold R * R = ", R * R,
+              " entries, got ", rank_prefix.size());
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < R; ++j)
+      TORCH_CHECK(ep_core::rows::rows_between(rank_prefix.data(), i, j, R) >= 0,
+                  "ep_core: hook rank_prefix must be a prefix sum over source ranks");
+  for (int r = 0; r < R; ++r) {
+    int sent = 0;  // rows r sends its peers in dispatch: what r packs, and what comes back to r in combine
+    for (int d = 0; d < R; ++d)
+      if (d != r) sent += ep_core::rows::rows_between(rank_prefix.data(), r, d, R);
+    const int received = rank_prefix[(R - 1) * R + r];
+    if (dispatch) {
+      TORCH_CHECK(stage.has_value(), "ep_core: a hook-mode dispatch plan needs its stage regions");
+      TORCH_CHECK(received <= rows.capacity, "ep_core: hook dispatch: rank ", r, " receives ", received,
+                  " rows, its receive region holds ", rows.capacity, " (Buffer.get_hook_buffer_size_hint)");
+      TORCH_CHECK(sent <= stage->capacity, "ep_core: hook dispatch: rank ", r, " packs ", sent,
+                  " rows for its peers, the staging region holds ", stage->capacity,
+                  " (Buffer.get_hook_buffer_size_hint)");
+    } else {
+      TORCH_CHECK(sent <= rows.capacity, "ep_core: hook combine: ", sent, " rows come back to rank ", r,
+                  ", its combine region holds ", rows.capacity, " (Buffer.get_buffer_size_hint)");
+    }
+  }
+  if (dispatch)  // the pack kernel's bulk stores (tma.cuh kSlotAlign)
+    TORCH_CHECK(stage->x % 128 == 0, "ep_core: the hook stage region must be 128-byte aligned");
+  hp.on = true;
+  hp.rank_prefix = std::move(rank_prefix);
+  if (dispatch) hp.stage = *stage;
+  return hp;
+}
 
 struct Received {
   torch::Tensor x;
@@ -231,12 +286,16 @@ class Launcher {
                              reinterpret_cast<int*>(own + offsetof(ep_core::Signals, op_epoch))};
     check_cuda(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&hook_sent_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&hook_received_, cudaEventDisableTiming), "cudaEventCreate");
   }
   Launcher(const Launcher&) = delete;
   Launcher& operator=(const Launcher&) = delete;
   ~Launcher() {
     cudaEventDestroy(fork_);  // no check: may run after the CUDA context is gone
     cudaEventDestroy(join_);
+    cudaEventDestroy(hook_sent_);
+    cudaEventDestroy(hook_received_);
   }
 
   DispatchLayout layout(const torch::Tensor& topk_idx, int64_t num_experts, const StreamMode& m, int64_t prof) {
@@ -324,9 +383,11 @@ class Launcher {
     check_cuda(cudaStreamSynchronize(comm_), "read-back sync");
   }
 
+  // A hook-mode plan launches the send half only (pack, peer copies, signal; `prof_signal` profiles
+  // the signal kernel); dispatch_receive is the rest.
   Received dispatch(const DispatchPlan& p, const torch::Tensor& x, const c10::optional<torch::Tensor>& x_scales,
                     const c10::optional<torch::Tensor>& topk_idx, const c10::optional<torch::Tensor>& topk_weights,
-                    const StreamMode& m, int64_t prof_open, int64_t prof_kernel) {
+                    const StreamMode& m, int64_t prof_open, int64_t prof_kernel, int64_t prof_signal) {
     // every check before the first launch: a call that raises leaves no half-done op behind
     const HandleTensors& h = p.handle;
     const auto dtype = p.fp8 ? torch::kFloat8_e4m3fn : torch::kBFloat16;
@@ -406,9 +467,17 @@ class Launcher {
     a.num_sender_blocks = p.num_sender_blocks;
     a.skip_send = skip_send_ ? 1 : 0;
     a.num_tma_buffers = p.num_tma_buffers;
+    if (p.hook.on) {
+      a.hook = ep_core::kHookSend;
+      a.stage = p.hook.stage;
+    }
     check_cuda(ep_core::dispatch::dispatch(a, p.rows, peers_, num_ranks_, p.num_blocks, fail(ep_core::kKernelDispatch),
                                            as_ptr(prof_kernel), comm_),
                "dispatch launch");
+    if (p.hook.on)
+      send_hook(ep_core::hook::plan_dispatch(p.hook.rank_prefix.data(), num_ranks_, rank_, peers_, p.rows, p.hook.stage,
+                                             a.hidden_bytes, sl.num_scales, p.num_topk, p.with_weights ? p.num_topk : 0),
+                ep_core::kHookDispatch, prof_signal);
     std::vector<const torch::Tensor*> used{&x, &out.x};
     if (p.fp8) used.push_back(&*x_scales);
     if (p.num_topk > 0) used.push_back(&idx);
@@ -419,9 +488,44 @@ class Launcher {
     return out;
   }
 
+  // hook() of a hook-mode dispatch: the receive-only kernel (copy-out of the rows the peers' copy
+  // engines delivered) on the caller's stream `compute`, into the outputs the send half returned.
+  void dispatch_receive(const DispatchPlan& p, const Received& out, int64_t compute, int64_t prof) {
+    TORCH_CHECK_VALUE(p.hook.on, "ep_core: dispatch_receive needs a hook-mode dispatch plan");
+    TORCH_CHECK_VALUE(out.x.dim() == 2 && out.x.size(0) == p.recv_rows && out.x.size(1) == p.hidden &&
+                          given(out.scales) == p.fp8 && given(out.topk_idx) == (p.num_topk > 0) &&
+                          given(out.topk_weights) == p.with_weights,
+                      "ep_core: dispatch_receive takes the outputs of this plan's send half");
+    const HandleTensors& h = p.handle;
+    ep_core::dispatch::Args a{};
+    fill_handle(a, h);
+    a.num_tokens = h.num_tokens;
+    a.hidden_bytes = int(p.hidden * out.x.element_size());
+    a.num_scales = p.fp8 ? p.hidden / ep_core::kScaleBlock : 0;
+    a.num_topk = p.num_topk;
+    a.num_experts = p.num_experts;
+    a.chunk_size = h.chunk_size;
+    a.num_chunks = h.num_chunks;
+    a.recv_x = out.x.data_ptr();
+    a.recv_rows = p.recv_rows;
+    a.recv_scales = ptr_or_null<float>(out.scales);
+    a.recv_topk_idx = ptr_or_null<int64_t>(out.topk_idx);
+    a.recv_topk_weights = ptr_or_null<float>(out.topk_weights);
+    a.num_sender_blocks = 0;
+    a.num_tma_buffers = p.num_tma_buffers;
+    a.hook = ep_core::kHookReceive;
+    const cudaStream_t s = receive_begin(compute);
+    check_cuda(ep_core::dispatch::dispatch(a, p.rows, peers_, num_ranks_, p.num_blocks, fail(ep_core::kKernelDispatch),
+                                           as_ptr(prof), s),
+               "dispatch receive launch");
+    receive_end(s);
+  }
+
+  // A hook-mode plan sends only: the start barrier, then peer copies of x's rows (and weights) into
+  // each source's combine region, then the signal; combine_receive reduces into the outputs.
   Combined combine(const CombinePlan& p, const torch::Tensor& x, const c10::optional<torch::Tensor>& topk_weights,
                    const c10::optional<torch::Tensor>& bias0, const c10::optional<torch::Tensor>& bias1,
-                   const StreamMode& m, int64_t prof_open, int64_t prof_kernel) {
+                   const StreamMode& m, int64_t prof_open, int64_t prof_kernel, int64_t prof_signal) {
     const HandleTensors& h = p.handle;
     TORCH_CHECK_VALUE(x.is_cuda() && x.dim() == 2 && x.scalar_type() == torch::kBFloat16 && x.size(1) == p.hidden &&
                           x.size(0) >= p.min_rows,
@@ -456,9 +560,57 @@ class Launcher {
       if (p.num_topk > 0)
         out.topk_weights = torch::empty({int64_t(h.num_tokens), int64_t(p.num_topk)}, xc.options().dtype(torch::kFloat32));
     }
+    if (p.hook.on) {
+      send_hook(ep_core::hook::plan_combine(p.hook.rank_prefix.data(), num_ranks_, rank_, peers_, p.rows, xc.data_ptr(),
+                                            p.num_topk > 0 ? w.data_ptr<float>() : nullptr, p.hidden, p.num_topk),
+                ep_core::kHookCombine, prof_signal);
+    } else {
+      const ep_core::combine::Args a = combine_args(p, xc, w, b, out, p.num_sender_blocks, ep_core::kHookOff);
+      check_cuda(ep_core::combine::combine(a, p.rows, peers_, num_ranks_, p.num_blocks, fail(ep_core::kKernelCombine),
+                                           as_ptr(prof_kernel), comm_),
+                 "combine launch");
+    }
+    std::vector<const torch::Tensor*> used{&xc, &out.x};
+    if (w.defined()) used.push_back(&w);
+    for (const auto& t : b)
+      if (t.defined()) used.push_back(&t);
+    if (given(out.topk_weights)) used.push_back(&*out.topk_weights);
+    end(m, used);
+    return out;
+  }
+
+  // hook() of a hook-mode combine: the reducers only, on the caller's stream `compute`, over the
+  // same x / top-k weights / biases the send half was given, into its outputs.
+  void combine_receive(const CombinePlan& p, const torch::Tensor& x, const c10::optional<torch::Tensor>& topk_weights,
+                       const c10::optional<torch::Tensor>& bias0, const c10::optional<torch::Tensor>& bias1,
+                       const Combined& out, int64_t compute, int64_t prof) {
+    TORCH_CHECK_VALUE(p.hook.on, "ep_core: combine_receive needs a hook-mode combine plan");
+    const HandleTensors& h = p.handle;
+    TORCH_CHECK_VALUE(x.is_cuda() && x.dim() == 2 && x.scalar_type() == torch::kBFloat16 && x.size(1) == p.hidden &&
+                          x.size(0) >= p.min_rows && given(topk_weights) == (p.num_topk > 0) &&
+                          out.x.size(0) == h.num_tokens && given(out.topk_weights) == (p.num_topk > 0),
+                      "ep_core: combine_receive takes the arguments and outputs of this plan's send half");
+    const torch::Tensor xc = x.contiguous();
+    const torch::Tensor w = p.num_topk > 0 ? topk_weights->contiguous() : torch::Tensor();
+    torch::Tensor b[2];
+    if (given(bias0)) b[0] = bias0->contiguous();
+    if (given(bias1)) b[1] = bias1->contiguous();
+    const ep_core::combine::Args a = combine_args(p, xc, w, b, out, 0, ep_core::kHookReceive);
+    const cudaStream_t s = receive_begin(compute);
+    check_cuda(ep_core::combine::combine(a, p.rows, peers_, num_ranks_, p.num_blocks, fail(ep_core::kKernelCombine),
+                                         as_ptr(prof), s),
+               "combine receive launch");
+    receive_end(s);
+  }
+
+ private:
+  ep_core::combine::Args combine_args(const CombinePlan& p, const torch::Tensor& xc, const torch::Tensor& w,
+                                      const torch::Tensor (&b)[2], const Combined& out, int num_sender_blocks,
+                                      int hook) const {
+    const HandleTensors& h = p.handle;
     ep_core::combine::Args a{};
     a.x = xc.data_ptr();
-    a.topk_weights = p.num_topk > 0 ? w.data_ptr<float>() : nullptr;
+    a.topk_weights = w.defined() ? w.data_ptr<float>() : nullptr;
     a.bias0 = b[0].defined() ? b[0].data_ptr() : nullptr;
     a.bias1 = b[1].defined() ? b[1].data_ptr() : nullptr;
     fill_handle(a, h);
@@ -469,21 +621,33 @@ class Launcher {
     a.num_chunks = h.num_chunks;
     a.out = out.x.data_ptr();
     a.out_weights = ptr_or_null<float>(out.topk_weights);
-    a.num_sender_blocks = p.num_sender_blocks;
+    a.num_sender_blocks = num_sender_blocks;
     a.num_tma_buffers = p.num_tma_buffers;
-    check_cuda(ep_core::combine::combine(a, p.rows, peers_, num_ranks_, p.num_blocks, fail(ep_core::kKernelCombine),
-                                         as_ptr(prof_kernel), comm_),
-               "combine launch");
-    std::vector<const torch::Tensor*> used{&xc, &out.x};
-    if (w.defined()) used.push_back(&w);
-    for (const auto& t : b)
-      if (t.defined()) used.push_back(&t);
-    if (given(out.topk_weights)) used.push_back(&*out.topk_weights);
-    end(m, used);
-    return out;
+    a.hook = hook;
+    return a;
   }
 
- private:
+  // The send half's copy-engine transfer, then the flag kernel (hook.cu); `hook_sent_` marks the
+  // end of both on the comm stream. The skip-send test hook sends nothing: the peers time out.
+  void send_hook(const ep_core::hook::Transfer& t, ep_core::HookKind kind, int64_t prof) {
+    if (!skip_send_)
+      check_cuda(ep_core::hook::send(t, kind, peers_, num_ranks_, fail(ep_core::kKernelHook), as_ptr(prof), comm_),
+                 "hook send");
+    check_cuda(cudaEventRecord(hook_sent_, comm_), "cudaEventRecord");
+  }
+  // The receive half runs on the caller's stream after the send half (a stream wait: no SM spins
+  // while the copies are in flight; the op's epoch is set and this rank's copies have left x and
+  // the staging region), and the next op's kernels on the comm stream run after it.
+  cudaStream_t receive_begin(int64_t compute) {
+    const cudaStream_t s = as_stream(compute);
+    check_cuda(cudaStreamWaitEvent(s, hook_sent_, 0), "cudaStreamWaitEvent");
+    return s;
+  }
+  void receive_end(cudaStream_t s) {
+    check_cuda(cudaEventRecord(hook_received_, s), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(comm_, hook_received_, 0), "cudaStreamWaitEvent");
+  }
+
   ep_core::FailCtx fail(int kernel) const {
     ep_core::FailCtx f = fail_;
     f.kernel = kernel;
@@ -528,6 +692,9 @@ class Launcher {
   PeerPtrs peers_{};
   ep_core::FailCtx fail_{};
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  // hook mode: the end of the pending op's send half (comm stream) and of its receive half (the
+  // caller's stream). One of each: the Buffer allows one pending hook (ep_core/buffer.py).
+  cudaEvent_t hook_sent_ = nullptr, hook_received_ = nullptr;
 };
 
 }  // namespace
@@ -614,7 +781,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<DispatchPlan>(m, "DispatchPlan", py::module_local())
       .def(py::init([](HandleTensors handle, RowRegions rows, int hidden, bool fp8, int num_topk, bool with_weights,
                        int num_experts, int recv_rows, int fill_from, int num_blocks, int num_sender_blocks,
-                       bool open_op, int num_tma_buffers) {
+                       bool open_op, int num_tma_buffers, bool hook, std::vector<int> rank_prefix,
+                       c10::optional<RowRegions> stage) {
              TORCH_CHECK(hidden > 0 && hidden % ep_core::kScaleBlock == 0 && hidden <= ep_core::kMaxHidden,
                          "ep_core: hidden out of range");
              TORCH_CHECK(num_topk >= 0 && num_topk <= ep_core::kMaxTopk && (num_topk > 0 || !with_weights),
@@ -624,28 +792,34 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                          "ep_core: dispatch plan sizes out of range");
              TORCH_CHECK(num_experts >= 1 && num_experts <= ep_core::kMaxExperts, "ep_core: num_experts out of range");
              TORCH_CHECK(num_tma_buffers >= 0 && num_tma_buffers <= 3, "ep_core: num_tma_buffers out of range");
+             TORCH_CHECK(!hook || num_sender_blocks == num_blocks, "ep_core: a hook-mode send is senders only");
+             HookPlan hp = make_hook_plan(hook, std::move(rank_prefix), stage, handle, rows, num_tma_buffers, true);
              return DispatchPlan{handle, rows, hidden, fp8, num_topk, with_weights, num_experts, recv_rows,
-                                 fill_from, num_blocks, num_sender_blocks, open_op, num_tma_buffers};
+                                 fill_from, num_blocks, num_sender_blocks, open_op, num_tma_buffers, std::move(hp)};
            }),
            py::arg("handle"), py::arg("rows"), py::arg("hidden"), py::arg("fp8"), py::arg("num_topk"),
            py::arg("with_weights"), py::arg("num_experts"), py::arg("recv_rows"), py::arg("fill_from"),
-           py::arg("num_blocks"), py::arg("num_sender_blocks"), py::arg("open_op"), py::arg("num_tma_buffers") = 0)
+           py::arg("num_blocks"), py::arg("num_sender_blocks"), py::arg("open_op"), py::arg("num_tma_buffers") = 0,
+           py::arg("hook") = false, py::arg("rank_prefix") = std::vector<int>{}, py::arg("stage") = py::none())
       .def_readonly("recv_rows", &DispatchPlan::recv_rows)
       .def_readonly("num_blocks", &DispatchPlan::num_blocks)
       .def_readonly("num_sender_blocks", &DispatchPlan::num_sender_blocks);
   py::class_<CombinePlan>(m, "CombinePlan", py::module_local())
       .def(py::init([](HandleTensors handle, RowRegions rows, int hidden, int num_topk, int min_rows, int num_blocks,
-                       int num_sender_blocks, int num_tma_buffers) {
+                       int num_sender_blocks, int num_tma_buffers, bool hook, std::vector<int> rank_prefix) {
              TORCH_CHECK(hidden > 0 && hidden % 8 == 0 && hidden <= ep_core::kMaxHidden, "ep_core: hidden out of range");
              TORCH_CHECK(num_topk >= 0 && num_topk <= ep_core::kMaxTopk, "ep_core: num_topk out of range");
              TORCH_CHECK(min_rows >= 0 && num_blocks >= 2 && num_sender_blocks >= 1 && num_sender_blocks < num_blocks,
                          "ep_core: combine plan sizes out of range");
              TORCH_CHECK(num_tma_buffers >= 0 && num_tma_buffers <= 3, "ep_core: num_tma_buffers out of range");
+             HookPlan hp = make_hook_plan(hook, std::move(rank_prefix), c10::nullopt, handle, rows, num_tma_buffers,
+                                          false);
              return CombinePlan{handle, rows, hidden, num_topk, min_rows, num_blocks, num_sender_blocks,
-                                num_tma_buffers};
+                                num_tma_buffers, std::move(hp)};
            }),
            py::arg("handle"), py::arg("rows"), py::arg("hidden"), py::arg("num_topk"), py::arg("min_rows"),
-           py::arg("num_blocks"), py::arg("num_sender_blocks"), py::arg("num_tma_buffers") = 0);
+           py::arg("num_blocks"), py::arg("num_sender_blocks"), py::arg("num_tma_buffers") = 0,
+           py::arg("hook") = false, py::arg("rank_prefix") = std::vector<int>{});
 
   py::class_<StreamMode>(m, "StreamMode", py::module_local())
       .def(py::init([](int64_t compute, bool fork, bool join, bool async_finish, bool alloc_on_comm) {
@@ -673,7 +847,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("mode"), py::arg("prof"))
       .def("read_back", &Launcher::read_back, py::arg("notified"), py::arg("host"))
       .def("dispatch", &Launcher::dispatch, py::arg("plan"), py::arg("x"), py::arg("x_scales"), py::arg("topk_idx"),
-           py::arg("topk_weights"), py::arg("mode"), py::arg("prof_open"), py::arg("prof_kernel"))
+           py::arg("topk_weights"), py::arg("mode"), py::arg("prof_open"), py::arg("prof_kernel"),
+           py::arg("prof_signal") = 0)
+      .def("dispatch_receive", &Launcher::dispatch_receive, py::arg("plan"), py::arg("out"), py::arg("compute"),
+           py::arg("prof"))
       .def("combine", &Launcher::combine, py::arg("plan"), py::arg("x"), py::arg("topk_weights"), py::arg("bias0"),
-           py::arg("bias1"), py::arg("mode"), py::arg("prof_open"), py::arg("prof_kernel"));
+           py::arg("bias1"), py::arg("mode"), py::arg("prof_open"), py::arg("prof_kernel"), py::arg("prof_signal") = 0)
+      .def("combine_receive", &Launcher::combine_receive, py::arg("plan"), py::arg("x"), py::arg("topk_weights"),
+           py::arg("bias0"), py::arg("bias1"), py::arg("out"), py::arg("compute"), py::arg("prof"));
 }

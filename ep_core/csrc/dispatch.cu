@@ -491,8 +491,8 @@ bool tma_args_ok(const Args& a, const PeerPtrs& peers, int num_ranks, int num_bl
   switch (a.hook) {
     case kHookOff: return a.num_sender_blocks >= 1 && (num_ranks == 1 ? a.num_sender_blocks <= num_blocks
                                                                      : a.num_sender_blocks < num_blocks);
-    case kHookSend: return a.num_sender_blocks == num_blocks && a.stage.capacity > 0 &&
-                           a.stage.x % tma::kSlotAlign == 0;
+    case kHookSend: return a.num_sender_blocks == num_blocks && (a.stage.capacity > 0 || num_ranks == 1) &&
+                           a.stage.x % tma::kSlotAlign == 0;  // one rank packs nothing: no staging needed
     case kHookReceive: return a.num_sender_blocks == 0;
     default: return false;
   }

@@ -7,7 +7,11 @@ computes the one-rank result with plain torch ops (every token a rank keeps goes
 a test can compare outputs with ep_core.reference; with `compute=False` a launch returns outputs
 of the right shapes allocated once (what bench_host.py uses: the Python side is then all that is
 timed). Every launch is logged in `Launcher.calls` as (name, plan or None, mode flags, profile
-addresses)."""
+addresses).
+
+Hook mode (plans with `hook=True`): the send call returns outputs filled with POISON and the
+receive call (dispatch_receive / combine_receive) writes the results into them in place, so a
+test sees whether, and when, the Buffer ran the hook."""
 from __future__ import annotations
 
 import ctypes
@@ -19,6 +23,7 @@ from ep_core import config as C
 from ep_core import reference as ref
 
 MAX_CHUNKS = 1024
+POISON = -7.0  # what a hook-mode send leaves in its outputs until the receive ran
 
 
 def profile_enabled_for(profile: bool):
@@ -105,6 +110,16 @@ class DispatchPlan:
     num_sender_blocks: int
     open_op: bool
     num_tma_buffers: int = 0  # 0: the direct path (bindings.cpp's default)
+    hook: bool = False
+    rank_prefix: list = field(default_factory=list)
+    stage: RowRegions | None = None
+
+    def __post_init__(self):  # bindings.cpp's make_hook_plan checks, those the host path must satisfy
+        if self.hook:
+            assert 1 <= self.num_tma_buffers <= 3 and self.stage is not None and self.num_sender_blocks == self.num_blocks
+            assert len(self.rank_prefix) == 1 and self.rank_prefix[0] <= self.rows.capacity
+        else:
+            assert not self.rank_prefix and self.stage is None
 
 
 @dataclass
@@ -117,6 +132,14 @@ class CombinePlan:
     num_blocks: int
     num_sender_blocks: int
     num_tma_buffers: int = 0
+    hook: bool = False
+    rank_prefix: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.hook:
+            assert 1 <= self.num_tma_buffers <= 3 and len(self.rank_prefix) == 1
+        else:
+            assert not self.rank_prefix
 
 
 @dataclass
@@ -156,6 +179,7 @@ class Launcher:
     compute: bool = True
     calls: list = field(default_factory=list)
     _outs: dict = field(default_factory=dict)
+    _pending: dict = field(default_factory=dict)  # hook mode: id(send outputs) -> the results the receive writes
 
     def _log(self, name, plan, mode, *prof):
         self.calls.append((name, plan, (mode.fork, mode.join, mode.async_finish, mode.alloc_on_comm), prof))
@@ -193,7 +217,30 @@ class Launcher:
             self._outs[key] = make()
         return self._outs[key]
 
-    def dispatch(self, plan, x, x_scales, topk_idx, topk_weights, mode, prof_open, prof_kernel):
+    def dispatch(self, plan, x, x_scales, topk_idx, topk_weights, mode, prof_open, prof_kernel, prof_signal=0):
+        if plan.hook:
+            out = self._dispatch(plan, x, x_scales, topk_idx, topk_weights, mode, prof_open, prof_kernel, prof_signal)
+            self._pending[id(out)] = _copy_received(out)
+            return _poisoned(out)
+        return self._dispatch(plan, x, x_scales, topk_idx, topk_weights, mode, prof_open, prof_kernel)
+
+    def dispatch_receive(self, plan, out, compute, prof):
+        assert plan.hook, "dispatch_receive needs a hook-mode plan"
+        self.calls.append(("dispatch_receive", plan, compute, (prof,)))
+        done = self._pending.pop(id(out))
+        for name in ("x", "scales", "topk_idx", "topk_weights"):
+            if getattr(out, name) is not None:
+                getattr(out, name).copy_(getattr(done, name))
+
+    def combine_receive(self, plan, x, topk_weights, bias0, bias1, out, compute, prof):
+        assert plan.hook, "combine_receive needs a hook-mode plan"
+        self.calls.append(("combine_receive", plan, compute, (prof,)))
+        done = self._combine(plan, x, topk_weights, bias0, bias1, None, None, None, log=False)
+        out.x.copy_(done.x)
+        if out.topk_weights is not None:
+            out.topk_weights.copy_(done.topk_weights)
+
+    def _dispatch(self, plan, x, x_scales, topk_idx, topk_weights, mode, prof_open, prof_kernel, *more):
         if not self.compute and id(plan) in self._outs:  # bench_host.py: nothing but the Python side
             return self._outs[id(plan)]
         # the checks the extension makes before it launches anything
@@ -202,7 +249,7 @@ class Launcher:
             raise RuntimeError("ep_core: dispatch x does not fit this handle")
         if (x_scales is not None) != plan.fp8 or (topk_idx is not None) != (plan.num_topk > 0):
             raise RuntimeError("ep_core: arguments differ from this dispatch plan")
-        self._log("dispatch", plan, mode, prof_open, prof_kernel)
+        self._log("dispatch", plan, mode, prof_open, prof_kernel, *more)
         N, H = plan.recv_rows, plan.hidden
 
         def make():
@@ -223,14 +270,22 @@ class Launcher:
 
         return self._out(id(plan), make)
 
-    def combine(self, plan, x, topk_weights, bias0, bias1, mode, prof_open, prof_kernel):
+    def combine(self, plan, x, topk_weights, bias0, bias1, mode, prof_open, prof_kernel, prof_signal=0):
+        if plan.hook:
+            self._log("combine", plan, mode, prof_open, prof_kernel, prof_signal)
+            out = self._combine(plan, x, topk_weights, bias0, bias1, mode, prof_open, prof_kernel, log=False)
+            return _poisoned(Combined(out.x.clone(), None if out.topk_weights is None else out.topk_weights.clone()))
+        return self._combine(plan, x, topk_weights, bias0, bias1, mode, prof_open, prof_kernel)
+
+    def _combine(self, plan, x, topk_weights, bias0, bias1, mode, prof_open, prof_kernel, log=True):
         if not self.compute and id(plan) in self._outs:
             return self._outs[id(plan)]
         if x.dim() != 2 or x.size(1) != plan.hidden or x.dtype != torch.bfloat16 or x.size(0) < plan.min_rows:
             raise RuntimeError("ep_core: combine x does not fit this plan")
         if (topk_weights is not None) != (plan.num_topk > 0):
             raise RuntimeError("ep_core: topk_weights differ from this combine plan")
-        self._log("combine", plan, mode, prof_open, prof_kernel)
+        if log:
+            self._log("combine", plan, mode, prof_open, prof_kernel)
         T = plan.handle.num_tokens
 
         def make():
@@ -248,6 +303,18 @@ class Launcher:
             return Combined(out.to(torch.bfloat16), w)
 
         return self._out(id(plan), make)
+
+
+def _copy_received(out: Received) -> Received:
+    return Received(*(None if t is None else t.clone() for t in (out.x, out.scales, out.topk_idx, out.topk_weights)))
+
+
+def _poisoned(out):
+    """`out` with every tensor filled with POISON (in place: the receive later writes the same tensors)."""
+    for t in vars(out).values():
+        if t is not None:
+            t.fill_(POISON)
+    return out
 
 
 class FakeExt:
