@@ -76,6 +76,8 @@ class ReferenceBuffer:
     def get_buffer_size_hint(num_max_tokens_per_rank, hidden, num_ranks, num_topk=16):
         return 0  # the reference keeps no buffer
 
+    get_hook_buffer_size_hint = get_buffer_size_hint
+
     def capture(self):
         return EventOverlap()
 
@@ -87,7 +89,13 @@ class ReferenceBuffer:
     def dispatch(self, x, handle=None, num_tokens_per_rank=None, num_tokens_per_rdma_rank=None,
                  is_token_in_rank=None, num_tokens_per_expert=None, topk_idx=None, topk_weights=None,
                  expert_alignment=1, num_worst_tokens=0, config=None, previous_event=None, async_finish=False,
-                 allocate_on_comm_stream=False):
+                 allocate_on_comm_stream=False, return_recv_hook=False):
+        if return_recv_hook:
+            assert not async_finish, "async_finish and return_recv_hook cannot be combined"
+            out = self.dispatch(x, handle, num_tokens_per_rank, num_tokens_per_rdma_rank, is_token_in_rank,
+                                num_tokens_per_expert, topk_idx, topk_weights, expert_alignment, num_worst_tokens,
+                                config, previous_event)
+            return _deferred(out, (0, 1, 2))
         g = self.group
         if handle is not None:
             assert topk_idx is None and topk_weights is None, "cached dispatch takes no top-k arguments"
@@ -110,7 +118,10 @@ class ReferenceBuffer:
             EventOverlap()
 
     def combine(self, x, handle, topk_weights=None, bias=None, config=None, previous_event=None,
-                async_finish=False, allocate_on_comm_stream=False):
+                async_finish=False, allocate_on_comm_stream=False, return_recv_hook=False):
+        if return_recv_hook:
+            assert not async_finish, "async_finish and return_recv_hook cannot be combined"
+            return _deferred(self.combine(x, handle, topk_weights, bias, config, previous_event), (0, 1))
         g = self.group
         ys = _gather(x, g)
         handles = [None] * self.group_size
@@ -128,6 +139,24 @@ class ReferenceBuffer:
             bs[self.rank] = bias
         out = ref.combine(ys, handles, topk_weights=ws, bias=bs)[self.rank]
         return out[0], out[1], EventOverlap()
+
+
+POISON = -7.0
+
+
+def _deferred(out: tuple, outputs: tuple) -> tuple:
+    """Hook mode on the reference: the outputs at positions `outputs` hold POISON until the hook
+    (appended to the tuple) copies the results in, as the real receive writes them in place."""
+    tensors = [t for i in outputs for t in (out[i] if isinstance(out[i], tuple) else (out[i],)) if t is not None]
+    done = [t.clone() for t in tensors]
+    for t in tensors:
+        t.fill_(POISON)
+
+    def hook():
+        for t, d in zip(tensors, done):
+            t.copy_(d)
+
+    return (*out, hook)
 
 
 class SwappedBlocksBuffer(ReferenceBuffer):
@@ -158,3 +187,15 @@ class ZeroTokenScalesBuffer(ReferenceBuffer):
         if isinstance(rx, tuple) and x[0].size(0) == 0 and rx[1].numel():
             out[0] = (rx[0], torch.full_like(rx[1], -777.0))
         return tuple(out)
+
+
+class LostHookBuffer(ReferenceBuffer):
+    """Wrong on purpose: in hook mode the hook never writes the results (the outputs keep POISON)."""
+
+    def dispatch(self, *args, return_recv_hook=False, **kw):
+        out = super().dispatch(*args, return_recv_hook=return_recv_hook, **kw)
+        return (*out[:-1], lambda: None) if return_recv_hook else out
+
+    def combine(self, *args, return_recv_hook=False, **kw):
+        out = super().combine(*args, return_recv_hook=return_recv_hook, **kw)
+        return (*out[:-1], lambda: None) if return_recv_hook else out

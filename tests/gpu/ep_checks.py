@@ -36,7 +36,8 @@ class Scenario:
     num_sms: int = 24
     expect_zero_rank: int | None = None  # a rank that must receive no rows
     path: str = "direct"                 # Config.path of every dispatch / combine
-    num_tma_buffers: int = 3             # Config.num_tma_buffers ("tma" path)
+    num_tma_buffers: int = 3             # Config.num_tma_buffers ("tma" path, and hook mode's kernels)
+    hook: bool = False                   # every dispatch / combine in hook mode (HookedBuffer)
 
 
 def api():
@@ -52,11 +53,49 @@ def api():
     return ep_core.Buffer, ep_core.topk_idx_t
 
 
-def make_buffer(ctx, problem: Problem):
-    """A Buffer sized by the Buffer's own formula for this problem (any routing fits)."""
+def make_buffer(ctx, problem: Problem, hook: bool = False):
+    """A Buffer sized by the Buffer's own formula for this problem (any routing fits); with
+    `hook`, sized for hook mode and wrapped so that every call goes through it (HookedBuffer)."""
     Buffer, _ = api()
-    size = Buffer.get_buffer_size_hint(problem.tokens, problem.hidden, problem.ranks, problem.topk)
-    return Buffer(ctx.group, num_nvl_bytes=size)
+    hint = Buffer.get_hook_buffer_size_hint if hook else Buffer.get_buffer_size_hint
+    buffer = Buffer(ctx.group, num_nvl_bytes=hint(problem.tokens, problem.hidden, problem.ranks, problem.topk))
+    return HookedBuffer(buffer) if hook else buffer
+
+
+class HookedBuffer:
+    """A Buffer whose every dispatch and combine runs in hook mode: the send half
+    (return_recv_hook=True), then other work on the caller's stream while the copies fly (a
+    matmul on a GPU), then the hook. The checks see DeepEP's usual tuples, so every check of this
+    file judges hook mode the way it judges the normal one. The outputs are read only after the
+    hook: a receive that never ran leaves the poisoned blocks _poison_like put there."""
+
+    def __init__(self, buffer):
+        self.buffer = buffer
+        self.hooks = 0
+
+    def __getattr__(self, name):
+        return getattr(self.buffer, name)
+
+    def _between(self, like) -> None:
+        if torch.cuda.is_available() and like.is_cuda:
+            a = torch.randn(2048, 2048, dtype=torch.bfloat16, device=like.device)
+            (a @ a).sum()
+
+    def dispatch(self, x, *args, **kw):
+        out = self.buffer.dispatch(x, *args, return_recv_hook=True, **kw)
+        assert len(out) == 7, f"a hook-mode dispatch returns 7 values, got {len(out)}"
+        self._between(x[0] if isinstance(x, tuple) else x)
+        out[-1]()
+        self.hooks += 1
+        return out[:-1]
+
+    def combine(self, x, *args, **kw):
+        out = self.buffer.combine(x, *args, return_recv_hook=True, **kw)
+        assert len(out) == 4, f"a hook-mode combine returns 4 values, got {len(out)}"
+        self._between(x)
+        out[-1]()
+        self.hooks += 1
+        return out[:-1]
 
 
 def with_sms(c, num_sms: int, path: str = "direct", num_tma_buffers: int = 3) -> Config:
@@ -96,7 +135,7 @@ def run_acceptance(ctx, sc: Scenario) -> dict:
     rank, R = ctx.rank, ctx.world_size
     dev = ctx.device
     p = Problem(sc.tokens, sc.hidden, sc.topk, sc.experts, R)
-    buffer = make_buffer(ctx, p)
+    buffer = make_buffer(ctx, p, sc.hook)
     config = with_sms(Buffer.get_dispatch_config(R), sc.num_sms, sc.path, sc.num_tma_buffers)
     cconfig = with_sms(Buffer.get_combine_config(R), sc.num_sms, sc.path, sc.num_tma_buffers)
     kw = dict(seed=sc.seed, device=dev, drop=sc.drop, routing_args=sc.routing_args)
@@ -263,8 +302,9 @@ def run_acceptance(ctx, sc: Scenario) -> dict:
     assert bool((padded[1][n:] == -1).all()), f"[rank {rank}] check 5: padding topk_idx must be -1"
     assert padded[3] == [], f"[rank {rank}] check 5: per-expert list must be empty"
     n_checks += 1
+    hooks = getattr(buffer, "hooks", 0)
     buffer_destroy(buffer)
-    return {"rank": rank, "checks": n_checks, "recv_rows": recv_counts.get(rank, 0)}
+    return {"rank": rank, "checks": n_checks, "recv_rows": recv_counts.get(rank, 0), "hooks": hooks}
 
 
 def _src_rank_col(rpm, rank, like):
@@ -283,7 +323,7 @@ def run_reference_options(ctx, sc: Scenario) -> dict:
     Buffer, topk_idx_t = api()
     rank, R = ctx.rank, ctx.world_size
     p = Problem(sc.tokens, sc.hidden, sc.topk, sc.experts, R)
-    buffer = make_buffer(ctx, p)
+    buffer = make_buffer(ctx, p, sc.hook)
     config = with_sms(Buffer.get_dispatch_config(R), sc.num_sms, sc.path, sc.num_tma_buffers)
     ins = make_all_inputs(p, sc.routing, seed=sc.seed, device=ctx.device, drop=sc.drop,
                           routing_args=sc.routing_args)
