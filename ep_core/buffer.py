@@ -843,7 +843,8 @@ class Buffer:
                                                                 session.num_launches)
             p_open = self._slot(session, plan.prof_open, it) if plan.prof_open is not None else 0
             out = launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, p_open,
-                                    self._slot(session, plan.prof_kernel, it), self._slot(session, plan.prof_signal, it))
+                                    self._slot(session, plan.prof_kernel, it),
+                                    self._slot(session, plan.prof_signal, it))
             session.host_call("dispatch", it, t0, perf_counter_ns(), first)
         return out, self._arm_hook("dispatch", lambda: self._receive(launcher.dispatch_receive, (plan.cpp, out),
                                                                      plan.prof_recv, "dispatch_recv", session, it))
@@ -1019,11 +1020,11 @@ class Buffer:
         else:
             num_recv, rows, need, combine_rows = -1, num_worst_tokens, num_worst_tokens, -1
         if need > regions[4]:
+            hint = self.get_hook_buffer_size_hint if hook else self.get_buffer_size_hint
             raise EPCapacityError(
                 f"ep_core: this dispatch puts {need} rows on one rank but the buffer holds {regions[4]} rows "
                 f"of {hidden_bytes} B (+ scales/top-k); create the Buffer with num_nvl_bytes >= "
-                f"{(self.get_hook_buffer_size_hint if hook else self.get_buffer_size_hint)(math.ceil(need / R), H, R, max(K, 1))} "
-                f"(Buffer.get_{'hook_' if hook else ''}buffer_size_hint)")
+                f"{hint(math.ceil(need / R), H, R, max(K, 1))} (Buffer.{hint.__name__})")
         flat = None if rpm_host is None else [v for row in rpm_host for v in row]
         if hook:
             self._check_hook_capacity(flat, regions[4], stage[4])

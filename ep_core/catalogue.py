@@ -23,7 +23,15 @@ Scenarios (`--only` takes these keys; run directory names in brackets):
                                               each dispatch: rank 0 arrives last at notify's rank_start
   aa                  [ep-aa-{a,b}{0,1,2}]    the same code and config, A and B interleaved
   ab-sms              [ep-ab-sms-{a,b}{0,1,2}] 24 SMs (A) against 64 SMs (B), interleaved
+  ab-tma-buffers      [ep-ab-tma-buffers-...] bulk-copy path with 1 staging buffer per warp (A) against 3 (B)
+  ab-hook             [ep-ab-hook-...]        normal (A) against hook mode (B), an 8192^2 BF16 matmul on the
+                                              compute stream while each dispatch's and combine's rows move
   timeout             [ep-timeout]            rank 1 never sends its dispatch rows (1 s bound); always last
+
+A comparison names what must move, B against A (kernel, phase, direction), or leaves it to the
+measurement (`Pair.measured`): then the expect block names the kernel (and the phase) that moved
+by at least 10 % in the group's own recordings, in the direction it moved, and a group in which
+nothing moved that much fails its check instead of claiming an effect.
 
 The plan (`plan()`) runs the single scenarios first, then the comparison runs interleaved
 (A0 B0 of each group, then A1 B1, ...), then the timeout: it breaks its Buffer, so nothing may
@@ -77,21 +85,36 @@ class Truth:
     phase: str | None = None
 
 
+# The knobs a comparison may change (PlannedRun.settings), named as the API names them.
+KNOBS = ("num_sms", "num_tma_buffers", "return_recv_hook")
+
+
 @dataclass(frozen=True)
 class Pair:
-    """A comparison group: side A runs with `a`, side B with `b` of `knob` (num_sms here);
-    `kernel`/`direction` name what must move, B against A (None for A/A)."""
+    """A comparison group: side A runs with `a`, side B with `b` of `knob` (one of KNOBS; None
+    for A/A). `kernel`/`direction` name what must move, B against A; a knob with no direction is
+    `measured`: the expect block names what moved (see the module docstring), among the kernels
+    (ops) and, with `phase`, that phase's time in them."""
 
     group: str
     knob: str | None
-    a: int
-    b: int
+    a: Any
+    b: Any
     kernel: str | None = None
     direction: Direction | None = None
+    phase: str | None = None
+
+    def __post_init__(self):
+        if self.knob is not None and self.knob not in KNOBS:
+            raise ValueError(f"Pair.knob must be one of {KNOBS}, got {self.knob!r}")
 
     @property
     def outcome(self) -> Cause:
         return Cause.SAME_CODE if self.knob is None else Cause.KNOB_CHANGE
+
+    @property
+    def measured(self) -> bool:
+        return self.knob is not None and self.direction is None
 
 
 @dataclass(frozen=True)
@@ -103,6 +126,10 @@ class Scenario:
     routing: str = "uniform"
     routing_args: tuple[tuple[str, Any], ...] = ()
     num_sms: int = BASE_SMS
+    path: str = "direct"                 # Config.path of both ops
+    num_tma_buffers: int = 3             # Config.num_tma_buffers (the tma path; hook mode's kernels)
+    hook: bool = False                   # return_recv_hook on both ops
+    gemm_n: int = 0                      # an N x N BF16 matmul on the compute stream while each op's rows move
     warm_iters: int = 2
     profile_iters: int = 2
     host_delay: Delay | None = None      # ms
@@ -147,6 +174,22 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("ab-sms", "24 SMs (A) against 64 SMs (B), runs interleaved", Truth(Cause.NONE),
              profile_iters=5, pair=Pair("ab-sms", "num_sms", BASE_SMS, 64, kernel="combine",
                                         direction=Direction.FASTER)),
+    # Seed 001's prefetch: with 1 staging buffer a warp loads a row, stores it and waits; with 3
+    # the next row loads while the last one's stores drain, so the stalls (stage_wait spans,
+    # recorded only when a row had not landed) should shrink. Whether the kernels get faster is
+    # measured, not assumed. 2 profiled ops a run: N = 1 records a stall span per row (~33 k spans
+    # an op on 2 ranks, ~150 KB of events; the A/B runs above weigh ~350 KB for 3 ops)
+    Scenario("ab-tma-buffers", "bulk-copy path (Config.path='tma') with 1 staging buffer per warp (A) against 3 "
+             "(B): the next row prefetched while the previous row's stores drain, runs interleaved",
+             Truth(Cause.NONE), path="tma", profile_iters=2,
+             pair=Pair("ab-tma-buffers", "num_tma_buffers", 1, 3, phase="stage_wait")),
+    # Seed 000: the same tma-path kernels (N = 3) with the data moved inside the dispatch / combine
+    # kernels (A) or by the copy engines between a send and a receive kernel (B), while an 8192^2
+    # BF16 matmul (~1.5 ms on H200) runs on the compute stream; the matmul's time is in the facts
+    Scenario("ab-hook", "normal mode (A) against hook mode (B), tma path N=3, an 8192x8192 BF16 matmul on the "
+             "compute stream while each op's rows move, runs interleaved", Truth(Cause.NONE),
+             path="tma", num_tma_buffers=3, gemm_n=8192, profile_iters=2,
+             pair=Pair("ab-hook", "return_recv_hook", False, True)),
     # one profiled op, no warm-up: its dispatch breaks the Buffer. Rank 0's receivers give up at
     # the bound (its first error: dispatch wait_data on rank 1); rank 1 finished its dispatch and
     # then waits at the combine's rank_start barrier for rank 0 (its own timeout, a consequence)
@@ -167,15 +210,24 @@ class PlannedRun:
     replicate: int | None = None
 
     @property
-    def num_sms(self) -> int:
+    def settings(self) -> dict:
+        """The knobs this run records with (KNOBS), the comparison's knob set to this side's value."""
         s = self.scenario
-        if s.pair is None:
-            return s.num_sms
-        return s.pair.a if self.side == "A" else s.pair.b
+        out = {"num_sms": s.num_sms, "num_tma_buffers": s.num_tma_buffers, "return_recv_hook": s.hook}
+        if s.pair is not None and s.pair.knob is not None:
+            out[s.pair.knob] = s.pair.a if self.side == "A" else s.pair.b
+        return out
+
+    @property
+    def num_sms(self) -> int:
+        return self.settings["num_sms"]
 
     def description(self) -> str:
         s = self.scenario
-        where = "" if self.side is None else f" [side {self.side}, replicate {self.replicate}, {self.num_sms} SMs]"
+        where = ""
+        if self.side is not None:
+            knob = s.pair.knob or "num_sms"
+            where = f" [side {self.side}, replicate {self.replicate}, {knob}={self.settings[knob]}]"
         return (f"catalogue {s.key}: {s.summary}{where}; 2xGPU, T={s.tokens} H={SHAPE['hidden']} "
                 f"top-{SHAPE['topk']} of {SHAPE['experts']} {SHAPE['dtype']}")
 
@@ -183,9 +235,12 @@ class PlannedRun:
         """The manifest's workload: `epscope trace`'s keys (so the two tools' runs compare), plus
         what the catalogue planted."""
         s = self.scenario
+        st = self.settings
         plant = {"scenario": s.key, "side": self.side, "replicate": self.replicate,
                  "host_delay_ms": _delay(s.host_delay), "device_delay_us": _delay(s.device_delay),
-                 "skip_send_rank": s.skip_send_rank, "timeout_s": s.timeout_s}
+                 "skip_send_rank": s.skip_send_rank, "timeout_s": s.timeout_s, "path": s.path,
+                 "num_tma_buffers": st["num_tma_buffers"], "return_recv_hook": st["return_recv_hook"],
+                 "gemm_n": s.gemm_n}
         return {"kind": "ep", **SHAPE, "tokens": s.tokens, "ranks": RANKS, "routing": s.routing,
                 "routing_args": dict(s.routing_args), "drop": 0.0, "seed": SEED,
                 "iters": s.warm_iters + s.profile_iters, "profile_iters": s.profile_iters,
@@ -208,6 +263,7 @@ class RankFacts:
     device_delays_us: list[float] = field(default_factory=list)   # as run, CUDA events
     error: str | None = None                                      # an exception's message
     error_report: dict | None = None                              # ep_core.ErrorReport fields
+    gemm_us: list[float] = field(default_factory=list)            # the overlapped matmuls, CUDA events
     seconds: float = 0.0
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiler.expect import Cause, ComparisonExpect, Effect, Expect
+from profiler.expect import Cause, ComparisonExpect, Direction, Effect, Expect
 from profiler.registry import Registry
 from profiler.runstore import TRACE, Run, load_run, update_manifest
 
@@ -36,6 +36,7 @@ MAX_BALANCED = 1.05          # uniform routing at 4096 tokens: ~1.00 (8163 vs 81
 MIN_IDLE_SHARE = 0.5         # few-tokens: at most ~4 of 24 dispatch blocks get a chunk
 MIN_DELAY_SHARE = 0.8        # a recorded lag / wait of at least 80 % of the planted delay
 MIN_KNOB_EFFECT = 0.10       # the A/B knob moves the named kernel's op latency by >= 10 %
+HOOK_MAX_BLOCKS = 4          # issue 11: hook mode holds <= 4 SMs while the copy engines move the rows
 # No accidental host lag: in runs that plant none, no rank's host may enter an op this much after
 # another's (a whole profiled op takes ~1.3 ms, ep-2xH200-2026-11-29-final-e4b4610.md; the first
 # profiled op of an older recording showed 92 ms, epscope-trace-2rank-balanced iteration 4)
@@ -68,11 +69,56 @@ def kernel_us(launches: pd.DataFrame) -> pd.DataFrame:
                          "us": (ok["gpu_end_ns"] - ok["gpu_begin_ns"]).to_numpy() / 1e3})
 
 
-def op_latency_us(launches: pd.DataFrame, kernel: str) -> pd.Series:
-    """Per iteration, the slowest rank's GPU time of `kernel` (the op's latency)."""
+# The kernels of one op in a recording: the whole kernel, or in hook mode its send and receive
+# halves (their signal kernel, a few µs after the copies, is counted in neither op).
+OP_KERNELS = {"dispatch": ("dispatch", "dispatch_send", "dispatch_recv"), "combine": ("combine", "combine_recv")}
+
+
+def op_latency_us(launches: pd.DataFrame, kernel) -> pd.Series:
+    """Per iteration, the slowest rank's GPU time of `kernel` (the op's latency); a tuple of
+    kernel names is summed per rank first (an op's hook-mode halves)."""
+    names = (kernel,) if isinstance(kernel, str) else tuple(kernel)
     k = kernel_us(launches)
-    k = k[k["kernel"] == kernel]
-    return k.groupby("iteration")["us"].max()
+    k = k[k["kernel"].isin(names)]
+    return k.groupby(["iteration", "rank"])["us"].sum().groupby("iteration").max()
+
+
+def phase_us(events: pd.DataFrame, launches: pd.DataFrame, kernels, phase: str) -> pd.Series:
+    """Per iteration, the slowest rank's time in `phase` spans inside `kernels` (µs summed over
+    warps: warp time, e.g. how long pipeline warps stalled); 0 for an iteration without any."""
+    names = (kernels,) if isinstance(kernels, str) else tuple(kernels)
+    its = sorted(int(i) for i in launches[launches["kernel"].astype(str).isin(names)]["iteration"].unique())
+    sp = events[(events["kind"] == "span") & (events["phase"].astype(str) == phase)
+                & events["kernel"].astype(str).isin(names)]
+    per = ((sp["end_ns"] - sp["begin_ns"]) / 1e3).groupby([sp["iteration"], sp["rank"]]).sum()
+    per = per.groupby(level=0).max() if len(per) else pd.Series(dtype=float)
+    return pd.Series([float(per.get(i, 0.0)) for i in its], index=its, dtype=float)
+
+
+def blocks_during_copies(events: pd.DataFrame, launches: pd.DataFrame) -> int | None:
+    """Hook mode: the most ep_core thread blocks that ran while a send's peer copies were in
+    flight, over the run's ops and ranks. The copies of an op run, in stream order on the sending
+    rank, between the end of the send's last kernel before them (the pack kernel dispatch_send,
+    or the combine's start barrier) and the start of its hook_signal kernel; every launch of the
+    rank that overlaps that window counts with the blocks it recorded. None: no hook-mode op."""
+    la = launches[launches["gpu_begin_ns"] >= 0]
+    if not (la["kernel"].astype(str) == "hook_signal").any():
+        return None
+    blocks = events[events["block"] >= 0].groupby(["rank", "launch"])["block"].nunique()
+    worst = 0
+    for r, g in la.groupby("rank"):
+        g = g.sort_values("gpu_begin_ns")
+        names = g["kernel"].astype(str).tolist()
+        for i, name in enumerate(names):
+            if name != "hook_signal":
+                continue
+            before = [j for j in range(i) if names[j] in ("dispatch_send", "barrier")]
+            if not before:
+                continue
+            lo, hi = int(g.iloc[before[-1]]["gpu_end_ns"]), int(g.iloc[i]["gpu_begin_ns"])
+            over = g[(g["gpu_begin_ns"] < hi) & (g["gpu_end_ns"] > lo)]
+            worst = max(worst, sum(int(blocks.get((int(r), int(x)), 0)) for x in over["launch"]))
+    return worst
 
 
 def kernel_median_us(launches: pd.DataFrame) -> dict[str, list[float]]:
@@ -246,40 +292,97 @@ assert set(_MEASURE) >= {s.truth.cause for s in SCENARIOS}, "every planted cause
 # -- comparisons -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GroupEffect:
-    """A comparison group's measured op latencies, B against A (medians over runs x iterations)."""
+    """A comparison group's measured op latencies, B against A (medians over runs x iterations),
+    keyed by op ("dispatch", "combine": OP_KERNELS) and, for a group with a phase, "op/phase"
+    (the phase's warp time per op). `facts`: medians of what the ranks measured per side (the
+    overlapped matmul's µs, when the scenario runs one)."""
 
     median_a_us: dict
     median_b_us: dict
-    change: dict            # kernel -> B / A - 1
+    change: dict            # op or op/phase -> B / A - 1
     runs: dict              # side -> run names
+    facts: dict = None      # e.g. {"gemm_us": {"A": ..., "B": ...}}
 
 
-def group_effect(recorded: dict[str, Run], runs: list[PlannedRun], kernels=("dispatch", "combine")) -> GroupEffect:
-    samples = {"A": {k: [] for k in kernels}, "B": {k: [] for k in kernels}}
+def group_effect(recorded: dict[str, Run], runs: list[PlannedRun], kernels=("dispatch", "combine"),
+                 facts: dict | None = None) -> GroupEffect:
+    phase = runs[0].scenario.pair.phase if runs and runs[0].scenario.pair is not None else None
+    keys = list(kernels) + ([f"{k}/{phase}" for k in kernels] if phase else [])
+    samples = {"A": {k: [] for k in keys}, "B": {k: [] for k in keys}}
     names = {"A": [], "B": []}
+    gemm = {"A": [], "B": []}
     for r in runs:
         if r.name not in recorded:
             continue
         names[r.side].append(r.name)
+        rec = recorded[r.name]
         for k in kernels:
-            samples[r.side][k] += op_latency_us(recorded[r.name].launches, k).tolist()
+            samples[r.side][k] += op_latency_us(rec.launches, OP_KERNELS.get(k, k)).tolist()
+            if phase:
+                samples[r.side][f"{k}/{phase}"] += phase_us(rec.events, rec.launches, OP_KERNELS.get(k, k),
+                                                            phase).tolist()
+        for f in (facts or {}).get(r.name, []):
+            gemm[r.side] += f.gemm_us
     med = {side: {k: _median(v) for k, v in d.items()} for side, d in samples.items()}
-    change = {k: (round(med["B"][k] / med["A"][k] - 1.0, 4) if med["A"][k] and med["B"][k] else None)
-              for k in kernels}
-    return GroupEffect(med["A"], med["B"], change, names)
+    change = {k: (round(med["B"][k] / med["A"][k] - 1.0, 4) if med["A"][k] and med["B"][k] is not None else None)
+              for k in keys}
+    measured = {"gemm_us": {side: _median(v) for side, v in gemm.items()}} if gemm["A"] or gemm["B"] else {}
+    return GroupEffect(med["A"], med["B"], change, names, measured)
 
 
-def _comparison_expect(run: PlannedRun, g: GroupEffect, checks: list[Check]) -> tuple[Effect | None, dict]:
+def what_moved(g: GroupEffect, kernels=("dispatch", "combine"), phase: str | None = None):
+    """(kernel, phase, change) of a measured comparison: the op that moved most if it moved by
+    MIN_KNOB_EFFECT, with `phase` when that phase moved the same way by as much; else the phase
+    that moved most inside an op; else (the largest change seen, failing the check)."""
+    ops = [(k, None, g.change.get(k)) for k in kernels if g.change.get(k) is not None]
+    phases = [(k, phase, g.change.get(f"{k}/{phase}")) for k in kernels
+              if phase and g.change.get(f"{k}/{phase}") is not None]
+    best = max(ops, key=lambda c: abs(c[2]), default=None)
+    if best is not None and abs(best[2]) >= MIN_KNOB_EFFECT:
+        ph = g.change.get(f"{best[0]}/{phase}") if phase else None
+        same = ph is not None and abs(ph) >= MIN_KNOB_EFFECT and (ph < 0) == (best[2] < 0)
+        return best[0], phase if same else None, best[2]
+    best_phase = max(phases, key=lambda c: abs(c[2]), default=None)
+    if best_phase is not None and abs(best_phase[2]) >= MIN_KNOB_EFFECT:
+        return best_phase
+    return max(ops + phases, key=lambda c: abs(c[2]), default=(kernels[0], None, None))
+
+
+def _comparison_expect(run: PlannedRun, g: GroupEffect, checks: list[Check]):
+    """(effect, extra, (kernel, phase, direction) of the comparison)."""
     p = run.scenario.pair
     extra = {"group_measured": asdict(g)}
     if p.knob is None:
-        return None, extra
+        return None, extra, (None, None, None)
+    enough = min(len(v) for v in g.runs.values()) >= 2
+    if p.measured:
+        kernel, phase, ch = what_moved(g, phase=p.phase)
+        ok = ch is not None and abs(ch) >= MIN_KNOB_EFFECT and enough
+        what = f"{kernel}{'/' + phase if phase else ''}"
+        checks.append(Check(f"what moved most, B / A - 1 over the group's runs ({what})", ok, ch,
+                            f"|change| >= {MIN_KNOB_EFFECT} with >= 2 runs per side"))
+        direction = Direction.FASTER if ch is None or ch < 0 else Direction.SLOWER
+        metric = "phase_time_change" if phase and kernel and g.change.get(kernel) is not None and \
+            abs(g.change[kernel]) < MIN_KNOB_EFFECT else "op_latency_change"
+        return Effect(metric, ch if ch is not None else 0.0, "fraction"), extra, (kernel, phase, direction)
     ch = g.change.get(p.kernel)
     sign = -1 if p.direction.value == "faster" else 1
-    ok = ch is not None and sign * ch >= MIN_KNOB_EFFECT and min(len(v) for v in g.runs.values()) >= 2
+    ok = ch is not None and sign * ch >= MIN_KNOB_EFFECT and enough
     checks.append(Check(f"{p.kernel} op latency B / A - 1 over the group's runs", ok, ch,
                         f"{'<= -' if sign < 0 else '>= '}{MIN_KNOB_EFFECT} with >= 2 runs per side"))
-    return Effect("op_latency_change", ch if ch is not None else 0.0, "fraction"), extra
+    return Effect("op_latency_change", ch if ch is not None else 0.0, "fraction"), extra, \
+        (p.kernel, p.phase, p.direction)
+
+
+def _hook_checks(run: PlannedRun, rec: Run, checks: list[Check]) -> dict:
+    """A hook-mode run: ep_core held at most HOOK_MAX_BLOCKS blocks while the copy engines moved
+    the rows (issue 11: <= 4 SMs; one block per SM at most, 512 threads and the staging buffers)."""
+    if not run.settings["return_recv_hook"]:
+        return {}
+    n = blocks_during_copies(rec.events, rec.launches)
+    checks.append(Check("ep_core blocks running while the peer copies flew (most, any op and rank)",
+                        n is not None and n <= HOOK_MAX_BLOCKS, n, f"<= {HOOK_MAX_BLOCKS}"))
+    return {"blocks_during_copies": n}
 
 
 # -- the whole catalogue -------------------------------------------------------------------------
@@ -288,12 +391,16 @@ def build_expect(run: PlannedRun, facts: list[RankFacts], rec: Run, planted_by: 
     s, t = run.scenario, run.scenario.truth
     checks: list[Check] = []
     if s.pair is not None:
-        effect, extra = _comparison_expect(run, group, checks)
+        effect, extra, (kernel, phase, direction) = _comparison_expect(run, group, checks)
         p = s.pair
         cmp_ = ComparisonExpect(group=p.group, side=run.side, replicate=run.replicate, outcome=p.outcome,
-                                knob=p.knob, value=run.num_sms if p.knob else None, kernel=p.kernel,
-                                direction=p.direction)
+                                knob=p.knob, value=run.settings[p.knob] if p.knob else None, kernel=kernel,
+                                phase=phase, direction=direction)
         _measure_none(run, facts, rec, checks)
+        extra.update(_hook_checks(run, rec, checks))
+        mine = sorted((f for f in facts if f.gemm_us), key=lambda f: f.rank)
+        if mine:
+            extra["gemm_us"] = {str(f.rank): f.gemm_us for f in mine}
     else:
         effect, extra = _MEASURE[t.cause](run, facts, rec, checks)
         cmp_ = None
@@ -322,7 +429,7 @@ def finalize(runs: list[PlannedRun], per_rank: list[list[RankFacts]], out_dir, p
     for r in runs:
         if r.scenario.pair is not None:
             by_group.setdefault(r.scenario.pair.group, []).append(r)
-    groups = {g: group_effect(recorded, members) for g, members in by_group.items()}
+    groups = {g: group_effect(recorded, members, facts=facts) for g, members in by_group.items()}
     lines = [f"{'run':<24} {'cause':<18} {'rank':>4} {'kernel/phase':<22} {'effect':<36} checks"]
     for r in runs:
         if r.name not in recorded:
@@ -341,8 +448,9 @@ def finalize(runs: list[PlannedRun], per_rank: list[list[RankFacts]], out_dir, p
         failed = [c for c in checks if not c.ok]
         problems += [f"{r.name}: check failed: {c.what}: measured {c.measured}, want {c.want}" for c in failed]
         eff = "-" if exp.effect is None else f"{exp.effect.metric}={exp.effect.value:g} {exp.effect.unit}"
-        where = "/".join(x for x in (exp.kernel or (exp.comparison.kernel if exp.comparison else None),
-                                     exp.phase) if x) or "-"
+        c = exp.comparison
+        where = "/".join(x for x in (exp.kernel or (c.kernel if c else None), exp.phase or (c.phase if c else None))
+                         if x) or "-"
         lines.append(f"{r.name:<24} {exp.cause.value:<18} {'-' if exp.rank is None else exp.rank:>4} {where:<22} "
                      f"{eff:<36} {len(checks) - len(failed)}/{len(checks)} ok")
     for g, e in groups.items():

@@ -34,15 +34,43 @@ def _problem(tokens: int):
     return Problem(tokens, SHAPE["hidden"], SHAPE["topk"], SHAPE["experts"], 2, SHAPE["dtype"])
 
 
+class Matmul:
+    """The work a scenario overlaps with each op's data movement (Scenario.gemm_n): an N x N BF16
+    matmul on the compute stream, timed with CUDA events (RankFacts.gemm_us)."""
+
+    _operands: dict = {}  # one operand per (n, device) for the whole recording
+
+    def __init__(self, n: int, device):
+        key = (n, str(device))
+        if key not in Matmul._operands:
+            g = torch.Generator(device=device).manual_seed(SEED)
+            Matmul._operands[key] = torch.randn(n, n, generator=g, device=device).to(torch.bfloat16)
+        self.a = Matmul._operands[key]
+        self.events: list = []
+
+    def __call__(self) -> None:
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        torch.matmul(self.a, self.a)
+        e1.record()
+        self.events.append((e0, e1))
+
+    def times_us(self) -> list[float]:
+        torch.cuda.synchronize()
+        return [round(a.elapsed_time(b) * 1e3, 1) for a, b in self.events]
+
+
 def _op(buffer, run: PlannedRun, rank: int, device):
     from .config import op_configs
     from .workload import RankOp, make_rank_inputs
 
     s = run.scenario
+    st = run.settings
     p = _problem(s.tokens)
     ins = make_rank_inputs(p, s.routing, rank, seed=SEED, device=device, routing_args=dict(s.routing_args))
-    d, c = op_configs(p.ranks, run.num_sms)
-    return RankOp(buffer, p, ins, d, c)
+    d, c = (cfg.with_path(s.path, st["num_tma_buffers"]) for cfg in op_configs(p.ranks, st["num_sms"]))
+    return RankOp(buffer, p, ins, d, c, hook=st["return_recv_hook"],
+                  overlap=Matmul(s.gemm_n, device) if s.gemm_n else None)
 
 
 def sleep_cycles_per_us() -> float:
@@ -67,7 +95,8 @@ def _warm_up(ctx, buffer, runs: list[PlannedRun], opts) -> None:
     seen = {}
     for r in runs:
         if r.scenario.skip_send_rank is None:
-            seen.setdefault((r.scenario.tokens, r.scenario.routing, r.scenario.routing_args, r.num_sms), r)
+            s = r.scenario  # every kernel variant and overlap once (first-call costs: tma plans, cuBLAS)
+            seen.setdefault((s.tokens, s.routing, s.routing_args, s.path, s.gemm_n, *r.settings.values()), r)
     for r in seen.values():
         op = _op(buffer, r, ctx.rank, ctx.device)
         for _ in range(2):
@@ -106,6 +135,8 @@ def _record(ctx, buffer, run: PlannedRun, opts, cycles_per_us: float) -> RankFac
                       workload=run.workload(), overwrite=opts.get("overwrite", False),
                       config={"dispatch": op.dispatch_config.to_dict(), "combine": op.combine_config.to_dict(),
                               "timeout_s": buffer.timeout_s})
+    if op.overlap is not None:
+        op.overlap.events.clear()  # the profiled ops' matmuls only
     try:
         with session:
             with buffer.profile(session):
@@ -138,6 +169,8 @@ def _record(ctx, buffer, run: PlannedRun, opts, cycles_per_us: float) -> RankFac
     if facts.error is None or facts.error_report is not None:
         torch.cuda.synchronize()  # the events below are complete (after a timeout too: waits are bounded)
         facts.device_delays_us = [a.elapsed_time(b) * 1e3 for a, b in dev_events]
+    if op.overlap is not None and facts.error is None:
+        facts.gemm_us = op.overlap.times_us()
     facts.seconds = round(time.time() - t0, 2)
     return facts
 
@@ -149,7 +182,11 @@ def catalogue_rank(ctx, opts) -> list[RankFacts]:
     runs: list[PlannedRun] = opts["runs"]
     B = ep_core.Buffer
     max_tokens = max(r.scenario.tokens for r in runs)
-    hint = B.get_buffer_size_hint(max_tokens, SHAPE["hidden"], ctx.world_size, SHAPE["topk"])
+    # hook mode packs its peers' rows next to the rows it receives: a larger data region (it
+    # changes nothing for the other runs, whose rows start at the same offset)
+    sizing = B.get_hook_buffer_size_hint if any(r.settings["return_recv_hook"] for r in runs) else \
+        B.get_buffer_size_hint
+    hint = sizing(max_tokens, SHAPE["hidden"], ctx.world_size, SHAPE["topk"])
     buffer = B(ctx.group, num_nvl_bytes=hint, timeout_s=opts["timeout_s"])
     cycles = sleep_cycles_per_us()
     _say(ctx.rank, f"warm-up ({torch.cuda.get_device_name()}, _sleep {cycles:.0f} cycles/µs)")

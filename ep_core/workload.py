@@ -119,15 +119,37 @@ class RankOp:
     non-cached dispatch, then a combine that sends the received rows straight back (the experts'
     work is out of scope). `profile` is passed to every call (None: not profiled, True: into the
     session of `with buffer.profile(session)`). The steps are separate methods so a caller can
-    plant something between them (a host or device delay before the dispatch)."""
+    plant something between them (a host or device delay before the dispatch).
 
-    def __init__(self, buffer, problem: Problem, inputs: RankInputs, dispatch_config, combine_config):
+    `overlap` (optional) is other work issued on the compute stream while each call's rows move:
+    with `hook` the call sends (return_recv_hook=True), overlap() runs, then the hook receives;
+    without, the call runs with async_finish=True and the compute stream waits for its event
+    after overlap()."""
+
+    def __init__(self, buffer, problem: Problem, inputs: RankInputs, dispatch_config, combine_config, *,
+                 hook: bool = False, overlap=None):
         import ep_core
 
         self.buffer, self.problem, self.inputs = buffer, problem, inputs
         self.dispatch_config, self.combine_config = dispatch_config, combine_config
+        self.hook, self.overlap = bool(hook), overlap
         self.x = inputs.x_for(problem.dtype)
         self.topk_idx = inputs.topk_idx.to(ep_core.topk_idx_t)
+
+    def _call(self, fn, *args, **kw):
+        """fn(...) with the overlap around its data movement; DeepEP's tuple without the hook."""
+        if self.hook:
+            *out, hook = fn(*args, return_recv_hook=True, **kw)
+            if self.overlap is not None:
+                self.overlap()
+            hook()
+            return out
+        if self.overlap is None:
+            return fn(*args, **kw)
+        out = fn(*args, async_finish=True, **kw)
+        self.overlap()
+        out[-1 if len(out) == 3 else 5].current_stream_wait()
+        return out
 
     def layout(self, profile=None) -> Layout:
         per_rank, _, per_expert, in_rank, _ = self.buffer.get_dispatch_layout(
@@ -137,16 +159,17 @@ class RankOp:
     def dispatch(self, layout: Layout, profile=None) -> Dispatched:
         from .reference import per_token_cast_back
 
-        recv, _, recv_w, _, handle, _ = self.buffer.dispatch(
-            self.x, num_tokens_per_rank=layout.num_tokens_per_rank, is_token_in_rank=layout.is_token_in_rank,
-            num_tokens_per_expert=layout.num_tokens_per_expert, topk_idx=self.topk_idx,
-            topk_weights=self.inputs.topk_weights, config=self.dispatch_config, profile=profile)
+        recv, _, recv_w, _, handle, _ = self._call(
+            self.buffer.dispatch, self.x, num_tokens_per_rank=layout.num_tokens_per_rank,
+            is_token_in_rank=layout.is_token_in_rank, num_tokens_per_expert=layout.num_tokens_per_expert,
+            topk_idx=self.topk_idx, topk_weights=self.inputs.topk_weights, config=self.dispatch_config,
+            profile=profile)
         y = per_token_cast_back(*recv) if isinstance(recv, tuple) else recv
         return Dispatched(y, recv_w, handle, int(y.size(0)))
 
     def combine(self, d: Dispatched, profile=None) -> None:
-        self.buffer.combine(d.recv_x, d.handle, topk_weights=d.recv_weights, config=self.combine_config,
-                            profile=profile)
+        self._call(self.buffer.combine, d.recv_x, d.handle, topk_weights=d.recv_weights, config=self.combine_config,
+                   profile=profile)
 
     def iteration(self, profile=None) -> int:
         """One whole op; returns the rows this rank received."""

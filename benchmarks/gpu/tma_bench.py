@@ -254,7 +254,8 @@ def _agree(ctx, checks: list, tag: str, fn) -> bool:
                        "tb": traceback.format_exc()[-2000:]})
         ok = 0
     ok = int(_slowest(ctx, ok, dist.ReduceOp.MIN))
-    log(ctx, f"  {'ok  ' if ok else 'FAIL'} {tag}" + ("" if ok else f": {checks[-1]['error'] if checks else 'on the other rank'}"))
+    why = "" if ok else f": {checks[-1]['error'] if checks else 'on the other rank'}"
+    log(ctx, f"  {'ok  ' if ok else 'FAIL'} {tag}{why}")
     return bool(ok)
 
 

@@ -15,24 +15,34 @@ from ep_core.generated import ep_intranode_phases as P
 from profiler.runstore import write_run
 
 KERNELS = ("layout", "notify", "dispatch", "barrier", "combine")
+# an op in hook mode (return_recv_hook=True): each op's send half, its signal, its receive half
+HOOK_KERNELS = ("layout", "notify", "dispatch_send", "hook_signal", "dispatch_recv", "barrier", "hook_signal",
+                "combine_recv")
+# the span each hook-mode kernel records (on block 0, warp 0), so a launch has the blocks it ran on
+HOOK_SPANS = {"dispatch_send": ("sender", "pack"), "dispatch_recv": ("receiver", "copy_out"),
+              "combine_recv": ("receiver", "reduce"), "hook_signal": ("sender", "publish_hook")}
 ITER_NS = 10_000_000      # iterations 10 ms apart
 WARPS = 2                 # warps per block (2 keep the tables small; shares do not depend on it)
 
 
 def fake_run(path, *, iterations=(2, 3), kernel_us=None, host_lag_ms=None, late_rank=None, late_us=0.0,
-             dispatch_blocks=24, working_blocks=24, status="ok") -> Path:
+             dispatch_blocks=24, working_blocks=24, status="ok", kernels=KERNELS, stall_us=None) -> Path:
     """kernel_us: {kernel: (rank 0 µs, rank 1 µs)}; host_lag_ms: {rank: ms its host enters every
     op late}; late_rank arrives late_us after the other at notify's rank_start; blocks >=
-    working_blocks of each dispatch record nothing but a wait."""
+    working_blocks of each dispatch record nothing but a wait. `kernels`: the launches of one
+    iteration (HOOK_KERNELS: a hook-mode op, back to back); stall_us: {kernel: (rank 0, rank 1)}
+    µs of stage_wait span that kernel's block 0 records, split over its two warps."""
     kernel_us = {"layout": (2, 2), "notify": (20, 20), "dispatch": (200, 200), "barrier": (2, 2),
-                 "combine": (250, 250), **(kernel_us or {})}
+                 "combine": (250, 250), "dispatch_send": (60, 60), "hook_signal": (3, 3), "dispatch_recv": (50, 50),
+                 "combine_recv": (70, 70), **(kernel_us or {})}
+    stall_us = stall_us or {}
     host_lag_ms = host_lag_ms or {}
     ev, la = [], []
     for r in (0, 1):
         launch = 0
         for it in iterations:
             t = it * ITER_NS + int(host_lag_ms.get(r, 0.0) * 1e6)
-            for k in KERNELS:
+            for k in kernels:
                 g0 = t + 5_000
                 g1 = g0 + int(kernel_us[k][r] * 1e3)
                 regions = dispatch_blocks * WARPS if k == "dispatch" else WARPS
@@ -51,6 +61,14 @@ def fake_run(path, *, iterations=(2, 3), kernel_us=None, host_lag_ms=None, late_
                             ev.append(_row(r, launch, k, it, b, w, role, "span", "wait_data", g0, g0 + 100, 1 - r))
                             if b < working_blocks:
                                 ev.append(_row(r, launch, k, it, b, w, role, "span", "copy_out", g0 + 100, g1, b))
+                if k in HOOK_SPANS:
+                    role, phase = HOOK_SPANS[k]
+                    kind = "instant" if phase == "publish_hook" else "span"
+                    ev.append(_row(r, launch, k, it, 0, 0, role, kind, phase, g0, g0 if kind == "instant" else g1, 0))
+                if k in stall_us:
+                    half = int(stall_us[k][r] * 1e3 / 2)
+                    for w in range(WARPS):
+                        ev.append(_row(r, launch, k, it, 0, w, "sender", "span", "stage_wait", g0, g0 + half, 0))
                 launch += 1
                 t += int(kernel_us[k][r] * 1e3) + 10_000
     manifest = {"name": Path(path).name, "description": "fake catalogue run", "status": status,

@@ -8,7 +8,7 @@ import pytest
 
 from ep_core import catalogue as C
 from ep_core import trace
-from profiler.expect import Cause, ComparisonExpect, Expect
+from profiler.expect import Cause, ComparisonExpect, Direction, Expect
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ def test_every_key_of_the_brief_is_in_the_table_once():
     keys = [s.key for s in C.SCENARIOS]
     assert len(set(keys)) == len(keys)
     assert set(keys) == {"balanced", "rank-skew", "zero-rank", "few-tokens", "host-late", "barrier-straggler",
-                         "aa", "ab-sms", "timeout"}
+                         "aa", "ab-sms", "ab-tma-buffers", "ab-hook", "timeout"}
 
 
 @pytest.mark.parametrize("s", C.SCENARIOS, ids=lambda s: s.key)
@@ -26,9 +26,11 @@ def test_each_truth_is_a_valid_expect_block(s):
     cmp_ = None
     if s.pair is not None:
         for side, value in (("A", s.pair.a), ("B", s.pair.b)):
-            cmp_ = ComparisonExpect(group=s.pair.group, side=side, replicate=0, outcome=s.pair.outcome,
-                                    knob=s.pair.knob, value=value if s.pair.knob else None, kernel=s.pair.kernel,
-                                    direction=s.pair.direction)
+            # a measured pair's direction comes from its recordings: either one must be writable
+            for direction in ((Direction.FASTER, Direction.SLOWER) if s.pair.measured else (s.pair.direction,)):
+                cmp_ = ComparisonExpect(group=s.pair.group, side=side, replicate=0, outcome=s.pair.outcome,
+                                        knob=s.pair.knob, value=value if s.pair.knob else None,
+                                        kernel=s.pair.kernel or "dispatch", phase=s.pair.phase, direction=direction)
     e = Expect(cause=t.cause, rank=t.rank, peer=t.peer, kernel=t.kernel, phase=t.phase, comparison=cmp_)
     assert Expect.from_json(e.to_json()) == e
     for r in (t.rank, t.peer):
@@ -56,12 +58,12 @@ def test_delays_sit_on_the_rank_the_truth_names():
 def test_plan_order_singles_then_interleaved_pairs_then_the_timeout():
     runs = C.plan(C.parse_only(None))
     names = [r.name for r in runs]
-    assert len(names) == len(set(names)) == 6 + 2 * 2 * 3 + 1
+    assert len(names) == len(set(names)) == 6 + 4 * 2 * 3 + 1
     assert names[:6] == ["ep-balanced", "ep-rank-skew", "ep-zero-rank", "ep-few-tokens", "ep-host-late",
                          "ep-barrier-straggler"]
     assert names[-1] == "ep-timeout"
     pairs = runs[6:-1]
-    for group in ("aa", "ab-sms"):
+    for group in ("aa", "ab-sms", "ab-tma-buffers", "ab-hook"):
         g = [r for r in pairs if r.scenario.pair.group == group]
         assert [(r.side, r.replicate) for r in g] == [("A", 0), ("B", 0), ("A", 1), ("B", 1), ("A", 2), ("B", 2)]
         assert [r.name for r in g] == [f"ep-{group}-{s}{i}" for i in range(3) for s in "ab"]
@@ -78,6 +80,29 @@ def test_ab_sides_differ_only_in_the_knob_and_aa_sides_not_at_all():
     assert diff == {"num_sms", "catalogue"}
     wa, wb = runs["ep-aa-a0"].workload(), runs["ep-aa-b0"].workload()
     assert {k for k in wa if wa[k] != wb[k]} == {"catalogue"}
+
+
+@pytest.mark.parametrize("group, knob, a, b", [("ab-tma-buffers", "num_tma_buffers", 1, 3),
+                                               ("ab-hook", "return_recv_hook", False, True)])
+def test_issue_11_groups_change_one_knob_and_measure_what_moved(group, knob, a, b):
+    runs = {r.name: r for r in C.plan([group])}
+    ra, rb = runs[f"ep-{group}-a2"], runs[f"ep-{group}-b2"]
+    assert (ra.settings[knob], rb.settings[knob]) == (a, b)
+    assert {k for k in ra.settings if ra.settings[k] != rb.settings[k]} == {knob}
+    pa, pb = ra.workload()["catalogue"], rb.workload()["catalogue"]
+    assert {k for k in pa if pa[k] != pb[k]} == {"side", knob}
+    assert pa["path"] == "tma" and f"{knob}={b}" in rb.description()
+    p = ra.scenario.pair
+    assert p.measured and p.direction is None and p.kernel is None  # never assumed: read from the recordings
+    if group == "ab-hook":
+        assert pa["gemm_n"] == 8192 and ra.scenario.num_tma_buffers == 3
+    else:
+        assert p.phase == "stage_wait" and pa["gemm_n"] == 0
+
+
+def test_a_pair_only_takes_known_knobs():
+    with pytest.raises(ValueError, match="Pair.knob must be one of"):
+        C.Pair("x", "chunk", 1, 2)
 
 
 def test_workload_has_every_key_of_epscope_trace():

@@ -10,7 +10,8 @@ from ep_core import catalogue_expect as X
 from profiler.expect import Cause, Direction, from_manifest
 from profiler.runstore import load_run
 
-from .catalogue_runs import fake_run
+from .catalogue_runs import HOOK_KERNELS, fake_run
+from .catalogue_runs import KERNELS as C_KERNELS
 
 BALANCED_ROWS = (8163, 8157)
 
@@ -195,6 +196,86 @@ def test_aa_sides_carry_same_code_and_no_knob(tmp_path):
     assert e.effect is None and not e.alarm and _failed(checks) == []
     assert e.extra["group_measured"]["runs"] == {"A": ["ep-aa-a0", "ep-aa-a1", "ep-aa-a2"],
                                                  "B": ["ep-aa-b0", "ep-aa-b1", "ep-aa-b2"]}
+
+
+# -- issue 11's measured comparisons ------------------------------------------------------------
+def _tma_group(tmp_path, a_dispatch_us, b_dispatch_us, a_stall_us, b_stall_us):
+    runs = C.plan(["ab-tma-buffers"])
+    recorded = {}
+    for r in runs:
+        us, st = (a_dispatch_us, a_stall_us) if r.side == "A" else (b_dispatch_us, b_stall_us)
+        recorded[r.name] = load_run(fake_run(tmp_path / r.name, kernel_us={"dispatch": (us, us + r.replicate)},
+                                             stall_us={"dispatch": (st, st), "combine": (40, 40)}))
+    return runs, recorded
+
+
+def test_measured_group_names_the_op_and_phase_that_moved(tmp_path):
+    runs, recorded = _tma_group(tmp_path, 250, 200, 900, 300)
+    g = X.group_effect(recorded, runs)
+    assert g.median_a_us["dispatch/stage_wait"] == 900 and g.change["combine/stage_wait"] == 0.0
+    b2 = next(r for r in runs if r.name == "ep-ab-tma-buffers-b2")
+    e, checks = X.build_expect(b2, _facts(b2.name), recorded[b2.name], "cmd", g)
+    c = e.comparison
+    assert (c.knob, c.value, c.kernel, c.phase, c.direction) == ("num_tma_buffers", 3, "dispatch", "stage_wait",
+                                                                  Direction.FASTER)
+    assert e.effect.metric == "op_latency_change" and e.effect.value == g.change["dispatch"] and _failed(checks) == []
+
+
+def test_measured_group_falls_back_to_the_phase_when_no_op_moved(tmp_path):
+    runs, recorded = _tma_group(tmp_path, 250, 245, 900, 300)
+    g = X.group_effect(recorded, runs)
+    e, checks = X.build_expect(runs[1], _facts(runs[1].name), recorded[runs[1].name], "cmd", g)
+    c = e.comparison
+    assert (c.kernel, c.phase, c.direction) == ("dispatch", "stage_wait", Direction.FASTER)
+    assert e.effect.metric == "phase_time_change" and e.effect.value == pytest.approx(-2 / 3, abs=1e-3)
+    assert _failed(checks) == []
+
+
+def test_measured_group_where_nothing_moved_fails_and_says_what_it_measured(tmp_path):
+    runs, recorded = _tma_group(tmp_path, 250, 247, 900, 880)
+    g = X.group_effect(recorded, runs)
+    e, checks = X.build_expect(runs[1], _facts(runs[1].name), recorded[runs[1].name], "cmd", g)
+    failed = [c for c in checks if not c.ok]
+    assert len(failed) == 1 and failed[0].what.startswith("what moved most")
+    assert abs(failed[0].measured) < X.MIN_KNOB_EFFECT
+    assert e.extra["group_measured"]["change"]["dispatch/stage_wait"] == pytest.approx(880 / 900 - 1, abs=1e-4)
+
+
+def test_hook_group_measures_the_halves_and_the_blocks_during_the_copies(tmp_path):
+    runs = C.plan(["ab-hook"])
+    recorded, facts = {}, {}
+    for r in runs:
+        hook = r.side == "B"
+        recorded[r.name] = load_run(fake_run(tmp_path / r.name, kernels=HOOK_KERNELS if hook else C_KERNELS))
+        facts[r.name] = _facts(r.name, gemm_us=([1500.0, 1510.0], [1502.0, 1505.0]) if hook else
+                               ([1600.0, 1620.0], [1610.0, 1590.0]))
+    g = X.group_effect(recorded, runs, facts=facts)
+    # dispatch: 200 µs whole (A) against 60 + 50 µs of halves (B); combine 250 against 70
+    assert g.median_b_us["dispatch"] == 110 and g.median_b_us["combine"] == 70
+    assert g.facts["gemm_us"] == {"A": 1605.0, "B": 1503.5}
+    b0 = next(r for r in runs if r.name == "ep-ab-hook-b0")
+    e, checks = X.build_expect(b0, facts[b0.name], recorded[b0.name], "cmd", g)
+    c = e.comparison
+    assert (c.knob, c.value, c.kernel, c.phase, c.direction) == ("return_recv_hook", True, "combine", None,
+                                                                  Direction.FASTER)
+    assert e.extra["blocks_during_copies"] == 0 and _failed(checks) == []
+    assert e.extra["gemm_us"] == {"0": [1500.0, 1510.0], "1": [1502.0, 1505.0]}
+    a0 = next(r for r in runs if r.name == "ep-ab-hook-a0")
+    e, checks = X.build_expect(a0, facts[a0.name], recorded[a0.name], "cmd", g)
+    assert "blocks_during_copies" not in e.extra and e.comparison.value is False
+
+
+def test_blocks_during_copies_counts_kernels_overlapping_the_copy_window(tmp_path):
+    rec = load_run(fake_run(tmp_path / "h", kernels=HOOK_KERNELS))
+    assert X.blocks_during_copies(rec.events, rec.launches) == 0
+    la = rec.launches.copy()
+    # a receive kernel (1 recorded block) that started while the copies flew, before the signal: counted
+    first = la[(la["rank"] == 0) & (la["kernel"].astype(str) == "dispatch_recv")].index[0]
+    sig = la[(la["rank"] == 0) & (la["kernel"].astype(str) == "hook_signal")].iloc[0]
+    la.loc[first, "gpu_begin_ns"] = int(sig["gpu_begin_ns"]) - 2_000
+    assert X.blocks_during_copies(rec.events, la) == 1
+    assert X.blocks_during_copies(rec.events, rec.launches[rec.launches["kernel"].astype(str) != "hook_signal"]) \
+        is None
 
 
 # -- the whole catalogue -------------------------------------------------------------------------
