@@ -91,6 +91,29 @@ class ReversedSpans(DecodeWarning):
     """Spans whose END time precedes their BEGIN's (corrupt timestamps): end set to begin."""
 
 
+# -- analyses ---------------------------------------------------------------------------------
+class AnalysisWarning(UserWarning):
+    """An analysis ran with less than it needs; `count` says how many phases/rows, `detail` which.
+    Analyses return these with their results (never only print them)."""
+
+    def __init__(self, count: int, detail: str = ""):
+        super().__init__(f"{type(self).__name__}: {count} ({detail})" if detail else f"{type(self).__name__}: {count}")
+        self.count = int(count)
+        self.detail = detail
+
+    def to_json(self) -> dict:
+        return {"type": type(self).__name__, "count": self.count, "detail": self.detail}
+
+
+class UndeclaredPhases(AnalysisWarning):
+    """Phases or barriers of the table that no registry given to the analysis declares: their
+    spans count as work (never as waits or idle) and their barriers as per-launch (scope grid)."""
+
+
+class InvalidRegistry(AnalysisWarning):
+    """A registry embedded in the run does not validate: its phases have no semantics."""
+
+
 class ExportError(EpscopeError):
     """A run cannot be exported as asked (e.g. ids outside the trace's track id scheme)."""
 

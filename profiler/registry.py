@@ -11,6 +11,12 @@ in `profiler/phases/`. The profiler names no other family: the directories it se
 project's `[tool.epscope] registry_dirs` (pyproject.toml, paths relative to the repository) and
 the `EPSCOPE_REGISTRY_PATH` environment variable (directories separated by os.pathsep), after
 its own. `registry_dirs()` lists them, `find_registry(family)` locates one family's file.
+
+It is also the one place phase *semantics* are declared (style.md rule 14): which phases are waits
+(`wait`, released by the peer's `waits_for` phase), which are idle (`idle`: a warp with nothing to
+do), and each barrier's `scope`. The analyses read them from here (profiler.analysis.semantics),
+never from names. Read registries through this module: `load_family(name)` for the checkout's,
+`registries(obj)` for the ones a manifest embeds.
 """
 from __future__ import annotations
 
@@ -48,6 +54,9 @@ class Phase:
     # releases the wait, e.g. wait_data waits_for publish_tail. The critical-path analysis links
     # the two; the peer's phase carries this rank in its payload.
     waits_for: str = ""
+    # An idle phase: the warp has nothing to do and waits for the others (no peer releases it);
+    # the analyses count it as waiting, never as work.
+    idle: bool = False
     doc: str = ""
 
 
@@ -125,6 +134,10 @@ class Registry:
                 raise err(f"phase {p.name}: waits_for {p.waits_for!r} is not a phase")
             if p.waits_for and not p.wait:
                 raise err(f"phase {p.name}: waits_for needs wait = true")
+            if p.idle and p.wait:
+                raise err(f"phase {p.name}: a phase is either a wait (released by a peer) or idle, not both")
+            if (p.wait or p.idle) and p.kind != "span":
+                raise err(f"phase {p.name}: only span phases can be waits or idle (kind is {p.kind!r})")
             if p.parent == p.name:
                 raise err(f"phase {p.name}: a phase cannot nest in itself")
         # parent chains must end (no cycles)
@@ -195,6 +208,24 @@ def registry_dirs() -> list[Path]:
     return out
 
 
+def registries(obj) -> tuple[Registry, ...]:
+    """The registries in `obj`: a Registry, one registry's JSON (what `to_json` writes), a
+    manifest's "registry" map {family: registry-json}, a list of any of those, or None (none).
+    Raises RegistryError for a registry that does not validate."""
+    if obj is None:
+        return ()
+    if isinstance(obj, Registry):
+        return (obj,)
+    if isinstance(obj, (list, tuple)):
+        return tuple(r for o in obj for r in registries(o))
+    if isinstance(obj, dict):
+        if "family" in obj and ("phases" in obj or "phase" in obj):
+            return (Registry.from_dict(obj),)
+        return tuple(r for v in obj.values() for r in registries(v))
+    raise TypeError(f"registries: expected a Registry, a registry dict or a manifest's registry map, "
+                    f"got {type(obj).__name__}")
+
+
 def registry_files() -> list[Path]:
     """Every registry file of the search path, sorted by family name."""
     files = [p for d in registry_dirs() if d.is_dir() for p in d.glob("*.toml")]
@@ -219,3 +250,8 @@ def load_all() -> dict[str, Registry]:
     if len(out) != len(regs):
         raise RegistryError("two registry files declare the same family")
     return out
+
+
+def load_family(family: str) -> Registry:
+    """The checkout's registry of one kernel family (RegistryError naming the search path)."""
+    return Registry.load(find_registry(family))

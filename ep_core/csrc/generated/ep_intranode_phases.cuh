@@ -4,7 +4,7 @@
 
 namespace epscope { namespace phases { namespace ep_intranode {
 
-constexpr uint32_t kRegistryHash = 0x3CB8A638u;
+constexpr uint32_t kRegistryHash = 0xD56D2238u;
 
 enum Phase : uint16_t {
   kNotify = 1,  // span: count rows per destination and chunk, write them to every peer, build rank_prefix_matrix and per-expert counts; payload = tokens of this rank
@@ -15,7 +15,7 @@ enum Phase : uint16_t {
   kReduce = 8,  // span: combine: sum in fp32 the rows of one chunk of this rank's tokens (plus bias), write bf16; payload = chunk index
   kClockSync = 9,  // instant: a clock-sync exchange point; payload = peer rank
   kLayout = 10,  // span: get_dispatch_layout: per-rank / per-expert counts and is_token_in_rank of a block's tokens; payload = block index
-  kStageWait = 11,  // span: pipelined bulk-copy path (Config.num_tma_buffers): a pipeline warp stalled because the row it needed next had not landed in its shared-memory staging buffer; recorded only on a stall, so these spans are the gaps prefetching closes; payload = item index within the unit
+  kStageWait = 11,  // span, wait: pipelined bulk-copy path (Config.num_tma_buffers): a pipeline warp stalled because the row it needed next had not landed in its shared-memory staging buffer; recorded only on a stall, so these spans are the gaps prefetching closes; payload = item index within the unit
   kPack = 12,  // span: hook-mode dispatch send: stage the peer rows of one chunk contiguously per destination in this rank's buffer (own rows straight to recv_x) for the copy engines; payload = chunk index
   kPublishHook = 13,  // instant: hook mode: the copy-engine transfer of this op to the destination is complete, its hook flag released; payload = destination rank
   kWaitHook = 14,  // span, wait: hook mode receive: wait until the source's copy-engine transfer of this op landed; payload = source rank

@@ -4,7 +4,7 @@
 
 namespace epscope { namespace phases { namespace selftest {
 
-constexpr uint32_t kRegistryHash = 0x72E375A4u;
+constexpr uint32_t kRegistryHash = 0x4D8C19B0u;
 
 enum Phase : uint16_t {
   kIteration = 1,  // span: one pass of the workload loop; payload = iteration index
