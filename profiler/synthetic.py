@@ -1,8 +1,11 @@
 """Synthetic EP runs with known truths, for tests, benchmarks and the viewer.
 
-`make_events` simulates ep_intranode-shaped kernels (ep_core/phases/ep_intranode.toml) on R ranks
-and returns the three parts of a run: the event table, the launch table and a manifest. The
-timing is a causal simulation, so every wait ends after the release it waits for:
+`make_events` simulates ring-buffer EP kernels on R ranks and returns the three parts of a run: the
+event table, the launch table and a manifest. The simulated kernels are not ep_core's (those write
+rows straight to their final place and have no ring buffer): they are their own kernel family,
+declared by `REGISTRY` below and embedded in every manifest, so the analyses read the simulated
+phases' semantics (waits, releases, barrier scopes) from it like from any recorded run.
+The timing is a causal simulation, so every wait ends after the release it waits for:
 
   per iteration and rank:  notify (1 warp: `notify`, cross-rank barrier `rank_layout`)
                            dispatch and combine (C blocks = channels, 2R warps per block)
@@ -23,6 +26,8 @@ Scenarios (the manifest's "synthetic" entry records the truth each one plants):
   slow_rank     rank `slow_rank` copies `slow_factor` x slower: it paces the rendezvous
   ab            variant 'a' or 'b'; in 'b' the sender's copy in dispatch (send_chunk) is
                 `ab_factor` x slower
+  late_host     the host of rank `late_rank` enters every iteration `late_ns` after the others:
+                they wait for it at notify's cross-rank barrier
 
 Size: `events` is a target; the chunk count per (pair, channel) is chosen to reach it (a 10 M
 event run of 8 ranks has about 200 chunks per pair and channel over 4 iterations).
@@ -35,10 +40,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .registry import Registry, find_registry
+from .registry import Registry
 from .schema import EVENT_KINDS, LAUNCH_COLUMNS
 
-SCENARIOS = ("balanced", "starvation", "late_arriver", "slow_rank", "ab")
+SCENARIOS = ("balanced", "starvation", "late_arriver", "slow_rank", "ab", "late_host")
 KERNELS = ("notify", "dispatch", "combine")
 ROLES = ("notify", "sender", "receiver", "host")
 PHASES = ("notify", "send_chunk", "wait_space", "publish_tail", "wait_data", "copy_out",
@@ -53,6 +58,32 @@ BARRIER_LAT_NS = 1000
 LAUNCH_LAT_NS = 5000
 ENQUEUE_NS = 4000
 RING_DEPTH = 2
+
+REGISTRY = Registry.from_dict({
+    "family": "synthetic_ep", "version": 1,
+    "doc": "simulated ring-buffer EP kernels (profiler.synthetic): per-chunk sends into a ring of "
+           f"{RING_DEPTH} slots per (source, destination, channel), receives, a grid barrier per launch",
+    "roles": ["notify", "sender", "receiver"],
+    "phases": [
+        {"name": "notify", "id": 1, "role": "notify", "doc": "count exchange"},
+        {"name": "send_chunk", "id": 2, "role": "sender", "doc": "wait for a ring slot, copy one chunk; payload = chunk"},
+        {"name": "wait_space", "id": 3, "role": "sender", "parent": "send_chunk", "wait": True,
+         "waits_for": "publish_head", "doc": "wait until the receiver freed the ring slot; payload = destination rank"},
+        {"name": "publish_tail", "id": 4, "role": "sender", "kind": "instant",
+         "doc": "the chunk is in the destination's ring; payload = destination rank"},
+        {"name": "wait_data", "id": 5, "role": "receiver", "wait": True, "waits_for": "publish_tail",
+         "doc": "wait for the source's chunk; payload = source rank"},
+        {"name": "copy_out", "id": 6, "role": "receiver", "doc": "dispatch: copy a chunk out; payload = chunk"},
+        {"name": "publish_head", "id": 7, "role": "receiver", "kind": "instant",
+         "doc": "the ring slot is free again; payload = source rank"},
+        {"name": "reduce", "id": 8, "role": "receiver", "doc": "combine: reduce a chunk; payload = chunk"},
+    ],
+    "barriers": [
+        {"name": "rank_start", "id": 1, "scope": "rank", "doc": "every rank started the kernel"},
+        {"name": "rank_layout", "id": 2, "scope": "rank", "doc": "every rank's counts are exchanged"},
+        {"name": "grid", "id": 3, "scope": "grid", "doc": "every warp of the launch finished"},
+    ],
+})
 
 
 def _lognormal(rng, shape, sigma):
@@ -139,6 +170,8 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
     launch_no = 0
     for it in range(iterations):
         it_factor = _lognormal(rng, (), 0.03)  # iteration-to-iteration drift
+        if scenario == "late_host":
+            host_t[late_rank] += late_ns
         for kernel in KERNELS:
             # host enqueue, kernel start
             h_b = host_t + rng.integers(500, 1500, R)
@@ -278,11 +311,13 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
                      working_warps=active_blocks * W)
     elif scenario == "late_arriver":
         truth.update(late_rank=late_rank, late_block=late_block, late_warp=late_warp, late_ns=late_ns)
+    elif scenario == "late_host":
+        truth.update(late_rank=late_rank, late_ns=late_ns)
     elif scenario == "slow_rank":
         truth.update(slow_rank=slow_rank, slow_factor=slow_factor)
     elif scenario == "ab":
         truth.update(ab_phase="dispatch/send_chunk", ab_factor=ab_factor if variant == "b" else 1.0)
-    registry = Registry.load(find_registry("ep_intranode"))
+    registry = REGISTRY
     manifest = {
         "format": "epscope-run", "format_version": 1,
         "name": f"synthetic-{scenario}{'-' + variant if scenario == 'ab' else ''}-r{R}-s{seed}",

@@ -5,21 +5,28 @@ last point of each iteration: at each point the predecessor is the cross edge wh
 (the release / last arrival / kernel-ready came after the wait began) and the previous point of
 the same warp otherwise. The walk costs one step per path point, after a vectorised build.
 
+The path covers the whole iteration: where the walk stops (a point nothing precedes) after the
+iteration began, the stretch from the iteration's begin to that point is the rank's late entry,
+kind 'host' when the rank has host rows in the iteration (its host entered the op late), else
+'launch' (its first kernel started late). So the segments of an iteration add up to its span.
+
 Slack is the free float of a warp: min over its barrier arrivals of (occurrence's last arrival -
 own arrival) and, unless the warp ends in a barrier wait (then others release it), of (iteration
 end - own last point); warps on the path get 0.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from . import graph as G
+from .path_verdict import headline as _headline
+from .peers import interval_peers
 
 SEGMENT_COLUMNS = ["iteration", "rank", "kernel", "launch", "block", "warp", "role", "phase", "kind",
-                   "begin_ns", "end_ns", "duration_ns", "share"]
+                   "begin_ns", "end_ns", "duration_ns", "share", "peer", "unfinished"]
 SLACK_COLUMNS = ["iteration", "rank", "kernel", "launch", "block", "warp", "role", "busy_ns", "slack_ns", "on_path"]
 TOTAL_COLUMNS = ["iteration", "begin_ns", "end_ns", "total_ns"]
 PATH_NS_COLUMNS = ["iteration", "rank", "kind", "duration_ns", "share"]
@@ -33,6 +40,9 @@ class CriticalPath:
     total_ns: pd.DataFrame
     pacing_rank: int
     path_ns: pd.DataFrame
+    verdict: object = None          # profiler.analysis.verdict.Verdict (the page's headline)
+    warnings: tuple = ()            # typed AnalysisWarnings of the graph
+    graph: object = field(default=None, repr=False)
 
 
 def _kind_names(g: G.Graph, pts: np.ndarray) -> np.ndarray:
@@ -45,10 +55,7 @@ def _kind_names(g: G.Graph, pts: np.ndarray) -> np.ndarray:
 
 def predecessors(g: G.Graph) -> np.ndarray:
     """The binding predecessor point of every point in recorded time (-1 at a start)."""
-    P = g.n_points
-    is_first = np.zeros(P, bool)
-    is_first[g.lane_first[g.lane_first < P]] = True
-    pred = np.where(is_first, -1, np.arange(P) - 1)
+    pred = np.where(g.first_mask(), -1, np.arange(g.n_points) - 1)
     return np.where(g.binding, g.src, pred)
 
 
@@ -56,7 +63,15 @@ def iteration_totals(g: G.Graph, times: np.ndarray | None = None) -> pd.DataFram
     """Per iteration: first begin of any lane, last end of its GPU lanes (host lanes only when the
     iteration has no GPU lane: a host call that synchronises outlives the kernels it waits for).
     `times`: point times to use instead of the recorded ones (a re-timed graph)."""
-    t = g.pt_t if times is None else times
+    if times is None:
+        hit = g.derived.get("iteration_totals")
+        if hit is None:
+            hit = g.derived["iteration_totals"] = _iteration_totals(g, g.pt_t)
+        return hit.copy()
+    return _iteration_totals(g, times)
+
+
+def _iteration_totals(g: G.Graph, t: np.ndarray) -> pd.DataFrame:
     if g.n_points == 0:
         return pd.DataFrame({c: pd.Series([], dtype="int64") for c in TOTAL_COLUMNS})
     host = g.lane["host"].to_numpy()
@@ -75,8 +90,7 @@ def path_points(g: G.Graph, iterations=None) -> tuple[np.ndarray, np.ndarray]:
     if g.n_points == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     pred = predecessors(g)
-    is_first = np.zeros(g.n_points, bool)
-    is_first[g.lane_first] = True
+    is_first = g.first_mask()
     lane_it = g.lane["iteration"].to_numpy()
     it_of_pt = lane_it[g.pt_lane]
     # last point of each iteration: the latest GPU lane end (host lanes only in an iteration
@@ -111,8 +125,56 @@ def path_points(g: G.Graph, iterations=None) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(pts), np.concatenate(its)
 
 
+def _point_peers(g: G.Graph, pts: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """The rank a wait / barrier segment waited on (-1: none, or its own rank)."""
+    own = g.lane["rank"].to_numpy()[g.pt_lane[pts]]
+    peer = np.full(len(pts), -1, np.int64)
+    waiting = np.isin(kind, ("wait", "barrier"))
+    rel = g.binding[pts] & (g.src[pts] >= 0) & waiting
+    peer[rel] = g.lane["rank"].to_numpy()[g.pt_lane[g.src[pts[rel]]]]
+    own_iv = g.seg_owner[pts]
+    rest = waiting & ~rel & (own_iv >= 0)
+    peer[rest] = interval_peers(g)[own_iv[rest]]
+    return np.where(peer == own, -1, peer)
+
+
+def _lead_ins(g: G.Graph, pts: np.ndarray, its: np.ndarray, totals: pd.DataFrame) -> pd.DataFrame:
+    """Per iteration whose path starts after the iteration began: the late entry of that rank."""
+    if len(pts) == 0:
+        return pd.DataFrame(columns=SEGMENT_COLUMNS)
+    starts = np.r_[0, np.flatnonzero(its[1:] != its[:-1]) + 1]
+    p0, it0 = pts[starts], its[starts]
+    tot = totals.set_index("iteration")
+    b = tot["begin_ns"].reindex(it0).to_numpy()
+    late = g.pt_t[p0] > b
+    if not late.any():
+        return pd.DataFrame(columns=SEGMENT_COLUMNS)
+    p0, it0, b = p0[late], it0[late], b[late]
+    L = g.lane
+    lane0 = g.pt_lane[p0]
+    rank0 = L["rank"].to_numpy()[lane0]
+    # does the rank have a host lane in that iteration (its host entered late) or only GPU lanes
+    hosts = set(zip(L.loc[L["host"], "rank"], L.loc[L["host"], "iteration"]))
+    kind = np.array(["host" if (int(r), int(i)) in hosts else "launch" for r, i in zip(rank0, it0)], dtype=object)
+    # the rank whose events began the iteration (the one this rank entered after)
+    firsts = pd.DataFrame({"it": L["iteration"].to_numpy(), "t": g.pt_t[g.lane_first], "rank": L["rank"].to_numpy()})
+    first_rank = firsts.sort_values(["it", "t"], kind="stable").drop_duplicates("it").set_index("it")["rank"]
+    peer = first_rank.reindex(it0).to_numpy()
+    tt = tot["total_ns"].reindex(it0).to_numpy()
+    dur = g.pt_t[p0] - b
+    return pd.DataFrame({
+        "iteration": it0, "rank": rank0, "kernel": L["kernel"].to_numpy()[lane0],
+        "launch": np.where(kind == "host", -1, L["launch"].to_numpy()[lane0]), "block": -1, "warp": -1,
+        "role": np.where(kind == "host", "host", L["role"].to_numpy()[lane0]), "phase": "", "kind": kind,
+        "begin_ns": b, "end_ns": g.pt_t[p0], "duration_ns": dur,
+        "share": np.where(tt > 0, dur / np.where(tt > 0, tt, 1), 0.0),
+        "peer": np.where(peer == rank0, -1, peer), "unfinished": False,
+    }, columns=SEGMENT_COLUMNS)
+
+
 def _segments(g: G.Graph, pts: np.ndarray, its: np.ndarray, totals: pd.DataFrame) -> pd.DataFrame:
     pred = predecessors(g)
+    lead = _lead_ins(g, pts, its, totals)
     has = pred[pts] >= 0
     pts, its = pts[has], its[has]
     q = pred[pts]
@@ -121,8 +183,6 @@ def _segments(g: G.Graph, pts: np.ndarray, its: np.ndarray, totals: pd.DataFrame
     keep = end > begin
     pts, its, begin, end = pts[keep], its[keep], begin[keep], end[keep]
     lane = g.lane.iloc[g.pt_lane[pts]]
-    is_first = np.zeros(g.n_points, bool)
-    is_first[g.lane_first[g.lane_first < g.n_points]] = True
     kind = _kind_names(g, pts)
     ph = g.seg_phase[pts]
     phase = np.where(ph >= 0, g.phase_names[np.maximum(ph, 0)] if len(g.phase_names) else "", "")
@@ -135,13 +195,18 @@ def _segments(g: G.Graph, pts: np.ndarray, its: np.ndarray, totals: pd.DataFrame
     hs = lane["host"].to_numpy() & (own >= 0)
     kernel[hs] = g.kernel_names[g.iv_kernel[own[hs]]]
     launch[hs] = g.iv_launch[own[hs]]
-    return pd.DataFrame({
+    seg = pd.DataFrame({
         "iteration": its, "rank": lane["rank"].to_numpy(), "kernel": kernel,
         "launch": launch, "block": lane["block"].to_numpy(), "warp": lane["warp"].to_numpy(),
         "role": lane["role"].to_numpy(), "phase": phase.astype(object), "kind": kind,
         "begin_ns": begin, "end_ns": end, "duration_ns": dur,
         "share": np.where(tot > 0, dur / np.where(tot > 0, tot, 1), 0.0),
+        "peer": _point_peers(g, pts, kind), "unfinished": np.where(own >= 0, g.iv_unfinished[np.maximum(own, 0)], False),
     }, columns=SEGMENT_COLUMNS)
+    if len(lead):
+        seg = pd.concat([lead.astype(seg.dtypes.to_dict()), seg], ignore_index=True)
+        seg = seg.sort_values(["iteration", "begin_ns"], kind="stable").reset_index(drop=True)
+    return seg
 
 
 def _slack(g: G.Graph, path_lanes: np.ndarray, totals: pd.DataFrame) -> pd.DataFrame:
@@ -149,12 +214,7 @@ def _slack(g: G.Graph, path_lanes: np.ndarray, totals: pd.DataFrame) -> pd.DataF
     nl = len(L)
     if nl == 0:
         return pd.DataFrame({c: pd.Series([], dtype="int64") for c in SLACK_COLUMNS})
-    dur = np.zeros(g.n_points, np.int64)
-    dur[1:] = np.diff(g.pt_t)
-    is_first = np.zeros(g.n_points, bool)
-    is_first[g.lane_first] = True
-    work = (g.seg_kind == G.WORK) & ~is_first
-    busy = np.bincount(g.pt_lane[work], weights=dur[work], minlength=nl).astype(np.int64)
+    busy = G.lane_sums(g, (G.WORK,))
     it_end = totals.set_index("iteration")["end_ns"].reindex(L["iteration"].to_numpy()).to_numpy()
     # a lane that ends in a barrier wait is released by others: its end carries no float of its own
     ends_in_barrier = g.seg_kind[g.lane_last] == G.BARRIER
@@ -186,7 +246,7 @@ def _pacing(segments: pd.DataFrame, totals: pd.DataFrame) -> tuple[int, pd.DataF
     return int(by_rank.idxmax()), path_ns[PATH_NS_COLUMNS]
 
 
-def from_graph(g: G.Graph, iteration=None) -> CriticalPath:
+def from_graph(g: G.Graph, iteration=None, *, verdict: bool = True) -> CriticalPath:
     iterations = None if iteration is None else set(np.atleast_1d(iteration).tolist())
     totals = iteration_totals(g)
     if iterations is not None:
@@ -198,12 +258,17 @@ def from_graph(g: G.Graph, iteration=None) -> CriticalPath:
     if iterations is not None:
         slack = slack[slack["iteration"].isin(iterations)].reset_index(drop=True)
     pacing, path_ns = _pacing(seg, totals)
-    return CriticalPath(segments=seg, slack=slack, total_ns=totals, pacing_rank=pacing, path_ns=path_ns)
+    cp = CriticalPath(segments=seg, slack=slack, total_ns=totals, pacing_rank=pacing, path_ns=path_ns,
+                      warnings=g.warnings, graph=g)
+    if verdict:
+        cp.verdict = _headline(cp)
+    return cp
 
 
-def critical_path(events: pd.DataFrame, *, iteration=None, registry=None) -> CriticalPath:
+def critical_path(events: pd.DataFrame, *, iteration=None, registry=None, launches=None) -> CriticalPath:
     """Longest dependency chain to the end of each iteration (columns: package docstring).
 
     iteration: an int or a list of ints to restrict the report to; None = every iteration.
+    launches: the run's launch table (where timed-out kernels stopped; see graph.build).
     """
-    return from_graph(G.build(events, registry), iteration)
+    return from_graph(G.build(events, registry, launches), iteration)

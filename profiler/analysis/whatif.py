@@ -1,10 +1,15 @@
 """What-if: re-time the dependency graph with one phase made faster (columns: package docstring).
 
-The re-timing solves the graph's recurrence (profiler.analysis.graph.retime) with the chosen
+The re-timing solves the graph's recurrence (profiler.analysis.retime) with the chosen
 phase's segments shortened: every point moves to max(own previous point + segment time, its
 cross dependency's new time + the recorded latency). Waits therefore shrink only as far as the
 new release allows, and a barrier departs after whichever arrival is now the last. Releases keep
 their recorded pairing (the wait is tied to the same release record as before).
+
+Invariant (tests/analysis/test_properties.py): the projected saving of an iteration never exceeds
+the phase's own time on that iteration's recorded critical path (`path_phase_ns`): the recorded
+path is still a chain of the re-timed graph, shorter only by its own shortened segments, and the
+new iteration lasts at least as long as that chain.
 """
 from __future__ import annotations
 
@@ -14,9 +19,11 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
-from .critical_path import CriticalPath, critical_path, iteration_totals
+from .critical_path import CriticalPath, critical_path, from_graph, iteration_totals
+from .retime import retime
 
-SUMMARY_COLUMNS = ["iteration", "before_ns", "after_ns", "change_ns", "change_pct", "local_saving_ns", "absorbed_pct"]
+SUMMARY_COLUMNS = ["iteration", "before_ns", "after_ns", "change_ns", "change_pct", "local_saving_ns", "absorbed_pct",
+                   "path_phase_ns"]
 
 
 @dataclass
@@ -43,18 +50,32 @@ def _target_points(g: G.Graph, phase: str, rank) -> np.ndarray:
     return np.flatnonzero(sel)
 
 
+def _path_phase_time(cp: CriticalPath, phase: str, rank) -> pd.Series:
+    """Per iteration: the phase's own time on the recorded critical path (on `rank` if given)."""
+    seg = cp.segments
+    kernel, name = (phase.split("/", 1) if "/" in phase else (None, phase))
+    sel = (seg["phase"] == name) & seg["kind"].isin(["work", "wait", "host"])
+    if kernel is not None:
+        sel &= seg["kernel"] == kernel
+    if rank is not None:
+        sel &= seg["rank"].isin(np.atleast_1d(rank))
+    return seg[sel].groupby("iteration")["duration_ns"].sum()
+
+
 def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iteration=None,
-            registry=None) -> WhatIf:
+            registry=None, launches=None) -> WhatIf:
     """Projected end-to-end change when `phase` gets `speedup` faster (columns: package docstring).
 
     phase: a phase name, or 'kernel/phase' to pick one kernel's phase. speedup: 0.2 = 20% faster;
     must be < 1. rank: an int, a list of ints, or None for every rank. iteration: an int or a
     list: only these iterations get the faster phase and are re-timed and reported (iterations
     are independent in the graph, so the answer for them is the same as for the whole run).
+    launches: where timed-out kernels stopped (graph.build).
     """
     if not speedup < 1:
         raise ValueError(f"what_if: speedup must be < 1 (a fraction of the phase's time), got {speedup}")
-    g = G.build(events, registry)
+    g = G.build(events, registry, launches)
+    events = g.events           # unfinished waits closed: the rows re-timed below
     name = phase.split("/", 1)[-1]
     if len(events) and name not in set(g.phase_names):
         raise ValueError(f"what_if: the run records no phase {name!r}")
@@ -65,7 +86,7 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
         tgt = tgt[np.isin(g.lane["iteration"].to_numpy()[g.pt_lane[tgt]], its)]
     d_new = g.d.copy()
     d_new[tgt] = np.round(g.d[tgt] * (1.0 - speedup)).astype(np.int64)
-    T = G.retime(g, d_new, iterations=iteration)
+    T = retime(g, d_new, iterations=iteration)
 
     retimed = events.copy()
     if len(events):
@@ -97,4 +118,5 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     # iterations are independent in the graph: the new path of some needs only their rows
     sub = retimed if iteration is None else retimed[retimed["iteration"].isin(np.atleast_1d(iteration))]
     new_path = critical_path(sub, iteration=iteration, registry=registry)
+    s["path_phase_ns"] = _path_phase_time(from_graph(g, iteration, verdict=False), phase, rank).reindex(s["iteration"]).fillna(0).to_numpy().astype(np.int64)
     return WhatIf(summary=s[SUMMARY_COLUMNS].reset_index(drop=True), new_path=new_path, retimed=retimed)

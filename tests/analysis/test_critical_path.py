@@ -4,7 +4,7 @@ import numpy as np
 from profiler.analysis import critical_path
 from profiler.schema import empty_events
 from profiler.synthetic import make_events
-from tests.analysis.tables import EP_REGISTRY, barrier, host, instant, span, table
+from tests.analysis.tables import TEST_REGISTRY, barrier, host, instant, span, table
 
 
 def _path(cp):
@@ -14,7 +14,7 @@ def _path(cp):
 def test_wait_released_by_peer_puts_the_sender_on_the_path():
     ev = table([span(0, 0, 0, "send_chunk", 0, 100), instant(0, 0, 0, "publish_tail", 100, 1),
                 span(1, 0, 0, "wait_data", 10, 120, 0), span(1, 0, 0, "copy_out", 120, 150)])
-    cp = critical_path(ev, registry=EP_REGISTRY)
+    cp = critical_path(ev, registry=TEST_REGISTRY)
     assert _path(cp) == [(0, 0, "send_chunk", "work", 0, 100), (1, 0, "wait_data", "wait", 100, 120),
                          (1, 0, "copy_out", "work", 120, 150)]
     assert cp.total_ns.iloc[0].tolist() == [0, 0, 150, 150]
@@ -26,7 +26,7 @@ def test_wait_that_began_after_the_release_stays_on_its_own_warp():
     ev = table([span(0, 0, 0, "send_chunk", 0, 10), instant(0, 0, 0, "publish_tail", 10, 1),
                 span(1, 0, 0, "copy_out", 0, 100), span(1, 0, 0, "wait_data", 100, 105, 0),
                 span(1, 0, 0, "copy_out", 105, 150)])
-    cp = critical_path(ev, registry=EP_REGISTRY)
+    cp = critical_path(ev, registry=TEST_REGISTRY)
     assert set(cp.segments["rank"]) == {1}
     assert cp.segments["begin_ns"].iloc[0] == 0
     assert cp.pacing_rank == 1
@@ -36,7 +36,7 @@ def test_barrier_last_arriver_paces_and_others_have_slack():
     rows = [span(0, 0, w, "copy_out", 0, e) for w, e in ((0, 30), (1, 80), (2, 50))]
     rows += barrier(0, 0, 0, "grid", 30, 90) + barrier(0, 0, 1, "grid", 80, 90) + barrier(0, 0, 2, "grid", 50, 90)
     rows += [span(0, 0, 0, "copy_out", 90, 100)]
-    cp = critical_path(table(rows), registry=EP_REGISTRY)
+    cp = critical_path(table(rows), registry=TEST_REGISTRY)
     assert _path(cp) == [(0, 1, "copy_out", "work", 0, 80), (0, 0, "grid", "barrier", 80, 90),
                          (0, 0, "copy_out", "work", 90, 100)]
     sl = cp.slack.set_index("warp")
@@ -47,7 +47,7 @@ def test_barrier_last_arriver_paces_and_others_have_slack():
 
 def test_host_enqueue_precedes_kernel_start():
     ev = table([host(0, "enqueue", 0, 40), span(0, 0, 0, "copy_out", 50, 60)])
-    cp = critical_path(ev, registry=EP_REGISTRY)
+    cp = critical_path(ev, registry=TEST_REGISTRY)
     assert _path(cp) == [(0, -1, "enqueue", "host", 0, 40), (0, 0, "", "launch", 40, 50),
                          (0, 0, "copy_out", "work", 50, 60)]
 
@@ -55,10 +55,10 @@ def test_host_enqueue_precedes_kernel_start():
 def test_iterations_are_separate_and_selectable():
     ev = table([span(0, 0, 0, "copy_out", 0, 10, iteration=0, launch=0),
                 span(0, 0, 0, "copy_out", 20, 50, iteration=1, launch=1)])
-    cp = critical_path(ev, registry=EP_REGISTRY)
+    cp = critical_path(ev, registry=TEST_REGISTRY)
     assert cp.total_ns["total_ns"].tolist() == [10, 30]
     assert cp.segments.groupby("iteration")["duration_ns"].sum().tolist() == [10, 30]
-    only = critical_path(ev, iteration=1, registry=EP_REGISTRY)
+    only = critical_path(ev, iteration=1, registry=TEST_REGISTRY)
     assert only.segments["iteration"].unique().tolist() == [1]
     assert only.total_ns["iteration"].tolist() == [1]
 
@@ -67,7 +67,7 @@ def test_empty_table():
     cp = critical_path(empty_events())
     assert cp.segments.empty and cp.slack.empty and cp.total_ns.empty and cp.pacing_rank == -1
     assert list(cp.segments.columns) == ["iteration", "rank", "kernel", "launch", "block", "warp", "role", "phase",
-                                         "kind", "begin_ns", "end_ns", "duration_ns", "share"]
+                                         "kind", "begin_ns", "end_ns", "duration_ns", "share", "peer", "unfinished"]
 
 
 def test_path_is_contiguous_on_a_synthetic_run():
@@ -92,7 +92,7 @@ def test_synchronising_host_call_waits_for_its_kernel():
     ev = table([host(0, "dispatch", 0, 200), span(0, 0, 0, "copy_out", 50, 150),
                 host(0, "combine", 210, 260, kernel="combine", launch=1),
                 span(0, 0, 0, "reduce", 270, 300, kernel="combine", launch=1)])
-    cp = critical_path(ev, registry=EP_REGISTRY)
+    cp = critical_path(ev, registry=TEST_REGISTRY)
     assert _path(cp) == [(0, 0, "", "launch", 0, 50), (0, 0, "copy_out", "work", 50, 150),
                          (0, -1, "dispatch", "host", 150, 200), (0, -1, "", "host", 200, 210),
                          (0, -1, "combine", "host", 210, 260), (0, 0, "", "launch", 260, 270),

@@ -1,9 +1,13 @@
-"""The dependency graph: segment ownership under nesting, cross edges, re-timing identity."""
+"""The dependency graph: segment ownership under nesting, cross edges, semantics from the
+registry only, re-timing identity."""
 import numpy as np
 import pytest
 
 from profiler.analysis import graph as G
-from tests.analysis.tables import EP_REGISTRY, SELFTEST_REGISTRY, barrier, instant, span, table
+from profiler.analysis import retime as RT
+from profiler.analysis.keys import ranges
+from profiler.errors import InvalidRegistry, UndeclaredPhases
+from tests.analysis.tables import TEST_REGISTRY, SELFTEST_REGISTRY, barrier, instant, span, table
 
 
 def _seg(g, t_end):
@@ -16,7 +20,7 @@ def _seg(g, t_end):
 def test_nested_child_owns_its_time_and_parent_the_rest():
     # send_chunk [0, 100] contains wait_space [0, 40] (same begin: the longer one is the parent)
     ev = table([span(0, 0, 0, "send_chunk", 0, 100), span(0, 0, 0, "wait_space", 0, 40, 1)])
-    g = G.build(ev, EP_REGISTRY)
+    g = G.build(ev, TEST_REGISTRY)
     assert _seg(g, 40) == ("wait", "wait_space")
     assert _seg(g, 100) == ("work", "send_chunk")
 
@@ -41,25 +45,42 @@ def test_wait_links_to_latest_matching_release_before_its_end():
         span(1, 0, 0, "wait_data", 10, 90, 0),
         span(1, 0, 0, "copy_out", 90, 100),
     ])
-    g = G.build(ev, EP_REGISTRY)
+    g = G.build(ev, TEST_REGISTRY)
     p_end = int(np.flatnonzero((g.pt_t == 90) & (g.lane["rank"].to_numpy()[g.pt_lane] == 1))[0])
     assert g.src[p_end] >= 0 and g.pt_t[g.src[p_end]] == 50
     assert g.binding[p_end]          # released after the wait began
     assert g.lat[p_end] == 40
 
 
-def test_wait_fallback_without_registry_uses_names():
-    ev = table([instant(0, 0, 0, "publish_head", 50, 1), span(1, 0, 0, "wait_space", 10, 60, 0)])
+def test_semantics_come_from_the_registry_only():
+    ev = table([instant(0, 0, 0, "publish_head", 50, 1), span(1, 0, 0, "wait_space", 10, 60, 0),
+                span(1, 0, 0, "idle_loop", 60, 70)] + barrier(1, 0, 0, "rank_x", 70, 80))
     g = G.build(ev, None)
+    # no registry: no name makes a phase a wait, idle, or a barrier cross-rank
     p_end = int(np.flatnonzero(g.pt_t == 60)[0])
-    assert g.pt_t[g.src[p_end]] == 50
+    assert g.src[p_end] < 0 and _seg(g, 60) == ("work", "wait_space") and _seg(g, 70) == ("work", "idle_loop")
+    assert g.sem.scope("rank_x") == "grid"
+    (w,) = g.warnings
+    assert isinstance(w, UndeclaredPhases) and w.count == 4
+    assert "wait_space" in w.detail and "rank_x" in w.detail
+    # the same table with its registry: the wait is released by the peer's publish_head
+    g = G.build(ev, TEST_REGISTRY)
+    p_end = int(np.flatnonzero(g.pt_t == 60)[0])
+    assert g.pt_t[g.src[p_end]] == 50 and _seg(g, 60) == ("wait", "wait_space")
+    assert {w.count for w in g.warnings} == {2}         # idle_loop, rank_x: still undeclared
+
+
+def test_an_unreadable_registry_is_a_typed_warning():
+    bad = dict(TEST_REGISTRY, phases=[{"name": "x", "id": 0}])
+    g = G.build(table([span(0, 0, 0, "copy_out", 0, 10)]), bad)
+    assert any(isinstance(w, InvalidRegistry) for w in g.warnings)
 
 
 def test_barrier_departure_depends_on_last_arrival_of_the_occurrence():
     rows = (barrier(0, 0, 0, "grid", 10, 60) + barrier(0, 0, 1, "grid", 50, 61)
             + barrier(0, 1, 0, "grid", 20, 62)
             + barrier(0, 1, 1, "grid", 100, 120, occurrence=1))   # another occurrence
-    g = G.build(table(rows), EP_REGISTRY)
+    g = G.build(table(rows), TEST_REGISTRY)
     for dep in (60, 61, 62):
         p = int(np.flatnonzero(g.pt_t == dep)[0])
         assert g.pt_t[g.src[p]] == 50
@@ -69,7 +90,7 @@ def test_barrier_departure_depends_on_last_arrival_of_the_occurrence():
 
 def test_cross_rank_barrier_occurrence_spans_ranks():
     rows = barrier(0, 0, 0, "rank_start", 10, 80) + barrier(1, 0, 0, "rank_start", 70, 81)
-    g = G.build(table(rows), EP_REGISTRY)
+    g = G.build(table(rows), TEST_REGISTRY)
     p = int(np.flatnonzero(g.pt_t == 80)[0])
     assert g.pt_t[g.src[p]] == 70 and g.lane["rank"][g.pt_lane[g.src[p]]] == 1
 
@@ -78,7 +99,7 @@ def test_kernel_start_depends_on_previous_kernel_on_the_rank():
     ev = table([span(0, 0, 0, "notify", 0, 50, kernel="notify", launch=0),
                 span(0, 0, 1, "notify", 0, 70, kernel="notify", launch=0),
                 span(0, 0, 0, "send_chunk", 90, 120, launch=1)])
-    g = G.build(ev, EP_REGISTRY)
+    g = G.build(ev, TEST_REGISTRY)
     p = int(np.flatnonzero(g.pt_t == 90)[0])
     assert g.pt_t[g.src[p]] == 70      # the latest warp of the previous launch
 
@@ -87,14 +108,14 @@ def test_retime_with_recorded_durations_reproduces_recorded_times():
     from profiler.synthetic import make_events
     ev, _, man = make_events(ranks=2, blocks=2, chunks=4, iterations=2, seed=3)
     g = G.build(ev, man["registry"])
-    T = G.retime(g, g.d)
+    T = RT.retime(g, g.d)
     np.testing.assert_array_equal(T, g.pt_t)
 
 
 @pytest.mark.parametrize("vals,text", [([], ""), ([3], "3"), ([1, 2, 3, 7, 9, 10], "1–3, 7, 9–10"),
                                        ([5, 4, 4], "4–5")])
 def test_ranges(vals, text):
-    assert G.ranges(vals) == text
+    assert ranges(vals) == text
 
 
 def _reference_retime(g, d):
@@ -129,22 +150,22 @@ def _reference_retime(g, d):
 @pytest.mark.parametrize("speedup,seed", [(0.3, 0), (0.6, 1), (-0.4, 2)])
 def test_retime_matches_the_reference_solution(speedup, seed, monkeypatch):
     from profiler.synthetic import make_events
-    monkeypatch.setattr(G, "RETIME_WINDOW", 7)       # small windows: exercise splitting and joins
+    monkeypatch.setattr(RT, "RETIME_WINDOW", 7)       # small windows: exercise splitting and joins
     ev, _, man = make_events(ranks=3, blocks=2, chunks=4, iterations=2, scenario="slow_rank", seed=seed)
     g = G.build(ev, man["registry"])
     rng = np.random.default_rng(seed)
     d = g.d.copy()
     pick = rng.random(len(d)) < 0.5
     d[pick] = np.round(d[pick] * (1 - speedup)).astype(np.int64)
-    np.testing.assert_array_equal(G.retime(g, d), _reference_retime(g, d))
+    np.testing.assert_array_equal(RT.retime(g, d), _reference_retime(g, d))
 
 
 def test_graph_cache_follows_the_table_lifetime():
     import gc
     ev = table([span(0, 0, 0, "copy_out", 0, 10)])
-    g1 = G.build(ev, EP_REGISTRY)
-    assert G.build(ev, EP_REGISTRY) is g1
-    key = (id(ev), len(ev), id(EP_REGISTRY))
+    g1 = G.build(ev, TEST_REGISTRY)
+    assert G.build(ev, TEST_REGISTRY) is g1
+    key = (id(ev), len(ev), id(TEST_REGISTRY), id(None))
     del ev
     gc.collect()
     assert key not in G._CACHE

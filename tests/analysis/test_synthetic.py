@@ -43,4 +43,11 @@ def test_make_run_writes_a_loadable_run(tmp_path):
     p = make_run(tmp_path / "run", ranks=2, blocks=2, chunks=2, iterations=1, scenario="late_arriver", perfetto=False)
     run = load_run(p)
     assert run.manifest["synthetic"]["scenario"] == "late_arriver"
-    assert len(run.events) > 0 and "ep_intranode" in run.manifest["registry"]
+    assert len(run.events) > 0 and list(run.manifest["registry"]) == ["synthetic_ep"]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_synthetic_registry_declares_every_simulated_phase(scenario):
+    from profiler.analysis import critical_path
+    ev, _, man = make_events(ranks=2, blocks=2, chunks=2, iterations=1, scenario=scenario, active_blocks=1, seed=1)
+    assert critical_path(ev, registry=man["registry"]).warnings == ()

@@ -4,7 +4,7 @@ import pytest
 
 from profiler.analysis import critical_path, what_if
 from profiler.synthetic import make_events
-from tests.analysis.tables import EP_REGISTRY, barrier, instant, span, table
+from tests.analysis.tables import TEST_REGISTRY, barrier, instant, span, table
 
 
 def _rendezvous(work):
@@ -20,7 +20,7 @@ def _rendezvous(work):
 
 def test_saving_on_the_pacing_rank_is_partly_absorbed_by_the_rendezvous():
     ev = _rendezvous([100, 90, 90, 90])
-    w = what_if(ev, phase="copy_out", speedup=0.2, rank=0, registry=EP_REGISTRY)
+    w = what_if(ev, phase="copy_out", speedup=0.2, rank=0, registry=TEST_REGISTRY)
     s = w.summary.iloc[0]
     assert s["before_ns"] == 115 and s["local_saving_ns"] == 20
     assert s["after_ns"] == 105          # the next-slowest rank (90) now paces
@@ -32,14 +32,14 @@ def test_saving_on_the_pacing_rank_is_partly_absorbed_by_the_rendezvous():
 
 
 def test_saving_off_the_path_is_fully_absorbed():
-    w = what_if(_rendezvous([100, 90, 90, 90]), phase="copy_out", speedup=0.5, rank=[1, 2], registry=EP_REGISTRY)
+    w = what_if(_rendezvous([100, 90, 90, 90]), phase="copy_out", speedup=0.5, rank=[1, 2], registry=TEST_REGISTRY)
     s = w.summary.iloc[0]
     # ranks 1 and 2 each lose 45 ns of copy_out; the local saving is one warp's, not their sum
     assert s["change_ns"] == 0 and s["local_saving_ns"] == 45 and np.isclose(s["absorbed_pct"], 100.0)
 
 
 def test_everywhere_speedup_passes_through_and_moves_the_path():
-    w = what_if(_rendezvous([100, 90, 90, 90]), phase="copy_out", speedup=0.5, registry=EP_REGISTRY)
+    w = what_if(_rendezvous([100, 90, 90, 90]), phase="copy_out", speedup=0.5, registry=TEST_REGISTRY)
     s = w.summary.iloc[0]
     assert s["change_ns"] == -50
     assert w.new_path.total_ns["total_ns"].tolist() == [65]
@@ -48,7 +48,7 @@ def test_everywhere_speedup_passes_through_and_moves_the_path():
 def test_wait_shrinks_to_the_new_release():
     ev = table([span(0, 0, 0, "send_chunk", 0, 100), instant(0, 0, 0, "publish_tail", 100, 1),
                 span(1, 0, 0, "wait_data", 10, 120, 0), span(1, 0, 0, "copy_out", 120, 150)])
-    w = what_if(ev, phase="send_chunk", speedup=0.5, registry=EP_REGISTRY)
+    w = what_if(ev, phase="send_chunk", speedup=0.5, registry=TEST_REGISTRY)
     rt = w.retimed.set_index("phase")
     assert rt.loc["publish_tail", "begin_ns"] == 50
     assert rt.loc["wait_data", "end_ns"] == 70            # release + the recorded 20 ns latency
@@ -57,9 +57,9 @@ def test_wait_shrinks_to_the_new_release():
 
 def test_slowdown_and_kernel_qualified_phase():
     ev = _rendezvous([100, 90, 90, 90])
-    w = what_if(ev, phase="dispatch/copy_out", speedup=-0.5, rank=1, registry=EP_REGISTRY)
+    w = what_if(ev, phase="dispatch/copy_out", speedup=-0.5, rank=1, registry=TEST_REGISTRY)
     assert w.summary.iloc[0]["change_ns"] == 35           # rank 1: 135 ns of copy_out, now last
-    assert what_if(ev, phase="combine/copy_out", speedup=0.5, registry=EP_REGISTRY).summary.iloc[0]["local_saving_ns"] == 0
+    assert what_if(ev, phase="combine/copy_out", speedup=0.5, registry=TEST_REGISTRY).summary.iloc[0]["local_saving_ns"] == 0
 
 
 def test_rejects_a_speedup_of_100_percent():

@@ -1,0 +1,51 @@
+"""Who a wait waited on: the peer rank of every wait interval of the graph.
+
+A wait span names its peer in its payload (registry convention: wait phases carry the peer rank
+they wait on). A warp's wait at a cross-rank barrier waited on the rank that arrived last; when
+the wait is unfinished (the occurrence never completed), on the lowest rank that never arrived.
+Waits within one rank (block and grid barriers, idle phases) have no peer: -1.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import graph as G
+
+
+def interval_peers(g: G.Graph) -> np.ndarray:
+    """Per interval of g: the peer rank it waited on, or -1 (computed once per graph)."""
+    out = g.derived.get("iv_peer")
+    if out is not None:
+        return out
+    n = len(g.iv_row)
+    out = np.full(n, -1, np.int64)
+    ranks = np.unique(g.lane["rank"].to_numpy())
+    row_rank = g.events["rank"].to_numpy()
+    payload = g.events["payload"].to_numpy()
+    w = np.flatnonzero((g.iv_kind == G.WAIT) & (g.iv_row >= 0))
+    if len(w):
+        pay = payload[g.iv_row[w]]
+        ok = np.isin(pay, ranks)
+        out[w[ok]] = pay[ok]
+    b = np.flatnonzero(g.iv_kind == G.BARRIER)
+    if len(b) and len(g.arr_rows):
+        cross = np.array([g.sem.scope(p) == "rank" for p in g.phase_names], bool)[g.iv_phase[b]]
+        b = b[cross]
+        arr = g.iv_arr_row[b]
+        pos = np.searchsorted(g.arr_rows, arr)
+        occ = g.arr_occ[pos]
+        ends = np.r_[g.occ_starts[1:], len(g.occ_arr_row)]
+        last_rank = row_rank[g.occ_arr_row[ends - 1]]
+        out[b] = last_rank[occ]
+        unf = g.iv_unfinished[b]
+        if unf.any():
+            for i, o in zip(b[unf], occ[unf]):
+                arrived = set(row_rank[g.occ_arr_row[g.occ_starts[o]:ends[o]]].tolist())
+                missing = [int(r) for r in ranks if int(r) not in arrived]
+                if missing:
+                    out[i] = missing[0]
+    own = row_rank[np.where(g.iv_row >= 0, g.iv_row, g.iv_arr_row)] if n else np.zeros(0, np.int64)
+    out = np.where(out == own, -1, out)
+    out.flags.writeable = False
+    g.derived["iv_peer"] = out
+    return out
