@@ -25,6 +25,12 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def pytest_addoption(parser):
+    # tests/analysis/test_verdicts.py: recordings outside the repository whose verdicts to check
+    parser.addoption("--verdict-runs", dest="verdict_runs", default=None,
+                     help="directories (comma- or os.pathsep-separated) searched for runs with an expect block")
+
+
 def pytest_collection_modifyitems(config, items):
     gpus = None
     for item in items:

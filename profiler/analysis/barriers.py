@@ -1,27 +1,46 @@
 """Barrier contention (the returned columns are documented in the package docstring).
 
 An occurrence is the set of arrivals of one barrier with one occurrence number (the payload) in
-one scope: the block (scope 'block'), the launch on one rank ('grid'), or every rank of the
-same kernel and iteration ('rank'). An arrival is "useless" when the arriving warp had no busy
-time since its previous barrier departure (or its start): it only came to be released.
+one scope (from the registry): the block (scope 'block'), the launch on one rank ('grid'), or
+every rank of the same kernel and iteration ('rank'). An arrival is "useless" when the arriving
+warp did no work in its whole launch (busy below idle.NO_WORK_SHARE of its kernel's busiest
+warp): it only came to be released (profiler.analysis.rendezvous). Waits are warp time: `total_wait_ns` sums, over the
+occurrence's arrivals, each warp's own departure - own arrival (an unfinished one lasts until its
+kernel gave up).
+
+The verdict: a timeout first; else the rank (cross-rank barriers) or warp (block / grid barriers)
+that arrives last and how long the others wait on it per iteration (the last arrival minus the
+one before it, summed per iteration, median over iterations); else useless arrivals.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
+from profiler.expect import Cause
+
 from . import graph as G
+from . import timeouts
+from .critical_path import iteration_totals
+from .rendezvous import arrivals, cross_rank, lateness
+from .verdict import Verdict, fmt_ns, fmt_pct, size
 
 OCC_COLUMNS = ["rank", "kernel", "iteration", "launch", "block", "barrier", "scope", "occurrence", "arrivals",
-               "useless_arrivals", "first_arrive_ns", "last_arrive_ns", "spread_ns", "depart_ns", "total_wait_ns",
-               "last_rank", "last_block", "last_warp"]
+               "useless_arrivals", "unfinished", "first_arrive_ns", "last_arrive_ns", "spread_ns", "lateness_ns",
+               "depart_ns", "total_wait_ns", "last_rank", "last_block", "last_warp"]
 SUMMARY_COLUMNS = ["rank", "kernel", "barrier", "scope", "occurrences", "arrivals", "useless_arrivals", "useless_share",
                    "mean_spread_ns", "max_spread_ns", "total_wait_ns", "last_rank", "last_block", "last_warp",
                    "last_share"]
 PER_RANK_COLUMNS = ["kernel", "barrier", "rank", "occurrences", "times_last", "last_share", "mean_lateness_ns",
                     "total_wait_ns"]
+# Useless arrivals are called out when at least this share of a barrier's arrivals come from
+# warps that did no work (the self-test's starved warps: 48 of 64 per block-less launch).
+USELESS_SHARE = 0.5
+# a warp's lateness at a block / grid barrier that costs this share of its rank's lateness at the
+# next cross-rank barrier is named as the root of it
+ROOT_SHARE = 0.5
 
 
 @dataclass
@@ -29,56 +48,123 @@ class BarrierReport:
     occurrences: pd.DataFrame
     summary: pd.DataFrame
     per_rank: pd.DataFrame
+    verdict: Verdict = None
+    warnings: tuple = ()
+    findings: tuple = field(default=())
 
 
 def _empty(cols):
     return pd.DataFrame({c: pd.Series([], dtype="object") for c in cols})
 
 
-def arrivals(g: G.Graph) -> pd.DataFrame:
-    """One row per barrier arrival: occurrence id, lane, times, own wait, usefulness."""
-    rows = g.occ_arr_row
-    pa = g.occ_arr_pt
-    n = len(rows)
-    counts = np.diff(np.r_[g.occ_starts, n])
-    occ = np.repeat(np.arange(len(g.occ_starts)), counts)
-    lane = g.pt_lane[pa]
-    # own departure: the barrier wait that starts at this arrival row
-    dep_t = np.full(n, -1, np.int64)
-    if len(g.bw_arr_row):
-        pos = pd.Index(rows).get_indexer(g.bw_arr_row)
-        ok = pos >= 0
-        dep_t[pos[ok]] = g.pt_t[g.bw_end_pt[ok]]
-    own_wait = np.where(dep_t >= 0, dep_t - g.pt_t[pa], 0)
-    # busy time since the lane's previous barrier departure (or the lane start)
-    cum = G.cum_work(g)
-    dep_pts = np.sort(g.bw_end_pt)
-    k = np.searchsorted(dep_pts, pa, side="left") - 1
-    prev = np.where(k >= 0, dep_pts[np.maximum(k, 0)], -1) if len(dep_pts) else np.full(len(pa), -1)
-    start = g.lane_first[lane]
-    prev = np.where((prev >= start) & (prev < pa), prev, start)
-    busy_since = cum[pa] - cum[prev]
-    return pd.DataFrame({"occ": occ, "row": rows, "lane": lane, "t": g.pt_t[pa], "depart_ns": dep_t,
-                         "wait_ns": own_wait, "useless": busy_since == 0})
+def _stragglers(occ: pd.DataFrame, totals: pd.DataFrame, g: G.Graph) -> list[Verdict]:
+    if occ.empty or totals.empty:
+        return []
+    its = totals["iteration"].to_numpy()
+    out = []
+    # who: the last rank (cross-rank barriers) or the last warp (block / grid barriers)
+    cross = occ["scope"].to_numpy() == "rank"
+    who = np.where(cross, occ["last_rank"].astype(str),
+                   occ["last_rank"].astype(str) + "/" + occ["last_block"].astype(str) + "/" + occ["last_warp"].astype(str))
+    o = occ.assign(who=who)
+    for (kernel, barrier, w), grp in o.groupby(["kernel", "barrier", "who"], sort=True):
+        per_it = grp.groupby("iteration")["lateness_ns"].sum().reindex(its).fillna(0).to_numpy(float)
+        sz = size(per_it, its, totals["total_ns"].to_numpy(float))
+        all_occ = occ[(occ["kernel"] == kernel) & (occ["barrier"] == barrier)]
+        r = int(grp["last_rank"].iloc[0])
+        scope = str(grp["scope"].iloc[0])
+        share_last = len(grp) / len(all_occ)
+        if scope == "rank":
+            detail = (f"rank {r} arrived last in {len(grp)} of {len(all_occ)} occurrences ({fmt_pct(share_last)}), "
+                      f"on average {fmt_ns(float(grp['lateness_ns'].mean()))} after the rank before it")
+        else:
+            detail = (f"block {int(grp['last_block'].iloc[0])} warp {int(grp['last_warp'].iloc[0])} arrived last in "
+                      f"{len(grp)} of {len(all_occ)} occurrences ({fmt_pct(share_last)}), on average "
+                      f"{fmt_ns(float(grp['lateness_ns'].mean()))} after the warp before it")
+        out.append(Verdict(page="barriers", alarm=sz.alarm, cause=Cause.BARRIER_STRAGGLER, rank=r,
+                           kernel=str(kernel), phase=str(barrier), magnitude_ns=sz.magnitude_ns,
+                           reference_ns=sz.reference_ns, n=len(its), iteration=sz.iteration, detail=detail,
+                           notes=(sz.note,) if sz.note else (), evidence=grp.drop(columns="who").reset_index(drop=True)))
+    out.sort(key=lambda v: -(v.share or 0))
+    # a rank that arrives late at a cross-rank barrier because one of its own warps arrived late at
+    # a grid / block barrier before: lead with that warp (the root) when it costs at least half as
+    # much (the late_arriver scenario of profiler.synthetic plants exactly this)
+    if out and out[0].alarm and _scope(occ, out[0]) == "rank":
+        own = [v for v in out[1:] if v.alarm and v.rank == out[0].rank and _scope(occ, v) != "rank"
+               and (v.share or 0) >= ROOT_SHARE * (out[0].share or 0)]
+        if own:
+            out.remove(own[0])
+            out.insert(0, own[0])
+    return out
 
 
-def barrier_contention(events: pd.DataFrame, *, registry=None) -> BarrierReport:
-    """Per barrier occurrence: arrivals, useless arrivals, spread, wait, last arriver (columns: package docstring)."""
-    g = G.build(events, registry)
+def _scope(occ: pd.DataFrame, v: Verdict) -> str:
+    s = occ.loc[(occ["kernel"] == v.kernel) & (occ["barrier"] == v.phase), "scope"]
+    return str(s.iloc[0]) if len(s) else ""
+
+
+def _useless(summary: pd.DataFrame, per_warp_kernels_with_work: set) -> list[Verdict]:
+    out = []
+    s = summary[(summary["useless_share"] >= USELESS_SHARE) & summary["kernel"].isin(per_warp_kernels_with_work)]
+    for r in s.sort_values("useless_arrivals", ascending=False).to_dict("records"):
+        out.append(Verdict(page="barriers", alarm=True, cause=Cause.USELESS_ARRIVALS,
+                           rank=None if int(r["rank"]) < 0 else int(r["rank"]), kernel=str(r["kernel"]),
+                           phase=str(r["barrier"]), magnitude_ns=float(r["total_wait_ns"]), n=int(r["occurrences"]),
+                           detail=f"{int(r['useless_arrivals'])} of {int(r['arrivals'])} arrivals "
+                                  f"({fmt_pct(r['useless_share'])}) come from warps that did no work in their launch"))
+    return out
+
+
+def headline(rep: BarrierReport, g: G.Graph) -> tuple[Verdict, tuple]:
+    warns = tuple(g.warnings)
+    totals = iteration_totals(g)
+    found = _stragglers(rep.occurrences, totals, g)
+    alarms = [v for v in found if v.alarm]
+    busy_kernels = set(g.lane.loc[G.lane_sums(g, (G.WORK,)) > 0, "kernel"])
+    alarms += _useless(rep.summary, busy_kernels) if len(rep.summary) else []
+    unf = rep.occurrences[rep.occurrences["unfinished"] > 0] if len(rep.occurrences) else rep.occurrences
+    extra = ""
+    if len(unf):
+        u = unf.iloc[0]
+        extra = (f"at barriers: {int(unf['unfinished'].sum())} arrival(s) never departed "
+                 f"(first: {u['kernel']}/{u['barrier']})")
+    tv = timeouts.verdict(g, "barriers", extra=extra)
+    ordered = ([tv] if tv is not None else []) + alarms
+    notes = [v.headline for v in ordered[1:4]]
+    if ordered:
+        return replace(ordered[0], notes=tuple(list(ordered[0].notes) + notes), warnings=warns), tuple(ordered)
+    if rep.occurrences.empty:
+        v = Verdict(page="barriers", alarm=False, cause=Cause.NONE, detail="the run recorded no barrier events",
+                    warnings=warns)
+        return v, (v,)
+    top = found[0] if found else None
+    detail = "no barrier holds anyone up"
+    if top is not None:
+        detail += (f": the longest wait on one last arriver is {fmt_ns(top.magnitude_ns)} per iteration at "
+                   f"{top.kernel}/{top.phase} ({top.detail.split(' arrived')[0]}; median over {top.n} iterations, "
+                   f"{fmt_pct(top.share)} of the median iteration {fmt_ns(top.reference_ns)})")
+    # (not an alarm, so the magnitude is the median: size() names one iteration only for alarms)
+    v = Verdict(page="barriers", alarm=False, cause=Cause.NONE, detail=detail, n=len(totals), warnings=warns)
+    return v, (v,)
+
+
+def barrier_contention(events: pd.DataFrame, *, registry=None, launches=None) -> BarrierReport:
+    """Per barrier occurrence: arrivals, useless arrivals, spread, wait, last arriver (columns:
+    package docstring). launches: where timed-out kernels stopped (graph.build)."""
+    g = G.build(events, registry, launches)
     if len(g.occ_arr_row) == 0:
-        return BarrierReport(_empty(OCC_COLUMNS), _empty(SUMMARY_COLUMNS), _empty(PER_RANK_COLUMNS))
+        rep = BarrierReport(_empty(OCC_COLUMNS), _empty(SUMMARY_COLUMNS), _empty(PER_RANK_COLUMNS),
+                            warnings=tuple(g.warnings))
+        rep.verdict, rep.findings = headline(rep, g)
+        return rep
     a = arrivals(g)
-    L = g.lane
-    a["rank"] = L["rank"].to_numpy()[a["lane"].to_numpy()]
-    a["block"] = L["block"].to_numpy()[a["lane"].to_numpy()]
-    a["warp"] = L["warp"].to_numpy()[a["lane"].to_numpy()]
     starts = g.occ_starts
     ends = np.r_[starts[1:], len(a)] - 1                # arrivals are sorted by time within an occurrence
     first_row = a["row"].to_numpy()[starts]
-    ev = events.iloc[first_row]      # the first arrival row of each occurrence (a few rows)
+    ev = g.events.iloc[first_row]      # the first arrival row of each occurrence (a few rows)
     barrier = ev["phase"].astype(str).to_numpy()
     scope = np.array([g.sem.scope(b) for b in barrier], dtype=object)
-    cross = scope == "rank"
+    cross = cross_rank(g, first_row)
     grp = a.groupby("occ", sort=True)
     occ = pd.DataFrame({
         "rank": np.where(cross, -1, a["rank"].to_numpy()[starts]),
@@ -90,8 +176,10 @@ def barrier_contention(events: pd.DataFrame, *, registry=None) -> BarrierReport:
         "occurrence": ev["payload"].to_numpy().astype(np.int64),
         "arrivals": np.diff(np.r_[starts, len(a)]),
         "useless_arrivals": grp["useless"].sum().to_numpy().astype(np.int64),
+        "unfinished": grp["unfinished"].sum().to_numpy().astype(np.int64),
         "first_arrive_ns": a["t"].to_numpy()[starts],
         "last_arrive_ns": a["t"].to_numpy()[ends],
+        "lateness_ns": lateness(a, cross),
         "depart_ns": grp["depart_ns"].max().to_numpy(),
         "total_wait_ns": grp["wait_ns"].sum().to_numpy().astype(np.int64),
         "last_rank": a["rank"].to_numpy()[ends], "last_block": a["block"].to_numpy()[ends],
@@ -130,5 +218,7 @@ def barrier_contention(events: pd.DataFrame, *, registry=None) -> BarrierReport:
         per_rank = pr[PER_RANK_COLUMNS]
     else:
         per_rank = _empty(PER_RANK_COLUMNS)
-    return BarrierReport(occurrences=occ.reset_index(drop=True), summary=summary.reset_index(drop=True),
-                         per_rank=per_rank.reset_index(drop=True))
+    rep = BarrierReport(occurrences=occ.reset_index(drop=True), summary=summary.reset_index(drop=True),
+                        per_rank=per_rank.reset_index(drop=True), warnings=tuple(g.warnings))
+    rep.verdict, rep.findings = headline(rep, g)
+    return rep

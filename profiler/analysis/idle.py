@@ -1,19 +1,32 @@
-"""Idle warps and starvation (the returned columns are documented in the package docstring).
+"""Idle warps and starvation, within a rank and across ranks (columns: package docstring).
 
-Busy time is the leaf time of a warp's non-wait, non-idle spans (nested children counted once, by
-the graph's segment ownership); wait time is its wait spans, idle spans and barrier waits. A warp
-"did no work" when its busy time is 0: it recorded only waits, idle phases, barriers or
-instants. The kernel time of a warp is its launch's GPU time (first warp begin to last warp end
-on that rank).
+Busy time is the leaf time of a warp's work spans (nested children counted once, by the graph's
+segment ownership); wait time is its wait spans, idle spans and barrier waits, unfinished ones
+included (they last until the kernel gave up). A warp "did no work" when its busy time is below
+NO_WORK_SHARE of the busiest warp of the same kernel (any rank): it recorded only waits, idle
+phases, barriers or instants. The kernel time of a warp is its launch's GPU time (first warp
+begin to last warp end on that rank).
+
+Starvation across ranks is imbalance: when one rank carries more work (busy time of a role) and
+the others wait on it, the verdict names that rank, what it carries extra and how long the
+others wait (profiler.analysis.imbalance). The page leads with the largest effect.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
+from profiler.expect import Cause
+
 from . import graph as G
+from . import imbalance as IM
+from . import timeouts
+from .critical_path import iteration_totals
+from .keys import ranges
+from .rendezvous import NO_WORK_SHARE, rank_lateness
+from .verdict import Verdict, fmt_ns, fmt_pct, size
 
 PER_WARP_COLUMNS = ["rank", "kernel", "block", "warp", "role", "launches", "kernel_ns", "busy_ns", "wait_ns",
                     "idle_ns", "busy_share", "did_work"]
@@ -21,20 +34,29 @@ PER_BLOCK_COLUMNS = ["rank", "kernel", "block", "warps", "working_warps", "busy_
 IMBALANCE_COLUMNS = ["rank", "kernel", "role", "warps", "max_busy_ns", "median_busy_ns", "ratio"]
 # a (rank, role) whose busiest warp does more than this multiple of the median is called out
 IMBALANCE_CALL_OUT = 1.5
-# A warp busy for less than this share of its kernel time did no work: what remains is the leaf
-# time a container span keeps around its idle/wait children, i.e. the recorder's own bookkeeping
-# (0.12% on the real traces/selftest-starved-warps, whose idle warps' `iteration` spans each hold
-# one `idle` span; the working warps there are busy 99.7%).
-NO_WORK_SHARE = 0.01
+# A rank whose role is busy this multiple of the median rank's carries extra work. With 2 ranks
+# max/median = 2a/(a+b): 1.2 is a = 1.5 b. The bundled balanced EP runs stay under 1.06 in every
+# kernel and role (their busy times differ by <= 12% between the two ranks).
+RANK_IMBALANCE_RATIO = 1.2
+# NO_WORK_SHARE (rendezvous.py, 1%): a warp busy for less than this share of the busiest warp of
+# its kernel did no work: what remains is the leaf time a container span keeps around its
+# idle/wait children, i.e. the recorder's own bookkeeping (0.12% on the real
+# traces/selftest-starved-warps, whose idle warps' `iteration` spans each hold one `idle` span; the
+# working warps there are busy 99.7% of the kernel).
 
 
 @dataclass
 class IdleReport:
     per_warp: pd.DataFrame
     per_block: pd.DataFrame
-    imbalance: pd.DataFrame
-    verdict: str
+    imbalance: pd.DataFrame           # within a rank: busiest warp / median warp per (rank, kernel, role)
+    ranks: pd.DataFrame               # across ranks: imbalance.RANK_COLUMNS
+    phases: pd.DataFrame              # across ranks per work phase: imbalance.PHASE_COLUMNS
+    waited: pd.DataFrame              # imbalance.WAITED_COLUMNS
+    verdict: Verdict
     evidence: pd.DataFrame
+    warnings: tuple = ()
+    findings: tuple = field(default=())   # every verdict the page found, the headline first
 
 
 def _empty(cols):
@@ -42,88 +64,175 @@ def _empty(cols):
 
 
 def per_lane(g: G.Graph) -> pd.DataFrame:
-    """One row per GPU lane (warp of one launch): busy / wait / kernel time."""
+    """One row per GPU lane (warp of one launch): busy / wait / kernel time, work spans."""
     L = g.lane
     dur = G.segment_durations(g)
     busy = G.lane_sums(g, (G.WORK,), dur)
     wait = G.lane_sums(g, (G.WAIT, G.IDLE, G.BARRIER), dur)
-    df = L.assign(busy_ns=busy, wait_ns=wait, first_ns=g.pt_t[g.lane_first], last_ns=g.pt_t[g.lane_last])
+    work_iv = (g.iv_kind == G.WORK) & (g.iv_row >= 0)
+    spans = np.bincount(g.pt_lane[g.iv_pb[work_iv]], minlength=len(L))
+    df = L.assign(busy_ns=busy, wait_ns=wait, spans=spans, first_ns=g.pt_t[g.lane_first], last_ns=g.pt_t[g.lane_last])
     df = df[~df["host"]]
     launch_span = df.groupby(["rank", "launch"], sort=False).agg(b=("first_ns", "min"), e=("last_ns", "max"))
     k = launch_span["e"] - launch_span["b"]
     idx = pd.MultiIndex.from_arrays([df["rank"], df["launch"]])
-    df = df.assign(kernel_ns=k.reindex(idx).to_numpy())
-    return df
+    return df.assign(kernel_ns=k.reindex(idx).to_numpy())
 
 
-def _verdict(per_warp: pd.DataFrame, per_block: pd.DataFrame, imbalance: pd.DataFrame):
-    statements, keys = [], []
-    # a kernel in which no warp of any rank works (a pure barrier / clock-probe kernel) is not
-    # starved: leave it out of the verdict
+def _statements(per_warp: pd.DataFrame, per_block: pd.DataFrame) -> list[dict]:
+    """One starvation finding per (rank, kernel) with warps that did no work, most idle first."""
+    out = []
     working_kernels = set(per_warp.loc[per_warp["did_work"], "kernel"])
     for (rank, kernel), blk in per_block.groupby(["rank", "kernel"], sort=True, observed=True):
         if kernel not in working_kernels:
-            continue
+            continue     # a kernel in which no warp of any rank works (a pure barrier kernel) is not starved
         warps = per_warp[(per_warp["rank"] == rank) & (per_warp["kernel"] == kernel)]
         working = int(warps["did_work"].sum())
-        idle_blocks = blk.loc[~blk["did_work"], "block"]
-        idle_w = warps[~warps["did_work"] & warps["block"].isin(blk.loc[blk["did_work"], "block"])]
-        if working == 0:
-            statements.append((len(warps), f"rank {rank} {kernel}: no warp did work ({len(warps)} warps; "
-                                           f"other ranks' warps did)"))
-            keys.append((rank, kernel))
+        n_idle = int((~warps["did_work"]).sum())
+        if n_idle == 0:
             continue
-        parts = []
-        if len(idle_blocks):
-            word = "block" if len(idle_blocks) == 1 else "blocks"
-            parts.append(f"{word} {G.ranges(idle_blocks)} did no work")
-        if len(idle_w):
-            # group the idle warps of working blocks by their warp set: "warps 4–7 of blocks 0–15"
-            sets = idle_w.groupby("block")["warp"].apply(lambda w: G.ranges(w))
-            by_set = sets.groupby(sets).apply(lambda s: G.ranges(s.index))
-            desc = "; ".join(f"warp{'s' if ('–' in ws or ',' in ws) else ''} {ws} of block{'s' if ('–' in bs or ',' in bs) else ''} {bs}"
-                             for ws, bs in by_set.items())
-            parts.append(f"{len(idle_w)} warp{'s' if len(idle_w) != 1 else ''} did no work ({desc})")
-        if parts:
-            n_idle = int((~warps["did_work"]).sum())
-            statements.append((n_idle, f"rank {rank} {kernel}: " + "; ".join(parts)
-                               + f"; {working} warp{'s' if working != 1 else ''} carried all work"))
-            keys.append((rank, kernel))
-    if statements:
-        order = sorted(range(len(statements)), key=lambda i: -statements[i][0])
-        shown = order[:4]
-        text = ". ".join(statements[i][1] for i in shown)
-        if len(order) > 4:
-            text += f". ({len(order) - 4} more rank/kernel pairs with idle warps)"
-        return text, [keys[i] for i in shown]
-    lead = "every warp did work" if per_warp["did_work"].all() else "every warp of the kernels that record work did work"
-    if not imbalance.empty:
-        imbalance = imbalance[imbalance["kernel"].isin(working_kernels)]
-        worst = imbalance.replace([np.inf], np.nan).dropna(subset=["ratio"]).sort_values("ratio", ascending=False)
-        if not worst.empty and worst.iloc[0]["ratio"] > IMBALANCE_CALL_OUT:
-            w = worst.iloc[0]
-            return (f"{lead}; imbalance: on rank {w['rank']} {w['kernel']} the busiest {w['role']} "
-                    f"warp is {w['ratio']:.2f}x the median"), [(w["rank"], w["kernel"])]
-        if not worst.empty:
-            return f"{lead}; busy time balanced (max/median <= {worst.iloc[0]['ratio']:.2f})", []
-    if per_warp["did_work"].any():
-        return "every warp of the working kernels did work", []
-    return "no warp recorded any work (only waits, barriers or instants)", []
+        if working == 0:
+            text = f"rank {rank} {kernel}: no warp did work ({len(warps)} warps; other ranks' warps did)"
+        else:
+            parts = []
+            idle_blocks = blk.loc[~blk["did_work"], "block"]
+            idle_w = warps[~warps["did_work"] & warps["block"].isin(blk.loc[blk["did_work"], "block"])]
+            if len(idle_blocks):
+                parts.append(f"{'block' if len(idle_blocks) == 1 else 'blocks'} {ranges(idle_blocks)} did no work")
+            if len(idle_w):
+                # group the idle warps of working blocks by their warp set: "warps 4–7 of blocks 0–15"
+                sets = idle_w.groupby("block")["warp"].apply(lambda w: ranges(w))
+                by_set = sets.groupby(sets).apply(lambda s: ranges(s.index))
+                desc = "; ".join(f"warp{'s' if ('–' in ws or ',' in ws) else ''} {ws} of "
+                                 f"block{'s' if ('–' in bs or ',' in bs) else ''} {bs}" for ws, bs in by_set.items())
+                parts.append(f"{len(idle_w)} warp{'s' if len(idle_w) != 1 else ''} did no work ({desc})")
+            text = (f"rank {rank} {kernel}: " + "; ".join(parts)
+                    + f"; {working} warp{'s' if working != 1 else ''} carried all work")
+        out.append({"rank": int(rank), "kernel": str(kernel), "idle": n_idle, "share": n_idle / len(warps),
+                    "text": text})
+    out.sort(key=lambda s: (-s["idle"], s["rank"]))
+    return out
 
 
-def idle_warps(events: pd.DataFrame, *, registry=None) -> IdleReport:
-    """Busy/idle time per warp and block, imbalance, and a named verdict (columns: package docstring)."""
-    g = G.build(events, registry)
+def _straggler(rep: IdleReport, totals: pd.DataFrame, late: pd.DataFrame,
+               excess: pd.DataFrame) -> tuple[Verdict | None, list[str]]:
+    """The cross-rank finding: the rank that carries extra work, the time it adds, and how long the
+    others wait on it. The time it adds: its busiest warps' work beyond the median rank's, per
+    iteration (imbalance.busy_excess; in a pipelined exchange the others' waits are spread over
+    many chunks, so this is the robust size); the waits at cross-rank barriers (rendezvous) are
+    stated beside it. Medians over iterations."""
+    ranks, notes = rep.ranks, []
+    if ranks.empty or ranks["rank"].nunique() < 2 or totals.empty:
+        return None, notes
+    its = totals["iteration"].to_numpy()
+    med_it = float(totals["total_ns"].median())
+    per_rank_it = excess.groupby(["rank", "iteration"])["excess_ns"].sum() if len(excess) else pd.Series(dtype=float)
+    late_it = late.groupby(["rank", "iteration"])["lateness_ns"].sum() if len(late) else pd.Series(dtype=float)
+    best = None
+    for (kernel, role), grp in ranks.groupby(["kernel", "role"], sort=True):
+        if grp["busy_ns"].max() <= 0:
+            continue
+        top = grp.loc[grp["busy_ns"].idxmax()]
+        ratio = float(top["busy_ratio"])
+        if not np.isfinite(ratio) or ratio < RANK_IMBALANCE_RATIO:
+            continue
+        r = int(top["rank"])
+        held = (per_rank_it.loc[r].reindex(its).fillna(0).to_numpy(float)
+                if r in per_rank_it.index.get_level_values(0) else np.zeros(len(its)))
+        key = (float(np.median(held)), ratio)
+        if best is None or key > best[0]:
+            best = (key, kernel, role, r, ratio, held, grp)
+    if best is None:
+        return None, notes
+    (_, kernel, role, r, ratio, held, grp) = best
+    sz = size(held, its, totals["total_ns"].to_numpy(float))
+    mag = sz.magnitude_ns
+    med_busy = float(grp["busy_ns"].median())
+    top = grp[grp["rank"] == r].iloc[0]
+    ph = rep.phases[(rep.phases["kernel"] == kernel)]
+    where = [(str(kernel), None)]
+    if len(ph):
+        exc = ph.assign(ex=ph["busy_ns"] - ph.groupby("phase")["busy_ns"].transform("median"))
+        exc = exc[exc["rank"] == r].sort_values("ex", ascending=False)
+        where = [(str(kernel), str(p)) for p in exc.loc[exc["ex"] > 0, "phase"]] or where
+    waited = (float(np.median(late_it.loc[r].reindex(its).fillna(0).to_numpy(float)))
+              if r in late_it.index.get_level_values(0) else 0.0)
+    detail = (f"its {role} warps are busy {fmt_ns(float(top['busy_ns']))} against the median rank's "
+              f"{fmt_ns(med_busy)} (summed over warps and launches; work spans {int(top['spans'])} against "
+              f"{int(grp['spans'].median())}); the others wait {fmt_ns(waited)} per iteration on it at "
+              f"cross-rank barriers")
+    v = Verdict(page="idle", alarm=sz.alarm, cause=Cause.RANK_IMBALANCE, rank=r, kernel=where[0][0],
+                phase=where[0][1], where=tuple(where), magnitude_ns=mag, reference_ns=sz.reference_ns, n=len(its),
+                iteration=sz.iteration, ratio=ratio, detail=detail, notes=(sz.note,) if sz.note else (),
+                evidence=grp.reset_index(drop=True))
+    if not v.alarm:
+        notes.append(f"rank {r}'s {role} warps in {kernel} are busy {ratio:.2f}× the median rank's, but its "
+                     f"busiest warps add only {fmt_ns(mag)} per iteration ({fmt_pct(mag / med_it)} of the median "
+                     f"iteration)")
+        return None, notes
+    return v, notes
+
+
+def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
+    warns = tuple(g.warnings)
+    totals = iteration_totals(g)
+    straggler, notes = _straggler(rep, totals, rank_lateness(g), IM.busy_excess(g))
+    starving = _statements(rep.per_warp, rep.per_block)
+    findings = []
+    if straggler is not None:
+        findings.append((straggler.share or 0.0, straggler))
+    for s in starving:
+        same = [(x["kernel"], None) for x in starving if x["rank"] == s["rank"] and x["kernel"] != s["kernel"]]
+        findings.append((s["share"], Verdict(page="idle", alarm=True, cause=Cause.STARVED_WARPS, rank=s["rank"],
+                                              kernel=s["kernel"], where=((s["kernel"], None), *same),
+                                              n=int(s["idle"]), detail=s["text"])))
+    findings.sort(key=lambda f: -f[0])
+    if len(rep.imbalance):
+        worst = rep.imbalance.replace([np.inf], np.nan).dropna(subset=["ratio"]).sort_values("ratio", ascending=False)
+        if len(worst) and worst.iloc[0]["ratio"] > IMBALANCE_CALL_OUT:
+            w0 = worst.iloc[0]
+            notes.append(f"within rank {w0['rank']} {w0['kernel']}, the busiest {w0['role']} warp is "
+                         f"{w0['ratio']:.2f}× the median warp")
+    tv = timeouts.verdict(g, "idle")
+    ordered = [f[1] for f in findings]
+    if tv is not None:
+        ordered.insert(0, tv)
+    others = [v.headline for v in ordered[1:4]]
+    if ordered:
+        head = ordered[0]
+        head = replace(head, notes=tuple(others + notes + list(head.notes)), warnings=warns)
+        return head, tuple(ordered)
+    worst = rep.ranks["busy_ratio"].replace([np.inf], np.nan).max() if len(rep.ranks) else np.nan
+    balanced = ("one rank" if not len(rep.ranks) or rep.ranks["rank"].nunique() < 2 else
+                f"busy time across ranks: max/median per kernel and role ≤ {worst:.2f}"
+                + (" (balanced)" if worst < RANK_IMBALANCE_RATIO else ""))
+    lead = ("every warp did work" if rep.per_warp["did_work"].all()
+            else "every warp of the kernels that record work did work")
+    if not rep.per_warp["did_work"].any():
+        lead = "no warp recorded any work (only waits, barriers or instants)"
+    v = Verdict(page="idle", alarm=False, cause=Cause.NONE, detail=f"{lead}; {balanced}", notes=tuple(notes),
+                warnings=warns, n=len(totals))
+    return v, (v,)
+
+
+def idle_warps(events: pd.DataFrame, *, registry=None, launches=None) -> IdleReport:
+    """Busy/idle time per warp and block, imbalance within and across ranks, and the verdict
+    (columns: package docstring). launches: where timed-out kernels stopped (graph.build)."""
+    g = G.build(events, registry, launches)
     lanes = per_lane(g)
     if lanes.empty:
+        v = Verdict(page="idle", alarm=False, cause=Cause.NONE, detail="no GPU warps in the run",
+                    warnings=tuple(g.warnings))
         return IdleReport(_empty(PER_WARP_COLUMNS), _empty(PER_BLOCK_COLUMNS), _empty(IMBALANCE_COLUMNS),
-                          "no GPU warps in the run", _empty(PER_WARP_COLUMNS))
+                          _empty(IM.RANK_COLUMNS), _empty(IM.PHASE_COLUMNS), _empty(IM.WAITED_COLUMNS), v,
+                          _empty(PER_WARP_COLUMNS), tuple(g.warnings), (v,))
     pw = lanes.groupby(["rank", "kernel", "block", "warp"], sort=True, observed=True).agg(
         role=("role", "first"), launches=("launch", "size"), kernel_ns=("kernel_ns", "sum"),
         busy_ns=("busy_ns", "sum"), wait_ns=("wait_ns", "sum")).reset_index()
     pw["idle_ns"] = (pw["kernel_ns"] - pw["busy_ns"]).clip(lower=0)
     pw["busy_share"] = np.where(pw["kernel_ns"] > 0, pw["busy_ns"] / pw["kernel_ns"].where(pw["kernel_ns"] > 0, 1), 0.0)
-    pw["did_work"] = np.where(pw["kernel_ns"] > 0, pw["busy_share"] >= NO_WORK_SHARE, pw["busy_ns"] > 0)
+    top = pw.groupby("kernel", observed=True)["busy_ns"].transform("max").to_numpy(float)
+    pw["did_work"] = (pw["busy_ns"].to_numpy(float) >= NO_WORK_SHARE * top) & (pw["busy_ns"].to_numpy() > 0)
     pw = pw[PER_WARP_COLUMNS]
 
     pb = pw.groupby(["rank", "kernel", "block"], sort=True, observed=True).agg(
@@ -140,10 +249,16 @@ def idle_warps(events: pd.DataFrame, *, registry=None) -> IdleReport:
         im["ratio"] = np.where(md > 0, mx / np.where(md > 0, md, 1), np.where(mx > 0, np.inf, np.nan))
     im = im[IMBALANCE_COLUMNS]
 
-    verdict, keys = _verdict(pw, pb, im)
-    if keys:
-        kk = pd.MultiIndex.from_tuples(keys)
-        ev_rows = pw[pd.MultiIndex.from_arrays([pw["rank"], pw["kernel"]]).isin(kk)]
-    else:
-        ev_rows = pw.iloc[0:0]
-    return IdleReport(per_warp=pw, per_block=pb, imbalance=im, verdict=verdict, evidence=ev_rows.reset_index(drop=True))
+    waited = IM.waited_on(g)
+    phases = IM.phase_busy(g)
+    ranks = IM.per_rank(lanes, waited, phases)
+    rep = IdleReport(per_warp=pw, per_block=pb, imbalance=im, ranks=ranks, phases=phases, waited=waited,
+                     verdict=None, evidence=pw.iloc[0:0], warnings=tuple(g.warnings))
+    v, findings = headline(rep, g)
+    rep.verdict, rep.findings = v, findings
+    if v.cause is Cause.STARVED_WARPS or v.cause is Cause.TIMEOUT:
+        sel = (pw["rank"] == v.rank) & (pw["kernel"] == v.kernel)
+        rep.evidence = pw[sel].reset_index(drop=True)
+    elif v.cause is Cause.RANK_IMBALANCE:
+        rep.evidence = ranks[ranks["kernel"] == v.kernel].reset_index(drop=True)
+    return rep

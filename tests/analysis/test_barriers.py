@@ -1,38 +1,50 @@
-"""Barrier contention: occurrences, useless arrivals, last arriver, cross-rank view."""
+"""Barrier contention: occurrences, useless arrivals, last arriver, cross-rank view, verdict."""
 from profiler.analysis import barrier_contention
+from profiler.errors import UndeclaredPhases
+from profiler.expect import Cause
 from profiler.schema import empty_events
 from profiler.synthetic import make_events
-from tests.analysis.tables import EP_REGISTRY, barrier, span, table
+from tests.analysis.tables import TEST_REGISTRY, barrier, span, table
 
 
 def test_occurrence_statistics_and_last_arriver():
     rows = [span(0, 0, 0, "copy_out", 0, 10), span(0, 0, 1, "copy_out", 0, 50), span(0, 1, 3, "copy_out", 0, 20)]
     rows += barrier(0, 0, 0, "grid", 10, 60) + barrier(0, 0, 1, "grid", 50, 61) + barrier(0, 1, 3, "grid", 20, 62)
-    rows += barrier(0, 1, 2, "grid", 5, 63)                      # no work before: useless
-    r = barrier_contention(table(rows), registry=EP_REGISTRY)
+    rows += barrier(0, 1, 2, "grid", 5, 63)                      # no work in the launch: useless
+    r = barrier_contention(table(rows), registry=TEST_REGISTRY)
     o = r.occurrences.iloc[0]
     assert (o["rank"], o["barrier"], o["scope"], o["occurrence"]) == (0, "grid", "grid", 0)
     assert o["arrivals"] == 4 and o["useless_arrivals"] == 1
     assert (o["first_arrive_ns"], o["last_arrive_ns"], o["spread_ns"]) == (5, 50, 45)
     assert o["total_wait_ns"] == 50 + 11 + 42 + 58
     assert (o["last_rank"], o["last_block"], o["last_warp"]) == (0, 0, 1)
+    assert o["lateness_ns"] == 30 and o["unfinished"] == 0        # the last (50) after the one before (20)
     s = r.summary.iloc[0]
     assert s["occurrences"] == 1 and s["last_warp"] == 1 and s["last_share"] == 1.0
     assert r.per_rank.empty
 
 
-def test_useless_means_no_work_since_the_previous_departure():
+def test_useless_means_no_work_in_the_whole_launch():
+    # warp 0 works, then meets warp 1 twice; warp 1 only waits: both its arrivals are useless
     rows = [span(0, 0, 0, "copy_out", 0, 10)]
-    rows += barrier(0, 0, 0, "grid", 10, 20, occurrence=0) + barrier(0, 0, 0, "grid", 30, 40, occurrence=1)
-    rows += [span(0, 0, 0, "wait_data", 20, 30, 1)]                # only waited between the two
-    occ = barrier_contention(table(rows), registry=EP_REGISTRY).occurrences.set_index("occurrence")
-    assert occ.loc[0, "useless_arrivals"] == 0 and occ.loc[1, "useless_arrivals"] == 1
+    for w in (0, 1):
+        rows += barrier(0, 0, w, "grid", 10, 20, occurrence=0) + barrier(0, 0, w, "grid", 30, 40, occurrence=1)
+    rows += [span(0, 0, 0, "wait_data", 20, 30, 1), span(0, 0, 1, "wait_data", 0, 10, 1)]
+    rep = barrier_contention(table(rows), registry=TEST_REGISTRY)
+    occ = rep.occurrences.set_index("occurrence")
+    assert occ.loc[0, "useless_arrivals"] == 1 and occ.loc[1, "useless_arrivals"] == 1
+    v = rep.verdict
+    assert (v.alarm, v.cause, v.rank, v.kernel, v.phase) == (True, Cause.USELESS_ARRIVALS, 0, "dispatch", "grid")
 
 
-def test_block_scope_without_registry_groups_per_block():
+def test_scope_comes_from_the_registry():
     rows = barrier(0, 0, 0, "block_sync", 1, 9) + barrier(0, 0, 1, "block_sync", 3, 9) + barrier(0, 1, 0, "block_sync", 7, 9)
-    occ = barrier_contention(table(rows)).occurrences
+    occ = barrier_contention(table(rows), registry=TEST_REGISTRY).occurrences
     assert sorted(occ["block"]) == [0, 1] and sorted(occ["arrivals"]) == [1, 2]
+    # without a registry the barrier is per launch (scope grid), and the report says why
+    rep = barrier_contention(table(rows))
+    assert len(rep.occurrences) == 1 and rep.occurrences.iloc[0]["scope"] == "grid"
+    assert any(isinstance(w, UndeclaredPhases) for w in rep.warnings)
 
 
 def test_cross_rank_barrier_per_rank():
@@ -42,22 +54,32 @@ def test_cross_rank_barrier_per_rank():
         for r in range(3):
             t = 100 * it + (50 if r == late else 10 + r)
             rows += barrier(r, 0, 0, "rank_start", t, 100 * it + 60, iteration=it, launch=it)
-    rep = barrier_contention(table(rows), registry=EP_REGISTRY)
+    rep = barrier_contention(table(rows), registry=TEST_REGISTRY)
     assert (rep.occurrences["rank"] == -1).all() and len(rep.occurrences) == 3
     pr = rep.per_rank.set_index("rank")
     assert pr.loc[2, "times_last"] == 2 and pr.loc[0, "times_last"] == 1
     assert abs(pr.loc[2, "last_share"] - 2 / 3) < 1e-9
     assert pr.loc[2, "mean_lateness_ns"] == (40 + 40 + 1) / 3      # first arrivals: 10, 10, 211
+    assert rep.occurrences["lateness_ns"].tolist() == [39, 39, 38]  # the last rank minus the rank before it
+    # rank 2 holds the others 39 ns in the median iteration of ~50 ns: a barrier straggler
+    v = rep.verdict
+    assert (v.alarm, v.cause, v.rank, v.kernel, v.phase, v.n) == (True, Cause.BARRIER_STRAGGLER, 2, "dispatch",
+                                                                   "rank_start", 3)
+    assert v.magnitude_ns == 39
 
 
 def test_empty_table():
     rep = barrier_contention(empty_events())
     assert rep.occurrences.empty and rep.summary.empty and rep.per_rank.empty
+    assert rep.verdict.cause is Cause.NONE and not rep.verdict.alarm
 
 
 def test_synthetic_late_arriver_truth():
     ev, _, man = make_events(ranks=4, blocks=6, chunks=3, iterations=2, scenario="late_arriver",
                              late_rank=3, late_block=4, late_warp=6, seed=7)
-    s = barrier_contention(ev, registry=man["registry"]).summary.set_index(["rank", "kernel", "barrier"])
+    rep = barrier_contention(ev, registry=man["registry"])
+    s = rep.summary.set_index(["rank", "kernel", "barrier"])
     row = s.loc[(3, "dispatch", "grid")]
     assert (row["last_rank"], row["last_block"], row["last_warp"], row["last_share"]) == (3, 4, 6, 1.0)
+    v = rep.verdict
+    assert (v.alarm, v.cause, v.rank, v.kernel, v.phase) == (True, Cause.BARRIER_STRAGGLER, 3, "dispatch", "grid")

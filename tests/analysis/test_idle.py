@@ -2,9 +2,10 @@
 import numpy as np
 
 from profiler.analysis import idle_warps
+from profiler.expect import Cause
 from profiler.schema import empty_events
 from profiler.synthetic import make_events
-from tests.analysis.tables import EP_REGISTRY, SELFTEST_REGISTRY, barrier, span, table
+from tests.analysis.tables import TEST_REGISTRY, SELFTEST_REGISTRY, barrier, span, table
 
 
 def _starved(blocks=8, working_blocks=2, warps=2):
@@ -21,8 +22,10 @@ def _starved(blocks=8, working_blocks=2, warps=2):
 
 
 def test_verdict_names_the_idle_blocks_and_the_working_warps():
-    r = idle_warps(_starved(), registry=EP_REGISTRY)
-    assert r.verdict == "rank 1 dispatch: blocks 2–7 did no work; 4 warps carried all work"
+    r = idle_warps(_starved(), registry=TEST_REGISTRY)
+    v = r.verdict
+    assert (v.alarm, v.cause, v.rank, v.kernel, v.n) == (True, Cause.STARVED_WARPS, 1, "dispatch", 12)
+    assert v.detail == "rank 1 dispatch: blocks 2–7 did no work; 4 warps carried all work"
     pw = r.per_warp.set_index(["block", "warp"])
     assert pw.loc[(0, 0), "busy_ns"] == 80 and pw.loc[(0, 0), "wait_ns"] == 30
     assert pw.loc[(0, 0), "kernel_ns"] == 110 and pw.loc[(0, 0), "idle_ns"] == 30
@@ -41,8 +44,9 @@ def test_idle_warps_inside_working_blocks_are_listed():
                 rows.append(span(0, b, w, "copy_out", 0, 100))
             else:
                 rows.append(span(0, b, w, "wait_data", 0, 100, 1))
-    r = idle_warps(table(rows), registry=EP_REGISTRY)
-    assert r.verdict == "rank 0 dispatch: 8 warps did no work (warps 2–3 of blocks 0–3); 8 warps carried all work"
+    r = idle_warps(table(rows), registry=TEST_REGISTRY)
+    assert r.verdict.cause is Cause.STARVED_WARPS
+    assert r.verdict.detail == "rank 0 dispatch: 8 warps did no work (warps 2–3 of blocks 0–3); 8 warps carried all work"
 
 
 def test_idle_phase_is_not_work_and_nesting_counts_once():
@@ -52,22 +56,24 @@ def test_idle_phase_is_not_work_and_nesting_counts_once():
     pw = r.per_warp.set_index("warp")
     assert pw.loc[0, "busy_ns"] == 100           # work 90 + the parent's own 10, not 190
     assert pw.loc[1, "busy_ns"] == 0 and not pw.loc[1, "did_work"]
-    assert "warp 1 of block 0" in r.verdict
+    assert r.verdict.cause is Cause.STARVED_WARPS and "warp 1 of block 0" in r.verdict.detail
 
 
 def test_imbalance_ratio_and_balanced_verdict():
     rows = [span(0, 0, w, "copy_out", 0, d, role="receiver") for w, d in enumerate((100, 100, 100, 300))]
-    r = idle_warps(table(rows), registry=EP_REGISTRY)
+    r = idle_warps(table(rows), registry=TEST_REGISTRY)
     im = r.imbalance.iloc[0]
     assert im["max_busy_ns"] == 300 and im["median_busy_ns"] == 100 and np.isclose(im["ratio"], 3.0)
-    assert "imbalance" in r.verdict and "3.00x" in r.verdict
-    r = idle_warps(table(rows[:3]), registry=EP_REGISTRY)
-    assert r.verdict.startswith("every warp did work; busy time balanced")
+    # one warp busier than its siblings is worth a note, not an alarm: nobody starved
+    assert not r.verdict.alarm and any("3.00×" in n for n in r.verdict.notes)
+    r = idle_warps(table(rows[:3]), registry=TEST_REGISTRY)
+    assert r.verdict.cause is Cause.NONE and r.verdict.detail.startswith("every warp did work")
+    assert r.verdict.notes == ()
 
 
 def test_empty_table():
     r = idle_warps(empty_events())
-    assert r.per_warp.empty and r.verdict == "no GPU warps in the run"
+    assert r.per_warp.empty and r.verdict.detail == "no GPU warps in the run" and not r.verdict.alarm
 
 
 def test_synthetic_starvation_truth():
@@ -75,15 +81,15 @@ def test_synthetic_starvation_truth():
                              starved_rank=2, active_blocks=3, seed=4)
     t = man["synthetic"]
     r = idle_warps(ev, registry=man["registry"])
-    first = r.verdict.split(". ")[0]
+    v = r.verdict
     lo, hi = t["idle_blocks"]
-    assert first.startswith(f"rank {t['starved_rank']} ")
-    assert f"blocks {lo}–{hi} did no work; {t['working_warps']} warps carried all work" in first
+    assert (v.cause, v.rank) == (Cause.STARVED_WARPS, t["starved_rank"])
+    assert f"blocks {lo}–{hi} did no work; {t['working_warps']} warps carried all work" in v.detail
 
 
 def test_kernels_without_work_on_any_rank_are_not_called_starved():
     rows = [span(0, 0, 0, "copy_out", 0, 100), span(0, 0, 1, "copy_out", 0, 100)]
     rows += barrier(0, 0, 0, "rank_start", 200, 210, kernel="barrier", launch=1)
-    r = idle_warps(table(rows), registry=EP_REGISTRY)
-    assert r.verdict.startswith("every warp of the kernels that record work did work")
+    r = idle_warps(table(rows), registry=TEST_REGISTRY)
+    assert not r.verdict.alarm and r.verdict.detail.startswith("every warp of the kernels that record work did work")
     assert not r.per_warp.set_index("kernel").loc["barrier", "did_work"]

@@ -40,7 +40,7 @@ def test_starved_warps_trace_and_verdict():
     work = ev[ev["phase"] == "work"]
     busy = {(b, w) for b in range(wl["busy_blocks"]) for w in range(wl["busy_warps"])}
     assert set(zip(work["block"], work["warp"])) == busy
-    verdict = idle_warps(ev, registry=run.manifest["registry"]["selftest"]).verdict
+    verdict = idle_warps(ev, registry=run.manifest["registry"]["selftest"]).verdict.headline
     assert f"blocks {wl['busy_blocks']}–{wl['grid'] - 1} did no work" in verdict, verdict
     assert f"warps {wl['busy_warps']}–{wl['warps'] - 1} of blocks 0–{wl['busy_blocks'] - 1}" in verdict, verdict
     assert f"{wl['busy_warp_count']} warps carried all work" in verdict, verdict

@@ -1,0 +1,189 @@
+"""Definitions of every word the analyses and their pages use: one source for docs/glossary.md and
+for the viewer's tooltips (a term's tooltip is its definition here, word for word).
+
+docs/glossary.md is generated: `python -m profiler.analysis.glossary > docs/glossary.md`;
+tests/analysis/test_glossary.py fails when it differs.
+"""
+from __future__ import annotations
+
+import sys
+
+# section -> {term: definition}; a term is what a page shows (a column header, a card, a kind)
+SECTIONS: dict[str, dict[str, str]] = {
+    "Verdicts": {
+        "verdict": "The sentence a page leads with: what made the run slow, in the fields of profiler.expect "
+                   "(cause, rank, peer, kernel, phase, direction) and the size of the effect. Tests check the "
+                   "fields against recordings with a planted cause.",
+        "alarm": "The page says 'act on this': a timeout, a rank the others wait on, starved warps, a barrier "
+                 "straggler, a real difference between A and B. An effect is an alarm when it costs at least 10% "
+                 "of the median iteration; a run with nothing planted raises none.",
+        "cause": "What made the run slow: none, timeout, rank_imbalance, host_bound, starved_warps, "
+                 "barrier_straggler, useless_arrivals; on Compare same_code (within noise) or knob_change (a "
+                 "real difference).",
+        "none": "Nothing stands out beyond run-to-run jitter; the verdict says how large the largest effect was.",
+        "timeout": "A wait never ended: the kernel gave up at its timeout (or aborted). The verdict names the "
+                   "stalled wait that began first (rank, the peer it waited on, kernel/phase, how long); the "
+                   "others followed from it.",
+        "rank_imbalance": "One rank (the straggler) carries more work than the others and they wait on it: its "
+                          "busiest warps work longer than the median rank's.",
+        "host_bound": "A rank's host was late: it entered the op (or launched a kernel) after the others, who "
+                      "waited for it at the next rendezvous.",
+        "starved_warps": "Warps or blocks did no work in a kernel in which other warps did (too few tokens, a "
+                         "per-block split).",
+        "barrier_straggler": "One rank (cross-rank barriers) or one warp (block and grid barriers) arrives last "
+                             "and the others wait on it.",
+        "useless_arrivals": "At least half of a barrier's arrivals come from warps that did no work in their "
+                            "launch: they only came to be released.",
+        "same_code": "Compare: no kernel or phase of B differs from A beyond run-to-run noise.",
+        "knob_change": "Compare: B differs from A beyond run-to-run noise; the verdict names what moved and in "
+                       "which direction.",
+        "median over n iterations": "A per-iteration value's median; n says how many iterations it is over "
+                                    "(with 2 the median is their mean). A verdict names the iteration instead "
+                                    "when one iteration carries 75% or more of the effect.",
+    },
+    "Critical path": {
+        "critical path": "The chain of dependencies that ends each iteration: walking back from the last GPU "
+                         "warp to finish, through the waits that were released by someone (a peer's publish, a "
+                         "barrier's last arrival, the kernel before, the host call). Its segments add up to the "
+                         "iteration.",
+        "iteration": "From the first record of the iteration (host rows included) to the last end of its GPU "
+                     "warps.",
+        "segment": "A stretch of the critical path on one warp (or a rank's host) with one kind.",
+        "work": "Segment kind: the warp's own time in a work span (leaf time: nested spans count once).",
+        "wait": "Segment kind: time in a wait span (the registry says which phases are waits) or an idle span "
+                "that nothing released sooner: the release latency, or the whole wait when unexplained or "
+                "unfinished.",
+        "barrier": "Segment kind: time in a barrier wait (own arrival to own departure) after the last arrival.",
+        "gap": "Segment kind: time on a warp covered by no span (between two recorded phases).",
+        "launch": "Segment kind: from kernel-ready (the host call began, or the previous kernel ended) to the "
+                  "kernel's first warp record: host code inside the call before the launch, plus launch "
+                  "latency. At the start of an iteration of a rank without host rows: its first kernel started "
+                  "after the iteration began.",
+        "host": "Segment kind: host time: a host call (span of kind host), the host between two calls, or a "
+                "rank's late entry into the op (from the iteration's begin to its first host record). "
+                "Attributed to that rank.",
+        "peer": "For a wait or barrier segment: the rank it waited on (the releaser, or for an unfinished "
+                "barrier wait the rank that never arrived); -1 when none or its own rank.",
+        "unfinished": "A wait the kernel never ended (no END / no departure recorded): it ends where the kernel "
+                      "stopped recording (its GPU end in the launch table, i.e. the timeout) and counts as "
+                      "waiting.",
+        "share": "Duration / the iteration's span.",
+        "pacing rank": "The rank holding the most non-waiting (work, gap, launch, host) time on the critical "
+                       "path, summed over iterations. It is not an alarm by itself: the verdict says whether "
+                       "the others wait on it.",
+        "path spent waiting": "Share of the critical path in wait and barrier segments.",
+        "warps on the path": "Warps with at least one critical-path segment.",
+        "held": "At a rendezvous, how long the waiting rank sat idle for the releaser (cross-rank barrier: the "
+                "last arrival minus the arrival before it; data wait on the path: release minus the wait's "
+                "begin).",
+        "slack": "How much later a warp could have finished what others depend on without delaying anyone: "
+                 "min over its barrier arrivals of (the occurrence's last arrival - its arrival) and of "
+                 "(iteration end - its last record); 0 on the path.",
+        "busy": "Time in the warp's work segments (leaf time), summed as the column says.",
+        "what-if": "The same dependency graph re-timed with one phase shortened: each point moves to the later "
+                   "of its own previous point plus its (new) segment time and its dependency's new time plus the "
+                   "recorded latency.",
+        "local saving": "How much sooner the chosen rank would finish on its own: per launch the largest time "
+                        "removed from one warp, summed over the rank's launches, the largest over ranks.",
+        "absorbed": "Share of the local saving that waits and rendezvous swallow: 100% - end-to-end saving / "
+                    "local saving.",
+        "phase time on path": "The phase's own time on the recorded critical path of the iteration: what-if "
+                              "never projects a larger saving.",
+    },
+    "Idle warps": {
+        "kernel time": "A launch's GPU time (first warp record to last), summed over the launches the row "
+                       "covers.",
+        "busy share": "busy / kernel time.",
+        "did work": "Busy at least 1% of the busiest warp of the same kernel (any rank); below that a warp only "
+                    "waited, idled or met barriers.",
+        "waiting": "Time in wait spans, idle spans and barrier waits (unfinished ones included), summed over "
+                   "the warp's launches.",
+        "idle": "kernel time - busy.",
+        "working": "Warps of the block that did work.",
+        "max busy / median busy": "Within one rank and role: the busiest warp's busy time over the median "
+                                  "warp's.",
+        "busy (role, all warps)": "The role's busy time summed over its warps and launches on that rank.",
+        "work spans": "How many work spans the role recorded (chunks copied, rows sent): the units it worked "
+                      "through.",
+        "busy ratio": "The rank's busy time over the median rank's, for the same kernel and role (across "
+                      "ranks). 1.2 or more is extra work.",
+        "waited on": "How long the other ranks were held waiting on this rank: per waiting launch, its "
+                     "longest-waiting warp's wait on the rank, summed over launches.",
+        "-1 (rank, block, warp)": "-1 means 'not one': rank -1 is a cross-rank barrier (all ranks), block and "
+                                  "warp -1 are host rows or a launch-level segment, launch -1 a host lane.",
+    },
+    "Barriers": {
+        "occurrence": "One meeting at a barrier: its arrivals with the same occurrence number in one scope "
+                      "(block, grid = one launch, rank = every rank).",
+        "scope": "Who meets at the barrier, from the registry: block, grid (the launch on one rank) or rank "
+                 "(every rank).",
+        "arrivals": "Warps that arrived, summed over occurrences.",
+        "useless": "Arrivals from warps that did no work in their launch.",
+        "spread": "Last arrival - first arrival of an occurrence.",
+        "lateness": "Last arrival - the arrival before it (per rank at cross-rank barriers): how long the "
+                    "others waited on the last arriver.",
+        "wait (sum over warps)": "Each arriving warp's own departure - own arrival, summed over the warps (and "
+                                 "occurrences) of the row: warp time, not wall time; it exceeds the iteration "
+                                 "when many warps wait at once.",
+        "last arriver": "The rank / block / warp whose arrival came last; in the summary the most frequent one.",
+        "last share": "Share of the occurrences in which that arriver came last.",
+        "times last": "Occurrences in which this rank arrived last.",
+        "mean lateness": "Mean of the rank's last arrival - the occurrence's first arrival.",
+    },
+    "Compare": {
+        "end-to-end": "The op's latency per iteration: the slowest rank's GPU time (per rank: first warp record "
+                      "to last of each launch, summed over the iteration's launches). Host gaps and a late "
+                      "host do not count.",
+        "kernel time (compare)": "Per iteration, the slowest rank's GPU time in that kernel's launches.",
+        "run": "One recording; the unit of replication. With one run on a side run-to-run noise cannot be "
+               "estimated and nothing is called faster or slower.",
+        "runs": "Runs on the side.",
+        "n": "Samples on the side: one per (run, iteration).",
+        "median": "Median of the side's samples, all runs pooled.",
+        "B − A": "median(B) - median(A).",
+        "CI": "95% bootstrap interval of B - A: resample runs, then each drawn run's iterations (fixed seed).",
+        "A-vs-A spread": "How far apart the medians of two groups of runs of the same code fall: the t quantile "
+                         "(Bonferroni over the phases compared) times the pooled standard deviation of the "
+                         "per-run medians times sqrt(1/runs A + 1/runs B). A difference below it is noise.",
+        "within noise": "The interval contains 0, or |B - A| is below the A-vs-A spread.",
+        "heavy tail": "On a side, mean and median differ by more than 10% of the median: a few slow outliers; "
+                      "read medians.",
+        "refused": "The runs record different workloads (kind, number of ranks, kernels): their numbers "
+                   "compare different things.",
+        "flagged": "The runs differ in shape or dtype (tokens, hidden, top-k, experts, dtype): compared, but the "
+                   "difference may be that.",
+        "path share": "A phase's time on the critical path over the path's total, all runs of the side.",
+    },
+    "Timeline": {
+        "unfinished span": "Drawn hatched: a wait the kernel never ended, up to where the kernel stopped "
+                           "recording.",
+        "busy (timeline)": "Zoomed out, a cell's shade: the share of the row's warps busy in the cell "
+                           "(exclusive time: a parent span only where its children leave time).",
+    },
+}
+
+TERMS: dict[str, str] = {t: d for sec in SECTIONS.values() for t, d in sec.items()}
+
+
+def tip(term: str) -> str:
+    """The definition of `term` (KeyError naming it when the glossary lacks it: tests catch that)."""
+    try:
+        return TERMS[term]
+    except KeyError:
+        raise KeyError(f"glossary has no term {term!r}: add it to profiler/analysis/glossary.py") from None
+
+
+def markdown() -> str:
+    out = ["# Glossary", "",
+           "Every word the analyses and the viewer's pages use. The viewer shows these definitions as "
+           "tooltips. Generated from `profiler/analysis/glossary.py` "
+           "(`python -m profiler.analysis.glossary > docs/glossary.md`); edit that file, not this one.", ""]
+    for sec, terms in SECTIONS.items():
+        out += [f"## {sec}", ""]
+        out += [f"- **{t}**: {d}" for t, d in terms.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown())

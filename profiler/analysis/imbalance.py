@@ -1,0 +1,121 @@
+"""Cross-rank imbalance: one rank carries more work and the others wait for it.
+
+Per (kernel, role) and rank: the role's busy time (warp time summed over its warps and launches),
+its work spans (chunks copied, rows sent: the units the role worked through), the kernel time
+(summed over the rank's launches), and how long the other ranks waited on this rank in that
+kernel. Across ranks: the max / median of busy time per (kernel, role).
+
+"Waited on": each wait interval names the peer it waited on (profiler.analysis.peers). Per launch
+of a waiting rank, the longest-waiting warp's total wait on that peer is how long the rank was
+held; summed over launches per iteration.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import graph as G
+from .peers import interval_peers
+
+RANK_COLUMNS = ["kernel", "role", "rank", "warps", "spans", "busy_ns", "kernel_ns", "waited_on_ns", "busy_ratio"]
+PHASE_COLUMNS = ["kernel", "phase", "rank", "busy_ns", "spans", "busy_ratio"]
+WAITED_COLUMNS = ["iteration", "kernel", "rank", "waited_on_ns"]
+
+
+def _ratio(x: pd.Series) -> pd.Series:
+    """x / median of its group (the groups are the index levels but the last)."""
+    med = x.groupby(level=list(range(x.index.nlevels - 1))).transform("median")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return pd.Series(np.where(med > 0, x / med.where(med > 0, 1), np.where(x > 0, np.inf, np.nan)), index=x.index)
+
+
+def waited_on(g: G.Graph) -> pd.DataFrame:
+    """[iteration, kernel, rank, waited_on_ns]: per iteration and kernel, how long the other ranks
+    were held waiting on `rank` (per waiting launch: its longest-waiting warp's wait on the rank)."""
+    peer = interval_peers(g)
+    iv = np.flatnonzero(peer >= 0)
+    if len(iv) == 0:
+        return pd.DataFrame(columns=WAITED_COLUMNS)
+    lane = g.pt_lane[g.iv_pb[iv]]
+    dur = g.pt_t[g.iv_pe[iv]] - g.pt_t[g.iv_pb[iv]]
+    nr = int(peer.max()) + 1
+    per = np.bincount(lane * nr + peer[iv], weights=dur, minlength=len(g.lane) * nr).reshape(len(g.lane), nr)
+    li, pr = np.nonzero(per)
+    L = g.lane
+    df = pd.DataFrame({"iteration": L["iteration"].to_numpy()[li], "kernel": L["kernel"].to_numpy()[li],
+                       "waiter": L["rank"].to_numpy()[li], "launch": L["launch"].to_numpy()[li],
+                       "rank": pr, "w": per[li, pr]})
+    held = df.groupby(["iteration", "kernel", "rank", "waiter", "launch"], sort=True)["w"].max()
+    out = held.groupby(level=["iteration", "kernel", "rank"]).sum().rename("waited_on_ns").reset_index()
+    out["waited_on_ns"] = out["waited_on_ns"].astype(np.int64)
+    return out[WAITED_COLUMNS]
+
+
+def phase_busy(g: G.Graph) -> pd.DataFrame:
+    """[kernel, phase, rank, busy_ns, spans, busy_ratio]: leaf busy time per work phase and rank."""
+    dur = G.segment_durations(g)
+    sel = (g.seg_kind == G.WORK) & (dur > 0) & (g.seg_phase >= 0)
+    nph = max(len(g.phase_names), 1)
+    key = g.pt_lane[sel] * nph + g.seg_phase[sel]
+    busy = np.bincount(key, weights=dur[sel], minlength=len(g.lane) * nph).reshape(len(g.lane), nph)
+    work_iv = np.flatnonzero((g.iv_kind == G.WORK) & (g.iv_row >= 0))
+    spans = np.bincount(g.pt_lane[g.iv_pb[work_iv]] * nph + g.iv_phase[work_iv],
+                        minlength=len(g.lane) * nph).reshape(len(g.lane), nph)
+    li, ph = np.nonzero(busy)
+    L = g.lane
+    df = pd.DataFrame({"kernel": L["kernel"].to_numpy()[li], "phase": g.phase_names[ph], "rank": L["rank"].to_numpy()[li],
+                       "busy_ns": busy[li, ph], "spans": spans[li, ph]})
+    df = df[~L["host"].to_numpy()[li]]
+    if df.empty:
+        return pd.DataFrame(columns=PHASE_COLUMNS)
+    out = df.groupby(["kernel", "phase", "rank"], sort=True)[["busy_ns", "spans"]].sum()
+    out["busy_ns"] = out["busy_ns"].astype(np.int64)
+    out["busy_ratio"] = _ratio(out["busy_ns"])
+    return out.reset_index()[PHASE_COLUMNS]
+
+
+def per_rank(per_lane: pd.DataFrame, waited: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
+    """One row per (kernel, role, rank); per_lane: idle.per_lane's GPU lanes."""
+    if per_lane.empty:
+        return pd.DataFrame(columns=RANK_COLUMNS)
+    g = per_lane.groupby(["kernel", "role", "rank"], sort=True, observed=True)
+    out = g.agg(busy_ns=("busy_ns", "sum")).reset_index()
+    warps = (per_lane.drop_duplicates(["kernel", "role", "rank", "block", "warp"])
+             .groupby(["kernel", "role", "rank"], sort=True, observed=True).size())
+    out["warps"] = warps.reindex(pd.MultiIndex.from_frame(out[["kernel", "role", "rank"]])).to_numpy()
+    kt = per_lane.drop_duplicates(["rank", "launch"]).groupby(["kernel", "rank"], observed=True)["kernel_ns"].sum()
+    out["kernel_ns"] = kt.reindex(pd.MultiIndex.from_arrays([out["kernel"], out["rank"]])).to_numpy()
+    wo = waited.groupby(["kernel", "rank"])["waited_on_ns"].sum() if len(waited) else pd.Series(dtype=float)
+    out["waited_on_ns"] = wo.reindex(pd.MultiIndex.from_arrays([out["kernel"], out["rank"]])).fillna(0).to_numpy().astype(np.int64)
+    sp = per_lane.groupby(["kernel", "role", "rank"], observed=True)["spans"].sum()
+    out["spans"] = sp.reindex(pd.MultiIndex.from_frame(out[["kernel", "role", "rank"]])).fillna(0).to_numpy().astype(np.int64)
+    out["busy_ratio"] = _ratio(out.set_index(["kernel", "role", "rank"])["busy_ns"]).to_numpy()
+    return out[RANK_COLUMNS]
+
+
+def critical_busy(g: G.Graph) -> pd.DataFrame:
+    """[iteration, rank, kernel, busy_ns]: per launch the busiest warp's busy time (the longest
+    chain of work in the kernel on that rank), summed per (iteration, rank, kernel)."""
+    busy = G.lane_sums(g, (G.WORK,))
+    L = g.lane
+    gpu = ~L["host"].to_numpy()
+    df = pd.DataFrame({"iteration": L["iteration"].to_numpy()[gpu], "rank": L["rank"].to_numpy()[gpu],
+                       "launch": L["launch"].to_numpy()[gpu], "kernel": L["kernel"].to_numpy()[gpu].astype(str),
+                       "busy_ns": busy[gpu]})
+    if df.empty:
+        return pd.DataFrame(columns=["iteration", "rank", "kernel", "busy_ns"])
+    m = df.groupby(["iteration", "rank", "launch", "kernel"], sort=True)["busy_ns"].max().reset_index()
+    return m.groupby(["iteration", "rank", "kernel"], sort=True)["busy_ns"].sum().reset_index()
+
+
+def busy_excess(g: G.Graph) -> pd.DataFrame:
+    """[iteration, rank, kernel, excess_ns]: how much longer the rank's busiest warps work than the
+    median rank's, per kernel and iteration (0 when not longer): the time a straggler adds."""
+    cb = critical_busy(g)
+    if cb.empty or cb["rank"].nunique() < 2:
+        return pd.DataFrame(columns=["iteration", "rank", "kernel", "excess_ns"])
+    piv = cb.pivot_table(index=["iteration", "kernel"], columns="rank", values="busy_ns", aggfunc="sum").fillna(0)
+    med = piv.median(axis=1)
+    ex = piv.sub(med, axis=0).clip(lower=0)
+    out = ex.stack().rename("excess_ns").reset_index()
+    return out[["iteration", "rank", "kernel", "excess_ns"]]

@@ -1,0 +1,231 @@
+"""The critical path's verdict: who holds the others up, and whether it is the host or the GPU.
+
+Ranks rendezvous: at cross-rank barriers (every rank arrives, the last one releases them) and
+where the path crosses from one rank to another at a data wait (a rank waiting for a peer's
+rows, released by the peer's publish). At each rendezvous the waiting rank sat idle for `held`:
+at a barrier the last rank's arrival minus the arrival before it, at a data wait the release
+minus the wait's begin. Had the releasing rank been as quick as the waiter, the iteration would
+have been up to that much shorter: that is the effect size. It is 0-few % of an iteration when
+ranks are balanced, whichever rank the path happens to run through, and it is what a straggler
+costs even when the path never leaves the straggler (the others' waits are off the path).
+
+Why was the releaser late? Over the stretch since the previous rendezvous (or the iteration's
+begin), each rank's time splits into GPU time (some kernel of the rank running) and host time
+(none running: host code, launch latency, a late entry into the op). The side where the releaser
+spent more than the waiter is the cause: host time -> HOST_BOUND, GPU time -> RANK_IMBALANCE.
+
+Per (rank, cause) the held time is summed per iteration and its median over iterations decides
+(medians state their n); an alarm needs ALARM_SHARE of the median iteration. A timed-out run
+leads with its stall (profiler.analysis.timeouts).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profiler.expect import Cause
+
+from . import graph as G
+from . import timeouts
+from .imbalance import busy_excess
+from .rendezvous import rank_lateness
+from .verdict import ALARM_SHARE, Verdict, fmt_ns, fmt_pct, size
+
+CROSSING_COLUMNS = ["iteration", "rank", "peer", "kernel", "phase", "wait_begin_ns", "release_ns", "held_ns",
+                    "window_begin_ns", "host_excess_ns", "gpu_excess_ns", "cause", "work_kernel", "work_phase"]
+
+
+def _gpu_intervals(g: G.Graph) -> dict[int, np.ndarray]:
+    """Per rank: merged [start, end] of its kernels (GPU lanes' first to last point per launch)."""
+    L = g.lane
+    gl = ~L["host"].to_numpy()
+    df = pd.DataFrame({"rank": L["rank"].to_numpy()[gl], "launch": L["launch"].to_numpy()[gl],
+                       "b": g.pt_t[g.lane_first[gl]], "e": g.pt_t[g.lane_last[gl]]})
+    k = df.groupby(["rank", "launch"], sort=False).agg(b=("b", "min"), e=("e", "max")).reset_index()
+    out = {}
+    for r, s in k.groupby("rank"):
+        s = s.sort_values("b")
+        merged = []
+        for b, e in zip(s["b"].to_numpy(), s["e"].to_numpy()):
+            if merged and b <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([b, e])
+        out[int(r)] = np.asarray(merged, np.int64).reshape(-1, 2)
+    return out
+
+
+def _gpu_time(iv: np.ndarray | None, a: int, b: int) -> int:
+    if iv is None or len(iv) == 0 or b <= a:
+        return 0
+    return int(np.clip(np.minimum(iv[:, 1], b) - np.maximum(iv[:, 0], a), 0, None).sum())
+
+
+def _rendezvous(cp) -> pd.DataFrame:
+    """[iteration, rank, peer, kernel, phase, wait_begin_ns, release_ns, held_ns]: every cross-rank
+    barrier occurrence (rank = its last arriver), and every data wait where the path crosses ranks."""
+    g: G.Graph = cp.graph
+    cols = ["iteration", "rank", "peer", "kernel", "phase", "wait_begin_ns", "release_ns", "held_ns"]
+    parts = []
+    late = rank_lateness(g)
+    late = late[late["peer"] >= 0]
+    if len(late):
+        parts.append(pd.DataFrame({"iteration": late["iteration"], "rank": late["rank"], "peer": late["peer"],
+                                   "kernel": late["kernel"], "phase": late["barrier"], "wait_begin_ns": late["prev_ns"],
+                                   "release_ns": late["last_ns"], "held_ns": late["lateness_ns"]}))
+    from .critical_path import path_points
+    pts, its = path_points(g)
+    if len(pts):
+        rank_of = g.lane["rank"].to_numpy()
+        cross = (g.src[pts] >= 0) & g.binding[pts] & (g.seg_owner[pts] >= 0) & (g.seg_kind[pts] == G.WAIT)
+        cross &= rank_of[g.pt_lane[np.maximum(g.src[pts], 0)]] != rank_of[g.pt_lane[pts]]
+        if cross.any():
+            p, own = pts[cross], g.seg_owner[pts[cross]]
+            wb, rel = g.pt_t[g.iv_pb[own]], g.rel_t[p]
+            parts.append(pd.DataFrame({"iteration": its[cross], "rank": rank_of[g.pt_lane[g.src[p]]],
+                                       "peer": rank_of[g.pt_lane[p]],
+                                       "kernel": g.lane["kernel"].to_numpy()[g.pt_lane[p]].astype(str),
+                                       "phase": g.phase_names[g.iv_phase[own]].astype(str), "wait_begin_ns": wb,
+                                       "release_ns": rel, "held_ns": np.maximum(rel - wb, 0)}))
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(parts, ignore_index=True)[cols]
+    return out.sort_values(["iteration", "release_ns"], kind="stable").reset_index(drop=True)
+
+
+def crossings(cp) -> pd.DataFrame:
+    """Every rendezvous where a rank waited on another: who, for how long, and why (host or GPU)."""
+    g: G.Graph = cp.graph
+    seg = cp.segments
+    if seg.empty or g is None:
+        return pd.DataFrame(columns=CROSSING_COLUMNS)
+    rv = _rendezvous(cp)
+    rv = rv[rv["held_ns"] > 0]
+    if rv.empty:
+        return pd.DataFrame(columns=CROSSING_COLUMNS)
+    gpu = _gpu_intervals(g)
+    tot = cp.total_ns.set_index("iteration")["begin_ns"]
+    # the path's work segments as arrays, for the releaser's top (kernel, phase) in each stretch
+    w = seg[seg["kind"] == "work"]
+    w_it, w_rank = w["iteration"].to_numpy(), w["rank"].to_numpy()
+    w_b, w_e, w_d = w["begin_ns"].to_numpy(), w["end_ns"].to_numpy(), w["duration_ns"].to_numpy()
+    w_kp = (w["kernel"].astype(str) + "\0" + w["phase"].astype(str)).to_numpy()
+    # the previous rendezvous of each (every rendezvous, held or not: all ranks had got there)
+    allrv = _rendezvous(cp)
+    rows = []
+    for x in rv.itertuples(index=False):
+        it, r, q, wb, rel = int(x.iteration), int(x.rank), int(x.peer), int(x.wait_begin_ns), int(x.release_ns)
+        before = allrv[(allrv["iteration"] == it) & (allrv["release_ns"] < wb)]
+        ws = int(before["release_ns"].max()) if len(before) else int(tot.get(it, wb))
+        ws = min(ws, wb)
+        gr, gq = _gpu_time(gpu.get(r), ws, rel), _gpu_time(gpu.get(q), ws, wb)
+        host_ex = ((rel - ws) - gr) - ((wb - ws) - gq)
+        gpu_ex = gr - gq
+        m = (w_it == it) & (w_rank == r) & (w_e > ws) & (w_b < rel)
+        top = ("", "")
+        if m.any():
+            u, inv = np.unique(w_kp[m], return_inverse=True)
+            top = tuple(u[int(np.argmax(np.bincount(inv, weights=w_d[m])))].split("\0", 1))
+        rows.append({"iteration": it, "rank": r, "peer": q, "kernel": str(x.kernel), "phase": str(x.phase),
+                     "wait_begin_ns": wb, "release_ns": rel, "held_ns": int(x.held_ns), "window_begin_ns": ws,
+                     "host_excess_ns": host_ex, "gpu_excess_ns": gpu_ex,
+                     "cause": Cause.HOST_BOUND.value if host_ex > gpu_ex else Cause.RANK_IMBALANCE.value,
+                     "work_kernel": str(top[0]), "work_phase": str(top[1])})
+    return pd.DataFrame(rows, columns=CROSSING_COLUMNS)
+
+
+def _path_mix(cp) -> str:
+    seg = cp.segments
+    tot = float(seg["duration_ns"].sum()) or 1.0
+    by = seg.groupby("kind")["duration_ns"].sum() / tot
+    gpu = by.reindex(["work", "gap"]).fillna(0).sum()
+    host = by.reindex(["host", "launch"]).fillna(0).sum()
+    wait = by.reindex(["wait", "barrier"]).fillna(0).sum()
+    return f"the path is {fmt_pct(gpu)} GPU work, {fmt_pct(host)} host and launch, {fmt_pct(wait)} waiting"
+
+
+def headline(cp) -> Verdict:
+    g: G.Graph = cp.graph
+    warns = tuple(cp.warnings)
+    if g is not None:
+        tv = timeouts.verdict(g, "critical_path")
+        if tv is not None:
+            return tv
+    tot = cp.total_ns
+    if tot.empty:
+        return Verdict(page="critical_path", alarm=False, cause=Cause.NONE, detail="the run has no spans",
+                       warnings=warns)
+    n_it = len(tot)
+    med_it = float(tot["total_ns"].median())
+    x = crossings(cp)
+    its = tot["iteration"].to_numpy()
+    cands = []
+    if len(x):
+        per_it = x.groupby(["rank", "cause", "iteration"])["held_ns"].sum()
+        for (r, c), s_ in per_it.groupby(level=[0, 1]):
+            v = s_.droplevel([0, 1]).reindex(its).fillna(0).to_numpy(float)
+            cands.append((float(np.median(v)), int(r), c, v))
+    # a straggler keeps the path on itself, so the others' waits are off the path: its busiest
+    # warps working longer than the median rank's is the time it adds, when that work is on the path
+    ex = busy_excess(g)
+    if len(ex):
+        seg = cp.segments
+        on_path = seg[seg["kind"] == "work"].groupby(["rank", "iteration"])["duration_ns"].sum()
+        for r, s_ in ex.groupby("rank"):
+            v = s_.groupby("iteration")["excess_ns"].sum().reindex(its).fillna(0).to_numpy(float)
+            pw = on_path.loc[r].reindex(its).fillna(0).to_numpy(float) if r in on_path.index.get_level_values(0) \
+                else np.zeros(len(its))
+            v = np.minimum(v, pw)
+            if v.max() > 0:
+                cands.append((float(np.median(v)), int(r), "busy", v))
+    if not cands:
+        return Verdict(page="critical_path", alarm=False, cause=Cause.NONE, n=n_it, reference_ns=med_it,
+                       detail=f"no rank waits on another; {_path_mix(cp)} "
+                              f"(median iteration {fmt_ns(med_it)}, n = {n_it})", warnings=warns)
+    cands.sort(key=lambda t: -t[0])
+    med, r, c, v = cands[0]
+    totals = tot["total_ns"].to_numpy(float)
+    sz = size(v, its, totals)
+    notes = [sz.note] if sz.note else []
+    for m2, r2, c2, v2 in cands[1:] if sz.iteration is not None else cands:
+        k2 = int(np.argmax(v2))
+        if v2[k2] >= ALARM_SHARE * totals[k2] and v2[k2] > 2 * max(m2, 1.0):
+            what = {Cause.HOST_BOUND.value: "host entered late"}.get(c2, "GPU work ran long")
+            notes.append(f"iteration {int(its[k2])} stands out: rank {r2}'s {what}, the others waited "
+                         f"{fmt_ns(v2[k2])} on it ({fmt_pct(v2[k2] / totals[k2])} of that iteration)")
+    xs = x[(x["rank"] == r) & (x["cause"] == c)] if len(x) else x
+    common = dict(page="critical_path", rank=r, magnitude_ns=sz.magnitude_ns, reference_ns=sz.reference_ns,
+                  n=n_it, iteration=sz.iteration, notes=tuple(notes[:3]), warnings=warns)
+    if not sz.alarm:
+        return Verdict(alarm=False, cause=Cause.NONE, **{**common, "rank": None}, evidence=x,
+                       detail=f"no rank holds the others up: the most any rank makes the others wait is "
+                              f"{fmt_ns(med)} per iteration (rank {r}, median over {n_it} iteration"
+                              f"{'s' if n_it != 1 else ''}, {fmt_pct(med / med_it)} of the median iteration "
+                              f"{fmt_ns(med_it)}); {_path_mix(cp)}")
+    if c == "busy":
+        exr = ex[ex["rank"] == r].groupby("kernel")["excess_ns"].sum().sort_values(ascending=False)
+        kernels = [str(k) for k, e in exr.items() if e > 0]
+        seg = cp.segments
+        w = seg[(seg["rank"] == r) & (seg["kind"] == "work") & (seg["kernel"] == kernels[0])]
+        wp = str(w.groupby("phase")["duration_ns"].sum().idxmax()) if len(w) else None
+        where = ((kernels[0], wp),) + tuple((k, None) for k in kernels[1:])
+        waiters = x[(x["rank"] == r)] if len(x) else x
+        peer = int(waiters.groupby("peer")["held_ns"].sum().idxmax()) if len(waiters) else None
+        return Verdict(alarm=True, cause=Cause.RANK_IMBALANCE, kernel=kernels[0], phase=wp, where=where, peer=peer,
+                       detail=f"its busiest warps work {fmt_ns(float(exr.iloc[0]) / n_it)} per iteration longer "
+                              f"than the median rank's in {kernels[0]}, on the critical path",
+                       evidence=ex[ex["rank"] == r].reset_index(drop=True), **common)
+    big = xs.loc[xs["held_ns"].idxmax()]
+    if c == Cause.HOST_BOUND.value:
+        return Verdict(alarm=True, cause=Cause.HOST_BOUND, kernel=str(big["kernel"]), phase=str(big["phase"]),
+                       peer=int(big["peer"]), evidence=xs.reset_index(drop=True),
+                       detail=f"its host spent {fmt_ns(float(big['host_excess_ns']))} more than rank "
+                              f"{int(big['peer'])}'s before that rendezvous", **common)
+    wk = str(big["work_kernel"]) or str(big["kernel"])
+    wp = str(big["work_phase"]) or None
+    where = tuple(dict.fromkeys([(wk, wp)] + [(str(k), str(p) or None) for k, p in
+                                              xs[["work_kernel", "work_phase"]].itertuples(index=False) if k]))
+    return Verdict(alarm=True, cause=Cause.RANK_IMBALANCE, kernel=wk, phase=wp, where=where, peer=int(big["peer"]),
+                   evidence=xs.reset_index(drop=True),
+                   detail=f"its GPU time ran {fmt_ns(float(big['gpu_excess_ns']))} longer than rank "
+                          f"{int(big['peer'])}'s before {big['kernel']}/{big['phase']}", **common)

@@ -1,0 +1,101 @@
+"""Barrier arrivals and who the others waited on at each occurrence.
+
+Shared by the barrier page and the cross-rank imbalance: at a cross-rank barrier a rank arrives
+with its last warp, at a block or grid barrier a warp arrives by itself. The *lateness* of an
+occurrence is its last arrival minus the arrival before it: how long the others waited on the
+last arriver (had it come with the second-to-last, they would have left that much sooner).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import graph as G
+
+NO_WORK_SHARE = 0.01   # idle.NO_WORK_SHARE documents it; a warp below it did no work
+
+
+def arrivals(g: G.Graph) -> pd.DataFrame:
+    """One row per barrier arrival: occurrence id (position in g.occ_starts), event row, lane,
+    rank/block/warp, time, own departure and wait (unfinished ones too), and whether the arriving
+    warp did no work in its whole launch (useless). Computed once per graph."""
+    hit = g.derived.get("arrivals")
+    if hit is None:
+        hit = g.derived["arrivals"] = _arrivals(g)
+    return hit.copy()
+
+
+def _arrivals(g: G.Graph) -> pd.DataFrame:
+    rows = g.occ_arr_row
+    pa = g.occ_arr_pt
+    n = len(rows)
+    counts = np.diff(np.r_[g.occ_starts, n])
+    occ = np.repeat(np.arange(len(g.occ_starts)), counts)
+    lane = g.pt_lane[pa]
+    dep_t = np.full(n, -1, np.int64)
+    unf = np.zeros(n, bool)
+    bw = np.flatnonzero(g.iv_kind == G.BARRIER)
+    if len(bw):
+        pos = pd.Index(rows).get_indexer(g.iv_arr_row[bw])
+        ok = pos >= 0
+        dep_t[pos[ok]] = g.pt_t[g.iv_pe[bw[ok]]]
+        unf[pos[ok]] = g.iv_unfinished[bw[ok]]
+    busy = G.lane_sums(g, (G.WORK,))
+    kern = g.lane["kernel"].to_numpy()
+    top = pd.Series(busy).groupby(kern).transform("max").to_numpy(float)
+    idle_lane = busy.astype(float) < NO_WORK_SHARE * np.maximum(top, 1)
+    L = g.lane
+    return pd.DataFrame({"occ": occ, "row": rows, "lane": lane, "rank": L["rank"].to_numpy()[lane],
+                         "block": L["block"].to_numpy()[lane], "warp": L["warp"].to_numpy()[lane],
+                         "t": g.pt_t[pa], "depart_ns": dep_t, "wait_ns": np.where(dep_t >= 0, dep_t - g.pt_t[pa], 0),
+                         "useless": idle_lane[lane], "unfinished": unf})
+
+
+def cross_rank(g: G.Graph, occ_first_rows: np.ndarray) -> np.ndarray:
+    """Per occurrence (given its first arrival row): whether its barrier is cross-rank."""
+    names = g.events["phase"].astype(str).to_numpy()[occ_first_rows] if len(occ_first_rows) else np.zeros(0, object)
+    return np.array([g.sem.scope(b) == "rank" for b in names], dtype=bool)
+
+
+def lateness(a: pd.DataFrame, cross: np.ndarray) -> np.ndarray:
+    """Per occurrence: last arrival minus the arrival before it (per rank at cross-rank barriers)."""
+    n_occ = int(a["occ"].max()) + 1 if len(a) else 0
+    out = np.zeros(n_occ, np.int64)
+    if n_occ == 0:
+        return out
+    unit = np.where(cross[a["occ"].to_numpy()], a["rank"].to_numpy(), a["lane"].to_numpy() + 1_000_000)
+    by = a.assign(unit=unit).groupby(["occ", "unit"], sort=False)["t"].max().reset_index()
+    by = by.sort_values(["occ", "t"], kind="stable")
+    occ = by["occ"].to_numpy()
+    t = by["t"].to_numpy()
+    last = np.r_[occ[1:] != occ[:-1], True]
+    has_prev = np.r_[False, occ[1:] == occ[:-1]]
+    li = np.flatnonzero(last & has_prev)
+    out[occ[li]] = t[li] - t[li - 1]
+    return out
+
+
+def rank_lateness(g: G.Graph) -> pd.DataFrame:
+    """Per cross-rank barrier occurrence: the rank that arrived last, the rank before it, when
+    each arrived, and how long the others waited on the last one (lateness_ns)."""
+    cols = ["iteration", "kernel", "barrier", "rank", "peer", "last_ns", "prev_ns", "lateness_ns"]
+    if len(g.occ_arr_row) == 0:
+        return pd.DataFrame(columns=cols)
+    a = arrivals(g)
+    first_rows = g.occ_arr_row[g.occ_starts]
+    cross = cross_rank(g, first_rows)
+    if not cross.any():
+        return pd.DataFrame(columns=cols)
+    a = a[cross[a["occ"].to_numpy()]]
+    by = a.groupby(["occ", "rank"], sort=False)["t"].max().reset_index().sort_values(["occ", "t"], kind="stable")
+    occ, rk, t = by["occ"].to_numpy(), by["rank"].to_numpy(), by["t"].to_numpy()
+    last = np.r_[occ[1:] != occ[:-1], True]
+    has_prev = np.r_[False, occ[1:] == occ[:-1]]
+    li = np.flatnonzero(last)
+    pi = np.where(has_prev[li], li - 1, li)
+    ev = g.events.iloc[first_rows[occ[li]]]
+    df = pd.DataFrame({"iteration": ev["iteration"].to_numpy(), "kernel": ev["kernel"].astype(str).to_numpy(),
+                       "barrier": ev["phase"].astype(str).to_numpy(), "rank": rk[li],
+                       "peer": np.where(has_prev[li], rk[pi], -1), "last_ns": t[li], "prev_ns": t[pi],
+                       "lateness_ns": t[li] - t[pi]})
+    return df.sort_values(["iteration", "last_ns"], kind="stable").reset_index(drop=True)[cols]

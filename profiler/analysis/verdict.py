@@ -1,0 +1,172 @@
+"""The structured verdict each analysis page leads with.
+
+A verdict names what made the run slow in the vocabulary of profiler.expect (`Cause`, rank, peer,
+kernel, phase, `Direction`) plus the size of the effect, so a test can check it against a
+recording's planted `expect` block field by field, never by sentence. The sentence a page shows
+(`headline`) is built here from the fields; `detail` carries the one clause only the analysis
+can phrase (which blocks and warps, who waited where).
+
+`alarm` is the page saying "act on this": a timeout, a rank others wait on, starved warps, a
+barrier straggler, a real difference between A and B. A run with nothing planted (and an A/A
+pair) must raise none: thresholds below are chosen so ordinary run-to-run jitter stays under
+them, and each one says where it came from.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from profiler.expect import Cause, Direction
+
+PAGES = ("critical_path", "idle", "barriers", "compare")
+
+# An effect is an alarm when it costs at least this share of the median iteration. On the bundled
+# balanced EP runs the largest wait one rank causes is 2-4% of the median iteration (one warm-up
+# iteration reaches 22%: medians over iterations keep it out); planted effects are >= 10%.
+ALARM_SHARE = 0.10
+# an effect is "one iteration's" when that iteration holds this share of it over all iterations
+# (a warm-up, a one-off late host): the verdict then names that iteration
+ONE_ITERATION_SHARE = 0.75
+
+
+def fmt_ns(v) -> str:
+    """A duration for a sentence: ns, µs, ms or s with 3 significant digits."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    a = abs(float(v))
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if a >= scale:
+            x = v / scale
+            return f"{x:.3g} {unit}" if abs(x) < 100 else f"{x:.0f} {unit}"
+    return f"{v:.0f} ns"
+
+
+def fmt_pct(v) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{100 * v:.0f}%"
+
+
+@dataclass(frozen=True)
+class Size:
+    """How big a per-iteration effect is, as a verdict states it."""
+    alarm: bool
+    magnitude_ns: float          # the median over iterations, or the one iteration's value
+    reference_ns: float          # the median iteration, or that iteration's span
+    n: int                       # iterations
+    iteration: int | None        # set when one iteration carries the effect
+    note: str                    # the median beside a one-iteration magnitude ('' otherwise)
+
+
+def size(per_iteration, iterations, totals) -> Size:
+    """Median over iterations (the alarm test: >= ALARM_SHARE of the median iteration), stated for
+    the one iteration that carries the effect when one does (>= ONE_ITERATION_SHARE of its sum).
+    per_iteration, iterations, totals: aligned arrays (effect ns, iteration number, iteration span)."""
+    v = np.asarray(per_iteration, float)
+    tot = np.asarray(totals, float)
+    n = len(v)
+    med, med_it = float(np.median(v)), float(np.median(tot))
+    alarm = bool(med >= ALARM_SHARE * med_it)
+    k = int(np.argmax(v))
+    if n == 1 or (alarm and v.sum() > 0 and v[k] >= ONE_ITERATION_SHARE * v.sum()):
+        note = (f"median over the {n} iterations: {fmt_ns(med)} ({fmt_pct(med / med_it)} of the median "
+                f"iteration {fmt_ns(med_it)})") if n > 1 else ""
+        return Size(alarm, float(v[k]), float(tot[k]), n, int(iterations[k]), note)
+    return Size(alarm, med, med_it, n, None, "")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    page: str                                 # one of PAGES
+    alarm: bool
+    cause: Cause                              # NONE when nothing stands out
+    rank: int | None = None                   # the rank the cause is about (straggler, late host, waiting rank)
+    peer: int | None = None                   # the rank it involves (waited on / waiting for it)
+    kernel: str | None = None
+    phase: str | None = None
+    direction: Direction | None = None        # compare: B against A
+    magnitude_ns: float | None = None         # the size of the effect (see each analysis' headline)
+    reference_ns: float | None = None         # what the magnitude is a share of (median iteration, A's median)
+    n: int = 0                                # how many iterations / occurrences / runs a median is over
+    iteration: int | None = None              # the iteration the magnitude was seen in, when it is one
+    ratio: float | None = None                # imbalance: max / median busy time; compare: B / A
+    where: tuple = ()                         # every (kernel, phase) the verdict names, the main one first
+    detail: str = ""                          # the analysis' own clause for the sentence
+    notes: tuple = ()                         # further findings, one sentence each, largest first
+    warnings: tuple = ()                      # typed AnalysisWarnings the analysis ran with
+    evidence: pd.DataFrame | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def __post_init__(self):
+        if self.page not in PAGES:
+            raise ValueError(f"verdict page must be one of {PAGES}, got {self.page!r}")
+        if not isinstance(self.cause, Cause):
+            raise TypeError(f"verdict cause must be a profiler.expect.Cause, got {self.cause!r}")
+        if self.where == () and self.kernel is not None:
+            object.__setattr__(self, "where", ((self.kernel, self.phase),))
+
+    @property
+    def share(self) -> float | None:
+        if self.magnitude_ns is None or not self.reference_ns:
+            return None
+        return float(self.magnitude_ns) / float(self.reference_ns)
+
+    @property
+    def headline(self) -> str:
+        return sentence(self)
+
+    def names(self, kernel: str | None = None, phase: str | None = None) -> bool:
+        """Whether the verdict names (kernel, phase); None matches anything."""
+        return any((kernel is None or k == kernel) and (phase is None or p == phase) for k, p in self.where)
+
+
+def _kp(kernel, phase) -> str:
+    if kernel and phase:
+        return f"{kernel}/{phase}"
+    return kernel or phase or "?"
+
+
+def _over(v: Verdict) -> str:
+    """Where a magnitude comes from: one iteration, or a median over n (with its share)."""
+    share = v.share
+    if v.iteration is not None:
+        tail = f", {fmt_pct(share)} of that iteration ({fmt_ns(v.reference_ns)})" if share is not None else ""
+        return f" in iteration {v.iteration}{tail}"
+    tail = f", {fmt_pct(share)} of the median iteration ({fmt_ns(v.reference_ns)})" if share is not None else ""
+    if v.n > 1:
+        return f" (median over {v.n} iterations{tail})"
+    return f" ({tail[2:]})" if tail else ""
+
+
+def sentence(v: Verdict) -> str:
+    c = v.cause
+    d = f"; {v.detail}" if v.detail else ""
+    if c is Cause.TIMEOUT:
+        on = f" on rank {v.peer}" if v.peer is not None else ""
+        return (f"timeout: rank {v.rank} waited {fmt_ns(v.magnitude_ns)} in {_kp(v.kernel, v.phase)}{on}, "
+                f"which never released it (unfinished: the kernel gave up){d}")
+    if c is Cause.HOST_BOUND:
+        who = f"rank {v.rank}'s host" if v.rank is not None else "every rank's host"
+        waiter = f"rank {v.peer}" if v.peer is not None else "the other ranks"
+        return (f"host-bound: {who} entered the op late; {waiter} waited {fmt_ns(v.magnitude_ns)} for it at "
+                f"{_kp(v.kernel, v.phase)}{_over(v)}{d}")
+    if c is Cause.RANK_IMBALANCE:
+        ratio = f" ({v.ratio:.2f}× the median rank's busy time)" if v.ratio else ""
+        waited = (f"; the other ranks wait {fmt_ns(v.magnitude_ns)} more on it{_over(v)}"
+                  if v.magnitude_ns is not None else "")
+        return f"rank {v.rank} is the straggler in {_kp(v.kernel, v.phase)}{ratio}{waited}{d}"
+    if c is Cause.STARVED_WARPS:
+        return f"starved warps: {v.detail or _kp(v.kernel, v.phase)}"
+    if c is Cause.BARRIER_STRAGGLER:
+        who = f"rank {v.rank}"
+        return (f"{who} arrives last at {_kp(v.kernel, v.phase)}: the others wait {fmt_ns(v.magnitude_ns)} "
+                f"on it{_over(v)}{d}")
+    if c is Cause.USELESS_ARRIVALS:
+        return f"useless arrivals at {_kp(v.kernel, v.phase)}: {v.detail}"
+    if c is Cause.KNOB_CHANGE:
+        word = v.direction.value if v.direction else "different"
+        pct = f" ({100 * (v.ratio - 1):+.1f}%)" if v.ratio else ""
+        return f"B is {word} in {_kp(v.kernel, v.phase)}{pct}{d}"
+    if c is Cause.SAME_CODE:
+        return f"within noise: no phase of B differs from A beyond run-to-run noise{d}"
+    return f"no alarm: {v.detail}" if v.detail else "no alarm"
