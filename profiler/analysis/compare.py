@@ -1,147 +1,171 @@
 """Compare two runs or two groups of runs, A vs B (the returned columns are documented in the
-package docstring).
+package docstring; the statistics are profiler.analysis.stats).
 
-A sample is one (run, iteration): for a phase, the mean duration of its spans in that iteration;
-end-to-end, the iteration's total (first begin to last GPU warp end, as critical_path's). Runs of one side are pooled, so
-several runs per side, or A/B runs recorded interleaved, are passed as two lists. The difference
-B - A of the medians gets a percentile bootstrap interval (resampling each side's samples with
-replacement); 'within noise' when the interval contains 0. Phases present on one side only are
-reported as such (branches may record different phase sets).
+Samples, one per (run, iteration):
+* end-to-end: the op's latency, the slowest rank's GPU time in the iteration (per rank: the sum
+  over its launches of first warp begin to last warp end), so host gaps between launches and a
+  late host never count as kernel time (issue 8: spans with host gaps made an A/A pair differ);
+* per kernel (phase ''): the same for that kernel's launches;
+* per (kernel, phase): the mean duration of the phase's spans in the iteration.
+The run is the unit of replication: with one run per side nothing is called faster or slower.
+
+Before any statistic the two sides' workloads are checked: runs that record a different kind of
+workload, number of ranks or set of kernels are refused (the numbers would compare different
+things); a different shape or dtype is flagged (it may be the knob under test) and named in the
+verdict.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from .critical_path import critical_path
+from profiler.expect import Cause
 
-COLUMNS = ["kernel", "phase", "n_a", "n_b", "median_a_ns", "median_b_ns", "diff_ns", "diff_pct", "ci_low_ns",
-           "ci_high_ns", "non_overlap_share", "verdict"]
+from . import stats as S
+from . import unfinished
+from .critical_path import critical_path
+from .verdict import Verdict
+
+COLUMNS = ["kernel", "phase", "runs_a", "runs_b", "n_a", "n_b", "median_a_ns", "median_b_ns", "diff_ns", "diff_pct",
+           "ci_low_ns", "ci_high_ns", "noise_ns", "heavy_tail", "verdict"]
 CP_COLUMNS = ["kernel", "phase", "share_a", "share_b", "in_a", "in_b", "change"]
-MIN_SAMPLES = 3        # fewer samples per side than this cannot support a bootstrap interval
+PER_RANK_COLUMNS = ["rank", "runs_a", "runs_b", "median_a_ns", "median_b_ns", "diff_ns", "diff_pct", "verdict"]
 ON_PATH_SHARE = 0.01   # a phase is "on the critical path" with at least 1% of the path time
-# bootstrap matrices are (n_boot x n); above this many samples a side is thinned (evenly spaced
-# order statistics keep the distribution) to bound memory
-MAX_BOOT_SAMPLES = 4000
+REFUSE_FIELDS = ("kind", "ranks")           # workload fields that make two runs incomparable
+FLAG_FIELDS = ("tokens", "hidden", "topk", "experts", "dtype")   # may be the knob under test: flagged
+E2E = "end-to-end"
 
 
 @dataclass
 class Comparison:
-    per_phase: pd.DataFrame
-    end_to_end: pd.DataFrame
+    per_phase: pd.DataFrame          # COLUMNS: per kernel (phase '') and per (kernel, phase)
+    end_to_end: pd.DataFrame         # one row, COLUMNS (kernel '', phase 'end-to-end')
+    per_rank: pd.DataFrame           # PER_RANK_COLUMNS: each rank's GPU time per iteration
     critical_path_changes: pd.DataFrame
-    verdict: str
+    verdict: Verdict
+    refused: tuple = ()              # why the runs cannot be compared (empty: they can)
+    flags: tuple = ()                # workload differences the comparison went ahead with
+    samples: pd.DataFrame = field(default=None, repr=False)   # [side, run, iteration, kernel, phase, value_ns]
 
 
-def _events_list(x) -> list[pd.DataFrame]:
+@dataclass
+class _Run:
+    events: pd.DataFrame
+    manifest: dict
+    name: str
+
+
+def _runs(x) -> list[_Run]:
     if isinstance(x, pd.DataFrame):
-        return [x]
+        return [_Run(x, {}, "")]
     if hasattr(x, "events"):
-        return [x.events]
+        ev = x.events
+        la = getattr(x, "launches", None)
+        ev = unfinished.close(ev, la if isinstance(la, pd.DataFrame) else None)
+        m = getattr(x, "manifest", None) or {}
+        name = getattr(x, "name", None) or getattr(getattr(x, "entry", None), "name", None) or m.get("name", "")
+        return [_Run(ev, m, str(name))]
     out = []
     for r in x:
-        out.extend(_events_list(r))
+        out.extend(_runs(r))
     return out
 
 
-def phase_samples(runs: list[pd.DataFrame]) -> pd.DataFrame:
-    """[run, iteration, kernel, phase, value]: mean span duration per (run, iteration, kernel, phase)."""
+# -- samples ------------------------------------------------------------------------------------
+def gpu_times(ev: pd.DataFrame) -> pd.DataFrame:
+    """[iteration, rank, kernel, gpu_ns]: per (iteration, rank, kernel) the sum over its launches of
+    first warp begin to last warp end."""
+    gpu = ev[ev["block"].to_numpy() >= 0]
+    if gpu.empty:
+        return pd.DataFrame(columns=["iteration", "rank", "kernel", "gpu_ns"])
+    la = gpu.groupby(["iteration", "rank", "launch"], sort=True, observed=True).agg(
+        kernel=("kernel", "first"), b=("begin_ns", "min"), e=("end_ns", "max")).reset_index()
+    la["gpu_ns"] = la["e"] - la["b"]
+    la["kernel"] = la["kernel"].astype(str)
+    return la.groupby(["iteration", "rank", "kernel"], sort=True)["gpu_ns"].sum().reset_index()
+
+
+def _run_samples(ev: pd.DataFrame) -> list[pd.DataFrame]:
+    """[iteration, kernel, phase, value_ns] parts of one run's samples."""
     parts = []
-    for i, ev in enumerate(runs):
-        sp = ev[ev["kind"] == "span"]
-        if sp.empty:
-            continue
+    gt = gpu_times(ev)
+    if len(gt):
+        per_rank_it = gt.groupby(["iteration", "rank"])["gpu_ns"].sum()
+        e2e = per_rank_it.groupby(level=0).max()
+        parts.append(pd.DataFrame({"iteration": e2e.index, "kernel": "", "phase": E2E, "value_ns": e2e.to_numpy()}))
+        pr = per_rank_it.reset_index()
+        parts.append(pd.DataFrame({"iteration": pr["iteration"], "kernel": "", "phase": "rank " + pr["rank"].astype(str),
+                                   "value_ns": pr["gpu_ns"]}))
+        k = gt.groupby(["iteration", "kernel"])["gpu_ns"].max().reset_index()
+        parts.append(pd.DataFrame({"iteration": k["iteration"], "kernel": k["kernel"], "phase": "", "value_ns": k["gpu_ns"]}))
+    sp = ev[(ev["kind"] == "span").to_numpy()]
+    if len(sp):
         d = pd.DataFrame({"iteration": sp["iteration"].to_numpy(), "kernel": sp["kernel"].astype(str).to_numpy(),
                           "phase": sp["phase"].astype(str).to_numpy(),
-                          "value": (sp["end_ns"] - sp["begin_ns"]).to_numpy()})
-        m = d.groupby(["iteration", "kernel", "phase"], sort=True)["value"].mean().reset_index()
-        m.insert(0, "run", i)
-        parts.append(m)
+                          "value_ns": (sp["end_ns"] - sp["begin_ns"]).to_numpy()})
+        parts.append(d.groupby(["iteration", "kernel", "phase"], sort=True)["value_ns"].mean().reset_index())
+    return parts
+
+
+def samples(runs: list[_Run], side: str) -> pd.DataFrame:
+    """[side, run, iteration, kernel, phase, value_ns]: every sample the comparison uses (per-rank
+    end-to-end samples have kernel '' and phase 'rank N')."""
+    parts = [p.assign(run=i) for i, r in enumerate(runs) if len(r.events) for p in _run_samples(r.events)]
     if not parts:
-        return pd.DataFrame({"run": [], "iteration": [], "kernel": [], "phase": [], "value": []})
-    return pd.concat(parts, ignore_index=True)
+        return pd.DataFrame(columns=["side", "run", "iteration", "kernel", "phase", "value_ns"])
+    out = pd.concat(parts, ignore_index=True)
+    out.insert(0, "side", side)
+    out["value_ns"] = out["value_ns"].astype(float)
+    return out[["side", "run", "iteration", "kernel", "phase", "value_ns"]]
 
 
-def e2e_samples(runs: list[pd.DataFrame]) -> tuple[np.ndarray, np.ndarray]:
-    """Iteration totals (first begin to last end) of every run, and the run of each."""
-    out, lab = [], []
-    for i, ev in enumerate(runs):
-        if ev.empty:
+# -- workloads ----------------------------------------------------------------------------------
+def _workload(r: _Run) -> dict:
+    w = dict((r.manifest or {}).get("workload") or {})
+    w["ranks"] = int(r.events["rank"].nunique()) if len(r.events) else w.get("ranks")
+    w["kernels"] = tuple(sorted(set(r.events["kernel"].astype(str)))) if len(r.events) else ()
+    return w
+
+
+def check_workloads(ra: list[_Run], rb: list[_Run]) -> tuple[list[str], list[str]]:
+    """(reasons to refuse, differences to flag): one message per workload field whose values
+    differ between or within the sides, naming each side's values."""
+    if not ra or not rb:
+        return [], []
+    wa, wb = [_workload(r) for r in ra], [_workload(r) for r in rb]
+    refuse, flag = [], []
+    for f in REFUSE_FIELDS + ("kernels",) + FLAG_FIELDS:
+        va = [w.get(f) for w in wa if w.get(f) is not None]
+        vb = [w.get(f) for w in wb if w.get(f) is not None]
+        if not va or not vb or len(set(va) | set(vb)) == 1:
             continue
-        # as critical_path's iteration total: first begin (host included) to last GPU warp end
-        gpu_end = ev["end_ns"].where(ev["block"].to_numpy() >= 0)
-        g = ev.assign(gpu_end=gpu_end).groupby("iteration", sort=True).agg(
-            b=("begin_ns", "min"), e=("end_ns", "max"), ge=("gpu_end", "max"))
-        end = g["ge"].fillna(g["e"]).to_numpy()
-        out.append(end - g["b"].to_numpy())
-        lab.append(np.full(len(g), i))
-    if not out:
-        return np.zeros(0), np.zeros(0, int)
-    return np.concatenate(out).astype(float), np.concatenate(lab)
+
+        def shown(vs):
+            u = list(dict.fromkeys(vs))
+            return " / ".join("{" + ", ".join(v) + "}" if isinstance(v, tuple) else str(v) for v in u)
+        msg = f"{f}: {shown(va)} in A, {shown(vb)} in B"
+        (flag if f in FLAG_FIELDS else refuse).append(msg)
+    return refuse, flag
 
 
-def _thin(x: np.ndarray) -> np.ndarray:
-    if len(x) <= MAX_BOOT_SAMPLES:
-        return x
-    return np.sort(x)[np.linspace(0, len(x) - 1, MAX_BOOT_SAMPLES).round().astype(int)]
+# -- statistics ---------------------------------------------------------------------------------
+def _row(kernel: str, phase: str, sa: pd.DataFrame, sb: pd.DataFrame, n_boot: int, seed: int, alpha: float,
+         tests: int = 1) -> dict:
+    ga = [g["value_ns"].to_numpy() for _, g in sa.groupby("run")] if len(sa) else []
+    gb = [g["value_ns"].to_numpy() for _, g in sb.groupby("run")] if len(sb) else []
+    c = S.compare_samples(ga, gb, n_boot=n_boot, seed=seed, alpha=alpha, tests=tests)
+    return {"kernel": kernel, "phase": phase, "runs_a": c.runs_a, "runs_b": c.runs_b, "n_a": c.n_a, "n_b": c.n_b,
+            "median_a_ns": c.median_a, "median_b_ns": c.median_b, "diff_ns": c.diff, "diff_pct": c.diff_pct,
+            "ci_low_ns": c.ci_low, "ci_high_ns": c.ci_high, "noise_ns": c.noise, "heavy_tail": c.heavy_tail,
+            "verdict": c.verdict}
 
 
-def boot_medians(x: np.ndarray, runs: np.ndarray | None, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap distribution of the median of x. With samples from two or more runs, a two-stage
-    bootstrap: resample the runs, then the samples of the drawn runs, so run-to-run variation
-    (warm-up, clocks, placement) widens the interval instead of passing for a real difference."""
-    if runs is None or len(np.unique(runs)) < 2:
-        t = _thin(x)
-        return np.median(t[rng.integers(0, len(t), (n_boot, len(t)))], axis=1)
-    groups = [_thin(x[runs == r]) for r in np.unique(runs)]
-    m = len(groups)
-    out = np.empty(n_boot)
-    for i in range(n_boot):
-        pool = np.concatenate([groups[j] for j in rng.integers(0, m, m)])
-        out[i] = np.median(pool[rng.integers(0, len(pool), len(pool))])
-    return out
-
-
-def stats(a: np.ndarray, b: np.ndarray, *, n_boot: int, rng: np.random.Generator, alpha: float,
-          runs_a: np.ndarray | None = None, runs_b: np.ndarray | None = None) -> dict:
-    """Medians, bootstrap CI of median(b) - median(a), non-overlap share and the verdict.
-    runs_a / runs_b: the run each sample came from (two-stage bootstrap across runs)."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    row = {"n_a": len(a), "n_b": len(b),
-           "median_a_ns": float(np.median(a)) if len(a) else np.nan,
-           "median_b_ns": float(np.median(b)) if len(b) else np.nan}
-    if len(a) == 0 or len(b) == 0:
-        row.update(diff_ns=np.nan, diff_pct=np.nan, ci_low_ns=np.nan, ci_high_ns=np.nan, non_overlap_share=np.nan,
-                   verdict="only in B" if len(a) == 0 else "only in A")
-        return row
-    diff = row["median_b_ns"] - row["median_a_ns"]
-    row["diff_ns"] = diff
-    row["diff_pct"] = 100.0 * diff / row["median_a_ns"] if row["median_a_ns"] else np.nan
-    # share of (a, b) pairs ordered like the medians; ties count half
-    sa = np.sort(a)
-    lt = np.searchsorted(sa, b, side="left").sum()       # pairs with a < b
-    le = np.searchsorted(sa, b, side="right").sum()      # pairs with a <= b
-    pairs = len(a) * len(b)
-    p_b_greater = lt / pairs
-    ties = (le - lt) / pairs
-    row["non_overlap_share"] = (p_b_greater if diff >= 0 else 1.0 - p_b_greater - ties) + 0.5 * ties
-    if min(len(a), len(b)) < MIN_SAMPLES:
-        row.update(ci_low_ns=np.nan, ci_high_ns=np.nan, verdict="too few samples")
-        return row
-    ma = boot_medians(a, runs_a, n_boot, rng)
-    mb = boot_medians(b, runs_b, n_boot, rng)
-    lo, hi = np.quantile(mb - ma, [alpha / 2, 1 - alpha / 2])
-    row["ci_low_ns"], row["ci_high_ns"] = float(lo), float(hi)
-    row["verdict"] = "slower" if lo > 0 else "faster" if hi < 0 else "within noise"
-    return row
-
-
-def _path_shares(runs: list[pd.DataFrame], registry) -> pd.Series:
+def _path_shares(runs: list[_Run], registry) -> pd.Series:
     parts, total = [], 0
-    for ev in runs:
-        cp = critical_path(ev, registry=registry)
+    for r in runs:
+        cp = critical_path(r.events, registry=registry or (r.manifest or {}).get("registry"))
         seg = cp.segments[cp.segments["phase"] != ""]
         parts.append(seg.groupby(["kernel", "phase"])["duration_ns"].sum())
         total += int(cp.total_ns["total_ns"].sum())
@@ -151,30 +175,7 @@ def _path_shares(runs: list[pd.DataFrame], registry) -> pd.Series:
     return s / total
 
 
-def compare(a, b, *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05, registry=None) -> Comparison:
-    """Per phase and end-to-end medians, bootstrap CI of B - A, verdicts (columns: package docstring).
-
-    a, b: an event table, a run (anything with .events), or a list of those per side.
-    """
-    ra, rb = _events_list(a), _events_list(b)
-    rng = np.random.default_rng(seed)
-    sa, sb = phase_samples(ra), phase_samples(rb)
-    keys = sorted(set(map(tuple, sa[["kernel", "phase"]].drop_duplicates().to_numpy()))
-                  | set(map(tuple, sb[["kernel", "phase"]].drop_duplicates().to_numpy())))
-    ga = {k: (v["value"].to_numpy(), v["run"].to_numpy()) for k, v in sa.groupby(["kernel", "phase"])} if len(sa) else {}
-    gb = {k: (v["value"].to_numpy(), v["run"].to_numpy()) for k, v in sb.groupby(["kernel", "phase"])} if len(sb) else {}
-    none = (np.zeros(0), np.zeros(0, int))
-    rows = []
-    for k in keys:
-        (xa, la), (xb, lb) = ga.get(k, none), gb.get(k, none)
-        r = stats(xa, xb, n_boot=n_boot, rng=rng, alpha=alpha, runs_a=la, runs_b=lb)
-        rows.append({"kernel": k[0], "phase": k[1], **r})
-    per_phase = pd.DataFrame(rows, columns=COLUMNS)
-    (ea, la), (eb, lb) = e2e_samples(ra), e2e_samples(rb)
-    e2e = pd.DataFrame([{"kernel": "", "phase": "end-to-end",
-                         **stats(ea, eb, n_boot=n_boot, rng=rng, alpha=alpha, runs_a=la, runs_b=lb)}],
-                       columns=COLUMNS)
-
+def _path_changes(ra, rb, registry) -> pd.DataFrame:
     pa, pb = _path_shares(ra, registry), _path_shares(rb, registry)
     idx = pa.index.union(pb.index)
     cpc = pd.DataFrame({"share_a": pa.reindex(idx).fillna(0.0), "share_b": pb.reindex(idx).fillna(0.0)})
@@ -184,41 +185,89 @@ def compare(a, b, *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05, reg
     cpc["change"] = np.where(cpc["in_a"] & cpc["in_b"], "stayed", np.where(cpc["in_b"], "entered", "left"))
     cpc = cpc.reset_index()
     cpc.columns = ["kernel", "phase"] + list(cpc.columns[2:])
-    cpc = cpc[CP_COLUMNS].sort_values(["change", "kernel", "phase"], kind="stable").reset_index(drop=True)
-    return Comparison(per_phase=per_phase, end_to_end=e2e, critical_path_changes=cpc,
-                      verdict=_verdict(per_phase, e2e, cpc, alpha))
+    return cpc[CP_COLUMNS].sort_values(["change", "kernel", "phase"], kind="stable").reset_index(drop=True)
 
 
-def _verdict(per_phase: pd.DataFrame, e2e: pd.DataFrame, cpc: pd.DataFrame, alpha: float) -> str:
+def compare(a, b, *, n_boot: int = S.N_BOOT, seed: int = S.SEED, alpha: float = S.ALPHA, registry=None) -> Comparison:
+    """Per kernel, per phase and end-to-end: medians, the bootstrap interval of B - A over runs then
+    iterations, and verdicts (columns: package docstring).
+
+    a, b: an event table, a run (anything with .events, and .launches / .manifest when it has
+    them: a run's manifest gives its workload), or a list of those per side.
+    """
+    ra, rb = _runs(a), _runs(b)
+    refuse, flags = check_workloads(ra, rb)
+    empty = pd.DataFrame(columns=COLUMNS)
+    if refuse:
+        v = Verdict(page="compare", alarm=False, cause=Cause.NONE,
+                    detail="refused: A and B record different workloads (" + "; ".join(refuse) + ")")
+        return Comparison(empty, empty.copy(), pd.DataFrame(columns=PER_RANK_COLUMNS),
+                          pd.DataFrame(columns=CP_COLUMNS), v, tuple(refuse), tuple(flags))
+    sa, sb = samples(ra, "A"), samples(rb, "B")
+    allk = pd.concat([sa, sb], ignore_index=True)
+    keys = list(allk[["kernel", "phase"]].drop_duplicates().sort_values(["kernel", "phase"]).itertuples(index=False))
+    both = set(map(tuple, sa[["kernel", "phase"]].drop_duplicates().to_numpy())) & \
+        set(map(tuple, sb[["kernel", "phase"]].drop_duplicates().to_numpy()))
+    # every (kernel, phase) with samples on both sides is one test of the family (Bonferroni):
+    # an A/A pair must stay within noise on all of them at once
+    tests = max(len(both), 1)
+    rows = []
+    for k, p in keys:
+        rows.append(_row(k, p, sa[(sa["kernel"] == k) & (sa["phase"] == p)], sb[(sb["kernel"] == k) & (sb["phase"] == p)],
+                         n_boot, seed, alpha, tests))
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    is_e2e = (table["kernel"] == "") & (table["phase"] == E2E)
+    is_rank = (table["kernel"] == "") & table["phase"].str.startswith("rank ")
+    e2e = table[is_e2e].reset_index(drop=True)
+    if e2e.empty:
+        e2e = pd.DataFrame([_row("", E2E, sa.iloc[0:0], sb.iloc[0:0], n_boot, seed, alpha)], columns=COLUMNS)
+    pr = table[is_rank].copy()
+    pr.insert(0, "rank", pr["phase"].str[5:].astype(int))
+    per_rank = pr[PER_RANK_COLUMNS].sort_values("rank").reset_index(drop=True)
+    per_phase = table[~is_e2e & ~is_rank].reset_index(drop=True)
+    cpc = _path_changes(ra, rb, registry)
+    v = _verdict(per_phase, e2e.iloc[0], flags, alpha)
+    return Comparison(per_phase=per_phase, end_to_end=e2e, per_rank=per_rank, critical_path_changes=cpc, verdict=v,
+                      refused=(), flags=tuple(flags), samples=allk)
+
+
+def _name(r) -> str:
+    if r["phase"] == E2E:
+        return E2E
+    return f"{r['kernel']}/{r['phase']}" if r["phase"] else f"{r['kernel']} (kernel time)"
+
+
+def _verdict(per_phase: pd.DataFrame, e2e, flags: list[str], alpha: float) -> Verdict:
     level = f"{100 * (1 - alpha):.0f}% CI"
-    r = e2e.iloc[0]
-    med = r["median_a_ns"]
-
-    def pct(x):
-        return f"{100 * x / med:+.1f}%" if med else f"{x:+.0f} ns"
-
-    if r["verdict"] in ("slower", "faster"):
-        head = (f"B is {abs(r['diff_pct']):.1f}% {r['verdict']} end-to-end "
-                f"({level} {pct(r['ci_low_ns'])} to {pct(r['ci_high_ns'])})")
-    elif r["verdict"] == "within noise":
-        head = (f"end-to-end: within noise (B - A median {pct(r['diff_ns'])}, "
-                f"{level} {pct(r['ci_low_ns'])} to {pct(r['ci_high_ns'])})")
-    elif r["verdict"] == "too few samples":
-        head = f"end-to-end: too few iterations to judge (B - A median {pct(r['diff_ns'])})"
-    else:
-        head = "end-to-end: no iterations on one side"
-    parts = [head]
-    for v in ("slower", "faster"):
-        s = per_phase[per_phase["verdict"] == v].sort_values("diff_pct", key=abs, ascending=False)
-        if len(s):
-            parts.append(f"{v} in B: " + ", ".join(f"{k}/{p} ({d:+.1f}%)" for k, p, d in
-                                                   s[["kernel", "phase", "diff_pct"]].head(5).itertuples(index=False)))
-    for v in ("only in A", "only in B"):
-        s = per_phase[per_phase["verdict"] == v]
-        if len(s):
-            parts.append(f"{v}: " + ", ".join(f"{k}/{p}" for k, p in s[["kernel", "phase"]].itertuples(index=False)))
-    for v, word in (("entered", "entered the critical path"), ("left", "left the critical path")):
-        s = cpc[cpc["change"] == v]
-        if len(s):
-            parts.append(f"{word}: " + ", ".join(f"{k}/{p}" for k, p in s[["kernel", "phase"]].itertuples(index=False)))
-    return "; ".join(parts)
+    flag = ("; workloads differ: " + "; ".join(flags)) if flags else ""
+    tail = "; heavy tails: read medians, not means" if bool(per_phase["heavy_tail"].any() or e2e["heavy_tail"]) else ""
+    head = (f"end-to-end B − A {e2e['diff_pct']:+.1f}% ({level} {e2e['ci_low_ns']:+,.0f} to {e2e['ci_high_ns']:+,.0f} ns"
+            if np.isfinite(e2e["ci_low_ns"]) else f"end-to-end B − A {e2e['diff_pct']:+.1f}% (no interval")
+    head += f", A-vs-A spread {e2e['noise_ns']:,.0f} ns)" if np.isfinite(e2e["noise_ns"]) else ")"
+    n_runs = (int(e2e["runs_a"]), int(e2e["runs_b"]))
+    if min(n_runs) < 2:
+        return Verdict(page="compare", alarm=False, cause=Cause.NONE, n=min(n_runs),
+                       magnitude_ns=float(e2e["diff_ns"]) if np.isfinite(e2e["diff_ns"]) else None,
+                       reference_ns=float(e2e["median_a_ns"]) if np.isfinite(e2e["median_a_ns"]) else None,
+                       detail=(f"{n_runs[0]} run(s) of A, {n_runs[1]} of B: run-to-run noise cannot be estimated "
+                               f"with one run on a side, so nothing is called faster or slower; {head}{flag}{tail}"),
+                       evidence=per_phase)
+    rows = pd.concat([pd.DataFrame([e2e]), per_phase], ignore_index=True)
+    sig = rows[rows["verdict"].isin([S.FASTER, S.SLOWER])].copy()
+    if sig.empty:
+        return Verdict(page="compare", alarm=False, cause=Cause.SAME_CODE, n=min(n_runs),
+                       magnitude_ns=float(e2e["diff_ns"]), reference_ns=float(e2e["median_a_ns"]),
+                       detail=f"{head}; every kernel and phase within noise{flag}{tail}", evidence=per_phase)
+    # lead with what a user times: end-to-end, then whole kernels, then phases; largest first
+    sig["mag"] = sig["diff_pct"].abs()
+    sig["level"] = np.where(sig["phase"] == E2E, 0, np.where(sig["phase"] == "", 1, 2))
+    sig = sig.sort_values(["level", "mag"], ascending=[True, False])
+    top = sig.iloc[0]
+    where = tuple((str(k), str(p) if p else None) for k, p in sig[["kernel", "phase"]].itertuples(index=False))
+    others = ", ".join(f"{_name(r)} {r['diff_pct']:+.1f}%" for r in sig.iloc[1:6].to_dict("records"))
+    direction = S.direction_of(top["verdict"])
+    return Verdict(page="compare", alarm=True, cause=Cause.KNOB_CHANGE, kernel=str(top["kernel"]) or None,
+                   phase=str(top["phase"]) or None, where=where, direction=direction, n=min(n_runs),
+                   magnitude_ns=float(top["diff_ns"]), reference_ns=float(top["median_a_ns"]),
+                   ratio=float(top["median_b_ns"] / top["median_a_ns"]) if top["median_a_ns"] else None,
+                   detail=f"{head}" + (f"; also {others}" if others else "") + flag + tail, evidence=per_phase)
