@@ -1,10 +1,20 @@
-"""Small Dash building blocks every page uses: tables, messages, the run header."""
+"""Small Dash building blocks every page uses: tables, messages, the run header, the verdict.
+
+Definitions are where they are read: a table header, a card label or a segment kind whose text is
+a term of profiler.analysis.glossary gets that term's definition as its tooltip (the `title`
+attribute), the same text docs/glossary.md holds.
+"""
 from __future__ import annotations
 
 from urllib.parse import quote
 
 import pandas as pd
 from dash import dcc, html
+
+from profiler.analysis import glossary
+from profiler.expect import Cause
+
+from .format import ns, pct
 
 MAX_TABLE_ROWS = 200
 
@@ -27,8 +37,59 @@ def verdict(text: str, id=None, tone: str = "") -> html.Div:
     return html.Div(text, className=f"verdict {tone}".strip(), **kw)
 
 
-def card(label: str, value: str, sub: str = "", tone: str = "") -> html.Div:
-    return html.Div([html.Div(label, className="card-label"), html.Div(value, className=f"card-value {tone}".strip()),
+def term(text: str, term_name: str | None = None, className: str = "term") -> html.Span:
+    """`text` with the glossary definition of `term_name` (default: the text itself) as tooltip."""
+    t = glossary.TERMS.get(term_name or text)
+    return html.Span(text, title=t, className=className) if t else html.Span(text)
+
+
+def verdict_tone(v) -> str:
+    if v.alarm:
+        return "bad"
+    return "good" if v.cause in (Cause.NONE, Cause.SAME_CODE) else ""
+
+
+def verdict_fields(v) -> list:
+    """The verdict's structured fields as small labelled chips (each with its glossary tooltip)."""
+    chips = [("cause", v.cause.value, v.cause.value)]
+    if v.rank is not None:
+        chips.append(("rank", str(v.rank), None))
+    if v.peer is not None:
+        chips.append(("peer", str(v.peer), "peer"))
+    if v.kernel or v.phase:
+        chips.append(("where", "/".join(x for x in (v.kernel, v.phase) if x), None))
+    if v.direction is not None:
+        chips.append(("direction", v.direction.value, None))
+    if v.magnitude_ns is not None:
+        size = ns(v.magnitude_ns) + (f" ({pct(100 * v.share, 0)})" if v.share is not None else "")
+        chips.append(("size", size, None))
+    if v.iteration is not None:
+        chips.append(("iteration", str(v.iteration), "iteration"))
+    elif v.n:
+        chips.append(("n", str(v.n), "median over n iterations"))
+    return [html.Span([html.Span(k, className="chip-k"), html.Span(val, className="chip-v")],
+                      className="chip", title=glossary.TERMS.get(t) if t else None) for k, val, t in chips]
+
+
+def verdict_box(v, id=None) -> html.Div:
+    """A page's headline: the structured verdict's sentence, its fields, further findings, warnings."""
+    kw = {"id": id} if id else {}
+    head = html.Div([html.Span("ALARM" if v.alarm else "no alarm", className="verdict-flag",
+                               title=glossary.TERMS["alarm"]),
+                     html.Span(v.headline, className="verdict-text", title=glossary.TERMS.get(v.cause.value))],
+                    className="verdict-line")
+    parts = [head, html.Div(verdict_fields(v), className="verdict-fields")]
+    if v.notes:
+        parts.append(html.Ul([html.Li(n) for n in v.notes], className="verdict-notes"))
+    if v.warnings:
+        parts.append(html.Ul([html.Li(str(w), className="warn") for w in v.warnings], className="verdict-warnings"))
+    return html.Div(parts, className=f"verdict {verdict_tone(v)}".strip(), **kw)
+
+
+def card(label: str, value: str, sub: str = "", tone: str = "", tip: str | None = None) -> html.Div:
+    """A labelled number; `tip`: the glossary term of the label (default: the label itself)."""
+    return html.Div([html.Div(term(label, tip), className="card-label"),
+                     html.Div(value, className=f"card-value {tone}".strip()),
                      html.Div(sub, className="card-sub")], className="card")
 
 
@@ -48,6 +109,9 @@ def run_header(entry, extra=None) -> html.Div:
         meta.append(f"{gpu.get('count', 1)}× {gpu['name']}")
     if (m.get("workload") or {}).get("kind") == "synthetic":
         meta.append("synthetic run")
+    status = str(m.get("status") or "ok")
+    if status != "ok":
+        bits.append(html.Span(status, className="run-status bad", title=str(m.get("error") or status)))
     return html.Div([
         html.Div(bits, className="run-title"),
         html.Div(" · ".join(meta), className="run-meta"),
@@ -58,12 +122,15 @@ def run_header(entry, extra=None) -> html.Div:
 
 
 def df_table(df: pd.DataFrame, columns: dict | None = None, formats: dict | None = None,
-             max_rows: int = MAX_TABLE_ROWS, id=None, row_class=None, className: str = "tbl") -> html.Div:
+             max_rows: int = MAX_TABLE_ROWS, id=None, row_class=None, className: str = "tbl",
+             tips: dict | None = None) -> html.Div:
     """A dense HTML table. columns: {column: header}; formats: {column: callable -> str};
-    row_class: callable(row) -> css class or None."""
+    row_class: callable(row) -> css class or None; tips: {column: glossary term} for headers whose
+    text is not itself a glossary term (a header that is gets its definition as tooltip)."""
     columns = columns or {c: c for c in df.columns}
     formats = formats or {}
-    head = html.Thead(html.Tr([html.Th(h) for h in columns.values()]))
+    tips = tips or {}
+    head = html.Thead(html.Tr([html.Th(h, title=glossary.TERMS.get(tips.get(c, h))) for c, h in columns.items()]))
     rows = []
     shown = df.head(max_rows)
     for rec in shown.to_dict("records"):

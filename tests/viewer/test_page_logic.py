@@ -14,7 +14,7 @@ from viewer.pages.compare import logic as CL
 from viewer.pages.critical_path import logic as PL
 from viewer.pages.idle import logic as IL
 from viewer.pages.runs import logic as RL
-from tests.analysis.tables import barrier, span, table
+from tests.analysis.tables import SELFTEST_REGISTRY, barrier, span, table
 
 
 def test_format():
@@ -57,20 +57,22 @@ def _starved():
 
 
 def test_idle_heatmap_and_headline():
-    rep = analysis.idle_warps(_starved())
+    rep = analysis.idle_warps(_starved(), registry=SELFTEST_REGISTRY)
     fig = IL.heatmap_figure(rep, IL.kernels(rep)[0])
     z = fig["data"][0]["z"]
     assert len(z) == 2 and len(z[0]) == 2          # rows r0 b0, r0 b1; columns warps 0, 1
     assert z[1] == [0.0, 0.0] and z[0][0] > 0.5
     h = IL.headline(rep)
     assert h["idle_warps"] == 2 and h["idle_blocks"] == 1 and h["warps"] == 4
+    assert not IL.imbalance_first(rep) and not IL.evidence(rep)["did_work"].iloc[0]
+    assert IL.evidence_columns(rep, {"w": 1}, {"r": 1}) == {"w": 1}
 
 
 def test_barrier_sentences_name_the_last_arriver():
-    rep = analysis.barrier_contention(_starved())
+    rep = analysis.barrier_contention(_starved(), registry=SELFTEST_REGISTRY)
     lines = BL.sentences(rep)
     assert lines[0].startswith("grid (dispatch, grid scope): last arriver rank 0 block 0 warp 0 in 100% of 1")
-    assert "useless arrival" in lines[0]           # block 1 had no work before the barrier
+    assert "useless arrival" in lines[0]           # block 1 did no work in the launch
     assert BL.who(-1, 3, -1) == "block 3" and BL.who(-1, -1, -1) == "?"
     fig = BL.occurrences_figure(rep)
     assert fig["data"][0]["y"] == [0.095]           # spread 5 -> 100 ns, in µs
@@ -91,27 +93,70 @@ def test_phase_options_reads_categories():
 
 
 def test_critical_path_headline_and_tables():
-    cp = analysis.critical_path(_starved())
+    cp = analysis.critical_path(_starved(), registry=SELFTEST_REGISTRY)
     h = PL.headline(cp)
-    assert h["pacing_rank"] == 0 and h["iterations"] == 1 and h["total_ns"] == 110
+    assert h["pacing_rank"] == 0 and h["iterations"] == 1 and h["total_ns"] == 110 and h["unfinished_ns"] == 0
+    assert PL.median_label(h) == "median iteration (n = 1)"
     seg = PL.segments_table(cp)
     assert list(seg["duration_ns"]) == sorted(seg["duration_ns"], reverse=True)
-    assert "Rank 0 paces the run" in PL.pacing_sentence(cp)
+    assert {"peer", "unfinished"} <= set(seg.columns)
+    assert PL.largest_segments(cp).startswith("Largest on the path (summed over iterations): rank 0 work")
     assert PL.path_by_rank_figure(cp)["data"]
 
 
-def test_compare_samples_and_plot_phases():
-    ev = table([span(0, 0, 0, "copy_out", 0, 10, iteration=0), span(0, 0, 0, "copy_out", 20, 40, iteration=0),
-                span(0, 0, 0, "copy_out", 100, 130, iteration=1)])
-    s = CL.samples(ev, "run")
-    e2e = s[s["phase"] == "end-to-end"].sort_values("iteration")["value_ns"].tolist()
-    co = s[s["phase"] == "copy_out"].sort_values("iteration")["value_ns"].tolist()
-    assert e2e == [40, 30] and co == [15, 30]
+def test_verdict_box_shows_the_fields_with_their_definitions():
+    from profiler.analysis import glossary
+    from viewer import components as C
+    v = analysis.idle_warps(_starved(), registry=SELFTEST_REGISTRY).verdict
+    box = C.verdict_box(v, id="x")
+    flag, text = box.children[0].children
+    assert flag.children == "ALARM" and text.children == v.headline and text.title == glossary.TERMS["starved_warps"]
+    chips = {c.children[0].children: c.children[1].children for c in box.children[1].children}
+    assert chips["cause"] == "starved_warps" and chips["rank"] == "0"
+
+
+def test_table_headers_that_are_glossary_terms_get_their_definition():
+    from profiler.analysis import glossary
+    from viewer import components as C
+    t = C.df_table(pd.DataFrame({"a": [1], "b": [2]}), {"a": "slack", "b": "zz"}, tips={"b": "lateness"})
+    ths = t.children[0].children[0].children.children
+    assert ths[0].title == glossary.TERMS["slack"] and ths[1].title == glossary.TERMS["lateness"]
+
+
+def test_every_column_and_card_of_the_analysis_pages_is_in_the_glossary():
+    from profiler.analysis import glossary
+    from viewer.pages.barriers import layout as BLay
+    from viewer.pages.compare import callbacks as CCb
+    from viewer.pages.critical_path import callbacks as PCb, layout as PLay
+    from viewer.pages.idle import layout as ILay
+    plain = {"rank", "kernel", "block", "warp", "role", "phase", "barrier", "begin", "duration", "change", "change %",
+             "before", "after", "warps", "occurrences", "critical path", "verdict", "iteration"}
+    tables = [(PLay.SEG_COLS, PLay.SEG_TIPS), (PLay.SLACK_COLS, {}), (PCb.SUMMARY_COLS, {}),
+              (ILay.WARP_COLS, ILay.TIPS), (ILay.BLOCK_COLS, ILay.TIPS), (ILay.IMB_COLS, ILay.TIPS),
+              (ILay.RANK_COLS, {}), (BLay.SUMMARY_COLS, BLay.TIPS), (BLay.RANK_COLS, BLay.TIPS),
+              (BLay.OCC_COLS, BLay.TIPS), (CCb.PHASE_COLS, CCb.TIPS), (CCb.RANK_COLS, CCb.TIPS),
+              (CCb.CP_COLS, CCb.CP_TIPS)]
+    missing = [h for cols, tips in tables for c, h in cols.items()
+               if h not in plain and tips.get(c, h) not in glossary.TERMS]
+    assert missing == []
+
+
+def test_compare_side_samples_and_plot_phases():
+    def run(d):
+        return table([span(0, 0, 0, "copy_out", 0, d[0], iteration=0, launch=0),
+                      span(0, 0, 0, "copy_out", 100, 100 + d[1], iteration=1, launch=1)])
+    c = analysis.compare([run((10, 30)), run((12, 28))], [run((20, 40)), run((22, 38))])
+    s = CL.side_samples(c.samples, "A")
+    e2e = s[s["phase"] == "end-to-end"].sort_values(["run", "iteration"])["value_ns"].tolist()
+    co = s[s["phase"] == "copy_out"].sort_values(["run", "iteration"])["value_ns"].tolist()
+    assert e2e == [10, 30, 12, 28] and co == [10, 30, 12, 28]
+    assert not s["phase"].str.startswith("rank ").any()
     pp = pd.DataFrame({"kernel": ["d", "d", "d"], "phase": ["a", "b", "c"], "n_a": [3, 3, 0], "n_b": [3, 3, 3],
                        "diff_pct": [1.0, -9.0, math.nan]})
     assert CL.plot_phases(pp) == [("", "end-to-end"), ("d", "b"), ("d", "a")]
     fig = CL.distribution_figure(s, s, [("", "end-to-end")])
-    assert [t["name"] for t in fig["data"]] == ["A", "B"] and np.allclose(sorted(fig["data"][0]["y"]), [30 / 35, 40 / 35])
+    assert [t["name"] for t in fig["data"]] == ["A", "B"]
+    assert np.allclose(sorted(fig["data"][0]["y"]), np.array([10, 12, 28, 30]) / 20)
     assert CL.sides_ok([], ["x"]) and CL.sides_ok(["x"], ["x"]) and CL.sides_ok(["x"], ["y"]) is None
 
 

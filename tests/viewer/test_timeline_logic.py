@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from profiler.registry import Registry
 from viewer.pages.timeline import logic as L
 from tests.analysis.tables import barrier, host, instant, span, table
 
@@ -44,7 +45,30 @@ def _events():
     return table(rows)
 
 
-MANIFEST = {"registry": {"ep": {"phases": [{"name": "wait_space", "parent": "send_chunk"}]}}}
+# the nesting comes from the run's registry, read through profiler.registry
+MANIFEST = {"registry": {"tl": Registry.from_dict({
+    "family": "tl", "version": 1, "roles": [],
+    "phases": [{"name": "send_chunk", "id": 1}, {"name": "wait_space", "id": 2, "parent": "send_chunk", "wait": True},
+               {"name": "copy_out", "id": 3}, {"name": "publish_tail", "id": 4, "kind": "instant"}],
+    "barriers": [{"name": "grid", "id": 1}]}).to_json()}}
+
+
+def test_a_registry_that_does_not_validate_gives_no_nesting_but_a_timeline():
+    ix = L.build_index(_events(), {"registry": {"ep": {"phases": [{"name": "wait_space", "parent": "send_chunk"}]}}})
+    assert (ix.parent == -1).all() and ix.n_spans == 7
+
+
+def test_unfinished_spans_are_marked_drawn_and_announced():
+    ev = _events()
+    ev.loc[(ev["phase"] == "copy_out") & (ev["rank"] == 1) & (ev["block"] == 0), "open"] = True
+    ix = L.build_index(ev, MANIFEST)
+    assert int(ix.s_open.sum()) == 1 and L.unfinished_note(ix).startswith("timeout: 1 unfinished span(s) on rank(s) 1")
+    v = L.compute_view(ix, "warp", ranks=[1], blocks=(0, 0), t0=90, t1=310)
+    assert v.mode == "detail" and v.spans["unfinished"].tolist() == [True]
+    bars = [t for t in L.figure(v, ix)["data"] if t["type"] == "bar"]
+    assert [t["name"] for t in bars] == ["copy_out (unfinished)"] and "pattern" in bars[0]["marker"]
+    assert "1 unfinished" in L.describe(v)
+    assert L.unfinished_note(L.build_index(_events(), MANIFEST)) == ""
 
 
 def test_index_lanes_and_phases():

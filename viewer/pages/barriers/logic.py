@@ -28,7 +28,8 @@ def sentences(report) -> list[str]:
     for r in summary.to_dict("records"):
         line = (f"{r['barrier']} ({r['kernel']}, {r['scope']} scope): last arriver {who(r['last_rank'], r['last_block'], r['last_warp'])} "
                 f"in {share(r['last_share'], 0)} of {int(r['occurrences'])} occurrence(s); "
-                f"mean spread {ns(r['mean_spread_ns'])}, total wait {ns(r['total_wait_ns'])}")
+                f"mean spread {ns(r['mean_spread_ns'])}, wait {ns(r['total_wait_ns'])} summed over the warps "
+                f"of all occurrences")
         if r.get("useless_arrivals"):
             line += f", {int(r['useless_arrivals'])} useless arrival(s) ({share(r['useless_share'], 0)})"
         out.append(line + ".")

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import pandas as pd
 from dash import Input, Output, State, html
 from dash.exceptions import PreventUpdate
 
@@ -13,13 +12,21 @@ from ...inputs import CLICKS, RUN_ID, checked, list_of, opt
 from . import logic
 from .ids import Ids
 
-PHASE_COLS = {"kernel": "kernel", "phase": "phase", "n_a": "n A", "n_b": "n B", "median_a_ns": "median A",
-              "median_b_ns": "median B", "diff_ns": "B − A", "diff_pct": "B − A %", "ci_low_ns": "CI low",
-              "ci_high_ns": "CI high", "non_overlap_share": "pairs ordered", "verdict": "verdict"}
+PHASE_COLS = {"kernel": "kernel", "phase": "phase", "runs_a": "runs A", "runs_b": "runs B", "n_a": "n A",
+              "n_b": "n B", "median_a_ns": "median A", "median_b_ns": "median B", "diff_ns": "B − A",
+              "diff_pct": "B − A %", "ci_low_ns": "CI low", "ci_high_ns": "CI high", "noise_ns": "A-vs-A spread",
+              "heavy_tail": "heavy tail", "verdict": "verdict"}
+RANK_COLS = {"rank": "rank", "runs_a": "runs A", "runs_b": "runs B", "median_a_ns": "median A",
+             "median_b_ns": "median B", "diff_ns": "B − A", "diff_pct": "B − A %", "verdict": "verdict"}
+TIPS = {"runs_a": "runs", "runs_b": "runs", "n_a": "n", "n_b": "n", "median_a_ns": "median", "median_b_ns": "median",
+        "diff_pct": "B − A", "ci_low_ns": "CI", "ci_high_ns": "CI", "verdict": "within noise",
+        "phase": "kernel time (compare)"}
 CP_COLS = {"kernel": "kernel", "phase": "phase", "share_a": "path share A", "share_b": "path share B",
            "change": "critical path"}
-FMT = {"median_a_ns": ns, "median_b_ns": ns, "diff_ns": ns, "ci_low_ns": ns, "ci_high_ns": ns,
-       "diff_pct": lambda v: pct(v, 1, True), "non_overlap_share": share, "share_a": share, "share_b": share}
+CP_TIPS = {"share_a": "path share", "share_b": "path share"}
+FMT = {"median_a_ns": ns, "median_b_ns": ns, "diff_ns": ns, "ci_low_ns": ns, "ci_high_ns": ns, "noise_ns": ns,
+       "diff_pct": lambda v: pct(v, 1, True), "share_a": share, "share_b": share,
+       "heavy_tail": lambda v: "heavy tail" if v else "", "phase": lambda v: v or "(kernel time)"}
 
 
 def _tone(rec):
@@ -46,29 +53,39 @@ def register(app, catalog) -> None:
         for r in a_runs + b_runs:   # union of the registries: branches may differ in phases
             reg.update(r.manifest.get("registry") or {})
         try:
-            cmp = analysis.compare([r.events for r in a_runs], [r.events for r in b_runs], registry=reg or None)
+            cmp = analysis.compare(a_runs, b_runs, registry=reg or None)
         except Exception as e:   # a message in the page, never a 500
             return C.error_box(f"{type(e).__name__}: {e}", title="Cannot compare these runs")
-        sa = pd.concat([logic.samples(r.events, r.entry.name) for r in a_runs], ignore_index=True)
-        sb = pd.concat([logic.samples(r.events, r.entry.name) for r in b_runs], ignore_index=True)
+        if cmp.refused:
+            return html.Div([C.verdict_box(cmp.verdict, id=Ids.VERDICT),
+                             C.note("Compare refuses runs whose workloads differ: " + "; ".join(cmp.refused))])
+        sa, sb = logic.side_samples(cmp.samples, "A"), logic.side_samples(cmp.samples, "B")
         e2e = cmp.end_to_end.iloc[0].to_dict() if len(cmp.end_to_end) else {}
         tone = {"faster": "good", "slower": "bad"}.get(e2e.get("verdict"), "")
         cards = html.Div([
-            C.card("end-to-end A (median)", ns(e2e.get("median_a_ns"))),
-            C.card("end-to-end B (median)", ns(e2e.get("median_b_ns"))),
+            C.card("end-to-end A (median)", ns(e2e.get("median_a_ns")), tip="end-to-end",
+                   sub=f"{e2e.get('runs_a', 0)} run(s), n = {e2e.get('n_a', 0)}"),
+            C.card("end-to-end B (median)", ns(e2e.get("median_b_ns")), tip="end-to-end",
+                   sub=f"{e2e.get('runs_b', 0)} run(s), n = {e2e.get('n_b', 0)}"),
             C.card("B − A", f"{ns(e2e.get('diff_ns'))} ({pct(e2e.get('diff_pct'), 1, True)})", tone=tone),
-            C.card("95% CI of B − A", f"{ns(e2e.get('ci_low_ns'))} … {ns(e2e.get('ci_high_ns'))}"),
-            C.card("verdict", str(e2e.get("verdict", "—")), tone=tone),
+            C.card("95% CI of B − A", f"{ns(e2e.get('ci_low_ns'))} … {ns(e2e.get('ci_high_ns'))}", tip="CI"),
+            C.card("A-vs-A spread", ns(e2e.get("noise_ns"))),
+            C.card("verdict", str(e2e.get("verdict", "—")), tone=tone, tip="within noise"),
         ], className="cards")
         traces = html.Div([html.Span("Perfetto traces: ", className="help")] + [
             html.A(f"⤓ {side} {r.entry.name}", href=C.download_href(r.entry.run_id), className="mini-link")
             for side, runs in (("A", a_runs), ("B", b_runs)) for r in runs], className="info-line")
         return html.Div([
-            C.verdict(cmp.verdict, id=Ids.VERDICT, tone=tone),
+            C.verdict_box(cmp.verdict, id=Ids.VERDICT),
             traces,
             cards,
             C.section("Distributions", C.graph(logic.distribution_figure(sa, sb, logic.plot_phases(cmp.per_phase))),
                       help="one point per (run, iteration); boxes show median and quartiles"),
-            C.section("Per phase", C.df_table(cmp.per_phase, PHASE_COLS, FMT, row_class=_tone)),
-            C.section("Critical path changes", C.df_table(cmp.critical_path_changes, CP_COLS, FMT)),
+            C.section("Per rank: GPU time per iteration", C.df_table(cmp.per_rank, RANK_COLS, FMT, row_class=_tone,
+                                                                    tips=TIPS),
+                      help="each rank's kernel time, summed over the iteration's launches; end-to-end is the slowest"),
+            C.section("Per phase and kernel", C.df_table(cmp.per_phase, PHASE_COLS, FMT, row_class=_tone, tips=TIPS),
+                      help="phase '(kernel time)': the kernel's GPU time, slowest rank; a phase: its mean span "
+                           "duration per iteration"),
+            C.section("Critical path changes", C.df_table(cmp.critical_path_changes, CP_COLS, FMT, tips=CP_TIPS)),
         ])

@@ -10,9 +10,10 @@ def layout(catalog, run_id):
     a = [run_id] if run_id in {o["value"] for o in opts} else []
     return html.Div([
         html.Div([html.H2("Compare A vs B"),
-                  html.Span("Pick one or several runs per side (repeated recordings, interleaved A/B). "
-                            "Samples are per iteration; differences are B − A with a bootstrap 95% CI.",
-                            className="help")], className="page-head"),
+                  html.Span("Pick several runs per side (repeated recordings, interleaved A/B): the run is the "
+                            "unit of replication, and with one run a side run-to-run noise cannot be estimated. "
+                            "Samples are per iteration; differences are B − A with a bootstrap 95% CI over runs, "
+                            "then iterations.", className="help")], className="page-head"),
         dcc.Store(id=Ids.RUN, data=run_id),
         html.Div([
             html.Label("A", className="side-a"),

@@ -10,22 +10,11 @@ SIDE_COLOURS = {"A": "#4aa3ff", "B": "#ff9f43"}
 VERDICT_TONE = {"within noise": "", "faster": "good", "slower": "bad", "only in A": "muted", "only in B": "muted"}
 
 
-def samples(events: pd.DataFrame, run_name: str) -> pd.DataFrame:
-    """The samples the comparison uses, for plotting: per iteration, each (kernel, phase)'s mean
-    span duration, and the iteration's end-to-end time (first begin to last end)."""
-    ev = events
-    it_tot = ev.groupby("iteration", observed=True).agg(b=("begin_ns", "min"), e=("end_ns", "max"))
-    e2e = pd.DataFrame({"iteration": it_tot.index, "kernel": "", "phase": "end-to-end",
-                        "value_ns": (it_tot["e"] - it_tot["b"]).to_numpy(float)})
-    sp = ev[(ev["kind"] == "span").to_numpy()]
-    per = (sp.assign(d=(sp["end_ns"] - sp["begin_ns"]).astype(float))
-           .groupby(["iteration", "kernel", "phase"], observed=True)["d"].mean().reset_index()
-           .rename(columns={"d": "value_ns"}))
-    per["kernel"] = per["kernel"].astype(str)
-    per["phase"] = per["phase"].astype(str)
-    out = pd.concat([e2e, per], ignore_index=True)
-    out["run"] = run_name
-    return out
+def side_samples(samples: pd.DataFrame, side: str) -> pd.DataFrame:
+    """One side's samples of a Comparison (profiler.analysis.compare.samples), without the per-rank
+    end-to-end rows, for the distribution plot."""
+    s = samples[(samples["side"] == side) & ~samples["phase"].str.startswith("rank ")]
+    return s[["run", "iteration", "kernel", "phase", "value_ns"]].reset_index(drop=True)
 
 
 def distribution_figure(a: pd.DataFrame, b: pd.DataFrame, phases: list[tuple[str, str]]) -> dict:
@@ -40,7 +29,7 @@ def distribution_figure(a: pd.DataFrame, b: pd.DataFrame, phases: list[tuple[str
                 ref = b[(b["kernel"] == k) & (b["phase"] == p)]["value_ns"]
             med = float(ref.median()) if len(ref) else 1.0
             v = df[(df["kernel"] == k) & (df["phase"] == p)]["value_ns"].to_numpy(float)
-            label = f"{k}/{p}" if k else p
+            label = (f"{k}/{p}" if p else f"{k} (kernel time)") if k else p
             xs += [label] * len(v)
             ys += (v / med if med else v).tolist()
             texts += [f"{x / 1e3:.3f} µs" for x in v]

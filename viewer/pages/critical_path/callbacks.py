@@ -10,8 +10,9 @@ from ...inputs import CLICKS, NAME, RANK, RUN_ID, checked, either, number, one_o
 from . import logic
 from .ids import Ids
 
-SUMMARY_COLS = {"iteration": "it", "before_ns": "before", "after_ns": "after", "change_ns": "change",
-                "change_pct": "change %", "local_saving_ns": "local saving", "absorbed_pct": "absorbed"}
+SUMMARY_COLS = {"iteration": "iteration", "before_ns": "before", "after_ns": "after", "change_ns": "change",
+                "change_pct": "change %", "local_saving_ns": "local saving", "absorbed_pct": "absorbed",
+                "path_phase_ns": "phase time on path"}
 
 
 def register(app, catalog) -> None:
@@ -42,5 +43,7 @@ def register(app, catalog) -> None:
             C.verdict(logic.what_if_sentence(w.summary, phase, r, float(percent)), id="cp-whatif-verdict"),
             C.df_table(w.summary, SUMMARY_COLS, {"before_ns": ns, "after_ns": ns, "change_ns": ns,
                                                  "local_saving_ns": ns, "change_pct": lambda v: pct(v, 2, True),
-                                                 "absorbed_pct": pct}),
+                                                 "absorbed_pct": pct, "path_phase_ns": ns},
+                       tips={"before_ns": "iteration", "after_ns": "what-if", "change_ns": "what-if",
+                             "change_pct": "what-if"}),
         ])

@@ -2,20 +2,32 @@ from __future__ import annotations
 
 from dash import dcc, html
 
+from profiler.analysis import glossary
+
 from ... import analyses, components as C
 from ..analysis_page import analysis_page
 from ...format import ns, pct, share
 from . import logic
 from .ids import Ids
 
-SEG_COLS = {"iteration": "it", "rank": "rank", "kernel": "kernel", "block": "block", "warp": "warp", "role": "role",
-            "phase": "phase", "kind": "kind", "begin_ns": "begin", "duration_ns": "duration", "share": "share"}
+SEG_COLS = {"iteration": "iteration", "rank": "rank", "kernel": "kernel", "block": "block", "warp": "warp",
+            "role": "role", "phase": "phase", "kind": "kind", "begin_ns": "begin", "duration_ns": "duration",
+            "share": "share", "peer": "peer", "unfinished": "unfinished"}
+SEG_TIPS = {"kind": "segment", "block": "-1 (rank, block, warp)", "warp": "-1 (rank, block, warp)"}
 SLACK_COLS = {"rank": "rank", "kernel": "kernel", "block": "block", "warp": "warp", "role": "role",
-              "busy_ns": "busy", "slack_ns": "slack (min)", "on_path": "on path"}
+              "busy_ns": "busy", "slack_ns": "slack", "on_path": "warps on the path"}
+KINDS = ("work", "wait", "barrier", "gap", "launch", "host")
 
 
 def layout(catalog, run_id):
     return analysis_page(catalog, run_id, "critical_path", analyses.critical, _page)
+
+
+def _kind_legend() -> html.Div:
+    """The segment kinds with their definitions as tooltips, where the figures use them."""
+    return html.Div([html.Span("segment kinds:")] + [
+        html.Span(k, title=glossary.TERMS[k], style={"color": logic.KIND_COLOURS[k]}) for k in KINDS],
+        className="kind-legend")
 
 
 def _page(entry, run, cp):
@@ -38,26 +50,33 @@ def _page(entry, run, cp):
     return html.Div([
         C.run_header(entry),
         dcc.Store(id=Ids.RUN, data=entry.run_id),
+        C.verdict_box(cp.verdict, id=Ids.SUMMARY),
         html.Div([
-            C.card("iterations", f"{h['iterations']}"),
-            C.card("median iteration", ns(h["median_iteration_ns"])),
-            C.card("pacing rank", f"rank {h['pacing_rank']}" if h["pacing_rank"] >= 0 else "—", tone="accent"),
+            C.card("iterations", f"{h['iterations']}", tip="iteration"),
+            C.card(logic.median_label(h), ns(h["median_iteration_ns"]), tip="median over n iterations"),
+            C.card("pacing rank", f"rank {h['pacing_rank']}" if h["pacing_rank"] >= 0 else "—"),
             C.card("path spent waiting", pct(h["wait_share"] * 100)),
             C.card("warps on the path", f"{h['warps_on_path']}"),
+            *([C.card("unfinished on the path", ns(h["unfinished_ns"]), tone="bad", tip="unfinished")]
+              if h["unfinished_ns"] else []),
         ], className="cards"),
-        C.verdict(logic.pacing_sentence(cp), id=Ids.SUMMARY),
+        html.Div(logic.largest_segments(cp), className="info-line"),
         C.section("What-if", whatif, dcc.Loading(html.Div(id=Ids.RESULT, className="whatif-result"), type="dot"),
                   help="re-times the same dependency graph: a saving that a rendezvous absorbs shows up here"),
+        _kind_legend(),
         html.Div([
             C.section("Critical path per rank", C.graph(run.cached("cp_by_rank_fig", lambda: logic.path_by_rank_figure(cp)))),
             C.section("Path of the first iteration", C.graph(run.cached("cp_gantt_fig", lambda: logic.path_gantt_figure(cp)))),
         ], className="grid-2"),
         C.section("Longest segments on the path", C.df_table(
             run.cached("cp_segments_table", lambda: logic.segments_table(cp, limit=100)), SEG_COLS,
-            {"begin_ns": ns, "duration_ns": ns, "share": share}, id=Ids.SEGMENTS)),
+            {"begin_ns": ns, "duration_ns": ns, "share": share, "peer": lambda v: "" if v is None or v < 0 else str(v),
+             "unfinished": lambda v: "unfinished" if v else ""}, id=Ids.SEGMENTS, tips=SEG_TIPS,
+            row_class=lambda r: "row-bad" if r.get("unfinished") else None),
+            help="block and warp -1: a host segment or a rank's late entry (no warp of its own)"),
         C.section("Slack per warp", C.df_table(
             run.cached("cp_slack_table", lambda: logic.slack_table(cp, limit=60)), SLACK_COLS,
             {"busy_ns": ns, "slack_ns": ns, "on_path": lambda v: "●" if v else ""},
             row_class=lambda r: "row-hot" if r.get("on_path") else None),
-            help="how much later a warp could finish without delaying anyone"),
+            help="busy and slack: summed over launches, slack the smallest over launches"),
     ])

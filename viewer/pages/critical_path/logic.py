@@ -24,19 +24,24 @@ def headline(cp) -> dict:
         "wait_share": waits / total if total else 0.0,
         "segments": int(len(seg)),
         "warps_on_path": int(cp.slack["on_path"].sum()) if len(cp.slack) else 0,
+        "unfinished_ns": int(seg.loc[seg["unfinished"], "duration_ns"].sum()) if len(seg) else 0,
     }
 
 
-def pacing_sentence(cp) -> str:
-    h = headline(cp)
-    if h["pacing_rank"] < 0:
-        return "No critical path: the run has no spans."
+def median_label(h: dict) -> str:
+    """The median iteration card's label: a median states its n."""
+    return f"median iteration (n = {h['iterations']})"
+
+
+def largest_segments(cp, n: int = 3) -> str:
+    """The path's largest (rank, phase or kind) totals, summed over iterations, for the page's info line."""
     seg = cp.segments
+    if seg.empty:
+        return ""
     top = (seg.groupby(["rank", "phase", "kind"], observed=True)["duration_ns"].sum()
-           .sort_values(ascending=False).head(3))
-    parts = [f"r{r} {p or k} {ns(d)}" for (r, p, k), d in top.items()]
-    return (f"Rank {h['pacing_rank']} paces the run: it holds the most non-wait time on the critical path. "
-            f"{pct(h['wait_share'] * 100)} of the path is waiting. Largest: " + ", ".join(parts) + ".")
+           .sort_values(ascending=False).head(n))
+    return "Largest on the path (summed over iterations): " + ", ".join(
+        f"rank {r} {p or k} {ns(d)}" for (r, p, k), d in top.items()) + "."
 
 
 def path_by_rank_figure(cp) -> dict:
@@ -85,7 +90,8 @@ def path_gantt_figure(cp, iteration=None, limit: int = 600) -> dict:
 
 def segments_table(cp, limit: int = 200) -> pd.DataFrame:
     seg = cp.segments
-    cols = ["iteration", "rank", "kernel", "block", "warp", "role", "phase", "kind", "begin_ns", "duration_ns", "share"]
+    cols = ["iteration", "rank", "kernel", "block", "warp", "role", "phase", "kind", "begin_ns", "duration_ns", "share",
+            "peer", "unfinished"]
     return seg.sort_values("duration_ns", ascending=False, kind="stable").head(limit)[cols]
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from profiler.analysis.idle import RANK_IMBALANCE_RATIO  # noqa: F401 (the table's row colour)
+from profiler.expect import Cause
+
 from ... import theme
 
 # busy share 0 -> the idle colour, 1 -> the work colour; a warp that did nothing stands out
@@ -85,3 +88,30 @@ def headline(report) -> dict:
         "idle_blocks": int((~pb["did_work"]).sum()) if len(pb) else 0,
         "worst_ratio": float("inf") if inf else (float(imb.max()) if imb.notna().any() else float("nan")),
     }
+
+
+def imbalance_first(report) -> bool:
+    """Cross-rank imbalance leads the page when it is the verdict (the largest effect)."""
+    return report.verdict is not None and report.verdict.cause is Cause.RANK_IMBALANCE
+
+
+def ranks_table(report) -> pd.DataFrame:
+    """The across-ranks table, the most unequal (kernel, role) first."""
+    r = report.ranks
+    if r.empty:
+        return r
+    spread = r.groupby(["kernel", "role"])["busy_ratio"].transform(lambda x: x.replace([np.inf], np.nan).max())
+    return (r.assign(_s=spread.fillna(0)).sort_values(["_s", "kernel", "role", "rank"], ascending=[False, True, True, True])
+            .drop(columns="_s").reset_index(drop=True))
+
+
+def evidence(report) -> pd.DataFrame:
+    ev = report.evidence
+    if ev.empty or "did_work" not in ev:
+        return ev
+    return ev.sort_values(["did_work", "busy_ns", "rank", "block", "warp"])
+
+
+def evidence_columns(report, warp_cols: dict, rank_cols: dict) -> dict:
+    """The evidence holds warps (starvation, timeout) or ranks (imbalance): its columns."""
+    return rank_cols if "busy_ratio" in report.evidence.columns else warp_cols

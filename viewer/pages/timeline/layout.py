@@ -4,6 +4,7 @@ from dash import dcc, html
 
 from ... import analyses, components as C
 from ...catalog import ViewerError
+from . import logic
 from .ids import Ids
 
 
@@ -33,8 +34,10 @@ def layout(catalog, run_id):
                       inline=True, className="check"),
         html.Button("reset zoom", id=Ids.RESET, className="btn"),
     ], className="controls")
+    timeout = logic.unfinished_note(ix)
     return html.Div([
         C.run_header(entry),
+        *([C.note(timeout, className="msg msg-warn")] if timeout else []),
         dcc.Store(id=Ids.RUN, data=run_id),
         controls,
         html.Div(id=Ids.INFO, className="info-line"),

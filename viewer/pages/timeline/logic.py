@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from profiler.registry import RegistryError, registries
 from viewer import theme
 
 BINS = 320            # time bins across the plot: about one per 3 px of a 1000 px plot
@@ -47,6 +48,7 @@ class TimelineIndex:
     s_begin: np.ndarray
     s_end: np.ndarray
     s_payload: np.ndarray
+    s_open: np.ndarray           # unfinished (the kernel never ended it; profiler.analysis.unfinished)
     # point events (instants, barrier arrive/depart) sorted by time
     p_lane: np.ndarray
     p_t: np.ndarray
@@ -64,14 +66,13 @@ class TimelineIndex:
 
 
 def _parents_from_manifest(manifest: dict) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for reg in (manifest.get("registry") or {}).values():
-        if not isinstance(reg, dict):
-            continue
-        for p in reg.get("phases", []) or []:
-            if isinstance(p, dict) and p.get("name") and p.get("parent"):
-                out[str(p["name"])] = str(p["parent"])
-    return out
+    """Phase -> parent phase, from the registries the run embeds (read through profiler.registry;
+    a registry that does not validate gives no nesting rather than a broken page)."""
+    try:
+        regs = registries(manifest.get("registry") or None)
+    except (RegistryError, TypeError, ValueError, KeyError):
+        return {}
+    return {p.name: p.parent for r in regs for p in r.phases if p.parent}
 
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
@@ -168,6 +169,7 @@ def build_index(events: pd.DataFrame, manifest: dict | None = None) -> TimelineI
         s_begin=begin_all[sp],
         s_end=end_all[sp],
         s_payload=payload_all[sp],
+        s_open=events["open"].to_numpy(bool)[sp] if "open" in events else np.zeros(sp.size, bool),
         p_lane=lane_of[pt].astype(np.int32),
         p_t=begin_all[pt],
         p_label=p_label,
@@ -414,6 +416,7 @@ def _detail(ix: TimelineIndex, view: View, sel: np.ndarray, row: np.ndarray, lim
         "begin_ns": ix.s_begin[sel],
         "end_ns": ix.s_end[sel],
         "payload": ix.s_payload[sel],
+        "unfinished": ix.s_open[sel],
     })
     a = int(np.searchsorted(ix.p_t, view.t0, side="left"))
     b = int(np.searchsorted(ix.p_t, view.t1, side="right"))
@@ -573,21 +576,27 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
     else:
         sp = view.spans
         for name in ix.phases:
-            s = sp[sp["phase"] == name]
-            if s.empty:
-                continue
-            dur = (s["end_ns"] - s["begin_ns"]).to_numpy()
-            depth = s["depth"].to_numpy()
-            traces.append(dict(
-                type="bar", orientation="h", name=name, legendgroup=name,
-                y=s["row"].tolist(), base=(s["begin_ns"] / 1e3).tolist(),
-                x=np.maximum(dur / 1e3, (x1 - x0) / 2000).tolist(),
-                width=np.clip(0.8 - 0.25 * depth, 0.3, 0.8).tolist(),
-                marker=dict(color=theme.phase_colour(name), line=dict(width=0)),
-                customdata=np.stack([dur / 1e3, s["payload"].to_numpy()], 1).tolist(),
-                hovertemplate=(f"<b>{name}</b><br>%{{base:.3f}} µs + %{{customdata[0]:.3f}} µs"
-                               "<br>payload %{customdata[1]}<extra>%{y}</extra>"),
-            ))
+            for unf in (False, True):
+                s = sp[(sp["phase"] == name) & (sp["unfinished"] == unf)]
+                if s.empty:
+                    continue
+                dur = (s["end_ns"] - s["begin_ns"]).to_numpy()
+                depth = s["depth"].to_numpy()
+                marker = dict(color=theme.phase_colour(name), line=dict(width=0))
+                if unf:   # an unfinished wait: hatched, up to where its kernel stopped recording
+                    marker.update(pattern=dict(shape="/", fgcolor=theme.PHASE_COLOURS.get("barrier", "#ffffff"),
+                                               solidity=0.4), line=dict(width=1, color="#ff6b6b"))
+                traces.append(dict(
+                    type="bar", orientation="h", name=f"{name} (unfinished)" if unf else name, legendgroup=name,
+                    y=s["row"].tolist(), base=(s["begin_ns"] / 1e3).tolist(),
+                    x=np.maximum(dur / 1e3, (x1 - x0) / 2000).tolist(),
+                    width=np.clip(0.8 - 0.25 * depth, 0.3, 0.8).tolist(),
+                    marker=marker,
+                    customdata=np.stack([dur / 1e3, s["payload"].to_numpy()], 1).tolist(),
+                    hovertemplate=(f"<b>{name}</b>{' — unfinished: the kernel never ended it' if unf else ''}"
+                                   "<br>%{base:.3f} µs + %{customdata[0]:.3f} µs"
+                                   "<br>payload %{customdata[1]}<extra>%{y}</extra>"),
+                ))
         pts = view.points
         if pts is not None and len(pts):
             sym = {0: "diamond", 1: "triangle-up", 2: "triangle-down"}
@@ -636,8 +645,22 @@ def describe(view: View) -> str:
     how = ("each span drawn" if view.mode == "detail" else
            f"aggregated into {len(view.rows.labels)} rows × {BINS} bins (colour = phase with most busy time, shade = busy share)")
     merged = " — rows merge consecutive lanes; narrow the ranks or blocks for one row per lane" if view.rows.merged else ""
+    unf = ""
+    if view.mode == "detail" and view.spans is not None and view.spans["unfinished"].any():
+        unf = f" · {int(view.spans['unfinished'].sum()):,} unfinished (hatched: the kernel never ended them)"
     return (f"{view.level} level · window {_fmt_us(view.t0)} – {_fmt_us(view.t1)} ({_fmt_us(span)}) · "
-            f"{view.n_visible:,} spans visible · {how}{merged}")
+            f"{view.n_visible:,} spans visible{unf} · {how}{merged}")
+
+
+def unfinished_note(ix: TimelineIndex) -> str:
+    """A line for the page when the run has unfinished spans (a timeout), else ''."""
+    n = int(ix.s_open.sum())
+    if not n:
+        return ""
+    lanes = np.unique(ix.s_lane[ix.s_open])
+    ranks = sorted({int(r) for r in ix.lane_rank[lanes]})
+    return (f"timeout: {n:,} unfinished span(s) on rank(s) {', '.join(map(str, ranks))}, drawn hatched up to where "
+            f"their kernel stopped recording")
 
 
 def drill_down(ix: TimelineIndex, level: str, ranks: list[int] | None, blocks: tuple[int, int],
