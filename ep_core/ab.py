@@ -302,14 +302,20 @@ def critical_path_changes(record, out: Path) -> tuple[list, list]:
     reg = {}
     for r in runs["A"] + runs["B"]:
         reg.update(r.manifest.get("registry") or {})
-    c = compare([r.events for r in runs["A"]], [r.events for r in runs["B"]], registry=reg or None)
+    c = compare(runs["A"], runs["B"], registry=reg or None)
+    if c.refused:
+        return [], ["the profiled runs record different workloads: " + "; ".join(c.refused)]
     moved = c.per_phase[c.per_phase["verdict"].isin(["faster", "slower"])]
+    notes = []
+    if min(len(runs["A"]), len(runs["B"])) < 2:
+        notes.append("one profiled round on a side: run-to-run noise cannot be estimated, so no phase is called "
+                     "moved (profile two or more rounds: --profile-rounds)")
     cp = c.critical_path_changes
     rows = [{"kernel": k, "phase": p, "verdict": v, "diff_pct": None if d != d else round(float(d), 1),
              "on_path": bool(((cp["kernel"] == k) & (cp["phase"] == p)).any())}
             for k, p, v, d in moved[["kernel", "phase", "verdict", "diff_pct"]].itertuples(index=False)]
     return rows + [{"kernel": k, "phase": p, "path_change": ch} for k, p, ch in
-                   cp[cp["change"] != "stayed"][["kernel", "phase", "change"]].itertuples(index=False)], []
+                   cp[cp["change"] != "stayed"][["kernel", "phase", "change"]].itertuples(index=False)], notes
 
 
 def main(argv=None) -> int:

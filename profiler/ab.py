@@ -4,9 +4,9 @@
 the per-iteration latencies of each metric (the slowest rank's, ep_core.rounds.slowest_rank).
 This module turns them into verdicts and keeps the record; it holds no statistics of its own:
 `compare_metric` hands the samples, grouped by round (the round is the run, the unit of
-replication), to `profiler.analysis.compare.stats` (bootstrap over runs, then over the samples
-of the drawn runs) and reads its fields by name. That is the one place to rewire when the
-Compare statistics change.
+replication), to `profiler.analysis.stats.compare_samples` (bootstrap over runs, then over the
+samples of the drawn runs; the A-vs-A spread; one round a side calls nothing) and reads its fields
+by name. That is the one place to rewire when the Compare statistics change.
 
 The comparison record (RUN_ROOT/comparison.json):
     {"format": "epscope-ab", "format_version": 1, "created": ISO-8601, "command": "...",
@@ -72,7 +72,8 @@ class MetricVerdict:
     diff_pct: float
     ci_low_us: float
     ci_high_us: float
-    verdict: str                       # faster | slower | within noise | too few samples
+    verdict: str                       # profiler.analysis.stats: faster | slower | within noise | noise unknown
+                                       # (one run per side) | too few samples
     heavy_tail: bool | None = None     # None: the statistics in use do not say
     notes: tuple = ()
 
@@ -84,28 +85,18 @@ class MetricVerdict:
 def compare_metric(metric: str, a_rounds: list, b_rounds: list, *, n_boot: int = 2000, seed: int = 0,
                    alpha: float = 0.05) -> MetricVerdict:
     """B - A of one metric; a_rounds / b_rounds: per round, the per-iteration samples (µs)."""
-    from profiler.analysis.compare import stats
+    from profiler.analysis import stats
 
-    a, ra = _flatten(a_rounds)
-    b, rb = _flatten(b_rounds)
-    row = stats(a * 1e3, b * 1e3, n_boot=n_boot, rng=np.random.default_rng(seed), alpha=alpha,
-                runs_a=ra, runs_b=rb)
+    c = stats.compare_samples([np.asarray(r, float) * 1e3 for r in a_rounds],
+                              [np.asarray(r, float) * 1e3 for r in b_rounds], n_boot=n_boot, seed=seed, alpha=alpha)
     notes = []
     if len(a_rounds) < 2 or len(b_rounds) < 2:
         notes.append("one round on a side: run-to-run noise cannot be estimated")
     return MetricVerdict(
-        metric=metric, runs_a=len(a_rounds), runs_b=len(b_rounds), n_a=int(row["n_a"]), n_b=int(row["n_b"]),
-        median_a_us=_us(row["median_a_ns"]), median_b_us=_us(row["median_b_ns"]), diff_us=_us(row["diff_ns"]),
-        diff_pct=_round(row["diff_pct"], 2), ci_low_us=_us(row["ci_low_ns"]), ci_high_us=_us(row["ci_high_ns"]),
-        verdict=str(row["verdict"]), heavy_tail=row.get("heavy_tail"), notes=tuple(notes + list(row.get("notes", ()))))
-
-
-def _flatten(rounds: list) -> tuple[np.ndarray, np.ndarray]:
-    vals = [np.asarray(r, dtype=float) for r in rounds]
-    if not vals:
-        return np.zeros(0), np.zeros(0, int)
-    labels = [np.full(len(v), i) for i, v in enumerate(vals)]
-    return np.concatenate(vals), np.concatenate(labels)
+        metric=metric, runs_a=len(a_rounds), runs_b=len(b_rounds), n_a=int(c.n_a), n_b=int(c.n_b),
+        median_a_us=_us(c.median_a), median_b_us=_us(c.median_b), diff_us=_us(c.diff),
+        diff_pct=_round(c.diff_pct, 2), ci_low_us=_us(c.ci_low), ci_high_us=_us(c.ci_high),
+        verdict=str(c.verdict), heavy_tail=bool(c.heavy_tail), notes=tuple(notes))
 
 
 def _round(x, nd):

@@ -201,7 +201,8 @@ def _segments(g: G.Graph, pts: np.ndarray, its: np.ndarray, totals: pd.DataFrame
         "role": lane["role"].to_numpy(), "phase": phase.astype(object), "kind": kind,
         "begin_ns": begin, "end_ns": end, "duration_ns": dur,
         "share": np.where(tot > 0, dur / np.where(tot > 0, tot, 1), 0.0),
-        "peer": _point_peers(g, pts, kind), "unfinished": np.where(own >= 0, g.iv_unfinished[np.maximum(own, 0)], False),
+        "peer": _point_peers(g, pts, kind),
+        "unfinished": g.iv_unfinished[np.maximum(own, 0)] & (own >= 0) if len(g.iv_unfinished) else np.zeros(len(pts), bool),
     }, columns=SEGMENT_COLUMNS)
     if len(lead):
         seg = pd.concat([lead.astype(seg.dtypes.to_dict()), seg], ignore_index=True)

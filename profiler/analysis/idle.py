@@ -187,6 +187,11 @@ def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
                                               kernel=s["kernel"], where=((s["kernel"], None), *same),
                                               n=int(s["idle"]), detail=s["text"])))
     findings.sort(key=lambda f: -f[0])
+    if straggler is not None:
+        # warps that starve on the other ranks while one rank carries the work are the same story
+        # (a zero-rank routing: rank 0's receivers get nothing, rank 1 all the rows): the straggler
+        # leads, the starvation follows as a note
+        findings.sort(key=lambda f: f[1] is not straggler and f[1].rank != straggler.rank)
     if len(rep.imbalance):
         worst = rep.imbalance.replace([np.inf], np.nan).dropna(subset=["ratio"]).sort_values("ratio", ascending=False)
         if len(worst) and worst.iloc[0]["ratio"] > IMBALANCE_CALL_OUT:

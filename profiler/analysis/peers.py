@@ -1,7 +1,7 @@
 """Who a wait waited on: the peer rank of every wait interval of the graph.
 
-A wait span names its peer in its payload (registry convention: wait phases carry the peer rank
-they wait on). A warp's wait at a cross-rank barrier waited on the rank that arrived last; when
+A wait span whose registry entry names a release phase (`waits_for`) names its peer in its
+payload (registry convention: such wait phases carry the peer rank they wait on). A warp's wait at a cross-rank barrier waited on the rank that arrived last; when
 the wait is unfinished (the occurrence never completed), on the lowest rank that never arrived.
 Waits within one rank (block and grid barriers, idle phases) have no peer: -1.
 """
@@ -22,7 +22,11 @@ def interval_peers(g: G.Graph) -> np.ndarray:
     ranks = np.unique(g.lane["rank"].to_numpy())
     row_rank = g.events["rank"].to_numpy()
     payload = g.events["payload"].to_numpy()
+    # a wait's payload names its peer only when the registry says a peer releases it (waits_for):
+    # a stall on the warp's own copy (ep_intranode's stage_wait) carries an item index there
+    peer_waits = np.array([bool(g.sem.release_of(p)) for p in g.phase_names], bool)
     w = np.flatnonzero((g.iv_kind == G.WAIT) & (g.iv_row >= 0))
+    w = w[peer_waits[g.iv_phase[w]]] if len(w) and len(peer_waits) else w[:0]
     if len(w):
         pay = payload[g.iv_row[w]]
         ok = np.isin(pay, ranks)

@@ -39,7 +39,8 @@ def test_kernel_times_and_op_latency_take_the_slowest_rank(tmp_path):
 def test_idle_warp_share_counts_warps_without_a_work_span(tmp_path):
     rec = load_run(fake_run(tmp_path / "r", dispatch_blocks=24, working_blocks=3))
     waits = X.wait_phases(rec.manifest)
-    assert waits == {"wait_data", "wait_hook"}  # from the run's registry: a wait is not work
+    # from the run's registry: a wait is not work (stage_wait: a stall on the warp's own copy)
+    assert waits == {"wait_data", "wait_hook", "stage_wait"}
     assert X.idle_warp_share(rec.events, rec.launches, waits, "dispatch") == pytest.approx(21 / 24)
     with pytest.raises(ValueError, match="no reduce_kernel launch"):
         X.idle_warp_share(rec.events, rec.launches, waits, "reduce_kernel")

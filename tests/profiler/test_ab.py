@@ -1,5 +1,4 @@
 """profiler.ab: verdicts from rounds of samples whose answer is known, and the comparison record."""
-import importlib
 import json
 
 import numpy as np
@@ -7,8 +6,7 @@ import pytest
 
 from profiler import ab
 
-# the module (profiler.analysis re-exports its `compare` function under the same name)
-compare = importlib.import_module("profiler.analysis.compare")
+from profiler.analysis import stats
 
 
 def _rounds(rng, centers, n=20, sd=0.5):
@@ -40,10 +38,9 @@ def test_run_to_run_spread_larger_than_within_run_spread_is_not_a_difference():
     a, b = _rounds(rng, levels, sd=0.1), _rounds(rng, [x + 2 for x in levels], sd=0.1)
     v = ab.compare_metric("op", a, b)
     assert v.verdict == "within noise"
-    # the rounds are what makes it so: pooling every sample as one run calls the same data a difference
-    pooled = compare.stats(np.concatenate(a), np.concatenate(b), n_boot=2000, rng=np.random.default_rng(0),
-                           alpha=0.05)
-    assert pooled["verdict"] == "slower"
+    # the rounds are what makes it so: pooled as one run, the within-run interval alone excludes 0
+    pooled = stats.compare_samples([np.concatenate(a)], [np.concatenate(b)])
+    assert pooled.ci_low > 0 and pooled.verdict == stats.NO_NOISE_ESTIMATE
 
 
 def test_one_round_per_side_says_noise_cannot_be_estimated():
@@ -54,9 +51,10 @@ def test_one_round_per_side_says_noise_cannot_be_estimated():
 
 def test_heavy_tail_flag_comes_from_the_statistics(monkeypatch):
     def fake_stats(a, b, **kw):
-        return {"n_a": len(a), "n_b": len(b), "median_a_ns": 1e5, "median_b_ns": 1e5, "diff_ns": 0.0, "diff_pct": 0.0,
-                "ci_low_ns": -1.0, "ci_high_ns": 1.0, "verdict": "within noise", "heavy_tail": True}
-    monkeypatch.setattr(compare, "stats", fake_stats)
+        return stats.SampleComparison(runs_a=len(a), runs_b=len(b), n_a=6, n_b=6, median_a=1e5, median_b=1e5,
+                                      diff=0.0, diff_pct=0.0, ci_low=-1.0, ci_high=1.0, noise=2.0,
+                                      noise_estimable=True, heavy_tail=True, verdict=stats.WITHIN_NOISE)
+    monkeypatch.setattr(stats, "compare_samples", fake_stats)
     v = ab.compare_metric("op", [[1.0, 2.0, 3.0]] * 2, [[1.0, 2.0, 3.0]] * 2)
     assert v.heavy_tail is True
     assert "heavy tail" in ab.format_table([v])
