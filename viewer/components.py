@@ -67,7 +67,7 @@ def verdict_fields(v) -> list:
         chips.append(("iteration", str(v.iteration), "iteration"))
     elif v.n:
         chips.append(("n", str(v.n), "median over n iterations"))
-    return [html.Span([html.Span(k, className="chip-k"), html.Span(val, className="chip-v")],
+    return [html.Span([html.Span(k, className="chip-k"), " ", html.Span(val, className="chip-v")],
                       className="chip", title=glossary.TERMS.get(t) if t else None) for k, val, t in chips]
 
 
@@ -75,7 +75,7 @@ def verdict_box(v, id=None) -> html.Div:
     """A page's headline: the structured verdict's sentence, its fields, further findings, warnings."""
     kw = {"id": id} if id else {}
     head = html.Div([html.Span("ALARM" if v.alarm else "no alarm", className="verdict-flag",
-                               title=glossary.TERMS["alarm"]),
+                               title=glossary.TERMS["alarm"]), " ",
                      html.Span(v.headline, className="verdict-text", title=glossary.TERMS.get(v.cause.value))],
                     className="verdict-line")
     parts = [head, html.Div(verdict_fields(v), className="verdict-fields")]

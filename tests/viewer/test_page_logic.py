@@ -109,9 +109,9 @@ def test_verdict_box_shows_the_fields_with_their_definitions():
     from viewer import components as C
     v = analysis.idle_warps(_starved(), registry=SELFTEST_REGISTRY).verdict
     box = C.verdict_box(v, id="x")
-    flag, text = box.children[0].children
+    flag, _, text = box.children[0].children
     assert flag.children == "ALARM" and text.children == v.headline and text.title == glossary.TERMS["starved_warps"]
-    chips = {c.children[0].children: c.children[1].children for c in box.children[1].children}
+    chips = {c.children[0].children: c.children[2].children for c in box.children[1].children}
     assert chips["cause"] == "starved_warps" and chips["rank"] == "0"
 
 
