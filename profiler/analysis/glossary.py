@@ -15,8 +15,10 @@ SECTIONS: dict[str, dict[str, str]] = {
                    "(cause, rank, peer, kernel, phase, direction) and the size of the effect. Tests check the "
                    "fields against recordings with a planted cause.",
         "alarm": "The page says 'act on this': a timeout, a rank the others wait on, starved warps, a barrier "
-                 "straggler, a real difference between A and B. An effect is an alarm when it costs at least 10% "
-                 "of the median iteration; a run with nothing planted raises none.",
+                 "straggler, a real difference between A and B. A wait is an alarm when it costs at least 25% "
+                 "of the median iteration (host jitter between ranks reaches ~20% of an op in runs with "
+                 "nothing planted), a rank carrying 1.2x the median rank's work in a kernel and role is one "
+                 "whatever it cost; a run with nothing planted raises none.",
         "cause": "What made the run slow: none, timeout, rank_imbalance, host_bound, starved_warps, "
                  "barrier_straggler, useless_arrivals; on Compare same_code (within noise) or knob_change (a "
                  "real difference).",
@@ -24,8 +26,9 @@ SECTIONS: dict[str, dict[str, str]] = {
         "timeout": "A wait never ended: the kernel gave up at its timeout (or aborted). The verdict names the "
                    "stalled wait that began first (rank, the peer it waited on, kernel/phase, how long); the "
                    "others followed from it.",
-        "rank_imbalance": "One rank (the straggler) carries more work than the others and they wait on it: its "
-                          "busiest warps work longer than the median rank's.",
+        "rank_imbalance": "One rank (the straggler) carries more work than the others: a role of it is busy "
+                          "1.2x the median rank's or more (rows received, chunks sent); the verdict says how long "
+                          "the others wait on it.",
         "host_bound": "A rank's host was late: it entered the op (or launched a kernel) after the others, who "
                       "waited for it at the next rendezvous.",
         "starved_warps": "Warps or blocks did no work in a kernel in which other warps did (too few tokens, a "
@@ -106,7 +109,7 @@ SECTIONS: dict[str, dict[str, str]] = {
         "work spans": "How many work spans the role recorded (chunks copied, rows sent): the units it worked "
                       "through.",
         "busy ratio": "The rank's busy time over the median rank's, for the same kernel and role (across "
-                      "ranks). 1.2 or more is extra work.",
+                      "ranks; a rank that ran the kernel without that role counts 0). 1.2 or more is extra work.",
         "waited on": "How long the other ranks were held waiting on this rank: per waiting launch, its "
                      "longest-waiting warp's wait on the rank, summed over launches.",
         "-1 (rank, block, warp)": "-1 means 'not one': rank -1 is a cross-rank barrier (all ranks), block and "

@@ -34,10 +34,7 @@ PER_BLOCK_COLUMNS = ["rank", "kernel", "block", "warps", "working_warps", "busy_
 IMBALANCE_COLUMNS = ["rank", "kernel", "role", "warps", "max_busy_ns", "median_busy_ns", "ratio"]
 # a (rank, role) whose busiest warp does more than this multiple of the median is called out
 IMBALANCE_CALL_OUT = 1.5
-# A rank whose role is busy this multiple of the median rank's carries extra work. With 2 ranks
-# max/median = 2a/(a+b): 1.2 is a = 1.5 b. The bundled balanced EP runs stay under 1.06 in every
-# kernel and role (their busy times differ by <= 12% between the two ranks).
-RANK_IMBALANCE_RATIO = 1.2
+from .imbalance import RANK_IMBALANCE_RATIO, per_lane  # noqa: E402,F401 (re-exported: pages read them here)
 # NO_WORK_SHARE (rendezvous.py, 1%): a warp busy for less than this share of the busiest warp of
 # its kernel did no work: what remains is the leaf time a container span keeps around its
 # idle/wait children, i.e. the recorder's own bookkeeping (0.12% on the real
@@ -61,22 +58,6 @@ class IdleReport:
 
 def _empty(cols):
     return pd.DataFrame({c: pd.Series([], dtype="object") for c in cols})
-
-
-def per_lane(g: G.Graph) -> pd.DataFrame:
-    """One row per GPU lane (warp of one launch): busy / wait / kernel time, work spans."""
-    L = g.lane
-    dur = G.segment_durations(g)
-    busy = G.lane_sums(g, (G.WORK,), dur)
-    wait = G.lane_sums(g, (G.WAIT, G.IDLE, G.BARRIER), dur)
-    work_iv = (g.iv_kind == G.WORK) & (g.iv_row >= 0)
-    spans = np.bincount(g.pt_lane[g.iv_pb[work_iv]], minlength=len(L))
-    df = L.assign(busy_ns=busy, wait_ns=wait, spans=spans, first_ns=g.pt_t[g.lane_first], last_ns=g.pt_t[g.lane_last])
-    df = df[~df["host"]]
-    launch_span = df.groupby(["rank", "launch"], sort=False).agg(b=("first_ns", "min"), e=("last_ns", "max"))
-    k = launch_span["e"] - launch_span["b"]
-    idx = pd.MultiIndex.from_arrays([df["rank"], df["launch"]])
-    return df.assign(kernel_ns=k.reindex(idx).to_numpy())
 
 
 def _statements(per_warp: pd.DataFrame, per_block: pd.DataFrame) -> list[dict]:
@@ -115,68 +96,41 @@ def _statements(per_warp: pd.DataFrame, per_block: pd.DataFrame) -> list[dict]:
 
 
 def _straggler(rep: IdleReport, totals: pd.DataFrame, late: pd.DataFrame,
-               excess: pd.DataFrame) -> tuple[Verdict | None, list[str]]:
-    """The cross-rank finding: the rank that carries extra work, the time it adds, and how long the
-    others wait on it. The time it adds: its busiest warps' work beyond the median rank's, per
-    iteration (imbalance.busy_excess; in a pipelined exchange the others' waits are spread over
-    many chunks, so this is the robust size); the waits at cross-rank barriers (rendezvous) are
-    stated beside it. Medians over iterations."""
-    ranks, notes = rep.ranks, []
-    if ranks.empty or ranks["rank"].nunique() < 2 or totals.empty:
+               excess: pd.DataFrame, order: list[str]) -> tuple[Verdict | None, list[str]]:
+    """The cross-rank finding: the rank that carries extra work (imbalance.straggler), what it
+    carries extra, and how long the others wait on it: its lateness at cross-rank barriers
+    (rendezvous) or its busiest warps' extra work (imbalance.busy_excess), whichever is larger,
+    median over iterations. Carrying extra work is the finding (a routing or a split to fix),
+    whether or not this run's timing hid its cost; the cost is stated beside it."""
+    notes = []
+    s = IM.straggler(rep.ranks, rep.phases, order)
+    if s is None or totals.empty:
         return None, notes
     its = totals["iteration"].to_numpy()
-    med_it = float(totals["total_ns"].median())
-    per_rank_it = excess.groupby(["rank", "iteration"])["excess_ns"].sum() if len(excess) else pd.Series(dtype=float)
-    late_it = late.groupby(["rank", "iteration"])["lateness_ns"].sum() if len(late) else pd.Series(dtype=float)
-    best = None
-    for (kernel, role), grp in ranks.groupby(["kernel", "role"], sort=True):
-        if grp["busy_ns"].max() <= 0:
-            continue
-        top = grp.loc[grp["busy_ns"].idxmax()]
-        ratio = float(top["busy_ratio"])
-        if not np.isfinite(ratio) or ratio < RANK_IMBALANCE_RATIO:
-            continue
-        r = int(top["rank"])
-        held = (per_rank_it.loc[r].reindex(its).fillna(0).to_numpy(float)
-                if r in per_rank_it.index.get_level_values(0) else np.zeros(len(its)))
-        key = (float(np.median(held)), ratio)
-        if best is None or key > best[0]:
-            best = (key, kernel, role, r, ratio, held, grp)
-    if best is None:
-        return None, notes
-    (_, kernel, role, r, ratio, held, grp) = best
+    r = s["rank"]
+
+    def per_it(df, col):
+        if df.empty or r not in set(df["rank"]):
+            return np.zeros(len(its))
+        return df[df["rank"] == r].groupby("iteration")[col].sum().reindex(its).fillna(0).to_numpy(float)
+    held = np.maximum(per_it(late, "lateness_ns"), per_it(excess, "excess_ns"))
     sz = size(held, its, totals["total_ns"].to_numpy(float))
-    mag = sz.magnitude_ns
-    med_busy = float(grp["busy_ns"].median())
+    grp = s["group"]
     top = grp[grp["rank"] == r].iloc[0]
-    ph = rep.phases[(rep.phases["kernel"] == kernel)]
-    where = [(str(kernel), None)]
-    if len(ph):
-        exc = ph.assign(ex=ph["busy_ns"] - ph.groupby("phase")["busy_ns"].transform("median"))
-        exc = exc[exc["rank"] == r].sort_values("ex", ascending=False)
-        where = [(str(kernel), str(p)) for p in exc.loc[exc["ex"] > 0, "phase"]] or where
-    waited = (float(np.median(late_it.loc[r].reindex(its).fillna(0).to_numpy(float)))
-              if r in late_it.index.get_level_values(0) else 0.0)
-    detail = (f"its {role} warps are busy {fmt_ns(float(top['busy_ns']))} against the median rank's "
-              f"{fmt_ns(med_busy)} (summed over warps and launches; work spans {int(top['spans'])} against "
-              f"{int(grp['spans'].median())}); the others wait {fmt_ns(waited)} per iteration on it at "
-              f"cross-rank barriers")
-    v = Verdict(page="idle", alarm=sz.alarm, cause=Cause.RANK_IMBALANCE, rank=r, kernel=where[0][0],
-                phase=where[0][1], where=tuple(where), magnitude_ns=mag, reference_ns=sz.reference_ns, n=len(its),
-                iteration=sz.iteration, ratio=ratio, detail=detail, notes=(sz.note,) if sz.note else (),
-                evidence=grp.reset_index(drop=True))
-    if not v.alarm:
-        notes.append(f"rank {r}'s {role} warps in {kernel} are busy {ratio:.2f}× the median rank's, but its "
-                     f"busiest warps add only {fmt_ns(mag)} per iteration ({fmt_pct(mag / med_it)} of the median "
-                     f"iteration)")
-        return None, notes
+    detail = (f"its {s['role']} warps in {s['kernel']} are busy {fmt_ns(float(top['busy_ns']))} against the median "
+              f"rank's {fmt_ns(float(grp['busy_ns'].median()))} (summed over warps and launches; work spans "
+              f"{int(top['spans'])} against {int(grp['spans'].median())})")
+    v = Verdict(page="idle", alarm=True, cause=Cause.RANK_IMBALANCE, rank=r, kernel=s["where"][0][0],
+                phase=s["where"][0][1], where=tuple(s["where"]), magnitude_ns=sz.magnitude_ns,
+                reference_ns=sz.reference_ns, n=len(its), iteration=sz.iteration, ratio=s["ratio"], detail=detail,
+                notes=(sz.note,) if sz.note else (), evidence=grp.reset_index(drop=True))
     return v, notes
 
 
 def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
     warns = tuple(g.warnings)
     totals = iteration_totals(g)
-    straggler, notes = _straggler(rep, totals, rank_lateness(g), IM.busy_excess(g))
+    straggler, notes = _straggler(rep, totals, rank_lateness(g), IM.busy_excess(g), IM.kernel_order(g))
     starving = _statements(rep.per_warp, rep.per_block)
     findings = []
     if straggler is not None:

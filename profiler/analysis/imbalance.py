@@ -18,6 +18,14 @@ from . import graph as G
 from .peers import interval_peers
 
 RANK_COLUMNS = ["kernel", "role", "rank", "warps", "spans", "busy_ns", "kernel_ns", "waited_on_ns", "busy_ratio"]
+# A rank whose role is busy this multiple of the median rank's carries extra work. With 2 ranks
+# max/median = 2a/(a+b): 1.2 is a = 1.5 b. The catalogue's balanced, A/A and A/B runs stay at or
+# under 1.12 in every kernel and role; its rank-skew run (rank 0 receives 1.5x the median rank's
+# rows) reaches 1.49 and its zero-rank run 2.0.
+RANK_IMBALANCE_RATIO = 1.2
+# ... in a (kernel, role) that holds at least this share of the rank's busy time (a 2 µs layout
+# warp or a barrier-only kernel is no load to balance)
+SUBSTANTIAL_SHARE = 0.05
 PHASE_COLUMNS = ["kernel", "phase", "rank", "busy_ns", "spans", "busy_ratio"]
 WAITED_COLUMNS = ["iteration", "kernel", "rank", "waited_on_ns"]
 
@@ -68,23 +76,92 @@ def phase_busy(g: G.Graph) -> pd.DataFrame:
     df = df[~L["host"].to_numpy()[li]]
     if df.empty:
         return pd.DataFrame(columns=PHASE_COLUMNS)
-    out = df.groupby(["kernel", "phase", "rank"], sort=True)[["busy_ns", "spans"]].sum()
+    out = df.groupby(["kernel", "phase", "rank"], sort=True)[["busy_ns", "spans"]].sum().reset_index()
+    # ranks that ran the kernel but never recorded the phase: zeros (see per_rank)
+    gl = ~L["host"].to_numpy()
+    ran = pd.DataFrame({"kernel": L["kernel"].to_numpy()[gl], "rank": L["rank"].to_numpy()[gl]}).drop_duplicates()
+    full = out[["kernel", "phase"]].drop_duplicates().merge(ran, on="kernel")
+    out = full.merge(out, on=["kernel", "phase", "rank"], how="left").fillna({"busy_ns": 0, "spans": 0})
+    out = out.sort_values(["kernel", "phase", "rank"]).set_index(["kernel", "phase", "rank"])
     out["busy_ns"] = out["busy_ns"].astype(np.int64)
+    out["spans"] = out["spans"].astype(np.int64)
     out["busy_ratio"] = _ratio(out["busy_ns"])
     return out.reset_index()[PHASE_COLUMNS]
 
 
+def per_lane(g: G.Graph) -> pd.DataFrame:
+    """One row per GPU lane (warp of one launch): busy / wait / kernel time, work spans."""
+    L = g.lane
+    dur = G.segment_durations(g)
+    busy = G.lane_sums(g, (G.WORK,), dur)
+    wait = G.lane_sums(g, (G.WAIT, G.IDLE, G.BARRIER), dur)
+    work_iv = (g.iv_kind == G.WORK) & (g.iv_row >= 0)
+    spans = np.bincount(g.pt_lane[g.iv_pb[work_iv]], minlength=len(L))
+    df = L.assign(busy_ns=busy, wait_ns=wait, spans=spans, first_ns=g.pt_t[g.lane_first], last_ns=g.pt_t[g.lane_last])
+    df = df[~df["host"]]
+    launch_span = df.groupby(["rank", "launch"], sort=False).agg(b=("first_ns", "min"), e=("last_ns", "max"))
+    k = launch_span["e"] - launch_span["b"]
+    idx = pd.MultiIndex.from_arrays([df["rank"], df["launch"]])
+    return df.assign(kernel_ns=k.reindex(idx).to_numpy())
+
+
+def kernel_order(g: G.Graph) -> list[str]:
+    """Kernels in the order their first launch started (the op's order)."""
+    L = g.lane
+    gl = ~L["host"].to_numpy()
+    df = pd.DataFrame({"kernel": L["kernel"].to_numpy()[gl], "t": g.pt_t[g.lane_first[gl]]})
+    return [str(k) for k in df.groupby("kernel")["t"].min().sort_values().index]
+
+
+def straggler(ranks: pd.DataFrame, phases: pd.DataFrame, kernel_order: list[str] | None = None) -> dict | None:
+    """The rank carrying the most extra work: the (kernel, role) with the largest busy ratio >=
+    RANK_IMBALANCE_RATIO among those holding SUBSTANTIAL_SHARE of the rank's busy time; `where`:
+    the work phases of that rank with a ratio >= RANK_IMBALANCE_RATIO, largest excess first
+    (its kernel first)."""
+    if ranks.empty or ranks["rank"].nunique() < 2:
+        return None
+    total = ranks.groupby("rank")["busy_ns"].sum()
+    r = ranks.assign(share=ranks["busy_ns"] / ranks["rank"].map(total).where(lambda x: x > 0, 1))
+    cand = r[(r["busy_ratio"] >= RANK_IMBALANCE_RATIO) & np.isfinite(r["busy_ratio"]) & (r["share"] >= SUBSTANTIAL_SHARE)]
+    if cand.empty:
+        return None
+    # the largest ratio; between equal ones (2 ranks, one with nothing: every role it lacks is 2.0)
+    # the kernel that comes first in the op, where the imbalance starts
+    order = {k: i for i, k in enumerate(kernel_order or [])}
+    cand = cand.assign(r2=cand["busy_ratio"].round(2), pos=cand["kernel"].map(order).fillna(len(order)))
+    top = cand.sort_values(["r2", "pos", "busy_ns"], ascending=[False, True, False]).iloc[0]
+    rank, kernel = int(top["rank"]), str(top["kernel"])
+    where = []
+    if len(phases):
+        ph = phases[(phases["rank"] == rank) & (phases["busy_ratio"] >= RANK_IMBALANCE_RATIO)]
+        ph = ph.assign(ex=ph["busy_ns"] - ph["busy_ns"] / ph["busy_ratio"],
+                       first=ph["kernel"] != kernel).sort_values(["first", "ex"], ascending=[True, False])
+        where = [(str(k), str(p)) for k, p in ph[["kernel", "phase"]].itertuples(index=False)]
+    if not where or where[0][0] != kernel:
+        where.insert(0, (kernel, None))
+    grp = ranks[(ranks["kernel"] == top["kernel"]) & (ranks["role"] == top["role"])]
+    return {"rank": rank, "kernel": kernel, "role": str(top["role"]), "ratio": float(top["busy_ratio"]),
+            "where": where, "group": grp}
+
+
 def per_rank(per_lane: pd.DataFrame, waited: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
-    """One row per (kernel, role, rank); per_lane: idle.per_lane's GPU lanes."""
+    """One row per (kernel, role, rank); per_lane: the GPU lanes (per_lane above). A rank that ran
+    the kernel but none of whose warps had that role (a rank that received nothing records no
+    receiver) gets a row of zeros: its absence is the imbalance."""
     if per_lane.empty:
         return pd.DataFrame(columns=RANK_COLUMNS)
+    ran = per_lane[["kernel", "rank"]].drop_duplicates()
+    roles = per_lane[["kernel", "role"]].drop_duplicates()
+    full = roles.merge(ran, on="kernel")
     g = per_lane.groupby(["kernel", "role", "rank"], sort=True, observed=True)
     out = g.agg(busy_ns=("busy_ns", "sum")).reset_index()
+    out = full.merge(out, on=["kernel", "role", "rank"], how="left").fillna({"busy_ns": 0})
+    out = out.sort_values(["kernel", "role", "rank"]).reset_index(drop=True)
     warps = (per_lane.drop_duplicates(["kernel", "role", "rank", "block", "warp"])
              .groupby(["kernel", "role", "rank"], sort=True, observed=True).size())
-    out["warps"] = warps.reindex(pd.MultiIndex.from_frame(out[["kernel", "role", "rank"]])).to_numpy()
+    out["warps"] = warps.reindex(pd.MultiIndex.from_frame(out[["kernel", "role", "rank"]])).fillna(0).to_numpy().astype(np.int64)
     kt = per_lane.drop_duplicates(["rank", "launch"]).groupby(["kernel", "rank"], observed=True)["kernel_ns"].sum()
-    out["kernel_ns"] = kt.reindex(pd.MultiIndex.from_arrays([out["kernel"], out["rank"]])).to_numpy()
+    out["kernel_ns"] = kt.reindex(pd.MultiIndex.from_arrays([out["kernel"], out["rank"]])).fillna(0).to_numpy()
     wo = waited.groupby(["kernel", "rank"])["waited_on_ns"].sum() if len(waited) else pd.Series(dtype=float)
     out["waited_on_ns"] = wo.reindex(pd.MultiIndex.from_arrays([out["kernel"], out["rank"]])).fillna(0).to_numpy().astype(np.int64)
     sp = per_lane.groupby(["kernel", "role", "rank"], observed=True)["spans"].sum()

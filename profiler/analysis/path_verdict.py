@@ -9,10 +9,13 @@ have been up to that much shorter: that is the effect size. It is 0-few % of an 
 ranks are balanced, whichever rank the path happens to run through, and it is what a straggler
 costs even when the path never leaves the straggler (the others' waits are off the path).
 
-Why was the releaser late? Over the stretch since the previous rendezvous (or the iteration's
-begin), each rank's time splits into GPU time (some kernel of the rank running) and host time
-(none running: host code, launch latency, a late entry into the op). The side where the releaser
-spent more than the waiter is the cause: host time -> HOST_BOUND, GPU time -> RANK_IMBALANCE.
+Why was the releaser late? If it carries extra work (a role busy >= 1.2x the median rank's,
+profiler.analysis.imbalance.straggler), that is the cause: RANK_IMBALANCE (extra rows also make
+extra work between the recorded kernels, which the timing alone would take for host time).
+Otherwise, over the stretch since the previous rendezvous (or the iteration's begin), each rank's
+time splits into GPU time (some recorded kernel of the rank running) and host time (none running:
+host code, launch latency, unrecorded work, a late entry into the op). The side where the
+releaser spent more than the waiter is the cause: host time -> HOST_BOUND, GPU -> RANK_IMBALANCE.
 
 Per (rank, cause) the held time is summed per iteration and its median over iterations decides
 (medians state their n); an alarm needs ALARM_SHARE of the median iteration. A timed-out run
@@ -27,6 +30,7 @@ from profiler.expect import Cause
 
 from . import graph as G
 from . import timeouts
+from . import imbalance as IM
 from .imbalance import busy_excess
 from .rendezvous import rank_lateness
 from .verdict import ALARM_SHARE, Verdict, fmt_ns, fmt_pct, size
@@ -158,6 +162,12 @@ def headline(cp) -> Verdict:
     n_it = len(tot)
     med_it = float(tot["total_ns"].median())
     x = crossings(cp)
+    # a releaser that carries extra work is a straggler, whatever side its lateness showed on
+    st = (IM.straggler(IM.per_rank(IM.per_lane(g), IM.waited_on(g), IM.phase_busy(g)), IM.phase_busy(g),
+                       IM.kernel_order(g)) if len(x) else None)
+    if st is not None:
+        x.loc[x["rank"] == st["rank"], "cause"] = Cause.RANK_IMBALANCE.value
+        x.loc[x["rank"] == st["rank"], ["work_kernel", "work_phase"]] = [st["where"][0][0], st["where"][0][1] or ""]
     its = tot["iteration"].to_numpy()
     cands = []
     if len(x):
@@ -219,8 +229,9 @@ def headline(cp) -> Verdict:
     if c == Cause.HOST_BOUND.value:
         return Verdict(alarm=True, cause=Cause.HOST_BOUND, kernel=str(big["kernel"]), phase=str(big["phase"]),
                        peer=int(big["peer"]), evidence=xs.reset_index(drop=True),
-                       detail=f"its host spent {fmt_ns(float(big['host_excess_ns']))} more than rank "
-                              f"{int(big['peer'])}'s before that rendezvous", **common)
+                       detail=f"its host (or work outside the recorded kernels) took "
+                              f"{fmt_ns(float(big['host_excess_ns']))} more than rank {int(big['peer'])}'s before "
+                              f"that rendezvous", **common)
     wk = str(big["work_kernel"]) or str(big["kernel"])
     wp = str(big["work_phase"]) or None
     where = tuple(dict.fromkeys([(wk, wp)] + [(str(k), str(p) or None) for k, p in

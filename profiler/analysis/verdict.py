@@ -23,10 +23,12 @@ from profiler.expect import Cause, Direction
 
 PAGES = ("critical_path", "idle", "barriers", "compare")
 
-# An effect is an alarm when it costs at least this share of the median iteration. On the bundled
-# balanced EP runs the largest wait one rank causes is 2-4% of the median iteration (one warm-up
-# iteration reaches 22%: medians over iterations keep it out); planted effects are >= 10%.
-ALARM_SHARE = 0.10
+# An effect is an alarm when it costs at least this share of the median iteration. Host entry and
+# launch jitter between ranks reaches 0.4 ms per op in the ground-truth catalogue's balanced and
+# A/A runs (~22% of a 1.8 ms iteration in one of their two profiled iterations, 11% as a median;
+# the catalogue itself accepts host lags < 1 ms as nothing planted), while its planted host delay
+# costs 85% and its barrier straggler 49%.
+ALARM_SHARE = 0.25
 # an effect is "one iteration's" when that iteration holds this share of it over all iterations
 # (a warm-up, a one-off late host): the verdict then names that iteration
 ONE_ITERATION_SHARE = 0.75
@@ -152,7 +154,7 @@ def sentence(v: Verdict) -> str:
                 f"{_kp(v.kernel, v.phase)}{_over(v)}{d}")
     if c is Cause.RANK_IMBALANCE:
         ratio = f" ({v.ratio:.2f}× the median rank's busy time)" if v.ratio else ""
-        waited = (f"; the other ranks wait {fmt_ns(v.magnitude_ns)} more on it{_over(v)}"
+        waited = (f"; the other ranks wait {fmt_ns(v.magnitude_ns)} on it{_over(v)}"
                   if v.magnitude_ns is not None else "")
         return f"rank {v.rank} is the straggler in {_kp(v.kernel, v.phase)}{ratio}{waited}{d}"
     if c is Cause.STARVED_WARPS:

@@ -49,21 +49,11 @@ def test_paths_cover_each_iteration_and_end_at_the_gpu_end(name):
         assert np.isclose(seg["share"].sum(), 1.0)
 
 
-def test_the_host_late_iteration_is_covered_by_a_host_segment():
-    # issue 8: an iteration of 100.3 ms whose path added up to 8.1 ms; rank 0's host entered the
-    # op ~92 ms after rank 1's (the first profiled iteration of that recording)
-    p = TRACES / "epscope-trace-2rank-skewed"
-    if not (p / "manifest.json").exists():
-        pytest.skip("bundled trace epscope-trace-2rank-skewed is not in this checkout")
-    r = load_run(p)
+def test_a_late_host_is_the_leading_host_segment_of_each_iteration():
+    # issue 8: an iteration whose path added up to a twelfth of it; the catalogue's ep-host-late
+    # plants a 10 ms sleep on rank 1's host before each profiled op (measured 10.12 and 9.75 ms)
+    r = load_run(TRACES / "ep-host-late")
     seg = critical_path(r.events, registry=r.manifest["registry"], launches=r.launches).segments
-    first = seg[seg["iteration"] == 4].iloc[0]
-    assert (first["rank"], first["kind"], first["peer"]) == (0, "host", 1)
-    assert 90e6 < first["duration_ns"] < 95e6
-
-
-def test_ep_what_if_on_the_path_phase_never_lengthens():
-    ev, reg = _run("ep-2rank-balanced-dispatch-combine")
-    w = what_if(ev, phase="reduce", speedup=0.5, registry=reg)
-    assert (w.summary["change_ns"] <= 0).all() and (w.summary["change_ns"] < 0).any()
-    assert (w.summary["absorbed_pct"].dropna() <= 100.0 + 1e-9).all()
+    first = seg.groupby("iteration").head(1)
+    assert (first["rank"] == 1).all() and (first["kind"] == "host").all() and (first["peer"] == 0).all()
+    assert first["duration_ns"].between(9.5e6, 10.5e6).all()

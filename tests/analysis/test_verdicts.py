@@ -13,8 +13,8 @@ must name which cause, and with which fields ("-": the page cannot see it and is
     expected cause      critical path                idle warps                   barriers
     none                no alarm                     no alarm                     no alarm
     timeout             timeout + rank peer k/p      timeout + rank peer k/p      timeout + rank peer k/p
-    rank_imbalance      rank_imbalance + rank,       rank_imbalance + rank,       an alarm names the rank
-                        kernel among those named     kernel/phase among named
+    rank_imbalance      an alarm is rank_imbalance   rank_imbalance + rank,       an alarm names the rank
+                        naming the rank              kernel/phase among named
     host_bound          host_bound + rank            an alarm names the rank      barrier_straggler + rank
                                                                                   (when the run has
                                                                                   cross-rank barriers)
@@ -26,7 +26,11 @@ must name which cause, and with which fields ("-": the page cannot see it and is
                                                                                   phase
 
 The timeout's fields are those of the stalled wait that started it (profiler.analysis.timeouts):
-every page leads with it. Host-bound names no kernel: the others wait for a late host at the
+every page leads with it. A straggler is seen by the critical path only through the time the
+others wait on it: at 2 ranks the catalogue's skews (1.5x and 2x the rows) leave the exchange no
+longer (both ranks' dispatch kernels end together) and cost 3-19% of an iteration, under the 25%
+alarm; the idle page, which sees the work itself, must name it, and the critical path must not
+name anything else. Host-bound names no kernel: the others wait for a late host at the
 next rendezvous, wherever the delay was planted. Comparisons (runs whose expect has a
 `comparison`, grouped by its group): same_code -> the Compare verdict raises no alarm; knob_change
 -> a knob_change verdict whose row for the planted kernel/phase (the kernel's time when the phase
@@ -35,6 +39,7 @@ be called (run-to-run noise cannot be estimated).
 """
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -59,7 +64,6 @@ def _run_dirs(root: Path):
 
 
 def _expect_of(path: Path, bundled: bool) -> Expect | None:
-    import json
     try:
         manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, ValueError):
@@ -132,9 +136,9 @@ def check_verdicts(e: Expect, cp, iw, bc, has_rank_barriers: bool):
             _fields(v, e, "rank", "peer", "kernel", "phase")
         return
     if c is Cause.RANK_IMBALANCE:
-        assert cp.alarm and cp.cause is Cause.RANK_IMBALANCE, cp.headline
-        _fields(cp, e, "rank")
-        _names_place(cp, e, phase=False)
+        if cp.alarm:
+            assert cp.cause is Cause.RANK_IMBALANCE, cp.headline
+            _fields(cp, e, "rank")
         assert iw.alarm and iw.cause is Cause.RANK_IMBALANCE, iw.headline
         _fields(iw, e, "rank")
         _names_place(iw, e, phase=True)
@@ -264,10 +268,14 @@ def test_a_rank_that_never_sends_is_a_timeout_on_every_page():
     assert "then rank 1 waited" in cp.detail        # the barrier wait that followed, on rank 0
 
 
+def test_every_annotated_run_is_bundled():
+    names = {json.loads((d / "manifest.json").read_text()).get("name") for d in _run_dirs(TRACES)}
+    assert set(BUNDLED) <= names
+
+
 def test_the_verdict_test_finds_runs_outside_the_repository(tmp_path):
     from profiler.synthetic import make_run
     from profiler.runstore import load_run as _load
-    import json
     p = make_run(tmp_path / "outside" / "late", ranks=2, blocks=2, chunks=3, iterations=2, scenario="late_host",
                  late_rank=1, late_ns=60_000, perfetto=False)
     m = json.loads((p / "manifest.json").read_text())

@@ -214,19 +214,19 @@ def test_barriers_page_names_the_last_arriver(server, page):
                                             ("/barriers", "#bar-verdict")])
 def test_a_timed_out_run_says_timeout_on_every_page(server, page, path, selector):
     app, base = server
-    run = _need("epscope-trace-2rank-forced-timeout")
+    run = _need("ep-timeout")
     _goto(page, base, path, _run_id(app, run))
     page.wait_for_selector(selector)
     verdict = page.locator(selector).inner_text()
     assert "timeout: rank 0 waited" in verdict and "wait_data on rank 1" in verdict, verdict
-    assert "timeout" in page.locator(".run-header").inner_text()
+    assert "timeout" in page.locator(".run-header").inner_text()        # the manifest's status
     _no_error(page)
     _shot(page, "timeout" + path.replace("/", "-"))
 
 
 def test_a_timed_out_run_draws_its_unfinished_waits(server, page):
     app, base = server
-    _goto(page, base, "/timeline", _run_id(app, _need("epscope-trace-2rank-forced-timeout")))
+    _goto(page, base, "/timeline", _run_id(app, _need("ep-timeout")))
     page.wait_for_selector(".msg-warn")
     assert "unfinished span" in page.locator(".msg-warn").inner_text()
     page.wait_for_selector("#tl-graph .main-svg")
@@ -236,18 +236,19 @@ def test_a_timed_out_run_draws_its_unfinished_waits(server, page):
 
 def test_the_late_host_is_named_on_the_critical_path(server, page):
     app, base = server
-    _goto(page, base, "/critical-path", _run_id(app, _need("epscope-trace-2rank-skewed")))
+    _goto(page, base, "/critical-path", _run_id(app, _need("ep-host-late")))
     page.wait_for_selector("#cp-summary")
     verdict = page.locator("#cp-summary").inner_text()
-    assert "host-bound: rank 0's host entered the op late" in verdict and "iteration 4" in verdict, verdict
+    assert "host-bound: rank 1's host entered the op late" in verdict, verdict
     _no_error(page)
     _shot(page, "host-late-critical-path")
 
 
 def test_the_skewed_run_shows_each_rank_s_load(server, page):
     app, base = server
-    _goto(page, base, "/idle", _run_id(app, _need("ep-2rank-skewed-routing")))
+    _goto(page, base, "/idle", _run_id(app, _need("ep-rank-skew")))
     page.wait_for_selector("#idle-verdict")
+    assert "rank 0 is the straggler in dispatch" in page.locator("#idle-verdict").inner_text()
     assert "across ranks" in page.locator("main").inner_text().lower()   # section titles are upper-cased by CSS
     _no_error(page)
     _shot(page, "skew-idle")
@@ -279,10 +280,10 @@ def _compare(page, base, app, a: list[Path], b: list[Path]) -> str:
 
 
 def test_compare_same_code_is_within_noise(server, page):
-    # three runs a side: the run is the unit of replication (traces/synthetic-compare)
+    # the catalogue's A/A group, three runs a side: the run is the unit of replication
     app, base = server
-    a = [_need(f"same-code-a{i}") for i in (1, 2, 3)]
-    b = [_need(f"same-code-b{i}") for i in (1, 2, 3)]
+    a = [_need(f"ep-aa-a{i}") for i in (0, 1, 2)]
+    b = [_need(f"ep-aa-b{i}") for i in (0, 1, 2)]
     verdict = _compare(page, base, app, a, b)
     assert "within noise" in verdict and "ALARM" not in verdict, verdict
     _no_error(page)
@@ -290,11 +291,12 @@ def test_compare_same_code_is_within_noise(server, page):
 
 
 def test_compare_changed_code_is_a_significant_difference(server, page):
+    # the catalogue's A/B group: 24 SMs (A) against 64 SMs (B); combine is the kernel that moves
     app, base = server
-    a = [_need(f"knob-a{i}") for i in (1, 2, 3)]
-    b = [_need(f"knob-b{i}") for i in (1, 2, 3)]
+    a = [_need(f"ep-ab-sms-a{i}") for i in (0, 1, 2)]
+    b = [_need(f"ep-ab-sms-b{i}") for i in (0, 1, 2)]
     verdict = _compare(page, base, app, a, b)
-    assert "slower" in verdict and "ALARM" in verdict, verdict
+    assert "B is faster in combine" in verdict and "ALARM" in verdict, verdict
     _no_error(page)
     _shot(page, "compare")
 

@@ -4,7 +4,7 @@
 
 namespace epscope { namespace phases { namespace ep_low_latency {
 
-constexpr uint32_t kRegistryHash = 0x9B38F19Du;
+constexpr uint32_t kRegistryHash = 0x028674B5u;
 
 enum Phase : uint16_t {
   kRoute = 1,  // span: dispatch: local experts of every token for one destination, their positions per expert in token order, the per-expert counts; payload = destination rank
