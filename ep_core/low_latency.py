@@ -31,6 +31,9 @@ take their epochs in order:
     not hold more than two low-latency results at once).
   * a CUDA graph must capture an even number of low-latency ops if its replays are interleaved
     with eager ops that expect alternating outputs (the outputs alternate on the host).
+num_max_dispatch_tokens_per_rank (and hidden, num_experts) may change from one call to the next:
+the two halves sit at fixed places (half of the buffer each, LowLatency.half_stride), so every
+shape's op n writes only into half n & 1.
 
 Not supported, each a clear error: dispatch_wait_recv_cost_stats / combine_wait_recv_cost_stats
 (NotImplementedError), use_logfmt (NotImplementedError), internode ranks (the Buffer is intranode).
@@ -126,8 +129,13 @@ class LowLatencyLayout:
         """Rows of recv_x per local expert: every rank's tokens could pick it (R * T)."""
         return self.num_ranks * self.num_max_dispatch_tokens_per_rank
 
-    def offsets(self) -> dict[str, int]:
-        """Every named byte offset the kernels take (ep_core/csrc/low_latency.cuh `Layout`)."""
+    def offsets(self, half_stride: int | None = None) -> dict[str, int]:
+        """Every named byte offset the kernels take (ep_core/csrc/low_latency.cuh `Layout`).
+
+        half_stride: where half 1 starts after half 0, when the buffer is larger than this shape
+        needs (LowLatency passes half of its buffer, the same for every shape, so that op n of one
+        num_max_dispatch_tokens_per_rank and op n + 1 of another never write into each other's
+        half); None = this shape's own (the size hint)."""
         T, H, R = self.num_max_dispatch_tokens_per_rank, self.hidden, self.num_ranks
         off: dict[str, int] = {}
         at = 0
@@ -152,7 +160,14 @@ class LowLatencyLayout:
             off[stride] = strides[stride]
             at = _align(at + R * strides[stride], LINE)
         off["row_bytes"] = row_bytes
-        off["half_stride"] = _align(at, 4096)
+        need = _align(at, 4096)
+        if half_stride is not None:
+            _check_int("LowLatencyLayout.offsets", "half_stride", half_stride)
+            if half_stride < need or half_stride % 4096:
+                raise ValueError(f"LowLatencyLayout.offsets: half_stride {half_stride} must be a multiple of 4096 "
+                                 f"and >= this shape's {need}")
+            need = half_stride
+        off["half_stride"] = need
         off["size"] = off["half0"] + 2 * off["half_stride"]
         return off
 
@@ -164,6 +179,15 @@ class LowLatencyLayout:
 def size_hint(num_max_dispatch_tokens_per_rank: int, hidden: int, num_ranks: int, num_experts: int) -> int:
     """Bytes of the low-latency buffer for this shape (Buffer.get_low_latency_rdma_size_hint)."""
     return LowLatencyLayout(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts).size
+
+
+def buffer_half_stride(num_bytes: int) -> int:
+    """Bytes between the two halves of a low-latency buffer of num_bytes, the same for every
+    call's shape: half of what it holds after its control block, in 4 KiB pages. A call with
+    another T_max, hidden or expert count than the op before it then still writes only into its
+    own half, which the credits protect (a shape-dependent half 1 would start inside the previous
+    op's half 0 while a peer may still read it)."""
+    return (int(num_bytes) - CONTROL_BYTES) // 2 // 4096 * 4096
 
 
 # ---- tuning and seed 002's knobs ---------------------------------------------------------------
@@ -472,8 +496,12 @@ class LowLatency:
         layout, per_ext = entry
         cpp = per_ext.get(id(ext))
         if cpp is None:
-            cpp = per_ext[id(ext)] = ext.LLLayout(offsets=layout.offsets())
+            cpp = per_ext[id(ext)] = ext.LLLayout(offsets=layout.offsets(half_stride=self.half_stride))
         return layout, cpp
+
+    @property
+    def half_stride(self) -> int:
+        return buffer_half_stride(self.num_bytes)
 
     # -- the hook protocol -------------------------------------------------------------------------
     def _open(self, with_hook: bool) -> int:

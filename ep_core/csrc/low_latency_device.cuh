@@ -344,7 +344,10 @@ __device__ __forceinline__ void completion_barrier(const Split& s, const Knobs& 
         last = atom_add_acq_rel_gpu(done, 1) == s.working_blocks() - 1;
         if (last) st_volatile(done, 0);
       }
-      if (__shfl_sync(kFullMask, last, 0)) on_last();
+      if (__shfl_sync(kFullMask, last, 0)) {
+        __syncwarp();  // memory order: lane 0's acquire (the other blocks' arrivals) before every lane's release
+        on_last();
+      }
     }
     __syncwarp();
     rec.depart(barrier_id, uint32_t(op.epoch));
@@ -365,6 +368,7 @@ __device__ __forceinline__ void completion_barrier(const Split& s, const Knobs& 
       }
       last = __shfl_sync(kFullMask, last, 0);
       if (last) {
+        __syncwarp();  // as above: lane 0's acquire before the other lanes' releases
         on_last();
         __syncwarp();
         if (lane_id() == 0) st_release_gpu(gen, op.epoch);

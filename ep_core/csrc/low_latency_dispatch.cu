@@ -17,8 +17,9 @@
 //     sources' headers (sources in rotation order from this rank, so its own rows come first and
 //     never wait for a peer's counts).
 //   fan-out tasks ((source, token), slice): row of the token in each of its experts = the counts
-//     of the sources before it + its position; copy the slice (and its scales, column-major) into
-//     every one of them; slice 0 writes src_info and the handle's row ids for combine.
+//     of the sources before it + its position (so the task waits for the data flags of those
+//     sources too: their headers hold the counts); copy the slice (and its scales, column-major)
+//     into every one of them; slice 0 writes src_info and the handle's row ids for combine.
 //   recv_done: the last arrival posts credit[h][me] = n on every rank.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -261,9 +262,15 @@ __device__ bool fanout(const Ctx& c, const Task& tk, SeenFlags& seen, epscope::W
   const int R = c.op.num_ranks, me = c.op.rank, lane = lane_id(), K = a.num_topk;
   const int si = tk.item / a.max_tokens, t = tk.item % a.max_tokens;
   const int s = (me + si) % R;
-  if (!wait_flag_once(seen, s, flag_of(c.op.own, c.L.data_flag, c.op.half, s), c.op.epoch, llph::kWaitData, c.f,
-                      c.L, c.op, rec))
-    return false;
+  // The token's rows start after the rows of the sources before s in rotation order, so their
+  // headers are read too: wait for every one of those sources, not only s (their routers write
+  // the counts during this op; the half still holds op n - 2's counts until then).
+  for (int sj = 0; sj <= si; ++sj) {
+    const int r = (me + sj) % R;
+    if (!wait_flag_once(seen, r, flag_of(c.op.own, c.L.data_flag, c.op.half, r), c.op.epoch, llph::kWaitData, c.f,
+                        c.L, c.op, rec))
+      return false;
+  }
   char* base = c.op.own + c.op.half_off;
   const int* hdr = at<int>(base, c.L.hdr + int64_t(s) * c.L.hdr_stride);
   const int4* meta = reinterpret_cast<const int4*>(at<int>(base, c.L.meta + int64_t(s) * c.L.meta_stride)) +

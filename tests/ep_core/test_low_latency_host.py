@@ -203,6 +203,21 @@ def test_zero_copy_reads_the_next_combine_buffer():
     assert obj.next_combine_buffer(handle) is not buf
 
 
+def test_every_shape_gets_the_same_halves():
+    # the halves sit at fixed places (half of the buffer each), so an op of one T_max never writes
+    # into the half a peer may still read for the op before it, of another T_max
+    obj = make_low_latency(num_bytes=ll.size_hint(64, H, 2, E) + 3 * 4096 + 100)
+    x, idx, _ = _inputs()
+    for t_max in (8, 64, 5):
+        obj.dispatch(x, idx, t_max, E)
+    offs = [launch.plan.layout.offsets for launch in obj.buffer.ext.launches]
+    assert len({(o["half0"], o["half_stride"]) for o in offs}) == 1
+    assert offs[0]["half_stride"] == (obj.num_bytes - ll.CONTROL_BYTES) // 2 // 4096 * 4096 == obj.half_stride
+    assert obj.half_stride == ll.buffer_half_stride(obj.num_bytes)
+    assert offs[0]["half_stride"] >= ll.LowLatencyLayout(64, H, 2, E).offsets()["half_stride"]
+    assert len({o["rows_stride"] for o in offs}) == 3  # the regions inside a half follow the shape
+
+
 def test_a_buffer_too_small_for_the_call_names_the_hint():
     obj = make_low_latency(num_bytes=ll.size_hint(4, H, 2, E))
     x, idx, _ = _inputs()

@@ -48,6 +48,18 @@ def test_regions_are_aligned_disjoint_and_inside(shape):
     assert off["cw_stride"] >= T * MAX_TOPK * 4 and off["cp_stride"] >= T * 2 * H
 
 
+def test_a_larger_half_stride_moves_half_one_only():
+    lay = ll.LowLatencyLayout(16, 1024, 2, 32)
+    own = lay.offsets()
+    wide = lay.offsets(half_stride=own["half_stride"] + 8192)
+    assert wide["half_stride"] == own["half_stride"] + 8192 and wide["size"] == own["size"] + 2 * 8192
+    assert {k: v for k, v in wide.items() if k not in ("half_stride", "size")} == \
+        {k: v for k, v in own.items() if k not in ("half_stride", "size")}
+    for bad in (own["half_stride"] - 4096, own["half_stride"] + 100):
+        with pytest.raises(ValueError, match="half_stride"):
+            lay.offsets(half_stride=bad)
+
+
 def test_size_hint_is_the_layout_size_and_grows_with_every_dimension():
     assert ll.size_hint(128, 7168, 2, 256) == ll.LowLatencyLayout(128, 7168, 2, 256).size
     base = ll.size_hint(64, 1024, 2, 16)
