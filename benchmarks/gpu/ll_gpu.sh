@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Issue 10's device call: build both extension variants once, run the low-latency GPU tests,
 # the latency table (benchmarks/gpu/ll_bench.py) and, with STORIES=1, the five A/B story
-# recordings (benchmarks/gpu/ll_stories.py). Everything it writes lands under $OUT.
+# recordings (benchmarks/gpu/ll_stories.py). Everything it writes lands under $OUT: the full
+# logs (ll_tests.log, ll_bench.log), the per-job diagnosis (ll_report.txt: what differs, where),
+# the table; it prints a compact summary (the report, the test outcomes, the table).
 #   run (device tool, 2 GPUs):  EP_COMMIT=<commit> bash benchmarks/gpu/ll_gpu.sh
-# Steps (1 = run): TESTS, BENCH, STORIES. Budget: ~1.5 min build + ~1.5 min tests + ~0.5 min table
-# (+ ~2 min stories).
+# Steps (1 = run): TESTS, BENCH, STORIES. Budget, each step capped: build ~45 s, tests <= 140 s
+# (about 90 expected), table <= 75 s (about 40): at most 4 min; stories (STORIES=1) ~2 min more.
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=32
@@ -26,10 +28,24 @@ wait
 echo "build: $(( $(date +%s) - t0 )) s"; for f in "$OUT"/build_*.log; do tail -n 3 "$f"; done
 
 if [ "$TESTS" = 1 ]; then
-  timeout 300 python -m pytest -q -rA tests/gpu/test_low_latency.py 2>&1 | tail -40 | tee "$OUT/ll_tests.log"
+  t1=$(date +%s)
+  rm -f "$OUT/ll_report.txt" "$OUT"/ll_jobs.rank*
+  LL_REPORT="$OUT/ll_report.txt" LL_JOB_LOG="$OUT/ll_jobs" timeout 140 \
+    python -m pytest -q -rA -p no:cacheprovider tests/gpu/test_low_latency.py > "$OUT/ll_tests.log" 2>&1
+  echo "tests: exit $? after $(( $(date +%s) - t1 )) s (full log: ll_tests.log)"
+  if [ -s "$OUT/ll_report.txt" ]; then
+    echo "--- per-job diagnosis (ll_report.txt) ---"; head -c 7000 "$OUT/ll_report.txt"
+  else  # the spawn was killed before it returned: what each rank logged per job
+    echo "--- no report; per-job logs ---"; for f in "$OUT"/ll_jobs.rank*; do [ -f "$f" ] && head -c 2500 "$f"; done
+  fi
+  echo "--- test outcomes ---"
+  grep -E "^(PASSED|FAILED|ERROR) |[0-9]+ (passed|failed)|Timeout|timed out" "$OUT/ll_tests.log" | cut -c1-220 | tail -32
 fi
 if [ "$BENCH" = 1 ]; then
-  timeout 240 python benchmarks/gpu/ll_bench.py --out "$OUT" $BENCH_ARGS 2>&1 | tail -60 | tee "$OUT/ll_bench.log"
+  t1=$(date +%s)
+  timeout 75 python benchmarks/gpu/ll_bench.py --out "$OUT" --timeout 70 $BENCH_ARGS > "$OUT/ll_bench.log" 2>&1
+  echo "--- latency table: exit $? after $(( $(date +%s) - t1 )) s (full log: ll_bench.log) ---"
+  grep -v "UserWarning\|_warn_once" "$OUT/ll_bench.log" | tail -34 | cut -c1-400
 fi
 if [ "$STORIES" = 1 ]; then
   mkdir -p "$OUT/traces"

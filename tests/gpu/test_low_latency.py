@@ -7,7 +7,12 @@ silent rank, and a profiled step that decodes.
 
 The checks run in a few spawns of the two ranks (ll_checks.run_jobs: process start and NCCL init
 cost seconds each), shared by the test functions through module fixtures; each test asserts on
-its own job's result, so a failure names the job."""
+its own job's result, so a failure names the job. Every job runs whatever the others found
+(ll_checks.run_jobs) and reports every difference it saw (ep_core.low_latency_diff); with
+LL_REPORT=<file> the module also writes one compact block per job there (benchmarks/gpu/ll_gpu.sh
+prints it): the whole diagnosis of a run in one place."""
+import os
+
 import pytest
 
 from ep_core.launch import run_ranks
@@ -16,32 +21,57 @@ from tests.gpu.ll_checks import DTYPES, LLScenario
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]
 
-# JIT load from the cache, NCCL init and the references take seconds; a hang is killed after this
-TIMEOUT_S = 300
+# JIT load from the cache, NCCL init and the references take seconds; every device wait is bounded
+# (ll_checks.CHECK_TIMEOUT_S), so a spawn that runs past this is stuck on the host: killed
+TIMEOUT_S = 150
 
+# in the order of what they tell: the first GPU run's failure first, the graph (a capture can
+# leave a sticky error that ends the spawn) last
 CORRECTNESS = {
+    "skewed ranks": ("run_skewed", (LLScenario(tokens=128, seed=650),)),
     "issue shape": ("run_ll_checks", (LLScenario(),)),
-    "-1 entries": ("run_ll_checks", (LLScenario(tokens=100, max_tokens=128, drop=0.2, seed=100, dtypes=DTYPES[:2]),)),
-    "zero-token rank": ("run_ll_checks", (LLScenario(zero_rank=1, seed=200, dtypes=DTYPES[::3]),)),
-    "one expert": ("run_ll_checks", (LLScenario(hot_expert=3, seed=300, dtypes=DTYPES[:1]),)),
     "1 token": ("run_ll_checks", (LLScenario(tokens=1, seed=401, dtypes=DTYPES[::3]),)),
     "4 tokens": ("run_ll_checks", (LLScenario(tokens=4, seed=404, dtypes=DTYPES[::3]),)),
     "256 tokens": ("run_ll_checks", (LLScenario(tokens=256, seed=456, dtypes=DTYPES[::3]),)),
+    "-1 entries": ("run_ll_checks", (LLScenario(tokens=100, max_tokens=128, drop=0.2, seed=100, dtypes=DTYPES[:2]),)),
+    "zero-token rank": ("run_ll_checks", (LLScenario(zero_rank=1, seed=200, dtypes=DTYPES[::3]),)),
+    "one expert": ("run_ll_checks", (LLScenario(hot_expert=3, seed=300, dtypes=DTYPES[:1]),)),
     "top-16 small": ("run_ll_checks", (LLScenario(tokens=37, hidden=512, topk=16, experts=64, drop=0.1, seed=500),)),
     "small grid": ("run_ll_checks", (LLScenario(tokens=64, seed=700, dtypes=DTYPES[:1],
                                                 config=dict(num_blocks=8, warps_per_block=4)),)),
     "knobs 4": ("run_knob_equivalence", (LLScenario(tokens=4, seed=600),)),
     "knobs 128": ("run_knob_equivalence", (LLScenario(tokens=128, seed=601),)),
+    "T_max changes": ("run_t_max_changes", (LLScenario(tokens=128, seed=660),)),
     "in flight": ("run_in_flight", (LLScenario(tokens=64, seed=800),)),
-    "graph": ("run_graph", (LLScenario(seed=900),)),
     "stats and errors": ("run_stats_and_errors", (LLScenario(tokens=32, seed=1000),)),
+    "graph": ("run_graph", (LLScenario(seed=900),)),
 }
+
+
+def write_report(path: str, results: dict) -> None:
+    """One block per job: ok with its counts, or each rank's status and its findings."""
+    lines = []
+    for name, per_rank in results.items():
+        if all(st == "ok" for st, _ in per_rank):
+            v = per_rank[0][1]
+            extra = ", ".join(f"{k} {v[k]}" for k in ("checks", "rows", "configs", "ops", "replays", "seconds") if k in v)
+            lines.append(f"ok    {name} ({extra})")
+            continue
+        lines.append(f"FAIL  {name}")
+        for rank, (st, v) in enumerate(per_rank):
+            text = str(v).split("\nTraceback")[0] if st != "ok" else "ok"
+            lines += [f"      rank {rank} {st}: {ln}" for ln in text.splitlines()[:30]]
+    with open(path, "a") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 @pytest.fixture(scope="module")
 def results():
     out = run_ranks(ll_checks.run_jobs, 2, list(CORRECTNESS.values()), timeout_s=TIMEOUT_S)
-    return {name: [r[i] for r in out] for i, name in enumerate(CORRECTNESS)}
+    res = {name: [r[i] for r in out] for i, name in enumerate(CORRECTNESS)}
+    if os.environ.get("LL_REPORT"):
+        write_report(os.environ["LL_REPORT"], res)
+    return res
 
 
 def _ok(results, name):
@@ -53,7 +83,7 @@ def _ok(results, name):
 
 def test_issue_shape_all_dtypes_and_modes(results):
     out = _ok(results, "issue shape")
-    assert [o["checks"] for o in out] == [len(DTYPES) * 4] * 2
+    assert [o["checks"] for o in out] == [len(DTYPES) * len(ll_checks.MODES) * 2] * 2  # dispatch and combine
     assert all(o["rows"] > 0 for o in out)
 
 
@@ -89,6 +119,15 @@ def test_every_knob_gives_the_same_bits(results, name):
     assert out[0]["configs"] == len(ll_checks.ll.LowLatencyConfig.KNOBS) + 3
 
 
+def test_skewed_ranks_on_new_inputs_every_op(results):
+    out = _ok(results, "skewed ranks")
+    assert [o["ops"] for o in out] == [6, 6]
+
+
+def test_t_max_may_change_between_ops(results):
+    _ok(results, "T_max changes")
+
+
 def test_two_ops_in_flight_with_hooks(results):
     _ok(results, "in flight")
 
@@ -117,6 +156,9 @@ def profiled(tmp_path_factory):
     d = tmp_path_factory.mktemp("ll-profiled")
     jobs = [("run_profiled", (LLScenario(tokens=16, seed=1100), str(d), b)) for b in ("working", "all")]
     out = run_ranks(ll_checks.run_jobs, 2, jobs, timeout_s=TIMEOUT_S)
+    res = {f"profiled {b}": [r[i] for r in out] for i, b in enumerate(("working", "all"))}
+    if os.environ.get("LL_REPORT"):
+        write_report(os.environ["LL_REPORT"], res)
     return {b: out[0][i] for i, b in enumerate(("working", "all"))}
 
 
