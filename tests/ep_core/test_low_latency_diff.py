@@ -192,3 +192,21 @@ def test_round_trip_reports_a_wrong_dispatch_and_checks_combine_on_the_reference
         found.raise_if_any()
     msg = str(e.value)
     assert "1 of 2 checks differ" in msg and "recv_count" in msg and "source 1 token 3 k 0" in msg
+
+
+def test_the_gpu_report_has_one_block_per_job(tmp_path):
+    from tests.gpu.test_low_latency import write_report
+
+    path = tmp_path / "report.txt"
+    write_report(str(path), {
+        "issue shape": [("ok", {"checks": 32, "rows": 900, "seconds": 3.2})] * 2,
+        "skewed ranks": [("error", "AssertionError: 1 of 12 checks differ from the reference on rank 0: [rank 0, "
+                                   "skewed 1] dispatch\n[rank 0, skewed 1] dispatch recv_x: 3 differ; expert 4 row 9"
+                                   "\nTraceback (most recent call last):\n  File ..."), ("ok", {"ops": 6})],
+    })
+    text = path.read_text().splitlines()
+    assert text[0] == "ok    issue shape (checks 32, rows 900, seconds 3.2)"
+    assert text[1] == "FAIL  skewed ranks"
+    assert text[2].startswith("      rank 0 error: AssertionError: 1 of 12 checks differ")
+    assert text[3] == "      rank 0 error: [rank 0, skewed 1] dispatch recv_x: 3 differ; expert 4 row 9"
+    assert text[4] == "      rank 1 ok: ok" and len(text) == 5  # no traceback in the report
