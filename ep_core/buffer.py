@@ -107,11 +107,20 @@ def _split(num_sms: int, table) -> float:
         return f1
     return f0 + (f1 - f0) * (num_sms - s0) / (s1 - s0)
 
+
 def _kernel_tma_buffers(config: Config, hook: bool) -> int:
     """Staging buffers per warp the kernels run with: Config.kernel_tma_buffers, except in hook
     mode, whose pack / receive kernels are the bulk-copy path's whatever Config.path says (the
     direct path has no send-only or receive-only half): Config.num_tma_buffers."""
     return int(config.num_tma_buffers) if hook else config.kernel_tma_buffers
+
+
+def _buffer_bytes(rows: int, hidden: int, num_topk: int) -> int:
+    """num_nvl_bytes of a buffer whose data region holds `rows` of the widest row (a BF16 row plus
+    FP8 scales and top-k ids and weights) after the signals and layout slots; 8 x REGION_ALIGN
+    covers the alignment of up to 8 regions (_regions: 4, _hook_regions: 8)."""
+    row = hidden * 2 + (hidden // SCALE_BLOCK) * 4 + num_topk * (8 + 4)
+    return int(_ext.load(profile=False).limits()["data_offset"]) + rows * row + 8 * REGION_ALIGN
 
 
 _KERNELS = {1: "layout", 2: "notify", 3: "dispatch", 4: "combine", 5: "barrier", 6: "hook_signal"}
@@ -447,10 +456,7 @@ class Buffer:
         """num_nvl_bytes that fits every dispatch (BF16 or FP8, with top-k) and combine of up to
         `num_max_tokens_per_rank` tokens per rank: the data region holds the rows of one op, up to
         T x R rows (the widest row is a BF16 one in combine / dispatch, plus FP8 scales and top-k)."""
-        ext = _ext.load(profile=False)
-        rows = max(int(num_max_tokens_per_rank), 1) * int(num_ranks)
-        row = hidden * 2 + (hidden // SCALE_BLOCK) * 4 + num_topk * (8 + 4)
-        return int(ext.limits()["data_offset"]) + rows * row + 8 * REGION_ALIGN
+        return _buffer_bytes(max(int(num_max_tokens_per_rank), 1) * int(num_ranks), hidden, num_topk)
 
     @staticmethod
     def get_hook_buffer_size_hint(num_max_tokens_per_rank: int, hidden: int, num_ranks: int,
@@ -459,10 +465,7 @@ class Buffer:
         return_recv_hook: a hook-mode dispatch needs, besides the rows it receives (up to T x R), a
         staging region for the rows it packs for its peers (up to T x (R - 1)), so the data region
         holds T x (2R - 1) rows. A hook-mode combine needs no more than a normal one."""
-        ext = _ext.load(profile=False)
-        rows = max(int(num_max_tokens_per_rank), 1) * (2 * int(num_ranks) - 1)
-        row = hidden * 2 + (hidden // SCALE_BLOCK) * 4 + num_topk * (8 + 4)
-        return int(ext.limits()["data_offset"]) + rows * row + 8 * REGION_ALIGN
+        return _buffer_bytes(max(int(num_max_tokens_per_rank), 1) * (2 * int(num_ranks) - 1), hidden, num_topk)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def destroy(self) -> None:
