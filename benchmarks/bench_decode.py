@@ -167,7 +167,7 @@ def measure(shape: str, records: int, runs: int, repeats: int, env: dict | None 
     warm = [r for d in dec for r in d["runs"][1:]]
     out = {"shape": shape, "records": n, "events": cold[0]["events"], "buffers_MB": dec[0]["buffers_MB"],
            "table_MB": cold[0]["table_MB"], "runs": runs}
-    for name, rs in (("cold", cold), ("warm", warm)):
+    for name, rs in (("cold", cold), ("warm", warm or cold)):
         out[name] = {k: _med([r[k] for r in rs]) for k in ("wall_s", "user_s", "sys_s", "faults")}
         out[name]["cpu_rate"] = n / _med([r["user_s"] + r["sys_s"] for r in rs])
         out[name]["wall_rate"] = n / out[name]["wall_s"]
@@ -239,7 +239,7 @@ def main() -> None:
         for shape in a.shapes.split(","):
             n = int(float(a.sizes.split(",")[min(1, len(a.sizes.split(",")) - 1)]))
             for e in ({}, env):
-                malloc.append((" ".join(f"{k}={v}" for k, v in e.items()), measure(shape, n, a.runs, 1, e)))
+                malloc.append((" ".join(f"{k}={v}" for k, v in e.items()), measure(shape, n, a.runs, 2, e)))
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(report(results, malloc, a, commit, load0, os.getloadavg()))
