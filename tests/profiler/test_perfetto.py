@@ -228,6 +228,25 @@ def test_vectorised_encoder_matches_protobuf(seed):
             assert (da.name_iid, da.int_value) == (3, payload[i])
 
 
+@pytest.mark.parametrize("every", [0, 3, 20])
+def test_span_pairs_with_rare_instants_encode_in_order(every):
+    """The span fast path (BEGIN then its END, few instants between): packets parse back in order."""
+    rng = np.random.default_rng(every)
+    typ = []
+    for i in range(400):
+        typ += [3] if every and i % every == every - 1 else [1, 2]
+    typ = np.array(typ)
+    n = len(typ)
+    ts = np.cumsum(rng.integers(0, 2**20, n))
+    uuid = rng.integers(1, 2**40, n).astype(np.uint64)
+    iid, payload = rng.integers(1, 300, n), rng.integers(-5, 2**33, n)
+    tr = P.Trace()
+    tr.ParseFromString(PE.encode_events(ts, typ, uuid, iid, payload, da_iid=1))
+    assert [(p.timestamp, p.track_event.type, p.track_event.track_uuid) for p in tr.packet] == list(zip(ts, typ, uuid))
+    named = [(p.track_event.name_iid, p.track_event.debug_annotations[0].int_value) for p in tr.packet if p.track_event.type != 2]
+    assert named == [(int(a), int(b)) for a, b, t in zip(iid, payload, typ) if t != 2]
+
+
 def test_export_of_missing_run_is_a_run_error(tmp_path):
     from profiler.errors import RunNotFound
     with pytest.raises(RunNotFound):
