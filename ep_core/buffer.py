@@ -237,8 +237,8 @@ class _Plan(NamedTuple):
     cpp: object             # ext.DispatchPlan / ext.CombinePlan
     prof_open: tuple | None  # launch_slot arguments of the op's first kernel (barrier), None if none
     prof_kernel: tuple      # launch_slot arguments of the dispatch / combine kernel
-    prof_signal: tuple | None = None  # hook mode: the send half's flag kernel (hook_signal)
-    prof_recv: tuple | None = None    # hook mode: the receive half's kernel (dispatch_recv / combine_recv)
+    prof_signal: tuple | None = None  # hook mode: the send half's flag kernel (hook.cu's signal)
+    prof_recv: tuple | None = None    # hook mode: the receive half's kernel
 
 
 class DispatchHandle(NamedTuple):
@@ -850,7 +850,7 @@ class Buffer:
                                     self._slot(session, plan.prof_signal, it))
             session.host_call("dispatch", it, t0, perf_counter_ns(), first)
         return out, self._arm_hook("dispatch", lambda: self._receive(launcher.dispatch_receive, (plan.cpp, out),
-                                                                     plan.prof_recv, "dispatch_recv", session, it))
+                                                                     plan.prof_recv, "dispatch_hook", session, it))
 
     def _hook_rank_prefix(self, handle: DispatchHandle) -> list:
         """The handle's rank_prefix_matrix on the host (flattened), read once per handle."""
@@ -947,14 +947,17 @@ class Buffer:
         warps = self.limits["threads"] // 32
         # the bulk-copy path also records its stalls (stage_wait, per row): the session's capacity
         tma = _kernel_tma_buffers(config, hook) > 0
-        prof_kernel = self._prof_geometry("dispatch_send" if hook else "dispatch", num_blocks, warps,
+        prof_kernel = self._prof_geometry("dispatch", num_blocks, warps,
                                           units=0 if tma else self.group_size * handle.num_chunks,
                                           role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
         prof_open = self._prof_geometry("barrier", 1, 1) if open_op else None
         if not hook:
             return _Plan(config, cpp, prof_open, prof_kernel)
-        return _Plan(config, cpp, prof_open, prof_kernel, self._prof_geometry("hook_signal", 1, 1),
-                     self._prof_geometry("dispatch_recv", num_blocks, warps))
+        # a hook-mode op's launches are all profiled as its kernel, `dispatch` (their phases tell the
+        # send, pack, from the signal, publish_hook, and the receive, wait_hook / copy_out), so a
+        # comparison with the normal mode compares the same kernels: send + signal + receive time
+        return _Plan(config, cpp, prof_open, prof_kernel, self._prof_geometry("dispatch", 1, 1),
+                     self._prof_geometry("dispatch", num_blocks, warps))
 
     def _dispatch_fresh(self, x_data, x_scales, num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert,
                         topk_idx, topk_weights, expert_alignment, num_worst_tokens, config, previous_event,
@@ -1167,7 +1170,7 @@ class Buffer:
                                    self._slot(session, plan.prof_signal, it))
             session.host_call("combine", it, t0, perf_counter_ns(), first)
         recv_hook = self._arm_hook("combine", lambda: self._receive(
-            launcher.combine_receive, (plan.cpp, x, topk_weights, b0, b1, out), plan.prof_recv, "combine_recv",
+            launcher.combine_receive, (plan.cpp, x, topk_weights, b0, b1, out), plan.prof_recv, "combine_hook",
             session, it))
         event = self._finish(False, allocate_on_comm_stream, (out.x, out.topk_weights), session)
         return out.x, out.topk_weights, event, recv_hook
@@ -1217,9 +1220,8 @@ class Buffer:
         warps = self.limits["threads"] // 32
         prof_open = self._prof_geometry("barrier", 1, 1)
         if hook:  # the reducers run in the receive half, on every block
-            return _Plan(config, cpp, prof_open, self._prof_geometry("combine_recv", num_blocks, warps),
-                         self._prof_geometry("hook_signal", 1, 1),
-                         self._prof_geometry("combine_recv", num_blocks, warps))
+            return _Plan(config, cpp, prof_open, self._prof_geometry("combine", num_blocks, warps),
+                         self._prof_geometry("combine", 1, 1), self._prof_geometry("combine", num_blocks, warps))
         prof_kernel = self._prof_geometry("combine", num_blocks, warps,
                                           units=0 if tma else self.group_size * handle.num_chunks,
                                           role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))

@@ -69,27 +69,20 @@ def kernel_us(launches: pd.DataFrame) -> pd.DataFrame:
                          "us": (ok["gpu_end_ns"] - ok["gpu_begin_ns"]).to_numpy() / 1e3})
 
 
-# The kernels of one op in a recording: the whole kernel, or in hook mode its send and receive
-# halves (their signal kernel, a few µs after the copies, is counted in neither op).
-OP_KERNELS = {"dispatch": ("dispatch", "dispatch_send", "dispatch_recv"), "combine": ("combine", "combine_recv")}
-
-
-def op_latency_us(launches: pd.DataFrame, kernel) -> pd.Series:
-    """Per iteration, the slowest rank's GPU time of `kernel` (the op's latency); a tuple of
-    kernel names is summed per rank first (an op's hook-mode halves)."""
-    names = (kernel,) if isinstance(kernel, str) else tuple(kernel)
+def op_latency_us(launches: pd.DataFrame, kernel: str) -> pd.Series:
+    """Per iteration, the slowest rank's GPU time of `kernel` (the op's latency), its launches
+    summed per rank (a hook-mode op's send, signal and receive are launches of its kernel)."""
     k = kernel_us(launches)
-    k = k[k["kernel"].isin(names)]
+    k = k[k["kernel"] == kernel]
     return k.groupby(["iteration", "rank"])["us"].sum().groupby("iteration").max()
 
 
-def phase_us(events: pd.DataFrame, launches: pd.DataFrame, kernels, phase: str) -> pd.Series:
-    """Per iteration, the slowest rank's time in `phase` spans inside `kernels` (µs summed over
+def phase_us(events: pd.DataFrame, launches: pd.DataFrame, kernel: str, phase: str) -> pd.Series:
+    """Per iteration, the slowest rank's time in `phase` spans inside `kernel` (µs summed over
     warps: warp time, e.g. how long pipeline warps stalled); 0 for an iteration without any."""
-    names = (kernels,) if isinstance(kernels, str) else tuple(kernels)
-    its = sorted(int(i) for i in launches[launches["kernel"].astype(str).isin(names)]["iteration"].unique())
+    its = sorted(int(i) for i in launches[launches["kernel"].astype(str) == kernel]["iteration"].unique())
     sp = events[(events["kind"] == "span") & (events["phase"].astype(str) == phase)
-                & events["kernel"].astype(str).isin(names)]
+                & (events["kernel"].astype(str) == kernel)]
     per = ((sp["end_ns"] - sp["begin_ns"]) / 1e3).groupby([sp["iteration"], sp["rank"]]).sum()
     per = per.groupby(level=0).max() if len(per) else pd.Series(dtype=float)
     return pd.Series([float(per.get(i, 0.0)) for i in its], index=its, dtype=float)
@@ -97,35 +90,38 @@ def phase_us(events: pd.DataFrame, launches: pd.DataFrame, kernels, phase: str) 
 
 def blocks_during_copies(events: pd.DataFrame, launches: pd.DataFrame) -> int | None:
     """Hook mode: the most ep_core thread blocks that ran while a send's peer copies were in
-    flight, over the run's ops and ranks. The copies of an op run, in stream order on the sending
-    rank, between the end of the send's last kernel before them (the pack kernel dispatch_send,
-    or the combine's start barrier) and the start of its hook_signal kernel; every launch of the
-    rank that overlaps that window counts with the blocks it recorded. None: no hook-mode op."""
+    flight, over the run's ops and ranks. A send's signal launch (the one that records the
+    `publish_hook` instants) starts after the copies in stream order, and the send's kernel before
+    it (the pack, or the combine's start barrier) ended before they began: the window runs from the
+    last end of a launch of the rank before the signal began to the signal's start, and every
+    launch of the rank overlapping it counts with the blocks it recorded. None: no hook-mode op."""
     la = launches[launches["gpu_begin_ns"] >= 0]
-    if not (la["kernel"].astype(str) == "hook_signal").any():
+    signals = set(map(tuple, events[events["phase"].astype(str) == "publish_hook"][["rank", "launch"]]
+                      .drop_duplicates().to_numpy().tolist()))
+    if not signals:
         return None
     blocks = events[events["block"] >= 0].groupby(["rank", "launch"])["block"].nunique()
     worst = 0
     for r, g in la.groupby("rank"):
-        g = g.sort_values("gpu_begin_ns")
-        names = g["kernel"].astype(str).tolist()
-        for i, name in enumerate(names):
-            if name != "hook_signal":
+        for launch, hi in zip(g["launch"].to_numpy(), g["gpu_begin_ns"].to_numpy()):
+            if (int(r), int(launch)) not in signals:
                 continue
-            before = [j for j in range(i) if names[j] in ("dispatch_send", "barrier")]
-            if not before:
+            ended = g[g["gpu_end_ns"] <= hi]["gpu_end_ns"]
+            if ended.empty:
                 continue
-            lo, hi = int(g.iloc[before[-1]]["gpu_end_ns"]), int(g.iloc[i]["gpu_begin_ns"])
+            lo = int(ended.max())
             over = g[(g["gpu_begin_ns"] < hi) & (g["gpu_end_ns"] > lo)]
             worst = max(worst, sum(int(blocks.get((int(r), int(x)), 0)) for x in over["launch"]))
     return worst
 
 
 def kernel_median_us(launches: pd.DataFrame) -> dict[str, list[float]]:
-    """{kernel: [median µs of rank 0, rank 1, ...]}."""
+    """{kernel: [median µs of rank 0, rank 1, ...]}, a kernel's launches of one iteration summed
+    (a hook-mode op's send, signal and receive)."""
     k = kernel_us(launches)
     if k.empty:
         return {}
+    k = k.groupby(["kernel", "rank", "iteration"])["us"].sum().reset_index()
     m = k.groupby(["kernel", "rank"])["us"].median().unstack("rank")
     return {str(kn): [round(float(v), 1) for v in row] for kn, row in m.iterrows()}
 
@@ -293,7 +289,7 @@ assert set(_MEASURE) >= {s.truth.cause for s in SCENARIOS}, "every planted cause
 @dataclass(frozen=True)
 class GroupEffect:
     """A comparison group's measured op latencies, B against A (medians over runs x iterations),
-    keyed by op ("dispatch", "combine": OP_KERNELS) and, for a group with a phase, "op/phase"
+    keyed by kernel ("dispatch", "combine") and, for a group with a phase, "kernel/phase"
     (the phase's warp time per op). `facts`: medians of what the ranks measured per side (the
     overlapped matmul's µs, when the scenario runs one)."""
 
@@ -317,10 +313,9 @@ def group_effect(recorded: dict[str, Run], runs: list[PlannedRun], kernels=("dis
         names[r.side].append(r.name)
         rec = recorded[r.name]
         for k in kernels:
-            samples[r.side][k] += op_latency_us(rec.launches, OP_KERNELS.get(k, k)).tolist()
+            samples[r.side][k] += op_latency_us(rec.launches, k).tolist()
             if phase:
-                samples[r.side][f"{k}/{phase}"] += phase_us(rec.events, rec.launches, OP_KERNELS.get(k, k),
-                                                            phase).tolist()
+                samples[r.side][f"{k}/{phase}"] += phase_us(rec.events, rec.launches, k, phase).tolist()
         for f in (facts or {}).get(r.name, []):
             gemm[r.side] += f.gemm_us
     med = {side: {k: _median(v) for k, v in d.items()} for side, d in samples.items()}

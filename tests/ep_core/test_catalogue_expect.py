@@ -10,8 +10,7 @@ from ep_core import catalogue_expect as X
 from profiler.expect import Cause, Direction, from_manifest
 from profiler.runstore import load_run
 
-from .catalogue_runs import HOOK_KERNELS, fake_run
-from .catalogue_runs import KERNELS as C_KERNELS
+from .catalogue_runs import fake_run
 
 BALANCED_ROWS = (8163, 8157)
 
@@ -247,12 +246,12 @@ def test_hook_group_measures_the_halves_and_the_blocks_during_the_copies(tmp_pat
     recorded, facts = {}, {}
     for r in runs:
         hook = r.side == "B"
-        recorded[r.name] = load_run(fake_run(tmp_path / r.name, kernels=HOOK_KERNELS if hook else C_KERNELS))
+        recorded[r.name] = load_run(fake_run(tmp_path / r.name, hook=hook))
         facts[r.name] = _facts(r.name, gemm_us=([1500.0, 1510.0], [1502.0, 1505.0]) if hook else
                                ([1600.0, 1620.0], [1610.0, 1590.0]))
     g = X.group_effect(recorded, runs, facts=facts)
-    # dispatch: 200 µs whole (A) against 60 + 50 µs of halves (B); combine 250 against 70
-    assert g.median_b_us["dispatch"] == 110 and g.median_b_us["combine"] == 70
+    # dispatch: 200 µs whole (A) against 60 + 3 + 50 µs of send, signal, receive (B); combine 250 against 73
+    assert g.median_b_us["dispatch"] == 113 and g.median_b_us["combine"] == 73
     assert g.facts["gemm_us"] == {"A": 1605.0, "B": 1503.5}
     b0 = next(r for r in runs if r.name == "ep-ab-hook-b0")
     e, checks = X.build_expect(b0, facts[b0.name], recorded[b0.name], "cmd", g)
@@ -267,16 +266,18 @@ def test_hook_group_measures_the_halves_and_the_blocks_during_the_copies(tmp_pat
 
 
 def test_blocks_during_copies_counts_kernels_overlapping_the_copy_window(tmp_path):
-    rec = load_run(fake_run(tmp_path / "h", kernels=HOOK_KERNELS))
+    rec = load_run(fake_run(tmp_path / "h", hook=True))
     assert X.blocks_during_copies(rec.events, rec.launches) == 0
     la = rec.launches.copy()
-    # a receive kernel (1 recorded block) that started while the copies flew, before the signal: counted
-    first = la[(la["rank"] == 0) & (la["kernel"].astype(str) == "dispatch_recv")].index[0]
-    sig = la[(la["rank"] == 0) & (la["kernel"].astype(str) == "hook_signal")].iloc[0]
-    la.loc[first, "gpu_begin_ns"] = int(sig["gpu_begin_ns"]) - 2_000
+    # rank 0's first dispatch: send, signal, receive; a receive (1 recorded block) that started
+    # while the copies flew, before the signal, is counted
+    d = la[(la["rank"] == 0) & (la["kernel"].astype(str) == "dispatch")].sort_values("gpu_begin_ns")
+    send, sig, recv = d.index[:3]
+    la.loc[recv, "gpu_begin_ns"] = int(la.loc[sig, "gpu_begin_ns"]) - 2_000
     assert X.blocks_during_copies(rec.events, la) == 1
-    assert X.blocks_during_copies(rec.events, rec.launches[rec.launches["kernel"].astype(str) != "hook_signal"]) \
-        is None
+    ev = rec.events
+    assert X.blocks_during_copies(ev[ev["phase"].astype(str) != "publish_hook"], rec.launches) is None
+    assert int(la.loc[send, "gpu_end_ns"]) < int(la.loc[sig, "gpu_begin_ns"])
 
 
 # -- the whole catalogue -------------------------------------------------------------------------
