@@ -33,7 +33,8 @@ COMBINE_DIFF = 1e-5
 class Finding:
     """One output that differs from the reference."""
 
-    output: str   # recv_count, recv_layout_range, recv_tokens, recv_x, recv_scales, recv_src_info, slot, sent_mask, combine
+    output: str   # recv_count, recv_layout_range, recv_tokens, recv_x, recv_scales, recv_src_info, slot,
+                  # sent_mask, combine
     count: int    # differing entries (experts, rows, scales, slots, elements)
     detail: str   # the first entries and a summary of where the differences are
 
@@ -143,8 +144,9 @@ def _rows(got: DispatchResult, want: LLRefDispatch, valid: torch.Tensor) -> list
     all_groups = diff[bad_rows[:, 0], bad_rows[:, 1]].sum(0)
     srcs = torch.bincount(torch.tensor([_source_of(lr, e, i) + 1 for e, i in bad_rows[:256].tolist()]),
                           minlength=lr.size(1) + 1)
+    by_source = {s - 1: int(c) for s, c in enumerate(srcs.tolist()) if c}
     summary = (f"groups with a difference: {_ranges(all_groups.nonzero().flatten().tolist())}; "
-               f"bad rows by source rank (first 256): {dict((s - 1, int(c)) for s, c in enumerate(srcs.tolist()) if c)}; "
+               f"bad rows by source rank (first 256): {by_source}; "
                f"bad experts: {_ranges(bad_rows[:, 0].tolist())}")
     if got.recv_x.dtype == torch.bfloat16:
         d = (got.recv_x.float() - want.recv_x.to(got.recv_x.device).float()).abs()[valid.to(got.recv_x.device)]
@@ -188,7 +190,8 @@ def _handle(got: DispatchResult, want: LLRefDispatch, valid: torch.Tensor, token
         RT = want.recv_x.size(1)
         def name(v):
             return "-1" if v < 0 else f"{v} (expert {v // RT} row {v % RT})"
-        ex = ", ".join(f"source {s} token {t} k {k}: {name(gv)} (want {name(wv)})" for s, t, k, gv, wv in bad_slots[:SHOW])
+        ex = ", ".join(f"source {s} token {t} k {k}: {name(gv)} (want {name(wv)})"
+                       for s, t, k, gv, wv in bad_slots[:SHOW])
         out.append(Finding("slot", len(bad_slots), f"{ex}; sources {sorted(set(b[0] for b in bad_slots))}"))
     n = tokens[rank]
     g, w = got.sent_mask[:n].cpu(), want.sent_mask.cpu()

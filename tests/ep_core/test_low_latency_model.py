@@ -153,7 +153,8 @@ def test_dtypes_match_the_reference(dtype):
     Case(R=2, T=64, H=512, E=32, inputs=dict(hot_expert=3)),
     Case(R=2, T=100, H=512, T_max=128, inputs=dict(drop=0.2)),
     Case(R=2, T=64, cfg=ll.LowLatencyConfig(num_blocks=8, warps_per_block=4)),
-    Case(R=4, T=20, H=512, E=16, cfg=ll.LowLatencyConfig(num_blocks=4, warps_per_block=1), dtype=("bf16", False, False)),
+    Case(R=4, T=20, H=512, E=16, cfg=ll.LowLatencyConfig(num_blocks=4, warps_per_block=1),
+         dtype=("bf16", False, False)),
 ], ids=["3 ranks top-16 zero rank", "4 ranks ragged repeat", "hot expert", "fewer than T_max",
         "small grid", "one warp per block"])
 def test_shapes_and_routings_match_the_reference(case):

@@ -127,7 +127,8 @@ def _static(recv, count, handle, want: ref.LLRefDispatch, use_fp8, use_ue8m0, n,
     if use_fp8:
         sc = recv[1]
         if sc.dtype != (torch.int32 if use_ue8m0 else torch.float32) or sc.stride(1) != 1:
-            out.append(Finding("recv_scales", 1, f"{sc.dtype} strides {sc.stride()} (want column-major in the last two)"))
+            out.append(Finding("recv_scales", 1,
+                               f"{sc.dtype} strides {sc.stride()} (want column-major in the last two)"))
     if handle.num_tokens != n or handle.num_max_dispatch_tokens_per_rank * R != q.size(1):
         out.append(Finding("handle", 1, f"num_tokens {handle.num_tokens} (want {n}), T_max "
                                         f"{handle.num_max_dispatch_tokens_per_rank} for {q.size(1)} rows"))

@@ -54,7 +54,8 @@ def write_report(path: str, results: dict) -> None:
     for name, per_rank in results.items():
         if all(st == "ok" for st, _ in per_rank):
             v = per_rank[0][1]
-            extra = ", ".join(f"{k} {v[k]}" for k in ("checks", "rows", "configs", "ops", "replays", "seconds") if k in v)
+            keys = ("checks", "rows", "configs", "ops", "replays", "seconds")
+            extra = ", ".join(f"{k} {v[k]}" for k in keys if k in v)
             lines.append(f"ok    {name} ({extra})")
             continue
         lines.append(f"FAIL  {name}")
