@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.ep_timing import capture, graph_replay, kernel_seconds, pct, tight_loop, time_op  # noqa: E402
+from benchmarks.ep_timing import (capture, graph_replay, host_calls, kernel_seconds, pct, tight_loop,  # noqa: E402
+                                  time_op)
 
 OPS = ("BF16 dispatch", "FP8 dispatch", "BF16 combine")
 # DeepEP V1 intranode on the 2xH200 machine (measured-facts.md): logical GB/s by (op, SMs) ...
@@ -187,9 +188,11 @@ def _bench_rank(ctx, opts: dict) -> dict:
                           "event_us": statistics.median(dev) * 1e6, "p90_us": pct(dev, 90) * 1e6,
                           "host_us": statistics.median(host) * 1e6,
                           "gbps": logical["BF16 dispatch"] / statistics.median(dev) / 1e9})
+    calibration = _guard(rank, "host calibration", lambda: _calibration(ctx, data, logical, p, W, N), default=[])
     sweep = _sweep(ctx, ep, opts, sets, W, N, logical) if opts["sweep_chunks"] else []
     dist.barrier(group=ctx.group)
     return {"rank": rank, "rows": rows, "profiling": prof_rows, "other": other, "sweep": sweep,
+            "calibration": calibration,
             "gpu": torch.cuda.get_device_name(), "deepep_measured": deep is not None,
             "recv_rows": logical["BF16 dispatch"] / p.row_bytes}
 
@@ -199,17 +202,47 @@ def _fmt(v, nd=1):
 
 
 def _measure(ctx, lib: _Library, op: str, sms: int, sets: int, W: int, N: int, kernels, graphs: bool) -> dict:
+    """One op of one library, every figure taken the same way for ep_core and DeepEP."""
     fn = lib.op(op, sms)
     dev, host = time_op(ctx, fn, sets, W, N)
+    _, idle = time_op(ctx, fn, sets, min(W, 5), min(N, 30), idle=True)
     out = {"event_us": statistics.median(dev) * 1e6, "p90_us": pct(dev, 90) * 1e6,
            "host_us": statistics.median(host) * 1e6, "host_p90_us": pct(host, 90) * 1e6,
+           "host_idle_us": statistics.median(idle) * 1e6,
            "kernel_us": _us(kernel_seconds(ctx, fn, sets, min(N, 30), kernels)),
-           "tight_us": tight_loop(ctx, fn, sets) * 1e6}
+           "tight_us": tight_loop(ctx, fn, sets) * 1e6,
+           "host_calls": host_calls(ctx, fn, sets)}
     if graphs:
         out["graph_us"] = _guard(ctx.rank, f"graph of {op} at {sms} SMs",
                                  lambda: graph_replay(ctx, capture(lambda: fn(0))) * 1e6, default=-1.0)
         if out["graph_us"] == -1.0:
             out["graph_us"] = None
+    return out
+
+
+def _calibration(ctx, data, logical, p, W, N) -> list[dict]:
+    """Host µs of the primitives a call is made of, timed like the ops (GPU busy ahead): what one
+    allocation, one kernel launch and one event record + wait cost on this machine."""
+    import torch
+
+    rows = max(1, round(logical["BF16 dispatch"] / p.row_bytes))
+    side = torch.cuda.Stream()
+    ev = torch.cuda.Event()
+    cur = torch.cuda.current_stream()
+
+    def record_wait(k):
+        ev.record(cur)
+        side.wait_event(ev)
+
+    prims = (("torch.empty of recv_x (caching allocator)",
+              lambda k: torch.empty((rows, p.hidden), dtype=torch.bfloat16, device=ctx.device)),
+             ("one kernel launch (torch.cuda._sleep(1))", lambda k: torch.cuda._sleep(1)),
+             ("event record + stream wait", record_wait))
+    out = []
+    for name, fn in prims:
+        _, host = time_op(ctx, fn, 1, W, N)
+        out.append({"what": name, "host_us": statistics.median(host) * 1e6, "host_calls": host_calls(ctx, fn, 1)})
+    cur.wait_stream(side)
     return out
 
 
@@ -428,6 +461,7 @@ def format_tables(r0: dict, ranks: int) -> str:
         L.append(f"| {r['sms']} | {r['mode']} | {r['median_us']:.1f} | {r['p90_us']:.1f} | {_fmt(r['kernel_us'])} | "
                  f"{r['host_us']:.1f} | {_ratio(r['median_us'], b.get('median_us'))} | "
                  f"{_ratio(r['p90_us'], b.get('p90_us'))} | {_ratio(r['kernel_us'], b.get('kernel_us'))} |")
+    L += _host_tables(r0)
     if r0["other"]:
         L += ["", "### Other rows", "", "| op | SMs | event µs (p90) | host µs | GB/s |", "| --- | --- | --- | --- | --- |"]
         L += [f"| {r['op']} | {r['sms']} | {r['event_us']:.1f} ({r['p90_us']:.0f}) | {r['host_us']:.1f} | "
@@ -438,6 +472,41 @@ def format_tables(r0: dict, ranks: int) -> str:
         L += [f"| {s['sms']} | {s['chunk']} | {s['dispatch_us']:.1f} | {s['dispatch_gbps']:.1f} | "
               f"{s['combine_us']:.1f} | {s['combine_gbps']:.1f} |" for s in r0["sweep"]]
     return "\n".join(L)
+
+
+def _calls_cell(hc: dict | None, top: int = 7) -> str:
+    """'cudaLaunchKernel 2 × 3.1 µs, aten::empty 1 × 2.0 µs, ...; 9.3 of 14.0 µs' (per op)."""
+    if not hc:
+        return "n/a"
+    items = [(k, n, us) for k, (n, us) in hc.items() if k != "_wall"]
+    shown = ", ".join(f"{k} {n:g} × {us / n:.1f} µs" for k, n, us in items[:top] if n)
+    inside = sum(us for k, _, us in items if not k.startswith("aten::"))  # aten ops contain their cuda calls
+    return f"{shown}; cuda* {inside:.1f} of {hc['_wall'][1]:.1f} µs"
+
+
+def _host_tables(r0: dict) -> list[str]:
+    """Where a call's host time goes, both libraries measured alike (ep_timing.host_calls)."""
+    rows = r0.get("rows", [])
+    if not any(r.get("host_calls") or (r.get("deepep") or {}).get("host_calls") for r in rows) \
+            and not r0.get("calibration"):
+        return []
+    L = ["", "### Host time per call: where it goes", "",
+         "Host µs with the GPU busy ahead (as in the op table) and idle (the host waits for the GPU before each "
+         "call: no queued work); then, under the PyTorch profiler (which adds its own cost per call), the CUDA "
+         "API calls and torch ops inside one call, count × µs each, and the cuda* total against the call's "
+         "profiled wall time.", "",
+         "| op | SMs | library | host µs (busy) | host µs (idle) | inside one call (profiled) |",
+         "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        libs = [("ep_core", r)] + ([("DeepEP", r["deepep"])] if r.get("deepep") else [])
+        for name, d in libs:
+            L.append(f"| {r['op']} | {r['sms']} | {name} | {_fmt(d.get('host_us'))} | {_fmt(d.get('host_idle_us'))} | "
+                     f"{_calls_cell(d.get('host_calls'))} |")
+    if r0.get("calibration"):
+        L += ["", "### Host calibration: the primitives, timed like the ops", "",
+              "| primitive | host µs | inside (profiled) |", "| --- | --- | --- |"]
+        L += [f"| {c['what']} | {c['host_us']:.1f} | {_calls_cell(c.get('host_calls'))} |" for c in r0["calibration"]]
+    return L
 
 
 def main(argv=None) -> int:

@@ -9,6 +9,9 @@ stream) before it times, and reports the slowest rank where ranks differ.
 - `tight_loop`: calls issued back to back with no lead, timed with events: what a training step
   with little other work sees (host cost shows here when it exceeds the GPU's).
 - `graph_replay`: the op captured once in a CUDA graph and replayed back to back.
+- `host_calls`: where a call's host time goes: the CUDA runtime calls and torch ops inside it,
+  counted and timed by the PyTorch profiler (CUPTI's runtime-API callbacks see every cuda* call
+  of the process, the library's own included), with the GPU kept busy ahead as in `time_op`.
 """
 from __future__ import annotations
 
@@ -39,8 +42,10 @@ def _slowest(ctx, values: list[float]) -> list[float]:
     return t.tolist()
 
 
-def time_op(ctx, fn, sets: int, warmup: int, iters: int) -> tuple[list[float], list[float]]:
-    """(per-iteration device seconds of fn(set), per-iteration host seconds of the call), slowest rank."""
+def time_op(ctx, fn, sets: int, warmup: int, iters: int, idle: bool = False) -> tuple[list[float], list[float]]:
+    """(per-iteration device seconds of fn(set), per-iteration host seconds of the call), slowest rank.
+    idle=True: the host waits for the GPU before every call instead (no work queued ahead), so a
+    call's host time cannot include waiting for room in the launch queue."""
     import torch
 
     go = torch.zeros(1, device=ctx.device)
@@ -51,7 +56,10 @@ def time_op(ctx, fn, sets: int, warmup: int, iters: int) -> tuple[list[float], l
     for i in range(warmup + iters):
         _release(ctx, go)
         k = i % sets
-        torch.cuda._sleep(lead)  # the GPU is busy while the host enqueues the op
+        if idle:
+            torch.cuda.synchronize()
+        else:
+            torch.cuda._sleep(lead)  # the GPU is busy while the host enqueues the op
         if i >= warmup:
             starts[i - warmup].record()
         t0 = time.perf_counter_ns()
@@ -98,6 +106,53 @@ def kernel_seconds(ctx, fn, sets: int, iters: int, names: tuple[str, ...]) -> fl
     if any(c == 0 for _, c in per_name.values()):
         return None
     return sum(t / c for t, c in per_name.values()) / 1e6
+
+
+# What host_calls counts inside a call: CUDA runtime / driver entry points and torch operators.
+_HOST_EVENT = ("cuda", "cu", "aten::")
+
+
+def host_calls(ctx, fn, sets: int, iters: int = 30) -> dict | None:
+    """{name: [calls per op, host µs per op]} of the CUDA API calls and torch ops made inside
+    fn(set) (median rank 0's view; the profiler adds its own cost to each), plus "_wall" (µs per
+    op under the profiler). None if the profiler is unavailable."""
+    import torch
+
+    try:
+        from torch.profiler import ProfilerActivity, profile, record_function
+    except ImportError:
+        return None
+    go = torch.zeros(1, device=ctx.device)
+    lead = int(LEAD_US * SM_CLOCK_GHZ * 1e3)
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for i in range(iters):
+                _release(ctx, go)
+                torch.cuda._sleep(lead)
+                with record_function("epscope_bench_op"):
+                    fn(i % sets)
+            torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 (CUPTI missing or busy: say n/a rather than fail the run)
+        return None
+    events = list(prof.events())
+    # by time alone: the profiler numbers its own operator threads differently from the OS thread
+    # ids CUPTI reports, and the benchmark issues everything from one thread
+    ops = [(e.time_range.start, e.time_range.end) for e in events if e.name == "epscope_bench_op"]
+    if not ops:
+        return None
+    out: dict = {}
+    for e in events:
+        if e.name == "epscope_bench_op" or not e.name.startswith(_HOST_EVENT) or e.device_type.name != "CPU":
+            continue
+        t = e.time_range.start
+        if any(b <= t <= end for b, end in ops):
+            c = out.setdefault(e.name, [0.0, 0.0])
+            c[0] += 1
+            c[1] += e.time_range.end - e.time_range.start
+    n = len(ops)
+    res = {k: [v[0] / n, v[1] / n] for k, v in sorted(out.items(), key=lambda kv: -kv[1][1])}
+    res["_wall"] = [1.0, sum(end - b for b, end in ops) / n]
+    return res
 
 
 def tight_loop(ctx, fn, sets: int, calls: int = 50, rounds: int = 5) -> float:

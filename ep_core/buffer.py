@@ -14,9 +14,14 @@ back per chunk and reduces in fp32. There is no ring: the data region of the buf
 rows of a whole op, which is why the buffer size depends on the token count
 (`get_buffer_size_hint`); a call that does not fit raises `EPCapacityError` naming the sizes.
 
-Kernels run on the buffer's communication stream. `previous_event` (or else the current stream)
-orders them after the caller's work; `async_finish=True` returns an EventOverlap to wait on,
-otherwise the current stream waits for the comm stream before the call returns.
+Streams, as DeepEP orders them: `previous_event` (or else the current stream) orders a call after
+the caller's work; `async_finish=True` returns an EventOverlap to wait on, otherwise the current
+stream holds the finished op when the call returns. A call with neither `previous_event`,
+`async_finish` nor `allocate_on_comm_stream` runs its kernels on the current stream itself: the
+same order as forking the communication stream and joining it back, without the two event
+record / wait pairs (issue 9). Every other call runs on the buffer's communication stream. Calls
+of one Buffer follow each other whichever stream each runs on (the Launcher orders a stream
+change with one event), so `synchronize()` waits for the device.
 
 Failures never hang: every device wait is bounded (`timeout_s`, default 10 s, env
 EPSCOPE_TIMEOUT_S). A timed-out kernel fills a host-mapped error record and returns; the host
@@ -543,8 +548,12 @@ class Buffer:
         raise (EPTimeoutError if self._err.flag() == 1 else EPCapacityError)(msg)
 
     def synchronize(self) -> None:
-        """Wait for the comm stream and raise any device error of the calls so far."""
-        self.comm_stream.synchronize()
+        """Wait for every call so far (on the comm stream and, direct calls, on the callers'
+        streams: the device) and raise any device error of them."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        else:  # the CPU tests' fake Buffer
+            self.comm_stream.synchronize()
         self._raise_device_error()
 
     # -- profiling -------------------------------------------------------------------------------

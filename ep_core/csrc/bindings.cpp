@@ -260,6 +260,11 @@ struct StreamMode {
   bool join;          // `compute` waits for the comm stream at the end (async_finish=False)
   bool async_finish;  // the call's tensors are recorded on the comm stream (the caller gets an event)
   bool alloc_on_comm; // outputs are allocated on the comm stream (allocate_on_comm_stream=True)
+
+  // fork + join and nothing that needs the comm stream: running on the caller's stream orders the
+  // op exactly as fork, comm-stream kernels, join would, without two event record / wait pairs
+  // (4 of a call's 6-7 CUDA API calls, issue 9).
+  bool direct() const { return fork && join && !async_finish && !alloc_on_comm; }
 };
 
 // ---- the launcher ---------------------------------------------------------------------------
@@ -288,6 +293,8 @@ class Launcher {
     check_cuda(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventCreateWithFlags(&hook_sent_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventCreateWithFlags(&hook_received_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&order_, cudaEventDisableTiming), "cudaEventCreate");
+    last_ = comm_;
   }
   Launcher(const Launcher&) = delete;
   Launcher& operator=(const Launcher&) = delete;
@@ -296,6 +303,7 @@ class Launcher {
     cudaEventDestroy(join_);
     cudaEventDestroy(hook_sent_);
     cudaEventDestroy(hook_received_);
+    cudaEventDestroy(order_);
   }
 
   DispatchLayout layout(const torch::Tensor& topk_idx, int64_t num_experts, const StreamMode& m, int64_t prof) {
@@ -303,7 +311,7 @@ class Launcher {
                 "ep_core: topk_idx must be a CUDA int64 [T, K] tensor");
     const torch::Tensor idx = topk_idx.contiguous();
     const int64_t T = idx.size(0), K = idx.size(1);
-    begin(m);
+    const cudaStream_t s = begin(m);
     DispatchLayout out;
     {
       c10::optional<c10::StreamGuard> guard;
@@ -314,16 +322,16 @@ class Launcher {
       out.is_token_in_rank = torch::empty({T, int64_t(num_ranks_)}, idx.options().dtype(torch::kBool));
     }
     // zeroed on the comm stream: torch::zeros would fill on the current stream, unordered with it
-    check_cuda(cudaMemsetAsync(out.num_tokens_per_rank.data_ptr(), 0, out.num_tokens_per_rank.nbytes(), comm_), "memset");
-    check_cuda(cudaMemsetAsync(out.num_tokens_per_expert.data_ptr(), 0, out.num_tokens_per_expert.nbytes(), comm_),
+    check_cuda(cudaMemsetAsync(out.num_tokens_per_rank.data_ptr(), 0, out.num_tokens_per_rank.nbytes(), s), "memset");
+    check_cuda(cudaMemsetAsync(out.num_tokens_per_expert.data_ptr(), 0, out.num_tokens_per_expert.nbytes(), s),
                "memset");
     if (T > 0)
       check_cuda(ep_core::layout::get_dispatch_layout(idx.data_ptr<int64_t>(), int(T), int(K), int(num_experts),
                                                       num_ranks_, out.num_tokens_per_rank.data_ptr<int>(),
                                                       out.num_tokens_per_expert.data_ptr<int>(),
-                                                      out.is_token_in_rank.data_ptr<bool>(), as_ptr(prof), comm_),
+                                                      out.is_token_in_rank.data_ptr<bool>(), as_ptr(prof), s),
                  "layout launch");
-    end(m, {&idx, &out.num_tokens_per_rank, &out.num_tokens_per_expert, &out.is_token_in_rank});
+    end(m, s, {&idx, &out.num_tokens_per_rank, &out.num_tokens_per_expert, &out.is_token_in_rank});
     return out;
   }
 
@@ -340,7 +348,7 @@ class Launcher {
     TORCH_CHECK(num_tokens_per_expert.is_cuda() && num_tokens_per_expert.is_contiguous() &&
                     num_tokens_per_expert.scalar_type() == torch::kInt32 && num_tokens_per_expert.numel() == num_experts,
                 "ep_core: num_tokens_per_expert must be a contiguous int32 [num_experts] tensor");
-    begin(m);
+    begin(m, /*allow_direct=*/false);  // read_back waits for the comm stream
     const int64_t P = ep_core::kMaxChunks + 1;
     Notified out;
     {
@@ -420,9 +428,9 @@ class Launcher {
       }
     }
 
-    begin(m);
+    const cudaStream_t s = begin(m, /*allow_direct=*/!p.hook.on);  // a hook's send half is on the comm stream
     if (p.open_op)
-      check_cuda(ep_core::notify::barrier(peers_, num_ranks_, fail(ep_core::kKernelBarrier), as_ptr(prof_open), comm_),
+      check_cuda(ep_core::notify::barrier(peers_, num_ranks_, fail(ep_core::kKernelBarrier), as_ptr(prof_open), s),
                  "barrier launch");
     Received out;
     {
@@ -440,9 +448,9 @@ class Launcher {
     // so they are ordered before the kernel. All-ones bytes are -1 as int64.
     if (p.num_topk > 0 && p.recv_rows > p.fill_from) {
       const size_t off = size_t(p.fill_from) * p.num_topk, n = size_t(p.recv_rows - p.fill_from) * p.num_topk;
-      check_cuda(cudaMemsetAsync(out.topk_idx->data_ptr<int64_t>() + off, 0xff, n * sizeof(int64_t), comm_), "memset");
+      check_cuda(cudaMemsetAsync(out.topk_idx->data_ptr<int64_t>() + off, 0xff, n * sizeof(int64_t), s), "memset");
       if (p.with_weights)
-        check_cuda(cudaMemsetAsync(out.topk_weights->data_ptr<float>() + off, 0, n * sizeof(float), comm_), "memset");
+        check_cuda(cudaMemsetAsync(out.topk_weights->data_ptr<float>() + off, 0, n * sizeof(float), s), "memset");
     }
     ep_core::dispatch::Args a{};
     a.x = x.data_ptr();
@@ -472,7 +480,7 @@ class Launcher {
       a.stage = p.hook.stage;
     }
     check_cuda(ep_core::dispatch::dispatch(a, p.rows, peers_, num_ranks_, p.num_blocks, fail(ep_core::kKernelDispatch),
-                                           as_ptr(prof_kernel), comm_),
+                                           as_ptr(prof_kernel), s),
                "dispatch launch");
     if (p.hook.on)
       send_hook(ep_core::hook::plan_dispatch(p.hook.rank_prefix.data(), num_ranks_, rank_, peers_, p.rows, p.hook.stage,
@@ -484,7 +492,7 @@ class Launcher {
     if (p.with_weights) used.push_back(&w);
     for (const auto* t : {&out.scales, &out.topk_idx, &out.topk_weights})
       if (given(*t)) used.push_back(&**t);
-    end(m, used);
+    end(m, s, used);
     return out;
   }
 
@@ -549,8 +557,8 @@ class Launcher {
                         "ep_core: bias must be bf16 [", h.num_tokens, ", ", p.hidden, "]");
     }
 
-    begin(m);
-    check_cuda(ep_core::notify::barrier(peers_, num_ranks_, fail(ep_core::kKernelBarrier), as_ptr(prof_open), comm_),
+    const cudaStream_t s = begin(m, /*allow_direct=*/!p.hook.on);  // a hook's send half is on the comm stream
+    check_cuda(ep_core::notify::barrier(peers_, num_ranks_, fail(ep_core::kKernelBarrier), as_ptr(prof_open), s),
                "barrier launch");
     Combined out;
     {
@@ -567,7 +575,7 @@ class Launcher {
     } else {
       const ep_core::combine::Args a = combine_args(p, xc, w, b, out, p.num_sender_blocks, ep_core::kHookOff);
       check_cuda(ep_core::combine::combine(a, p.rows, peers_, num_ranks_, p.num_blocks, fail(ep_core::kKernelCombine),
-                                           as_ptr(prof_kernel), comm_),
+                                           as_ptr(prof_kernel), s),
                  "combine launch");
     }
     std::vector<const torch::Tensor*> used{&xc, &out.x};
@@ -575,7 +583,7 @@ class Launcher {
     for (const auto& t : b)
       if (t.defined()) used.push_back(&t);
     if (given(out.topk_weights)) used.push_back(&*out.topk_weights);
-    end(m, used);
+    end(m, s, used);
     return out;
   }
 
@@ -646,6 +654,7 @@ class Launcher {
   void receive_end(cudaStream_t s) {
     check_cuda(cudaEventRecord(hook_received_, s), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(comm_, hook_received_, 0), "cudaStreamWaitEvent");
+    last_ = s;  // the op ended here (begin orders the next op after it)
   }
 
   ep_core::FailCtx fail(int kernel) const {
@@ -664,15 +673,36 @@ class Launcher {
     a.recv_num_chunks = h.recv_num_chunks.data_ptr<int>();
   }
 
-  // The comm stream waits for the caller's work (one reused event: a wait captures the event's
-  // state when it is enqueued, so re-recording it later is safe, also inside a graph capture).
-  void begin(const StreamMode& m) {
-    if (!m.fork) return;
-    check_cuda(cudaEventRecord(fork_, as_stream(m.compute)), "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(comm_, fork_, 0), "cudaStreamWaitEvent");
+  // Where a call's kernels run, ordered after the previous op and the caller's work. A direct
+  // mode runs on the caller's stream; any other on the comm stream, which first waits for the
+  // caller (fork; one reused event: a wait captures the event's state when it is enqueued, so
+  // re-recording it later is safe, also inside a graph capture). Ops of one Buffer share its
+  // buffer and signals, so each must follow the previous one: on the same stream that is stream
+  // order; when the stream changes (a direct call after an async one, or the caller moved to
+  // another stream) the new stream waits for the old one, except inside a graph capture, where
+  // nothing runs while capturing and a replay is ordered by its caller.
+  cudaStream_t begin(const StreamMode& m, bool allow_direct = true) {
+    cudaStream_t s = allow_direct && m.direct() ? as_stream(m.compute) : comm_;
+    const bool fork = s == comm_ && m.fork;
+    if (s != last_ && !(fork && last_ == as_stream(m.compute))) follow(last_, s);  // the fork orders it too
+    if (fork) {
+      check_cuda(cudaEventRecord(fork_, as_stream(m.compute)), "cudaEventRecord");
+      check_cuda(cudaStreamWaitEvent(comm_, fork_, 0), "cudaStreamWaitEvent");
+    }
+    last_ = s;
+    return s;
   }
 
-  void end(const StreamMode& m, const std::vector<const torch::Tensor*>& used) {
+  void follow(cudaStream_t prev, cudaStream_t next) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(next, &st), "cudaStreamIsCapturing");
+    if (st != cudaStreamCaptureStatusNone) return;
+    check_cuda(cudaEventRecord(order_, prev), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(next, order_, 0), "cudaStreamWaitEvent");
+  }
+
+  void end(const StreamMode& m, cudaStream_t s, const std::vector<const torch::Tensor*>& used) {
+    if (s != comm_) return;  // direct: the caller's stream already holds the op
     if (m.async_finish)
       for (const auto* t : used)
         if (t->defined() && t->numel() > 0) t->record_stream(comm_torch_);
@@ -681,8 +711,8 @@ class Launcher {
       check_cuda(cudaStreamWaitEvent(as_stream(m.compute), join_, 0), "cudaStreamWaitEvent");
     }
   }
-  void end(const StreamMode& m, std::initializer_list<const torch::Tensor*> used) {
-    end(m, std::vector<const torch::Tensor*>(used));
+  void end(const StreamMode& m, cudaStream_t s, std::initializer_list<const torch::Tensor*> used) {
+    end(m, s, std::vector<const torch::Tensor*>(used));
   }
 
   int num_ranks_, rank_;
@@ -691,7 +721,8 @@ class Launcher {
   c10::Stream comm_torch_;
   PeerPtrs peers_{};
   ep_core::FailCtx fail_{};
-  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr, order_ = nullptr;
+  cudaStream_t last_ = nullptr;  // the stream the previous op ended on (begin, receive_end)
   // hook mode: the end of the pending op's send half (comm stream) and of its receive half (the
   // caller's stream). One of each: the Buffer allows one pending hook (ep_core/buffer.py).
   cudaEvent_t hook_sent_ = nullptr, hook_received_ = nullptr;

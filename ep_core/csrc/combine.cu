@@ -42,6 +42,44 @@ __device__ __forceinline__ void add_bf16x8(float (&acc)[8], const int4& v) {
   }
 }
 
+// One lane's kU vectors j, j + 32, ... of a token: loaded from every rank the token went to (its
+// own rank's rows from the local input, the peers' from this rank's buffer), summed in fp32 with
+// the optional biases, stored as bf16. The whole-group case (kTail = false) has no per-vector
+// bound and one address per source, so the hot loop's shape does not depend on what else the
+// kernel holds (the instrumented build's recorder state changed how the compiler laid out the
+// old loop, which computed addresses and bounds per vector: +11 % stall cycles, benchmarks/NOTES.md).
+template <int kNumRanks, int kU, bool kTail>
+__device__ __forceinline__ void reduce_piece(const int4* const (&src)[kNumRanks], int me, const int4* b0,
+                                             const int4* b1, int4* out, int j, int nvec) {
+  int4 v[kNumRanks][kU];
+#pragma unroll
+  for (int d = 0; d < kNumRanks; ++d) {
+    if (src[d] == nullptr) continue;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int jj = j + u * 32;
+      if (kTail && jj >= nvec) continue;
+      v[d][u] = d == me ? ld_nc(src[d] + jj) : ld_peer_written(src[d] + jj);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int jj = j + u * 32;
+    if (kTail && jj >= nvec) continue;
+    float acc[8] = {};
+#pragma unroll
+    for (int d = 0; d < kNumRanks; ++d)
+      if (src[d] != nullptr) add_bf16x8(acc, v[d][u]);
+    if (b0 != nullptr) add_bf16x8(acc, ld_nc(b0 + jj));
+    if (b1 != nullptr) add_bf16x8(acc, ld_nc(b1 + jj));
+    int4 o;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+    st_na(out + jj, o);
+  }
+}
+
 template <int kNumRanks>
 __device__ void send(const Args& a, const RowRegions& rows, const PeerPtrs& peers, const FailCtx& f,
                      epscope::WarpRecorder& rec) {
@@ -142,37 +180,19 @@ __device__ void reduce(const Args& a, const RowRegions& rows, const PeerPtrs& pe
         const int pos = a.send_pos[int64_t(t) * kNumRanks + d];
         row[d] = pos < 0 ? -1 : base[d] + pos;
       }
-      constexpr int kReduceUnroll = reduce_unroll<kNumRanks>();
-      for (int j = lane; j < nvec; j += 32 * kReduceUnroll) {
-        int4 v[kNumRanks][kReduceUnroll];
+      // the token's rows, computed once per token (null: it did not go to that rank)
+      const int4* src[kNumRanks];
 #pragma unroll
-        for (int d = 0; d < kNumRanks; ++d) {
-          if (row[d] < 0) continue;
-#pragma unroll
-          for (int u = 0; u < kReduceUnroll; ++u) {
-            const int jj = j + u * 32;
-            if (jj >= nvec) continue;
-            v[d][u] = d == me ? ld_nc(own_x + int64_t(row[d]) * nvec + jj)
-                              : ld_peer_written(region_x + int64_t(row[d]) * nvec + jj);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kReduceUnroll; ++u) {
-          const int jj = j + u * 32;
-          if (jj >= nvec) continue;
-          float acc[8] = {};
-#pragma unroll
-          for (int d = 0; d < kNumRanks; ++d)
-            if (row[d] >= 0) add_bf16x8(acc, v[d][u]);
-          if (a.bias0 != nullptr) add_bf16x8(acc, ld_nc(static_cast<const int4*>(a.bias0) + int64_t(t) * nvec + jj));
-          if (a.bias1 != nullptr) add_bf16x8(acc, ld_nc(static_cast<const int4*>(a.bias1) + int64_t(t) * nvec + jj));
-          int4 o;
-          __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-          st_na(static_cast<int4*>(a.out) + int64_t(t) * nvec + jj, o);
-        }
-      }
+      for (int d = 0; d < kNumRanks; ++d)
+        src[d] = row[d] < 0 ? nullptr : (d == me ? own_x : region_x) + int64_t(row[d]) * nvec;
+      const int4* b0 = a.bias0 != nullptr ? static_cast<const int4*>(a.bias0) + int64_t(t) * nvec : nullptr;
+      const int4* b1 = a.bias1 != nullptr ? static_cast<const int4*>(a.bias1) + int64_t(t) * nvec : nullptr;
+      int4* out = static_cast<int4*>(a.out) + int64_t(t) * nvec;
+      constexpr int kU = reduce_unroll<kNumRanks>();
+      int j = lane;
+#pragma unroll 1  // kU vectors per source in flight, as designed
+      for (; j + 32 * (kU - 1) < nvec; j += 32 * kU) reduce_piece<kNumRanks, kU, false>(src, me, b0, b1, out, j, nvec);
+      if (j < nvec) reduce_piece<kNumRanks, kU, true>(src, me, b0, b1, out, j, nvec);
       if (a.out_weights != nullptr && lane < K) {
         float w = 0.f;
 #pragma unroll

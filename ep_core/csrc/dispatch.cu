@@ -32,6 +32,39 @@ __device__ __forceinline__ T* dst_ptr(void* own_out, const PeerPtrs& peers, size
   return d == me ? static_cast<T*>(own_out) : reinterpret_cast<T*>(peers.base[d] + region);
 }
 
+// One lane's kUnroll vectors of a row, i, i + 32, ..., loaded once and stored to every destination.
+// The whole-group case (kTail = false) has no per-vector bound: the hot loop is a fixed pattern of
+// loads and stores at constant offsets from one address per destination, whatever else the kernel
+// holds (the instrumented build's recorder state changed how the compiler laid out a loop that
+// computed addresses and bounds per vector: +8 % stall cycles, benchmarks/NOTES.md issue 9).
+template <int kNumRanks, bool kTail>
+__device__ __forceinline__ void copy_row_piece(const int4* src, int4* const (&dst)[kNumRanks], int i, int nvec) {
+  int4 v[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+    if (!kTail || i + u * 32 < nvec) v[u] = ld_nc(src + i + u * 32);
+#pragma unroll
+  for (int d = 0; d < kNumRanks; ++d) {
+    if (dst[d] == nullptr) continue;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (!kTail || i + u * 32 < nvec) st_na(dst[d] + i + u * 32, v[u]);
+  }
+}
+
+// One thread's kUnroll vectors i, i + kNumThreads, ... of a chunk a peer wrote into this rank's
+// buffer, copied to recv_x (same shape as copy_row_piece: no per-vector bound on a whole group).
+template <bool kTail>
+__device__ __forceinline__ void copy_out_piece(const int4* src, int4* dst, int64_t i, int64_t n) {
+  int4 v[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+    if (!kTail || i + u * kNumThreads < n) v[u] = ld_peer_written(src + i + u * kNumThreads);
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+    if (!kTail || i + u * kNumThreads < n) st_na(dst + i + u * kNumThreads, v[u]);
+}
+
 template <int kNumRanks>
 __device__ void send(const Args& a, const RowRegions& rows, const PeerPtrs& peers, const FailCtx& f,
                      epscope::WarpRecorder& rec) {
@@ -64,21 +97,16 @@ __device__ void send(const Args& a, const RowRegions& rows, const PeerPtrs& peer
           }
         }
       }
+      // the token's row in every destination, computed once per token (null: not sent there)
       const int4* src = static_cast<const int4*>(a.x) + int64_t(t) * nvec;
-      for (int i = lane; i < nvec; i += 32 * kUnroll) {
-        int4 v[kUnroll];
+      int4* dst[kNumRanks];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (i + u * 32 < nvec) v[u] = ld_nc(src + i + u * 32);
-#pragma unroll
-        for (int d = 0; d < kNumRanks; ++d) {
-          if (row[d] < 0) continue;
-          int4* dst = dst_ptr<int4>(a.recv_x, peers, rows.x, d, me) + int64_t(row[d]) * nvec + i;
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u)
-            if (i + u * 32 < nvec) st_na(dst + u * 32, v[u]);
-        }
-      }
+      for (int d = 0; d < kNumRanks; ++d)
+        dst[d] = row[d] < 0 ? nullptr : dst_ptr<int4>(a.recv_x, peers, rows.x, d, me) + int64_t(row[d]) * nvec;
+      int i = lane;
+#pragma unroll 1  // kUnroll loads in flight per lane, as designed (not 2 x kUnroll)
+      for (; i + 32 * (kUnroll - 1) < nvec; i += 32 * kUnroll) copy_row_piece<kNumRanks, false>(src, dst, i, nvec);
+      if (i < nvec) copy_row_piece<kNumRanks, true>(src, dst, i, nvec);
       if (a.x_scales != nullptr) {
         for (int i = lane; i < ns; i += 32) {
           const float s = a.x_scales[int64_t(t) * a.scale_token_stride + int64_t(i) * a.scale_hidden_stride];
@@ -158,15 +186,11 @@ __device__ void receive(const Args& a, const RowRegions& rows, const PeerPtrs& p
       const int4* src = reinterpret_cast<const int4*>(own + rows.x) + int64_t(row0) * nvec;
       int4* dst = static_cast<int4*>(a.recv_x) + int64_t(row0) * nvec;
       const int64_t n = int64_t(cnt) * nvec;
-      for (int64_t i = tid; i < n; i += int64_t(kNumThreads) * kUnroll) {
-        int4 v[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (i + u * kNumThreads < n) v[u] = ld_peer_written(src + i + u * kNumThreads);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (i + u * kNumThreads < n) st_na(dst + i + u * kNumThreads, v[u]);
-      }
+      int64_t i = tid;
+#pragma unroll 1
+      for (; i + int64_t(kNumThreads) * (kUnroll - 1) < n; i += int64_t(kNumThreads) * kUnroll)
+        copy_out_piece<false>(src, dst, i, n);
+      if (i < n) copy_out_piece<true>(src, dst, i, n);
     }
     if (a.recv_scales != nullptr) {
       const float* src = reinterpret_cast<const float*>(own + rows.scales) + int64_t(row0) * ns;

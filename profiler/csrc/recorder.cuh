@@ -87,37 +87,33 @@ class WarpRecorder {
   // Same, for kernels that number their warps themselves (e.g. a persistent kernel whose warp
   // plays several roles): region = block * warps_per_block + warp.
   __device__ __forceinline__ void init(void* buf, uint32_t block, uint32_t warp) {
-    on_ = false;
-    cap_ = 0;
-    n_ = 0;
+    buf_ = static_cast<char*>(buf);
+    next_ = 0;
+    end_ = 0;
+    hires_ = 0;
     if (buf == nullptr) return;
     auto* hdr = static_cast<const BufferHeader*>(buf);
     const uint32_t wpb = hdr->warps_per_block;
     const uint32_t region = block * wpb + warp;
     // A host that sized the buffer for another grid records nothing rather than corrupting
-    // memory; the decoder reports those regions as UNUSED.
-    if (warp >= wpb || region >= hdr->num_regions) return;
+    // memory; the decoder reports those regions as UNUSED. Only lane 0 records: the other lanes
+    // keep end_ = 0, so their records fail the same bound as a full region, with no branch in put().
+    if (warp >= wpb || region >= hdr->num_regions || lane_id() != 0) return;
     const uint32_t cap = hdr->region_capacity;
+    const uint64_t region_slot = kHeaderSlots + uint64_t(region) * (kHeaderSlots + cap);
+    // slot indices are 32-bit: a buffer past 64 GiB (never sized so by the host) records nothing
+    if (region_slot + kHeaderSlots + cap > 0xffffffffull) return;
+    next_ = uint32_t(region_slot) + kHeaderSlots;
+    end_ = next_ + cap;
     hires_ = (hdr->flags & kFlagHires) != 0 ? 1u : 0u;
-    const uint64_t stride = sizeof(RegionHeader) + uint64_t(cap) * sizeof(Record);
-    auto* rh = reinterpret_cast<RegionHeader*>(static_cast<char*>(buf) + sizeof(BufferHeader) + region * stride);
-    recs_ = __cvta_generic_to_global(rh + 1);
-    on_ = true;
-    if (lane_id() == 0) {
-      // Only lane 0 stores: the other lanes keep cap_ = 0, so their records are "dropped" by the
-      // same predicate that bounds lane 0's region, with no branch in put().
-      cap_ = cap;
-      region_ = rh;
-      rh->sm = smid();
-      rh->block = block;
-      rh->warp = static_cast<uint16_t>(warp);
-      rh->clk_start = clock64();
-      rh->gt_start = globaltimer();
-      rh->state = kRegionStarted;
-    }
+    RegionHeader* rh = region_header();
+    rh->sm = smid();
+    rh->block = block;
+    rh->warp = static_cast<uint16_t>(warp);
+    rh->clk_start = clock64();
+    rh->gt_start = globaltimer();
+    rh->state = kRegionStarted;
   }
-
-  __device__ __forceinline__ bool enabled() const { return on_; }
 
   __device__ __forceinline__ void begin(uint16_t phase, uint32_t payload = 0) { put(kKindBegin, phase, payload); }
   __device__ __forceinline__ void end(uint16_t phase, uint32_t payload = 0) { put(kKindEnd, phase, payload); }
@@ -128,52 +124,65 @@ class WarpRecorder {
   // Close the region: how many records were attempted (the decoder derives drops from it) and
   // the end clock pair for high-resolution conversion.
   __device__ __forceinline__ void finish() {
-    if (region_ != nullptr) {
-      region_->clk_end = clock64();
-      region_->gt_end = globaltimer();
-      region_->attempted = n_;
-      region_->state = kRegionFinished;
+    if (end_ != 0) {
+      RegionHeader* rh = region_header();
+      rh->clk_end = clock64();
+      rh->gt_end = globaltimer();
+      rh->attempted = next_ - first_slot();
+      rh->state = kRegionFinished;
     }
-    region_ = nullptr;
-    on_ = false;
-    cap_ = 0;
+    next_ = 0;
+    end_ = 0;
   }
 
  private:
-  // One record = one timer read and one predicated 16-byte store, straight-line code. The timer
-  // is chosen by the region's mode (hires_ is loop-invariant), and ptxas turns the two reads into
-  // a predicated pair of which exactly one executes (cuobjdump: `@P0 CS2R SR_CLOCKLO` /
-  // `@!P0 CS2R SR_GLOBALTIMERLO`, then `@!P2 STG.E.128`). The store's predicate p = (n_ < cap_)
-  // is false on lanes 1..31, when the region is full and when the recorder is off (cap_ = 0).
-  // History (benchmarks/NOTES.md): a first version with C++ branches cost 83 cycles a record
-  // (recorder-h200-2026-11-29-v1-branchy.md); the next one predicated both reads inside one asm
-  // block, which ptxas compiled to two unconditional reads plus SELs, 37-42 cycles; a store
-  // deferred to the next record site cost 78-85.
-  __device__ __forceinline__ void put(uint8_t kind, uint16_t id, uint32_t payload) {
-    const uint64_t dst = recs_ + uint64_t(n_) * sizeof(Record);
-    const uint32_t idkind = uint32_t(id) | (uint32_t(kind) << 16);  // Record bytes 8..11: id, kind, reserved
-    uint64_t t;
-    if (hires_) asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
-    else asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    asm volatile(
-        "{\n\t"
-        ".reg .pred p;\n\t"
-        ".reg .b32 lo, hi;\n\t"
-        "setp.lt.u32 p, %1, %2;\n\t"
-        "mov.b64 {lo, hi}, %3;\n\t"
-        "@p st.global.v4.u32 [%0], {lo, hi, %4, %5};\n\t"
-        "}"
-        :
-        : "l"(dst), "r"(n_), "r"(cap_), "l"(t), "r"(idkind), "r"(payload));
-    ++n_;  // counts drops too: nothing is dropped silently
+  static constexpr uint32_t kHeaderSlots = sizeof(RegionHeader) / sizeof(Record);  // also sizeof(BufferHeader) / 16
+  static_assert(sizeof(BufferHeader) == sizeof(RegionHeader), "slot arithmetic: both headers are kHeaderSlots records");
+
+  __device__ __forceinline__ uint32_t first_slot() const {
+    return end_ - static_cast<const BufferHeader*>(static_cast<void*>(buf_))->region_capacity;
+  }
+  __device__ __forceinline__ RegionHeader* region_header() const {
+    return reinterpret_cast<RegionHeader*>(buf_ + uint64_t(first_slot() - kHeaderSlots) * sizeof(Record));
   }
 
-  uint64_t recs_ = 0;               // global address of this warp's first record
-  RegionHeader* region_ = nullptr;  // lane 0 of an active warp only
-  uint32_t n_ = 0;
-  uint32_t cap_ = 0;                // records lane 0 may store; 0 on other lanes and when off
-  uint32_t hires_ = 0;
-  bool on_ = false;
+  // One record: a bound check, the timer, one predicated 16-byte store, in one asm block so that
+  // the compare issues before the timer read. ptxas schedules nothing across a timer read, so a
+  // compare placed after it (where the compiler sinks a C++ one) puts its 13-cycle predicate
+  // latency after the read, in front of the store. The bound (next_ < end_) is false on lanes
+  // 1..31, when the region is full and when the recorder is off. In hires mode the clock64 read
+  // replaces the globaltimer one (ptxas: CS2R, CS2R, SEL; both reads cost an issue slot, no
+  // branch). History (benchmarks/NOTES.md): C++ branches 83 cycles a record; two predicated
+  // reads in one block, compare after them, 37-42; a deferred store 78-85; one predicated read
+  // pair plus a C++ compare (843a8f8) 39-43 (ptxas: 31 stall cycles per record).
+  __device__ __forceinline__ void put(uint8_t kind, uint16_t id, uint32_t payload) {
+    const uint64_t dst = __cvta_generic_to_global(buf_) + uint64_t(next_) * sizeof(Record);
+    const uint32_t idkind = uint32_t(id) | (uint32_t(kind) << 16);  // Record bytes 8..11: id, kind, reserved
+    asm volatile(
+        "{\n\t"
+        ".reg .pred p, h;\n\t"
+        ".reg .b64 t;\n\t"
+        ".reg .b32 lo, hi;\n\t"
+        "setp.lt.u32 p, %1, %2;\n\t"
+        "setp.ne.u32 h, %5, 0;\n\t"
+        "mov.u64 t, %%globaltimer;\n\t"
+        "@h mov.u64 t, %%clock64;\n\t"
+        "mov.b64 {lo, hi}, t;\n\t"
+        "@p st.global.v4.u32 [%0], {lo, hi, %3, %4};\n\t"
+        "}"
+        :
+        : "l"(dst), "r"(next_), "r"(end_), "r"(idkind), "r"(payload), "r"(hires_));
+    ++next_;  // counts drops too: nothing is dropped silently
+  }
+
+  // The whole state: two slot indices and the mode, 3 registers. buf_ is the kernel's own
+  // parameter, which the compiler re-reads from the constant bank rather than holding it: the
+  // state stays live across a kernel's hot loops, where every register it holds is one the copy
+  // loop cannot use (the first instrumented build kept 8, benchmarks/NOTES.md issue 9).
+  char* buf_ = nullptr;
+  uint32_t next_ = 0;   // slot (16-byte unit from buf_) of this warp's next record; counts drops too
+  uint32_t end_ = 0;    // first slot past this warp's region; 0 on lanes 1..31 and when off
+  uint32_t hires_ = 0;  // 1: records hold clock64 cycles (BufferHeader flag HIRES)
 };
 
 #else  // EPSCOPE_PROFILE == 0: off means off.
@@ -182,7 +191,6 @@ class WarpRecorder {
  public:
   __device__ __forceinline__ void init(void*) {}
   __device__ __forceinline__ void init(void*, uint32_t, uint32_t) {}
-  __device__ __forceinline__ bool enabled() const { return false; }
   __device__ __forceinline__ void begin(uint16_t, uint32_t = 0) {}
   __device__ __forceinline__ void end(uint16_t, uint32_t = 0) {}
   __device__ __forceinline__ void instant(uint16_t, uint32_t = 0) {}

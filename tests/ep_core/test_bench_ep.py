@@ -73,3 +73,24 @@ def test_arguments():
     assert a.ranks == 8 and a.sms == [24, 64, 132]
     with pytest.raises(SystemExit):
         bench_ep.parse_args(["--ranks", "9"])
+
+
+def test_host_table_puts_both_libraries_calls_side_by_side():
+    r0 = _r0(deepep_measured=True)
+    r0["rows"][0].update(host_idle_us=12.5, host_calls={"cudaLaunchKernel": [2.0, 8.0], "aten::empty": [1.0, 3.0],
+                                                        "_wall": [1.0, 20.0]})
+    r0["rows"][0]["deepep"] = dict(kernel_us=230.5, host_us=61.0, host_idle_us=40.0, tight_us=290.0,
+                                   host_calls={"cudaLaunchKernel": [2.0, 6.0], "cudaEventRecord": [2.0, 4.0],
+                                               "_wall": [1.0, 30.0]})
+    r0["calibration"] = [dict(what="one kernel launch (torch.cuda._sleep(1))", host_us=4.2,
+                              host_calls={"cudaLaunchKernel": [1.0, 3.5], "_wall": [1.0, 6.0]})]
+    lines = bench_ep.format_tables(r0, 2).splitlines()
+    ep = next(line for line in lines if line.startswith("| BF16 dispatch | 64 | ep_core |"))
+    # per call: count x µs each; the cuda* total leaves the aten op out (it holds its own cuda calls)
+    assert "| 20.0 | 12.5 | cudaLaunchKernel 2 × 4.0 µs, aten::empty 1 × 3.0 µs; cuda* 8.0 of 20.0 µs |" in ep
+    deep = next(line for line in lines if line.startswith("| BF16 dispatch | 64 | DeepEP |"))
+    assert "| 61.0 | 40.0 | cudaLaunchKernel 2 × 3.0 µs, cudaEventRecord 2 × 2.0 µs; cuda* 10.0 of 30.0 µs |" in deep
+    # a row measured without the profiler says so rather than leaving the cell empty
+    assert next(line for line in lines if line.startswith("| BF16 combine | 24 | ep_core |")).endswith("| n/a |")
+    cal = next(line for line in lines if line.startswith("| one kernel launch"))
+    assert cal == "| one kernel launch (torch.cuda._sleep(1)) | 4.2 | cudaLaunchKernel 1 × 3.5 µs; cuda* 3.5 of 6.0 µs |"
