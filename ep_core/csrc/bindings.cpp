@@ -680,7 +680,10 @@ class Launcher {
   // buffer and signals, so each must follow the previous one: on the same stream that is stream
   // order; when the stream changes (a direct call after an async one, or the caller moved to
   // another stream) the new stream waits for the old one, except inside a graph capture, where
-  // nothing runs while capturing and a replay is ordered by its caller.
+  // nothing runs while capturing and a replay is ordered by its caller. That wait is on the old
+  // stream's state at this call, so a previous_event call right after a direct one also waits for
+  // caller work queued between the two (more order than needed, never less; steady use of one
+  // mode never switches streams).
   cudaStream_t begin(const StreamMode& m, bool allow_direct = true) {
     cudaStream_t s = allow_direct && m.direct() ? as_stream(m.compute) : comm_;
     const bool fork = s == comm_ && m.fork;
