@@ -37,7 +37,7 @@ def critical(run: LoadedRun) -> analysis.CriticalPath:
 
 
 def idle(run: LoadedRun) -> analysis.IdleReport:
-    return run.cached("idle", lambda: analysis.idle_warps(events(run), registry=registry(run)))
+    return run.cached("idle", lambda: analysis.idle_warps(events(run), registry=registry(run), launches=run.launches))
 
 
 def barriers(run: LoadedRun) -> analysis.BarrierReport:

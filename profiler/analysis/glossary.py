@@ -98,7 +98,8 @@ SECTIONS: dict[str, dict[str, str]] = {
                        "covers.",
         "busy share": "busy / kernel time.",
         "did work": "Busy at least 1% of the busiest warp of the same kernel (any rank); below that a warp only "
-                    "waited, idled or met barriers.",
+                    "waited, idled or met barriers. A warp that recorded nothing at all (its launch's profile "
+                    "buffer has a region for it: the launch table's regions) did no work either.",
         "waiting": "Time in wait spans, idle spans and barrier waits (unfinished ones included), summed over "
                    "the warp's launches.",
         "idle": "kernel time - busy.",

@@ -1,7 +1,8 @@
 """Idle warps and starvation, within a rank and across ranks (columns: package docstring).
 
 Busy time is the leaf time of a warp's work spans (nested children counted once, by the graph's
-segment ownership); wait time is its wait spans, idle spans and barrier waits, unfinished ones
+segment ownership); a warp that recorded nothing at all counts as a warp with no work when the
+launch table says it existed (`launches=`: its profile buffer's regions); wait time is its wait spans, idle spans and barrier waits, unfinished ones
 included (they last until the kernel gave up). A warp "did no work" when its busy time is below
 NO_WORK_SHARE of the busiest warp of the same kernel (any rank): it recorded only waits, idle
 phases, barriers or instants. The kernel time of a warp is its launch's GPU time (first warp
@@ -60,7 +61,7 @@ def _empty(cols):
     return pd.DataFrame({c: pd.Series([], dtype="object") for c in cols})
 
 
-def _statements(per_warp: pd.DataFrame, per_block: pd.DataFrame) -> list[dict]:
+def _statements(per_warp: pd.DataFrame, per_block: pd.DataFrame, order: list[str] = ()) -> list[dict]:
     """One starvation finding per (rank, kernel) with warps that did no work, most idle first."""
     out = []
     working_kernels = set(per_warp.loc[per_warp["did_work"], "kernel"])
@@ -91,7 +92,8 @@ def _statements(per_warp: pd.DataFrame, per_block: pd.DataFrame) -> list[dict]:
                     + f"; {working} warp{'s' if working != 1 else ''} carried all work")
         out.append({"rank": int(rank), "kernel": str(kernel), "idle": n_idle, "share": n_idle / len(warps),
                     "text": text})
-    out.sort(key=lambda s: (-s["idle"], s["rank"]))
+    pos = {k: i for i, k in enumerate(order)}
+    out.sort(key=lambda s: (-s["idle"], s["rank"], pos.get(s["kernel"], len(pos))))   # ties: the op's order
     return out
 
 
@@ -131,7 +133,7 @@ def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
     warns = tuple(g.warnings)
     totals = iteration_totals(g)
     straggler, notes = _straggler(rep, totals, rank_lateness(g), IM.busy_excess(g), IM.kernel_order(g))
-    starving = _statements(rep.per_warp, rep.per_block)
+    starving = _statements(rep.per_warp, rep.per_block, IM.kernel_order(g))
     findings = []
     if straggler is not None:
         findings.append((straggler.share or 0.0, straggler))
@@ -154,6 +156,11 @@ def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
                          f"{w0['ratio']:.2f}× the median warp")
     tv = timeouts.verdict(g, "idle")
     ordered = [f[1] for f in findings]
+    if tv is not None:
+        # after a stall every rank's load looks unequal (the stalled rank received nothing): only
+        # the starvation is worth a note
+        ordered = [v for v in ordered if v.cause is Cause.STARVED_WARPS]
+        notes = [n for n in notes if "busy" not in n]
     if tv is not None:
         ordered.insert(0, tv)
     others = [v.headline for v in ordered[1:4]]
@@ -179,6 +186,8 @@ def idle_warps(events: pd.DataFrame, *, registry=None, launches=None) -> IdleRep
     (columns: package docstring). launches: where timed-out kernels stopped (graph.build)."""
     g = G.build(events, registry, launches)
     lanes = per_lane(g)
+    # warps that recorded nothing (the launch table says how many there were) did no work either
+    lanes = pd.concat([lanes, IM.silent_lanes(lanes, launches)], ignore_index=True) if launches is not None else lanes
     if lanes.empty:
         v = Verdict(page="idle", alarm=False, cause=Cause.NONE, detail="no GPU warps in the run",
                     warnings=tuple(g.warnings))

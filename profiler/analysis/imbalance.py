@@ -196,3 +196,36 @@ def busy_excess(g: G.Graph) -> pd.DataFrame:
     ex = piv.sub(med, axis=0).clip(lower=0)
     out = ex.stack().rename("excess_ns").reset_index()
     return out[["iteration", "rank", "kernel", "excess_ns"]]
+
+
+def silent_lanes(lanes: pd.DataFrame, launches: pd.DataFrame | None) -> pd.DataFrame:
+    """Warps of a launch that recorded nothing at all (a block with no chunk to move never reaches
+    a record site): rows shaped like per_lane's, busy and wait 0. A launch's profile buffer has
+    `regions` = blocks x warps-per-block regions (docs/design.md); warps per block is the kernel's
+    largest recorded warp index + 1. Empty without a launch table."""
+    cols = list(lanes.columns)
+    if launches is None or launches.empty or lanes.empty or "regions" not in launches:
+        return lanes.iloc[0:0]
+    wpb = lanes.groupby("kernel")["warp"].max() + 1
+    seen = lanes.groupby(["rank", "launch"])
+    out = []
+    for (rank, launch), grp in seen:
+        row = launches[(launches["rank"] == rank) & (launches["launch"] == launch)]
+        if row.empty:
+            continue
+        kernel = grp["kernel"].iloc[0]
+        w = int(wpb.get(kernel, 0))
+        regions = int(row["regions"].iloc[0])
+        if w <= 0 or regions <= len(grp) or regions % w:
+            continue
+        have = set(zip(grp["block"].to_numpy().tolist(), grp["warp"].to_numpy().tolist()))
+        missing = [(b, x) for b in range(regions // w) for x in range(w) if (b, x) not in have]
+        if not missing:
+            continue
+        base = grp.iloc[0]
+        m = pd.DataFrame(missing, columns=["block", "warp"])
+        m = m.assign(rank=rank, launch=launch, kernel=kernel, iteration=base["iteration"], role="", host=False,
+                     busy_ns=0, wait_ns=0, spans=0, first_ns=base["first_ns"], last_ns=base["first_ns"],
+                     kernel_ns=base["kernel_ns"])
+        out.append(m[cols])
+    return pd.concat(out, ignore_index=True) if out else lanes.iloc[0:0]

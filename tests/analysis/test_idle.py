@@ -93,3 +93,17 @@ def test_kernels_without_work_on_any_rank_are_not_called_starved():
     r = idle_warps(table(rows), registry=TEST_REGISTRY)
     assert not r.verdict.alarm and r.verdict.detail.startswith("every warp of the kernels that record work did work")
     assert not r.per_warp.set_index("kernel").loc["barrier", "did_work"]
+
+
+def test_warps_that_recorded_nothing_count_when_the_launch_table_says_they_existed():
+    import pandas as pd
+    # 4 blocks x 2 warps launched; only block 0 recorded anything (the others had no chunk)
+    ev = table([span(0, 0, w, "copy_out", 0, 100) for w in (0, 1)])
+    launches = pd.DataFrame({"rank": [0], "launch": [0], "kernel": ["dispatch"], "iteration": [0],
+                             "host_begin_ns": [-1], "host_end_ns": [-1], "gpu_begin_ns": [0], "gpu_end_ns": [100],
+                             "regions": [8], "dropped": [0]})
+    r = idle_warps(ev, registry=TEST_REGISTRY, launches=launches)
+    assert len(r.per_warp) == 8 and int((~r.per_warp["did_work"]).sum()) == 6
+    assert r.verdict.cause is Cause.STARVED_WARPS
+    assert r.verdict.detail == "rank 0 dispatch: blocks 1–3 did no work; 2 warps carried all work"
+    assert len(idle_warps(ev, registry=TEST_REGISTRY).per_warp) == 2          # without it: what was recorded
