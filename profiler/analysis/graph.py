@@ -186,6 +186,13 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
 
 
 # -- derived per-graph arrays (computed once, read-only) -------------------------------------
+def memo(g: Graph, key, compute):
+    """compute() once per graph (several analyses and verdicts read the same derived tables)."""
+    hit = g.derived.get(key)
+    if hit is None:
+        hit = g.derived[key] = compute()
+    return hit
+
 def segment_durations(g: Graph) -> np.ndarray:
     """Length of each point's incoming segment (0 at a lane's first point: the launch pseudo-segment)."""
     dur = g.derived.get("dur")
@@ -211,7 +218,12 @@ def cum_work(g: Graph) -> np.ndarray:
 
 
 def lane_sums(g: Graph, kinds, dur: np.ndarray | None = None) -> np.ndarray:
-    """Per lane: total time of the segments whose kind is in `kinds`."""
-    dur = segment_durations(g) if dur is None else dur
+    """Per lane: total time of the segments whose kind is in `kinds` (memoised per graph)."""
+    if dur is None:
+        key = ("lane_sums", tuple(sorted(kinds)))
+        if key not in g.derived:
+            g.derived[key] = lane_sums(g, kinds, segment_durations(g))
+            g.derived[key].flags.writeable = False
+        return g.derived[key]
     sel = np.isin(g.seg_kind, kinds) & (dur > 0)
     return np.bincount(g.pt_lane[sel], weights=dur[sel], minlength=len(g.lane)).astype(np.int64)

@@ -38,6 +38,10 @@ def _ratio(x: pd.Series) -> pd.Series:
 
 
 def waited_on(g: G.Graph) -> pd.DataFrame:
+    return G.memo(g, "waited_on", lambda: _waited_on(g)).copy()
+
+
+def _waited_on(g: G.Graph) -> pd.DataFrame:
     """[iteration, kernel, rank, waited_on_ns]: per iteration and kernel, how long the other ranks
     were held waiting on `rank` (per waiting launch: its longest-waiting warp's wait on the rank)."""
     peer = interval_peers(g)
@@ -60,6 +64,10 @@ def waited_on(g: G.Graph) -> pd.DataFrame:
 
 
 def phase_busy(g: G.Graph) -> pd.DataFrame:
+    return G.memo(g, "phase_busy", lambda: _phase_busy(g)).copy()
+
+
+def _phase_busy(g: G.Graph) -> pd.DataFrame:
     """[kernel, phase, rank, busy_ns, spans, busy_ratio]: leaf busy time per work phase and rank."""
     dur = G.segment_durations(g)
     sel = (g.seg_kind == G.WORK) & (dur > 0) & (g.seg_phase >= 0)
@@ -90,6 +98,10 @@ def phase_busy(g: G.Graph) -> pd.DataFrame:
 
 
 def per_lane(g: G.Graph) -> pd.DataFrame:
+    return G.memo(g, "per_lane", lambda: _per_lane(g)).copy()
+
+
+def _per_lane(g: G.Graph) -> pd.DataFrame:
     """One row per GPU lane (warp of one launch): busy / wait / kernel time, work spans."""
     L = g.lane
     dur = G.segment_durations(g)
@@ -106,6 +118,10 @@ def per_lane(g: G.Graph) -> pd.DataFrame:
 
 
 def kernel_order(g: G.Graph) -> list[str]:
+    return G.memo(g, "kernel_order", lambda: _kernel_order(g)).copy()
+
+
+def _kernel_order(g: G.Graph) -> list[str]:
     """Kernels in the order their first launch started (the op's order)."""
     L = g.lane
     gl = ~L["host"].to_numpy()
@@ -171,6 +187,10 @@ def per_rank(per_lane: pd.DataFrame, waited: pd.DataFrame, phases: pd.DataFrame)
 
 
 def critical_busy(g: G.Graph) -> pd.DataFrame:
+    return G.memo(g, "critical_busy", lambda: _critical_busy(g)).copy()
+
+
+def _critical_busy(g: G.Graph) -> pd.DataFrame:
     """[iteration, rank, kernel, busy_ns]: per launch the busiest warp's busy time (the longest
     chain of work in the kernel on that rank), summed per (iteration, rank, kernel)."""
     busy = G.lane_sums(g, (G.WORK,))
@@ -186,6 +206,10 @@ def critical_busy(g: G.Graph) -> pd.DataFrame:
 
 
 def busy_excess(g: G.Graph) -> pd.DataFrame:
+    return G.memo(g, "busy_excess", lambda: _busy_excess(g)).copy()
+
+
+def _busy_excess(g: G.Graph) -> pd.DataFrame:
     """[iteration, rank, kernel, excess_ns]: how much longer the rank's busiest warps work than the
     median rank's, per kernel and iteration (0 when not longer): the time a straggler adds."""
     cb = critical_busy(g)

@@ -103,8 +103,8 @@ def crossings(cp) -> pd.DataFrame:
     seg = cp.segments
     if seg.empty or g is None:
         return pd.DataFrame(columns=CROSSING_COLUMNS)
-    rv = _rendezvous(cp)
-    rv = rv[rv["held_ns"] > 0]
+    allrv = _rendezvous(cp)
+    rv = allrv[allrv["held_ns"] > 0]
     if rv.empty:
         return pd.DataFrame(columns=CROSSING_COLUMNS)
     gpu = _gpu_intervals(g)
@@ -115,7 +115,6 @@ def crossings(cp) -> pd.DataFrame:
     w_b, w_e, w_d = w["begin_ns"].to_numpy(), w["end_ns"].to_numpy(), w["duration_ns"].to_numpy()
     w_kp = (w["kernel"].astype(str) + "\0" + w["phase"].astype(str)).to_numpy()
     # the previous rendezvous of each (every rendezvous, held or not: all ranks had got there)
-    allrv = _rendezvous(cp)
     rows = []
     for x in rv.itertuples(index=False):
         it, r, q, wb, rel = int(x.iteration), int(x.rank), int(x.peer), int(x.wait_begin_ns), int(x.release_ns)

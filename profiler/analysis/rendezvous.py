@@ -53,7 +53,8 @@ def _arrivals(g: G.Graph) -> pd.DataFrame:
 
 def cross_rank(g: G.Graph, occ_first_rows: np.ndarray) -> np.ndarray:
     """Per occurrence (given its first arrival row): whether its barrier is cross-rank."""
-    names = g.events["phase"].astype(str).to_numpy()[occ_first_rows] if len(occ_first_rows) else np.zeros(0, object)
+    names = (g.events["phase"].iloc[occ_first_rows].astype(str).to_numpy() if len(occ_first_rows)
+             else np.zeros(0, object))
     return np.array([g.sem.scope(b) == "rank" for b in names], dtype=bool)
 
 
@@ -77,7 +78,11 @@ def lateness(a: pd.DataFrame, cross: np.ndarray) -> np.ndarray:
 
 def rank_lateness(g: G.Graph) -> pd.DataFrame:
     """Per cross-rank barrier occurrence: the rank that arrived last, the rank before it, when
-    each arrived, and how long the others waited on the last one (lateness_ns)."""
+    each arrived, and how long the others waited on the last one (lateness_ns). Memoised."""
+    return G.memo(g, "rank_lateness", lambda: _rank_lateness(g)).copy()
+
+
+def _rank_lateness(g: G.Graph) -> pd.DataFrame:
     cols = ["iteration", "kernel", "barrier", "rank", "peer", "last_ns", "prev_ns", "lateness_ns"]
     if len(g.occ_arr_row) == 0:
         return pd.DataFrame(columns=cols)
