@@ -53,7 +53,7 @@ what_if(events, *, phase, speedup, rank=None, iteration=None, registry=None, lau
         the rank's launches, the largest over ranks), absorbed_pct (100 * (1 - (-change) /
         local_saving); NaN when local_saving is 0), path_phase_ns (the phase's own time on the
         recorded path: a saving never exceeds it)
-    .new_path  CriticalPath of the re-timed run
+    .new_path  CriticalPath of the re-timed run (no verdict)
     .retimed   the event table (unfinished waits closed) with re-timed begin_ns / end_ns
 
 idle_warps(events, *, registry=None, launches=None) -> IdleReport

@@ -25,7 +25,8 @@ from profiler.expect import Cause
 
 from . import stats as S
 from . import unfinished
-from .critical_path import critical_path
+from . import graph as G
+from .critical_path import from_graph
 from .verdict import Verdict
 
 COLUMNS = ["kernel", "phase", "runs_a", "runs_b", "n_a", "n_b", "median_a_ns", "median_b_ns", "diff_ns", "diff_pct",
@@ -165,7 +166,7 @@ def _row(kernel: str, phase: str, sa: pd.DataFrame, sb: pd.DataFrame, n_boot: in
 def _path_shares(runs: list[_Run], registry) -> pd.Series:
     parts, total = [], 0
     for r in runs:
-        cp = critical_path(r.events, registry=registry or (r.manifest or {}).get("registry"))
+        cp = from_graph(G.build(r.events, registry or (r.manifest or {}).get("registry")), verdict=False)
         seg = cp.segments[cp.segments["phase"] != ""]
         parts.append(seg.groupby(["kernel", "phase"])["duration_ns"].sum())
         total += int(cp.total_ns["total_ns"].sum())

@@ -117,6 +117,7 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
         s = s[s["iteration"].isin(np.atleast_1d(iteration))]
     # iterations are independent in the graph: the new path of some needs only their rows
     sub = retimed if iteration is None else retimed[retimed["iteration"].isin(np.atleast_1d(iteration))]
-    new_path = critical_path(sub, iteration=iteration, registry=registry)
+    # the re-timed run's path (its verdict is not computed: what-if reports the change, not a cause)
+    new_path = from_graph(G.build(sub, registry), iteration, verdict=False)
     s["path_phase_ns"] = _path_phase_time(from_graph(g, iteration, verdict=False), phase, rank).reindex(s["iteration"]).fillna(0).to_numpy().astype(np.int64)
     return WhatIf(summary=s[SUMMARY_COLUMNS].reset_index(drop=True), new_path=new_path, retimed=retimed)
