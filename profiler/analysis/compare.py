@@ -103,10 +103,11 @@ def _run_samples(ev: pd.DataFrame) -> list[pd.DataFrame]:
         parts.append(pd.DataFrame({"iteration": k["iteration"], "kernel": k["kernel"], "phase": "", "value_ns": k["gpu_ns"]}))
     sp = ev[(ev["kind"] == "span").to_numpy()]
     if len(sp):
-        d = pd.DataFrame({"iteration": sp["iteration"].to_numpy(), "kernel": sp["kernel"].astype(str).to_numpy(),
-                          "phase": sp["phase"].astype(str).to_numpy(),
-                          "value_ns": (sp["end_ns"] - sp["begin_ns"]).to_numpy()})
-        parts.append(d.groupby(["iteration", "kernel", "phase"], sort=True)["value_ns"].mean().reset_index())
+        # grouped on the categorical columns; names become strings on the few grouped rows only
+        d = pd.DataFrame({"iteration": sp["iteration"].to_numpy(), "kernel": sp["kernel"].to_numpy(),
+                          "phase": sp["phase"].to_numpy(), "value_ns": (sp["end_ns"] - sp["begin_ns"]).to_numpy()})
+        m = d.groupby(["iteration", "kernel", "phase"], sort=True, observed=True)["value_ns"].mean().reset_index()
+        parts.append(m.assign(kernel=m["kernel"].astype(str), phase=m["phase"].astype(str)))
     return parts
 
 
@@ -126,7 +127,8 @@ def samples(runs: list[_Run], side: str) -> pd.DataFrame:
 def _workload(r: _Run) -> dict:
     w = dict((r.manifest or {}).get("workload") or {})
     w["ranks"] = int(r.events["rank"].nunique()) if len(r.events) else w.get("ranks")
-    w["kernels"] = tuple(sorted(set(r.events["kernel"].astype(str)))) if len(r.events) else ()
+    # the kernels recorded (the categories in use: no string per row)
+    w["kernels"] = tuple(sorted(str(k) for k in pd.unique(r.events["kernel"]))) if len(r.events) else ()
     return w
 
 
