@@ -32,7 +32,13 @@ def kernels(report) -> list[str]:
     g = pw.groupby("kernel", observed=True)
     order = pd.DataFrame({"work": g["did_work"].any(), "med": g["busy_share"].median()})
     order = order.sort_values(["work", "med"], ascending=[False, True])
-    return [str(k) for k in order.index]
+    out = [str(k) for k in order.index]
+    # the kernel the verdict names is drawn first
+    v = getattr(report, "verdict", None)
+    if v is not None and v.kernel in out:
+        out.remove(v.kernel)
+        out.insert(0, v.kernel)
+    return out
 
 
 def heatmap_figure(report, kernel: str | None) -> dict:
