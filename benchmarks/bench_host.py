@@ -80,10 +80,10 @@ def measure(calls: int) -> list[dict]:
     slab_ns = []
     new_slab = Session._new_slab
 
-    def timed_new_slab(self, pool):
+    def timed_new_slab(self, pool, want=0):
         t0 = time.perf_counter_ns()
         try:
-            return new_slab(self, pool)
+            return new_slab(self, pool, want)
         finally:
             slab_ns.append(time.perf_counter_ns() - t0)
 

@@ -77,6 +77,12 @@ def kernel_seconds(ctx, fn, sets: int, iters: int, names: tuple[str, ...]) -> fl
     """Device seconds per iteration of the kernels whose names contain one of `names` (mean per
     launch of each, summed; CUPTI via torch.profiler), ranks released together before every
     iteration; None if the profiler is unavailable or a kernel never ran."""
+    split = kernel_split(ctx, fn, sets, iters, names)
+    return None if split is None else sum(split.values())
+
+
+def kernel_split(ctx, fn, sets: int, iters: int, names: tuple[str, ...]) -> dict[str, float] | None:
+    """kernel_seconds per name: {name: device seconds per launch, mean}."""
     import torch
 
     try:
@@ -105,14 +111,16 @@ def kernel_seconds(ctx, fn, sets: int, iters: int, names: tuple[str, ...]) -> fl
                 per_name[n][1] += int(evt.count)
     if any(c == 0 for _, c in per_name.values()):
         return None
-    return sum(t / c for t, c in per_name.values()) / 1e6
+    return {n: t / c / 1e6 for n, (t, c) in per_name.items()}
 
 
+# Calls host_calls profiles (a caller that reserves profile buffers counts them).
+HOST_CALL_ITERS = 30
 # What host_calls counts inside a call: CUDA runtime / driver entry points and torch operators.
 _HOST_EVENT = ("cuda", "cu", "aten::")
 
 
-def host_calls(ctx, fn, sets: int, iters: int = 30) -> dict | None:
+def host_calls(ctx, fn, sets: int, iters: int = HOST_CALL_ITERS) -> dict | None:
     """{name: [calls per op, host µs per op]} of the CUDA API calls and torch ops made inside
     fn(set) (median rank 0's view; the profiler adds its own cost to each), plus "_wall" (µs per
     op under the profiler). None if the profiler is unavailable."""

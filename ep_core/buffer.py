@@ -38,7 +38,8 @@ Profiling: `profile=` on any call (a profiler.record Session, or True for the se
 `with buffer.profile(session):`), off by default. The first profiled call loads the instrumented
 build; unprofiled calls keep using the compiled-out one. A profiled call takes its profile
 buffers from the session's pool (`Session.launch_slot`: slabs zeroed and stamped once per 32
-launches of one geometry), so it passes pointers and neither allocates nor synchronises.
+launches of one geometry, or once per block with `buffer.profile(session, calls=N)`), so it passes
+pointers and neither allocates nor synchronises (with `calls`, not even one call in 32).
 
 Hook mode (seed 000; issue 11): `dispatch(..., return_recv_hook=True)` and `combine(...,
 return_recv_hook=True)` issue the send half on the comm stream and return at once, with a
@@ -558,10 +559,17 @@ class Buffer:
 
     # -- profiling -------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def profile(self, session, iteration: int | None = None):
+    def profile(self, session, iteration: int | None = None, calls: int | None = None):
         """Profile every call inside the block into `session` (a profiler.record Session); clock
-        samples against the peers are taken at the start and the end."""
+        samples against the peers are taken at the start and the end. `calls`: how many calls
+        the block will profile at most, all ops together. A call launches each of its kernels
+        once (dispatch's and combine's barrier share one geometry), so `Session.reserve(calls)`
+        covers every kernel: its profile buffers are allocated, zeroed and stamped once, at the
+        block's entry for kernels profiled before, else at the kernel's first profiled call, and
+        no later call allocates or copies (without it, every 32nd call of a kernel does)."""
         prev, prev_it = self._session, self.profile_iteration
+        if calls is not None:
+            session.reserve(calls)
         self._session = session
         if iteration is not None:
             self.profile_iteration = iteration

@@ -49,10 +49,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # Move finished buffers to host memory once the device holds more than this many bytes of them
 # (a 64-block x 24-warp launch at capacity 4096 is 100 MB; see docs/design.md, "Memory").
 DEFAULT_MAX_DEVICE_BYTES = 1 << 30
-# Launch slots per pool slab (launch_slot): one zero fill and one header copy serve this many
-# profiled launches of one geometry. 32 covers the profiled iterations of bench_ep and of a
-# catalogue recording with one slab per kernel; a slab never takes more than a quarter of
-# max_device_bytes.
+# Launch slots per pool slab (launch_slot) when nothing was reserved: one zero fill and one header
+# copy serve this many profiled launches of one geometry. A slab never takes more than a quarter of
+# max_device_bytes. A caller that knows how many calls it will profile reserves them
+# (`Session.reserve`, `Buffer.profile(session, launches=N)`): then the slab of each geometry is
+# made once, at the first launch of that geometry or at the reserve, and no later profiled call
+# allocates, fills or copies (bench_ep at b28d6ee: a new slab inside the timed calls cost a
+# cudaMalloc of ~280 µs once in 30 calls and two aten::copy_ per slab).
 POOL_SLOTS = 32
 
 
@@ -208,6 +211,7 @@ class Session:
         self._order = array("q")                        # every launch, in launch-id order (codes above)
         self._pools: dict[tuple, _Pool] = {}
         self._slabs: list[_Slab] = []                   # every slab ever made (device memory freed by collect)
+        self._reserved = 0                              # launches per geometry announced by reserve()
         self._calls = array("q")                        # host_call: (first launch, end launch, begin, end) ...
         self._families: set[str] = set()
         self._clock: dict[int, dict[str, list[np.ndarray]]] = {}
@@ -285,18 +289,31 @@ class Session:
         """Device address of a profile buffer for one launch of `kernel`: a slot of a pool that
         holds the buffers of this launch geometry. The slots of a slab are zeroed and their
         headers stamped when the slab is made (one fill and one copy, both asynchronous, per
-        POOL_SLOTS launches), so a profiled call only takes an address: no allocation, no copy,
-        no synchronisation. Inside a CUDA graph capture the slot is part of the graph's arguments
-        (every replay rewrites it; the last replay's records are saved); a capture that needs a
-        new slab raises, so take one profiled call of the same op before capturing.
+        slab of POOL_SLOTS launches, or of the launches reserved with `reserve`), so a profiled
+        call only takes an address: no allocation, no copy, no synchronisation, except the call
+        that needs a new slab. Inside a CUDA graph capture the slot is part of the graph's
+        arguments (every replay rewrites it; the last replay's records are saved); a capture
+        that needs a new slab raises, so take one profiled call of the same op before capturing.
         Record the host time of the call with `host_call`."""
         key = (kernel, family, grid, warps_per_block, capacity)
         pool = self._pools.get(key)
         if pool is None:
             pool = self._new_pool(key)
+        return self.pool_slot(pool, iteration)
+
+    def pool(self, kernel: str, family: str, grid: int, warps_per_block: int, capacity: int | None = None):
+        """The pool of one launch geometry (made on first use, no device memory yet): a caller
+        that launches the same geometry many times keeps it and takes slots with `pool_slot`,
+        skipping launch_slot's lookup."""
+        key = (kernel, family, grid, warps_per_block, capacity)
+        pool = self._pools.get(key)
+        return pool if pool is not None else self._new_pool(key)
+
+    def pool_slot(self, pool: "_Pool", iteration: int) -> int:
+        """launch_slot for a pool from `pool()`."""
         slab = pool.slab
         if slab is None or slab.used == slab.count:
-            slab = self._new_slab(pool)
+            slab = self._new_slab(pool, self._reserved)
         i = slab.used
         slab.used = i + 1
         slab.iteration[i] = iteration
@@ -304,6 +321,25 @@ class Session:
             self._open_spans[-1][4].append(len(self._order))
         self._order.append(slab.code + i)
         return slab.base + i * pool.slot_bytes
+
+    def reserve(self, launches: int) -> None:
+        """Announce `launches` more profiled launches of each geometry: every pool that has
+        fewer free slots than that gets its next slab now (allocated, zeroed and stamped here,
+        outside the profiled calls), and a geometry first launched later gets a slab of that
+        many slots at its first launch. Slabs stay capped at a quarter of max_device_bytes
+        (more launches than fit take further slabs, as without a reserve). Not inside a CUDA
+        graph capture."""
+        launches = int(launches)
+        if launches < 0:
+            raise SessionError(f"reserve: launches must be >= 0, got {launches}")
+        if self._saved:
+            raise SessionError("reserve() after save()")
+        self._reserved = launches
+        for pool in self._pools.values():
+            slab = pool.slab
+            free = 0 if slab is None else slab.count - slab.used
+            if launches > free:
+                self._new_slab(pool, launches)
 
     def host_call(self, name: str, iteration: int, begin_ns: int, end_ns: int, first_launch: int) -> None:
         """The host's enqueue of one call (perf_counter_ns), whose launches are those taken since
@@ -331,7 +367,7 @@ class Session:
         self._families.add(family)
         return pool
 
-    def _new_slab(self, pool: _Pool) -> _Slab:
+    def _new_slab(self, pool: _Pool, want: int = 0) -> _Slab:
         import torch
 
         if self._saved:
@@ -340,7 +376,7 @@ class Session:
         if cuda and torch.cuda.is_current_stream_capturing():
             raise SessionError(f"{pool.kernel}: the profile pool needs a new slab inside a CUDA graph capture; "
                                f"run one profiled call of the same op before capturing")
-        count = max(1, min(POOL_SLOTS, (self.max_device_bytes // 4) // pool.slot_bytes))
+        count = max(1, min(max(POOL_SLOTS, want), (self.max_device_bytes // 4) // pool.slot_bytes))
         self._make_room(count * pool.slot_bytes)
         dev = torch.zeros(count * pool.slot_bytes, dtype=torch.uint8, device=self.device)
         first = len(self._order)

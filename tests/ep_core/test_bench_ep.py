@@ -94,3 +94,19 @@ def test_host_table_puts_both_libraries_calls_side_by_side():
     assert next(line for line in lines if line.startswith("| BF16 combine | 24 | ep_core |")).endswith("| n/a |")
     cal = next(line for line in lines if line.startswith("| one kernel launch"))
     assert cal == "| one kernel launch (torch.cuda._sleep(1)) | 4.2 | cudaLaunchKernel 1 × 3.5 µs; cuda* 3.5 of 6.0 µs |"
+
+
+def test_recording_rows_of_two_rounds_and_their_pool_each_get_their_own_ratios():
+    split = {"dispatch_kernel": 190.0, "combine_kernel": 210.0}
+    prof = [dict(sms=64, mode=m, round=rnd, median_us=med, p90_us=med + 5, kernel_us=k, host_us=40.0,
+                 kernel_split_us=split if rnd == "both" else None)
+            for rnd, m, med, k in ((1, "compiled out", 400.0, 380.0), (1, "recording on", 420.0, 399.0),
+                                   (2, "recording on", 410.0, 400.0), (2, "compiled out", 410.0, 400.0),
+                                   ("both", "compiled out", 405.0, 400.0), ("both", "recording on", 409.05, 404.0))]
+    lines = bench_ep.format_tables(_r0(deepep_measured=False) | {"profiling": prof}, 2).splitlines()
+    on = [line for line in lines if "recording on" in line]
+    assert "| 64 | 1 | recording on | 420.0 |" in on[0] and "| 1.050× |" in on[0]  # against round 1's base
+    assert "| 64 | 2 | recording on | 410.0 |" in on[1] and "| 1.000× |" in on[1]
+    both = on[2]
+    assert both.startswith("| 64 | both | recording on | 409.1 |") and "| 1.010× | 1.010× | 1.010× |" in both
+    assert "| 404.0 (dispatch 190.0 + combine 210.0) |" in both and both.endswith("| (round 2's) |")

@@ -118,6 +118,30 @@ def test_profiled_calls_take_pool_slots_without_allocating(setup, tmp_path):
     assert buf._build(False).launcher.calls[-1][3] == (0, 0)
 
 
+def test_a_profile_block_with_calls_allocates_nothing_after_each_ops_first_call(setup, tmp_path):
+    from profiler.record.session import Session
+
+    buf, exts, ins, idx, layout = setup
+    handle = _fresh(buf, ins, idx, layout)[4]
+    s = Session(tmp_path, name="r", description="d", device="cpu", capacity=64, host_pairs=0)
+    with buf.profile(s, calls=82):
+        buf.dispatch(ins.x, handle=handle, profile=True)
+        buf.combine(ins.x[: handle.num_recv_rows], handle, profile=True)
+        made = [(sl.count, sl.base) for sl in s._slabs]
+        for _ in range(40):  # more than one default slab (32) of every geometry
+            buf.dispatch(ins.x, handle=handle, profile=True)
+            buf.combine(ins.x[: handle.num_recv_rows], handle, profile=True)
+        assert [(sl.count, sl.base) for sl in s._slabs] == made, "a profiled call made a slab"
+    # barrier (dispatch's and combine's share a geometry: 2 launches per iteration), dispatch, combine
+    assert [c for c, _ in made] == [82, 82, 82] and sorted(sl.used for sl in s._slabs) == [41, 41, 82]
+    # a second block announcing more than is left: the slabs are made at its entry
+    with buf.profile(s, calls=20):
+        made = len(s._slabs)
+        for _ in range(20):
+            buf.dispatch(ins.x, handle=handle, profile=True)
+        assert len(s._slabs) == made
+
+
 def test_cached_dispatch_errors_keep_their_types(setup):
     buf, exts, ins, idx, layout = setup
     handle = _fresh(buf, ins, idx, layout)[4]

@@ -175,6 +175,34 @@ def test_sync_clocks_sequence_bases_and_samples(tmp_path, monkeypatch):
         s0.add_clock_samples(1, np.zeros((1, 4)), "middle")
 
 
+def test_reserve_makes_each_geometry_one_slab_outside_the_calls(tmp_path, monkeypatch):
+    import profiler.record.session as S
+
+    monkeypatch.setattr(S, "POOL_SLOTS", 4)
+    s = Session(tmp_path, name="reserved", description="pool", device="cpu", capacity=8, host_pairs=0)
+    s.launch_slot("selftest.imbalance", "selftest", 2, 1, 0)  # a geometry profiled before the reserve
+    assert [sl.count for sl in s._slabs] == [4]
+    s.reserve(10)  # 3 slots left < 10: the next slab is made here, not in a later call
+    assert [sl.count for sl in s._slabs] == [4, 10] and s._slabs[1].used == 0
+    made = len(s._slabs)
+    addrs = [s.launch_slot("selftest.imbalance", "selftest", 2, 1, it) for it in range(1, 11)]
+    assert len(s._slabs) == made, "reserved launches take no new slab"
+    assert [a - addrs[0] for a in addrs] == [i * buffer_bytes(2, 8) for i in range(10)]
+    # a geometry first seen after the reserve gets one slab of the reserved size at its first launch
+    other = [s.launch_slot("selftest.imbalance", "selftest", 3, 1, it) for it in range(10)]
+    assert [sl.count for sl in s._slabs] == [4, 10, 10] and len(set(other)) == 10
+    # enough free slots: reserve makes nothing; the slab size stays capped by max_device_bytes
+    s.reserve(0)
+    assert len(s._slabs) == 3
+    small = Session(tmp_path, name="small", description="pool", device="cpu", capacity=8, host_pairs=0,
+                    max_device_bytes=4 * 3 * buffer_bytes(2, 8))
+    small.reserve(100)
+    small.launch_slot("selftest.imbalance", "selftest", 2, 1, 0)
+    assert [sl.count for sl in small._slabs] == [3]
+    with pytest.raises(SessionError, match="launches"):
+        s.reserve(-1)
+
+
 def test_launch_slots_come_from_stamped_zeroed_slabs_and_save_like_buffers(tmp_path, monkeypatch):
     import profiler.record.session as S
 
