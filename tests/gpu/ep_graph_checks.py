@@ -1,7 +1,9 @@
 """CUDA-graph checks of ep_core (issue 9), run inside one rank process by tests/gpu/test_ep_graphs.py:
 a cached dispatch + combine captured once and replayed on new data gives the reference's result
 every replay, eager calls interleaved with replays stay correct (the op's epoch lives on the
-device), and a capture with recording on writes its profile buffers on every replay."""
+device), a capture with recording on writes its profile buffers on every replay, and a profile
+block that announces its calls (Buffer.profile(calls=N)) makes no profile buffer inside a call
+after each kernel's first."""
 from __future__ import annotations
 
 import torch
@@ -85,9 +87,21 @@ def run_graphs(ctx, out_dir: str) -> dict:
     session = Session(out_dir, name=name, description="ep_core dispatch+combine replayed from a CUDA graph",
                       rank=rank, world_size=R, group=ctx.group, capacity=256,
                       workload={"kind": "ep", **p.to_dict(), "graph": True})
+    eager = 33  # more profiled steps than one default slab (32 launches of a kernel) holds
     with session:
-        with buffer.profile(session):
+        # calls: the eager steps, the capture's 2 warm-up steps and the captured one (2 calls each)
+        with buffer.profile(session, calls=2 * (eager + 3)):
+            # the first profiled step makes each kernel's slab (Session.reserve); none after it
+            r = buffer.dispatch(xs, handle=handle, config=dconf, profile=True)[0]
+            buffer.combine(r, handle, config=cconf, profile=True)
+            slabs = len(session._slabs)
+            for _ in range(eager - 1):
+                r = buffer.dispatch(xs, handle=handle, config=dconf, profile=True)[0]
+                buffer.combine(r, handle, config=cconf, profile=True)
+            slabs_in_calls = len(session._slabs) - slabs
+            n_eager = session.num_launches
             gp, precv, pcomb = _capture(buffer, xs, handle, dconf, cconf, profile=True)
+            assert len(session._slabs) == slabs, "the capture's profiled calls took a new slab"
             n_before = session.num_launches
             _check_replays(ctx, p, ins, gp, xs, precv, pcomb, 3, "profiled")
             assert session.num_launches == n_before, "a replay must take no new profile slots"
@@ -100,4 +114,12 @@ def run_graphs(ctx, out_dir: str) -> dict:
         spans = run.events[(run.events["kind"] == "span") & run.events["launch"].isin(graph_launches["launch"])]
         out.update(graph_kernels=sorted(graph_launches["kernel"].astype(str).unique().tolist()),
                    graph_spans=int(len(spans)), dropped=int(la["dropped"].sum()))
+        # every eager profiled launch of rank 0 (barrier, dispatch, barrier, combine per step) holds
+        # device records (the barrier's are arrive / depart, the kernels' spans)
+        ev = run.events
+        ev = ev[(ev["rank"] == 0) & (ev["launch"] < n_eager) & (ev["kind"].astype(str) != "host")]
+        la0 = la[la["rank"] == 0]
+        out.update(eager_launches=int((la0["launch"] < n_eager).sum()),
+                   eager_launches_recorded=int(ev["launch"].nunique()))
+    out["slabs_made_in_calls"] = slabs_in_calls
     return out
