@@ -222,10 +222,11 @@ __global__ void __launch_bounds__(kNumThreads, 1) combine_kernel(Args a, RowRegi
 
 // ---- the pipelined bulk-copy path (Config.num_tma_buffers = N in 1..3) ---------------------------
 //
-// Senders: per-warp (source, chunk) units; the unit's rows are contiguous in x and in the source's
-// combine region, so they travel as a bulk copy through the warp's staging buffers, drained and
-// published per unit. Reducers: per-warp chunks of this rank's tokens; one item is one piece of a
-// token's row, and its staging buffer holds that piece from every rank the token went to
+// Units go to blocks as in the direct path and a unit's items are split over the block's pipeline
+// warps (tma.cuh, share_of). Senders: (source, chunk) units; the unit's rows are contiguous in x
+// and in the source's combine region, so each warp's share travels as a bulk copy through its
+// staging buffers; the warps drain, meet at a named barrier, and warp 0 publishes the unit.
+// Reducers: chunks of this rank's tokens; one item is one piece of a token's row, and its staging buffer holds that piece from every rank the token went to
 // (sub-slot d = rank d's row: this rank's from x, peers' from the combine region). The lanes sum
 // the staged pieces in fp32 (plus bias, read directly), write bf16 over sub-slot 0, and lane 0
 // bulk-stores it to `out` while the next item loads. Hook mode (kHookReceive) launches reducers
@@ -251,10 +252,11 @@ struct ReduceStage {
   char* out;
   float* out_weights;
   int base[kNumRanks];           // first row of each rank's contribution
-  int me, base_me, t0, row_bytes, num_topk, pieces_per_row, piece_bytes, slot_stride;
+  int me, base_me, t0, first, row_bytes, num_topk, pieces_per_row, piece_bytes, slot_stride;
 
-  __device__ __forceinline__ int token(int i) const { return t0 + i / pieces_per_row; }
-  __device__ __forceinline__ int offset(int i) const { return (i % pieces_per_row) * piece_bytes; }
+  // item i of the pipeline is item first + i of the chunk
+  __device__ __forceinline__ int token(int i) const { return t0 + (first + i) / pieces_per_row; }
+  __device__ __forceinline__ int offset(int i) const { return ((first + i) % pieces_per_row) * piece_bytes; }
   __device__ __forceinline__ uint32_t len(int i) const { return uint32_t(min(piece_bytes, row_bytes - offset(i))); }
   __device__ __forceinline__ void rows_of(int t, int (&r)[kNumRanks]) const {
 #pragma unroll
@@ -330,8 +332,8 @@ __device__ void send_tma(const Args& a, const RowRegions& rows, const PeerPtrs& 
   int max_chunks = 0;
   for (int s = 0; s < kNumRanks; ++s)
     if (s != me) max_chunks = max(max_chunks, a.recv_num_chunks[s]);
-  const int units = max_chunks * kPeers, nw = a.num_sender_blocks * plan.warps;
-  for (int u = blockIdx.x * plan.warps + warp; u < units; u += nw) {
+  const int units = max_chunks * kPeers, stride = plan.warps * 32, tid = warp * 32 + lane;
+  for (int u = blockIdx.x; u < units; u += a.num_sender_blocks) {
     const int c = u / kPeers, si = u % kPeers;
     const int s = si < me ? si : si + 1;
     if (c >= a.recv_num_chunks[s]) continue;
@@ -341,24 +343,33 @@ __device__ void send_tma(const Args& a, const RowRegions& rows, const PeerPtrs& 
     const int src_row = prev_rows(a.rank_prefix_matrix, s, me, kNumRanks) + pre[c];
     const int dst_row = comb_off<kNumRanks>(a.rank_prefix_matrix, s, me) + pre[c];
     if (dst_row + cnt > rows.capacity) {
-      if (lane == 0) report_error(f, 2, ph::kSendChunk, 0, c, s);
+      if (warp == 0 && lane == 0) report_error(f, 2, ph::kSendChunk, 0, c, s);
       continue;
     }
     rec.begin(ph::kSendChunk, c);
     char* peer = peers.base[s];
-    tma::CopyStage st{static_cast<const char*>(a.x) + int64_t(src_row) * row_bytes,
-                      peer + rows.x + int64_t(dst_row) * row_bytes, int64_t(cnt) * row_bytes, plan.piece_bytes};
-    if (!pipe.run(st, st.items(), rec, ph::kStageWait)) {
-      if (lane == 0) report_error(f, 4, ph::kSendChunk, 0, c, s);
-      return;  // no END: the trace keeps the span open where this warp gave up
+    // this warp's share of the unit's bytes, in 16-byte vectors (rows are whole vectors)
+    const tma::Share sh = tma::share_of(int64_t(cnt) * row_bytes / tma::kBulkAlign, warp, plan.warps);
+    const int64_t at = sh.lo * tma::kBulkAlign;
+    tma::CopyStage st{static_cast<const char*>(a.x) + int64_t(src_row) * row_bytes + at,
+                      peer + rows.x + int64_t(dst_row) * row_bytes + at, (sh.hi - sh.lo) * tma::kBulkAlign,
+                      plan.piece_bytes};
+    const bool ok = pipe.run(st, st.items(), rec, ph::kStageWait);
+    if (ok) {
+      if (a.topk_weights != nullptr) {
+        const float* src = a.topk_weights + int64_t(src_row) * K;
+        float* dst = reinterpret_cast<float*>(peer + rows.topk_weights) + int64_t(dst_row) * K;
+        for (int i = tid; i < cnt * K; i += stride) dst[i] = src[i];
+      }
+      pipe.drain();  // this warp's share is written (and the lanes' weights, by the warp sync)
+      rec.end(ph::kSendChunk, c);
+    } else if (lane == 0) {
+      report_error(f, 4, ph::kSendChunk, 0, c, s);  // no END: the trace keeps the span open where it gave up
     }
-    if (a.topk_weights != nullptr) {
-      const float* src = a.topk_weights + int64_t(src_row) * K;
-      float* dst = reinterpret_cast<float*>(peer + rows.topk_weights) + int64_t(dst_row) * K;
-      for (int i = lane; i < cnt * K; i += 32) dst[i] = src[i];
-    }
-    pipe.drain();  // the unit's rows are written (and the lanes' weights, by the warp sync)
-    rec.end(ph::kSendChunk, c);
+    // every pipeline warp's share of the unit precedes the release below; a warp that gave up
+    // keeps the unit unpublished (the source times out naming this rank) and stops the block
+    if (tma::pipe_warps_sync_or(plan.warps, !ok)) return;
+    if (warp != 0) continue;
     if (lane == 0) st_release_sys(&signals(peer)->combine_ready[me][c], f.epoch);
     rec.instant(ph::kPublishTail, s);
   }
@@ -386,15 +397,18 @@ __device__ void reduce_tma(const Args& a, const RowRegions& rows, const PeerPtrs
   st.me = me;
   st.base_me = prev_rows(rpm, me, me, kNumRanks);
   st.t0 = 0;
+  st.first = 0;
   st.row_bytes = a.hidden * 2;
   st.num_topk = a.num_topk;
   st.pieces_per_row = plan.pieces_per_row;
   st.piece_bytes = plan.piece_bytes;
   st.slot_stride = plan.slot_stride;
-  const int nw = (int(gridDim.x) - a.num_sender_blocks) * plan.warps;
+  const int num_reducers = int(gridDim.x) - a.num_sender_blocks;
   const int last_peer = kNumRanks > 1 ? (me + kNumRanks - 1) % kNumRanks : me;
   const uint16_t wait_phase = hook ? ph::kWaitHook : ph::kWaitData;
-  for (int c = (int(blockIdx.x) - a.num_sender_blocks) * plan.warps + warp; c < a.num_chunks; c += nw) {
+  // chunk c goes to reducer block c mod num_reducers; every pipeline warp of it waits for the
+  // chunk's peers itself and reduces its share of the chunk's items
+  for (int c = int(blockIdx.x) - a.num_sender_blocks; c < a.num_chunks; c += num_reducers) {
     // lane d waits for peer d if it holds rows of this chunk (payload: the last peer in rank
     // order, the only one for 2 ranks)
     rec.begin(wait_phase, last_peer);
@@ -421,7 +435,9 @@ __device__ void reduce_tma(const Args& a, const RowRegions& rows, const PeerPtrs
     rec.begin(ph::kReduce, c);
     st.t0 = c * a.chunk_size;
     const int t1 = min(st.t0 + a.chunk_size, a.num_tokens);
-    if (!pipe.run(st, (t1 - st.t0) * plan.pieces_per_row, rec, ph::kStageWait)) {
+    const tma::Share sh = tma::share_of(int64_t(t1 - st.t0) * plan.pieces_per_row, warp, plan.warps);
+    st.first = int(sh.lo);
+    if (!pipe.run(st, int(sh.hi - sh.lo), rec, ph::kStageWait)) {
       if (lane == 0) report_error(f, 4, ph::kReduce, 0, c, me);
       return;
     }

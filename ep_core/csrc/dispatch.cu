@@ -229,10 +229,12 @@ __global__ void __launch_bounds__(kNumThreads, 1) dispatch_kernel(Args a, RowReg
 //
 // The same rows go to the same places as above, but every row moves global -> shared -> global by
 // the bulk-copy engine (tma.cuh), N staging buffers per warp: the next row loads while the
-// previous rows' stores are in flight. Units of work are per warp, not per block (a block has
-// only plan.warps pipeline warps; a per-block chunk would leave each warp one or two rows between
-// drains): sender warp w takes chunks w, w + W, ...; it drains its stores and publishes a chunk
-// itself. Receiver warps take (source, chunk) units and copy the unit's contiguous bytes.
+// previous rows' stores are in flight. Units go to blocks as in the direct path (sender block b:
+// chunks b, b + num_sender_blocks, ...; receiver blocks: (source, chunk) units, chunk-major) and a
+// unit's items are split over the block's plan.warps pipeline warps (tma.cuh, share_of). A sender
+// warp drains its share of a chunk, the pipeline warps meet at a named barrier, and warp 0
+// publishes the chunk: its flag is released only after every warp's rows of it are written.
+// Receiver warps wait for the unit's flag themselves and copy their share of its contiguous bytes.
 // Hook mode (hook.cu): kHookSend launches senders only, peer rows packed into this rank's staging
 // region (no publish; the copy engines move them); kHookReceive launches receivers only, which wait
 // for the source's hook flag instead of per-chunk counters.
@@ -289,7 +291,8 @@ struct Dests {
   }
 };
 
-// Items of a sender unit: (token, piece) over the chunk's tokens, pieces_per_row per token.
+// Items of a sender unit: (token, piece) over the chunk's tokens, pieces_per_row per token; a
+// warp runs items [first, first + n) of the chunk, numbered 0.. by the pipeline.
 template <int kNumRanks>
 struct SendStage {
   TokenRows<kNumRanks> tr;
@@ -301,11 +304,11 @@ struct SendStage {
   int64_t scale_token_stride, scale_hidden_stride;
   int hidden_bytes, num_scales, num_topk, experts_per_rank;
   int pieces_per_row, piece_bytes;
-  int t0, chunk;
+  int t0, chunk, first;
   FailCtx f;
 
-  __device__ __forceinline__ int token(int i) const { return t0 + i / pieces_per_row; }
-  __device__ __forceinline__ int offset(int i) const { return (i % pieces_per_row) * piece_bytes; }
+  __device__ __forceinline__ int token(int i) const { return t0 + (first + i) / pieces_per_row; }
+  __device__ __forceinline__ int offset(int i) const { return ((first + i) % pieces_per_row) * piece_bytes; }
   __device__ __forceinline__ uint32_t len(int i) const { return uint32_t(min(piece_bytes, hidden_bytes - offset(i))); }
   __device__ __forceinline__ uint32_t bytes(int i) const {
     int row[kNumRanks];
@@ -320,15 +323,15 @@ struct SendStage {
   }
   __device__ __forceinline__ void consume(int i, char* buf) const {
     const int lane = threadIdx.x % 32, t = token(i);
-    const bool first = i % pieces_per_row == 0;
+    const bool head = offset(i) == 0;  // the row's first piece also carries its scales and top-k
     int row[kNumRanks];
-    tr.of(t, row, first && lane == 0, f, chunk);
+    tr.of(t, row, head && lane == 0, f, chunk);
     if (lane == 0) {
 #pragma unroll
       for (int d = 0; d < kNumRanks; ++d)
         if (row[d] >= 0) tma::store_s2g(x.base[d] + int64_t(row[d]) * hidden_bytes + offset(i), buf, len(i));
     }
-    if (!first) return;
+    if (!head) return;
     // scales and top-k are small: plain stores by the lanes, published by the chunk's drain
     const int ns = num_scales, K = num_topk;
     if (x_scales != nullptr) {
@@ -381,19 +384,29 @@ __device__ void send_tma(const Args& a, const RowRegions& rows, const PeerPtrs& 
   st.pieces_per_row = plan.pieces_per_row;
   st.piece_bytes = plan.piece_bytes;
   st.f = f;
-  const int nw = a.num_sender_blocks * plan.warps;
-  for (int c = blockIdx.x * plan.warps + warp; c < a.num_chunks; c += nw) {
-    rec.begin(phase, c);
+  const bool publish = !(hook || a.skip_send);  // uniform over the grid: the barrier below is too
+  for (int c = blockIdx.x; c < a.num_chunks; c += a.num_sender_blocks) {
     st.t0 = c * a.chunk_size;
     st.chunk = c;
     const int t1 = min(st.t0 + a.chunk_size, a.num_tokens);
-    if (!pipe.run(st, (t1 - st.t0) * plan.pieces_per_row, rec, ph::kStageWait)) {
-      if (lane == 0) report_error(f, 4, phase, 0, c, me);
-      return;  // no END: the trace keeps the span open where this warp gave up
+    const tma::Share sh = tma::share_of(int64_t(t1 - st.t0) * plan.pieces_per_row, warp, plan.warps);
+    st.first = int(sh.lo);
+    rec.begin(phase, c);
+    const bool ok = pipe.run(st, int(sh.hi - sh.lo), rec, ph::kStageWait);
+    if (ok) {
+      pipe.drain();  // this warp's rows of the chunk are written (and the lanes' scale / top-k stores)
+      rec.end(phase, c);
+    } else if (lane == 0) {
+      report_error(f, 4, phase, 0, c, me);  // no END: the trace keeps the span open where it gave up
     }
-    pipe.drain();  // the chunk's rows are written (and the lanes' scale / top-k stores, by the warp sync)
-    rec.end(phase, c);
-    if (hook || a.skip_send) continue;
+    if (!publish) {
+      if (!ok) return;
+      continue;
+    }
+    // every pipeline warp's share of chunk c precedes the release below; a warp that gave up
+    // keeps the chunk unpublished (the peers time out naming this rank) and stops the block
+    if (tma::pipe_warps_sync_or(plan.warps, !ok)) return;
+    if (warp != 0) continue;
     for (int d = 0; d < kNumRanks; ++d) {
       const int* pre = a.send_chunk_prefix + d * (kMaxChunks + 1);
       if (d == me || pre[c + 1] == pre[c]) continue;
@@ -416,10 +429,12 @@ __device__ void receive_tma(const Args& a, const RowRegions& rows, const PeerPtr
   for (int s = 0; s < kNumRanks; ++s)
     if (s != me) max_chunks = max(max_chunks, a.recv_num_chunks[s]);
   const int hb = a.hidden_bytes, ns = a.num_scales, K = a.num_topk;
-  const int nw = (int(gridDim.x) - a.num_sender_blocks) * plan.warps;
+  const int num_receivers = int(gridDim.x) - a.num_sender_blocks;
   const int units = max_chunks * kPeers;
-  // chunk-major order: early chunks of every source first, as the senders produce them
-  for (int u = (int(blockIdx.x) - a.num_sender_blocks) * plan.warps + warp; u < units; u += nw) {
+  // chunk-major order: early chunks of every source first, as the senders produce them; every
+  // pipeline warp of the block waits for the unit's flag itself and copies its share
+  const int stride = plan.warps * 32, tid = warp * 32 + lane;
+  for (int u = int(blockIdx.x) - a.num_sender_blocks; u < units; u += num_receivers) {
     const int c = u / kPeers, si = u % kPeers;
     const int s = si < me ? si : si + 1;
     if (c >= a.recv_num_chunks[s]) continue;
@@ -445,8 +460,11 @@ __device__ void receive_tma(const Args& a, const RowRegions& rows, const PeerPtr
     if (!ok) return;  // no END: the trace keeps the wait open where this warp gave up
     rec.end(wait_phase, s);
     rec.begin(ph::kCopyOut, c);
-    tma::CopyStage st{own + rows.x + int64_t(row0) * hb, static_cast<char*>(a.recv_x) + int64_t(row0) * hb,
-                      int64_t(cnt) * hb, plan.piece_bytes};
+    // this warp's share of the unit's bytes, in 16-byte vectors (rows are whole vectors)
+    const tma::Share sh = tma::share_of(int64_t(cnt) * hb / tma::kBulkAlign, warp, plan.warps);
+    const int64_t at = int64_t(row0) * hb + sh.lo * tma::kBulkAlign;
+    tma::CopyStage st{own + rows.x + at, static_cast<char*>(a.recv_x) + at, (sh.hi - sh.lo) * tma::kBulkAlign,
+                      plan.piece_bytes};
     if (!pipe.run(st, st.items(), rec, ph::kStageWait)) {
       if (lane == 0) report_error(f, 4, ph::kCopyOut, 0, c, s);
       return;
@@ -454,17 +472,17 @@ __device__ void receive_tma(const Args& a, const RowRegions& rows, const PeerPtr
     if (a.recv_scales != nullptr) {
       const float* src = reinterpret_cast<const float*>(own + rows.scales) + int64_t(row0) * ns;
       float* dst = a.recv_scales + int64_t(row0) * ns;
-      for (int i = lane; i < cnt * ns; i += 32) dst[i] = src[i];
+      for (int i = tid; i < cnt * ns; i += stride) dst[i] = src[i];
     }
     if (a.recv_topk_idx != nullptr) {
       const int64_t* src = reinterpret_cast<const int64_t*>(own + rows.topk_idx) + int64_t(row0) * K;
       int64_t* dst = a.recv_topk_idx + int64_t(row0) * K;
-      for (int i = lane; i < cnt * K; i += 32) dst[i] = src[i];
+      for (int i = tid; i < cnt * K; i += stride) dst[i] = src[i];
     }
     if (a.recv_topk_weights != nullptr) {
       const float* src = reinterpret_cast<const float*>(own + rows.topk_weights) + int64_t(row0) * K;
       float* dst = a.recv_topk_weights + int64_t(row0) * K;
-      for (int i = lane; i < cnt * K; i += 32) dst[i] = src[i];
+      for (int i = tid; i < cnt * K; i += stride) dst[i] = src[i];
     }
     rec.end(ph::kCopyOut, c);
   }

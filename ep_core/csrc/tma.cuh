@@ -239,6 +239,40 @@ __device__ __forceinline__ bool plan_fits(const Plan& p) {
          uint32_t(p.warps) * uint32_t(p.warp_stride) <= dynamic_smem_size();
 }
 
+// ---- splitting a block's unit of work over its pipeline warps -----------------------------------
+//
+// Units (a chunk, a (source, chunk) pair) go to blocks round-robin, so they finish in unit order
+// and the receiving side starts on the first ones while later ones are in flight; each unit's
+// items are split contiguously over the block's pipeline warps. The first version gave each warp
+// whole units: with fewer units than warps (e.g. 118 chunks for 15 sender blocks x 16 warps at
+// N = 1, 24 SMs) a third of the grid never got one, and every unit of a round finished together
+// (recording ep-ab-tma-buffers-a0, benchmarks/NOTES.md issue 11).
+struct Share {
+  int64_t lo, hi;  // [lo, hi) of the unit's n items
+};
+__host__ __device__ constexpr Share share_of(int64_t n, int warp, int warps) {
+  return Share{n * warp / warps, n * (warp + 1) / warps};
+}
+static_assert(share_of(35, 0, 16).hi == 2 && share_of(35, 15, 16).lo == 32 && share_of(35, 15, 16).hi == 35, "");
+static_assert(share_of(3, 0, 16).hi == 0, "a warp may get nothing of a unit smaller than the block");
+
+// Named barrier 1 over the block's first `warps` warps (the pipeline warps; the others have
+// returned), OR-reducing `pred`. Like __syncthreads it orders each participant's earlier memory
+// accesses before every participant's later ones: a unit's writers drain, meet here, and one
+// thread then publishes the unit (the direct path's "__syncthreads, then release").
+__device__ __forceinline__ bool pipe_warps_sync_or(int warps, bool pred) {
+  uint32_t out;
+  asm volatile(
+      "{\n\t.reg .pred pi, po;\n\t"
+      "setp.ne.u32 pi, %2, 0;\n\t"
+      "bar.red.or.pred po, 1, %1, pi;\n\t"
+      "selp.u32 %0, 1, 0, po;\n\t}"
+      : "=r"(out)
+      : "r"(warps * 32), "r"(pred ? 1u : 0u)
+      : "memory");
+  return out != 0;
+}
+
 // A contiguous copy, global -> global through the staging buffers, in pieces of at most
 // `piece` bytes (dispatch's copy-out, combine's send). Offsets and sizes stay multiples of 16 B
 // because `total` and `piece` are.

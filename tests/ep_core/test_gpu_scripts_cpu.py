@@ -102,3 +102,26 @@ def test_op_metrics_counts_the_blocks_resident_while_copies_fly():
     # the kernel table's split by kind
     calls = [[E("ep_core::combine::combine_tma_kernel<2, 1>", 0, 7), E("x", 0, 100)]] * 3
     assert m.kernel_us(calls, "combine") == 7
+
+
+def test_tma_summary_prints_the_tables_and_each_runs_idle_verdict(tmp_path, capsys):
+    """tma_gpu.sh's last step on what a device call leaves: the 418ddf3 bench results, a pytest
+    log, and a recorded run whose idle page alarms (the bundled starved-warps self-test)."""
+    import shutil
+    from pathlib import Path
+
+    from benchmarks.gpu import tma_summary
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copy(repo / "benchmarks/results/tma-2xH200-2026-11-30-418ddf3.json", tmp_path / "tma_bench.json")
+    (tmp_path / "gpu_tests.log").write_text("....\n=== 14 passed, 1 skipped in 150.2s ===\n")
+    (tmp_path / "stories.log").write_text("group ab-hook: op latency median A {} µs\n")
+    shutil.copytree(repo / "traces/selftest-starved-warps", tmp_path / "traces/selftest-starved-warps")
+    assert tma_summary.main(["--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "gpu_tests.log: 14 passed, 1 skipped" in text and "verdicts.log: not run" in text
+    row = next(x for x in text.splitlines() if x.startswith("balanced") and "BF16 dispatch" in x and " 64 " in x)
+    assert row.split()[4:6] == ["641", "("] and "614 (  190 µs)" in row, row    # direct ... tma N=3
+    assert any(x.split()[:3] == ["64", "BF16", "dispatch"] and x.split()[3] == "hook" for x in text.splitlines())
+    assert "selftest-starved-warps     idle ALARM starved warps" in text
+    assert "group ab-hook" in text

@@ -72,6 +72,9 @@ def test_every_kernel_file_compiles_in_both_builds(tmp_path):
                           r"cp\.async\.bulk\.wait_group\.read 0;", r"cp\.async\.bulk\.wait_group\.read 1;",
                           r"cp\.async\.bulk\.wait_group 0;", r"mbarrier\.try_wait\.parity", r"fence\.proxy\.async\.global"):
                 assert re.search(instr, text), f"{name} (EPSCOPE_PROFILE={p}): no {instr} in the PTX"
+            # a unit's pipeline warps meet at named barrier 1 before one thread publishes it
+            # (tma.cuh, pipe_warps_sync_or): a publish that skipped it would race the other warps
+            assert re.search(r"bar\.red\.or\.pred\s+\w+,\s*1,", text), f"{name} (EPSCOPE_PROFILE={p}): no publish barrier"
 
 
 def test_kernel_files_do_not_include_torch():

@@ -130,7 +130,10 @@ def test_hook_profiled_op_and_a_rank_that_never_sends(tmp_path):
 
     run = load_run(tmp_path / "hook-op")
     la, ev = run.launches, run.events
-    assert set(la["kernel"].astype(str)) == {"layout", "notify", "dispatch", "barrier", "combine"}
+    # the worker computes the layout before `buffer.profile(session)`: the profiled kernels are the
+    # hook dispatch's notify and its launches, and the hook combine's start barrier and its launches
+    # (2xH200 at 418ddf3 failed here expecting "layout" too; everything above this line passed)
+    assert set(la["kernel"].astype(str)) == {"notify", "dispatch", "barrier", "combine"}
     assert int(la["dropped"].sum()) == 0
     for r in (0, 1):
         # each op's send, signal and receive are launches of its kernel, told apart by their phases
