@@ -70,13 +70,14 @@ idle_warps(events, *, registry=None, launches=None) -> IdleReport
     .phases    across ranks per work phase: [kernel, phase, rank, busy_ns, spans, busy_ratio]
     .waited    [iteration, kernel, rank, waited_on_ns]
     .verdict   timeout | rank_imbalance (a rank busy >= 1.2x the median rank's whose extra work
-               costs >= 10% of the median iteration) | starved_warps | none, the largest first
+               costs the op >= 5% of its latency: verdict.MATERIAL_SHARE; below, a note) |
+               starved_warps | none, the largest first
     .evidence  the rows the verdict names (warps of its rank and kernel, or the ranks of its kernel)
 
 barrier_contention(events, *, registry=None, launches=None) -> BarrierReport
     .occurrences one row per occurrence: rank (-1 cross-rank), kernel, iteration, launch (-1
         cross-rank), block (-1 unless scope block), barrier, scope, occurrence, arrivals,
-        useless_arrivals (from warps with no work in their launch), unfinished (arrivals that never
+        useless_arrivals (from warps that brought no work: glossary 'useless'), unfinished (arrivals that never
         departed), first_arrive_ns, last_arrive_ns, spread_ns, lateness_ns (last arrival - the one
         before it, per rank at cross-rank barriers), depart_ns, total_wait_ns (sum over arrivals of
         own departure - own arrival: warp time), last_rank, last_block, last_warp

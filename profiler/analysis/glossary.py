@@ -15,10 +15,15 @@ SECTIONS: dict[str, dict[str, str]] = {
                    "(cause, rank, peer, kernel, phase, direction) and the size of the effect. Tests check the "
                    "fields against recordings with a planted cause.",
         "alarm": "The page says 'act on this': a timeout, a rank the others wait on, starved warps, a barrier "
-                 "straggler, a real difference between A and B. A wait is an alarm when it costs at least 25% "
-                 "of the median iteration (host jitter between ranks reaches ~20% of an op in runs with "
-                 "nothing planted), a rank carrying 1.2x the median rank's work in a kernel and role is one "
-                 "whatever it cost; a run with nothing planted raises none.",
+                 "straggler, a real difference between A and B. A wait at a rendezvous is an alarm when it "
+                 "costs at least 25% of the median iteration (host jitter between ranks reaches ~20% of an op "
+                 "in runs with nothing planted); an effect inside the op (a rank carrying 1.2x the median "
+                 "rank's work, warps held at a barrier they bring nothing to) when it costs at least 5% of "
+                 "the op's latency (half the 10% the catalogue counts as a knob's effect); below, the page "
+                 "states it as a note. A run with nothing planted raises none.",
+        "op's latency": "Per iteration, the slowest rank's kernel time (first warp record to last of each "
+                        "launch, summed over the iteration's launches); a verdict uses its median over "
+                        "iterations. Host gaps between launches do not count (Compare's end-to-end).",
         "cause": "What made the run slow: none, timeout, rank_imbalance, host_bound, starved_warps, "
                  "barrier_straggler, useless_arrivals; on Compare same_code (within noise) or knob_change (a "
                  "real difference).",
@@ -27,16 +32,18 @@ SECTIONS: dict[str, dict[str, str]] = {
                    "stalled wait that began first (rank, the peer it waited on, kernel/phase, how long); the "
                    "others followed from it.",
         "rank_imbalance": "One rank (the straggler) carries more work than the others: a role of it is busy "
-                          "1.2x the median rank's or more (rows received, chunks sent); the verdict says how long "
-                          "the others wait on it.",
+                          "1.2x the median rank's or more (rows received, chunks sent); the verdict says what it "
+                          "costs the op: the larger of how long the others wait on it and what balancing would "
+                          "save each of its warps of that role, per iteration.",
         "host_bound": "A rank's host was late: it entered the op (or launched a kernel) after the others, who "
                       "waited for it at the next rendezvous.",
         "starved_warps": "Warps or blocks did no work in a kernel in which other warps did (too few tokens, a "
                          "per-block split).",
         "barrier_straggler": "One rank (cross-rank barriers) or one warp (block and grid barriers) arrives last "
                              "and the others wait on it.",
-        "useless_arrivals": "At least half of a barrier's arrivals come from warps that did no work in their "
-                            "launch: they only came to be released.",
+        "useless_arrivals": "Warps arrive at a barrier bringing no work (see useless) and are held there "
+                            "for at least 5% of the op's latency (the median over occurrences of their median "
+                            "wait): they only came to be released, and start their next work that much later.",
         "same_code": "Compare: no kernel or phase of B differs from A beyond run-to-run noise.",
         "knob_change": "Compare: B differs from A beyond run-to-run noise; the verdict names what moved and in "
                        "which direction.",
@@ -122,7 +129,9 @@ SECTIONS: dict[str, dict[str, str]] = {
         "scope": "Who meets at the barrier, from the registry: block, grid (the launch on one rank) or rank "
                  "(every rank).",
         "arrivals": "Warps that arrived, summed over occurrences.",
-        "useless": "Arrivals from warps that did no work in their launch.",
+        "useless": "Arrivals from warps that brought no work: no work since the warp last synchronised "
+                   "(its previous barrier departure, or its first record) while another arrival of the same "
+                   "occurrence did, or no work in the whole launch.",
         "spread": "Last arrival - first arrival of an occurrence.",
         "lateness": "Last arrival - the arrival before it (per rank at cross-rank barriers): how long the "
                     "others waited on the last arriver.",

@@ -27,7 +27,7 @@ from . import timeouts
 from .critical_path import iteration_totals
 from .keys import ranges
 from .rendezvous import NO_WORK_SHARE, rank_lateness
-from .verdict import Verdict, fmt_ns, fmt_pct, size
+from .verdict import Verdict, fmt_ns, fmt_pct
 
 PER_WARP_COLUMNS = ["rank", "kernel", "block", "warp", "role", "launches", "kernel_ns", "busy_ns", "wait_ns",
                     "idle_ns", "busy_share", "did_work"]
@@ -98,12 +98,14 @@ def _statements(per_warp: pd.DataFrame, per_block: pd.DataFrame, order: list[str
 
 
 def _straggler(rep: IdleReport, totals: pd.DataFrame, late: pd.DataFrame,
-               excess: pd.DataFrame, order: list[str]) -> tuple[Verdict | None, list[str]]:
+               excess: pd.DataFrame, order: list[str], op: pd.DataFrame) -> tuple[Verdict | None, list[str]]:
     """The cross-rank finding: the rank that carries extra work (imbalance.straggler), what it
-    carries extra, and how long the others wait on it: its lateness at cross-rank barriers
-    (rendezvous) or its busiest warps' extra work (imbalance.busy_excess), whichever is larger,
-    median over iterations. Carrying extra work is the finding (a routing or a split to fix),
-    whether or not this run's timing hid its cost; the cost is stated beside it."""
+    carries extra, and what it costs the op: how long the others wait on it (its lateness at
+    cross-rank barriers (rendezvous) or its busiest warps' extra work (imbalance.busy_excess),
+    whichever is larger, median over iterations) or what balancing would save its warps
+    (imbalance.straggler_cost), whichever is larger, against the op's latency (imbalance.op_latency).
+    An imbalance that costs the op less than imbalance.MATERIAL_SHARE of its latency is no alarm:
+    the verdict comes back with alarm False and the page states it as a note."""
     notes = []
     s = IM.straggler(rep.ranks, rep.phases, order)
     if s is None or totals.empty:
@@ -116,23 +118,35 @@ def _straggler(rep: IdleReport, totals: pd.DataFrame, late: pd.DataFrame,
             return np.zeros(len(its))
         return df[df["rank"] == r].groupby("iteration")[col].sum().reindex(its).fillna(0).to_numpy(float)
     held = np.maximum(per_it(late, "lateness_ns"), per_it(excess, "excess_ns"))
-    sz = size(held, its, totals["total_ns"].to_numpy(float))
     grp = s["group"]
+    waited, saving = IM.straggler_cost(grp[grp["role"] == s["role"]], r, held, len(its))
+    op_ns = float(op["op_ns"].median()) if len(op) else 0.0
+    cost = max(waited, saving)
+    material = bool(op_ns > 0 and cost >= IM.MATERIAL_SHARE * op_ns)
     top = grp[grp["rank"] == r].iloc[0]
     detail = (f"its {s['role']} warps in {s['kernel']} are busy {fmt_ns(float(top['busy_ns']))} against the median "
               f"rank's {fmt_ns(float(grp['busy_ns'].median()))} (summed over warps and launches; work spans "
-              f"{int(top['spans'])} against {int(grp['spans'].median())})")
-    v = Verdict(page="idle", alarm=True, cause=Cause.RANK_IMBALANCE, rank=r, kernel=s["where"][0][0],
-                phase=s["where"][0][1], where=tuple(s["where"]), magnitude_ns=sz.magnitude_ns,
-                reference_ns=sz.reference_ns, n=len(its), iteration=sz.iteration, ratio=s["ratio"], detail=detail,
-                notes=(sz.note,) if sz.note else (), evidence=grp.reset_index(drop=True))
+              f"{int(top['spans'])} against {int(grp['spans'].median())}); the others waited {fmt_ns(waited)} on it "
+              f"per iteration (median), balancing would save each of its {s['role']} warps {fmt_ns(saving)} per "
+              f"iteration")
+    if not material:
+        detail += (f"; not material: it costs the op at most {fmt_ns(cost)} per iteration, under "
+                   f"{fmt_pct(IM.MATERIAL_SHARE)} of its latency")
+    v = Verdict(page="idle", alarm=material, cause=Cause.RANK_IMBALANCE, rank=r, kernel=s["where"][0][0],
+                phase=s["where"][0][1], where=tuple(s["where"]), magnitude_ns=cost, reference_ns=op_ns or None,
+                reference="the op's latency",
+                n=len(its), ratio=s["ratio"], detail=detail, evidence=grp.reset_index(drop=True))
     return v, notes
 
 
 def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
     warns = tuple(g.warnings)
     totals = iteration_totals(g)
-    straggler, notes = _straggler(rep, totals, rank_lateness(g), IM.busy_excess(g), IM.kernel_order(g))
+    straggler, notes = _straggler(rep, totals, rank_lateness(g), IM.busy_excess(g), IM.kernel_order(g),
+                                  IM.op_latency(g))
+    if straggler is not None and not straggler.alarm:
+        notes.append(straggler.headline)       # an immaterial imbalance: a note, never the headline
+        straggler = None
     starving = _statements(rep.per_warp, rep.per_block, IM.kernel_order(g))
     findings = []
     if straggler is not None:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
+from .verdict import MATERIAL_SHARE  # noqa: F401 (the imbalance's alarm share, documented there)
 from .peers import interval_peers
 
 RANK_COLUMNS = ["kernel", "role", "rank", "warps", "spans", "busy_ns", "kernel_ns", "waited_on_ns", "busy_ratio"]
@@ -26,6 +27,12 @@ RANK_IMBALANCE_RATIO = 1.2
 # ... in a (kernel, role) that holds at least this share of the rank's busy time (a 2 µs layout
 # warp or a barrier-only kernel is no load to balance)
 SUBSTANTIAL_SHARE = 0.05
+# ... and it is an alarm only when it costs the op at least verdict.MATERIAL_SHARE of its latency
+# (op_latency below). The cost is the larger of what the others waited on the rank and what
+# balancing would save it (straggler_cost). Measured (median over iterations): the catalogue's
+# rank-skew 37%, zero-rank 13%; the low-latency runs with nothing planted at most 3.1% (a rank
+# whose receivers take 1.3x as long over the same work spans, while the others wait 1-3 µs of a
+# 38-240 µs op).
 PHASE_COLUMNS = ["kernel", "phase", "rank", "busy_ns", "spans", "busy_ratio"]
 WAITED_COLUMNS = ["iteration", "kernel", "rank", "waited_on_ns"]
 
@@ -115,6 +122,36 @@ def _per_lane(g: G.Graph) -> pd.DataFrame:
     k = launch_span["e"] - launch_span["b"]
     idx = pd.MultiIndex.from_arrays([df["rank"], df["launch"]])
     return df.assign(kernel_ns=k.reindex(idx).to_numpy())
+
+
+def op_latency(g: G.Graph) -> pd.DataFrame:
+    return G.memo(g, "op_latency", lambda: _op_latency(g)).copy()
+
+
+def _op_latency(g: G.Graph) -> pd.DataFrame:
+    """[iteration, op_ns]: the op's latency per iteration, the slowest rank's kernel time (per rank
+    the sum over its launches of first warp begin to last warp end: profiler.analysis.compare's
+    end-to-end figure, so host gaps between launches never count)."""
+    pl = per_lane(g)
+    if pl.empty:
+        return pd.DataFrame({"iteration": pd.Series([], dtype="int64"), "op_ns": pd.Series([], dtype="int64")})
+    per = pl.drop_duplicates(["rank", "launch"]).groupby(["iteration", "rank"], sort=True)["kernel_ns"].sum()
+    out = per.groupby(level="iteration").max().rename("op_ns").reset_index()
+    out["op_ns"] = out["op_ns"].astype(np.int64)
+    return out
+
+
+def straggler_cost(group: pd.DataFrame, rank: int, held_ns: np.ndarray, iterations: int) -> tuple[float, float]:
+    """(waited, saving) per iteration, in ns: `held_ns` per iteration (what the other ranks waited
+    on the rank: its lateness at cross-rank barriers or its busiest warps' excess, idle.py), its
+    median; and what balancing the (kernel, role) would save each of the rank's warps of that role,
+    (its busy time - the median rank's) / its warps, per iteration. `group`: the RANK_COLUMNS rows
+    of that (kernel, role)."""
+    waited = float(np.median(held_ns)) if len(held_ns) else 0.0
+    row = group[group["rank"] == rank].iloc[0]
+    extra = float(row["busy_ns"]) - float(group["busy_ns"].median())
+    saving = extra / max(int(row["warps"]), 1) / max(iterations, 1) if extra > 0 else 0.0
+    return waited, saving
 
 
 def kernel_order(g: G.Graph) -> list[str]:
@@ -222,15 +259,40 @@ def _busy_excess(g: G.Graph) -> pd.DataFrame:
     return out[["iteration", "rank", "kernel", "excess_ns"]]
 
 
+def _warps_per_block(lanes: pd.DataFrame, launches: pd.DataFrame) -> pd.Series:
+    """Per kernel, warps per block as the recorded indices imply (the launch table has the regions,
+    not the grid's shape): the largest recorded warp index + 1 when that divides the kernel's
+    regions into at least as many blocks as were recorded; else regions / (the largest recorded
+    block + 1), when that divides. The first reading fails when the top warps of every block never
+    record (the low-latency kernels at 4 tokens: warps 0-6 of 16 record, 1024 regions), the second
+    when whole trailing blocks never record (the self-test's starved blocks 16-127). Both bounds
+    hold whatever the kernel: a recorded (block, warp) exists in the grid."""
+    w0 = lanes.groupby("kernel")["warp"].max() + 1
+    b0 = lanes.groupby("kernel")["block"].max() + 1
+    la = launches.merge(lanes[["rank", "launch", "kernel"]].drop_duplicates(), on=["rank", "launch"],
+                        suffixes=("_l", ""))
+    regions = la.groupby("kernel")["regions"].max()
+    out = {}
+    for k, w in w0.items():
+        reg, b = int(regions.get(k, 0)), int(b0[k])
+        if reg and reg % w == 0 and reg // w >= b:
+            out[k] = int(w)
+        elif reg and reg % b == 0 and reg // b >= w:
+            out[k] = reg // b
+        else:
+            out[k] = int(w)
+    return pd.Series(out, dtype="int64")
+
+
 def silent_lanes(lanes: pd.DataFrame, launches: pd.DataFrame | None) -> pd.DataFrame:
     """Warps of a launch that recorded nothing at all (a block with no chunk to move never reaches
     a record site): rows shaped like per_lane's, busy and wait 0. A launch's profile buffer has
-    `regions` = blocks x warps-per-block regions (docs/design.md); warps per block is the kernel's
-    largest recorded warp index + 1. Empty without a launch table."""
+    `regions` = blocks x warps-per-block regions (docs/design.md); warps per block: see
+    _warps_per_block. Empty without a launch table."""
     cols = list(lanes.columns)
     if launches is None or launches.empty or lanes.empty or "regions" not in launches:
         return lanes.iloc[0:0]
-    wpb = lanes.groupby("kernel")["warp"].max() + 1
+    wpb = _warps_per_block(lanes, launches)
     seen = lanes.groupby(["rank", "launch"])
     out = []
     for (rank, launch), grp in seen:

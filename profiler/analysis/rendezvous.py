@@ -17,8 +17,10 @@ NO_WORK_SHARE = 0.01   # idle.NO_WORK_SHARE documents it; a warp below it did no
 
 def arrivals(g: G.Graph) -> pd.DataFrame:
     """One row per barrier arrival: occurrence id (position in g.occ_starts), event row, lane,
-    rank/block/warp, time, own departure and wait (unfinished ones too), and whether the arriving
-    warp did no work in its whole launch (useless). Computed once per graph."""
+    rank/block/warp, time, own departure and wait (unfinished ones too), whether the arrival is
+    useless (the warp brought no work since it last synchronised while another arrival of the
+    occurrence did, or did no work in its whole launch) and idle_warp (the latter alone).
+    Computed once per graph."""
     hit = g.derived.get("arrivals")
     if hit is None:
         hit = g.derived["arrivals"] = _arrivals(g)
@@ -43,12 +45,40 @@ def _arrivals(g: G.Graph) -> pd.DataFrame:
     busy = G.lane_sums(g, (G.WORK,))
     kern = g.lane["kernel"].to_numpy()
     top = pd.Series(busy).groupby(kern).transform("max").to_numpy(float)
-    idle_lane = busy.astype(float) < NO_WORK_SHARE * np.maximum(top, 1)
+    floor = NO_WORK_SHARE * np.maximum(top, 1)
+    idle_lane = busy.astype(float) < floor
+    brought = _work_since_sync(g, pa, bw) >= floor[lane]
+    # a barrier orders the work its arrivals bring; an arrival that brought none while another
+    # arrival of the same occurrence did only waits to be released (the low-latency dispatch with
+    # barrier 'all': warps without a send task arrive at send_done and wait for the grid; with
+    # 'working' they do not arrive). When no arrival brought work (a barrier at a kernel's entry)
+    # the barrier orders something the events do not show, and no arrival is called useless for it.
+    some = np.bincount(occ, weights=brought.astype(float), minlength=len(g.occ_starts)) > 0
+    useless = idle_lane[lane] | (~brought & some[occ])
     L = g.lane
     return pd.DataFrame({"occ": occ, "row": rows, "lane": lane, "rank": L["rank"].to_numpy()[lane],
                          "block": L["block"].to_numpy()[lane], "warp": L["warp"].to_numpy()[lane],
                          "t": g.pt_t[pa], "depart_ns": dep_t, "wait_ns": np.where(dep_t >= 0, dep_t - g.pt_t[pa], 0),
-                         "useless": idle_lane[lane], "unfinished": unf})
+                         "useless": useless, "idle_warp": idle_lane[lane], "unfinished": unf})
+
+
+def _work_since_sync(g: G.Graph, pa: np.ndarray, bw: np.ndarray) -> np.ndarray:
+    """Per arrival point: the arriving warp's work time since it last synchronised, i.e. since its
+    departure from its previous barrier in the launch, or since its first record (points are
+    sorted by lane then time, so a lane's earlier barrier waits have smaller point indices)."""
+    cw = G.cum_work(g)
+    lane = g.pt_lane[pa]
+    start = g.lane_first[lane]
+    if len(bw):
+        # the barrier wait that arrived last before this arrival (its own excluded: a zero-length
+        # wait departs at its arrival's point), and its departure
+        o = np.argsort(g.iv_pb[bw], kind="stable")
+        arr, dep = g.iv_pb[bw][o], g.iv_pe[bw][o]
+        k = np.searchsorted(arr, pa, side="left") - 1
+        prev = dep[np.maximum(k, 0)]
+        ok = (k >= 0) & (g.pt_lane[arr[np.maximum(k, 0)]] == lane)
+        start = np.where(ok, np.maximum(prev, start), start)
+    return (cw[pa] - cw[start]).astype(float)
 
 
 def cross_rank(g: G.Graph, occ_first_rows: np.ndarray) -> np.ndarray:

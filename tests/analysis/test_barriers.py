@@ -83,3 +83,62 @@ def test_synthetic_late_arriver_truth():
     assert (row["last_rank"], row["last_block"], row["last_warp"], row["last_share"]) == (3, 4, 6, 1.0)
     v = rep.verdict
     assert (v.alarm, v.cause, v.rank, v.kernel, v.phase) == (True, Cause.BARRIER_STRAGGLER, 3, "dispatch", "grid")
+
+
+def _send_done(useless_warps: bool, work_ns: int = 100, after_ns: int = 400):
+    """One launch: warps 0-1 send (0..work_ns) then meet at grid barrier 0; warps 2-3 have no send
+    task and, with useless_warps, arrive at it at once; then every warp receives for after_ns."""
+    rows = []
+    for w in range(4):
+        sends = w < 2
+        if sends:
+            rows.append(span(0, 0, w, "send_chunk", 0, work_ns))
+        if sends or useless_warps:
+            rows += barrier(0, 0, w, "grid", work_ns if sends else 0, work_ns + 10)
+        start = work_ns + 10 if (sends or useless_warps) else 0
+        rows.append(span(0, 0, w, "copy_out", start, start + after_ns))
+    return table(rows)
+
+
+def test_an_arrival_that_brought_no_work_since_it_last_synchronised_is_useless():
+    # warps 2-3 work later in the launch (copy_out), but bring nothing to the barrier: useless; they
+    # are held 110 ns of a 510 ns op (22% >= 5%)
+    rep = barrier_contention(_send_done(True), registry=TEST_REGISTRY)
+    o = rep.occurrences.iloc[0]
+    assert o["arrivals"] == 4 and o["useless_arrivals"] == 2
+    v = rep.verdict
+    assert (v.alarm, v.cause, v.kernel, v.phase, v.rank) == (True, Cause.USELESS_ARRIVALS, "dispatch", "grid", 0)
+    assert v.magnitude_ns == 110 and v.reference_ns == 510
+    # only the warps with work arrive: nothing useless, no alarm
+    rep = barrier_contention(_send_done(False), registry=TEST_REGISTRY)
+    assert rep.occurrences.iloc[0]["useless_arrivals"] == 0 and not rep.verdict.alarm
+
+
+def test_useless_arrivals_held_briefly_are_a_note():
+    # held 510 ns of a 20,510 ns op (2.5%): stated, not an alarm
+    rep = barrier_contention(_send_done(True, work_ns=500, after_ns=20_000), registry=TEST_REGISTRY)
+    assert rep.occurrences.iloc[0]["useless_arrivals"] == 2
+    v = rep.verdict
+    assert not v.alarm and any("useless arrivals at dispatch/grid" in n and "not material" in n for n in v.notes)
+
+
+def test_work_before_an_earlier_barrier_is_not_brought_to_the_next():
+    # both warps work, meet at occurrence 0; then warp 0 works again and warp 1 does not before
+    # occurrence 1: warp 1's second arrival is useless, its first is not
+    rows = [span(0, 0, 0, "copy_out", 0, 100), span(0, 0, 1, "copy_out", 0, 100)]
+    rows += barrier(0, 0, 0, "grid", 100, 110, occurrence=0) + barrier(0, 0, 1, "grid", 100, 110, occurrence=0)
+    rows += [span(0, 0, 0, "copy_out", 110, 300)]
+    rows += barrier(0, 0, 0, "grid", 300, 310, occurrence=1) + barrier(0, 0, 1, "grid", 110, 310, occurrence=1)
+    occ = barrier_contention(table(rows), registry=TEST_REGISTRY).occurrences.set_index("occurrence")
+    assert occ.loc[0, "useless_arrivals"] == 0 and occ.loc[1, "useless_arrivals"] == 1
+
+
+def test_a_barrier_no_arrival_brings_work_to_calls_nothing_useless():
+    # every warp meets at the kernel's entry before any work (the barrier orders something the
+    # events do not show): no arrival there is useless
+    rows = []
+    for w in range(3):
+        rows += barrier(0, 0, w, "grid", w, 10)
+        rows.append(span(0, 0, w, "copy_out", 10, 100))
+    rep = barrier_contention(table(rows), registry=TEST_REGISTRY)
+    assert rep.occurrences.iloc[0]["useless_arrivals"] == 0 and not rep.verdict.alarm

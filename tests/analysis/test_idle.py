@@ -107,3 +107,51 @@ def test_warps_that_recorded_nothing_count_when_the_launch_table_says_they_exist
     assert r.verdict.cause is Cause.STARVED_WARPS
     assert r.verdict.detail == "rank 0 dispatch: blocks 1–3 did no work; 2 warps carried all work"
     assert len(idle_warps(ev, registry=TEST_REGISTRY).per_warp) == 2          # without it: what was recorded
+
+
+def test_the_top_warps_of_every_block_that_recorded_nothing_count_too():
+    import pandas as pd
+    # 2 blocks x 4 warps launched (8 regions); warps 0-2 of both blocks recorded: the largest warp
+    # index + 1 (3) does not divide the regions, the blocks recorded (2) do: 4 warps per block
+    ev = table([span(0, b, w, "copy_out", 0, 100) for b in (0, 1) for w in (0, 1, 2)])
+    launches = pd.DataFrame({"rank": [0], "launch": [0], "kernel": ["dispatch"], "iteration": [0],
+                             "host_begin_ns": [-1], "host_end_ns": [-1], "gpu_begin_ns": [0], "gpu_end_ns": [100],
+                             "regions": [8], "dropped": [0]})
+    r = idle_warps(ev, registry=TEST_REGISTRY, launches=launches)
+    assert len(r.per_warp) == 8
+    assert r.verdict.detail == "rank 0 dispatch: 2 warps did no work (warp 3 of blocks 0–1); 6 warps carried all work"
+
+
+def _two_ranks(extra_ns: int, op_ns: int = 1000, warps: int = 4):
+    """Rank 0's receivers copy 1.5x rank 1's over the same spans (4 warps each, one launch); the
+    kernel lasts op_ns on both ranks; rank 0's busiest receiver works extra_ns longer than rank 1's."""
+    rows = []
+    for r, d in ((0, 100 + extra_ns), (1, 100)):
+        for w in range(warps):
+            rows.append(span(r, 0, w, "copy_out", 0, d, role="receiver"))
+        rows.append(span(r, 1, 0, "notify", 0, op_ns, role="sender"))       # the kernel's length
+    return table(rows)
+
+
+def test_an_imbalance_that_costs_the_op_little_is_a_note():
+    # receivers busy 4 x 200 against 4 x 100: ratio 800 / 600 (the median of 2 ranks) = 1.33 either
+    # way; balanced, each rank's receivers would do 150 ns: balancing saves rank 0's warps 50 ns, of
+    # a 1000 ns op (5%: material), then of a 2000 ns op (2.5%: a note). Nobody waits on rank 0 (its
+    # sender warp, the kernel's busiest, ends with rank 1's).
+    v = idle_warps(_two_ranks(100), registry=TEST_REGISTRY).verdict
+    assert (v.alarm, v.cause, v.rank) == (True, Cause.RANK_IMBALANCE, 0)
+    assert v.magnitude_ns == 50 and v.reference_ns == 1000 and v.reference == "the op's latency"
+    v = idle_warps(_two_ranks(100, op_ns=2000), registry=TEST_REGISTRY).verdict
+    assert (v.alarm, v.cause) == (False, Cause.NONE)
+    assert any(n.startswith("rank 0 is the straggler") and "not material" in n for n in v.notes)
+
+
+def test_op_latency_is_the_slowest_ranks_kernel_time_without_host_gaps():
+    from profiler.analysis import graph as G
+    from profiler.analysis.imbalance import op_latency
+    from tests.analysis.tables import host
+    rows = [host(0, "dispatch", 0, 5000), span(0, 0, 0, "copy_out", 5000, 5100),
+            span(0, 0, 0, "copy_out", 9000, 9300, kernel="combine", launch=1),
+            span(1, 0, 0, "copy_out", 100, 600)]
+    op = op_latency(G.build(table(rows), TEST_REGISTRY))
+    assert op.to_dict("records") == [{"iteration": 0, "op_ns": 500}]      # rank 0: 100 + 300; rank 1: 500
