@@ -93,10 +93,12 @@ compare(a, b, *, n_boot=2000, seed=0, alpha=0.05, registry=None) -> Comparison
     a, b: an event table, a run (anything with .events, and .launches / .manifest), or a list per
     side. The run is the unit of replication (profiler.analysis.stats): one run a side calls
     nothing; several: hierarchical bootstrap over runs then iterations, and B differs only beyond
-    the A-vs-A spread (Bonferroni over the rows). Workloads are checked first: kind, ranks, kernels
+    the A-vs-A spread, every row at one level (stats.compare_family: Benjamini-Hochberg over the
+    rows' p-values). Workloads are checked first: kind, ranks, kernels
     differ -> refused; shape or dtype differ -> flagged.
     .per_phase   rows per kernel (phase '': the slowest rank's GPU time in that kernel) and per
-        (kernel, phase) (mean span duration): kernel, phase, runs_a, runs_b, n_a, n_b, median_a_ns,
+        (kernel, phase) (mean span duration; phase 'host call': the mean host call launching the
+        kernel, when the runs record host rows): kernel, phase, runs_a, runs_b, n_a, n_b, median_a_ns,
         median_b_ns, diff_ns, diff_pct, ci_low_ns, ci_high_ns, noise_ns (A-vs-A spread),
         heavy_tail, verdict ('within noise' | 'faster' | 'slower' | 'noise unknown (one run per
         side)' | 'too few samples' | 'only in A' | 'only in B'; B against A)

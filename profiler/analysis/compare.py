@@ -6,7 +6,9 @@ Samples, one per (run, iteration):
   over its launches of first warp begin to last warp end), so host gaps between launches and a
   late host never count as kernel time (issue 8: spans with host gaps made an A/A pair differ);
 * per kernel (phase ''): the same for that kernel's launches;
-* per (kernel, phase): the mean duration of the phase's spans in the iteration.
+* per (kernel, phase): the mean duration of the phase's spans in the iteration;
+* per (kernel, 'host call'), when the runs record host rows: the mean duration of the host calls
+  that launched the kernel in the iteration (a host-side knob moves these, not kernel time).
 The run is the unit of replication: with one run per side nothing is called faster or slower.
 
 Before any statistic the two sides' workloads are checked: runs that record a different kind of
@@ -37,6 +39,7 @@ ON_PATH_SHARE = 0.01   # a phase is "on the critical path" with at least 1% of t
 REFUSE_FIELDS = ("kind", "ranks")           # workload fields that make two runs incomparable
 FLAG_FIELDS = ("tokens", "hidden", "topk", "experts", "dtype")   # may be the knob under test: flagged
 E2E = "end-to-end"
+HOST_CALL = "host call"          # per kernel: the mean duration of the host calls that launch it
 
 
 @dataclass
@@ -101,6 +104,14 @@ def _run_samples(ev: pd.DataFrame) -> list[pd.DataFrame]:
                                    "value_ns": pr["gpu_ns"]}))
         k = gt.groupby(["iteration", "kernel"])["gpu_ns"].max().reset_index()
         parts.append(pd.DataFrame({"iteration": k["iteration"], "kernel": k["kernel"], "phase": "", "value_ns": k["gpu_ns"]}))
+    hs = ev[(ev["kind"] == "host").to_numpy()]
+    if len(hs):
+        # the host calls that launch each kernel (a host row's phase is its kernel): what a host-side
+        # knob (buffers and plans cached or rebuilt per call) moves while the kernels' times stay
+        d = pd.DataFrame({"iteration": hs["iteration"].to_numpy(), "kernel": hs["kernel"].to_numpy(),
+                          "value_ns": (hs["end_ns"] - hs["begin_ns"]).to_numpy()})
+        m = d.groupby(["iteration", "kernel"], sort=True, observed=True)["value_ns"].mean().reset_index()
+        parts.append(m.assign(kernel=m["kernel"].astype(str), phase=HOST_CALL))
     sp = ev[(ev["kind"] == "span").to_numpy()]
     if len(sp):
         # grouped on the categorical columns; names become strings on the few grouped rows only
@@ -154,15 +165,21 @@ def check_workloads(ra: list[_Run], rb: list[_Run]) -> tuple[list[str], list[str
 
 
 # -- statistics ---------------------------------------------------------------------------------
-def _row(kernel: str, phase: str, sa: pd.DataFrame, sb: pd.DataFrame, n_boot: int, seed: int, alpha: float,
-         tests: int = 1) -> dict:
-    ga = [g["value_ns"].to_numpy() for _, g in sa.groupby("run")] if len(sa) else []
-    gb = [g["value_ns"].to_numpy() for _, g in sb.groupby("run")] if len(sb) else []
-    c = S.compare_samples(ga, gb, n_boot=n_boot, seed=seed, alpha=alpha, tests=tests)
+def _groups(sa: pd.DataFrame) -> list[np.ndarray]:
+    return [g["value_ns"].to_numpy() for _, g in sa.groupby("run")] if len(sa) else []
+
+
+def _as_row(kernel: str, phase: str, c: S.SampleComparison) -> dict:
     return {"kernel": kernel, "phase": phase, "runs_a": c.runs_a, "runs_b": c.runs_b, "n_a": c.n_a, "n_b": c.n_b,
             "median_a_ns": c.median_a, "median_b_ns": c.median_b, "diff_ns": c.diff, "diff_pct": c.diff_pct,
             "ci_low_ns": c.ci_low, "ci_high_ns": c.ci_high, "noise_ns": c.noise, "heavy_tail": c.heavy_tail,
             "verdict": c.verdict}
+
+
+def _row(kernel: str, phase: str, sa: pd.DataFrame, sb: pd.DataFrame, n_boot: int, seed: int, alpha: float,
+         tests: int = 1) -> dict:
+    c = S.compare_samples(_groups(sa), _groups(sb), n_boot=n_boot, seed=seed, alpha=alpha, tests=tests)
+    return _as_row(kernel, phase, c)
 
 
 def _path_shares(runs: list[_Run], registry) -> pd.Series:
@@ -209,16 +226,13 @@ def compare(a, b, *, n_boot: int = S.N_BOOT, seed: int = S.SEED, alpha: float = 
     sa, sb = samples(ra, "A"), samples(rb, "B")
     allk = pd.concat([sa, sb], ignore_index=True)
     keys = list(allk[["kernel", "phase"]].drop_duplicates().sort_values(["kernel", "phase"]).itertuples(index=False))
-    both = set(map(tuple, sa[["kernel", "phase"]].drop_duplicates().to_numpy())) & \
-        set(map(tuple, sb[["kernel", "phase"]].drop_duplicates().to_numpy()))
-    # every (kernel, phase) with samples on both sides is one test of the family (Bonferroni):
-    # an A/A pair must stay within noise on all of them at once
-    tests = max(len(both), 1)
-    rows = []
-    for k, p in keys:
-        rows.append(_row(k, p, sa[(sa["kernel"] == k) & (sa["phase"] == p)], sb[(sb["kernel"] == k) & (sb["phase"] == p)],
-                         n_boot, seed, alpha, tests))
-    table = pd.DataFrame(rows, columns=COLUMNS)
+    # every row (end-to-end, per rank, per kernel, per phase) is one test of a family decided at one
+    # level (stats.compare_family: Benjamini-Hochberg; an A/A pair stays within noise on all rows at
+    # once with probability >= 1 - alpha)
+    ga, gb = dict(iter(sa.groupby(["kernel", "phase"]))), dict(iter(sb.groupby(["kernel", "phase"])))
+    pairs = [(_groups(ga.get((k, p), sa.iloc[0:0])), _groups(gb.get((k, p), sb.iloc[0:0]))) for k, p in keys]
+    fam = S.compare_family(pairs, n_boot=n_boot, seed=seed, alpha=alpha)
+    table = pd.DataFrame([_as_row(k, p, c) for (k, p), c in zip(keys, fam)], columns=COLUMNS)
     is_e2e = (table["kernel"] == "") & (table["phase"] == E2E)
     is_rank = (table["kernel"] == "") & table["phase"].str.startswith("rank ")
     e2e = table[is_e2e].reset_index(drop=True)

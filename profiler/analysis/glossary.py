@@ -156,9 +156,18 @@ SECTIONS: dict[str, dict[str, str]] = {
         "B − A": "median(B) - median(A).",
         "CI": "95% bootstrap interval of B - A: resample runs, then each drawn run's iterations (fixed seed).",
         "A-vs-A spread": "How far apart the medians of two groups of runs of the same code fall: the t quantile "
-                         "(Bonferroni over the phases compared) times the pooled standard deviation of the "
+                         "at the comparison's level (see level) times the pooled standard deviation of the "
                          "per-run medians times sqrt(1/runs A + 1/runs B). A difference below it is noise.",
-        "within noise": "The interval contains 0, or |B - A| is below the A-vs-A spread.",
+        "level": "Every row of a comparison is decided at one level, found by Benjamini-Hochberg over the "
+                 "rows' p-values (each the larger of the t-test's on run medians and the bootstrap's): k x "
+                 "5% / rows for the largest k whose k-th smallest p-value is below it, else 5% / rows. Runs "
+                 "of the same code then call any row with probability <= 5%; a knob that moves many rows "
+                 "lets a moderate change through that 5% / rows would hide.",
+        "within noise": "The interval at the comparison's level contains 0, or |B - A| is below the A-vs-A "
+                        "spread.",
+        "host call (compare)": "Per kernel, the mean duration of the host calls that launched it in the "
+                               "iteration (runs that record host rows): what a host-side knob moves while "
+                               "kernel time stays.",
         "heavy tail": "On a side, mean and median differ by more than 10% of the median: a few slow outliers; "
                       "read medians.",
         "refused": "The runs record different workloads (kind, number of ranks, kernels): their numbers "

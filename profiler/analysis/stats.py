@@ -14,9 +14,20 @@ iterations vary (issue 8: an A/A pair called "+76% slower"). Hence:
   degrees of freedom), t(1 - alpha/2, df) * s * sqrt(1/runs_a + 1/runs_b). With 3 runs a side the
   bootstrap alone is too narrow (it cannot see that 3 runs are 3 samples of the run-to-run
   spread); the t quantile can (df = 4: 2.78 s-units at 95%).
-  A comparison that tests many phases at once passes `tests`: the decision then uses level
-  1 - alpha / tests (Bonferroni) for both, so an A/A pair stays within noise on every phase with
-  probability >= 1 - alpha; the interval reported stays at 1 - alpha.
+  Each comparison also has a p-value: the larger of the t-test's on the run medians (the spread
+  above is its critical difference) and the bootstrap's (twice the share of resampled
+  differences on the far side of 0), since B is called different only when both reject.
+* many rows at once (every kernel and phase of a run, every metric of `epscope ab`):
+  `compare_family` decides all of them at one level found by Benjamini-Hochberg over their
+  p-values: the largest k with p_(k) <= k * alpha / m gives the level k * alpha / m (alpha / m,
+  Bonferroni's, when no row passes). When A and B run the same code (every row's null true) this
+  keeps P(any row called) <= alpha, as Bonferroni did, so an A/A pair stays within noise on every
+  row at once; when a knob moves many rows, each true change raises the level for the others.
+  Bonferroni alone had made a real change invisible: ab-tma-buffers (3 runs a side) moved the
+  dispatch kernel by -30% with p = 0.007 on 4 degrees of freedom, which is not < 0.05 / 15 rows,
+  while 10 of its rows had p < 0.001. (BH assumes the rows' tests are independent or positively
+  dependent, as kernel, phase and end-to-end times of one op are.) `tests` (one comparison with
+  Bonferroni's level alpha / tests) remains for a caller with one row at a time.
 
 A heavy-tail warning is raised when a side's mean and median disagree by more than
 HEAVY_TAIL_SHARE of the median: a few slow outliers then drive means, and medians are the
@@ -65,6 +76,8 @@ class SampleComparison:
     noise_estimable: bool         # two or more runs on each side
     heavy_tail: bool              # a side's mean and median disagree by > HEAVY_TAIL_SHARE
     verdict: str                  # WITHIN_NOISE | FASTER | SLOWER | NO_NOISE_ESTIMATE | TOO_FEW | ONLY_A | ONLY_B
+    p_value: float = float("nan")  # max(t-test on run medians, bootstrap); NaN without a noise estimate
+    level: float = float("nan")    # the decision's level (alpha / tests, or compare_family's)
 
     @property
     def direction(self) -> Direction | None:
@@ -118,38 +131,47 @@ def _heavy(x: np.ndarray) -> bool:
     return bool(med and abs(float(np.mean(x)) - med) > HEAVY_TAIL_SHARE * abs(med))
 
 
+def t_cdf(t: float, df: int) -> float:
+    """CDF of Student's t with integer df (closed form, Abramowitz & Stegun 26.7.3-4; numpy only, so
+    the recording machines need no scipy)."""
+    th = math.atan(t / math.sqrt(df))
+    c2, sn = math.cos(th) ** 2, math.sin(th)
+    if df % 2 == 0:
+        term, acc = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            acc += term
+        a = sn * acc
+    elif df == 1:
+        a = 2 * th / math.pi
+    else:
+        term, acc = math.cos(th), math.cos(th)
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            acc += term
+        a = 2 / math.pi * (th + sn * acc)
+    return 0.5 + 0.5 * a
+
+
 def t_quantile(p: float, df: int) -> float:
-    """Quantile of Student's t with integer df (closed-form CDF, Abramowitz & Stegun 26.7.3-4,
-    inverted by bisection; numpy only, so the recording machines need no scipy)."""
+    """Quantile of Student's t with integer df (t_cdf inverted by bisection)."""
     if not 0.5 <= p < 1 or df < 1:
         raise ValueError(f"t_quantile needs 0.5 <= p < 1 and df >= 1, got p={p}, df={df}")
-
-    def cdf(t: float) -> float:
-        th = math.atan(t / math.sqrt(df))
-        c2, sn = math.cos(th) ** 2, math.sin(th)
-        if df % 2 == 0:
-            term, acc = 1.0, 1.0
-            for k in range(1, df // 2):
-                term *= c2 * (2 * k - 1) / (2 * k)
-                acc += term
-            a = sn * acc
-        elif df == 1:
-            a = 2 * th / math.pi
-        else:
-            term, acc = math.cos(th), math.cos(th)
-            for k in range(1, (df - 1) // 2):
-                term *= c2 * (2 * k) / (2 * k + 1)
-                acc += term
-            a = 2 / math.pi * (th + sn * acc)
-        return 0.5 + 0.5 * a
-
     lo, hi = 0.0, 1.0
-    while cdf(hi) < p:
+    while t_cdf(hi, df) < p:
         hi *= 2
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
     return 0.5 * (lo + hi)
+
+
+def _run_medians(ra, rb):
+    ma = np.array([np.median(r) for r in ra])
+    mb = np.array([np.median(r) for r in rb])
+    df = len(ma) + len(mb) - 2
+    s = math.sqrt((((ma - ma.mean()) ** 2).sum() + ((mb - mb.mean()) ** 2).sum()) / df)
+    return ma, mb, df, s * math.sqrt(1 / len(ma) + 1 / len(mb))
 
 
 def a_vs_a_spread(ra: Sequence[np.ndarray], rb: Sequence[np.ndarray], alpha: float) -> float:
@@ -157,22 +179,31 @@ def a_vs_a_spread(ra: Sequence[np.ndarray], rb: Sequence[np.ndarray], alpha: flo
     1 - alpha (module docstring); NaN with fewer than two runs on a side."""
     if len(ra) < 2 or len(rb) < 2:
         return float("nan")
-    ma = np.array([np.median(r) for r in ra])
-    mb = np.array([np.median(r) for r in rb])
-    df = len(ma) + len(mb) - 2
-    s = math.sqrt((((ma - ma.mean()) ** 2).sum() + ((mb - mb.mean()) ** 2).sum()) / df)
-    return t_quantile(1 - alpha / 2, df) * s * math.sqrt(1 / len(ma) + 1 / len(mb))
+    _, _, df, se = _run_medians(ra, rb)
+    return t_quantile(1 - alpha / 2, df) * se
 
 
-def compare_samples(a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, n_boot: int = N_BOOT, seed: int = SEED,
-                    alpha: float = ALPHA, tests: int = 1) -> SampleComparison:
-    """Compare per-run samples of A and B (a list of 1-D arrays per side, one array per run).
+def _t_p(ra, rb) -> float:
+    """Two-sided p of the t-test on the run medians (pooled sd; the spread's test)."""
+    ma, mb, df, se = _run_medians(ra, rb)
+    d = abs(float(mb.mean() - ma.mean()))
+    if se == 0:
+        return 0.0 if d > 0 else 1.0
+    return float(min(1.0, 2 * (1 - t_cdf(d / se, df))))
 
-    The verdict: B is FASTER / SLOWER only with two or more runs per side, a bootstrap interval
-    (over runs, then samples; level 1 - alpha / tests; fixed seed) that excludes 0, and |diff| above
-    the A-vs-A spread; otherwise WITHIN_NOISE (or NO_NOISE_ESTIMATE with one run on a side).
-    ci_low / ci_high: the interval at level 1 - alpha.
-    """
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What a decision at any level needs: the runs, the base fields, the bootstrap differences."""
+    ra: list
+    rb: list
+    base: dict
+    d: np.ndarray | None          # bootstrap of median(B) - median(A); None: too few / one side empty
+    final: str | None             # a verdict no level changes (ONLY_A, ONLY_B, TOO_FEW)
+    p: float
+
+
+def _prepare(a, b, n_boot: int, seed: int, alpha: float) -> _Prepared:
     ra = [np.asarray(r, float) for r in a if len(r)]
     rb = [np.asarray(r, float) for r in b if len(r)]
     xa = np.concatenate(ra) if ra else np.zeros(0)
@@ -185,22 +216,67 @@ def compare_samples(a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, n_boot:
                 diff=diff, diff_pct=100.0 * diff / med_a if med_a else nan,
                 heavy_tail=bool((len(xa) and _heavy(xa)) or (len(xb) and _heavy(xb))))
     if not len(xa) or not len(xb):
-        return SampleComparison(**base, ci_low=nan, ci_high=nan, noise=nan, noise_estimable=False,
-                                verdict=ONLY_B if not len(xa) else ONLY_A)
-    noise_ok = len(ra) >= 2 and len(rb) >= 2
-    a_dec = alpha / max(int(tests), 1)
-    noise = a_vs_a_spread(ra, rb, a_dec)
+        return _Prepared(ra, rb, base, None, ONLY_B if not len(xa) else ONLY_A, nan)
     if min(len(xa), len(xb)) < MIN_SAMPLES:
-        return SampleComparison(**base, ci_low=nan, ci_high=nan, noise=noise, noise_estimable=noise_ok,
-                                verdict=TOO_FEW)
+        return _Prepared(ra, rb, base, None, TOO_FEW, nan)
     rng = np.random.default_rng(seed)
     d = boot_medians(rb, n_boot, rng) - boot_medians(ra, n_boot, rng)
-    lo, hi = (float(q) for q in np.quantile(d, [alpha / 2, 1 - alpha / 2]))
-    dlo, dhi = (float(q) for q in np.quantile(d, [a_dec / 2, 1 - a_dec / 2]))
+    p = nan
+    if len(ra) >= 2 and len(rb) >= 2:
+        p_boot = min(1.0, 2 * min(float(np.mean(d <= 0)), float(np.mean(d >= 0))))
+        p = max(_t_p(ra, rb), p_boot)
+    return _Prepared(ra, rb, base, d, None, p)
+
+
+def _decide(pr: _Prepared, alpha: float, level: float) -> SampleComparison:
+    nan = float("nan")
+    noise_ok = len(pr.ra) >= 2 and len(pr.rb) >= 2
+    noise = a_vs_a_spread(pr.ra, pr.rb, level)
+    if pr.final is not None:
+        return SampleComparison(**pr.base, ci_low=nan, ci_high=nan, noise=noise if pr.final == TOO_FEW else nan,
+                                noise_estimable=noise_ok and pr.final == TOO_FEW, verdict=pr.final, p_value=nan,
+                                level=level)
+    lo, hi = (float(q) for q in np.quantile(pr.d, [alpha / 2, 1 - alpha / 2]))
+    dlo, dhi = (float(q) for q in np.quantile(pr.d, [level / 2, 1 - level / 2]))
+    diff = pr.base["diff"]
     if not noise_ok:
         verdict = NO_NOISE_ESTIMATE
     elif dlo <= 0 <= dhi or abs(diff) <= noise:
         verdict = WITHIN_NOISE
     else:
         verdict = SLOWER if diff > 0 else FASTER
-    return SampleComparison(**base, ci_low=lo, ci_high=hi, noise=noise, noise_estimable=noise_ok, verdict=verdict)
+    return SampleComparison(**pr.base, ci_low=lo, ci_high=hi, noise=noise, noise_estimable=noise_ok, verdict=verdict,
+                            p_value=pr.p, level=level)
+
+
+def compare_samples(a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, n_boot: int = N_BOOT, seed: int = SEED,
+                    alpha: float = ALPHA, tests: int = 1) -> SampleComparison:
+    """Compare per-run samples of A and B (a list of 1-D arrays per side, one array per run).
+
+    The verdict: B is FASTER / SLOWER only with two or more runs per side, a bootstrap interval
+    (over runs, then samples; level 1 - alpha / tests; fixed seed) that excludes 0, and |diff| above
+    the A-vs-A spread; otherwise WITHIN_NOISE (or NO_NOISE_ESTIMATE with one run on a side).
+    ci_low / ci_high: the interval at level 1 - alpha. Several rows at once: compare_family.
+    """
+    return _decide(_prepare(a, b, n_boot, seed, alpha), alpha, alpha / max(int(tests), 1))
+
+
+def family_level(p_values: Sequence[float], alpha: float = ALPHA) -> float:
+    """The level at which every row of a family is decided (module docstring): Benjamini-Hochberg's
+    k * alpha / m for the largest k with p_(k) <= k * alpha / m, else alpha / m. m counts the rows
+    with a p-value (two or more runs a side)."""
+    p = np.sort(np.asarray([x for x in p_values if np.isfinite(x)], float))
+    m = len(p)
+    if m == 0:
+        return alpha
+    ok = np.flatnonzero(p <= np.arange(1, m + 1) * alpha / m)
+    k = int(ok[-1]) + 1 if len(ok) else 1
+    return k * alpha / m
+
+
+def compare_family(pairs: Sequence[tuple[Sequence[np.ndarray], Sequence[np.ndarray]]], *, n_boot: int = N_BOOT,
+                   seed: int = SEED, alpha: float = ALPHA) -> list[SampleComparison]:
+    """compare_samples over many rows (A runs, B runs) decided together at family_level."""
+    prepared = [_prepare(a, b, n_boot, seed, alpha) for a, b in pairs]
+    level = family_level([pr.p for pr in prepared], alpha)
+    return [_decide(pr, alpha, level) for pr in prepared]

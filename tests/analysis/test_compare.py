@@ -140,3 +140,21 @@ def test_synthetic_groups_interleaved():
     assert row["verdict"] == S.SLOWER and 5 < row["diff_pct"] < 30
     assert diff.verdict.cause is Cause.KNOB_CHANGE and diff.verdict.direction is Direction.SLOWER
     assert diff.verdict.names("dispatch", "send_chunk")
+
+
+def test_host_calls_are_their_own_row_and_do_not_count_as_kernel_time():
+    # the same kernel (1000 ns) launched by host calls of 5000 ns (A) or 1000 ns (B): the host call
+    # row moves, kernel time and end-to-end do not
+    rng = np.random.default_rng(3)
+
+    def run(host_ns):
+        ev = _run(np.full(12, 1000.0), host_gap=host_ns)
+        h = ev["kind"] == "host"
+        ev.loc[h, "end_ns"] = ev.loc[h, "end_ns"] + rng.integers(-40, 40, int(h.sum()))
+        return ev
+    c = compare([run(5000) for _ in range(3)], [run(1000) for _ in range(3)], registry=TEST_REGISTRY)
+    rows = c.per_phase.set_index(["kernel", "phase"])
+    hc = rows.loc[("dispatch", "host call")]
+    assert hc["verdict"] == S.FASTER and abs(hc["diff_ns"] + 4000) < 100
+    assert rows.loc[("dispatch", "")]["diff_ns"] == 0 and c.end_to_end.iloc[0]["diff_ns"] == 0
+    assert c.verdict.names("dispatch", "host call")

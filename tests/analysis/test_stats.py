@@ -103,3 +103,48 @@ def test_the_seed_is_fixed_and_unequal_run_lengths_work():
     a, b = [rng.normal(1000, 30, n) for n in (20, 35, 50)], [rng.normal(1010, 30, n) for n in (25, 40)]
     c1, c2 = S.compare_samples(a, b), S.compare_samples(a, b)
     assert (c1.ci_low, c1.ci_high) == (c2.ci_low, c2.ci_high)
+
+
+def test_family_level_is_benjamini_hochberg():
+    # m = 4 p-values; sorted 0.001 <= 1 * 0.05/4, 0.02 <= 2 * 0.05/4 = 0.025, 0.03 > 0.0375? no:
+    # 0.03 <= 3 * 0.05/4 = 0.0375 yes, 0.5 > 0.05: k = 3, level 0.0375
+    assert S.family_level([0.5, 0.03, 0.001, 0.02]) == pytest.approx(3 * 0.05 / 4)
+    assert S.family_level([0.2, 0.3, 0.04]) == pytest.approx(0.05 / 3)        # none passes: Bonferroni's
+    assert S.family_level([0.01, float("nan")]) == pytest.approx(0.05)          # NaN rows (one run a side) do not count
+    assert S.family_level([]) == 0.05
+
+
+def test_p_value_is_the_t_test_on_run_medians_when_it_is_the_larger():
+    # A's runs 970/1000/1030 (sd 30), B's 1090/1120/1150: t = 120 / (30 * sqrt(2/3)) = 4.90 on 4 df;
+    # two-sided p = 0.0080 (tables: t(0.995, 4) = 4.604, t(0.9975, 4) = 5.598); the bootstrap over
+    # these constant runs puts every difference on one side of 0 (p 0)
+    a = [np.full(20, x) for x in (970.0, 1000.0, 1030.0)]
+    b = [np.full(20, x + 120.0) for x in (970.0, 1000.0, 1030.0)]
+    c = S.compare_samples(a, b)
+    assert 0.005 < c.p_value < 0.01 and c.verdict == S.SLOWER and c.level == 0.05
+    assert S.compare_samples(a, b, tests=10).verdict == S.WITHIN_NOISE          # 0.008 > 0.005
+
+
+def test_a_family_with_many_real_changes_calls_a_moderate_one():
+    # the moderate row (+110: t = 4.49 on 4 df, p = 0.011) alone would need p < 0.05 / 6 = 0.0083
+    # (Bonferroni's level, where no other row passes); 5 rows that moved a lot raise the level to
+    # 6 * 0.05 / 6 = 0.05, and it is called
+    a = [np.full(20, x) for x in (970.0, 1000.0, 1030.0)]
+    moderate = (a, [np.full(20, x + 110.0) for x in (970.0, 1000.0, 1030.0)])
+    big = (a, [np.full(20, x + 900.0) for x in (970.0, 1000.0, 1030.0)])
+    fam = S.compare_family([moderate] + [big] * 5)
+    assert [c.verdict for c in fam] == [S.SLOWER] * 6 and fam[0].level == pytest.approx(0.05)
+    alone = S.compare_family([moderate] + [(a, a)] * 5)
+    assert alone[0].verdict == S.WITHIN_NOISE and alone[0].level == pytest.approx(0.05 / 6)
+
+
+def test_same_code_families_call_nothing_at_the_nominal_rate():
+    # 40 families of 8 equal rows (3 runs a side, run levels sd 20): at most a few families (5%
+    # expected) may call any row
+    calls = 0
+    for seed in range(40):
+        rng = np.random.default_rng(100 + seed)
+        pairs = [(_runs(rng, 3, 20, 1000, 10, level_sd=20), _runs(rng, 3, 20, 1000, 10, level_sd=20))
+                 for _ in range(8)]
+        calls += any(not c.within_noise for c in S.compare_family(pairs, n_boot=300))
+    assert calls <= 5
