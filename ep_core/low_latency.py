@@ -274,6 +274,16 @@ class LowLatencyConfig:
         return ext.LLGeometry(num_blocks=self.num_blocks, warps_per_block=self.warps_per_block)
 
 
+def _signature(t):
+    """What the argument checks depend on, per tensor: shape, strides (contiguity), dtype, device;
+    the type for anything else (None, a wrong object). A cached call with a known signature is as
+    valid as the call that was checked."""
+    try:
+        return (tuple(t.shape), t.stride(), t.dtype, t.device)
+    except (AttributeError, TypeError):
+        return type(t)
+
+
 # ---- the handle --------------------------------------------------------------------------------
 class LowLatencyHandle(NamedTuple):
     """What low_latency_combine needs from its dispatch. The first five fields are DeepEP's
@@ -412,7 +422,7 @@ class LowLatency:
         self._dispatches = 0
         self._combines = 0
         self._pending: collections.deque = collections.deque()  # ops whose recv hook is not called yet
-        self._checked: set = set()       # dispatch argument shapes validated once (host="cached")
+        self._checked: set = set()       # argument signatures validated once (host="cached"): _signature
         self._broken: str | None = None
         self._destroyed = False
 
@@ -559,20 +569,23 @@ class LowLatency:
         if async_finish and return_recv_hook:
             raise ValueError("ep_core: async_finish and return_recv_hook cannot be combined")
         T_max, E = num_max_dispatch_tokens_per_rank, num_experts
-        try:
-            key = (T_max, x.size(1), E, topk_idx.size(1), bool(use_fp8), bool(use_ue8m0),
-                   cumulative_local_expert_recv_stats is not None)
-        except (AttributeError, IndexError, TypeError):
-            key = None  # not tensors of the right rank: the check below says what is wrong
+        stats = cumulative_local_expert_recv_stats
         cached = cfg.host == "cached"
-        if not cached or key not in self._checked:
-            self._check_dispatch_args(x, topk_idx, T_max, E, use_fp8, use_ue8m0, cumulative_local_expert_recv_stats)
-            self._checked.add(key)
+        # every call's tensors are checked before any pointer reaches the extension: in full on a
+        # new signature (shape, strides, dtype, device of each), by the signature alone after
+        sig = ("dispatch", T_max, E, bool(use_fp8), bool(use_ue8m0), _signature(x), _signature(topk_idx),
+               _signature(stats))
+        if not cached or sig not in self._checked:
+            self._check_dispatch_args(x, topk_idx, T_max, E, use_fp8, use_ue8m0, stats)
+            if cached:
+                self._checked.add(sig)
+        key = (T_max, x.size(1), E, topk_idx.size(1), bool(use_fp8), bool(use_ue8m0), stats is not None)
         H, K = x.size(1), topk_idx.size(1)
         session = self.buffer._session_for(profile)
         build = self.buffer._build(session is not None)
         ext = build.ext
         layout, cpp_layout = self._layout(T_max, H, E, ext, cached)
+        undo = self._counters()
         n = self._open(return_recv_hook)
         parity = self._dispatches & 1
         self._dispatches += 1
@@ -604,7 +617,7 @@ class LowLatency:
             launcher.dispatch(plan, x, topk_idx, phases, prof, stream)
 
         event, hook = self._run(launch, "ll_dispatch", n, async_finish, return_recv_hook, cfg, (x, topk_idx),
-                                session, it, t0)
+                                session, it, t0, undo)
         return oset.received(), oset.recv_count, handle, event, hook
 
     def _check_dispatch_args(self, x, topk_idx, T_max, E, use_fp8, use_ue8m0, stats) -> None:
@@ -673,19 +686,26 @@ class LowLatency:
         cached = cfg.host == "cached"
         oset = handle.outputs
         T_max, H, E = handle.num_max_dispatch_tokens_per_rank, handle.hidden, handle.num_experts
-        if not cached or topk_idx.size(0) != handle.num_tokens:
+        if zero_copy:
+            zc = oset.zero_copy
+            if zc is None or zc[1] != self._combines & 1:
+                raise ValueError("ep_core: zero_copy=True reads the tensor of get_next_low_latency_combine_buffer("
+                                 "handle), called before this combine")
+            x = zc[0]
+        # as in dispatch: checked in full on a new signature, by the signature after (the first GPU
+        # run's host crash came from a call whose x the cached path let through unchecked)
+        sig = ("combine", T_max, H, E, handle.num_tokens, handle.num_topk, _signature(x), _signature(topk_idx),
+               _signature(topk_weights), _signature(out))
+        if not cached or sig not in self._checked:
             self._check_combine_args(x, topk_idx, topk_weights, handle, out)
+            if cached:
+                self._checked.add(sig)
         session = self.buffer._session_for(profile)
         build = self.buffer._build(session is not None)
         ext = build.ext
         parity = self._combines & 1
-        if zero_copy:
-            zc = oset.zero_copy
-            if zc is None or zc[1] != parity:
-                raise ValueError("ep_core: zero_copy=True reads the tensor of get_next_low_latency_combine_buffer("
-                                 "handle), called before this combine")
-            x = zc[0]
         layout, cpp_layout = self._layout(T_max, H, E, ext, cached)
+        undo = self._counters()
         n = self._open(return_recv_hook)
         self._combines += 1
         pkey = ("combine", id(ext), cfg)
@@ -706,7 +726,7 @@ class LowLatency:
             launcher.combine(plan, x, topk_idx, topk_weights, out, phases, prof, stream)
 
         event, hook = self._run(launch, "ll_combine", n, async_finish, return_recv_hook, cfg,
-                                (x, topk_idx, topk_weights, out), session, it, t0)
+                                (x, topk_idx, topk_weights, out), session, it, t0, undo)
         return out, event, hook
 
     def _check_combine_args(self, x, topk_idx, topk_weights, handle: LowLatencyHandle, out) -> None:
@@ -768,8 +788,13 @@ class LowLatency:
         cap = min(session.capacity, 64 + 6 * math.ceil(tasks / warps) + 4 * layout.num_ranks)
         return session.launch_slot(kernel, FAMILY, cfg.num_blocks, cfg.warps_per_block, iteration, cap)
 
+    def _counters(self) -> tuple:
+        """The host's op counters before a call: restored when its launch is refused (nothing ran
+        on the device, so the host's view of the op order must not move either)."""
+        return self._ops, self._dispatches, self._combines
+
     def _run(self, launch, name: str, n: int, async_finish: bool, with_hook: bool, cfg: LowLatencyConfig, tensors,
-             session, iteration: int, t0: int):
+             session, iteration: int, t0: int, undo: tuple):
         """Launch an op (both halves, the send half with a hook for the receive half, or on the
         comm stream with an event), record its host time when profiling, look at the error flag."""
         import torch
@@ -780,12 +805,20 @@ class LowLatency:
         event, hook = EventOverlap(None), None
         dev = self.buffer._device_index
         if with_hook:
-            launch(SEND_PHASE, name + "_send", current_raw_stream(dev))
+            try:
+                launch(SEND_PHASE, name + "_send", current_raw_stream(dev))
+            except ValueError:
+                self._ops, self._dispatches, self._combines = undo
+                raise
             hook = self._hook(n, name, lambda: self._hook_launch(launch, name, session, iteration), cfg)
         elif async_finish:
             comm = self.buffer.comm_stream
             comm.wait_stream(torch.cuda.current_stream(self.buffer.device))
-            launch(SEND_PHASE | RECV_PHASE, name, comm.cuda_stream)
+            try:
+                launch(SEND_PHASE | RECV_PHASE, name, comm.cuda_stream)
+            except ValueError:
+                self._ops, self._dispatches, self._combines = undo
+                raise
             for t in tensors:
                 if isinstance(t, torch.Tensor):
                     t.record_stream(comm)
@@ -793,7 +826,11 @@ class LowLatency:
             ev.record(comm)
             event = EventOverlap(ev, tuple(tensors))
         else:
-            launch(SEND_PHASE | RECV_PHASE, name, current_raw_stream(dev))
+            try:
+                launch(SEND_PHASE | RECV_PHASE, name, current_raw_stream(dev))
+            except ValueError:
+                self._ops, self._dispatches, self._combines = undo
+                raise
         if session is not None:
             session.host_call(name, iteration, t0, perf_counter_ns(), first)
         if self._err.flag():

@@ -175,8 +175,8 @@ def test_unsupported_options_say_so():
         obj.combine(_y(obj), idx, w, handle, combine_wait_recv_cost_stats=torch.zeros(1))
     with pytest.raises(ValueError, match="handle"):
         obj.combine(_y(obj), idx, w, handle[:5])
-    # the per-call path checks every argument in Python; the cached one leaves shapes and dtypes
-    # to the extension's checks (tests/gpu/ll_checks.py calls it with wrong shapes)
+    # both paths check every argument in Python before the extension sees a pointer (the cached
+    # one once per argument signature: test_cached_path_checks_a_new_signature_before_any_launch)
     per_call = ll.LowLatencyConfig(host="per_call")
     with pytest.raises(ValueError, match=r"\[4, 16, 256\]"):
         obj.combine(torch.zeros((4, 15, H), dtype=torch.bfloat16), idx, w, handle, config=per_call)
@@ -187,6 +187,32 @@ def test_unsupported_options_say_so():
     # a token count other than the dispatch's is refused on both paths
     with pytest.raises(ValueError, match="topk_idx must be the dispatch's"):
         obj.combine(_y(obj), idx[:4], w[:4], handle)
+
+
+def test_cached_path_checks_a_new_signature_before_any_launch():
+    # the first GPU run's host crash: after good calls, a non-contiguous or float32 combine x on the
+    # cached path reached the extension unchecked. Now each is refused by name, launches nothing
+    # and leaves the host's op counters where they were; the next good call runs as if it had not
+    # happened.
+    obj = make_low_latency()
+    x, idx, w = _inputs()
+    handle = _dispatch(obj, x, idx)[2]
+    y = _y(obj)
+    obj.combine(y, idx, w, handle)
+    handle = _dispatch(obj, x, idx)[2]
+    launched, counters = len(obj.buffer.ext.launches), obj._counters()
+    for bad in (y[:, :-1], y.float(), y.transpose(1, 2).contiguous().transpose(1, 2), None):
+        with pytest.raises(ValueError, match="combine x must be"):
+            obj.combine(bad, idx, w, handle)
+    with pytest.raises(ValueError, match="topk_weights"):
+        obj.combine(y, idx, w.t().contiguous().t(), handle)
+    wide = torch.zeros((5, 2 * H), dtype=torch.bfloat16)[:, :H]  # right shape, not contiguous
+    with pytest.raises(ValueError, match="contiguous"):
+        _dispatch(obj, wide, idx)
+    assert len(obj.buffer.ext.launches) == launched and obj._counters() == counters
+    out = obj.combine(y, idx, w, handle)[0]
+    assert out is obj._combine_out(5, H, 1, True), "the good call after the refused ones keeps the output parity"
+    assert [l.kind for l in obj.buffer.ext.launches[-1:]] == ["combine"]
 
 
 def test_zero_copy_reads_the_next_combine_buffer():

@@ -53,3 +53,20 @@ def test_plan_command_needs_no_gpu(capsys):
     assert S.main(["--plan", "--replicates", "1"]) == 0
     out = capsys.readouterr().out
     assert "ll-split-a0" in out and "split='per_block'" in out and "expect starved_warps" in out
+
+
+def test_host_story_measures_the_step_period_not_the_span_from_a_host_that_runs_ahead():
+    import pandas as pd
+
+    # two ranks, 4 steps whose last kernels end every 200 us (rank 1 every 210 us); the host calls
+    # run further ahead each step, which must not move the measure
+    rows = []
+    for r, period in ((0, 200_000), (1, 210_000)):
+        for it in range(4):
+            end = 1_000_000 + it * period
+            rows.append(dict(rank=r, iteration=it, kernel="ll_combine", gpu_begin_ns=end - 20_000, gpu_end_ns=end,
+                             host_begin_ns=100_000 + it * 50_000))
+    got = S._op_latency_us(pd.DataFrame(rows), None)
+    assert got.tolist() == [210.0, 210.0, 210.0]
+    k = S._op_latency_us(pd.DataFrame(rows), "ll_combine")
+    assert k.tolist() == [20.0] * 4

@@ -348,9 +348,8 @@ def run_graph(ctx, sc: LLScenario, replays: int = 3) -> dict:
     return {"rank": rank, "replays": replays}
 
 
-def run_stats_and_errors(ctx, sc: LLScenario) -> dict:
-    """cumulative_local_expert_recv_stats accumulates; wrong shapes raise ValueError (the
-    extension's checks on the cached path), and the buffer stays usable after them."""
+def run_cumulative_stats(ctx, sc: LLScenario) -> dict:
+    """cumulative_local_expert_recv_stats accumulates every dispatch's recv_count."""
     rank, R, dev = ctx.rank, ctx.world_size, ctx.device
     buffer = make_buffer(ctx, sc)
     found = Findings(rank)
@@ -365,19 +364,53 @@ def run_stats_and_errors(ctx, sc: LLScenario) -> dict:
         found.add(_tag(rank, "cumulative stats"), [Finding("cumulative_local_expert_recv_stats", len(bad),
                                                            f"experts {bad}: {stats.cpu()[bad].tolist()} "
                                                            f"(want {want[bad].tolist()})")])
-    errors = []
-    handle = buffer.low_latency_dispatch(o.xs[rank], o.idxs[rank], sc.t_max, sc.experts)[2]
-    for bad in (o.ys[rank][:, :-1], o.ys[rank].float()):
-        try:
-            buffer.low_latency_combine(bad, o.idxs[rank], o.ws[rank], handle)
-        except ValueError as e:
-            errors.append(str(e))
-    assert len(errors) == 2, _tag(rank, f"bad combine x accepted: {errors}")
-    buffer.low_latency_combine(o.ys[rank], o.idxs[rank], o.ws[rank], handle)
-    torch.cuda.synchronize()
     buffer._ll.synchronize()
     found.raise_if_any()
-    return {"rank": rank, "errors": errors}
+    return {"rank": rank, "ops": 2, "checks": found.checks}
+
+
+# Wrong calls on the cached host path after good ones of the same shapes (the first GPU run died in
+# such a call): each must raise ValueError before anything is launched, on both ranks alike (a
+# refused call sends nothing, so the ranks stay in step).
+BAD_CALLS = {
+    "combine x missing its last row": lambda o, r: ("combine", o.ys[r][:, :-1], o.ws[r]),
+    "combine x float32": lambda o, r: ("combine", o.ys[r].float(), o.ws[r]),
+    "combine x not contiguous": lambda o, r: ("combine", o.ys[r].transpose(1, 2).contiguous().transpose(1, 2),
+                                              o.ws[r]),
+    "combine weights float64": lambda o, r: ("combine", o.ys[r], o.ws[r].double()),
+    "dispatch x not contiguous": lambda o, r: ("dispatch", torch.cat([o.xs[r], o.xs[r]], 1)[:, : o.xs[r].size(1)],
+                                               None),
+}
+
+
+def run_argument_errors(ctx, sc: LLScenario) -> dict:
+    """Every BAD_CALLS entry raises ValueError naming the argument; a round trip before and after
+    them is checked against the reference (the buffer stays usable and in step)."""
+    rank, R, dev = ctx.rank, ctx.world_size, ctx.device
+    buffer = make_buffer(ctx, sc)
+    found = Findings(rank)
+    o = Oracle(sc, R, dev, "fp8", False, False)
+    _round_trip(buffer, sc, o, rank, "fp8", False, False, _tag(rank, "before"), found)
+    handle = buffer.low_latency_dispatch(o.xs[rank], o.idxs[rank], sc.t_max, sc.experts)[2]
+    errors, accepted = [], []
+    for what, make in BAD_CALLS.items():
+        kind, x, w = make(o, rank)
+        try:
+            if kind == "combine":
+                buffer.low_latency_combine(x, o.idxs[rank], w, handle)
+            else:
+                buffer.low_latency_dispatch(x, o.idxs[rank], sc.t_max, sc.experts)
+            accepted.append(what)
+        except ValueError as e:
+            errors.append(f"{what}: {str(e).splitlines()[0]}")
+    assert not accepted, _tag(rank, f"wrong calls accepted: {accepted}")
+    buffer.low_latency_combine(o.ys[rank], o.idxs[rank], o.ws[rank], handle)
+    torch.cuda.synchronize()
+    o2 = Oracle(sc, R, dev, "fp8", False, False, seed_offset=1)
+    _round_trip(buffer, sc, o2, rank, "fp8", False, False, _tag(rank, "after"), found)
+    buffer._ll.synchronize()
+    found.raise_if_any()
+    return {"rank": rank, "errors": errors, "checks": found.checks}
 
 
 def run_timeout(ctx, sc: LLScenario, timeout_s: float) -> dict:
@@ -435,11 +468,13 @@ def run_jobs(ctx, jobs: list) -> list:
     not a difference or a timeout) stops the rest: ("skipped", why)."""
     import traceback
 
+    _fault_log(ctx.rank)
     out, lost = [], None
     for name, args in jobs:
         if lost is not None:
             out.append(("skipped", f"the CUDA context was lost in an earlier job: {lost}"))
             continue
+        _log_line(ctx.rank, f"job {len(out)} {name}: started")
         t0 = time.monotonic()
         try:
             value = globals()[name](ctx, *args)
@@ -458,12 +493,32 @@ def run_jobs(ctx, jobs: list) -> list:
 
 
 def _log_job(rank: int, i: int, name: str, result) -> None:
-    """With LL_JOB_LOG=<path>, each rank appends a line per finished job to <path>.rank<r>: what
-    is left when a spawn is killed before it returns its results."""
-    path = os.environ.get("LL_JOB_LOG")
-    if not path:
-        return
+    """With LL_JOB_LOG=<path>, each rank appends a line per started and per finished job to
+    <path>.rank<r>: what is left when a spawn is killed or crashes before it returns its results."""
     status, value = result
     first = str(value).splitlines()[:12] if status != "ok" else [str(value)]
-    with open(f"{path}.rank{rank}", "a") as f:
-        f.write(f"job {i} {name}: {status}: " + "\n    ".join(first) + "\n")
+    _log_line(rank, f"job {i} {name}: {status}: " + "\n    ".join(first))
+
+
+def _log_line(rank: int, line: str) -> None:
+    path = os.environ.get("LL_JOB_LOG")
+    if path:
+        with open(f"{path}.rank{rank}", "a") as f:
+            f.write(line + "\n")
+
+
+_FAULT_FILES: list = []  # kept open for the process's life: faulthandler writes into them on a crash
+
+
+def _fault_log(rank: int) -> None:
+    """A host crash (SIGSEGV, SIGABRT) writes every thread's Python stack to <LL_JOB_LOG>.rank<r>
+    (stderr without LL_JOB_LOG): the line of the check that crashed, not only an exit code."""
+    import faulthandler
+
+    path = os.environ.get("LL_JOB_LOG")
+    if path:
+        f = open(f"{path}.rank{rank}", "a")  # noqa: SIM115 (must outlive this call)
+        _FAULT_FILES.append(f)
+        faulthandler.enable(file=f, all_threads=True)
+    else:
+        faulthandler.enable(all_threads=True)

@@ -6,7 +6,8 @@ new inputs, every knob of LowLatencyConfig giving the same bits, a bounded wait 
 silent rank, and a profiled step that decodes.
 
 The checks run in a few spawns of the two ranks (ll_checks.run_jobs: process start and NCCL init
-cost seconds each), shared by the test functions through module fixtures; each test asserts on
+cost seconds each; the wrong-argument calls in a spawn of their own), shared by the test
+functions through module fixtures; each test asserts on
 its own job's result, so a failure names the job. Every job runs whatever the others found
 (ll_checks.run_jobs) and reports every difference it saw (ep_core.low_latency_diff); with
 LL_REPORT=<file> the module also writes one compact block per job there (benchmarks/gpu/ll_gpu.sh
@@ -43,8 +44,14 @@ CORRECTNESS = {
     "knobs 128": ("run_knob_equivalence", (LLScenario(tokens=128, seed=601),)),
     "T_max changes": ("run_t_max_changes", (LLScenario(tokens=128, seed=660),)),
     "in flight": ("run_in_flight", (LLScenario(tokens=64, seed=800),)),
-    "stats and errors": ("run_stats_and_errors", (LLScenario(tokens=32, seed=1000),)),
     "graph": ("run_graph", (LLScenario(seed=900),)),
+}
+# The first GPU run's host crash (SIGSEGV in "stats and errors", 418ddf3) took every job's result
+# with it: these run in a spawn of their own, after the correctness jobs, the wrong-argument calls
+# last, so a crash there costs only their own tests.
+APART = {
+    "stats": ("run_cumulative_stats", (LLScenario(tokens=32, seed=1000),)),
+    "errors": ("run_argument_errors", (LLScenario(tokens=32, seed=1001),)),
 }
 
 
@@ -66,13 +73,22 @@ def write_report(path: str, results: dict) -> None:
         f.write("\n".join(lines) + "\n")
 
 
-@pytest.fixture(scope="module")
-def results():
-    out = run_ranks(ll_checks.run_jobs, 2, list(CORRECTNESS.values()), timeout_s=TIMEOUT_S)
-    res = {name: [r[i] for r in out] for i, name in enumerate(CORRECTNESS)}
+def _spawn(jobs: dict) -> dict:
+    out = run_ranks(ll_checks.run_jobs, 2, list(jobs.values()), timeout_s=TIMEOUT_S)
+    res = {name: [r[i] for r in out] for i, name in enumerate(jobs)}
     if os.environ.get("LL_REPORT"):
         write_report(os.environ["LL_REPORT"], res)
     return res
+
+
+@pytest.fixture(scope="module")
+def results():
+    return _spawn(CORRECTNESS)
+
+
+@pytest.fixture(scope="module")
+def apart():
+    return _spawn(APART)
 
 
 def _ok(results, name):
@@ -138,9 +154,14 @@ def test_cuda_graph_replays_on_new_inputs(results):
     assert [o["replays"] for o in out] == [3, 3]
 
 
-def test_cumulative_stats_and_shape_errors(results):
-    out = _ok(results, "stats and errors")
-    assert all(len(o["errors"]) == 2 for o in out)
+def test_cumulative_stats_accumulate(apart):
+    out = _ok(apart, "stats")
+    assert [o["ops"] for o in out] == [2, 2]
+
+
+def test_wrong_arguments_are_refused_by_name_and_the_buffer_stays_usable(apart):
+    out = _ok(apart, "errors")
+    assert all(len(o["errors"]) == len(ll_checks.BAD_CALLS) for o in out)
 
 
 def test_a_silent_rank_gives_a_bounded_named_timeout():
