@@ -23,6 +23,15 @@ events on the calling stream, which the Buffer orders after its kernels) and `ho
 `host_dispatch`, `host_combine` (perf_counter around each call). The ranks line up before every
 iteration (a process-group barrier, not timed), so one rank's host does not inflate the other's
 kernel time.
+
+Low-latency side (`epscope tune --ll`): when the inputs file holds {"low_latency": {hidden, topk,
+experts, max_tokens, seed, use_fp8}}, the rank builds a low_latency_mode Buffer instead and
+answers two more commands (LowLatencySide):
+  {"cmd": "ll_round", "round": 3, "warmup": 5, "iters": 40, "tokens": 64,
+   "configs": {"ll_dispatch": {LowLatencyConfig fields}, "ll_combine": {...}}}
+  -> {"ok": true, ..., "samples": {LL_METRICS: [µs per iteration]}}
+  {"cmd": "ll_check", "tokens": 64, "reference": {LowLatencyConfig fields}, "configs": {name: {...}}}
+  -> {"ok": true, "differ": {name: what differs from the reference config's results}}
 """
 from __future__ import annotations
 
@@ -34,6 +43,8 @@ import traceback
 
 REPLY_PREFIX = "@@epscope-round "
 METRICS = ("layout", "dispatch", "combine", "op", "host_layout", "host_dispatch", "host_combine")
+# a low-latency round's metrics: the kernel names of the tuned table, the pair, the host per call
+LL_METRICS = ("ll_dispatch", "ll_combine", "ll_op", "host_ll_dispatch", "host_ll_combine")
 
 
 def reply(obj: dict) -> None:
@@ -56,6 +67,13 @@ class Side:
                                 device_id=self.device)
         self.group = dist.group.WORLD
         data = torch.load(f"{inputs}/rank{rank}.pt", map_location="cpu")
+        self.ll = None
+        if "low_latency" in data:
+            import ep_core
+
+            self.ep_core = ep_core
+            self.ll = LowLatencySide(self, data["low_latency"])
+            return
         self.problem = data["problem"]
         self.x = data["x"].to(self.device)
         if data.get("x_scales") is not None:
@@ -119,6 +137,12 @@ class Side:
             times.setdefault(name, []).append((z - a) / 1e3)
 
     def round(self, cmd: dict) -> dict:
+        if cmd.get("cmd") in LowLatencySide.COMMANDS:
+            if self.ll is None:
+                raise ValueError(f"{cmd['cmd']}: this worker was started for the normal kernels")
+            return self.ll.run(cmd)
+        if self.ll is not None:
+            raise ValueError(f"{cmd.get('cmd')}: this worker was started for the low-latency kernels")
         torch, dist = self.torch, self.dist
         dconf, cconf = self._configs(cmd)
         for _ in range(int(cmd["warmup"])):
@@ -155,6 +179,135 @@ class Side:
         for name, v in times.items():
             samples[name] = v
         return {"ok": True, "rank": self.rank, "round": cmd["round"], "samples": samples, "run_dir": run_dir}
+
+
+class LowLatencySide:
+    """This rank's low-latency Buffer and inputs per token count (the `epscope tune --ll` rounds).
+
+    Inputs as benchmarks/gpu/ll_bench.py makes them (uniform routing, seeded per rank and made on
+    the CPU, so every process builds the same ones); num_max_dispatch_tokens_per_rank = the round's
+    token count; combine reads seeded random expert outputs (its time does not depend on values).
+    Timing as benchmarks/ep_timing.time_op: the ranks are released together by a one-element
+    all-reduce on the stream, the stream then spins LEAD_US so the host enqueues dispatch and
+    combine while the GPU is busy; CUDA events around each call then time the device (the
+    kernel, including its wait for the peer's data), not the host's enqueue."""
+
+    COMMANDS = ("ll_round", "ll_check")
+
+    def __init__(self, side: Side, spec: dict):
+        import ep_core
+        from ep_core import low_latency as ll
+
+        self.side, self.ll, self.spec = side, ll, dict(spec)
+        torch = side.torch
+        size = ep_core.Buffer.get_low_latency_rdma_size_hint(int(spec["max_tokens"]), int(spec["hidden"]), side.world,
+                                                             int(spec["experts"]))
+        self.buffer = ep_core.Buffer(side.group, num_rdma_bytes=size, low_latency_mode=True)
+        self.num_sms = torch.cuda.get_device_properties(side.device).multi_processor_count
+        self.go = torch.zeros(1, device=side.device)
+        self.inputs: dict = {}
+        self.configs: dict = {}
+        torch.cuda.synchronize()
+        side.dist.barrier(group=side.group)
+
+    def config(self, fields: dict):
+        key = tuple(sorted(fields.items()))
+        c = self.configs.get(key)
+        if c is None:
+            c = self.ll.LowLatencyConfig(**fields)
+            c.check_geometry(self.side.world, self.num_sms)  # a grid that must stay resident fits this GPU
+            self.configs[key] = c
+        return c
+
+    def _inputs(self, T: int):
+        got = self.inputs.get(T)
+        if got is None:
+            from ep_core.routing import make_routing
+
+            torch, sp, s = self.side.torch, self.spec, self.side
+            seed = int(sp["seed"]) * 1000 + s.rank
+            idx, w = make_routing("uniform", T, int(sp["experts"]), int(sp["topk"]), s.world, seed)
+            g = torch.Generator().manual_seed(seed)
+            x = torch.randn((T, int(sp["hidden"])), generator=g).to(torch.bfloat16)
+            gd = torch.Generator(device=s.device).manual_seed(seed + T)
+            y = torch.randn((int(sp["experts"]) // s.world, s.world * T, int(sp["hidden"])), generator=gd,
+                            device=s.device).to(torch.bfloat16)
+            got = self.inputs[T] = (x.to(s.device), idx.to(s.device).to(s.ep_core.topk_idx_t), w.to(s.device), y)
+        return got
+
+    def _pair(self, T: int, dconf, cconf):
+        x, idx, w, y = self._inputs(T)
+        b = self.buffer
+        recv, count, handle, _, _ = b.low_latency_dispatch(x, idx, T, int(self.spec["experts"]),
+                                                           use_fp8=bool(self.spec["use_fp8"]), config=dconf)
+        out, _, _ = b.low_latency_combine(y, idx, w, handle, config=cconf)
+        return recv, count, handle, out
+
+    def run(self, cmd: dict) -> dict:
+        return self.round(cmd) if cmd["cmd"] == "ll_round" else self.check(cmd)
+
+    def round(self, cmd: dict) -> dict:
+        from benchmarks.ep_timing import LEAD_US, SM_CLOCK_GHZ
+
+        torch, dist, s = self.side.torch, self.side.dist, self.side
+        T = int(cmd["tokens"])
+        dconf, cconf = (self.config(cmd["configs"][k]) for k in ("ll_dispatch", "ll_combine"))
+        x, idx, w, y = self._inputs(T)
+        E, fp8, b = int(self.spec["experts"]), bool(self.spec["use_fp8"]), self.buffer
+        lead = int(LEAD_US * SM_CLOCK_GHZ * 1e3)
+        for _ in range(int(cmd["warmup"])):
+            self._pair(T, dconf, cconf)
+        torch.cuda.synchronize()
+        dist.barrier(group=s.group)
+        evs, host = [], {"host_ll_dispatch": [], "host_ll_combine": []}
+        for _ in range(int(cmd["iters"])):
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+            dist.all_reduce(self.go, group=s.group)   # on the stream: both ranks start together
+            torch.cuda._sleep(lead)                    # the host enqueues the pair while the GPU spins
+            ev[0].record()
+            h0 = time.perf_counter_ns()
+            handle = b.low_latency_dispatch(x, idx, T, E, use_fp8=fp8, config=dconf)[2]
+            h1 = time.perf_counter_ns()
+            ev[1].record()
+            b.low_latency_combine(y, idx, w, handle, config=cconf)
+            h2 = time.perf_counter_ns()
+            ev[2].record()
+            evs.append(ev)
+            host["host_ll_dispatch"].append((h1 - h0) / 1e3)
+            host["host_ll_combine"].append((h2 - h1) / 1e3)
+        torch.cuda.synchronize()
+        self.buffer._ll.synchronize()  # a device error of the round raises here, named
+        samples = {"ll_dispatch": [e[0].elapsed_time(e[1]) * 1e3 for e in evs],
+                   "ll_combine": [e[1].elapsed_time(e[2]) * 1e3 for e in evs],
+                   "ll_op": [e[0].elapsed_time(e[2]) * 1e3 for e in evs], **host}
+        return {"ok": True, "rank": s.rank, "round": cmd.get("round"), "samples": samples, "run_dir": None}
+
+    def _results(self, T: int, conf) -> dict:
+        """One dispatch + combine's results that every config must give bit for bit (the valid rows
+        only: rows past an expert's count are not written)."""
+        torch = self.side.torch
+        recv, count, handle, out = self._pair(T, conf, conf)
+        torch.cuda.synchronize()
+        rx, scales = recv if isinstance(recv, tuple) else (recv, None)
+        valid = torch.arange(rx.size(1), device=rx.device)[None, :] < count[:, None]
+        got = {"recv_count": count.clone(), "recv_x": rx.view(torch.uint8)[valid].clone() if rx.element_size() == 1
+               else rx[valid].clone(), "recv_src_info": handle.recv_src_info[valid].clone(),
+               "recv_layout_range": handle.recv_layout_range.clone(), "combined": out.clone()}
+        if scales is not None:
+            got["recv_scales"] = scales[valid].clone()
+        return got
+
+    def check(self, cmd: dict) -> dict:
+        T = int(cmd["tokens"])
+        want = self._results(T, self.config(cmd["reference"]))
+        differ = {}
+        for name, fields in cmd["configs"].items():
+            got = self._results(T, self.config(fields))
+            bad = [k for k in want if want[k].shape != got[k].shape or not self.side.torch.equal(want[k], got[k])]
+            if bad:
+                differ[name] = f"rank {self.side.rank}, {T} tokens: {', '.join(bad)} differ"
+        self.buffer._ll.synchronize()
+        return {"ok": True, "rank": self.side.rank, "differ": differ}
 
 
 def main(argv=None) -> int:

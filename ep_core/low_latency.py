@@ -411,6 +411,8 @@ class LowLatency:
         self.num_sms = int(num_sms)
         self.config = config if config is not None else LowLatencyConfig()
         self.config.check_geometry(buffer.group_size, self.num_sms)
+        self._tunable = self.config if config is None else None  # see _call_config
+        self._tuned: dict = {}           # (kernel, T_max, hidden, dtype) -> the tuned config or None
         self.peers = peers
         self._err = buffer.ext.ErrorRecord()
         self._launchers: dict = {}       # id(ext) -> LLLauncher of that build
@@ -550,6 +552,23 @@ class LowLatency:
         hook.called = True
         hook.launch()
 
+    # -- the tuned table (ep_core/tuned.py, `epscope tune --ll`) -------------------------------------
+    def _call_config(self, config, kernel: str, t_max, hidden, dtype: str) -> LowLatencyConfig:
+        """A call's config: its own, else the Buffer's when one was chosen (`using`, or set), else
+        the tuned table's entry for this GPU, rank count, dtype, hidden and T_max, else the defaults."""
+        if config is not None:
+            return config
+        if self.config is not self._tunable or not isinstance(t_max, int) or not isinstance(hidden, int):
+            return self.config  # (arguments of the wrong kind: the call's own checks name them)
+        key = (kernel, t_max, hidden, dtype)
+        cfg = self._tuned.get(key, self)
+        if cfg is self:  # first call of this shape: one table lookup (the host path stays a dict lookup)
+            from . import tuned
+
+            cfg = self._tuned[key] = tuned.ll_default(kernel, self.buffer.device, self.buffer.group_size,
+                                                      self.num_sms, t_max, hidden, dtype)
+        return cfg or self.config
+
     # -- dispatch ----------------------------------------------------------------------------------
     def dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank: int, num_experts: int,
                  cumulative_local_expert_recv_stats=None, dispatch_wait_recv_cost_stats=None, use_fp8: bool = True,
@@ -558,7 +577,8 @@ class LowLatency:
         t0 = perf_counter_ns()
         if self._err.flag() or self._broken or self._destroyed:
             self._check_usable()
-        cfg = config if config is not None else self.config
+        cfg = self._call_config(config, "ll_dispatch", num_max_dispatch_tokens_per_rank,
+                                (getattr(x, "shape", None) or (0,))[-1], "fp8" if use_fp8 else "bf16")
         if dispatch_wait_recv_cost_stats is not None:
             raise NotImplementedError("ep_core: dispatch_wait_recv_cost_stats is not supported by the low-latency "
                                       "kernels (no per-token wait timing)")
@@ -671,7 +691,8 @@ class LowLatency:
         t0 = perf_counter_ns()
         if self._err.flag() or self._broken or self._destroyed:
             self._check_usable()
-        cfg = config if config is not None else self.config
+        cfg = self._call_config(config, "ll_combine", getattr(handle, "num_max_dispatch_tokens_per_rank", 0),
+                                getattr(handle, "hidden", 0), "bf16")
         if use_logfmt:
             raise NotImplementedError("ep_core: use_logfmt (DeepEP's 10-bit LogFMT combine) is not supported; "
                                       "the partial rows travel as BF16")

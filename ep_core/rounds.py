@@ -217,10 +217,10 @@ def _pump(stream, replies: "queue.Queue[dict]", log: Path) -> None:
             f.write(line)
 
 
-def slowest_rank(replies: list[dict]) -> dict[str, list[float]]:
+def slowest_rank(replies: list[dict], metrics=METRICS) -> dict[str, list[float]]:
     """Per metric and iteration, the slowest rank's value (the op is as slow as its slowest rank)."""
     out = {}
-    for m in METRICS:
+    for m in metrics:
         cols = [r["samples"].get(m, []) for r in replies]
         n = min((len(c) for c in cols), default=0)
         if any(len(c) != n for c in cols):

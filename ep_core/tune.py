@@ -3,6 +3,7 @@ Compare statistics, re-check the best against the incumbent, save the winners in
 
     epscope tune --tokens 4096 --hidden 7168 --sms 24,32,48,64 --chunks default,48 --copy-paths direct,tma:2
     epscope tune ... --dry-run        # validate the settings and print the candidates, run nothing
+    epscope tune --ll                 # the low-latency kernels instead (ep_core/tune_ll.py)
 
 1. Screening: every candidate (SMs x send chunk x copy path: direct, or the pipelined "tma" path
    with N staging buffers) and the incumbent run `--rounds` rounds each,
@@ -39,7 +40,7 @@ from typing import Callable
 
 import numpy as np
 
-from .tuned import DEFAULT_TABLE, Entry, TunedKey, bucket, save_entries
+from .tuned import DEFAULT_TABLE, NORMAL_KERNELS, Entry, TunedKey, bucket, save_entries
 
 ENV_SETTINGS = {"rounds": "EPSCOPE_TUNE_ROUNDS", "recheck_rounds": "EPSCOPE_TUNE_RECHECK_ROUNDS",
                 "top": "EPSCOPE_TUNE_TOP", "margin": "EPSCOPE_TUNE_MARGIN"}
@@ -48,6 +49,9 @@ DEFAULTS = {"rounds": 3, "recheck_rounds": 4, "top": 2, "margin": 0.02}
 GEOMETRY_ENV = ("EPSCOPE_DISPATCH_SENDER_FRACTION", "EPSCOPE_COMBINE_SENDER_FRACTION",
                 "EPSCOPE_CHUNKS_PER_SENDER_BLOCK")
 INCUMBENT = "incumbent"
+# the flags of one kernel family only (their defaults are filled in per family: None = not given)
+NORMAL_DEFAULTS = {"tokens": 4096, "routing": "uniform", "sms": "24,32,48,64", "chunks": "default,48,96",
+                   "copy_paths": "direct,tma:2,tma:3"}
 
 
 class TuneUsage(ValueError):
@@ -82,20 +86,29 @@ class Settings:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import tune_ll
+
     ap = argparse.ArgumentParser(prog="epscope tune", description="Sweep the dispatch/combine geometry of a shape "
                                  "and save the winners in the tuned table (re-checked against the incumbent).")
+    ap.add_argument("--ll", action="store_true", help="tune the low-latency kernels (ll_dispatch / ll_combine) "
+                    "per T_max bucket instead; see ep_core/tune_ll.py")
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--tokens", type=int, default=4096, help="tokens per rank (the entry covers tokens/2 .. tokens)")
+    ap.add_argument("--tokens", type=int, default=None,
+                    help=f"tokens per rank (the entry covers tokens/2 .. tokens; default {NORMAL_DEFAULTS['tokens']})")
     ap.add_argument("--hidden", type=int, default=7168)
     ap.add_argument("--topk", type=int, default=8)
     ap.add_argument("--experts", type=int, default=256)
-    ap.add_argument("--routing", default="uniform", choices=("uniform", "skewed", "zipf", "zero-rank"))
-    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp8"))
+    ap.add_argument("--routing", default=None, choices=("uniform", "skewed", "zipf", "zero-rank"))
+    ap.add_argument("--dtype", default=None, choices=("bf16", "fp8"),
+                    help="payload dtype (default bf16; with --ll the dispatch's, default fp8)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--sms", default="24,32,48,64", help="SM counts to try (even)")
-    ap.add_argument("--chunks", default="default,48,96", help="send chunk tokens to try ('default': the table's)")
-    ap.add_argument("--copy-paths", default="direct,tma:2,tma:3",
-                    help="copy paths to try: 'direct', or 'tma:N' (the pipelined path with N staging buffers)")
+    ap.add_argument("--sms", default=None, help=f"SM counts to try (even; default {NORMAL_DEFAULTS['sms']})")
+    ap.add_argument("--chunks", default=None, help="send chunk tokens to try ('default': the table's; default "
+                    f"{NORMAL_DEFAULTS['chunks']})")
+    ap.add_argument("--copy-paths", default=None,
+                    help="copy paths to try: 'direct', or 'tma:N' (the pipelined path with N staging buffers; "
+                         f"default {NORMAL_DEFAULTS['copy_paths']})")
+    tune_ll.add_arguments(ap)
     for k, env in ENV_SETTINGS.items():
         ap.add_argument(f"--{k.replace('_', '-')}", default=None,
                         help=f"(env {env}; default {DEFAULTS[k]})")
@@ -126,10 +139,28 @@ def _setting(a, name: str, kind, env: dict):
 
 def check_settings(a, env=None) -> tuple:
     """(Problem, Settings, candidates); raises TuneUsage naming the bad setting."""
+    from . import tune_ll
     from .config import Problem
 
     env = dict(os.environ if env is None else env)
-    for var in GEOMETRY_ENV:
+    tune_ll.check_family(a)
+    for k, v in NORMAL_DEFAULTS.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if a.dtype is None:
+        a.dtype = "bf16"
+    s = check_common(a, env)
+    try:
+        p = Problem(a.tokens, a.hidden, a.topk, a.experts, a.ranks, a.dtype)
+    except (TypeError, ValueError) as e:
+        raise TuneUsage(str(e)) from None
+    return p, s, candidates(a.sms, a.chunks, p.ranks, a.copy_paths)
+
+
+def check_common(a, env: dict, geometry_env=GEOMETRY_ENV) -> Settings:
+    """The settings both kernel families share (rounds, re-check, top, margin, iterations) and the
+    environment's geometry overrides of the kernels tuned, checked; raises TuneUsage naming the bad one."""
+    for var in geometry_env:
         if var in env:
             what = "is set but empty" if not env[var].strip() else f"is set ({env[var]})"
             raise TuneUsage(f"{var} {what}: unset it; a table tuned under a geometry override would not hold "
@@ -147,11 +178,7 @@ def check_settings(a, env=None) -> tuple:
         raise TuneUsage(f"margin must be a fraction in [0, 1) of the incumbent's latency, got {s.margin}")
     if s.iters < 3 or s.warmup < 0:
         raise TuneUsage(f"--iters must be >= 3 and --warmup >= 0, got {s.iters} and {s.warmup}")
-    try:
-        p = Problem(a.tokens, a.hidden, a.topk, a.experts, a.ranks, a.dtype)
-    except (TypeError, ValueError) as e:
-        raise TuneUsage(str(e)) from None
-    return p, s, candidates(a.sms, a.chunks, p.ranks, a.copy_paths)
+    return s
 
 
 def _paths(text: str) -> list[tuple[str, int | None]]:
@@ -239,9 +266,11 @@ class KernelResult:
     samples: list           # the saved config's per-round samples (µs)
 
 
-def tune(cands: list[Candidate], incumbent: dict, s: Settings, run_round: RoundRunner, ranks: int,
-         say=print) -> dict[str, KernelResult]:
-    """Screen, rank, re-check (see the module docstring); returns the result per kernel."""
+def tune(cands: list, incumbent: dict, s: Settings, run_round: RoundRunner, ranks: int,
+         say=print, kernels=NORMAL_KERNELS) -> dict[str, KernelResult]:
+    """Screen, rank, re-check (see the module docstring); returns the result per kernel. A candidate
+    is anything with a `name` and `configs(ranks)` -> {kernel: config dict} (Candidate, tune_ll's);
+    the rounds' samples are keyed by the kernel names."""
     from profiler.ab import compare_metric
 
     from .rounds import interleave
@@ -255,7 +284,7 @@ def tune(cands: list[Candidate], incumbent: dict, s: Settings, run_round: RoundR
         screen[n].append(run_round(n, i, configs[n]))
         say(f"screening {k + 1}/{len(order)}: {n} round {i}")
     out = {}
-    for kernel in ("dispatch", "combine"):
+    for kernel in kernels:
         inc = [r[kernel] for r in screen[INCUMBENT]]
         ranked = [(n, compare_metric(kernel, inc, [r[kernel] for r in screen[n]])) for n in names[1:]]
         ranked.sort(key=lambda t: (t[1].verdict != "faster", t[1].diff_us if t[1].diff_us is not None else 0.0))
@@ -291,12 +320,15 @@ def tune(cands: list[Candidate], incumbent: dict, s: Settings, run_round: RoundR
 
 
 def entries_for(results: dict, configs: dict, key_for: Callable[[str], TunedKey], s: Settings, commit: str,
-                command: str) -> list[Entry]:
+                command: str, tokens_range: tuple[int, int] | None = None, about: dict | None = None) -> list[Entry]:
+    """The table entries of one tuning: per kernel, the saved config with its latency (median),
+    spread (p10-p90) and samples. tokens_range: the bucket (default (T/2, T] of the key's tokens);
+    about: more of what the tuning ran with, kept in the entry's `tune`."""
     out = []
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     for kernel, r in results.items():
         key = key_for(kernel)
-        lo, hi = bucket(key.tokens)
+        lo, hi = tokens_range or bucket(key.tokens)
         flat = np.concatenate([np.asarray(x, float) for x in r.samples])
         p10, p50, p90 = np.percentile(flat, [10, 50, 90])
         rv = dict(r.rechecked).get(r.winner)
@@ -306,7 +338,7 @@ def entries_for(results: dict, configs: dict, key_for: Callable[[str], TunedKey]
                          spread_us=round(float(p90 - p10), 2), samples=int(flat.size), runs=len(r.samples),
                          incumbent={"config": configs[INCUMBENT][kernel], "kept": r.winner == INCUMBENT},
                          verdict={"winner": r.winner, "why": r.why, **(rv or {})},
-                         commit=commit, created=now, tune={**asdict(s), "command": command}))
+                         commit=commit, created=now, tune={**asdict(s), **(about or {}), "command": command}))
     return out
 
 
@@ -314,6 +346,10 @@ def entries_for(results: dict, configs: dict, key_for: Callable[[str], TunedKey]
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     a = build_parser().parse_args(argv)
+    if a.ll:
+        from . import tune_ll
+
+        return tune_ll.main(a, argv)
     try:
         problem, s, cands = check_settings(a)
     except TuneUsage as e:
@@ -370,15 +406,21 @@ def _run(a, argv, problem, s: Settings, cands) -> int:
     entries = entries_for(results, configs, key_for, s, git_info()["commit"], command)
     path = save_entries(a.table, entries)
     print(f"\nepscope tune: done in {time.time() - t0:.0f} s; wrote {len(entries)} entries to {path}")
-    for r in results.values():
-        print(f"\n{r.kernel}: screening (vs incumbent, rounds are the runs):")
-        for n, v in r.screened:
-            print(f"  {n:<24} {v.verdict:<14} {'' if v.diff_pct is None else f'{v.diff_pct:+.1f}%'}")
-        print(f"{r.kernel}: saved {r.winner}: {r.why}")
-    for e in entries:
-        print(f"entry {e.describe()}: {e.config} latency {e.latency_us} µs, spread {e.spread_us} µs, "
-              f"{e.samples} samples over {e.runs} rounds")
+    print_results(results, entries)
     return 0
+
+
+def print_results(results: dict, entries: list[Entry], say=print) -> None:
+    for r in results.values():
+        say(f"\n{r.kernel}: screening (vs incumbent, rounds are the runs):")
+        for n, v in r.screened:
+            say(f"  {n:<28} {v.verdict:<14} {'' if v.diff_pct is None else f'{v.diff_pct:+.1f}%'}")
+        for n, v in r.rechecked:
+            say(f"  re-check {n:<19} {v.verdict:<14} {'' if v.diff_pct is None else f'{v.diff_pct:+.1f}%'}")
+        say(f"{r.kernel}: saved {r.winner}: {r.why}")
+    for e in entries:
+        say(f"entry {e.describe()}: {e.config} latency {e.latency_us} µs, spread {e.spread_us} µs, "
+            f"{e.samples} samples over {e.runs} rounds")
 
 
 if __name__ == "__main__":

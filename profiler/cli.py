@@ -6,7 +6,7 @@
     epscope trace ...                      record a profiled EP workload (ep_core.trace)
     epscope selftest ...                   record the recorder self-test kernels (profiler.record.selftest)
     epscope ab REF_A REF_B ...             build two git refs, run them interleaved, verdict with CIs (ep_core.ab)
-    epscope tune ...                       sweep a shape's geometry, save the re-checked winners (ep_core.tune)
+    epscope tune [--ll] ...                sweep a shape's geometry, save the re-checked winners (ep_core.tune)
 
 Bad runs (missing, corrupt, malformed manifest or events, newer format, empty) and refused
 outputs print one line on stderr and exit 2. `export -o` never writes inside a run directory and
@@ -29,7 +29,8 @@ EXIT_USAGE = 2
 PASSTHROUGH = {"trace": ("ep_core.trace", "record a profiled EP workload on the local GPUs"),
                "selftest": ("profiler.record.selftest", "record the recorder self-test kernels on a GPU"),
                "ab": ("ep_core.ab", "compare two git refs' kernels on the local GPUs, interleaved"),
-               "tune": ("ep_core.tune", "tune a shape's dispatch/combine geometry into the tuned table")}
+               "tune": ("ep_core.tune", "tune a shape's dispatch/combine geometry (--ll: the low-latency kernels) into "
+                                        "the tuned table")}
 
 
 def default_trace_root() -> Path:
