@@ -39,6 +39,22 @@ FIRST_PAGE_S = 3.0     # issue 4
 SWITCH_S = 0.5         # issue 4: each timeline zoom or page switch, server time
 
 
+def make_synthetic(parent: Path, events: int, ranks: int) -> Path:
+    """A synthetic starvation run of at least `events` events under parent/synthetic-10m."""
+    from profiler.synthetic import make_run
+    t = time.perf_counter()
+    target = events
+    for _ in range(3):
+        # make_run treats `events` as a target and picks whole chunks per (pair, channel); it
+        # can land under it, so scale the target until the run has at least `events` events
+        run = make_run(parent / "synthetic-10m", ranks=ranks, events=target, scenario="starvation",
+                       perfetto=False, overwrite=True)
+        got = json.loads((run / "manifest.json").read_text()).get("num_events", 0)
+        if got >= events:
+            break
+        target = int(target * events / max(got, 1) * 1.02)
+    print(f"synthetic run written in {time.perf_counter() - t:.1f} s: {run} ({got:,} events)")
+    return run
 
 
 def free_port() -> int:
@@ -110,20 +126,8 @@ def main() -> int:
 
     tmp = None
     if args.run is None:
-        from profiler.synthetic import make_run
         tmp = tempfile.TemporaryDirectory(prefix="epscope-bench-viewer-")
-        t = time.perf_counter()
-        target = args.events
-        for _ in range(3):
-            # make_run treats `events` as a target and picks whole chunks per (pair, channel); it
-            # can land under it, so scale the target until the run has at least --events events
-            args.run = make_run(Path(tmp.name) / "synthetic-10m", ranks=args.ranks, events=target,
-                                scenario="starvation", perfetto=False)
-            got = json.loads((args.run / "manifest.json").read_text()).get("num_events", 0)
-            if got >= args.events:
-                break
-            target = int(target * args.events / max(got, 1) * 1.02)
-        print(f"synthetic run written in {time.perf_counter() - t:.1f} s: {args.run} ({got:,} events)")
+        args.run = make_synthetic(Path(tmp.name), args.events, args.ranks)
     man = json.loads((args.run / "manifest.json").read_text())
     n_events = man.get("num_events") or man.get("headline", {}).get("events")
 

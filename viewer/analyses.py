@@ -1,18 +1,19 @@
 """The per-run results every page shares, computed once per loaded run (Dash-free).
 
 Each accessor caches its result on the LoadedRun (catalog.LoadedRun.cached), so switching pages
-or zooming never recomputes an analysis; `warm` computes them ahead in a background thread.
+or zooming never recomputes an analysis. Pages do not compute them in the request: they `request`
+the results they need as background jobs (viewer.jobs, one per run and result), draw a progress
+state until `ready` says all are in the cache, and `warm` asks for the rest ahead of the user.
 Every page sees the same table: the run's events with unfinished waits ended where their kernel
 stopped (profiler.analysis.unfinished, using the run's launch table), so a timed-out run's waits
 are drawn, counted and named the same way everywhere.
 """
 from __future__ import annotations
 
-import threading
-
 from profiler import analysis
 from profiler.analysis import unfinished
 
+from . import jobs
 from .catalog import LoadedRun
 from .pages.timeline import logic as timeline_logic
 
@@ -50,24 +51,56 @@ def what_if(run: LoadedRun, phase: str, speedup: float, rank) -> analysis.WhatIf
                                                     registry=registry(run)))
 
 
-_warm_lock = threading.Lock()
+# name -> (what the progress state calls it, the accessor, its key in the run's cache)
+RESULTS = {
+    "timeline_index": ("timeline index", timeline_index, "timeline_index"),
+    "critical": ("critical path", critical, "critical_path"),
+    "idle": ("idle warps", idle, "idle"),
+    "barriers": ("barrier contention", barriers, "barriers"),
+}
 
 
-def warm(run: LoadedRun) -> threading.Thread | None:
-    """Compute the timeline index and the analyses in the background, once per loaded run, so
-    the next page the user opens is served from the cache (a failure is not cached: the page
-    asking for that result computes it again and shows the error as a message)."""
-    with _warm_lock:
-        if run._derived.get("_warming"):
-            return None
-        run._derived["_warming"] = True
+def ready(catalog, run_id: str, names) -> LoadedRun | None:
+    """The loaded run when every result in `names` is computed, else None (never computes)."""
+    run = catalog.loaded(run_id)
+    if run is None or not all(run.has(RESULTS[n][2]) for n in names):
+        return None
+    return run
 
-    def go():
-        for f in (timeline_index, critical, idle, barriers):
-            try:
-                f(run)
-            except Exception:   # the page calling f again shows the error as a message
-                pass
-    t = threading.Thread(target=go, name=f"warm-{run.entry.run_id}", daemon=True)
-    t.start()
-    return t
+
+def _compute(catalog, run_id: str, accessor) -> None:
+    job = jobs.current()
+    if job is not None and catalog.loaded(run_id) is None:
+        n = catalog.entry(run_id).num_events
+        job.step = f"reading {n:,} events" if n else "reading the events"
+    run = catalog.load(run_id)
+    if job is not None:
+        job.step = ""
+    accessor(run)
+
+
+def request(catalog, run_id: str, names, priority: int = jobs.WANTED, retry: bool = False) -> list[jobs.Job]:
+    """Ask for `names` as background jobs (one per run and result: asking again returns the job
+    in flight). retry: a failed job is tried again (a new visit of the page) instead of reported."""
+    out = []
+    for n in names:
+        label, accessor, _ = RESULTS[n]
+        key = (run_id, n)
+        if retry:
+            old = catalog.jobs.get(key)
+            if old is not None and old.state == jobs.FAILED:
+                catalog.jobs.forget(key)
+        old = catalog.jobs.get(key)
+        if old is not None and old.state == jobs.FAILED:
+            out.append(old)
+            continue
+        out.append(catalog.jobs.submit(key, lambda a=accessor: _compute(catalog, run_id, a), label, priority))
+    return out
+
+
+def warm(catalog, run_id: str) -> None:
+    """Ask for every result of the run ahead of the user (after what the page needs)."""
+    run = catalog.loaded(run_id)
+    names = [n for n, (_, _, ck) in RESULTS.items() if run is None or not run.has(ck)]
+    if names:
+        request(catalog, run_id, names, priority=jobs.AHEAD)

@@ -7,6 +7,7 @@ callback checks its arguments (viewer.inputs), answering a wrong one with a mess
 """
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode
@@ -22,6 +23,7 @@ from .pages.barriers import callbacks as barriers_cb, layout as barriers_layout
 from .pages.compare import callbacks as compare_cb, layout as compare_layout
 from .pages.critical_path import callbacks as critical_cb, layout as critical_layout
 from .pages.idle import callbacks as idle_cb, layout as idle_layout
+from .pages.progress import callbacks as progress_cb
 from .pages.runs import callbacks as runs_cb, layout as runs_layout
 from .pages.timeline import callbacks as timeline_cb, layout as timeline_layout
 
@@ -110,6 +112,9 @@ def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.
 
     for _, _, cb in PAGES.values():
         cb.register(app, catalog)
+    # a page drawn as a progress state asks for itself again until its results are computed
+    progress_cb.register(app, catalog, {path: mod.layout for path, (_, mod, _) in PAGES.items()
+                                         if "retry" in inspect.signature(mod.layout).parameters})
 
     @app.server.route("/download/<run_file>")
     def download(run_file: str):

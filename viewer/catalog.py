@@ -29,6 +29,7 @@ from profiler.errors import RunChanged
 from profiler.progress import Activity
 
 from .cache import MISSING, SizedLRU
+from .jobs import READY_WAIT_S, WORKERS, Jobs
 
 MANIFEST = runstore.MANIFEST
 # Deep enough for traces/<scenario>/<run>/ and a user's results/<date>/<run>/.
@@ -112,6 +113,10 @@ class LoadedRun:
         elif self.params is not None:
             self.params.put((self._token, key), value)
 
+    def has(self, key: Any) -> bool:
+        """Whether `key`'s result is computed (a page draws it now or shows progress)."""
+        return self._get(key) is not MISSING
+
     def cached(self, key: Any, compute: Callable[[], Any]) -> Any:
         """compute() once per key while cached; concurrent callers of one key wait for it."""
         got = self._get(key)
@@ -167,7 +172,8 @@ class Catalog:
     least recently used evicted first."""
 
     def __init__(self, roots: list[Path] | list[str], cache_dir: Path | None = None, max_loaded: int = 4,
-                 param_cache_bytes: int = PARAM_CACHE_BYTES):
+                 param_cache_bytes: int = PARAM_CACHE_BYTES, workers: int = WORKERS,
+                 ready_wait_s: float = READY_WAIT_S):
         self.roots = [Path(r).expanduser().resolve() for r in roots]
         self._cache_dir = Path(cache_dir) if cache_dir else None
         self._max_loaded = max_loaded
@@ -176,6 +182,9 @@ class Catalog:
         self._params = SizedLRU(param_cache_bytes)
         self._lock = threading.Lock()
         self._load_locks: dict[str, threading.Lock] = {}
+        # loads and analyses computed in the background (viewer.jobs); ready_wait_s: how long a page
+        # request waits for them before it draws a progress state
+        self.jobs = Jobs(workers, wait_s=ready_wait_s)
         self.refresh()
 
     # -- discovery ----------------------------------------------------------------------------
@@ -261,6 +270,16 @@ class Catalog:
         return {e.run_id: e.name if counts[e.name] == 1 else f"{e.name} ({e.directory})" for e in entries}
 
     # -- loading ------------------------------------------------------------------------------
+    def loaded(self, run_id: str | None) -> LoadedRun | None:
+        """The run if it is in memory and current on disk, else None: never loads (a page asks
+        this to know whether it can draw now)."""
+        with self._lock:
+            hit = self._loaded.get(run_id) if isinstance(run_id, str) else None
+            e = self._entries.get(run_id) if isinstance(run_id, str) else None
+        if hit is None or e is None or hit.signature != _signature(e.path):
+            return None
+        return hit
+
     def load(self, run_id: str | None) -> LoadedRun:
         """The run with its events in memory (cached, LRU, reloaded when rewritten on disk);
         ViewerError with a clear message."""

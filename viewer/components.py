@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+import dash_ag_grid as dag
+import numpy as np
 import pandas as pd
 from dash import dcc, html
 
@@ -16,7 +18,11 @@ from profiler.expect import Cause
 
 from .format import ns, pct
 
-MAX_TABLE_ROWS = 200
+MAX_TABLE_ROWS = 2000
+# A grid of at most this many rows takes the height of its rows (and draws them all); a longer one
+# scrolls in GRID_HEIGHT_PX and draws only the rows in view.
+GRID_AUTO_HEIGHT_ROWS = 15
+GRID_HEIGHT_PX = 420
 
 
 def download_href(run_id: str) -> str:
@@ -121,32 +127,74 @@ def run_header(entry, extra=None) -> html.Div:
     ], className="run-header")
 
 
+def _cell(v):
+    """A value as the grid sorts and filters it: numbers stay numbers, missing is None."""
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return None if pd.isna(v) else v.item() if hasattr(v, "item") else v
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return None if pd.isna(v) is True else str(v)
+
+
 def df_table(df: pd.DataFrame, columns: dict | None = None, formats: dict | None = None,
              max_rows: int = MAX_TABLE_ROWS, id=None, row_class=None, className: str = "tbl",
              tips: dict | None = None) -> html.Div:
-    """A dense HTML table. columns: {column: header}; formats: {column: callable -> str};
-    row_class: callable(row) -> css class or None; tips: {column: glossary term} for headers whose
-    text is not itself a glossary term (a header that is gets its definition as tooltip)."""
+    """A dense, virtualised table (dash-ag-grid: the browser draws only the rows in view, so a
+    table of thousands of rows costs what a screenful does; issue 14 measured 2.9 s of browser
+    time for ~2,000 html.Td cells), sortable and filterable by column.
+
+    columns: {column: header}; formats: {column: callable -> str}: the text shown, while sorting
+    and filtering use the value itself; row_class: callable(row) -> css class or None; tips:
+    {column: glossary term} for headers whose text is not itself a glossary term (a header that
+    is gets its definition as tooltip)."""
     columns = columns or {c: c for c in df.columns}
     formats = formats or {}
     tips = tips or {}
-    head = html.Thead(html.Tr([html.Th(h, title=glossary.TERMS.get(tips.get(c, h))) for c, h in columns.items()]))
-    rows = []
-    shown = df.head(max_rows)
-    for rec in shown.to_dict("records"):
-        cells = []
-        for c in columns:
+    fields = {c: f"c{i}" for i, c in enumerate(columns)}   # column names may hold dots AG Grid reads as paths
+    rows, classes = [], set()
+    for rec in df.head(max_rows).to_dict("records"):
+        row = {}
+        for c, f in fields.items():
             v = rec.get(c)
-            f = formats.get(c)
-            cells.append(html.Td(f(v) if f else ("" if v is None else str(v))))
+            fmt = formats.get(c)
+            row[f] = _cell(v)
+            row[f + "_t"] = fmt(v) if fmt else ("" if v is None else str(v))
         cls = row_class(rec) if row_class else None
-        rows.append(html.Tr(cells, className=cls) if cls else html.Tr(cells))
+        if cls:
+            row["_class"] = cls
+            classes.add(cls)
+        rows.append(row)
+    defs = []
+    for c, h in columns.items():
+        f = fields[c]
+        numeric = c in df.columns and pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
+        defs.append({"headerName": h, "field": f, "headerTooltip": glossary.TERMS.get(tips.get(c, h)),
+                     "valueFormatter": {"function": f"params.data ? params.data.{f}_t : ''"},
+                     "filter": "agNumberColumnFilter" if numeric else "agTextColumnFilter",
+                     "type": "rightAligned" if numeric else None})
+    for d in defs:
+        if d["type"] is None:
+            del d["type"]
     kw = {"id": id} if id else {}
     foot = []
     if len(df) > max_rows:
         foot = [html.Div(f"{len(df) - max_rows:,} more rows not shown (first {max_rows} of {len(df):,})",
                          className="tbl-more")]
-    return html.Div([html.Table([head, html.Tbody(rows)], className=className), *foot], className="tbl-wrap", **kw)
+    short = len(rows) <= GRID_AUTO_HEIGHT_ROWS
+    grid = dag.AgGrid(
+        rowData=rows, columnDefs=defs, className=className,
+        defaultColDef={"sortable": True, "resizable": True, "floatingFilter": False, "minWidth": 70,
+                       "wrapHeaderText": True, "autoHeaderHeight": True},
+        rowClassRules={k: f"params.data && params.data._class === '{k}'" for k in sorted(classes)},
+        columnSize="autoSize",
+        dashGridOptions={"domLayout": "autoHeight" if short else "normal", "rowHeight": 24, "headerHeight": 28,
+                         "tooltipShowDelay": 300, "enableCellTextSelection": True, "animateRows": False,
+                         "suppressColumnVirtualisation": True},
+        style={"height": None if short else f"{GRID_HEIGHT_PX}px", "width": "100%"})
+    # AG Grid's own theme in its dark mode (its colour scheme follows this attribute of a parent)
+    return html.Div([grid, *foot], className="tbl-wrap tbl-grid", **{"data-ag-theme-mode": "dark"}, **kw)
 
 
 def graph(fig: dict, id=None, height: int | None = None, config: dict | None = None) -> dcc.Graph:

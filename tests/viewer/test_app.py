@@ -23,8 +23,10 @@ ROUTE_OUT = [(PAGE, "children"), (NAV, "children"), (RUN_SELECT, "value"), (URL,
 
 @pytest.fixture(scope="module")
 def app(run_root, tmp_path_factory):
+    # pages wait for their background jobs (viewer.jobs) instead of drawing a progress state: these
+    # tests read whole pages; tests/viewer/test_progress.py covers the progress state
     return create_app([run_root], cache_dir=tmp_path_factory.mktemp("viewer-cache"),
-                      param_cache_bytes=PARAM_CACHE_BYTES)
+                      param_cache_bytes=PARAM_CACHE_BYTES, ready_wait_s=600)
 
 
 def route(app, path, run=None, selected=None, changed="url.pathname"):
@@ -122,11 +124,13 @@ def _timeline(app, relayout=None, level="rank", changed=None, ranks=None, curren
     return call(app, [(TlIds.GRAPH, "figure"), (TlIds.INFO, "children")],
                 [(TlIds.RUN, "data", "late"), (TlIds.LEVEL, "value", level), (TlIds.RANKS, "value", ranks or []),
                  (TlIds.BLOCK_LO, "value", 0), (TlIds.BLOCK_HI, "value", 3), (TlIds.CRITICAL, "value", ["on"]),
-                 (TlIds.GRAPH, "relayoutData", relayout), (TlIds.RESET, "n_clicks", None)],
+                 (TlIds.GRAPH, "relayoutData", relayout), (TlIds.RESET, "n_clicks", None),
+                 (TlIds.CP_READY, "data", True)],
                 state=[(TlIds.GRAPH, "figure", current)], changed=changed or [f"{TlIds.RUN}.data"])
 
 
 def test_timeline_zoom_goes_from_aggregate_to_detail(app):
+    route(app, "/critical-path", "late")   # the critical path computed (the red line is drawn once it is)
     full = _timeline(app)
     fig = full[TlIds.GRAPH]["figure"]
     assert fig["data"][0]["type"] == "heatmap"
@@ -209,7 +213,7 @@ WRONG = ["abc", "zzz", {}, [{}], [1, "x"], -1, 10**30, float("nan"), True, "x" *
 TL_OUT = [(TlIds.GRAPH, "figure"), (TlIds.INFO, "children")]
 TL_IN = [(TlIds.RUN, "data", "late"), (TlIds.LEVEL, "value", "rank"), (TlIds.RANKS, "value", []),
          (TlIds.BLOCK_LO, "value", 0), (TlIds.BLOCK_HI, "value", 3), (TlIds.CRITICAL, "value", ["on"]),
-         (TlIds.GRAPH, "relayoutData", None), (TlIds.RESET, "n_clicks", None)]
+         (TlIds.GRAPH, "relayoutData", None), (TlIds.RESET, "n_clicks", None), (TlIds.CP_READY, "data", True)]
 DRILL_OUT = [(TlIds.LEVEL, "value"), (TlIds.RANKS, "value"), (TlIds.BLOCK_LO, "value"), (TlIds.BLOCK_HI, "value")]
 # every callback with valid values: (outputs, inputs, state)
 CALLBACKS = {

@@ -119,8 +119,24 @@ def test_table_headers_that_are_glossary_terms_get_their_definition():
     from profiler.analysis import glossary
     from viewer import components as C
     t = C.df_table(pd.DataFrame({"a": [1], "b": [2]}), {"a": "slack", "b": "zz"}, tips={"b": "lateness"})
-    ths = t.children[0].children[0].children.children
-    assert ths[0].title == glossary.TERMS["slack"] and ths[1].title == glossary.TERMS["lateness"]
+    defs = t.children[0].columnDefs
+    assert [d["headerName"] for d in defs] == ["slack", "zz"]
+    assert defs[0]["headerTooltip"] == glossary.TERMS["slack"] and defs[1]["headerTooltip"] == glossary.TERMS["lateness"]
+
+
+def test_tables_sort_by_value_and_show_the_formatted_text():
+    from viewer import components as C
+    df = pd.DataFrame({"d": [1500, 20, None], "k": ["b", "a", "c"], "n": [1.0, float("nan"), 3.0]})
+    t = C.df_table(df, {"d": "duration", "k": "kernel", "n": "n"}, {"d": lambda v: "?" if pd.isna(v) else f"{v:g} ns"},
+                   row_class=lambda r: "row-bad" if r["k"] == "a" else None, max_rows=2)
+    grid, more = t.children
+    assert grid.rowData == [{"c0": 1500.0, "c0_t": "1500 ns", "c1": "b", "c1_t": "b", "c2": 1.0, "c2_t": "1.0"},
+                            {"c0": 20.0, "c0_t": "20 ns", "c1": "a", "c1_t": "a", "c2": None, "c2_t": "nan",
+                             "_class": "row-bad"}]
+    filters = [d["filter"] for d in grid.columnDefs]
+    assert filters == ["agNumberColumnFilter", "agTextColumnFilter", "agNumberColumnFilter"]
+    assert grid.rowClassRules == {"row-bad": "params.data && params.data._class === 'row-bad'"}
+    assert "1 more rows not shown (first 2 of 3)" in more.children
 
 
 def test_every_column_and_card_of_the_analysis_pages_is_in_the_glossary():

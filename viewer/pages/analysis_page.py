@@ -1,20 +1,15 @@
-"""The frame every analysis page shares: load the run, compute (or fetch) its analysis, show a
-clear message instead of a stack trace, warm the other analyses, cache the built page."""
+"""The frame every analysis page shares: its analysis computed in the background (the progress
+state until it is done: pages.progress), a clear message instead of a stack trace, the other
+analyses warmed, the built page cached."""
 from __future__ import annotations
 
-from dash import html
-
-from .. import analyses, components as C
-from ..catalog import ViewerError
+from .. import analyses
+from .progress.layout import when_ready
 
 
-def analysis_page(catalog, run_id, key: str, analyse, build):
-    """`analyse(run)` -> result (an accessor of viewer.analyses); `build(entry, run, result)` -> page."""
-    entry = catalog.entry(run_id)
-    try:
-        run = catalog.load(run_id)
-        result = analyse(run)
-    except ViewerError as e:
-        return html.Div([C.run_header(entry), C.error_box(str(e))])
-    analyses.warm(run)
-    return run.cached(f"page:{key}", lambda: build(entry, run, result))
+def analysis_page(catalog, run_id, path: str, name: str, build, retry: bool = True):
+    """`name`: the page's result in viewer.analyses.RESULTS; `build(entry, run, result)` -> page."""
+    _, accessor, _ = analyses.RESULTS[name]
+    return when_ready(catalog, run_id, path, (name,),
+                      lambda entry, run: run.cached(f"page:{name}", lambda: build(entry, run, accessor(run))),
+                      retry=retry)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dash import html
 
-from ... import analyses, components as C
+from ... import components as C
 from ..analysis_page import analysis_page
 from ...format import ns, share
 from . import logic
@@ -29,8 +29,8 @@ def _with_last(df):
     return df
 
 
-def layout(catalog, run_id):
-    return analysis_page(catalog, run_id, "barriers", analyses.barriers, _page)
+def layout(catalog, run_id, retry=True):
+    return analysis_page(catalog, run_id, "/barriers", "barriers", _page, retry)
 
 
 def _page(entry, run, rep):

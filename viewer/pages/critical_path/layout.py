@@ -4,7 +4,7 @@ from dash import dcc, html
 
 from profiler.analysis import glossary
 
-from ... import analyses, components as C
+from ... import components as C
 from ..analysis_page import analysis_page
 from ...format import ns, pct, share
 from . import logic
@@ -19,8 +19,8 @@ SLACK_COLS = {"rank": "rank", "kernel": "kernel", "block": "block", "warp": "war
 KINDS = ("work", "wait", "barrier", "gap", "launch", "host")
 
 
-def layout(catalog, run_id):
-    return analysis_page(catalog, run_id, "critical_path", analyses.critical, _page)
+def layout(catalog, run_id, retry=True):
+    return analysis_page(catalog, run_id, "/critical-path", "critical", _page, retry)
 
 
 def _kind_legend() -> html.Div:

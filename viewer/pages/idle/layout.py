@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dash import dcc, html
 
-from ... import analyses, components as C
+from ... import components as C
 from ..analysis_page import analysis_page
 from ...format import ns, ratio, share
 from . import logic
@@ -21,8 +21,8 @@ RANK_COLS = {"kernel": "kernel", "role": "role", "rank": "rank", "warps": "warps
 TIPS = {"max_busy_ns": "max busy / median busy", "median_busy_ns": "max busy / median busy", "warps": "did work"}
 
 
-def layout(catalog, run_id):
-    return analysis_page(catalog, run_id, "idle", analyses.idle, _page)
+def layout(catalog, run_id, retry=True):
+    return analysis_page(catalog, run_id, "/idle", "idle", _page, retry)
 
 
 def _page(entry, run, rep):

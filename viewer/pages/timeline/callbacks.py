@@ -3,10 +3,11 @@ from __future__ import annotations
 from dash import Input, Output, State, ctx, no_update
 from dash.exceptions import PreventUpdate
 
-from ... import analyses
+from ... import analyses, jobs
 from ...catalog import ViewerError
 from ...inputs import (BLOCK, CLICKS, RANK, RUN_ID, X_RANGE, checked, list_of, mapping, number, one_of, opt,
                        text)
+from ..progress import logic as progress_logic
 from . import logic
 from .ids import Ids
 
@@ -40,12 +41,12 @@ def register(app, catalog) -> None:
     @app.callback(Output(Ids.GRAPH, "figure"), Output(Ids.INFO, "children"),
                   Input(Ids.RUN, "data"), Input(Ids.LEVEL, "value"), Input(Ids.RANKS, "value"),
                   Input(Ids.BLOCK_LO, "value"), Input(Ids.BLOCK_HI, "value"), Input(Ids.CRITICAL, "value"),
-                  Input(Ids.GRAPH, "relayoutData"), Input(Ids.RESET, "n_clicks"),
+                  Input(Ids.GRAPH, "relayoutData"), Input(Ids.RESET, "n_clicks"), Input(Ids.CP_READY, "data"),
                   State(Ids.GRAPH, "figure"))
     @checked(lambda msg: (no_update, msg), run_id=RUN_ID, crit=opt(list_of(text(16), 4)), _reset=CLICKS,
              relayout=opt(mapping(**{"xaxis.range[0]": number(), "xaxis.range[1]": number(), "xaxis.range": X_RANGE})),
              current=opt(mapping(layout=mapping(xaxis=mapping(range=X_RANGE)))), **ROWS)
-    def update(run_id, level, ranks, blo, bhi, crit, relayout, _reset, current):
+    def update(run_id, level, ranks, blo, bhi, crit, relayout, _reset, _cp_ready, current):
         t0 = t1 = None
         if ctx.triggered_id == Ids.GRAPH:
             win = logic.parse_relayout(relayout)
@@ -68,9 +69,25 @@ def register(app, catalog) -> None:
         view = logic.compute_view(ix, level or "rank", ranks or None, blocks, t0, t1)
         segs = None
         if crit and "on" in crit:
-            try:
+            if run.has(analyses.RESULTS["critical"][2]):
                 segs = analyses.critical(run).segments
-            except Exception as e:   # the timeline still draws; the info line says why
-                segs = None
-                return logic.figure(view, ix, None), logic.describe(view) + f" · critical path unavailable: {e}"
+            else:   # drawn without it now; the tick below redraws when it is computed
+                analyses.request(catalog, run_id, ("critical",))
         return logic.figure(view, ix, segs), logic.describe(view)
+
+    @app.callback(Output(Ids.CP_READY, "data"), Output(Ids.CP_TICK, "disabled"), Output(Ids.CP_STATE, "children"),
+                  Output(Ids.CP_STATE, "className"),
+                  Input(Ids.CP_TICK, "n_intervals"), State(Ids.RUN, "data"), prevent_initial_call=True)
+    @checked(lambda msg: (no_update, True, msg, "cp-state bad"), _n=CLICKS, run_id=RUN_ID)
+    def critical_state(_n, run_id):
+        run = catalog.loaded(run_id)
+        if run is not None and run.has(analyses.RESULTS["critical"][2]):
+            return True, True, "", "cp-state"
+        try:
+            job = analyses.request(catalog, run_id, ("critical",))[0]
+        except ViewerError as e:
+            return no_update, True, str(e), "cp-state bad"
+        if job.state == jobs.FAILED:
+            return no_update, True, f"critical path unavailable: {job.error}", "cp-state bad"
+        step = progress_logic.progress([job], catalog.jobs.active()).steps[0]
+        return no_update, no_update, progress_logic.line(step), "cp-state pending"

@@ -11,3 +11,6 @@ class Ids(StrEnum):
     GRAPH = "tl-graph"
     INFO = "tl-info"
     RESET = "tl-reset"
+    CP_READY = "tl-cp-ready"    # whether the critical path is computed (it is drawn when it is)
+    CP_TICK = "tl-cp-tick"
+    CP_STATE = "tl-cp-state"    # what the critical path's job is doing, while it runs

@@ -3,19 +3,20 @@ from __future__ import annotations
 from dash import dcc, html
 
 from ... import analyses, components as C
-from ...catalog import ViewerError
+from ..progress.layout import when_ready
 from . import logic
 from .ids import Ids
 
+CP_TICK_MS = 500   # how often the page asks whether the critical path (drawn in red) is computed
 
-def layout(catalog, run_id):
-    entry = catalog.entry(run_id)
-    try:
-        run = catalog.load(run_id)
-    except ViewerError as e:
-        return html.Div([C.run_header(entry), C.error_box(str(e))])
+
+def layout(catalog, run_id, retry=True):
+    return when_ready(catalog, run_id, "/timeline", ("timeline_index",), _page, retry)
+
+
+def _page(entry, run):
     ix = analyses.timeline_index(run)
-    analyses.warm(run)
+    cp_ready = run.has(analyses.RESULTS["critical"][2])
     n_blocks = int(ix.lane_block.max(initial=0)) + 1
     controls = html.Div([
         html.Label("rows"),
@@ -32,13 +33,19 @@ def layout(catalog, run_id):
         dcc.Input(id=Ids.BLOCK_HI, type="number", value=min(n_blocks - 1, 1), min=0, debounce=True, className="num"),
         dcc.Checklist(id=Ids.CRITICAL, options=[{"label": " critical path", "value": "on"}], value=["on"],
                       inline=True, className="check"),
+        html.Span("" if cp_ready else "critical path: computing…", id=Ids.CP_STATE,
+                  className="cp-state" if cp_ready else "cp-state pending"),
         html.Button("reset zoom", id=Ids.RESET, className="btn"),
     ], className="controls")
     timeout = logic.unfinished_note(ix)
     return html.Div([
         C.run_header(entry),
         *([C.note(timeout, className="msg msg-warn")] if timeout else []),
-        dcc.Store(id=Ids.RUN, data=run_id),
+        dcc.Store(id=Ids.RUN, data=entry.run_id),
+        # the critical path is computed in the background: the figure is drawn without it first
+        # and again with it when this turns true (callbacks.py)
+        dcc.Store(id=Ids.CP_READY, data=cp_ready),
+        dcc.Interval(id=Ids.CP_TICK, interval=CP_TICK_MS, disabled=cp_ready),
         controls,
         html.Div(id=Ids.INFO, className="info-line"),
         dcc.Loading(dcc.Graph(id=Ids.GRAPH, config={"displaylogo": False, "scrollZoom": True},
