@@ -287,7 +287,8 @@ def test_results_keyed_by_client_values_stay_under_a_ceiling(app):
     for pct in range(1, 60):
         outs, ins, st = _with("what-if", "state", 3, pct)
         assert "end-to-end" in text_of(call(app, outs, ins, st)[CpIds.RESULT]["children"])
-    assert 0 < params.nbytes <= PARAM_CACHE_BYTES and len(params) < 59
+    # each keeps its summary only (its re-timed event table is a copy of the run's)
+    assert 0 < params.nbytes <= PARAM_CACHE_BYTES
     before = params.nbytes
     for n in range(10):   # kernel names a client invents: refused before anything is cached
         outs, ins, st = _with("idle-kernel", "inputs", 0, f"{n}" * 300)

@@ -160,3 +160,31 @@ def test_a_wrong_progress_target_is_a_message_not_a_500(app, target):
     r = post(app, [(P.ROOT, "children"), (P.BOX, "children")], [(P.TICK, "n_intervals", 1)],
              state=[(P.TARGET, "data", target)])
     assert r.status_code == 200 and "Traceback" not in r.get_data(as_text=True)
+
+
+def test_a_what_if_still_computing_shows_its_progress_then_its_result(app, hold, monkeypatch):
+    from viewer.pages.critical_path.ids import Ids as Cp
+    go = threading.Event()
+    real = analyses.analysis.what_if
+
+    def held(*a, **kw):
+        assert go.wait(T)
+        return real(*a, **kw)
+    monkeypatch.setattr(analyses.analysis, "what_if", held)
+    state = [(Cp.RUN, "data", "late"), (Cp.PHASE, "value", "send_chunk"), (Cp.RANK, "value", "all"),
+             (Cp.PERCENT, "value", 30)]
+    first = call(app, [(Cp.RESULT, "children")], [(Cp.APPLY, "n_clicks", 1)], state=state)[Cp.RESULT]["children"]
+    assert "what-if: send_chunk 30% faster" in text_of(first) and Cp.WHATIF_TICK in _ids(first)
+    asked = {"run": "late", "phase": "send_chunk", "rank": None, "percent": 30}
+    go.set()
+    assert app.catalog.jobs.wait([("late",) + analyses.what_if_key("send_chunk", 0.3, None)], T)
+    done = call(app, [(Cp.WHATIF_BOX, "children")], [(Cp.WHATIF_TICK, "n_intervals", 1)],
+                state=[(Cp.WHATIF_ASKED, "data", asked)])[Cp.WHATIF_BOX]["children"]
+    assert "If send_chunk on every rank were 30% faster: end-to-end" in text_of(done)
+    bad = call(app, [(Cp.WHATIF_BOX, "children")], [(Cp.WHATIF_TICK, "n_intervals", 1)],
+               state=[(Cp.WHATIF_ASKED, "data", dict(asked, phase="no_such_phase"))])[Cp.WHATIF_BOX]["children"]
+    if "Computing" in text_of(bad) or "what-if:" in text_of(bad):
+        assert app.catalog.jobs.wait([("late",) + analyses.what_if_key("no_such_phase", 0.3, None)], T)
+        bad = call(app, [(Cp.WHATIF_BOX, "children")], [(Cp.WHATIF_TICK, "n_intervals", 1)],
+                   state=[(Cp.WHATIF_ASKED, "data", dict(asked, phase="no_such_phase"))])[Cp.WHATIF_BOX]["children"]
+    assert "What-if not possible" in text_of(bad) and "no_such_phase" in text_of(bad)

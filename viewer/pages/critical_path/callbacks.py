@@ -1,12 +1,14 @@
 from __future__ import annotations
 
-from dash import Input, Output, State, html
+from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
-from ... import analyses, components as C
+from ... import analyses, components as C, jobs
 from ...catalog import ViewerError
 from ...format import ns, pct
-from ...inputs import CLICKS, NAME, RANK, RUN_ID, checked, either, number, one_of, opt
+from ...inputs import CLICKS, NAME, RANK, RUN_ID, checked, either, mapping, number, one_of, opt
+from ..progress import logic as progress_logic
+from ..progress.layout import POLL_WAIT_S, TICK_MS
 from . import logic
 from .ids import Ids
 
@@ -15,13 +17,55 @@ SUMMARY_COLS = {"iteration": "iteration", "before_ns": "before", "after_ns": "af
                 "path_phase_ns": "phase time on path"}
 
 
+def _result(summary, phase, rank, percent):
+    return html.Div([
+        C.verdict(logic.what_if_sentence(summary, phase, rank, float(percent)), id="cp-whatif-verdict"),
+        C.df_table(summary, SUMMARY_COLS, {"before_ns": ns, "after_ns": ns, "change_ns": ns,
+                                             "local_saving_ns": ns, "change_pct": lambda v: pct(v, 2, True),
+                                             "absorbed_pct": pct, "path_phase_ns": ns},
+                   tips={"before_ns": "iteration", "after_ns": "what-if", "change_ns": "what-if",
+                         "change_pct": "what-if"}),
+    ])
+
+
+def _failed(error: str):
+    title = "What-if not possible" if error.startswith(("ValueError", "KeyError")) else "What-if failed"
+    return C.error_box(error.split(": ", 1)[1] if title == "What-if not possible" else error, title=title)
+
+
+def _answer(catalog, run_id, phase, rank, percent, wait_s):
+    """The what-if's result if computed (waiting up to wait_s for its job), else its progress
+    state with a poll (WHATIF_TICK) that asks again."""
+    speedup = float(percent) / 100.0
+    run = catalog.loaded(run_id)
+    if run is not None and run.has(analyses.what_if_key(phase, speedup, rank)):
+        return _result(analyses.what_if(run, phase, speedup, rank), phase, rank, percent)
+    job = analyses.request_what_if(catalog, run_id, phase, speedup, rank)
+    catalog.jobs.wait([job.key], wait_s)
+    run = catalog.loaded(run_id)
+    if run is not None and run.has(analyses.what_if_key(phase, speedup, rank)):
+        return _result(analyses.what_if(run, phase, speedup, rank), phase, rank, percent)
+    if job.state == jobs.FAILED:
+        catalog.jobs.forget(job.key)    # asking again tries again
+        return _failed(job.error or "failed")
+    step = progress_logic.progress([job], catalog.jobs.active()).steps[0]
+    return html.Div([
+        html.Div([html.Span(className="spinner"), html.Span(progress_logic.line(step))],
+                 className="pending pending-head msg msg-note", role="status"),
+        dcc.Store(id=Ids.WHATIF_ASKED, data={"run": run_id, "phase": phase, "rank": rank, "percent": percent}),
+        dcc.Interval(id=Ids.WHATIF_TICK, interval=TICK_MS),
+    ], id=Ids.WHATIF_BOX)
+
+
+PARAMS = {"phase": opt(NAME), "rank": opt(either(one_of("all"), RANK)), "percent": opt(number(-1000, 1000))}
+
+
 def register(app, catalog) -> None:
     @app.callback(Output(Ids.RESULT, "children"),
                   Input(Ids.APPLY, "n_clicks"),
                   State(Ids.RUN, "data"), State(Ids.PHASE, "value"), State(Ids.RANK, "value"),
                   State(Ids.PERCENT, "value"))
-    @checked(lambda msg: C.error_box(msg, title="What-if not possible"), n=CLICKS, run_id=RUN_ID,
-             phase=opt(NAME), rank=opt(either(one_of("all"), RANK)), percent=opt(number(-1000, 1000)))
+    @checked(lambda msg: C.error_box(msg, title="What-if not possible"), n=CLICKS, run_id=RUN_ID, **PARAMS)
     def project(n, run_id, phase, rank, percent):
         if not n:
             raise PreventUpdate
@@ -30,20 +74,23 @@ def register(app, catalog) -> None:
         if percent >= 100:
             return C.note("A phase cannot become 100% faster or more; pick less than 100.")
         try:
-            run = catalog.load(run_id)
-            r = None if rank in (None, "all") else int(rank)
-            w = analyses.what_if(run, phase, float(percent) / 100.0, r)
+            catalog.entry(run_id)
+            return _answer(catalog, run_id, phase, None if rank in (None, "all") else int(rank), percent,
+                           catalog.jobs.wait_s)
         except ViewerError as e:
             return C.error_box(str(e))
-        except (ValueError, KeyError) as e:
-            return C.error_box(str(e), title="What-if not possible")
-        except Exception as e:   # a message in the page, never a 500
-            return C.error_box(f"{type(e).__name__}: {e}", title="What-if failed")
-        return html.Div([
-            C.verdict(logic.what_if_sentence(w.summary, phase, r, float(percent)), id="cp-whatif-verdict"),
-            C.df_table(w.summary, SUMMARY_COLS, {"before_ns": ns, "after_ns": ns, "change_ns": ns,
-                                                 "local_saving_ns": ns, "change_pct": lambda v: pct(v, 2, True),
-                                                 "absorbed_pct": pct, "path_phase_ns": ns},
-                       tips={"before_ns": "iteration", "after_ns": "what-if", "change_ns": "what-if",
-                             "change_pct": "what-if"}),
-        ])
+
+    @app.callback(Output(Ids.WHATIF_BOX, "children"), Input(Ids.WHATIF_TICK, "n_intervals"),
+                  State(Ids.WHATIF_ASKED, "data"), prevent_initial_call=True)
+    @checked(lambda msg: C.error_box(msg, title="What-if not possible"), _n=CLICKS,
+             asked=mapping(run=RUN_ID, **PARAMS))
+    def poll(_n, asked):
+        run_id, phase, rank, percent = (asked.get(k) for k in ("run", "phase", "rank", "percent"))
+        if not isinstance(run_id, str) or phase is None or percent is None or percent >= 100:
+            return C.error_box("Invalid input: this what-if names no run, phase or percentage.",
+                               title="What-if not possible")
+        try:
+            catalog.entry(run_id)
+            return _answer(catalog, run_id, phase, rank, percent, POLL_WAIT_S)
+        except ViewerError as e:
+            return C.error_box(str(e))

@@ -10,3 +10,6 @@ class Ids(StrEnum):
     APPLY = "cp-whatif-apply"
     RESULT = "cp-whatif-result"
     SEGMENTS = "cp-segments"
+    WHATIF_BOX = "cp-whatif-box"        # a what-if still computing: its progress, replaced by the result
+    WHATIF_ASKED = "cp-whatif-asked"
+    WHATIF_TICK = "cp-whatif-tick"
