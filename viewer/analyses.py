@@ -52,10 +52,12 @@ def what_if_key(phase: str, speedup: float, rank) -> tuple:
 
 
 def what_if(run: LoadedRun, phase: str, speedup: float, rank) -> pd.DataFrame:
-    """The what-if's summary per iteration (what the page shows). Only the summary is kept: the
-    full result carries the re-timed event table (a copy of the run's, 0.5 GB at 10 M events)."""
+    """The what-if's summary per iteration (what the page shows), re-timing the graph the
+    critical path was found on, without the re-timed run's own path. Only the summary is kept:
+    the full result carries the re-timed event table (a copy of the run's, 0.5 GB at 10 M events)."""
     return run.cached(what_if_key(phase, speedup, rank), lambda: analysis.what_if(
-        events(run), phase=phase, speedup=speedup, rank=rank, registry=registry(run)).summary)
+        events(run), phase=phase, speedup=speedup, rank=rank, registry=registry(run), graph=critical(run).graph,
+        new_path=False).summary)
 
 
 # name -> (what the progress state calls it, the accessor, its key in the run's cache)

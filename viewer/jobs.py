@@ -38,7 +38,7 @@ KEEP_FINISHED = 256
 # How long a page request waits for its jobs before it draws the progress state instead: the
 # bundled runs' analyses take tens of ms and their pages come whole, a 10 M-event run's page
 # comes as a progress state well within issue 14's 2 s to a first paint.
-READY_WAIT_S = 0.5
+READY_WAIT_S = 0.25
 
 
 @dataclass

@@ -112,3 +112,13 @@ def test_one_iteration_matches_the_whole_run():
     other = ev["iteration"] != 1
     assert (one.retimed.loc[other, "begin_ns"] == ev.loc[other, "begin_ns"]).all()
     assert (one.retimed.loc[~other, "begin_ns"] == whole.retimed.loc[~other, "begin_ns"]).all()
+
+
+def test_a_what_if_on_the_critical_path_s_graph_without_a_new_path_has_the_same_summary():
+    ev, _, manifest = make_events(ranks=4, events=20_000, scenario="slow_rank", seed=3)
+    reg = manifest["registry"]
+    full = what_if(ev, phase="copy_out", speedup=0.3, rank=1, registry=reg)
+    g = critical_path(ev, registry=reg).graph
+    quick = what_if(ev, phase="copy_out", speedup=0.3, rank=1, registry=reg, graph=g, new_path=False)
+    assert quick.new_path is None and full.new_path is not None
+    assert quick.summary.equals(full.summary) and quick.retimed.equals(full.retimed)
