@@ -6,6 +6,7 @@ attribute), the same text docs/glossary.md holds.
 """
 from __future__ import annotations
 
+from html import escape
 from urllib.parse import quote
 
 import dash_ag_grid as dag
@@ -19,10 +20,12 @@ from profiler.expect import Cause
 from .format import ns, pct
 
 MAX_TABLE_ROWS = 2000
-# A grid of at most this many rows takes the height of its rows (and draws them all); a longer one
-# scrolls in GRID_HEIGHT_PX and draws only the rows in view.
-GRID_AUTO_HEIGHT_ROWS = 15
+# A grid is as tall as its rows up to GRID_HEIGHT_PX; a longer one scrolls and draws only the rows
+# in view.
 GRID_HEIGHT_PX = 420
+GRID_MIN_ROWS = 30
+GRID_ROW_PX = 24
+GRID_HEADER_PX = 30
 
 
 def download_href(run_id: str) -> str:
@@ -138,12 +141,28 @@ def _cell(v):
     return None if pd.isna(v) is True else str(v)
 
 
+def _static_table(defs: list, rows: list, className: str) -> dcc.Markdown:
+    """A short table as one HTML block (escaped): one component for the browser to draw, where a
+    grid instance costs ~0.2 s of browser CPU and each html.Td a Dash component of its own."""
+    head = "".join(f'<th title="{escape(d["headerTooltip"])}">{escape(d["headerName"])}</th>' if d.get("headerTooltip")
+                   else f'<th>{escape(d["headerName"])}</th>' for d in defs)
+    body = []
+    for r in rows:
+        cls = f' class="{escape(r["_class"])}"' if r.get("_class") else ""
+        cells = "".join(f'<td class="num">{escape(r[d["field"] + "_t"])}</td>' if d.get("type") == "rightAligned"
+                        else f'<td>{escape(r[d["field"] + "_t"])}</td>' for d in defs)
+        body.append(f"<tr{cls}>{cells}</tr>")
+    return dcc.Markdown(f'<table class="{escape(className)}"><thead><tr>{head}</tr></thead>'
+                        f'<tbody>{"".join(body)}</tbody></table>', dangerously_allow_html=True)
+
+
 def df_table(df: pd.DataFrame, columns: dict | None = None, formats: dict | None = None,
              max_rows: int = MAX_TABLE_ROWS, id=None, row_class=None, className: str = "tbl",
              tips: dict | None = None) -> html.Div:
-    """A dense, virtualised table (dash-ag-grid: the browser draws only the rows in view, so a
-    table of thousands of rows costs what a screenful does; issue 14 measured 2.9 s of browser
-    time for ~2,000 html.Td cells), sortable and filterable by column.
+    """A dense table. Longer than GRID_MIN_ROWS rows: a virtualised grid (dash-ag-grid: the browser
+    draws only the rows in view, so thousands of rows cost what a screenful does; issue 14 measured
+    2.9 s of browser time for ~2,000 html.Td cells), sortable and filterable by column. Shorter: one
+    static HTML block (a grid's fixed cost is more than such a table's).
 
     columns: {column: header}; formats: {column: callable -> str}: the text shown, while sorting
     and filtering use the value itself; row_class: callable(row) -> css class or None; tips:
@@ -182,17 +201,19 @@ def df_table(df: pd.DataFrame, columns: dict | None = None, formats: dict | None
     if len(df) > max_rows:
         foot = [html.Div(f"{len(df) - max_rows:,} more rows not shown (first {max_rows} of {len(df):,})",
                          className="tbl-more")]
-    short = len(rows) <= GRID_AUTO_HEIGHT_ROWS
+    if len(rows) <= GRID_MIN_ROWS:
+        return html.Div([_static_table(defs, rows, className), *foot], className="tbl-wrap", **kw)
+    # a fixed height (a short table's rows and header, else GRID_HEIGHT_PX): AG Grid then lays out
+    # without measuring its rows, and columns share the width by flex instead of being measured
+    # (autoSize and autoHeight cost ~0.25 s of browser CPU per grid, measured on the 2-core machine)
+    height = min(GRID_HEIGHT_PX, GRID_HEADER_PX + GRID_ROW_PX * max(len(rows), 1) + 2)
     grid = dag.AgGrid(
         rowData=rows, columnDefs=defs, className=className,
-        defaultColDef={"sortable": True, "resizable": True, "floatingFilter": False, "minWidth": 70,
-                       "wrapHeaderText": True, "autoHeaderHeight": True},
+        defaultColDef={"sortable": True, "resizable": True, "flex": 1, "minWidth": 80},
         rowClassRules={k: f"params.data && params.data._class === '{k}'" for k in sorted(classes)},
-        columnSize="autoSize",
-        dashGridOptions={"domLayout": "autoHeight" if short else "normal", "rowHeight": 24, "headerHeight": 28,
-                         "tooltipShowDelay": 300, "enableCellTextSelection": True, "animateRows": False,
-                         "suppressColumnVirtualisation": True},
-        style={"height": None if short else f"{GRID_HEIGHT_PX}px", "width": "100%"})
+        dashGridOptions={"rowHeight": GRID_ROW_PX, "headerHeight": GRID_HEADER_PX, "tooltipShowDelay": 300,
+                         "enableCellTextSelection": True, "animateRows": False},
+        style={"height": f"{height}px", "width": "100%"})
     # AG Grid's own theme in its dark mode (its colour scheme follows this attribute of a parent)
     return html.Div([grid, *foot], className="tbl-wrap tbl-grid", **{"data-ag-theme-mode": "dark"}, **kw)
 

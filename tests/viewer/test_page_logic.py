@@ -1,6 +1,7 @@
 """The Dash-free logic modules of the pages, on hand-made tables and analysis results."""
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
@@ -118,25 +119,41 @@ def test_verdict_box_shows_the_fields_with_their_definitions():
 def test_table_headers_that_are_glossary_terms_get_their_definition():
     from profiler.analysis import glossary
     from viewer import components as C
-    t = C.df_table(pd.DataFrame({"a": [1], "b": [2]}), {"a": "slack", "b": "zz"}, tips={"b": "lateness"})
-    defs = t.children[0].columnDefs
+    long = pd.DataFrame({"a": range(C.GRID_MIN_ROWS + 1), "b": 2})
+    defs = C.df_table(long, {"a": "slack", "b": "zz"}, tips={"b": "lateness"}).children[0].columnDefs
     assert [d["headerName"] for d in defs] == ["slack", "zz"]
     assert defs[0]["headerTooltip"] == glossary.TERMS["slack"] and defs[1]["headerTooltip"] == glossary.TERMS["lateness"]
+    short = C.df_table(long.head(3), {"a": "slack", "b": "zz"}, tips={"b": "lateness"}).children[0].children
+    assert f'<th title="{html.escape(glossary.TERMS["slack"])}">slack</th>' in short
+    assert f'<th title="{html.escape(glossary.TERMS["lateness"])}">zz</th>' in short
 
 
-def test_tables_sort_by_value_and_show_the_formatted_text():
+def test_long_tables_are_grids_that_sort_by_value_and_show_the_formatted_text():
     from viewer import components as C
-    df = pd.DataFrame({"d": [1500, 20, None], "k": ["b", "a", "c"], "n": [1.0, float("nan"), 3.0]})
+    pad = C.GRID_MIN_ROWS
+    df = pd.DataFrame({"d": [1500, 20, None] + [0] * pad, "k": ["b", "a", "c"] + ["z"] * pad,
+                       "n": [1.0, float("nan"), 3.0] + [0.0] * pad})
     t = C.df_table(df, {"d": "duration", "k": "kernel", "n": "n"}, {"d": lambda v: "?" if pd.isna(v) else f"{v:g} ns"},
-                   row_class=lambda r: "row-bad" if r["k"] == "a" else None, max_rows=2)
+                   row_class=lambda r: "row-bad" if r["k"] == "a" else None, max_rows=pad + 1)
     grid, more = t.children
-    assert grid.rowData == [{"c0": 1500.0, "c0_t": "1500 ns", "c1": "b", "c1_t": "b", "c2": 1.0, "c2_t": "1.0"},
+    expect = [{"c0": 1500.0, "c0_t": "1500 ns", "c1": "b", "c1_t": "b", "c2": 1.0, "c2_t": "1.0"},
                             {"c0": 20.0, "c0_t": "20 ns", "c1": "a", "c1_t": "a", "c2": None, "c2_t": "nan",
                              "_class": "row-bad"}]
     filters = [d["filter"] for d in grid.columnDefs]
     assert filters == ["agNumberColumnFilter", "agTextColumnFilter", "agNumberColumnFilter"]
     assert grid.rowClassRules == {"row-bad": "params.data && params.data._class === 'row-bad'"}
-    assert "1 more rows not shown (first 2 of 3)" in more.children
+    assert grid.rowData[:2] == expect
+    assert f"2 more rows not shown (first {pad + 1} of {pad + 3})" in more.children
+
+
+def test_short_tables_are_one_escaped_html_block():
+    from viewer import components as C
+    df = pd.DataFrame({"k": ["<b>x</b>", "y"], "v": [1, 2]})
+    t = C.df_table(df, row_class=lambda r: "row-bad" if r["v"] == 2 else None)
+    block = t.children[0]
+    assert block.dangerously_allow_html is True
+    assert "<td>&lt;b&gt;x&lt;/b&gt;</td>" in block.children and "<b>x</b>" not in block.children
+    assert '<tr class="row-bad"><td>y</td><td class="num">2</td></tr>' in block.children
 
 
 def test_every_column_and_card_of_the_analysis_pages_is_in_the_glossary():
