@@ -88,7 +88,8 @@ def test_two_pages_asking_for_one_analysis_share_its_job(app, hold):
     assert app.catalog.jobs.wait([("late", "critical")], T)
 
 
-def test_a_failed_analysis_is_a_message_in_the_page_and_a_new_visit_tries_again(app, hold):
+def test_a_failed_analysis_is_a_message_in_the_page_and_a_new_visit_tries_again(app, hold, monkeypatch):
+    real = analyses.RESULTS["barriers"]
     go = hold("barriers", error=ValueError("the registry declares no barrier"))
     _route(app, "/barriers", "balanced")
     go.set()
@@ -96,9 +97,15 @@ def test_a_failed_analysis_is_a_message_in_the_page_and_a_new_visit_tries_again(
     shown = _poll(app, "/barriers", "balanced")[P.ROOT]["children"]
     text = text_of(shown)
     assert "barrier contention: ValueError: the registry declares no barrier" in text and "Traceback" not in text
-    again = _route(app, "/barriers", "balanced")       # a new visit: asked again (and held again)
+    failed = app.catalog.jobs.get(("balanced", "barriers"))
+    monkeypatch.setitem(analyses.RESULTS, "barriers", real)
+    go_again = hold("barriers")                          # held: the new visit sees it computing
+    again = _route(app, "/barriers", "balanced")        # a new visit: asked again
     assert "Computing in the background" in text_of(again)
+    assert app.catalog.jobs.get(("balanced", "barriers")) is not failed
+    go_again.set()
     assert app.catalog.jobs.wait([("balanced", "barriers")], T)
+    assert "bar-verdict" in _ids(_poll(app, "/barriers", "balanced")[P.ROOT]["children"])
 
 
 def test_a_run_that_cannot_load_says_so_through_the_progress_state(app):
