@@ -233,7 +233,7 @@ def cold_visits(args, browser, run_id, rows):
     fp_js = f"({HEADER}) && (({PENDING}) || %s)"
     for path in ("/timeline", "/critical-path", "/idle", "/barriers"):
         row = Row(f"cold first visit {path}", kind="cold")
-        for i in range(args.repeat):
+        for i in range(args.cold_repeat or args.repeat):
             server = Server(args.app_root, args.run.parent)
             try:
                 pg = browser.new_page()
@@ -373,6 +373,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", type=Path, help="a run directory (default: a new synthetic 10 M-event, 8-rank run)")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--cold-repeat", type=int, help="fresh servers per page (default: --repeat); each loads the run")
     ap.add_argument("--whatif-repeat", type=int, default=5)
     ap.add_argument("--app-root", type=Path, default=ROOT, help="checkout whose viewer is served")
     ap.add_argument("--skip-cold", action="store_true")

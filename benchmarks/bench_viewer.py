@@ -22,6 +22,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -47,8 +48,9 @@ def make_synthetic(parent: Path, events: int, ranks: int) -> Path:
     for _ in range(3):
         # make_run treats `events` as a target and picks whole chunks per (pair, channel); it
         # can land under it, so scale the target until the run has at least `events` events
+        shutil.rmtree(parent / "synthetic-10m", ignore_errors=True)   # a short attempt's run, replaced
         run = make_run(parent / "synthetic-10m", ranks=ranks, events=target, scenario="starvation",
-                       perfetto=False, overwrite=True)
+                       perfetto=False)
         got = json.loads((run / "manifest.json").read_text()).get("num_events", 0)
         if got >= events:
             break
