@@ -412,7 +412,8 @@ def _run(a, argv, problem, s: Settings, cands) -> int:
 
 def print_results(results: dict, entries: list[Entry], say=print) -> None:
     for r in results.values():
-        say(f"\n{r.kernel}: screening (vs incumbent, rounds are the runs):")
+        say("")
+        say(f"{r.kernel}: screening (vs incumbent, rounds are the runs):")
         for n, v in r.screened:
             say(f"  {n:<28} {v.verdict:<14} {'' if v.diff_pct is None else f'{v.diff_pct:+.1f}%'}")
         for n, v in r.rechecked:

@@ -172,3 +172,63 @@ def test_incumbent_is_the_table_entry_or_the_defaults(tmp_path):
     configs, why = L.incumbent_configs(key_for, p)
     assert configs["ll_dispatch"]["num_blocks"] == 96 and why["ll_dispatch"].startswith("matched ll_dispatch")
     assert configs["ll_combine"] == INC["ll_combine"]
+
+
+# -- the command end to end, on stand-in workers ------------------------------------------------------
+class StandInWorkers:
+    """What `epscope tune --ll` asks of ep_core.rounds.WorkerSet, answered from known levels: a
+    128-block grid makes the dispatch faster at T_max 256 only; the 32-block grid's results differ
+    on rank 1 (a wrong candidate must be dropped before it is ranked)."""
+
+    asked: list = []
+
+    def __init__(self, side, tree, ranks, inputs, log_dir, env=None, profile=True):
+        assert env == {"EPSCOPE_TUNED_TABLE": "off"} and not profile
+        self.rng = np.random.default_rng(1)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def start(self, timeout_s=0):
+        return [{"ok": True, "rank": r, "gpu": "NVIDIA H200"} for r in range(2)]
+
+    def request(self, cmd, timeout_s=0):
+        StandInWorkers.asked.append(cmd)
+        if cmd["cmd"] == "ll_check":
+            assert cmd["reference"] == LowLatencyConfig().to_dict()
+            return [{"ok": True, "rank": r, "differ": {n: f"rank {r}: recv_x differ" for n, c in cmd["configs"].items()
+                                                       if r == 1 and c["num_blocks"] == 32}} for r in range(2)]
+        assert cmd["cmd"] == "ll_round" and "b32-w16" not in str(cmd)
+        fast = cmd["tokens"] == 256 and cmd["configs"]["ll_dispatch"]["num_blocks"] == 128
+        d, c = (40.0 if fast else 46.0), 41.0
+        return [{"ok": True, "rank": r, "samples": {"ll_dispatch": list(self.rng.normal(d, 0.3, cmd["iters"])),
+                                                    "ll_combine": list(self.rng.normal(c, 0.3, cmd["iters"])),
+                                                    "ll_op": [d + c] * cmd["iters"]}} for r in range(2)]
+
+
+def test_the_command_drops_a_wrong_candidate_and_saves_each_bucket(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("ep_core.ab.gpu_count", lambda: 2)
+    monkeypatch.setattr("ep_core.rounds.WorkerSet", StandInWorkers)
+    for var in T.ENV_SETTINGS.values():
+        monkeypatch.delenv(var, raising=False)
+    table = tmp_path / "t.json"
+    argv = ["--ll", "--buckets", "16,256", "--blocks", "32,128", "--warps", "16", "--knobs", "", "--rounds", "2",
+            "--recheck-rounds", "3", "--iters", "10", "--table", str(table)]
+    assert T.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "dropped b32-w16: its results differ from the incumbent's (rank 1: recv_x differ)" in out
+    entries = {(e.kernel, e.tokens_max): e for e in tuned.load_table(table)}
+    assert sorted(entries) == [("ll_combine", 16), ("ll_combine", 256), ("ll_dispatch", 16), ("ll_dispatch", 256)]
+    won = entries[("ll_dispatch", 256)]
+    assert won.config["num_blocks"] == 128 and won.verdict["winner"] == "b128-w16" and won.tokens_min == 17
+    assert won.tune["dropped"] == {"b32-w16": ["rank 1: recv_x differ"]} and won.tune["t_max"] == 256
+    for key in (("ll_dispatch", 16), ("ll_combine", 16), ("ll_combine", 256)):
+        assert entries[key].incumbent["kept"] and entries[key].config == LowLatencyConfig().to_dict(), key
+    assert entries[("ll_dispatch", 16)].dtype == "fp8" and entries[("ll_combine", 16)].dtype == "bf16"
+    # every round ran at its bucket's top, with both kernels' configs
+    rounds = [c for c in StandInWorkers.asked if c["cmd"] == "ll_round"]
+    assert {c["tokens"] for c in rounds} == {16, 256} and all(set(c["configs"]) == set(tuned.LL_KERNELS)
+                                                               for c in rounds)
