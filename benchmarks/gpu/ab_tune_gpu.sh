@@ -46,8 +46,10 @@ for step in $STEPS; do
   echo "$step: exit $r, $(( $(date +%s) - t1 )) s"
   [ "$r" = 0 ] || rc=$r
 done
-if [ -d "$OUT/ab" ]; then
+if [ -d "$OUT/ab" ] && [ -n "$(ls -A "$OUT/ab")" ]; then
   tar czf "$OUT/ab.tar.gz" -C "$OUT" ab && rm -rf "$OUT/ab"
+else
+  rmdir "$OUT/ab" 2>/dev/null   # (tune steps only: no empty tarball over an earlier call's)
 fi
 echo "total: $(( $(date +%s) - t0 )) s"
 exit "$rc"
