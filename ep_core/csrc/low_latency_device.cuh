@@ -208,12 +208,15 @@ __device__ __forceinline__ bool wait_credit(SeenFlags& seen, int r, const Fail& 
 // `items` (tokens) of `groups` 128-element groups each, plus `duties` warps with one special job
 // each (router, expert bookkeeping), spread over the grid's warps. Global warp index
 // g = warp * num_blocks + block, so consecutive tasks land on different SMs.
-//   flat: task i = (item i / S, slice i % S) goes to warp i mod W; S = min(ceil(W / items),
-//         groups / min_slice_groups), at least 1 (knob 3: min_slice_groups = 1 is the finest split).
+//   flat: task i = (item i / S, slice i % S) goes to warp (duties + i) mod W; S = min(ceil(W /
+//         items), groups / min_slice_groups), at least 1 (knob 3: min_slice_groups = 1 is the
+//         finest split). The tasks start after the duty warps: a router (7 us at 128 tokens at
+//         418ddf3) no longer delays a send task of its own, which held the send_done barrier.
 //   per block (the old split): block b owns items [b * ipb, (b + 1) * ipb), ipb = ceil(items / B);
 //         its warps take whole items in turn.
-// Duty d is done by warp g = d in both. The warps with work are a prefix of each block's warps and
-// the blocks with work a prefix of the grid, so the barriers can count them without a pass.
+// Duty d is done by warp g = d in both. The warps with work (flat: g < min(W, duties + tasks))
+// are a prefix of each block's warps and the blocks with work a prefix of the grid, so the
+// barriers can count them without a pass.
 struct Split {
   int items, groups, slices, duties;
   int num_blocks, wpb;
@@ -229,22 +232,21 @@ struct Split {
     return max(0, min(items, lo + ipb) - lo);
   }
   // warps of block b with a task or a duty (a prefix of the block)
+  // flat: warps g < flat_workers() have a duty or a task (duty warps first, then the tasks)
+  __device__ __forceinline__ int flat_workers() const { return min(warps(), duties + tasks()); }
   __device__ __forceinline__ int block_workers(int b) const {
-    const int duty = b < duties ? min(wpb, (duties - b + num_blocks - 1) / num_blocks) : 0;
-    int task;
     if (flat) {
-      const int n = tasks();
-      task = b < n ? min(wpb, (n - b + num_blocks - 1) / num_blocks) : 0;
-    } else {
-      task = min(wpb, items_in_block(b));
+      const int n = flat_workers();
+      return b < n ? min(wpb, (n - b + num_blocks - 1) / num_blocks) : 0;
     }
-    return max(duty, task);
+    const int duty = b < duties ? min(wpb, (duties - b + num_blocks - 1) / num_blocks) : 0;
+    return max(duty, min(wpb, items_in_block(b)));
   }
   // blocks with a task or a duty (a prefix of the grid)
   __device__ __forceinline__ int working_blocks() const {
-    const int duty = min(num_blocks, duties);
-    const int task = flat ? min(num_blocks, tasks()) : (items > 0 ? min(num_blocks, (items + ipb - 1) / ipb) : 0);
-    return max(duty, task);
+    if (flat) return min(num_blocks, flat_workers());
+    const int task = items > 0 ? min(num_blocks, (items + ipb - 1) / ipb) : 0;
+    return max(min(num_blocks, duties), task);
   }
 };
 
@@ -280,9 +282,10 @@ struct TaskIter {
   int cur, end, step;
   __device__ __forceinline__ TaskIter(const Split& sp, int b, int w) : s(sp) {
     if (sp.flat) {
-      cur = w * sp.num_blocks + b;
+      const int W = sp.warps();
+      cur = (w * sp.num_blocks + b + W - sp.duties % W) % W;  // task i on warp (duties + i) mod W
       end = sp.tasks();
-      step = sp.warps();
+      step = W;
     } else {
       cur = b * sp.ipb + w;
       end = b * sp.ipb + sp.items_in_block(b);

@@ -98,27 +98,27 @@ class Split:
         lo = b * self.ipb
         return max(0, min(self.items, lo + self.ipb) - lo)
 
+    def flat_workers(self) -> int:
+        return min(self.warps, self.duties + self.tasks)
+
     def block_workers(self, b: int) -> int:
-        duty = min(self.wpb, (self.duties - b + self.B - 1) // self.B) if b < self.duties else 0
         if self.flat:
-            n = self.tasks
-            task = min(self.wpb, (n - b + self.B - 1) // self.B) if b < n else 0
-        else:
-            task = min(self.wpb, self.items_in_block(b))
-        return max(duty, task)
+            n = self.flat_workers()
+            return min(self.wpb, (n - b + self.B - 1) // self.B) if b < n else 0
+        duty = min(self.wpb, (self.duties - b + self.B - 1) // self.B) if b < self.duties else 0
+        return max(duty, min(self.wpb, self.items_in_block(b)))
 
     def working_blocks(self) -> int:
-        duty = min(self.B, self.duties)
         if self.flat:
-            task = min(self.B, self.tasks)
-        else:
-            task = min(self.B, _cdiv(self.items, self.ipb)) if self.items > 0 else 0
-        return max(duty, task)
+            return min(self.B, self.flat_workers())
+        task = min(self.B, _cdiv(self.items, self.ipb)) if self.items > 0 else 0
+        return max(min(self.B, self.duties), task)
 
     def tasks_of(self, b: int, w: int) -> list[tuple[int, int, int]]:
         """(item, g0, g1) of warp (block b, warp w), in its order."""
-        if self.flat:
-            cur, end, step = w * self.B + b, self.tasks, self.warps
+        if self.flat:  # task i on warp (duties + i) mod W: the duty warps' own work comes first
+            W = self.warps
+            cur, end, step = (w * self.B + b + W - self.duties % W) % W, self.tasks, W
         else:
             cur, end, step = b * self.ipb + w, b * self.ipb + self.items_in_block(b), self.wpb
         out = []
