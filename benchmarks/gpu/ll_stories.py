@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python benchmarks/gpu/ll_stories.py --out traces        # 2 GPUs, ~1.5 min
     python benchmarks/gpu/ll_stories.py --plan                           # the plan, no GPU
+    ... --out traces --record-only   then   ... --out traces --checks-only (no GPU)
 
 For each knob of LowLatencyConfig, side A runs it at its old behaviour and side B at the new one
 (every other knob new), REPLICATES runs per side, recorded interleaved (A0 B0 of every story, then
@@ -349,29 +350,44 @@ def finalize(runs: list[PlannedRun], out: Path, planted_by: str) -> int:
     return bad
 
 
+PLANTED_BY = "ll_stories.planted_by"  # the recording command, for --checks-only
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="traces", help="directory that receives the run directories")
     ap.add_argument("--only", type=lambda v: tuple(v.split(",")), default=None, help="story keys, comma-separated")
     ap.add_argument("--replicates", type=int, default=REPLICATES)
     ap.add_argument("--plan", action="store_true", help="print the plan and exit (no GPU)")
+    ap.add_argument("--record-only", action="store_true",
+                    help="record and stop (the checks and expect blocks take a minute of CPU: --checks-only later)")
+    ap.add_argument("--checks-only", action="store_true",
+                    help="no GPU: check the recorded runs under --out and write their expect blocks")
     ap.add_argument("--timeout", type=float, default=600.0)
-    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    a = ap.parse_args(argv)
     runs = plan(a.only, a.replicates)
     if a.plan:
         for r in runs:
             print(f"{r.name:<24} {r.story.knob}={r.knob_value()!r:<12} {r.story.tokens:>4} tokens  "
                   f"expect {(r.story.cause_a if r.side == 'A' else r.story.cause_b).value}")
         return 0
-    from ep_core.launch import run_ranks
-
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    a.out = str(out)
-    planted_by = "python benchmarks/gpu/ll_stories.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    t0 = time.time()
-    run_ranks(_record_rank, RANKS, a, timeout_s=a.timeout)
-    print(f"recorded {len(runs)} runs in {time.time() - t0:.0f} s", flush=True)
+    if a.checks_only:
+        saved = out / PLANTED_BY
+        planted_by = saved.read_text().strip() if saved.is_file() else "python benchmarks/gpu/ll_stories.py"
+    else:
+        from ep_core.launch import run_ranks
+
+        out.mkdir(parents=True, exist_ok=True)
+        a.out = str(out)
+        planted_by = "python benchmarks/gpu/ll_stories.py " + " ".join(argv)
+        (out / PLANTED_BY).write_text(planted_by + "\n")
+        t0 = time.time()
+        run_ranks(_record_rank, RANKS, a, timeout_s=a.timeout)
+        print(f"recorded {len(runs)} runs in {time.time() - t0:.0f} s", flush=True)
+        if a.record_only:
+            return 0
     bad = finalize(runs, out, planted_by)
     print(f"{bad} failed checks" if bad else "every planted cause showed", flush=True)
     return 1 if bad else 0
