@@ -295,7 +295,8 @@ def check_run(run: PlannedRun, loaded) -> list[dict]:
     ev, reg = loaded.events, loaded.manifest.get("registry")
     cause = run.story.cause_a if run.side == "A" else run.story.cause_b
     checks = []
-    idle = analysis.idle_warps(ev, registry=reg)
+    # the launch table: warps that recorded nothing (the idle ones of a starved split) count too
+    idle = analysis.idle_warps(ev, registry=reg, launches=loaded.launches)
     ll_idle = idle.per_warp[idle.per_warp["kernel"].astype(str).str.startswith("ll_")]
     n_idle = int((~ll_idle["did_work"].astype(bool)).sum())
     bar = analysis.barrier_contention(ev, registry=reg)
