@@ -82,6 +82,56 @@ def record_cost(prof, noprof, grid: int, warps: int, n: int, launches: int = 7) 
             "cycles_per_record": {k: round(v - base, 2) for k, v in per_iter.items() if k != "compiled out"}}
 
 
+# record_parts variants (profiler/csrc/selftest.cuh, RecordPart): what each record design costs
+PARTS = {0: "loop alone (baseline)", 1: "as built: bound predicate, globaltimer + clock64 + SEL",
+         6: "bound predicate, globaltimer only", 2: "overflow sink (no predicate), globaltimer + clock64 + SEL",
+         3: "overflow sink, globaltimer only", 4: "globaltimer read only", 5: "clamped store only"}
+
+
+def record_parts(prof, grid: int, warps: int, n: int, launches: int = 7) -> dict:
+    """Cycles per record of each record design (median over warps, then over launches), the loop
+    alone subtracted; the static stall cycles per record of the same loop beside it."""
+    per_iter = {}
+    for part in PARTS:
+        meds = []
+        for _ in range(launches):
+            cyc = prof.record_parts(part, grid, warps, n, n, False)
+            torch.cuda.synchronize()
+            meds.append(float(np.median(cyc.cpu().numpy())) / n)
+        per_iter[part] = float(np.median(meds))
+    base = per_iter[0]
+    return {"grid": grid, "warps": warps, "records_per_warp": n,
+            "cycles_per_record": {PARTS[k]: round(v - base, 2) for k, v in per_iter.items() if k},
+            "baseline_cycles_per_iteration": round(base, 2)}
+
+
+def static_record_parts() -> dict:
+    """{design: static stall cycles per record} of the record_parts loops (control bits), the
+    loop's own instructions included (the baseline loop's figure is given as such)."""
+    from benchmarks.sass_static import cuobjdump_path, disassemble, loops
+
+    tool = cuobjdump_path()
+    obj = build.build_root() / build.variant_name("epscope_record", True) / "selftest.cuda.o"
+    if tool is None or not obj.exists():
+        return {"error": "cuobjdump or the instrumented selftest object missing"}
+    funcs = disassemble(obj, tool)
+    out = {}
+    for part, what in PARTS.items():
+        name = next((k for k in funcs if f"record_parts_kernelILi{part}E" in k), None)
+        if name is None:
+            out[what] = None
+            continue
+        ls = loops(funcs[name])
+        inner = [l for l in ls if not any(o is not l and l.start <= o.start and o.end <= l.end for o in ls)]
+        main = max(inner, key=lambda l: len(l.body), default=None)
+        # iterations per unrolled body: every design but the baseline has one timer read or one
+        # store per iteration (ptxas folds the unrolled LCG steps into one multiply)
+        its = max(sum("SR_GLOBALTIMER" in i.text for i in main.body), sum("STG.E.128" in i.text for i in main.body)) \
+            if main else 0
+        out[what] = round(main.stall / its, 2) if its else None
+    return out
+
+
 def workload_overhead(prof, noprof, launch, p: dict, capacity: int, reps: int) -> dict:
     """Kernel time (CUDA events around one launch) per mode, modes interleaved rep by rep."""
     from profiler.record.selftest import _tensors
@@ -209,6 +259,8 @@ def main() -> int:
            "torch": torch.__version__, "cuda": torch.version.cuda}
     res["timer"] = timer_step(prof)
     res["record_cost"] = [record_cost(prof, noprof, 1, 1, 4096), record_cost(prof, noprof, 132, 4, 4096)]
+    res["record_parts"] = [record_parts(prof, 1, 1, 4096), record_parts(prof, 132, 4, 4096)]
+    res["static_record_parts"] = static_record_parts()
     dense = {"grid": 132, "warps": 8, "busy_blocks": 132, "busy_warps": 8, "rounds": 64, "units": 2000}
     res["overhead"] = {
         "starved-warps workload (as traced)": {"config": STARVED, "records_per_warp": 4 * STARVED["rounds"],
@@ -263,7 +315,25 @@ def render_md(res: dict, excerpt: dict) -> str:
               f"**{st['stall_per_record']}** per record, loop overhead and LCG included; the runtime-off cost cannot "
               f"be lower (the same instructions issue, the store predicated off)."
               if "error" not in st else f"Static schedule: n/a ({st.get('error')}).")
-    L += ["", static, "", "Target: <= 20 cycles per record (issues 2 and 9).", "",
+    L += ["", static, "", "Target: <= 20 cycles per record (issues 2 and 9).", ""]
+    if res.get("record_parts"):
+        st = res.get("static_record_parts", {})
+        L += ["## Record designs (record_parts: the same loop, one design per kernel)", "",
+              "Cycles per record over the loop alone (LCG + counter), median over warps then launches; the "
+              "static column is the loop body's control-bit stall cycles per iteration (loop included) from "
+              "the instrumented selftest object. 'Overflow sink' clamps the slot to a per-warp sink slot instead "
+              "of predicating the store: a buffer-format change, measured here before it is made.", "",
+              "| design | " + " | ".join(f"{r['grid']} x {r['warps']} (cyc/rec)" for r in res["record_parts"])
+              + " | static stall/iter |", "| --- |" + " --- |" * (len(res["record_parts"]) + 1)]
+        for what in PARTS.values():
+            if what == PARTS[0]:
+                cells = [f"{r['baseline_cycles_per_iteration']} /iter" for r in res["record_parts"]]
+            else:
+                cells = [f"**{r['cycles_per_record'][what]}**" for r in res["record_parts"]]
+            v = st.get(what) if isinstance(st, dict) else None
+            L.append(f"| {what} | " + " | ".join(cells) + f" | {'n/a' if v is None else v} |")
+        L += [""]
+    L += [
           "## Workload time: recording on / runtime off vs compiled out", "",
           "CUDA events around single launches, the three modes interleaved rep by rep; median (p10-p90) in us. "
           "'noise' = difference of the medians of the two halves of the compiled-out series.", "",

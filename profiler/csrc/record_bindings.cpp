@@ -69,6 +69,20 @@ torch::Tensor record_cost(c10::optional<torch::Tensor> buf, int64_t grid, int64_
   return cycles;
 }
 
+// cycles per warp of the record_parts loop (selftest.cuh); the buffer is made here (cap + 1 slots per warp)
+torch::Tensor record_parts(int64_t part, int64_t grid, int64_t warps, int64_t n, int64_t cap, bool hires) {
+  TORCH_CHECK(grid > 0 && warps > 0 && warps <= 32 && n >= 0 && cap > 0 && cap < (1 << 24),
+              "record_parts: grid, warps (<= 32), n >= 0 and cap in (0, 2^24) expected");
+  auto buf = cuda_zeros(grid * warps * (cap + 1) * 16, torch::kUInt8);
+  auto cycles = cuda_zeros(grid * warps, torch::kInt64);
+  auto sink = cuda_zeros(grid * warps * 32, torch::kInt32);
+  check_cuda(st::record_parts(int(part), buf.data_ptr(), uint32_t(cap), int(grid), int(warps), int(n), hires ? 1u : 0u,
+                              cycles.data_ptr<int64_t>(), reinterpret_cast<uint32_t*>(sink.data_ptr<int>()),
+                              c10::cuda::getCurrentCUDAStream()),
+             "record_parts launch");
+  return cycles;
+}
+
 // done/out/error are preallocated by the caller so a timed loop launches only the kernel.
 void imbalance(c10::optional<torch::Tensor> buf, int64_t grid, int64_t warps, int64_t rounds, int64_t busy_blocks,
                int64_t busy_warps, int64_t units, torch::Tensor done, torch::Tensor out, torch::Tensor error,
@@ -178,6 +192,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("timer_probe", &timer_probe, py::arg("buf"), py::arg("grid"), py::arg("warps"), py::arg("samples"),
         py::arg("timeout_cycles"));
   m.def("record_cost", &record_cost, py::arg("buf"), py::arg("grid"), py::arg("warps"), py::arg("n"));
+  m.def("record_parts", &record_parts, py::arg("part"), py::arg("grid"), py::arg("warps"), py::arg("n"),
+        py::arg("cap"), py::arg("hires"));
   m.def("imbalance", &imbalance, py::arg("buf"), py::arg("grid"), py::arg("warps"), py::arg("rounds"),
         py::arg("busy_blocks"), py::arg("busy_warps"), py::arg("units"), py::arg("done"), py::arg("out"),
         py::arg("error"), py::arg("timeout_cycles"));

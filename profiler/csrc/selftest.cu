@@ -112,6 +112,77 @@ __global__ void record_cost_kernel(void* buf, int n, int64_t* cycles, uint32_t* 
 }
 
 // ---------------------------------------------------------------------------------------------
+// (2b) what a record's parts cost: the record_cost loop with one record design per variant
+// (selftest.cuh, RecordPart), written as raw asm beside the WarpRecorder so that one run measures
+// the designs a buffer-format change would buy (an overflow sink slot instead of the bound
+// predicate) before the format moves. Lane 0 of each warp owns `cap` slots plus one sink slot
+// of `buf`; the other lanes start at their warp's sink (as a sink design would place them).
+#if EPSCOPE_PROFILE
+template <int kPart>
+__device__ __forceinline__ void part_record(uint64_t base, uint32_t next, uint32_t end, uint32_t hires,
+                                            uint32_t idkind, uint32_t payload, uint32_t& x) {
+  if constexpr (kPart == kPartCurrent) {  // WarpRecorder::put: bound predicate, both timers + SEL
+    const uint64_t dst = base + uint64_t(next) * 16;
+    asm volatile(
+        "{\n\t.reg .pred p, h;\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\t"
+        "setp.lt.u32 p, %1, %2;\n\tsetp.ne.u32 h, %5, 0;\n\t"
+        "mov.u64 t, %%globaltimer;\n\t@h mov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
+        "@p st.global.v4.u32 [%0], {lo, hi, %3, %4};\n\t}"
+        :: "l"(dst), "r"(next), "r"(end), "r"(idkind), "r"(payload), "r"(hires));
+  } else if constexpr (kPart == kPartOneTimer) {  // put's bound predicate, %globaltimer only
+    const uint64_t dst = base + uint64_t(next) * 16;
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tsetp.lt.u32 p, %1, %2;\n\t"
+        "mov.u64 t, %%globaltimer;\n\tmov.b64 {lo, hi}, t;\n\t@p st.global.v4.u32 [%0], {lo, hi, %3, %4};\n\t}"
+        :: "l"(dst), "r"(next), "r"(end), "r"(idkind), "r"(payload));
+  } else if constexpr (kPart == kPartSink || kPart == kPartSinkOneTimer) {  // clamped slot, no predicate
+    const uint64_t dst = base + uint64_t(min(next, end)) * 16;
+    if constexpr (kPart == kPartSink)
+      asm volatile(
+          "{\n\t.reg .pred h;\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tsetp.ne.u32 h, %3, 0;\n\t"
+          "mov.u64 t, %%globaltimer;\n\t@h mov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
+          "st.global.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
+          :: "l"(dst), "r"(idkind), "r"(payload), "r"(hires));
+    else
+      asm volatile(
+          "{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%globaltimer;\n\tmov.b64 {lo, hi}, t;\n\t"
+          "st.global.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
+          :: "l"(dst), "r"(idkind), "r"(payload));
+  } else if constexpr (kPart == kPartTimerOnly) {  // the read alone, its value kept live
+    uint32_t lo;
+    asm volatile("{\n\t.reg .b64 t;\n\tmov.u64 t, %%globaltimer;\n\tcvt.u32.u64 %0, t;\n\t}" : "=r"(lo));
+    x ^= lo;
+  } else if constexpr (kPart == kPartStoreOnly) {  // the clamped store alone, no timer
+    const uint64_t dst = base + uint64_t(min(next, end)) * 16;
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "r"(x), "r"(next), "r"(idkind),
+                 "r"(payload));
+  }
+}
+
+template <int kPart>
+__global__ void record_parts_kernel(void* buf, uint32_t cap, int n, uint32_t hires, int64_t* cycles, uint32_t* sink) {
+  const uint32_t w = linear_block() * (blockDim.x / 32) + warp_in_block();
+  // slot indices from the buffer's start, the region's first folded in (as WarpRecorder keeps them)
+  const uint64_t base = __cvta_generic_to_global(buf);
+  const uint32_t first = w * (cap + 1), sink_slot = first + cap;
+  uint32_t next = lane_id() == 0 ? first : sink_slot;
+  const bool bound = kPart == kPartCurrent || kPart == kPartOneTimer;  // lanes 1..31 fail the bound
+  uint32_t end = !bound ? sink_slot : (lane_id() == 0 ? sink_slot : 0);
+  uint32_t x = threadIdx.x;
+  __syncwarp();
+  const int64_t c0 = clock64();
+  for (int i = 0; i < n; ++i) {
+    if constexpr (kPart != kPartNone) part_record<kPart>(base, next, end, hires, 0x30000u | kTick, uint32_t(i), x);
+    ++next;
+    x = x * 1664525u + 1013904223u;  // the record_cost loop's LCG
+  }
+  const int64_t c1 = clock64();
+  sink[w * 32 + lane_id()] = x + next;
+  if (lane_id() == 0) cycles[w] = c1 - c0;
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
 // (3) imbalanced workload
 __global__ void imbalance_kernel(void* buf, int rounds, int busy_blocks, int busy_warps, int units, unsigned* done,
                                  float* out, int64_t timeout_cycles, int* error) {
@@ -195,6 +266,29 @@ cudaError_t timer_probe(void* buf, int grid, int warps, int samples, TimerStats*
 cudaError_t record_cost(void* buf, int grid, int warps, int n, int64_t* cycles, uint32_t* sink, cudaStream_t stream) {
   record_cost_kernel<<<grid, warps * 32, 0, stream>>>(buf, n, cycles, sink);
   return cudaGetLastError();
+}
+
+cudaError_t record_parts(int part, void* buf, uint32_t cap, int grid, int warps, int n, uint32_t hires,
+                         int64_t* cycles, uint32_t* sink, cudaStream_t stream) {
+#if EPSCOPE_PROFILE
+  const dim3 g(grid), b(warps * 32);
+  switch (part) {
+    case kPartNone: record_parts_kernel<kPartNone><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
+    case kPartCurrent: record_parts_kernel<kPartCurrent><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
+    case kPartSink: record_parts_kernel<kPartSink><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
+    case kPartSinkOneTimer:
+      record_parts_kernel<kPartSinkOneTimer><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink);
+      break;
+    case kPartTimerOnly: record_parts_kernel<kPartTimerOnly><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
+    case kPartStoreOnly: record_parts_kernel<kPartStoreOnly><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
+    case kPartOneTimer: record_parts_kernel<kPartOneTimer><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+#else
+  (void)part, (void)buf, (void)cap, (void)grid, (void)warps, (void)n, (void)hires, (void)cycles, (void)sink, (void)stream;
+  return cudaErrorNotSupported;  // the compiled-out build reads no timer (tests/record/test_build.py)
+#endif
 }
 
 cudaError_t imbalance(void* buf, int grid, int warps, int rounds, int busy_blocks, int busy_warps, int units,

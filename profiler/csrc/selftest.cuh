@@ -46,6 +46,23 @@ cudaError_t timer_probe(void* buf, int grid, int warps, int samples, TimerStats*
 // sink: uint32[grid * warps * 32] (keeps the LCG live).
 cudaError_t record_cost(void* buf, int grid, int warps, int n, int64_t* cycles, uint32_t* sink, cudaStream_t stream);
 
+// (2b) What a record's parts cost, in the record_cost loop (n iterations of one record design +
+// one LCG step per warp, clock64 around the loop; cycles: int64[grid * warps]): the design per
+// `part` (RecordPart). buf: (grid * warps) * (cap + 1) 16-byte slots, a region of `cap` slots and
+// a sink slot per warp; hires as the HIRES flag. Instrumented build only (the compiled-out one
+// reads no timer): there it returns cudaErrorNotSupported.
+enum RecordPart : int {
+  kPartNone = 0,          // the loop alone (LCG + counter): the baseline the others subtract
+  kPartCurrent = 1,       // WarpRecorder::put as built: bound predicate, globaltimer + clock64 + SEL, store
+  kPartSink = 2,          // overflow-sink design: slot clamped by min(), no predicate, same timer reads
+  kPartSinkOneTimer = 3,  // overflow-sink design reading %globaltimer only (no runtime hires)
+  kPartTimerOnly = 4,     // one %globaltimer read, no store
+  kPartStoreOnly = 5,     // one clamped 16-byte store, no timer
+  kPartOneTimer = 6,      // put's bound predicate and store, %globaltimer only (no runtime hires, same format)
+};
+cudaError_t record_parts(int part, void* buf, uint32_t cap, int grid, int warps, int n, uint32_t hires,
+                         int64_t* cycles, uint32_t* sink, cudaStream_t stream);
+
 // (3) Imbalanced workload: warps [0, busy_warps) of blocks [0, busy_blocks) run `units` dependent
 // FMAs per round inside a `work` span; every other warp records an `idle` span while it waits
 // for the round's workers (counter `done`, zeroed by the caller). `rounds` `iteration` spans.

@@ -142,6 +142,19 @@ def test_hires_mode_converts_per_region(exts):
     assert (d < 32).mean() > 0.5
 
 
+def test_record_design_variants_run_in_the_instrumented_build_only(exts):
+    """record_parts (the recorder bench's design table): every design runs and times its loop; the
+    compiled-out build refuses (it reads no timer); an unknown design is an error, not a zero."""
+    prof, noprof = exts
+    for part in range(7):
+        cyc = prof.record_parts(part, 2, 2, 256, 256, part == 1).cpu().numpy()
+        assert cyc.shape == (4,) and (cyc > 0).all(), (part, cyc)
+    with pytest.raises(RuntimeError, match="record_parts"):
+        prof.record_parts(7, 1, 1, 16, 16, False)
+    with pytest.raises(RuntimeError, match="record_parts"):
+        noprof.record_parts(1, 1, 1, 16, 16, False)
+
+
 def test_host_gpu_pairs():
     from profiler.record.clocks import host_gpu_pairs
 

@@ -113,3 +113,26 @@ def test_nvcc_error_is_reported(tmp_path):
         needs(False, "nvcc", "a CUDA toolkit: nvcc on PATH or under CUDA_HOME")
     with pytest.raises(build.NvccError, match="bad.cu"):
         build.nvcc_compile_check(bad)
+
+
+def test_record_design_variants_exist_only_in_the_instrumented_build(selftest_ptx):
+    """record_parts (selftest.cu, (2b)): the designs the recorder bench measures side by side.
+    The compiled-out build has none of them (it reads no timer); the bound-predicate designs store
+    under a predicate, the overflow-sink ones unconditionally."""
+    def parts(ptx):
+        out = {}
+        for p in re.split(r"\.entry\s+", ptx)[1:]:
+            m = re.match(r"\S*?record_parts_kernelILi(\d)E", p)
+            if m:
+                out[int(m.group(1))] = p
+        return out
+
+    off, on = parts(selftest_ptx[0]), parts(selftest_ptx[1])
+    assert off == {} and sorted(on) == list(range(7))
+    for k in (1, 6):
+        assert re.search(r"@p st\.global\.v4\.u32", on[k]) and "%globaltimer" in on[k]
+    for k in (2, 3, 5):
+        assert re.search(r"^\s*st\.global\.v4\.u32", on[k], re.M) and not re.search(r"@%?p\d* st\.global", on[k])
+    hires = "@h mov.u64 t, %clock64"  # the runtime hires choice (the harness reads clock64 around the loop)
+    assert hires in on[1] and hires in on[2] and hires not in on[3] and hires not in on[6]
+    assert "st.global.v4" not in on[4] and "%globaltimer" not in on[5] and "%globaltimer" not in on[0]
