@@ -56,7 +56,9 @@ struct Depth {
 // One warp's staging:  [buffer 0: sub 0 | sub 1 | ...][buffer 1: ...]...[mbarrier 0, 1, ...]
 // A copy stages one piece per item (sub_slots = 1); combine's reducer stages the same piece of
 // every rank's row (sub_slots = ranks). A row is split into pieces only when whole rows would
-// leave fewer than kMinPipeWarps warps per block.
+// leave fewer than max(kMinPipeWarps, min_warps) warps per block (combine asks its reducers for
+// as many warps as its senders: the profile's warps per block is one number per kernel, and a
+// reducer block whose warps 8-15 never record reads as starved, ep-ab-tma-buffers-a0's combine).
 struct Plan {
   int buffers;         // N: staging buffers per warp (the kernel's template parameter)
   int sub_slots;       // rows staged together in one buffer
@@ -77,13 +79,15 @@ __host__ __device__ constexpr int warp_stride_of(int buffers, int sub_slots, int
 }
 
 // budget: dynamic shared memory a block may use (the device's opt-in limit minus the kernel's
-// static shared memory); max_warps: warps of the block.
-__host__ __device__ constexpr Plan plan(int buffers, int sub_slots, int row_bytes, int budget, int max_warps) {
+// static shared memory); max_warps: warps of the block; min_warps: split rows until this many fit.
+__host__ __device__ constexpr Plan plan(int buffers, int sub_slots, int row_bytes, int budget, int max_warps,
+                                        int min_warps = 0) {
   Plan p{buffers, sub_slots, row_bytes, 0, 0, 0, 0, 0, 0};
   if (buffers < kMinBuffers || buffers > kMaxBuffers || sub_slots < 1 || row_bytes <= 0 ||
       row_bytes % kBulkAlign != 0 || max_warps < 1)
     return p;
-  const int want = max_warps < kMinPipeWarps ? max_warps : kMinPipeWarps;
+  const int floor_warps = min_warps > kMinPipeWarps ? min_warps : kMinPipeWarps;
+  const int want = max_warps < floor_warps ? max_warps : floor_warps;
   for (int pieces = 1;; ++pieces) {
     const int piece = round_up((row_bytes + pieces - 1) / pieces, kBulkAlign);
     const int stride = warp_stride_of(buffers, sub_slots, round_up(piece, kSlotAlign));
@@ -109,6 +113,10 @@ static_assert(plan(3, 1, 14336, 232448, 16).warps == 5 && plan(3, 1, 14336, 2324
 static_assert(plan(1, 1, 14336, 232448, 16).warps == 16, "");
 static_assert(plan(3, 2, 14336, 232448, 16).pieces_per_row == 2 && plan(3, 2, 14336, 232448, 16).warps == 5, "");
 static_assert(plan(3, 8, 16384, 232448, 16).warps >= kMinPipeWarps, "8 ranks of hidden 8192 still stage");
+// combine's reducers asked for the senders' warp count: N = 1 halves the rows to fit 16 warps
+// (whole rows: 8), N = 2 likewise (8 instead of 4), N = 3 keeps its 5 warps of half rows
+static_assert(plan(1, 2, 14336, 232448, 16, 16).warps == 16 && plan(1, 2, 14336, 232448, 16, 16).pieces_per_row == 2, "");
+static_assert(plan(2, 2, 14336, 232448, 16, 8).warps == 8 && plan(3, 2, 14336, 232448, 16, 5).warps == 5, "");
 
 // ---- host: the budget a kernel may stage in, and the launch plan --------------------------------
 //
@@ -149,11 +157,12 @@ inline cudaError_t smem_budget(const void* kernel, int* budget) {
 
 // The plan `kernel` is launched with: the same plan() the kernel lays its shared memory out by
 // (it receives the Plan by value and checks it against its template parameter).
-inline cudaError_t prepare(const void* kernel, int buffers, int sub_slots, int row_bytes, int max_warps, Plan* out) {
+inline cudaError_t prepare(const void* kernel, int buffers, int sub_slots, int row_bytes, int max_warps, Plan* out,
+                           int min_warps = 0) {
   int budget = 0;
   const cudaError_t e = smem_budget(kernel, &budget);
   if (e != cudaSuccess) return e;
-  *out = plan(buffers, sub_slots, row_bytes, budget, max_warps);
+  *out = plan(buffers, sub_slots, row_bytes, budget, max_warps, min_warps);
   return out->warps >= 1 ? cudaSuccess : cudaErrorInvalidValue;
 }
 
