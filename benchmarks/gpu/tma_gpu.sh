@@ -10,14 +10,15 @@
 #           418ddf3), then the verdict test on them           ~1 min
 #   summary benchmarks/gpu/tma_summary.py                   ~20 s
 # Total ~6-7 min with the build. Logs and runs: $OUT (tma_logs.tar.gz, tma_traces.tar.gz, tma_bench.*).
-# Any step can be skipped: TESTS=0 BENCH=0 STORIES=0.
+# Any step can be skipped: TESTS=0 BENCH=0 STORIES=0 VERDICTS=0 (the verdict test then runs on the CPU
+# from tma_traces.tar.gz: EPSCOPE_VERDICT_RUNS=<untarred>/traces pytest tests/analysis/test_verdicts.py).
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16}
 export EPSCOPE_BUILD_DIR=${EPSCOPE_BUILD_DIR:-$PWD/build/epscope}
 OUT=${OUT:-/tmp/tma_gpu_out}
 mkdir -p "$OUT"
-TESTS=${TESTS:-1} BENCH=${BENCH:-1} STORIES=${STORIES:-1}
+TESTS=${TESTS:-1} BENCH=${BENCH:-1} STORIES=${STORIES:-1} VERDICTS=${VERDICTS:-1}
 if [ -n "${EP_COMMIT:-}" ]; then export EPSCOPE_GIT_COMMIT="$EP_COMMIT" EPSCOPE_GIT_BRANCH="${EP_BRANCH:-main}"; fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv; echo "commit ${EP_COMMIT:-unknown (no .git on the device)}"; date -u; } \
   | tee "$OUT/gpu.txt"
@@ -48,6 +49,8 @@ if [ "$STORIES" = 1 ]; then
   timeout 300 python -m ep_core.catalogue --out "$OUT/traces" --only ab-tma-buffers,ab-hook > "$OUT/stories.log" 2>&1
   [ $? = 0 ] || rc=1
   tail -20 "$OUT/stories.log"; step stories "$t"
+fi
+if [ "$STORIES" = 1 ] && [ "$VERDICTS" = 1 ]; then
   t=$(date +%s)
   # the pages' verdicts on the new runs (no idle alarm expected on ab-tma-buffers after tma3's fix)
   EPSCOPE_VERDICT_RUNS="$OUT/traces" timeout 240 python -m pytest -q -rA tests/analysis/test_verdicts.py \
