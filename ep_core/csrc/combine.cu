@@ -479,8 +479,7 @@ cudaError_t launch_tma(const Args& a, const RowRegions& rows, const PeerPtrs& pe
     tma::Plan send_plan{}, reduce_plan{};
     err = tma::prepare(reinterpret_cast<const void*>(kernel), kBuffers, 1, a.hidden * 2, kWarps, &send_plan);
     if (err == cudaSuccess)
-      err = tma::prepare(reinterpret_cast<const void*>(kernel), kBuffers, kR, a.hidden * 2, kWarps, &reduce_plan,
-                         send_plan.warps);  // every block of the launch runs the same number of warps
+      err = tma::prepare(reinterpret_cast<const void*>(kernel), kBuffers, kR, a.hidden * 2, kWarps, &reduce_plan);
     const int smem = std::max(a.num_sender_blocks > 0 ? send_plan.smem_bytes : 0, reduce_plan.smem_bytes);
     if (err == cudaSuccess)
       kernel<<<num_blocks, kNumThreads, smem, stream>>>(a, rows, peers, f, prof, send_plan, reduce_plan);

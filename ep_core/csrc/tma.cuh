@@ -28,8 +28,6 @@ constexpr int kBulkAlign = 16;
 constexpr int kSlotAlign = 128;
 constexpr int kMinBuffers = 1;
 constexpr int kMaxBuffers = 3;
-// A block keeps at least this many pipeline warps; rows are split into pieces until it does.
-constexpr int kMinPipeWarps = 4;
 
 // ---- the pipeline depth: everything derives from the buffer count ------------------------------
 //
@@ -55,10 +53,10 @@ struct Depth {
 //
 // One warp's staging:  [buffer 0: sub 0 | sub 1 | ...][buffer 1: ...]...[mbarrier 0, 1, ...]
 // A copy stages one piece per item (sub_slots = 1); combine's reducer stages the same piece of
-// every rank's row (sub_slots = ranks). A row is split into pieces only when whole rows would
-// leave fewer than max(kMinPipeWarps, min_warps) warps per block (combine asks its reducers for
-// as many warps as its senders: the profile's warps per block is one number per kernel, and a
-// reducer block whose warps 8-15 never record reads as starved, ep-ab-tma-buffers-a0's combine).
+// every rank's row (sub_slots = ranks). Rows are split into pieces until every warp of the block
+// has its staging: a launched warp without staging never works, and the idle page rightly calls
+// it starved (418ddf3 planned whole rows: 5 of 16 warps at N = 3, 8 of 16 in combine's reducers
+// at N = 1; ep-ab-tma-buffers). Pieces are whole bulk copies still (>= 2 KB at hidden 7168).
 struct Plan {
   int buffers;         // N: staging buffers per warp (the kernel's template parameter)
   int sub_slots;       // rows staged together in one buffer
@@ -79,21 +77,19 @@ __host__ __device__ constexpr int warp_stride_of(int buffers, int sub_slots, int
 }
 
 // budget: dynamic shared memory a block may use (the device's opt-in limit minus the kernel's
-// static shared memory); max_warps: warps of the block; min_warps: split rows until this many fit.
-__host__ __device__ constexpr Plan plan(int buffers, int sub_slots, int row_bytes, int budget, int max_warps,
-                                        int min_warps = 0) {
+// static shared memory); max_warps: warps of the block, all of them planned when 16-byte pieces
+// allow it.
+__host__ __device__ constexpr Plan plan(int buffers, int sub_slots, int row_bytes, int budget, int max_warps) {
   Plan p{buffers, sub_slots, row_bytes, 0, 0, 0, 0, 0, 0};
   if (buffers < kMinBuffers || buffers > kMaxBuffers || sub_slots < 1 || row_bytes <= 0 ||
       row_bytes % kBulkAlign != 0 || max_warps < 1)
     return p;
-  const int floor_warps = min_warps > kMinPipeWarps ? min_warps : kMinPipeWarps;
-  const int want = max_warps < floor_warps ? max_warps : floor_warps;
   for (int pieces = 1;; ++pieces) {
     const int piece = round_up((row_bytes + pieces - 1) / pieces, kBulkAlign);
     const int stride = warp_stride_of(buffers, sub_slots, round_up(piece, kSlotAlign));
     int warps = budget / stride;
     if (warps > max_warps) warps = max_warps;
-    if (warps >= want || piece == kBulkAlign) {
+    if (warps >= max_warps || piece == kBulkAlign) {
       if (warps < 1) return p;  // not even one warp of 16-byte pieces fits
       p.piece_bytes = piece;
       p.pieces_per_row = (row_bytes + piece - 1) / piece;
@@ -107,16 +103,16 @@ __host__ __device__ constexpr Plan plan(int buffers, int sub_slots, int row_byte
 }
 
 // Worked example, checked at compile time: a BF16 row of hidden 7168 (14336 B), 227 KB of shared
-// memory (232448 B, the H100/H200 opt-in limit), 16 warps: N = 3 stages whole rows in 5 warps,
-// N = 1 in all 16; combine's reducer on 2 ranks (two rows per buffer) splits rows in 2 halves.
-static_assert(plan(3, 1, 14336, 232448, 16).warps == 5 && plan(3, 1, 14336, 232448, 16).pieces_per_row == 1, "");
-static_assert(plan(1, 1, 14336, 232448, 16).warps == 16, "");
-static_assert(plan(3, 2, 14336, 232448, 16).pieces_per_row == 2 && plan(3, 2, 14336, 232448, 16).warps == 5, "");
-static_assert(plan(3, 8, 16384, 232448, 16).warps >= kMinPipeWarps, "8 ranks of hidden 8192 still stage");
-// combine's reducers asked for the senders' warp count: N = 1 halves the rows to fit 16 warps
-// (whole rows: 8), N = 2 likewise (8 instead of 4), N = 3 keeps its 5 warps of half rows
-static_assert(plan(1, 2, 14336, 232448, 16, 16).warps == 16 && plan(1, 2, 14336, 232448, 16, 16).pieces_per_row == 2, "");
-static_assert(plan(2, 2, 14336, 232448, 16, 8).warps == 8 && plan(3, 2, 14336, 232448, 16, 5).warps == 5, "");
+// memory (232448 B, the H100/H200 opt-in limit, 14528 B a warp), 16 warps: N = 1 stages whole
+// rows, N = 2 halves, N = 3 quarters; combine's reducer on 2 ranks (two rows per buffer): halves
+// at N = 1, quarters at N = 2, sevenths (2 KB) at N = 3; 8 ranks of hidden 8192 still stage.
+static_assert(plan(1, 1, 14336, 232448, 16).warps == 16 && plan(1, 1, 14336, 232448, 16).pieces_per_row == 1, "");
+static_assert(plan(2, 1, 14336, 232448, 16).warps == 16 && plan(2, 1, 14336, 232448, 16).pieces_per_row == 2, "");
+static_assert(plan(3, 1, 14336, 232448, 16).warps == 16 && plan(3, 1, 14336, 232448, 16).pieces_per_row == 4, "");
+static_assert(plan(1, 2, 14336, 232448, 16).warps == 16 && plan(1, 2, 14336, 232448, 16).pieces_per_row == 2, "");
+static_assert(plan(2, 2, 14336, 232448, 16).warps == 16 && plan(2, 2, 14336, 232448, 16).pieces_per_row == 4, "");
+static_assert(plan(3, 2, 14336, 232448, 16).warps == 16 && plan(3, 2, 14336, 232448, 16).pieces_per_row == 7, "");
+static_assert(plan(3, 8, 16384, 232448, 16).warps == 16, "8 ranks of hidden 8192 still stage");
 
 // ---- host: the budget a kernel may stage in, and the launch plan --------------------------------
 //
@@ -157,12 +153,11 @@ inline cudaError_t smem_budget(const void* kernel, int* budget) {
 
 // The plan `kernel` is launched with: the same plan() the kernel lays its shared memory out by
 // (it receives the Plan by value and checks it against its template parameter).
-inline cudaError_t prepare(const void* kernel, int buffers, int sub_slots, int row_bytes, int max_warps, Plan* out,
-                           int min_warps = 0) {
+inline cudaError_t prepare(const void* kernel, int buffers, int sub_slots, int row_bytes, int max_warps, Plan* out) {
   int budget = 0;
   const cudaError_t e = smem_budget(kernel, &budget);
   if (e != cudaSuccess) return e;
-  *out = plan(buffers, sub_slots, row_bytes, budget, max_warps, min_warps);
+  *out = plan(buffers, sub_slots, row_bytes, budget, max_warps);
   return out->warps >= 1 ? cudaSuccess : cudaErrorInvalidValue;
 }
 
