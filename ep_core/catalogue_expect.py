@@ -325,16 +325,23 @@ def group_effect(recorded: dict[str, Run], runs: list[PlannedRun], kernels=("dis
     return GroupEffect(med["A"], med["B"], change, names, measured)
 
 
+def _on_both_sides(g: GroupEffect, key: str) -> bool:
+    """Whether `key` (an op or op/phase) was seen on both sides (a median above 0)."""
+    return bool(g.median_a_us.get(key)) and bool(g.median_b_us.get(key))
+
+
 def what_moved(g: GroupEffect, kernels=("dispatch", "combine"), phase: str | None = None):
     """(kernel, phase, change) of a measured comparison: the op that moved most if it moved by
     MIN_KNOB_EFFECT, with `phase` when that phase moved the same way by as much; else the phase
     that moved most inside an op; else (the largest change seen, failing the check)."""
     ops = [(k, None, g.change.get(k)) for k in kernels if g.change.get(k) is not None]
     phases = [(k, phase, g.change.get(f"{k}/{phase}")) for k in kernels
-              if phase and g.change.get(f"{k}/{phase}") is not None]
+              if phase and g.change.get(f"{k}/{phase}") is not None and _on_both_sides(g, f"{k}/{phase}")]
     best = max(ops, key=lambda c: abs(c[2]), default=None)
     if best is not None and abs(best[2]) >= MIN_KNOB_EFFECT:
-        ph = g.change.get(f"{best[0]}/{phase}") if phase else None
+        # a phase that vanished on one side (B's stage_wait at N = 3: stalls are recorded only when
+        # they happen) has no samples there, so Compare cannot rank it: the op carries the verdict
+        ph = g.change.get(f"{best[0]}/{phase}") if phase and _on_both_sides(g, f"{best[0]}/{phase}") else None
         same = ph is not None and abs(ph) >= MIN_KNOB_EFFECT and (ph < 0) == (best[2] < 0)
         return best[0], phase if same else None, best[2]
     best_phase = max(phases, key=lambda c: abs(c[2]), default=None)

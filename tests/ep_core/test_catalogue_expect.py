@@ -331,3 +331,21 @@ def test_readme_section_is_generated_from_the_expect_blocks(tmp_path):
     assert "No Perfetto trace bundled" in line     # fake_run writes none
     X.rewrite_readme(tmp_path)   # idempotent: the section is replaced, not appended again
     assert (tmp_path / "README.md").read_text() == text
+
+
+def _group(a: dict, b: dict) -> "X.GroupEffect":
+    change = {k: (b[k] / a[k] - 1.0 if a[k] and b.get(k) is not None else None) for k in a}
+    return X.GroupEffect(a, b, change, {"A": ["a0", "a1"], "B": ["b0", "b1"]})
+
+
+def test_what_moved_names_the_phase_only_when_both_sides_have_it():
+    # the 2xH200 recording of ab-tma-buffers at d2eb966: B's stage_wait spans vanished (0 µs), the
+    # op moved -25 %: Compare has no B samples of that phase, so the op carries the comparison
+    gone = _group({"dispatch": 313.1, "combine": 275.3, "dispatch/stage_wait": 14.0, "combine/stage_wait": 1.0},
+                  {"dispatch": 235.2, "combine": 304.0, "dispatch/stage_wait": 0.0, "combine/stage_wait": 0.0})
+    kernel, phase, ch = X.what_moved(gone, phase="stage_wait")
+    assert (kernel, phase) == ("dispatch", None) and ch == pytest.approx(235.2 / 313.1 - 1)
+    # both sides stall, the phase moved with the op: it is named
+    kept = _group({"dispatch": 313.1, "combine": 275.3, "dispatch/stage_wait": 14.0, "combine/stage_wait": 1.0},
+                  {"dispatch": 235.2, "combine": 276.0, "dispatch/stage_wait": 3.0, "combine/stage_wait": 1.0})
+    assert X.what_moved(kept, phase="stage_wait")[:2] == ("dispatch", "stage_wait")
