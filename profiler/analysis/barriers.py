@@ -42,7 +42,11 @@ PER_RANK_COLUMNS = ["kernel", "barrier", "rank", "occurrences", "times_last", "l
 # another arrival did, or did no work in its whole launch) are an alarm when the time they are held
 # there costs the op: per occurrence the median wait of its useless arrivals, median over the
 # occurrences, against verdict.MATERIAL_SHARE of the op's latency (imbalance.op_latency). A warp
-# held at a barrier it brings nothing to starts its next work that much later. Measured: the
+# held at a barrier it brings nothing to starts its next work that much later. They must also be
+# MATERIAL_SHARE of the arrivals: every arrival is one more update of the barrier's counter that
+# the working warps queue behind, and one stray warp in a thousand (ll_combine/recv_done with
+# barrier 'working' at 5ab00a2: 1 of ~900 arrivals per occurrence, a duty warp that had already
+# finished) costs the others nothing however long it is itself held. Measured: the
 # low-latency dispatch with barrier 'all' (128 of 1024 warps arrive at send_done without a send
 # task) 9.7% at send_done and 6.2% at combine's recv_done; with 'working' and in every other
 # recorded run no useless arrival outside pure barrier kernels.
@@ -134,8 +138,8 @@ def _useless(g: G.Graph, busy_kernels: set) -> list[Verdict]:
     out = []
     for (rank, k, b), grp in per.groupby(["rank", "kernel", "barrier"], sort=True):
         held = float(grp["wait"].median())
-        alarm = bool(op_ns > 0 and held >= MATERIAL_SHARE * op_ns)
         n, tot = int(grp["n"].sum()), int(grp["arrivals"].sum())
+        alarm = bool(op_ns > 0 and held >= MATERIAL_SHARE * op_ns and n >= MATERIAL_SHARE * tot)
         out.append(Verdict(page="barriers", alarm=alarm, cause=Cause.USELESS_ARRIVALS,
                            rank=None if int(rank) < 0 else int(rank), kernel=str(k), phase=str(b),
                            magnitude_ns=held, reference_ns=op_ns or None, reference="the op's latency",

@@ -36,14 +36,17 @@ SECTIONS: dict[str, dict[str, str]] = {
                           "costs the op: the larger of how long the others wait on it and what balancing would "
                           "save each of its warps of that role, per iteration.",
         "host_bound": "A rank's host was late: it entered the op (or launched a kernel) after the others, who "
-                      "waited for it at the next rendezvous.",
+                      "waited for it at the next rendezvous; or, with no rank named, every rank's host: host calls "
+                      "and the host between them are the majority of the critical path (median over iterations), "
+                      "so the GPUs wait for their hosts more than they work.",
         "starved_warps": "Warps or blocks did no work in a kernel in which other warps did (too few tokens, a "
                          "per-block split).",
         "barrier_straggler": "One rank (cross-rank barriers) or one warp (block and grid barriers) arrives last "
                              "and the others wait on it.",
-        "useless_arrivals": "Warps arrive at a barrier bringing no work (see useless) and are held there "
-                            "for at least 5% of the op's latency (the median over occurrences of their median "
-                            "wait): they only came to be released, and start their next work that much later.",
+        "useless_arrivals": "Warps arrive at a barrier bringing no work (see useless), are at least 5% of its "
+                            "arrivals and are held there for at least 5% of the op's latency (the median over "
+                            "occurrences of their median wait): they only came to be released, and start their "
+                            "next work that much later.",
         "same_code": "Compare: no kernel or phase of B differs from A beyond run-to-run noise.",
         "knob_change": "Compare: B differs from A beyond run-to-run noise; the verdict names what moved and in "
                        "which direction.",

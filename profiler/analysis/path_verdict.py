@@ -33,7 +33,7 @@ from . import timeouts
 from . import imbalance as IM
 from .imbalance import busy_excess
 from .rendezvous import rank_lateness
-from .verdict import ALARM_SHARE, Verdict, fmt_ns, fmt_pct, size
+from .verdict import ALARM_SHARE, HOST_MAJORITY, Verdict, fmt_ns, fmt_pct, size
 
 CROSSING_COLUMNS = ["iteration", "rank", "peer", "kernel", "phase", "wait_begin_ns", "release_ns", "held_ns",
                     "window_begin_ns", "host_excess_ns", "gpu_excess_ns", "cause", "work_kernel", "work_phase"]
@@ -147,6 +147,26 @@ def _path_mix(cp) -> str:
     return f"the path is {fmt_pct(gpu)} GPU work, {fmt_pct(host)} host and launch, {fmt_pct(wait)} waiting"
 
 
+def _every_host(cp, warns) -> Verdict | None:
+    """HOST_BOUND with no rank when host segments are the majority of the path (median over
+    iterations of their share of the iteration; verdict.HOST_MAJORITY), else None."""
+    seg, tot = cp.segments, cp.total_ns
+    if seg.empty or tot.empty:
+        return None
+    t = tot.set_index("iteration")["total_ns"].astype(float)
+    host = seg[seg["kind"] == "host"].groupby("iteration")["duration_ns"].sum().reindex(t.index).fillna(0.0)
+    share = (host / t.where(t > 0)).fillna(0.0).to_numpy(float)
+    med = float(np.median(share))
+    if med < HOST_MAJORITY:
+        return None
+    n = len(t)
+    return Verdict(page="critical_path", alarm=True, cause=Cause.HOST_BOUND, rank=None,
+                   magnitude_ns=float(np.median(host.to_numpy(float))), reference_ns=float(t.median()), n=n,
+                   detail=f"host calls and the host between them are {fmt_pct(med)} of the critical path "
+                          f"(median over {n} iteration{'s' if n != 1 else ''}), no one rank later than the others; "
+                          f"{_path_mix(cp)}", warnings=warns)
+
+
 def headline(cp) -> Verdict:
     g: G.Graph = cp.graph
     warns = tuple(cp.warnings)
@@ -188,6 +208,9 @@ def headline(cp) -> Verdict:
             if v.max() > 0:
                 cands.append((float(np.median(v)), int(r), "busy", v))
     if not cands:
+        every = _every_host(cp, warns)
+        if every is not None:
+            return every
         return Verdict(page="critical_path", alarm=False, cause=Cause.NONE, n=n_it, reference_ns=med_it,
                        detail=f"no rank waits on another; {_path_mix(cp)} "
                               f"(median iteration {fmt_ns(med_it)}, n = {n_it})", warnings=warns)
@@ -206,6 +229,9 @@ def headline(cp) -> Verdict:
     common = dict(page="critical_path", rank=r, magnitude_ns=sz.magnitude_ns, reference_ns=sz.reference_ns,
                   n=n_it, iteration=sz.iteration, notes=tuple(notes[:3]), warnings=warns)
     if not sz.alarm:
+        every = _every_host(cp, warns)
+        if every is not None:
+            return every
         return Verdict(alarm=False, cause=Cause.NONE, **{**common, "rank": None}, evidence=x,
                        detail=f"no rank holds the others up: the most any rank makes the others wait is "
                               f"{fmt_ns(med)} per iteration (rank {r}, median over {n_it} iteration"

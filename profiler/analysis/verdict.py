@@ -37,6 +37,15 @@ ALARM_SHARE = 0.25
 # checks); a cost under half of that is below what the project would call a change, and is stated
 # as a note instead.
 MATERIAL_SHARE = 0.05
+# The critical path is host-bound on every rank (no one rank late) when host time is the majority
+# of it: more of each iteration's path is host calls and the host between them than GPU work,
+# launch latency and waits together, so the GPUs wait for their hosts more than they work. A
+# majority and not ALARM_SHARE: host time between ops is normal in every recorded run (the
+# catalogue's balanced and A/A runs: 3-5% of the path; few-tokens, whose 32-token kernels are
+# shorter than the host calls that launch them, 57%), while a share under half still leaves the
+# GPU the larger part of the path. Measured at 5ab00a2: ll-host A (per-call host work) 97-98%,
+# B (cached) 4-44%; every low-latency kernel story <= 3%.
+HOST_MAJORITY = 0.5
 # an effect is "one iteration's" when that iteration holds this share of it over all iterations
 # (a warm-up, a one-off late host): the verdict then names that iteration
 ONE_ITERATION_SHARE = 0.75
@@ -156,6 +165,8 @@ def sentence(v: Verdict) -> str:
         on = f" on rank {v.peer}" if v.peer is not None else ""
         return (f"timeout: rank {v.rank} waited {fmt_ns(v.magnitude_ns)} in {_kp(v.kernel, v.phase)}{on}, "
                 f"which never released it (unfinished: the kernel gave up){d}")
+    if c is Cause.HOST_BOUND and v.rank is None and v.kernel is None:
+        return f"host-bound: the GPUs wait for every rank's host calls{_over(v)}{d}"
     if c is Cause.HOST_BOUND:
         who = f"rank {v.rank}'s host" if v.rank is not None else "every rank's host"
         waiter = f"rank {v.peer}" if v.peer is not None else "the other ranks"

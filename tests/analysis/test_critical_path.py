@@ -2,6 +2,7 @@
 import numpy as np
 
 from profiler.analysis import critical_path
+from profiler.expect import Cause
 from profiler.schema import empty_events
 from profiler.synthetic import make_events
 from tests.analysis.tables import TEST_REGISTRY, barrier, host, instant, span, table
@@ -98,3 +99,25 @@ def test_synchronising_host_call_waits_for_its_kernel():
                          (0, -1, "combine", "host", 210, 260), (0, 0, "", "launch", 260, 270),
                          (0, 0, "reduce", "work", 270, 300)]
     assert cp.segments["kernel"].tolist()[2:5] == ["dispatch", "dispatch", "combine"]
+
+
+def _steps(host_ns: int, work_ns: int, ranks: int = 2, iterations: int = 3):
+    """Each rank and iteration: a host call of host_ns, then its kernel's work_ns (no peer waits)."""
+    rows = []
+    for it in range(iterations):
+        t0 = it * 10_000
+        for r in range(ranks):
+            rows.append(host(r, "enqueue", t0, t0 + host_ns, launch=it, iteration=it))
+            rows.append(span(r, 0, 0, "copy_out", t0 + host_ns + 10, t0 + host_ns + 10 + work_ns, launch=it,
+                             iteration=it))
+    return table(rows)
+
+
+def test_host_calls_that_are_most_of_the_path_on_every_rank_are_host_bound_with_no_rank():
+    # 700 ns of host call before 200 ns of kernel on both ranks: host is ~77% of each iteration's path
+    v = critical_path(_steps(700, 200), registry=TEST_REGISTRY).verdict
+    assert (v.alarm, v.cause, v.rank, v.kernel) == (True, Cause.HOST_BOUND, None, None)
+    assert "every rank's host" in v.headline
+    # 200 ns of host before 700 ns of kernel: the GPU is the larger part: no alarm
+    v = critical_path(_steps(200, 700), registry=TEST_REGISTRY).verdict
+    assert not v.alarm and v.cause is Cause.NONE
