@@ -84,7 +84,7 @@ def ll_kernel_us(ctx, fn, iters: int) -> dict:
     med = [statistics.median(v) if v else float("nan") for v in per.values()]
     t = torch.tensor(med, device=ctx.device, dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.group)
-    return dict(zip(tot, t.tolist()))
+    return dict(zip(per, t.tolist()))
 
 
 def _inputs(R: int, T: int, seed: int, dev):
