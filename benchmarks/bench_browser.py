@@ -2,6 +2,7 @@
 synthetic 10-million-event run of 8 ranks (issue 14's targets).
 
     python benchmarks/bench_browser.py [--run RUN_DIR] [--repeat 5] [--app-root DIR] [--out FILE]
+        [--skip-cold] [--skip-warm] [--sections switches,zooms,drill,whatif]
 
 Debian's /usr/bin/chromium through Playwright's Python API (never a downloaded browser). Measures:
   * cold: each page's first visit in a fresh server process (a new `viewer.app.serve` per sample),
@@ -154,6 +155,8 @@ class Sample:
     browser_cpu_s: float
     requests: int = 0
     first_paint_s: float | None = None
+    renderer_task_s: float = 0.0     # the page's renderer main thread busy (CDP Performance.TaskDuration)
+    renderer_script_s: float = 0.0   # ... of it running JavaScript (ScriptDuration: Dash, React, Plotly)
 
 
 @dataclass
@@ -178,7 +181,15 @@ class Browser:
         pg.set_default_timeout(COLD_TIMEOUT_S * 1000)
         pg.errors = []
         pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+        pg.cdp = ctx.new_cdp_session(pg)
+        pg.cdp.send("Performance.enable")
         return pg
+
+
+def renderer_times(pg) -> tuple[float, float]:
+    """Seconds the page's renderer main thread has been busy so far, and running script of it."""
+    m = {x["name"]: x["value"] for x in pg.cdp.send("Performance.getMetrics")["metrics"]}
+    return m.get("TaskDuration", 0.0), m.get("ScriptDuration", 0.0)
 
 
 def _comm(pid: int) -> str:
@@ -206,7 +217,7 @@ def measure(pg, server, browser, action, content: str, first_paint: str | None =
     global retries
     for attempt in (1, 2):
         t_js = _now(pg)
-        c_srv, c_br = server.cpu(), browser.cpu()
+        c_srv, c_br, c_rt = server.cpu(), browser.cpu(), renderer_times(pg)
         t = time.perf_counter()
         action()
         fp = None
@@ -222,7 +233,8 @@ def measure(pg, server, browser, action, content: str, first_paint: str | None =
             retries += 1
     wall = time.perf_counter() - t
     waited, n = pg.evaluate(SERVER_WAIT_JS, t_js)
-    return Sample(wall, waited / 1e3, server.cpu() - c_srv, browser.cpu() - c_br, n, fp)
+    task, script = renderer_times(pg)
+    return Sample(wall, waited / 1e3, server.cpu() - c_srv, browser.cpu() - c_br, n, fp, task - c_rt[0], script - c_rt[1])
 
 
 def url(base, path, run_id):
@@ -249,6 +261,20 @@ def cold_visits(args, browser, run_id, rows):
         rows.append(row)
 
 
+WARM_SECTIONS = ("switches", "zooms", "drill", "whatif")
+
+# Where to click to drill down: the middle of the drawn x range on a row labelled "rank N" (rank
+# level also has a "rank N host" row under each rank, which opens nothing), in pixels inside the
+# plot area (`.nsewdrag`), from plotly's own axis mapping (l2p) of the figure on screen.
+DRILL_TARGETS_JS = """() => {
+  const gd = document.querySelector('#tl-graph .js-plotly-plot'), L = gd._fullLayout;
+  const x = L.xaxis.l2p((L.xaxis.range[0] + L.xaxis.range[1]) / 2);
+  return gd.layout.yaxis.ticktext.map((t, row) => [t, row]).filter(([t]) => /^rank \\d+$/.test(t))
+    .map(([t, row]) => ({label: t, x: x, y: L.yaxis.l2p(row)}));
+}"""
+TL_INFO = "document.querySelector('#tl-info').innerText"
+
+
 def warm_interactions(args, browser, run_id, rows):
     server = Server(args.app_root, args.run.parent)
     try:
@@ -260,74 +286,90 @@ def warm_interactions(args, browser, run_id, rows):
         pg.goto(url(server.base, "/", run_id))
         settled(pg, CONTENT["/"])
         print("  warmed", flush=True)
-
-        order = ["/timeline", "/critical-path", "/idle", "/barriers", "/compare", "/"]
-        switch = {p: Row(f"page switch to {p}") for p in order}
-        for i in range(args.repeat):
-            for p in order:
-                s = measure(pg, server, browser, lambda: pg.click(NAV[p]), CONTENT[p] + f" && location.pathname === '{p}'")
-                switch[p].samples.append(s)
-        rows.extend(switch.values())
-        print("  switches done", flush=True)
-
-        pg.goto(url(server.base, "/timeline", run_id))
-        settled(pg, CONTENT["/timeline"])
-        full = pg.evaluate("document.querySelector('#tl-graph .js-plotly-plot').layout.xaxis.range.slice()")
-        zoom = Row("timeline zoom (x-axis window 1/2 … 1/10,000 of the run, rank level)")
-        back = Row("timeline zoom back out (double-click = autorange)")
-        span = full[1] - full[0]
-        for i in range(args.repeat):
-            for frac in (0.5, 0.1, 0.01, 0.001, 0.0001):
-                mid = full[0] + span * (0.3 + 0.4 * ((i * 5 + frac * 1e4) % 7) / 7)
-                lo, hi = mid - span * frac / 2, mid + span * frac / 2
-                before = pg.inner_text("#tl-info")
-                s = measure(pg, server, browser, lambda: pg.evaluate(
-                    "([a, b]) => Plotly.relayout(document.querySelector('#tl-graph .js-plotly-plot'), "
-                    "{'xaxis.range[0]': a, 'xaxis.range[1]': b})", [lo, hi]),
-                    CONTENT["/timeline"] + f" && document.querySelector('#tl-info').innerText !== {json.dumps(before)}",
-                    timeout_s=INTERACT_TIMEOUT_S)
-                zoom.samples.append(s)
-            before = pg.inner_text("#tl-info")
-            s = measure(pg, server, browser, lambda: pg.evaluate(
-                "Plotly.relayout(document.querySelector('#tl-graph .js-plotly-plot'), {'xaxis.autorange': true})"),
-                CONTENT["/timeline"] + f" && document.querySelector('#tl-info').innerText !== {json.dumps(before)}",
-                timeout_s=INTERACT_TIMEOUT_S)
-            back.samples.append(s)
-        rows += [zoom, back]
-        print("  zooms done", flush=True)
-
-        drill = Row("drill-down (click a rank row: its blocks)")
-        up = Row("back to the rank rows (radio)")
-        graph = pg.locator("#tl-graph .nsewdrag").first
-        for i in range(args.repeat):
-            box = graph.bounding_box()
-            pos = {"x": box["width"] * 0.5, "y": box["height"] * ((i % 8) + 0.5) / 8}   # 8 rank rows
-            s = measure(pg, server, browser, lambda: graph.click(position=pos),
-                        CONTENT["/timeline"] + " && document.querySelector('#tl-info').innerText.startsWith('block level')",
-                        timeout_s=INTERACT_TIMEOUT_S)
-            drill.samples.append(s)
-            s = measure(pg, server, browser, lambda: pg.click("#tl-level input[value=rank]"),
-                        CONTENT["/timeline"] + " && document.querySelector('#tl-info').innerText.startsWith('rank level')",
-                        timeout_s=INTERACT_TIMEOUT_S)
-            up.samples.append(s)
-        rows += [drill, up]
-        print("  drill-downs done", flush=True)
-
-        pg.goto(url(server.base, "/critical-path", run_id))
-        settled(pg, CONTENT["/critical-path"])
-        what = Row("what-if (a new percentage each time, every rank)")
-        for i in range(args.whatif_repeat):
-            pct = 11 + 7 * i
-            pg.fill("#cp-whatif-percent", str(pct))
-            s = measure(pg, server, browser, lambda: pg.click("#cp-whatif-apply"),
-                        f"!!document.querySelector('#cp-whatif-verdict') && document.querySelector('#cp-whatif-verdict')"
-                        f".innerText.includes('{pct}% faster')")
-            what.samples.append(s)
-            print(f"  what-if {pct}%: {s.wall_s:.2f} s", flush=True)
-        rows.append(what)
+        for name, section in (("switches", switches), ("zooms", zooms), ("drill", drills), ("whatif", what_ifs)):
+            if name in args.sections:
+                section(args, pg, server, browser, run_id, rows)
+                print(f"  {name} done", flush=True)
         assert not pg.errors, pg.errors
     finally:
         server.close()
+
+
+def switches(args, pg, server, browser, run_id, rows):
+    order = ["/timeline", "/critical-path", "/idle", "/barriers", "/compare", "/"]
+    switch = {p: Row(f"page switch to {p}") for p in order}
+    for i in range(args.repeat):
+        for p in order:
+            s = measure(pg, server, browser, lambda: pg.click(NAV[p]), CONTENT[p] + f" && location.pathname === '{p}'")
+            switch[p].samples.append(s)
+    rows.extend(switch.values())
+
+
+def _relayout(pg, server, browser, arg_js, arg=None) -> Sample:
+    before = pg.inner_text("#tl-info")
+    return measure(pg, server, browser,
+                   lambda: pg.evaluate(f"(a) => Plotly.relayout(document.querySelector('#tl-graph .js-plotly-plot'), {arg_js})", arg),
+                   CONTENT["/timeline"] + f" && {TL_INFO} !== {json.dumps(before)}", timeout_s=INTERACT_TIMEOUT_S)
+
+
+def zooms(args, pg, server, browser, run_id, rows):
+    pg.goto(url(server.base, "/timeline", run_id))
+    settled(pg, CONTENT["/timeline"])
+    full = pg.evaluate("document.querySelector('#tl-graph .js-plotly-plot').layout.xaxis.range.slice()")
+    zoom = Row("timeline zoom (x-axis window 1/2 … 1/10,000 of the run, rank level)")
+    back = Row("timeline zoom back out (double-click = autorange)")
+    span = full[1] - full[0]
+    for i in range(args.repeat):
+        for frac in (0.5, 0.1, 0.01, 0.001, 0.0001):
+            mid = full[0] + span * (0.3 + 0.4 * ((i * 5 + frac * 1e4) % 7) / 7)
+            zoom.samples.append(_relayout(pg, server, browser, "{'xaxis.range[0]': a[0], 'xaxis.range[1]': a[1]}",
+                                          [mid - span * frac / 2, mid + span * frac / 2]))
+        back.samples.append(_relayout(pg, server, browser, "{'xaxis.autorange': true}"))
+    rows += [zoom, back]
+
+
+def drills(args, pg, server, browser, run_id, rows):
+    """A click on a rank row (its blocks drawn), then the radio back to the rank rows; on the
+    Timeline as the zooms left it (whole run), or a fresh one when the zooms were not run."""
+    drill = Row("drill-down (click a rank row of the whole run: its blocks)")
+    up = Row("back to the rank rows (radio; the ranks filter keeps the drilled rank)")
+    graph = pg.locator("#tl-graph .nsewdrag").first
+    for i in range(args.repeat):
+        # a drill keeps its rank in the ranks filter: each sample starts again from the whole run
+        if i or "zooms" not in args.sections:
+            pg.goto(url(server.base, "/timeline", run_id))
+            settled(pg, CONTENT["/timeline"])
+        targets = pg.evaluate(DRILL_TARGETS_JS)
+        t = targets[i % len(targets)]
+        s = measure(pg, server, browser, lambda: graph.click(position={"x": t["x"], "y": t["y"]}),
+                    CONTENT["/timeline"] + f" && {TL_INFO}.startsWith('block level')", timeout_s=INTERACT_TIMEOUT_S)
+        drill.samples.append(s)
+        print(f"  drill into {t['label']}: {_line(s)}", flush=True)
+        s = measure(pg, server, browser, lambda: pg.click("#tl-level input[value=rank]"),
+                    CONTENT["/timeline"] + f" && {TL_INFO}.startsWith('rank level')", timeout_s=INTERACT_TIMEOUT_S)
+        up.samples.append(s)
+    rows += [drill, up]
+
+
+def _line(s: Sample) -> str:
+    return (f"{s.wall_s:.2f} s (server wait {s.server_wait_s:.2f} s in {s.requests} requests, server cpu "
+            f"{s.server_cpu_s:.2f} s, browser cpu {s.browser_cpu_s:.2f} s, renderer main thread "
+            f"{s.renderer_task_s:.2f} s of which script {s.renderer_script_s:.2f} s; load {os.getloadavg()[0]:.1f})")
+
+
+def what_ifs(args, pg, server, browser, run_id, rows):
+    pg.goto(url(server.base, "/critical-path", run_id))
+    settled(pg, CONTENT["/critical-path"])
+    what = Row("what-if (a new percentage each time, every rank)")
+    for i in range(args.whatif_repeat):
+        pct = 11 + 7 * i
+        pg.fill("#cp-whatif-percent", str(pct))
+        s = measure(pg, server, browser, lambda: pg.click("#cp-whatif-apply"),
+                    f"!!document.querySelector('#cp-whatif-verdict') && document.querySelector('#cp-whatif-verdict')"
+                    f".innerText.includes('{pct}% faster')")
+        what.samples.append(s)
+        print(f"  what-if {pct}%: {_line(s)}", flush=True)
+    rows.append(what)
 
 
 def _fmt(s):
@@ -341,8 +383,8 @@ def p95(xs):
 
 def table(rows) -> tuple[list[str], bool]:
     lines = ["| measurement | n | browser end-to-end median | p95 | waiting on the server (median) | "
-             "server CPU (median) | browser CPU (median) | target | ok |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "server CPU (median) | browser CPU (median) | renderer main thread: busy / script (median) | target | ok |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     ok_all = True
     for r in rows:
         if not r.samples:
@@ -352,19 +394,21 @@ def table(rows) -> tuple[list[str], bool]:
         srv = statistics.median(s.server_wait_s for s in r.samples)
         sc = statistics.median(s.server_cpu_s for s in r.samples)
         bc = statistics.median(s.browser_cpu_s for s in r.samples)
+        rt = (f"{statistics.median(s.renderer_task_s for s in r.samples):.2f} s / "
+              f"{statistics.median(s.renderer_script_s for s in r.samples):.2f} s")
         if r.kind == "cold":
             fps = [s.first_paint_s for s in r.samples]
             fmed, fhi = statistics.median(fps), max(fps)
             ok = fhi <= FIRST_PAINT_S
             ok_all &= ok
-            lines.append(f"| {r.name}: first paint | {len(fps)} | {_fmt(fmed)} | {_fmt(fhi)} (worst) | — | — | — | "
+            lines.append(f"| {r.name}: first paint | {len(fps)} | {_fmt(fmed)} | {_fmt(fhi)} (worst) | — | — | — | — | "
                          f"≤ {_fmt(FIRST_PAINT_S)} | {'yes' if ok else 'NO'} |")
             lines.append(f"| {r.name}: complete | {len(w)} | {_fmt(med)} | {_fmt(max(w))} (worst) | {_fmt(srv)} | "
-                         f"{sc:.1f} s | {bc:.1f} s | — | |")
+                         f"{sc:.1f} s | {bc:.1f} s | {rt} | — | |")
         else:
             ok = med <= INTERACT_MEDIAN_S and hi <= INTERACT_P95_S
             ok_all &= ok
-            lines.append(f"| {r.name} | {len(w)} | {_fmt(med)} | {_fmt(hi)} | {_fmt(srv)} | {sc:.2f} s | {bc:.2f} s | "
+            lines.append(f"| {r.name} | {len(w)} | {_fmt(med)} | {_fmt(hi)} | {_fmt(srv)} | {sc:.2f} s | {bc:.2f} s | {rt} | "
                          f"≤ {_fmt(INTERACT_MEDIAN_S)} / {_fmt(INTERACT_P95_S)} | {'yes' if ok else 'NO'} |")
     return lines, ok_all
 
@@ -378,10 +422,16 @@ def main() -> int:
     ap.add_argument("--app-root", type=Path, default=ROOT, help="checkout whose viewer is served")
     ap.add_argument("--skip-cold", action="store_true")
     ap.add_argument("--skip-warm", action="store_true")
+    ap.add_argument("--sections", default=",".join(WARM_SECTIONS),
+                    help=f"which warm measurements, comma-separated, of {','.join(WARM_SECTIONS)}")
     ap.add_argument("--label", default="", help="a line saying what this measures (e.g. 'before: main at ...')")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / f"browser-cpu-{dt.date.today()}.md")
     args = ap.parse_args()
     args.app_root = args.app_root.resolve()
+    args.sections = [x for x in args.sections.split(",") if x]
+    unknown = set(args.sections) - set(WARM_SECTIONS)
+    if unknown:
+        ap.error(f"unknown --sections {sorted(unknown)}; known: {','.join(WARM_SECTIONS)}")
 
     tmp = None
     if args.run is None:
@@ -440,7 +490,9 @@ def main() -> int:
         "Browser end-to-end: from the click (or navigation start) until the page's content is drawn with no "
         "progress state and no callback in flight. Waiting on the server: the union of the Dash callback "
         "requests' request-to-response intervals within it. CPU columns: seconds of CPU the server process and "
-        "the browser's processes used during the measurement (wall time on this shared machine is longer). "
+        "the browser's processes used during the measurement (wall time on this shared machine is longer); the "
+        "renderer main thread: how long the page's main thread ran tasks, and JavaScript of it (Chrome's "
+        "Performance metrics TaskDuration and ScriptDuration, through CDP). "
         "Cold rows: each sample is a fresh server process; the first paint is the run header plus the page's "
         "content or its progress state.",
     ]

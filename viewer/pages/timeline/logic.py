@@ -550,6 +550,14 @@ def critical_overlay(segments: pd.DataFrame | None, rows: Rows, ix: TimelineInde
                 line=dict(color=theme.CRITICAL, width=3), marker=dict(size=4, color=theme.CRITICAL), showlegend=True)
 
 
+# How near (px) the cursor must be to a marker (a critical-path point, an instant) for it to take
+# the hover and the click from the row's heatmap cell or bar: under half the smallest row height
+# (13 px, below), so a click always opens the row under the cursor. With plotly's default (20 px)
+# a path point drawn on the next row took the click, and the drill-down opened that row instead,
+# or nothing when it was a host row (bench_browser at 10 M events, rank level, 19.6 px rows).
+HOVER_PX = 6
+
+
 def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) -> dict:
     n_rows = len(view.rows.labels)
     x0, x1 = view.t0 / 1e3, view.t1 / 1e3
@@ -636,6 +644,7 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
                    range=[n_rows - 0.5, -0.5], gridcolor=theme.GRID, zeroline=False,
                    tickfont=dict(family="JetBrains Mono, Menlo, Consolas, monospace", size=10)),
         dragmode="zoom",
+        hoverdistance=HOVER_PX,
     )
     return dict(data=traces, layout=layout)
 
