@@ -183,6 +183,10 @@ def test_a_what_if_still_computing_shows_its_progress_then_its_result(app, hold,
     first = call(app, [(Cp.RESULT, "children")], [(Cp.APPLY, "n_clicks", 1)], state=state)[Cp.RESULT]["children"]
     assert "what-if: send_chunk 30% faster" in text_of(first) and Cp.WHATIF_TICK in _ids(first)
     asked = {"run": "late", "phase": "send_chunk", "rank": None, "percent": 30}
+    # a poll while it computes writes the progress into the box it came from, not a second box
+    pending = call(app, [(Cp.WHATIF_BOX, "children")], [(Cp.WHATIF_TICK, "n_intervals", 1)],
+                   state=[(Cp.WHATIF_ASKED, "data", asked)])[Cp.WHATIF_BOX]["children"]
+    assert Cp.WHATIF_TICK in _ids(pending) and Cp.WHATIF_BOX not in _ids(pending)
     go.set()
     assert app.catalog.jobs.wait([("late",) + analyses.what_if_key("send_chunk", 0.3, None)], T)
     done = call(app, [(Cp.WHATIF_BOX, "children")], [(Cp.WHATIF_TICK, "n_intervals", 1)],

@@ -33,9 +33,11 @@ def _failed(error: str):
     return C.error_box(error.split(": ", 1)[1] if title == "What-if not possible" else error, title=title)
 
 
-def _answer(catalog, run_id, phase, rank, percent, wait_s):
+def _answer(catalog, run_id, phase, rank, percent, wait_s, boxed: bool = True):
     """The what-if's result if computed (waiting up to wait_s for its job), else its progress
-    state with a poll (WHATIF_TICK) that asks again."""
+    state with a poll (WHATIF_TICK) that asks again: inside a WHATIF_BOX when `boxed` (the first
+    answer), else as that box's new children (a poll writes into the box it came from: a second
+    box there would repeat its id)."""
     speedup = float(percent) / 100.0
     run = catalog.loaded(run_id)
     if run is not None and run.has(analyses.what_if_key(phase, speedup, rank)):
@@ -49,12 +51,13 @@ def _answer(catalog, run_id, phase, rank, percent, wait_s):
         catalog.jobs.forget(job.key)    # asking again tries again
         return _failed(job.error or "failed")
     step = progress_logic.progress([job], catalog.jobs.active()).steps[0]
-    return html.Div([
+    pending = [
         html.Div([html.Span(className="spinner"), html.Span(progress_logic.line(step))],
                  className="pending pending-head msg msg-note", role="status"),
         dcc.Store(id=Ids.WHATIF_ASKED, data={"run": run_id, "phase": phase, "rank": rank, "percent": percent}),
         dcc.Interval(id=Ids.WHATIF_TICK, interval=TICK_MS),
-    ], id=Ids.WHATIF_BOX)
+    ]
+    return html.Div(pending, id=Ids.WHATIF_BOX) if boxed else pending
 
 
 PARAMS = {"phase": opt(NAME), "rank": opt(either(one_of("all"), RANK)), "percent": opt(number(-1000, 1000))}
@@ -91,6 +94,6 @@ def register(app, catalog) -> None:
                                title="What-if not possible")
         try:
             catalog.entry(run_id)
-            return _answer(catalog, run_id, phase, rank, percent, POLL_WAIT_S)
+            return _answer(catalog, run_id, phase, rank, percent, POLL_WAIT_S, boxed=False)
         except ViewerError as e:
             return C.error_box(str(e))
