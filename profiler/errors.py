@@ -36,8 +36,9 @@ class RegistryMismatch(DecodeError):
     """The buffer's registry_hash is not the hash of the registry given to the decoder."""
 
 
-class DecodeWarning(UserWarning):
-    """Something was decoded with losses; `count` says how many records/events/regions."""
+class CountedWarning(UserWarning):
+    """A warning with a count (how many records, events, phases) and a detail; `to_json` is how
+    runs and analyses store it."""
 
     def __init__(self, count: int, detail: str = ""):
         super().__init__(f"{type(self).__name__}: {count} ({detail})" if detail else f"{type(self).__name__}: {count}")
@@ -46,6 +47,10 @@ class DecodeWarning(UserWarning):
 
     def to_json(self) -> dict:
         return {"type": type(self).__name__, "count": self.count, "detail": self.detail}
+
+
+class DecodeWarning(CountedWarning):
+    """Something was decoded with losses; `count` says how many records/events/regions."""
 
 
 class DroppedRecords(DecodeWarning):
@@ -92,17 +97,9 @@ class ReversedSpans(DecodeWarning):
 
 
 # -- analyses ---------------------------------------------------------------------------------
-class AnalysisWarning(UserWarning):
+class AnalysisWarning(CountedWarning):
     """An analysis ran with less than it needs; `count` says how many phases/rows, `detail` which.
     Analyses return these with their results (never only print them)."""
-
-    def __init__(self, count: int, detail: str = ""):
-        super().__init__(f"{type(self).__name__}: {count} ({detail})" if detail else f"{type(self).__name__}: {count}")
-        self.count = int(count)
-        self.detail = detail
-
-    def to_json(self) -> dict:
-        return {"type": type(self).__name__, "count": self.count, "detail": self.detail}
 
 
 class UndeclaredPhases(AnalysisWarning):
