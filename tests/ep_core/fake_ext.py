@@ -379,3 +379,22 @@ def fake_buffer(num_nvl_bytes: int = 1 << 30, compute: bool = True, monkeypatch=
     b._init_host_state(exts[False], rank=0, group_size=1, num_nvl_bytes=num_nvl_bytes, timeout_s=10.0,
                        skip_send=False, device=torch.device("cpu"), comm_stream=FakeStream(), peers=FakePeers())
     return b, exts
+
+
+def one_rank_dispatch(problem, seed: int, monkeypatch):
+    """fake_buffer plus seeded inputs of `problem` (uniform routing, 10 % -1 entries), their
+    top-k indices in the Buffer's dtype and the dispatch layout: (buf, exts, ins, idx, layout)."""
+    from ep_core import buffer as B
+    from ep_core.workload import make_rank_inputs
+
+    buf, exts = fake_buffer(monkeypatch=monkeypatch)
+    ins = make_rank_inputs(problem, "uniform", 0, seed=seed, drop=0.1)
+    idx = ins.topk_idx.to(B.topk_idx_t)
+    layout = buf.get_dispatch_layout(idx, problem.experts)
+    return buf, exts, ins, idx, layout
+
+
+def fresh_dispatch(buf, ins, idx, layout, x=None, **kw):
+    """A non-cached dispatch of `ins` (or of `x` in its place) through the layout's counts."""
+    return buf.dispatch(ins.x if x is None else x, num_tokens_per_rank=layout[0], is_token_in_rank=layout[3],
+                        num_tokens_per_expert=layout[2], topk_idx=idx, topk_weights=ins.topk_weights, **kw)

@@ -13,24 +13,17 @@ import torch
 from ep_core import buffer as B
 from ep_core import reference as ref
 from ep_core.config import Config, Problem
-from ep_core.workload import make_rank_inputs
-from tests.ep_core.fake_ext import POISON, fake_buffer
+from tests.ep_core.fake_ext import POISON, fake_buffer, fresh_dispatch, one_rank_dispatch
 
 P = Problem(96, 256, 4, 16, 1)
 
 
 @pytest.fixture
 def setup(monkeypatch):
-    buf, exts = fake_buffer(monkeypatch=monkeypatch)
-    ins = make_rank_inputs(P, "uniform", 0, seed=5, drop=0.1)
-    idx = ins.topk_idx.to(B.topk_idx_t)
-    layout = buf.get_dispatch_layout(idx, P.experts)
-    return buf, exts, ins, idx, layout
+    return one_rank_dispatch(P, 5, monkeypatch)
 
 
-def _fresh(buf, ins, idx, layout, x=None, **kw):
-    return buf.dispatch(ins.x if x is None else x, num_tokens_per_rank=layout[0], is_token_in_rank=layout[3],
-                        num_tokens_per_expert=layout[2], topk_idx=idx, topk_weights=ins.topk_weights, **kw)
+_fresh = fresh_dispatch
 
 
 def _want(ins):
