@@ -157,6 +157,18 @@ def check_settings(a, env=None) -> tuple:
     return p, s, candidates(a.sms, a.chunks, p.ranks, a.copy_paths)
 
 
+def enough_gpus(ranks: int) -> bool:
+    """Whether this machine has `ranks` GPUs to tune on; if not, says so on stderr (both sweeps)."""
+    from .ab import gpu_count
+
+    have = gpu_count()
+    if have < ranks:
+        print(f"epscope tune: tunes on {ranks} GPU(s) of this machine, and it has {have} (run it on the "
+              f"GPU machine)", file=sys.stderr)
+        return False
+    return True
+
+
 def check_common(a, env: dict, geometry_env=GEOMETRY_ENV) -> Settings:
     """The settings both kernel families share (rounds, re-check, top, margin, iterations) and the
     environment's geometry overrides of the kernels tuned, checked; raises TuneUsage naming the bad one."""
@@ -361,12 +373,7 @@ def main(argv=None) -> int:
         for c in cands:
             print(f"  {c.name}: {c.configs(problem.ranks)}")
         return 0
-    from .ab import gpu_count
-
-    have = gpu_count()
-    if have < problem.ranks:
-        print(f"epscope tune: tunes on {problem.ranks} GPU(s) of this machine, and it has {have} (run it on the "
-              f"GPU machine)", file=sys.stderr)
+    if not enough_gpus(problem.ranks):
         return 2
     return _run(a, argv, problem, s, cands)
 

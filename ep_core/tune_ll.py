@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .tune import NORMAL_DEFAULTS, TuneUsage, _int_list, check_common
+from .tune import NORMAL_DEFAULTS, TuneUsage, _int_list, check_common, enough_gpus
 from .tuned import LL_KERNELS, TunedKey, TunedTableError, ll_buckets
 
 LL_DEFAULTS = {"buckets": "16,64,128,256", "blocks": "32,64,96,128", "warps": "8,16",
@@ -219,12 +219,7 @@ def main(a, argv) -> int:
         for c in cands:
             print(f"  {c.name}: {c.config.to_dict()}")
         return 0
-    from .ab import gpu_count
-
-    have = gpu_count()
-    if have < shape.ranks:
-        print(f"epscope tune: tunes on {shape.ranks} GPU(s) of this machine, and it has {have} (run it on the "
-              f"GPU machine)", file=sys.stderr)
+    if not enough_gpus(shape.ranks):
         return 2
     return _run(a, argv, shape, s, buckets, cands)
 
