@@ -23,6 +23,7 @@ from profiler.expect import Cause
 
 from . import graph as G
 from . import imbalance as IM
+from . import late_entry as LE
 from . import timeouts
 from .critical_path import iteration_totals
 from .keys import ranges
@@ -168,6 +169,18 @@ def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
             w0 = worst.iloc[0]
             notes.append(f"within rank {w0['rank']} {w0['kernel']}, the busiest {w0['role']} warp is "
                          f"{w0['ratio']:.2f}× the median warp")
+    le = LE.decision(g, totals)
+    if le is not None and le.alarm:
+        # the other ranks' warps sat idle waiting for a late rank to enter: after the warps' own
+        # findings (what the page is for), the same decision as the other pages (late_entry.py)
+        sz = le.size
+        findings.append((sz.magnitude_ns / sz.reference_ns if sz.reference_ns else 0.0,
+                         Verdict(page="idle", alarm=True, cause=le.cause, rank=le.rank, peer=le.waiter,
+                                 kernel=le.kernel, phase=le.phase, magnitude_ns=sz.magnitude_ns,
+                                 reference_ns=sz.reference_ns, n=sz.n, iteration=sz.iteration, late_entry=le.side,
+                                 detail=le.clause(), evidence=le.evidence)))
+    elif le is not None and le.size.borderline:
+        notes.append(f"borderline late entry: {le.clause()}; {le.size.note}")
     tv = timeouts.verdict(g, "idle")
     ordered = [f[1] for f in findings]
     if tv is not None:
