@@ -102,13 +102,33 @@ def _empty() -> TimeModel:
                      pd.DataFrame(columns=ITERATION_COLUMNS), 0)
 
 
-def _launch_extents(g: G.Graph) -> pd.DataFrame:
+def op_latency(g: G.Graph, times: np.ndarray) -> pd.DataFrame:
+    """[iteration, op_latency_ns] with the graph's points at `times` (a re-timed graph: what-if),
+    the op occurrences matched as recorded: per occurrence the last rank's entry to the last warp
+    end, summed per iteration (NaN where a rank never launched an occurrence)."""
+    tm = time_model(g)
+    if tm.ops.empty:
+        return pd.DataFrame(columns=["iteration", "op_latency_ns"])
+    ext = _launch_extents(g, times).merge(tm.per_rank[["rank", "launch"]], on=["rank", "launch"])
+    grp = ext.groupby(["iteration", "kernel", "occurrence"], sort=True)
+    per = (grp["end_ns"].max() - grp["entry_ns"].max()).astype(float).rename("op").reset_index()
+    missing = tm.ops.set_index(["iteration", "kernel", "occurrence"])["missing"]
+    per.loc[missing.reindex(pd.MultiIndex.from_frame(per[["iteration", "kernel", "occurrence"]])).to_numpy() > 0,
+            "op"] = np.nan
+    out = per.groupby("iteration", sort=True)["op"].sum(min_count=1)
+    bad = per.groupby("iteration")["op"].apply(lambda x: x.isna().any())
+    out[bad.reindex(out.index).to_numpy()] = np.nan
+    return out.rename("op_latency_ns").reset_index()
+
+
+def _launch_extents(g: G.Graph, times: np.ndarray | None = None) -> pd.DataFrame:
     """Per GPU (rank, launch): iteration, kernel, entry (first warp point), end (last warp point)."""
+    t = g.pt_t if times is None else times
     L = g.lane
     gl = ~L["host"].to_numpy()
     df = pd.DataFrame({"rank": L["rank"].to_numpy()[gl], "launch": L["launch"].to_numpy()[gl],
                        "iteration": L["iteration"].to_numpy()[gl], "kernel": L["kernel"].to_numpy()[gl].astype(str),
-                       "b": g.pt_t[g.lane_first[gl]], "e": g.pt_t[g.lane_last[gl]]})
+                       "b": t[g.lane_first[gl]], "e": t[g.lane_last[gl]]})
     if df.empty:
         return df
     ext = df.groupby(["rank", "launch"], sort=True).agg(iteration=("iteration", "first"), kernel=("kernel", "first"),

@@ -83,7 +83,11 @@ def test_what_if_sentence():
     s = pd.DataFrame({"iteration": [0, 1], "before_ns": [1000, 1000], "after_ns": [990, 990], "change_ns": [-10, -10],
                       "change_pct": [-1.0, -1.0], "local_saving_ns": [100, 100], "absorbed_pct": [90.0, 90.0]})
     text = PL.what_if_sentence(s, "copy_out", 1, 20)
-    assert text.startswith("If copy_out on rank 1 were 20% faster: end-to-end -20 ns (-1.00%) over 2 iteration(s)")
+    assert text.startswith("If copy_out on rank 1 were 20% faster: the iteration (wall time, host included) -20 ns "
+                           "(-1.00%) over 2 iteration(s)")
+    s2 = s.assign(op_before_ns=[500, 500], op_after_ns=[490, 490], op_change_ns=[-10, -10])
+    text2 = PL.what_if_sentence(s2, "copy_out", 1, 20)
+    assert "the op latency after entry -20 ns (-2.00%" in text2 and "the iteration (wall time" in text2
     assert "90.0% of the local saving is absorbed" in text
     assert "No iteration" in PL.what_if_sentence(s.iloc[0:0], "x", None, 5)
 
@@ -164,7 +168,7 @@ def test_every_column_and_card_of_the_analysis_pages_is_in_the_glossary():
     from viewer.pages.idle import layout as ILay
     plain = {"rank", "kernel", "block", "warp", "role", "phase", "barrier", "begin", "duration", "change", "change %",
              "before", "after", "warps", "occurrences", "critical path", "verdict", "iteration"}
-    tables = [(PLay.SEG_COLS, PLay.SEG_TIPS), (PLay.SLACK_COLS, {}), (PCb.SUMMARY_COLS, {}),
+    tables = [(PLay.SEG_COLS, PLay.SEG_TIPS), (PLay.SLACK_COLS, {}), (PCb.SUMMARY_COLS, PCb.SUMMARY_TIPS),
               (ILay.WARP_COLS, ILay.TIPS), (ILay.BLOCK_COLS, ILay.TIPS), (ILay.IMB_COLS, ILay.TIPS),
               (ILay.RANK_COLS, {}), (BLay.SUMMARY_COLS, BLay.TIPS), (BLay.RANK_COLS, BLay.TIPS),
               (BLay.OCC_COLS, BLay.TIPS), (CCb.PHASE_COLS, CCb.TIPS), (CCb.RANK_COLS, CCb.TIPS),
