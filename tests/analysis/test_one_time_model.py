@@ -16,6 +16,7 @@ from profiler.analysis import barrier_contention, critical_path, idle_warps
 import importlib
 from profiler.analysis import graph as G
 from profiler.analysis import imbalance as IM
+from profiler.analysis import summary
 from profiler.analysis.timemodel import time_model
 from profiler.runstore import load_run
 
@@ -54,6 +55,13 @@ def test_pages_read_one_time_model(name):
     # a late entry named by one page is named the same (rank and side) by every page that names one
     late = {(v.rank, v.late_entry) for v in (cp, iw, bc) if v.alarm and v.late_entry}
     assert len(late) <= 1, [(v.page, v.headline) for v in (cp, iw, bc)]
+    # the bundled run's stored summary (what the Runs page shows) is current and says the same
+    sm = summary.load(TRACES / name)
+    assert sm is not None, f"{name}: stale or missing {summary.FILE}: run `epscope analyze traces/{name}`"
+    for page, v in (("critical_path", cp), ("idle", iw), ("barriers", bc)):
+        assert (sm["verdicts"][page]["alarm"], sm["verdicts"][page]["cause"]) == (v.alarm, v.cause.value)
+    if len(defined):
+        assert abs(sm["op_latency_ns"] - float(np.median(defined))) <= 1
 
 
 def _groups():

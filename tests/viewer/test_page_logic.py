@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import html
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -46,6 +47,27 @@ def test_runs_table_from_manifests(tmp_path):
     assert df.loc["d", "status"] == "TIMEOUT: rank 0 waited for rank 1" and not df.loc["d", "ok"]
     assert df.loc["a", "shared_name"] and df.loc["d", "shared_name"] and df.loc["d", "directory"] == "d"
     assert not df.loc["c", "shared_name"]
+    assert df.loc["a", "op_latency"] == RL.NOT_ANALYSED     # no stored summary: the page says so
+
+
+def test_runs_table_knobs_and_stored_headline(tmp_path):
+    import shutil
+    from profiler.analysis import summary
+    from profiler.runstore import load_run
+    traces = Path(__file__).resolve().parents[2] / "traces"
+    d = tmp_path / "ep-host-late"
+    shutil.copytree(traces / "ep-host-late", d)
+    (d / summary.FILE).unlink(missing_ok=True)
+    run = load_run(d)
+    summary.store(run)
+    df = RL.runs_table([RunEntry("h", d, tmp_path, run.manifest)]).set_index("run_id")
+    assert (df.loc["h", "sms"], df.loc["h", "path"], df.loc["h", "dtype"]) == ("24", "direct", "bf16")
+    assert df.loc["h", "verdict"].startswith("host_bound rank 1 (host side late entry)")
+    assert df.loc["h", "op_latency"].endswith("µs")
+    # a summary of other data is stale: never shown as current
+    (d / "launches.parquet").write_bytes((d / "launches.parquet").read_bytes() + b"\0")
+    df = RL.runs_table([RunEntry("h", d, tmp_path, run.manifest)]).set_index("run_id")
+    assert df.loc["h", "op_latency"] == RL.NOT_ANALYSED
 
 
 def _starved():
