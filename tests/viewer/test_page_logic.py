@@ -240,3 +240,22 @@ def test_idle_ignores_kernels_without_any_work():
     h = IL.headline(rep)
     assert (h["warps"], h["idle_warps"], h["blocks"], h["idle_blocks"]) == (3, 2, 2, 1)
     assert h["worst_ratio"] == float("inf")
+
+
+def test_axes_never_print_si_suffixes_beside_units():
+    """issue 18: an axis in µs read '1M µs'; every figure's axes print numbers in full."""
+    from viewer import theme
+    lay = theme.figure_layout(xaxis=dict(title=dict(text="time (µs)")), yaxis2=dict(title=dict(text="x")))
+    for k in ("xaxis", "yaxis", "yaxis2"):
+        assert lay[k]["exponentformat"] == "none" and lay[k]["separatethousands"]
+
+
+def test_verdict_sentences_have_no_doubled_words():
+    """issue 18: 'the the' style repeats in verdict boxes; checked on every bundled run's stored headlines."""
+    import json
+    import re
+    traces = Path(__file__).resolve().parents[2] / "traces"
+    pat = re.compile(r"\b(\w+) \1\b", re.I)
+    for f in traces.glob("*/analysis-summary.json"):
+        for page, v in json.loads(f.read_text())["verdicts"].items():
+            assert not pat.search(v["headline"]), (f.parent.name, page, v["headline"])
