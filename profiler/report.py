@@ -154,14 +154,15 @@ def _verdicts(ev: pd.DataFrame, run: Run) -> list[str]:
 
 
 def _unfinished(ev: pd.DataFrame) -> list[str]:
-    """The waits no kernel ended (a timeout), as the pages draw them: until the kernel stopped."""
+    """The spans no kernel ended (a timed-out wait), as the pages draw them: until the kernel stopped."""
     op = ev[ev["open"].to_numpy()]
     if op.empty:
         return []
     d = (op["end_ns"] - op["begin_ns"])
     i = int(d.to_numpy().argmax())
     w = op.iloc[i]
-    return [f"UNFINISHED WAITS: {len(op):,} (they end where their kernel stopped); longest: rank {int(w['rank'])} "
+    return [f"OPEN SPANS: {len(op):,} (unfinished: a kernel aborted or ENDs were dropped; as on every page they end "
+            f"where their kernel stopped); longest: rank {int(w['rank'])} "
             f"{w['kernel']}/{w['phase']} {fmt_ns(float(d.iloc[i]))} (block {int(w['block'])} warp {int(w['warp'])}, "
             f"unfinished)"]
 
