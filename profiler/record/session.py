@@ -39,6 +39,7 @@ import numpy as np
 
 from .. import errors as E
 from ..align import ClockModel, ClockSample, clock_manifest, fit_host_clock, fit_rank_clock
+from ..calibration import default_calibration
 from ..decode import LaunchInfo, concat_events, decode_launches
 from ..generated import layout as L
 from ..runstore import write_run
@@ -555,6 +556,7 @@ class Session:
         statuses = [p["status"] for p in payloads]
         status = next((s for s in statuses if s != "ok"), status)
         model, clock_notes = build_clock_model(payloads, self.world_size)
+        model = model.calibrated(default_calibration())   # this GPU's `epscope calibrate`, when it ran
         notes += clock_notes
         items = [(host, info) for p in payloads for info, host in p["launches"]]
         families = sorted({f for p in payloads for f in p["families"]})
@@ -573,6 +575,7 @@ class Session:
             "workload": self.workload, "config": {**self.config, "capacity": self.capacity, "hires": self.hires},
             "gpu": gpu, "world_size": self.world_size,
             "clock": clock_manifest(model) | {"host_pairs": sum(len(p["host_pairs"]) for p in payloads),
+                                              "gpu_time": decoded.conversion,
                                               "sync_samples": {str(k): {w: int(sum(len(a) for a in v)) for w, v in d.items()}
                                                                for k, d in payloads[0]["clock"].items()}},
             "registry": registries,
