@@ -35,7 +35,7 @@ step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
   python3 benchmarks/gpu/recorder_bench.py --out "$OUT" --traces "$OUT/traces"
 
   step "calibrate"
-  python3 -m profiler.cli calibrate --out "$OUT/calibration.json" | tee "$OUT/calibrate.txt"
+  python3 -m profiler.record.calibrate --out "$OUT/calibration.json" | tee "$OUT/calibrate.txt"
 
   step "GPU tests"
   timeout 240 python3 -m pytest -q tests/gpu/test_recorder_gpu.py -p no:cacheprovider

@@ -103,25 +103,26 @@ class WarpRecorder {
   // Same, for kernels that number their warps themselves (e.g. a persistent kernel whose warp
   // plays several roles): region = block * warps_per_block + warp.
   __device__ __forceinline__ void init(void* buf, uint32_t block, uint32_t warp) {
-    buf_ = static_cast<char*>(buf);
+    base_ = nullptr;
     next_ = 0;
     last_ = 0;
-    on_ = 0;
     if (buf == nullptr) return;
     auto* hdr = static_cast<const BufferHeader*>(buf);
     const uint32_t wpb = hdr->warps_per_block;
     const uint32_t region = block * wpb + warp;
     const uint32_t cap = hdr->region_capacity;
     // A host that sized the buffer for another grid records nothing rather than corrupting
-    // memory; the decoder reports those regions as UNUSED. Only lane 0 records (on_ = 0 on lanes
+    // memory; the decoder reports those regions as UNUSED. Only lane 0 records (last_ = 0 on lanes
     // 1..31: one predicate for the kernel's whole life, see put()).
-    if (warp >= wpb || region >= hdr->num_regions || cap == 0 || lane_id() != 0) return;
-    const uint64_t region_slot = kHeaderSlots + uint64_t(region) * (kHeaderSlots + cap);
-    // slot indices are 32-bit: a buffer past 64 GiB (never sized so by the host) records nothing
-    if (region_slot + kHeaderSlots + cap > 0xffffffffull) return;
-    next_ = uint32_t(region_slot) + kHeaderSlots;
-    last_ = next_ + cap - 1;
-    on_ = 1;
+    if (warp >= wpb || region >= hdr->num_regions || cap == 0 || cap > 0xffffffffu - kHeaderSlots ||
+        lane_id() != 0)
+      return;
+    // base_ is this warp's region, not the buffer: a value the compiler cannot re-read from the
+    // kernel's parameter bank, so a record adds its slot to a register instead of waiting on a
+    // constant load (an LDC per record, which the first format-2 build paid: NOTES.md issue 22).
+    base_ = static_cast<char*>(buf) + sizeof(BufferHeader) + uint64_t(region) * (sizeof(RegionHeader) + uint64_t(cap) * sizeof(Record));
+    next_ = kHeaderSlots;
+    last_ = kHeaderSlots + cap - 1;  // > 0: the recorder is on
     RegionHeader* rh = region_header();
     rh->sm = smid();
     rh->block = block;
@@ -143,9 +144,9 @@ class WarpRecorder {
   // between anchors and reports an SM clock change between two of them (ClockChange). Costs a
   // globaltimer read (~40 cycles) and one record slot; init and finish anchor every warp anyway.
   __device__ __forceinline__ void anchor() {
-    if (on_) {
+    if (last_ != 0) {
       const ClockPair a = clock_pair();
-      const uint64_t dst = __cvta_generic_to_global(buf_) + uint64_t(min(next_, last_)) * sizeof(Record);
+      const uint64_t dst = __cvta_generic_to_global(base_) + uint64_t(min(next_, last_)) * sizeof(Record);
       const uint32_t idkind = uint32_t((a.clk >> 32) & 0xffffu) | (uint32_t(kKindAnchor) << 16);
       asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(uint32_t(a.gt)),
                    "r"(uint32_t(a.gt >> 32)), "r"(idkind), "r"(uint32_t(a.clk)) : "memory");
@@ -156,42 +157,38 @@ class WarpRecorder {
   // Close the region: how many records were attempted (the decoder derives drops from it) and
   // the end anchor.
   __device__ __forceinline__ void finish() {
-    if (on_) {
+    if (last_ != 0) {
       RegionHeader* rh = region_header();
       const ClockPair a = clock_pair();
       rh->clk_end = a.clk;
       rh->gt_end = a.gt;
-      rh->attempted = next_ - first_slot();
+      rh->attempted = next_ - kHeaderSlots;
       rh->state = kRegionFinished;
     }
-    on_ = 0;
+    last_ = 0;
   }
 
  private:
   static constexpr uint32_t kHeaderSlots = sizeof(RegionHeader) / sizeof(Record);  // also sizeof(BufferHeader) / 16
   static_assert(sizeof(BufferHeader) == sizeof(RegionHeader), "slot arithmetic: both headers are kHeaderSlots records");
 
-  __device__ __forceinline__ uint32_t first_slot() const {
-    return last_ + 1 - static_cast<const BufferHeader*>(static_cast<void*>(buf_))->region_capacity;
-  }
-  __device__ __forceinline__ RegionHeader* region_header() const {
-    return reinterpret_cast<RegionHeader*>(buf_ + uint64_t(first_slot() - kHeaderSlots) * sizeof(Record));
-  }
+  __device__ __forceinline__ RegionHeader* region_header() const { return reinterpret_cast<RegionHeader*>(base_); }
 
-  // One record (format 2): a clock64 read and one 16-byte store to min(next_, last_), under on_.
-  // on_ is set once at init and never changes until finish, so ptxas if-converts the record into
-  // instructions predicated on one loop-invariant predicate: no compare per record (the bound
-  // predicate next_ < end_ of format 1 cost a 13-cycle ISETP latency in front of every store),
-  // and a full region clamps into its last slot (the overflow sink) instead of predicating.
-  // With recording off at run time (null buffer) or on lanes 1..31, the same predicate is false:
-  // the instructions issue but no timer is read and nothing is stored. ptxas if-converts such a
+  // One record (format 2): a clock64 read and one 16-byte store to min(next_, last_), on lane 0 of
+  // a warp that owns a region (last_ != 0). last_ is set at init and left alone until finish, so
+  // ptxas if-converts the record into instructions predicated on one loop-invariant predicate:
+  // no compare per record (format 1's bound predicate next_ < end_ put a 13-cycle ISETP latency
+  // in front of every store), and a full region clamps into its last slot (the overflow sink)
+  // instead. With recording off at run time (null buffer) or on lanes 1..31 the predicate is
+  // false: the instructions issue but read no timer and store nothing. ptxas if-converts such a
   // short block even when it is written as a uniform branch (`@p bra.uni`: seen in the SASS), so
-  // "off" costs the record's issue slots, a few cycles, not a branch. History (benchmarks/NOTES.md):
-  // C++ branches 83 cycles a record; globaltimer + bound predicate 37-42; a deferred store 78-85;
-  // overflow sink + globaltimer 28-29 (the globaltimer read alone measured 40).
+  // "off" costs the record's issue slots, not a branch. History (benchmarks/NOTES.md): C++
+  // branches 83 cycles a record; globaltimer + bound predicate 37-42; a deferred store 78-85;
+  // overflow sink + globaltimer 28-29; clock64 with the buffer re-read from the parameter bank
+  // per record 36-39 (the LDC's latency, on or off).
   __device__ __forceinline__ void put(uint8_t kind, uint16_t id, uint32_t payload) {
-    if (on_) {
-      const uint64_t dst = __cvta_generic_to_global(buf_) + uint64_t(min(next_, last_)) * sizeof(Record);
+    if (last_ != 0) {
+      const uint64_t dst = __cvta_generic_to_global(base_) + uint64_t(min(next_, last_)) * sizeof(Record);
       const uint32_t idkind = uint32_t(id) | (uint32_t(kind) << 16);  // Record bytes 8..11: id, kind, reserved
       asm volatile(
           "{\n\t"
@@ -207,14 +204,12 @@ class WarpRecorder {
     ++next_;  // counts drops too: nothing is dropped silently
   }
 
-  // The whole state: two slot indices and the switch, 3 registers. buf_ is the kernel's own
-  // parameter, which the compiler re-reads from the constant bank rather than holding it: the
-  // state stays live across a kernel's hot loops, where every register it holds is one the copy
-  // loop cannot use (the first instrumented build kept 8, benchmarks/NOTES.md issue 9).
-  char* buf_ = nullptr;
-  uint32_t next_ = 0;  // slot (16-byte unit from buf_) of this warp's next record; counts drops too
-  uint32_t last_ = 0;  // this warp's last slot: the overflow sink
-  uint32_t on_ = 0;    // 1 on lane 0 of a warp that owns a region, between init and finish
+  // The whole state, 4 registers: this warp's region (2: a register, not the parameter bank, see
+  // init), its next slot and its last slot. Format 1 kept 3 (the buffer from the parameter bank);
+  // the first instrumented build kept 8, which cost EP copy loops registers (NOTES.md issue 9).
+  char* base_ = nullptr;  // this warp's RegionHeader; its records follow it
+  uint32_t next_ = 0;  // slot (16-byte unit from base_) of this warp's next record; counts drops too
+  uint32_t last_ = 0;  // this warp's last slot, the overflow sink; 0: off (lanes 1..31, no region, finished)
 };
 
 #else  // EPSCOPE_PROFILE == 0: off means off.

@@ -121,8 +121,8 @@ __global__ void record_cost_kernel(void* buf, int n, int64_t* cycles, uint32_t* 
 // in kPartAllLanes, write lane 0's record to lane 0's slot.
 #if EPSCOPE_PROFILE
 template <int kPart>
-__device__ __forceinline__ void part_record(uint64_t base, uint32_t next, uint32_t end, uint32_t on, uint32_t hires,
-                                            uint32_t idkind, uint32_t payload, uint32_t& x) {
+__device__ __forceinline__ void part_record(uint64_t base, uint64_t rbase, uint32_t next, uint32_t end, uint32_t on,
+                                            uint32_t hires, uint32_t idkind, uint32_t payload, uint32_t& x) {
   if constexpr (kPart == kPartV1) {  // format 1's WarpRecorder::put
     const uint64_t dst = base + uint64_t(next) * 16;
     asm volatile(
@@ -137,27 +137,30 @@ __device__ __forceinline__ void part_record(uint64_t base, uint32_t next, uint32
         "{\n\t.reg .pred p;\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tsetp.lt.u32 p, %1, %2;\n\t"
         "mov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t@p st.global.v4.u32 [%0], {lo, hi, %3, %4};\n\t}"
         :: "l"(dst), "r"(next), "r"(on ? end : 0u), "r"(idkind), "r"(payload));
-  } else if constexpr (kPart == kPartLaneSink || kPart == kPartAllLanes) {
+  } else if constexpr (kPart == kPartLdcBase || kPart == kPartV2 || kPart == kPartAllLanes) {
     if (kPart == kPartAllLanes || on) {
-      const uint64_t dst = base + uint64_t(min(next, end)) * 16;
+      const uint64_t dst = (kPart == kPartLdcBase ? base : rbase) + uint64_t(min(next, end)) * 16;
       asm volatile("{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
                    "st.global.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
                    :: "l"(dst), "r"(idkind), "r"(payload));
     }
-  } else if constexpr (kPart == kPartClockOnly) {  // the read alone, its value kept live
-    x ^= uint32_t(clock64());
-  } else if constexpr (kPart == kPartTimerOnly) {
-    x ^= uint32_t(globaltimer());
+  } else if constexpr (kPart == kPartV2Globaltimer) {
+    if (on) {
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
+      asm volatile("{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%globaltimer;\n\tmov.b64 {lo, hi}, t;\n\t"
+                   "st.global.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
+                   :: "l"(dst), "r"(idkind), "r"(payload));
+    }
   } else if constexpr (kPart == kPartStoreOnly) {
     if (on) {
-      const uint64_t dst = base + uint64_t(min(next, end)) * 16;
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
       asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "r"(x), "r"(next), "r"(idkind),
                    "r"(payload));
     }
   } else if constexpr (kPart == kPartAnchor) {
     if (on) {
       const ClockPair a = clock_pair();
-      const uint64_t dst = base + uint64_t(min(next, end)) * 16;
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
       asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "r"(uint32_t(a.gt)),
                    "r"(uint32_t(a.gt >> 32)), "r"(idkind | uint32_t(a.clk >> 32)), "r"(uint32_t(a.clk)) : "memory");
     }
@@ -169,6 +172,8 @@ __global__ void record_parts_kernel(void* buf, uint32_t cap, int n, uint32_t hir
   const uint32_t w = linear_block() * (blockDim.x / 32) + warp_in_block();
   // slot indices from the buffer's start, the region's first folded in (as WarpRecorder keeps them)
   const uint64_t base = __cvta_generic_to_global(buf);
+  uint64_t rbase;  // the same address in a register the compiler cannot re-read from the parameter bank
+  asm("mov.b64 %0, %1;" : "=l"(rbase) : "l"(base));
   const uint32_t first = w * (cap + 1), sink_slot = first + cap;
   const uint32_t on = lane_id() == 0;
   uint32_t next = first;
@@ -177,7 +182,7 @@ __global__ void record_parts_kernel(void* buf, uint32_t cap, int n, uint32_t hir
   __syncwarp();
   const int64_t c0 = clock64();
   for (int i = 0; i < n; ++i) {
-    if constexpr (kPart != kPartNone) part_record<kPart>(base, next, end, on, hires, 0x30000u | kTick, uint32_t(i), x);
+    if constexpr (kPart != kPartNone) part_record<kPart>(base, rbase, next, end, on, hires, 0x30000u | kTick, uint32_t(i), x);
     ++next;
     x = x * 1664525u + 1013904223u;  // the record_cost loop's LCG
   }

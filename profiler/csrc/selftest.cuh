@@ -55,10 +55,10 @@ enum RecordPart : int {
   kPartNone = 0,          // the loop alone (LCG + counter): the baseline the others subtract
   kPartV1 = 1,            // format 1's put: bound predicate, globaltimer + clock64 + SEL, store
   kPartBoundClock = 2,    // bound predicate (next < end per record), clock64, store
-  kPartLaneSink = 3,      // format 2's put: lane-0 predicate fixed at init, slot clamped into the sink, clock64
-  kPartAllLanes = 4,      // no predicate: all 32 lanes store the same record to the same clamped slot, clock64
-  kPartClockOnly = 5,     // one clock64 read, no store
-  kPartTimerOnly = 6,     // one %globaltimer read, no store
+  kPartLdcBase = 3,       // format 2's first cut: lane predicate, sink clamp, clock64, buffer from the parameter bank
+  kPartV2 = 4,            // format 2 as built: the same with the buffer in a register (WarpRecorder::put)
+  kPartAllLanes = 5,      // no predicate: all 32 lanes store the same record to the same clamped slot, clock64
+  kPartV2Globaltimer = 6, // format 2's shape reading %globaltimer instead of clock64 (what the timer costs)
   kPartStoreOnly = 7,     // one lane-0 clamped 16-byte store, no timer
   kPartAnchor = 8,        // an ANCHOR record: clock64, globaltimer, clock64, one store
   kPartCount = 9,

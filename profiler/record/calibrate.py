@@ -30,9 +30,9 @@ from .selftest import TIMEOUT_CYCLES
 
 # record_parts designs (profiler/csrc/selftest.cuh, RecordPart): what each record design costs
 DESIGNS = {1: "format 1: bound predicate, globaltimer + clock64 + SEL", 2: "bound predicate, clock64",
-           3: "format 2: lane predicate, overflow sink, clock64", 4: "all lanes, one slot, no predicate, clock64",
-           5: "clock64 read only", 6: "globaltimer read only", 7: "lane-0 clamped store only",
-           8: "anchor record (clock64, globaltimer, clock64, store)"}
+           3: "format 2, buffer from the parameter bank (first cut)", 4: "format 2 as built: buffer in a register",
+           5: "all lanes, one slot, no predicate, clock64", 6: "format 2 shape reading globaltimer instead",
+           7: "lane-0 clamped store only", 8: "anchor record (clock64, globaltimer, clock64, store)"}
 GRIDS = ((1, 1), (132, 4))
 NOMINAL_GHZ = 1.98  # only sizes the SM-clock kernel's spin (measured-facts.md: H200 max SM clock)
 
