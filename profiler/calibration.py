@@ -103,6 +103,8 @@ class Calibration:
     reference_gt_ns: int             # the globaltimer instant offsets are given at
     sms: tuple[SmClock, ...] = ()
     record_cycles: dict = field(default_factory=dict)   # grid ("1x1") -> {design: cycles per record}
+    anchored_alignment_ns: float = 0.0   # alignment_ns with an extra anchor every anchor_every_ms (piecewise)
+    anchor_every_ms: float = 0.0
 
     def __post_init__(self):
         for name in ("gpu", "created", "git_commit"):
@@ -110,7 +112,7 @@ class Calibration:
         for name in ("globaltimer_step_ns", "globaltimer_mean_step_ns", "sm_ghz", "kernel_ms"):
             _num(getattr(self, name), name, 0.0, strict=True)
         for name in ("clock64_read_cycles", "globaltimer_read_cycles", "anchor_skew_cycles", "anchor_skew_ns",
-                     "sm_drift_ppm", "alignment_ns"):
+                     "sm_drift_ppm", "alignment_ns", "anchored_alignment_ns", "anchor_every_ms"):
             _num(getattr(self, name), name)
         _int(self.reference_gt_ns, "reference_gt_ns")
         if not all(isinstance(s, SmClock) for s in self.sms):
@@ -135,6 +137,7 @@ class Calibration:
             "record_cycles": self.record_cycles,
             "sm_clock": {"ghz": self.sm_ghz, "drift_ppm": self.sm_drift_ppm, "alignment_ns": self.alignment_ns,
                          "kernel_ms": self.kernel_ms, "reference_gt_ns": self.reference_gt_ns,
+                         "anchored_alignment_ns": self.anchored_alignment_ns, "anchor_every_ms": self.anchor_every_ms,
                          "sms": [asdict(s) for s in self.sms]},
         }
 
@@ -156,6 +159,8 @@ class Calibration:
                        anchor_skew_cycles=an["skew_cycles"], anchor_skew_ns=an["skew_ns"],
                        sm_ghz=sc["ghz"], sm_drift_ppm=sc["drift_ppm"], alignment_ns=sc["alignment_ns"],
                        kernel_ms=sc["kernel_ms"], reference_gt_ns=sc["reference_gt_ns"], sms=sms,
+                       anchored_alignment_ns=sc.get("anchored_alignment_ns", 0.0),
+                       anchor_every_ms=sc.get("anchor_every_ms", 0.0),
                        record_cycles=d.get("record_cycles", {}))
         except KeyError as e:
             raise CalibrationError(f"calibration file lacks field {e.args[0]!r}", str(e.args[0])) from None
@@ -167,7 +172,9 @@ class Calibration:
         return {"gpu": self.gpu, "created": self.created, "git_commit": self.git_commit,
                 "globaltimer_step_ns": self.globaltimer_step_ns, "sm_ghz": self.sm_ghz,
                 "sm_drift_ppm": self.sm_drift_ppm, "anchor_error_ns": self.anchor_error_ns,
-                "alignment_ns": self.alignment_ns, "kernel_ms": self.kernel_ms, "sms": len(self.sms)}
+                "alignment_ns": self.alignment_ns, "kernel_ms": self.kernel_ms,
+                "anchored_alignment_ns": self.anchored_alignment_ns, "anchor_every_ms": self.anchor_every_ms,
+                "sms": len(self.sms)}
 
     def save(self, path) -> Path:
         path = Path(path)
@@ -199,7 +206,7 @@ def default_calibration() -> Calibration | None:
         return None
 
 
-def fit_sm_clocks(samples, reference_gt_ns: int | None = None) -> dict:
+def fit_sm_clocks(samples, reference_gt_ns: int | None = None, anchor_every: int = 10) -> dict:
     """Per-SM clock64 rates, offsets and two-anchor conversion errors from anchor samples.
 
     samples: int64[blocks, n, 4] of (clock64 before, globaltimer, clock64 after, smid), each block
@@ -207,7 +214,9 @@ def fit_sm_clocks(samples, reference_gt_ns: int | None = None) -> dict:
     block): the rate is the line through its first and last anchor (what the decoder does with a
     region's start and finish pairs), max_residual_ns the largest distance of its intermediate
     anchors from that line, offset_cycles its clock64 at `reference_gt_ns` (default: the median
-    first anchor). Returns the SmClock list and the summary fields of a Calibration.
+    first anchor). anchored_alignment_ns: the same distance when every `anchor_every`-th sample is
+    an anchor too (a kernel calling WarpRecorder::anchor() that often), the decoder's piecewise
+    conversion. Returns the SmClock list and the summary fields of a Calibration.
     """
     a = np.asarray(samples, dtype=np.int64)
     if a.ndim != 3 or a.shape[2] != 4 or a.shape[1] < 2 or a.shape[0] < 1:
@@ -217,7 +226,7 @@ def fit_sm_clocks(samples, reference_gt_ns: int | None = None) -> dict:
     skew = float(np.median((a[:, :, 2] - a[:, :, 0]) / 2))
     if reference_gt_ns is None:
         reference_gt_ns = int(np.median(gt[:, 0]))
-    sms, seen = [], set()
+    sms, seen, anchored = [], set(), 0.0
     for b in range(a.shape[0]):
         sm = int(a[b, 0, 3])
         if sm in seen:
@@ -233,10 +242,17 @@ def fit_sm_clocks(samples, reference_gt_ns: int | None = None) -> dict:
         resid = float(np.max(np.abs((gt[b] - gt[b, 0]).astype(np.float64) - pred)))
         off = int(clk[b, 0]) + int(round((reference_gt_ns - int(gt[b, 0])) * ghz))
         sms.append(SmClock(sm, ghz, off, resid))
+        pts = sorted(set(range(0, a.shape[1], max(anchor_every, 1))) | {a.shape[1] - 1})
+        rel_c = (clk[b] - clk[b, 0]).astype(np.float64)
+        rel_g = (gt[b] - gt[b, 0]).astype(np.float64)
+        piecewise = np.interp(rel_c, rel_c[pts], rel_g[pts])
+        anchored = max(anchored, float(np.max(np.abs(rel_g - piecewise))))
     rates = np.array([s.ghz for s in sms])
     med = float(np.median(rates))
     kernel_ms = float(np.median(gt[:, -1] - gt[:, 0])) / 1e6
     return {"sms": tuple(sorted(sms, key=lambda s: s.sm)), "sm_ghz": med,
             "sm_drift_ppm": float(np.max(np.abs(rates / med - 1)) * 1e6),
             "alignment_ns": float(max(s.max_residual_ns for s in sms)), "kernel_ms": kernel_ms,
-            "reference_gt_ns": int(reference_gt_ns), "anchor_skew_cycles": skew, "anchor_skew_ns": skew / med}
+            "reference_gt_ns": int(reference_gt_ns), "anchor_skew_cycles": skew, "anchor_skew_ns": skew / med,
+            "anchored_alignment_ns": anchored,
+            "anchor_every_ms": kernel_ms * max(anchor_every, 1) / max(a.shape[1] - 1, 1)}

@@ -49,10 +49,10 @@ LAUNCH_WINDOW_NS = 3_600 * 10**9
 MIN_NS_PER_CYCLE, MAX_NS_PER_CYCLE = 0.1, 10.0
 # Format 2, clock change detection: two anchors' rates are the same clock when they differ by
 # less than each rate's quantisation (2 x (timer step + anchor skew) over its span) plus this
-# much. 1e-3: the SM clock and the globaltimer of one H200 keep one ratio to well under that
-# (calibration: per-SM rates within a few ppm over 10 ms, benchmarks/NOTES.md issue 22), while a
-# DVFS step moves the SM clock by tens of MHz (>= 1 %).
-CLOCK_CHANGE_SLACK = 1e-3
+# much. 2e-3: on one H200 the SMs' clock64 rates against the globaltimer differ by up to 1044 ppm
+# over 10 ms (pairs of SMs, e.g. 14/15, 30/31, run slow: `epscope calibrate`, benchmarks/NOTES.md
+# issue 22), which is not a change; one DVFS step (15 MHz of 1980) is 7600 ppm.
+CLOCK_CHANGE_SLACK = 2e-3
 ANCHOR_ERROR_NS = GLOBALTIMER_STEP_NS + ANCHOR_SKEW_NS
 # clock64 bits an ANCHOR record keeps (id: bits 47..32, payload: bits 31..0): 39 hours at 2 GHz
 ANCHOR_CLOCK_BITS = 48

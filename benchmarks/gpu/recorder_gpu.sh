@@ -8,6 +8,7 @@
 #   recorder-<gpu>-<date>.md/json the measurements (copy into benchmarks/results/)
 #   calibration.json              `epscope calibrate` of this GPU (10 ms SM-clock kernel, record designs)
 #   calibrate.txt                 its printed summary
+#   sm-anchors.npy                its raw SM anchor samples (int64[SMs, 101, 4])
 # Usage (repo root): OUT=/tmp/out bash benchmarks/gpu/recorder_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,7 +36,7 @@ step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
   python3 benchmarks/gpu/recorder_bench.py --out "$OUT" --traces "$OUT/traces"
 
   step "calibrate"
-  python3 -m profiler.record.calibrate --out "$OUT/calibration.json" | tee "$OUT/calibrate.txt"
+  python3 -m profiler.record.calibrate --out "$OUT/calibration.json" --samples "$OUT/sm-anchors.npy" | tee "$OUT/calibrate.txt"
 
   step "GPU tests"
   timeout 240 python3 -m pytest -q tests/gpu/test_recorder_gpu.py -p no:cacheprovider

@@ -137,19 +137,31 @@ __device__ __forceinline__ void part_record(uint64_t base, uint64_t rbase, uint3
         "{\n\t.reg .pred p;\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tsetp.lt.u32 p, %1, %2;\n\t"
         "mov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t@p st.global.v4.u32 [%0], {lo, hi, %3, %4};\n\t}"
         :: "l"(dst), "r"(next), "r"(on ? end : 0u), "r"(idkind), "r"(payload));
-  } else if constexpr (kPart == kPartLdcBase || kPart == kPartV2 || kPart == kPartAllLanes) {
+  } else if constexpr (kPart == kPartV2 || kPart == kPartAllLanes) {
     if (kPart == kPartAllLanes || on) {
-      const uint64_t dst = (kPart == kPartLdcBase ? base : rbase) + uint64_t(min(next, end)) * 16;
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
       asm volatile("{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
                    "st.global.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
                    :: "l"(dst), "r"(idkind), "r"(payload));
     }
-  } else if constexpr (kPart == kPartV2Globaltimer) {
+  } else if constexpr (kPart == kPartV2Streaming) {
     if (on) {
       const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
-      asm volatile("{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%globaltimer;\n\tmov.b64 {lo, hi}, t;\n\t"
-                   "st.global.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
+      asm volatile("{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
+                   "st.global.cs.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
                    :: "l"(dst), "r"(idkind), "r"(payload));
+    }
+  } else if constexpr (kPart == kPartV2NoAllocate) {
+    if (on) {
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
+      asm volatile("{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
+                   "st.global.L1::no_allocate.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
+                   :: "l"(dst), "r"(idkind), "r"(payload));
+    }
+  } else if constexpr (kPart == kPartStore8Only) {
+    if (on) {
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
+      asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(dst), "r"(x), "r"(payload));
     }
   } else if constexpr (kPart == kPartStoreOnly) {
     if (on) {

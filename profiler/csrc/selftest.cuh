@@ -55,13 +55,14 @@ enum RecordPart : int {
   kPartNone = 0,          // the loop alone (LCG + counter): the baseline the others subtract
   kPartV1 = 1,            // format 1's put: bound predicate, globaltimer + clock64 + SEL, store
   kPartBoundClock = 2,    // bound predicate (next < end per record), clock64, store
-  kPartLdcBase = 3,       // format 2's first cut: lane predicate, sink clamp, clock64, buffer from the parameter bank
-  kPartV2 = 4,            // format 2 as built: the same with the buffer in a register (WarpRecorder::put)
+  kPartV2Streaming = 3,   // format 2 with a streaming store (st.global.cs)
+  kPartV2 = 4,            // format 2 as built: lane predicate fixed at init, sink clamp, clock64 (WarpRecorder::put)
   kPartAllLanes = 5,      // no predicate: all 32 lanes store the same record to the same clamped slot, clock64
-  kPartV2Globaltimer = 6, // format 2's shape reading %globaltimer instead of clock64 (what the timer costs)
+  kPartV2NoAllocate = 6,  // format 2 with st.global.L1::no_allocate
   kPartStoreOnly = 7,     // one lane-0 clamped 16-byte store, no timer
   kPartAnchor = 8,        // an ANCHOR record: clock64, globaltimer, clock64, one store
-  kPartCount = 9,
+  kPartStore8Only = 9,    // one lane-0 clamped 8-byte store, no timer (what the store's width costs)
+  kPartCount = 10,
 };
 cudaError_t record_parts(int part, void* buf, uint32_t cap, int grid, int warps, int n, uint32_t hires,
                          int64_t* cycles, uint32_t* sink, cudaStream_t stream);

@@ -30,9 +30,10 @@ from .selftest import TIMEOUT_CYCLES
 
 # record_parts designs (profiler/csrc/selftest.cuh, RecordPart): what each record design costs
 DESIGNS = {1: "format 1: bound predicate, globaltimer + clock64 + SEL", 2: "bound predicate, clock64",
-           3: "format 2, buffer from the parameter bank (first cut)", 4: "format 2 as built: buffer in a register",
-           5: "all lanes, one slot, no predicate, clock64", 6: "format 2 shape reading globaltimer instead",
-           7: "lane-0 clamped store only", 8: "anchor record (clock64, globaltimer, clock64, store)"}
+           3: "format 2, streaming store (st.global.cs)", 4: "format 2 as built",
+           5: "all lanes, one slot, no predicate, clock64", 6: "format 2, st.global.L1::no_allocate",
+           7: "lane-0 clamped 16-byte store only", 8: "anchor record (clock64, globaltimer, clock64, store)",
+           9: "lane-0 clamped 8-byte store only"}
 GRIDS = ((1, 1), (132, 4))
 NOMINAL_GHZ = 1.98  # only sizes the SM-clock kernel's spin (measured-facts.md: H200 max SM clock)
 
@@ -110,7 +111,7 @@ def sm_clock_samples(prof, kernel_ms: float, samples: int = 101) -> np.ndarray:
     return out.cpu().numpy()
 
 
-def measure(kernel_ms: float = 10.0, designs: bool = True) -> Calibration:
+def measure(kernel_ms: float = 10.0, designs: bool = True, samples_out: Path | None = None) -> Calibration:
     import torch
 
     from .session import git_info
@@ -119,7 +120,10 @@ def measure(kernel_ms: float = 10.0, designs: bool = True) -> Calibration:
     noprof = load_record_extension(profile=False)
     step = timer_step(prof)
     reads = read_cycles(prof)
-    fit = fit_sm_clocks(sm_clock_samples(prof, kernel_ms))
+    samples = sm_clock_samples(prof, kernel_ms)
+    if samples_out is not None:   # the raw anchors, for a second look on any machine
+        np.save(samples_out, samples)
+    fit = fit_sm_clocks(samples)
     return Calibration(gpu=torch.cuda.get_device_name(), created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                        git_commit=str(git_info().get("commit", "unknown")), globaltimer_step_ns=step["step_ns"],
                        globaltimer_mean_step_ns=step["mean_step_ns"], clock64_read_cycles=reads["clock64"],
@@ -134,7 +138,10 @@ def describe(cal: Calibration) -> str:
          f"anchor skew {cal.anchor_skew_cycles:.1f} cycles = {cal.anchor_skew_ns:.1f} ns; anchor error "
          f"{cal.anchor_error_ns:.1f} ns",
          f"SM clock {cal.sm_ghz:.4f} GHz over {len(cal.sms)} SMs, rate spread {cal.sm_drift_ppm:.2f} ppm; "
-         f"two-anchor conversion off by <= {cal.alignment_ns:.1f} ns over a {cal.kernel_ms:.2f} ms kernel",
+         f"two-anchor conversion off by <= {cal.alignment_ns:.1f} ns over a {cal.kernel_ms:.2f} ms kernel "
+         f"(<= {cal.anchored_alignment_ns:.1f} ns with an anchor every {cal.anchor_every_ms:.2f} ms)",
+         "slowest SMs: " + ", ".join(f"{s.sm}: {s.ghz:.5f} GHz, {s.max_residual_ns:.0f} ns"
+                                     for s in sorted(cal.sms, key=lambda s: s.ghz)[:4]),
          f"clock64 offsets across SMs: {min(s.offset_cycles for s in cal.sms)} .. {max(s.offset_cycles for s in cal.sms)}"
          if cal.sms else "no SM samples"]
     for grid, row in cal.record_cycles.items():
@@ -148,13 +155,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None, help=f"calibration file (default {default_path()})")
     ap.add_argument("--kernel-ms", type=float, default=10.0, help="length of the SM-clock kernel (default 10 ms)")
     ap.add_argument("--no-designs", action="store_true", help="skip the record-design table (faster)")
+    ap.add_argument("--samples", type=Path, default=None, help="also save the raw SM anchor samples (.npy)")
     args = ap.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
         print("epscope calibrate: needs a CUDA GPU (none visible)", file=sys.stderr)
         return 2
-    cal = measure(args.kernel_ms, designs=not args.no_designs)
+    cal = measure(args.kernel_ms, designs=not args.no_designs, samples_out=args.samples)
     path = cal.save(args.out or default_path())
     print(describe(cal))
     print(f"wrote {path}")

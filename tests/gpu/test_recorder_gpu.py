@@ -148,11 +148,11 @@ def test_record_design_variants_run_in_the_instrumented_build_only(exts):
     """record_parts (the recorder bench's design table): every design runs and times its loop; the
     compiled-out build refuses (it reads no timer); an unknown design is an error, not a zero."""
     prof, noprof = exts
-    for part in range(9):
+    for part in range(10):
         cyc = prof.record_parts(part, 2, 2, 256, 256, part == 1).cpu().numpy()
         assert cyc.shape == (4,) and (cyc > 0).all(), (part, cyc)
     with pytest.raises(RuntimeError, match="record_parts"):
-        prof.record_parts(9, 1, 1, 16, 16, False)
+        prof.record_parts(10, 1, 1, 16, 16, False)
     with pytest.raises(RuntimeError, match="record_parts"):
         noprof.record_parts(1, 1, 1, 16, 16, False)
 

@@ -117,3 +117,16 @@ def test_alignment_uses_the_calibration_and_the_manifest_quotes_it():
     # an old manifest without the new keys still reads, with the defaults
     old = {k: v for k, v in sec.items() if k not in ("sm_ghz", "anchor_error_ns", "calibration")}
     assert clock_from_manifest(old).calibration is None
+
+
+def test_anchors_every_millisecond_bound_a_bending_clock():
+    # the slow SM pairs of run 2 bent by ~300 ns from their two-anchor line over 10 ms; a clock
+    # whose rate drifts linearly shows the same, and an anchor every ms takes most of it away
+    s = _samples(n=101)
+    t = (s[0, :, 1] - s[0, 0, 1]).astype(np.float64)
+    bend = (2e-5 * t * (1 - t / t[-1]) * 1.98).astype(np.int64)   # up to ~100 ns of cycles
+    s[0, :, 0] += bend
+    s[0, :, 2] += bend
+    fit = fit_sm_clocks(s, anchor_every=10)
+    assert fit["alignment_ns"] > 40 and fit["anchored_alignment_ns"] < fit["alignment_ns"] / 2
+    assert fit["anchor_every_ms"] == pytest.approx(1.0, rel=1e-2)

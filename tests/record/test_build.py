@@ -130,13 +130,13 @@ def test_record_design_variants_exist_only_in_the_instrumented_build(selftest_pt
         return out
 
     off, on = parts(selftest_ptx[0]), parts(selftest_ptx[1])
-    assert off == {} and sorted(on) == list(range(9))
+    assert off == {} and sorted(on) == list(range(10))
     for k in (1, 2):
         assert re.search(r"@p st\.global\.v4\.u32", on[k])
     assert "@h mov.u64 t, %clock64" in on[1] and "%globaltimer" in on[1]  # format 1's runtime hires choice
-    for k in (2, 3, 4, 5, 7):
+    for k in (2, 3, 4, 5, 6, 7, 9):
         assert "%globaltimer" not in on[k], f"design {k} reads only clock64"
-    for k in (3, 4, 5):
+    for k in (4, 5):
         assert re.search(r"^\s*st\.global\.v4\.u32", on[k], re.M) and "@p st.global" not in on[k]
-    assert "%globaltimer" in on[6] and "%clock64" not in on[6].split("record_parts")[0]
+    assert "st.global.cs.v4" in on[3] and "st.global.L1::no_allocate.v4" in on[6] and "st.global.v2.u32" in on[9]
     assert "%globaltimer" in on[8] and "%globaltimer" not in on[0]
