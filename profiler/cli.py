@@ -6,6 +6,7 @@
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
     epscope trace ...                      record a profiled EP workload (ep_core.trace)
     epscope selftest ...                   record the recorder self-test kernels (profiler.record.selftest)
+    epscope calibrate ...                  measure this GPU's clocks and record costs (profiler.record.calibrate)
     epscope ab REF_A REF_B ...             build two git refs, run them interleaved, verdict with CIs (ep_core.ab)
     epscope tune [--ll] ...                sweep a shape's geometry, save the re-checked winners (ep_core.tune)
 
@@ -29,6 +30,8 @@ from .errors import EpscopeError
 EXIT_USAGE = 2
 PASSTHROUGH = {"trace": ("ep_core.trace", "record a profiled EP workload on the local GPUs"),
                "selftest": ("profiler.record.selftest", "record the recorder self-test kernels on a GPU"),
+               "calibrate": ("profiler.record.calibrate", "measure this GPU's timers, SM clocks and record costs "
+                                                         "into a calibration file"),
                "ab": ("ep_core.ab", "compare two git refs' kernels on the local GPUs, interleaved"),
                "tune": ("ep_core.tune", "tune a shape's dispatch/combine geometry (--ll: the low-latency kernels) into "
                                         "the tuned table")}

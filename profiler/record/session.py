@@ -39,6 +39,7 @@ import numpy as np
 
 from .. import errors as E
 from ..align import ClockModel, ClockSample, clock_manifest, fit_host_clock, fit_rank_clock
+from ..calibration import default_calibration
 from ..decode import LaunchInfo, concat_events, decode_launches
 from ..generated import layout as L
 from ..runstore import write_run
@@ -87,7 +88,7 @@ def make_header(*, registry_hash: int, num_regions: int, capacity: int, rank: in
     """The BufferHeader as bytes (uint8[64]), from the generated dtype only."""
     h = np.zeros(1, L.BUFFERHEADER_DTYPE)
     h["magic"], h["version"] = L.MAGIC, L.VERSION
-    h["flags"] = L.FLAGS_HIRES if hires else 0
+    h["flags"] = L.FLAGS_HIRES  # format 2: every record is clock64 cycles, whatever `hires` asks
     h["registry_hash"], h["num_regions"], h["region_capacity"] = registry_hash, num_regions, capacity
     h["rank"], h["launch_id"], h["warps_per_block"] = rank, launch_id, warps_per_block
     return h.view(np.uint8)
@@ -555,6 +556,7 @@ class Session:
         statuses = [p["status"] for p in payloads]
         status = next((s for s in statuses if s != "ok"), status)
         model, clock_notes = build_clock_model(payloads, self.world_size)
+        model = model.calibrated(default_calibration())   # this GPU's `epscope calibrate`, when it ran
         notes += clock_notes
         items = [(host, info) for p in payloads for info, host in p["launches"]]
         families = sorted({f for p in payloads for f in p["families"]})
@@ -573,6 +575,7 @@ class Session:
             "workload": self.workload, "config": {**self.config, "capacity": self.capacity, "hires": self.hires},
             "gpu": gpu, "world_size": self.world_size,
             "clock": clock_manifest(model) | {"host_pairs": sum(len(p["host_pairs"]) for p in payloads),
+                                              "gpu_time": decoded.conversion,
                                               "sync_samples": {str(k): {w: int(sum(len(a) for a in v)) for w, v in d.items()}
                                                                for k, d in payloads[0]["clock"].items()}},
             "registry": registries,
