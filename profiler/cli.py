@@ -3,10 +3,10 @@
     epscope export RUN [-o OUT [--force]]  write RUN's Perfetto trace (default RUN/trace.perfetto-trace)
     epscope report RUN [RUN ...]           text summary of runs
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
-    epscope trace ...                      record a profiled EP workload (ep_core.trace)
+    epscope trace ...                      record a profiled EP workload (profiler.workflows.trace)
     epscope selftest ...                   record the recorder self-test kernels (profiler.record.selftest)
-    epscope ab REF_A REF_B ...             build two git refs, run them interleaved, verdict with CIs (ep_core.ab)
-    epscope tune [--ll] ...                sweep a shape's geometry, save the re-checked winners (ep_core.tune)
+    epscope ab REF_A REF_B ...             build two git refs, run them interleaved, verdict with CIs (profiler.workflows.ab)
+    epscope tune [--ll] ...                sweep a shape's geometry, save the re-checked winners (profiler.workflows.tune)
 
 Bad runs (missing, corrupt, malformed manifest or events, newer format, empty) and refused
 outputs print one line on stderr and exit 2. `export -o` never writes inside a run directory and
@@ -26,10 +26,10 @@ from pathlib import Path
 from .errors import EpscopeError
 
 EXIT_USAGE = 2
-PASSTHROUGH = {"trace": ("ep_core.trace", "record a profiled EP workload on the local GPUs"),
+PASSTHROUGH = {"trace": ("profiler.workflows.trace", "record a profiled EP workload on the local GPUs"),
                "selftest": ("profiler.record.selftest", "record the recorder self-test kernels on a GPU"),
-               "ab": ("ep_core.ab", "compare two git refs' kernels on the local GPUs, interleaved"),
-               "tune": ("ep_core.tune", "tune a shape's dispatch/combine geometry (--ll: the low-latency kernels) into "
+               "ab": ("profiler.workflows.ab", "compare two git refs' kernels on the local GPUs, interleaved"),
+               "tune": ("profiler.workflows.tune", "tune a shape's dispatch/combine geometry (--ll: the low-latency kernels) into "
                                         "the tuned table")}
 
 

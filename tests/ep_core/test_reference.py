@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from ep_core import reference as ref
 from ep_core.config import Problem
-from ep_core.workload import make_all_inputs, routing_matrix, traffic
+from profiler.workflows.workload import make_all_inputs, routing_matrix, traffic
 
 # 2 ranks, 4 experts (0,1 on rank 0; 2,3 on rank 1), top-2, hidden 128.
 IDX0 = torch.tensor([[0, 1], [2, -1], [-1, -1], [1, 3]])   # rank 0's 4 tokens

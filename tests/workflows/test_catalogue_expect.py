@@ -1,12 +1,12 @@
 """The catalogue's measurements and expect blocks, on hand-built runs whose numbers are known
-(tests/ep_core/catalogue_runs.py): each planted cause passes its checks when the recording shows
+(tests/workflows/catalogue_runs.py): each planted cause passes its checks when the recording shows
 it and fails them when it does not; finalize writes blocks that profiler.expect reads back."""
 import json
 
 import pytest
 
-from ep_core import catalogue as C
-from ep_core import catalogue_expect as X
+from profiler.workflows import catalogue as C
+from profiler.workflows import catalogue_expect as X
 from profiler.expect import Cause, Direction, from_manifest
 from profiler.runstore import load_run
 
@@ -61,7 +61,7 @@ def test_last_arrivals_name_the_late_rank_and_its_lead(tmp_path):
 
 # -- one expect block per planted cause ----------------------------------------------------------
 def _expect(run, facts, rec):
-    return X.build_expect(run, facts, rec, "python -m ep_core.catalogue --out x")
+    return X.build_expect(run, facts, rec, "python -m profiler.workflows.catalogue --out x")
 
 
 def _failed(checks):
@@ -297,12 +297,12 @@ def test_finalize_writes_readable_expect_blocks_and_reports_problems(tmp_path):
             facts = _facts(r.name)
         per_rank[0].append(facts[0])
         per_rank[1].append(facts[1])
-    rep = X.finalize(runs, per_rank, tmp_path, "python -m ep_core.catalogue --out t")
+    rep = X.finalize(runs, per_rank, tmp_path, "python -m profiler.workflows.catalogue --out t")
     assert rep.ok, rep.text
     for r in runs:
         m = json.loads((tmp_path / r.name / "manifest.json").read_text())
         e = from_manifest(m)
-        assert e.cause is r.scenario.truth.cause and e.planted_by == "python -m ep_core.catalogue --out t"
+        assert e.cause is r.scenario.truth.cause and e.planted_by == "python -m profiler.workflows.catalogue --out t"
         assert all(c["ok"] for c in e.extra["checks"])
         assert load_run(tmp_path / r.name).manifest["expect"]["schema"] == 1   # the run still opens
     assert "ep-host-late" in rep.text and "host_delay_ms=10.2 ms" in rep.text
@@ -319,7 +319,7 @@ def test_readme_section_is_generated_from_the_expect_blocks(tmp_path):
     run = _run("host-late")
     fake_run(tmp_path / run.name, host_lag_ms={1: 10.0})
     facts = _facts(run.name, host_delays_ms=([], [10.0, 10.0]))
-    X.finalize([run], [[f] for f in facts], tmp_path, "python -m ep_core.catalogue")
+    X.finalize([run], [[f] for f in facts], tmp_path, "python -m profiler.workflows.catalogue")
     fake_run(tmp_path / "ep-not-catalogue")     # no expect block: not listed
     (tmp_path / "README.md").write_text("# Bundled traces\n\nintro\n")
     X.rewrite_readme(tmp_path)

@@ -2,7 +2,7 @@
 
 `finalize(runs, per_rank_facts, out_dir, planted_by)` runs in the parent process after the
 ranks have recorded (no GPU needed): for every PlannedRun it loads the run directory, measures
-the planted effect in the recording and in the ranks' facts (ep_core.catalogue.RankFacts), writes
+the planted effect in the recording and in the ranks' facts (profiler.workflows.catalogue.RankFacts), writes
 the `expect` block (profiler.expect) into the manifest, and returns a text report. Every planted
 cause has checks that must hold for the run to count as ground truth (the straggler really
 received more rows, the late host really entered late, the A/B knob really moved the op
@@ -27,7 +27,7 @@ from profiler.expect import Cause, ComparisonExpect, Direction, Effect, Expect
 from profiler.registry import Registry
 from profiler.runstore import TRACE, Run, load_run, update_manifest
 
-from .catalogue import SCENARIOS, PlannedRun, RankFacts
+from .catalogue_plan import SCENARIOS, PlannedRun, RankFacts
 
 # Thresholds of the checks: what "the plant showed" means. Each is far from the planted size,
 # so a check fails only when the plant did not happen, not on run-to-run noise.
@@ -464,22 +464,25 @@ def finalize(runs: list[PlannedRun], per_rank: list[list[RankFacts]], out_dir, p
 
 
 # -- traces/README.md ----------------------------------------------------------------------------
-README_BEGIN = "<!-- catalogue:begin (written by python -m ep_core.catalogue --readme) -->"
+README_BEGIN = "<!-- catalogue:begin (written by python -m profiler.workflows.catalogue --readme) -->"
 README_END = "<!-- catalogue:end -->"
+# the catalogue's module path in a run's `planted_by`: ep_core.catalogue for runs recorded before the
+# workflows left ep_core (the bundled ep-* runs), profiler.workflows.catalogue since
+PLANTERS = ("profiler.workflows.catalogue", "ep_core.catalogue")
 
 
 def readme_section(root) -> str:
     """One line per catalogue run under `root`, from its manifest's expect block."""
     root = Path(root)
     lines = [README_BEGIN,
-             "## Ground-truth catalogue (ep-*; recorded on 2xH200 by `python -m ep_core.catalogue`)",
+             "## Ground-truth catalogue (ep-*; recorded on 2xH200 by `python -m profiler.workflows.catalogue`)",
              "Each manifest's `expect` block (profiler/expect.py) holds the planted cause and its measured effect; "
-             "ep_core/catalogue.py describes every scenario.",
+             "profiler/workflows/catalogue.py describes every scenario.",
              ]
     for p in sorted(root.glob("ep-*/manifest.json")):
         m = json.loads(p.read_text())
         e = m.get("expect")
-        if not e or "ep_core.catalogue" not in (e.get("planted_by") or ""):
+        if not e or not any(p in (e.get("planted_by") or "") for p in PLANTERS):
             continue
         eff = e.get("effect")
         eff = f"; measured {eff['metric']} = {eff['value']:g} {eff['unit']}" if eff else ""
