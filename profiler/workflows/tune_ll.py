@@ -103,7 +103,7 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def parse_knobs(text: str) -> dict[str, list]:
     """'min_slice_groups=2,8;split=per_block' -> {knob: [values]} (knob names and kinds checked)."""
-    from ep_core.low_latency import LowLatencyConfig
+    from ep_core.low_latency_layout import LowLatencyConfig
 
     out: dict[str, list] = {}
     for part in (p.strip() for p in text.split(";")):
@@ -136,7 +136,7 @@ def candidates(blocks_text: str, warps_text: str, knobs_text: str, ranks: int) -
     """The grid with default knobs, then each knob value at the default grid (module docstring);
     the defaults themselves as the candidate 'defaults' (dropped per bucket when the incumbent is
     the defaults)."""
-    from ep_core.low_latency import LowLatencyConfig
+    from ep_core.low_latency_layout import LowLatencyConfig
 
     base = LowLatencyConfig()
     specs = [("defaults", {})]
@@ -163,7 +163,7 @@ def check_settings(a, env=None) -> tuple:
     """(LLShape, Settings, [(tokens_min, tokens_max)], candidates); raises TuneUsage naming the bad
     setting. The shared settings (rounds, margin, ...) are the normal sweep's."""
     from ep_core.config import MAX_TOPK
-    from ep_core.low_latency import LowLatencyLayout
+    from ep_core.low_latency_layout import LowLatencyLayout
 
     env = dict(os.environ if env is None else env)
     check_family(a)
@@ -188,7 +188,7 @@ def check_settings(a, env=None) -> tuple:
 
 def incumbent_configs(key_for, table: Path) -> tuple[dict, dict]:
     """{kernel: LowLatencyConfig dict} ep_core uses today for this bucket, and {kernel: why}."""
-    from ep_core.low_latency import LowLatencyConfig
+    from ep_core.low_latency_layout import LowLatencyConfig
     from ep_core.tuned import load_table, lookup
 
     entries = load_table(table) if table.exists() else []
