@@ -34,8 +34,16 @@ PASSTHROUGH = {"trace": ("profiler.workflows.trace", "record a profiled EP workl
 
 
 def default_trace_root() -> Path:
+    """The bundled runs: the checkout's traces/, else the copy an installed epscope keeps under
+    <prefix>/share/epscope/traces (setup.py), else the checkout path (view then says it is missing)."""
+    import site
+    import sysconfig
+
     import profiler
-    return Path(profiler.__file__).resolve().parents[1] / "traces"
+    checkout = Path(profiler.__file__).resolve().parents[1] / "traces"
+    installed = [Path(sysconfig.get_path("data")) / "share/epscope/traces",
+                 Path(site.getuserbase()) / "share/epscope/traces"]
+    return next((p for p in (checkout, *installed) if p.is_dir()), checkout)
 
 
 def _parser() -> argparse.ArgumentParser:
