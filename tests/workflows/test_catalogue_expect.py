@@ -2,6 +2,7 @@
 (tests/workflows/catalogue_runs.py): each planted cause passes its checks when the recording shows
 it and fails them when it does not; finalize writes blocks that profiler.expect reads back."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -349,3 +350,26 @@ def test_what_moved_names_the_phase_only_when_both_sides_have_it():
     kept = _group({"dispatch": 313.1, "combine": 275.3, "dispatch/stage_wait": 14.0, "combine/stage_wait": 1.0},
                   {"dispatch": 235.2, "combine": 276.0, "dispatch/stage_wait": 3.0, "combine/stage_wait": 1.0})
     assert X.what_moved(kept, phase="stage_wait")[:2] == ("dispatch", "stage_wait")
+
+
+def _story_manifest(group: str, side: str, replicate: int, cause: str = "none") -> dict:
+    return {"git": {"commit": "abcdef0123"},
+            "expect": {"cause": cause, "note": "24 SMs (A) against 64 SMs (B)", "planted_by": "python -m ep_core.catalogue",
+                       "effect": {"metric": "op_latency_change", "value": -0.25, "unit": "fraction"},
+                       "comparison": {"group": group, "side": side, "replicate": replicate, "outcome": "knob_change"}}}
+
+
+def test_a_comparison_story_is_one_line_naming_both_sides_runs():
+    runs = [(f"ep-ab-sms-{s.lower()}{i}", _story_manifest("ab-sms", s, i), False) for s in "AB" for i in range(3)]
+    line = X._story_line(runs)
+    assert line.startswith("- `ep-ab-sms-a0..2` vs `ep-ab-sms-b0..2` (ab-sms: knob_change, 6 runs): none: 24 SMs")
+    assert "op_latency_change = -0.25 fraction" in line and "abcdef0" in line and "No Perfetto trace" in line
+    runs[4] = (runs[4][0], _story_manifest("ab-sms", "B", 1, "starved_warps"), True)
+    assert "A: none; B: none, starved_warps" in X._story_line(runs)
+    assert X._span(["ep-x-a0", "ep-x-a2"]) == "`ep-x-a0`, `ep-x-a2`"   # not a range: named one by one
+
+
+def test_the_bundled_readme_holds_the_catalogue_section_of_the_bundled_runs():
+    traces = Path(__file__).resolve().parents[2] / "traces"
+    assert X.readme_section(traces) in (traces / "README.md").read_text(), \
+        "traces/README.md is stale: python -m profiler.workflows.catalogue --readme traces"
