@@ -8,12 +8,15 @@
 
 What is where:
   LowLatencyLayout   the buffer map (the one source of its offsets: the kernels take them by name)
-                     and the size hint; pure Python, tested on the CPU.
+                     and the size hint; pure Python, tested on the CPU (low_latency_layout.py).
   LowLatencyConfig   the launch geometry and seed 002's five techniques as knobs, each with its
-                     old behaviour selectable (validated value object).
-  LowLatencyHandle   what combine needs from its dispatch (its first five fields are DeepEP's).
-  LowLatency         the host side a Buffer in low_latency_mode holds: its own IPC-mapped buffer,
-                     stable output tensors, cached plans, the recv hooks and their order.
+                     old behaviour selectable (validated value object; low_latency_layout.py).
+  LowLatencyHandle   what combine needs from its dispatch (its first five fields are DeepEP's;
+                     low_latency_handles.py, with the stable output sets and the recv hook).
+  LowLatency         the host side a Buffer in low_latency_mode holds (this file): its own
+                     IPC-mapped buffer, stable output tensors, cached plans, the recv hooks and
+                     their order; argument checks and plans in low_latency_checks.py, launches
+                     in low_latency_launch.py.
 
 Kernels (ep_core/csrc/low_latency_*.cu, docs/design.md "Low-latency kernels"): dispatch sends
 each token once per destination rank (FP8 with one scale per 128 columns, or BF16) and the
