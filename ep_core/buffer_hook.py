@@ -33,7 +33,6 @@ class RecvHook:
 class BufferHookMode:
     """The hook-mode calls of ep_core.Buffer (see the module docstring)."""
 
-    # -- hook mode -------------------------------------------------------------------------------
     def _check_hook_call(self, return_recv_hook: bool, async_finish: bool) -> None:
         """The rules of hook mode (see the module docstring), checked before anything launches."""
         if self._pending_hook is not None:

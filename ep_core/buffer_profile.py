@@ -18,7 +18,6 @@ FAMILY = "ep_intranode"   # the phase registry of these kernels: ep_core/phases/
 class BufferProfiling:
     """Profiling of ep_core.Buffer's calls into a profiler.record Session (see the module docstring)."""
 
-    # -- profiling -------------------------------------------------------------------------------
     @contextlib.contextmanager
     def profile(self, session, iteration: int | None = None, calls: int | None = None):
         """Profile every call inside the block into `session` (a profiler.record Session); clock

@@ -59,7 +59,6 @@ _ERROR_KINDS = {1: "timeout", 2: "capacity", 3: "overflow", 4: "staged_copy", 5:
 class BufferErrors:
     """How ep_core.Buffer turns its host-mapped error record into a message and a typed error."""
 
-    # -- errors ----------------------------------------------------------------------------------
     def error_report(self) -> ErrorReport | None:
         """This rank's first device failure so far (a host-mapped read, no sync), or None."""
         e = self._err.report()

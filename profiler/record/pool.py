@@ -101,7 +101,6 @@ _SLAB_SHIFT = 24
 class SessionBuffers:
     """Profile buffers and pool slots of a Session (see the module docstring)."""
 
-    # -- buffers -------------------------------------------------------------------------------
     def buffer(self, kernel: str, family: str, grid: int, warps_per_block: int, iteration: int,
                capacity: int | None = None):
         """A zeroed uint8 device tensor with its header filled, for one launch of `kernel`."""

@@ -16,7 +16,6 @@ from .pool import SessionError
 class SessionClocks:
     """Clock samples and host pairs of a Session (see the module docstring)."""
 
-    # -- clocks --------------------------------------------------------------------------------
     def add_clock_samples(self, peer_rank: int, samples, when: str) -> None:
         """NTP samples (t0, t1, t2, t3) against `peer_rank`, taken on rank 0; when: start | end."""
         if when not in ("start", "end"):

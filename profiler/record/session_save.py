@@ -66,7 +66,6 @@ def gpu_info() -> dict:
 class SessionSave:
     """Gathering and writing a Session's run (see the module docstring)."""
 
-    # -- save ----------------------------------------------------------------------------------
     def _payload(self, status: str, error: str | None) -> dict:
         if status == "ok" and self.n_host_pairs and self.device.type == "cuda":
             # a second set of host pairs at the end gives fit_host_clock its slope over the run
