@@ -22,9 +22,6 @@ ALLOWED = {
         "viewer/pages is being reworked on another branch: split there",
     "viewer/pages/timeline/logic.py::figure":
         "viewer/pages is being reworked on another branch: split there",
-    "profiler/synthetic.py::make_events":
-        "one seeded simulation whose random draws must stay in this order (the bundled synthetic "
-        "traces are its output); splitting it means re-checking those runs byte for byte",
 }
 
 
