@@ -5,9 +5,10 @@ package data the library reads by default travel with it: the kernel sources (cs
 registries, the binary layout, the tuned table, the viewer's assets, and the bundled runs (under
 <venv>/share/epscope/traces, setup.py).
 
-Built without downloads: `pip wheel --no-deps --no-build-isolation` with the system's setuptools,
-installed with `--no-deps --no-index` into a venv that sees the system's packages (torch, dash,
-pandas: what the dependencies name; .ci/run installs them), as tests/test_readme.py does."""
+Installed with `--no-deps --no-index` into a venv that sees the system's packages (torch, dash,
+pandas: what the dependencies name; .ci/run installs them), as tests/test_readme.py does. Built
+with pip's isolated build environment on CI (it downloads setuptools), elsewhere without downloads
+(`--no-build-isolation`, the system's setuptools)."""
 from __future__ import annotations
 
 import os
@@ -18,6 +19,7 @@ import zipfile
 import pytest
 
 from tests.as_user import copy_checkout, free_port, serve_and_probe
+from tests.needs import needs
 
 PACKAGE_DATA = ("ep_core/tuned.json", "ep_core/csrc/bindings.cpp", "ep_core/csrc/generated/ep_intranode_phases.cuh",
                 "ep_core/phases/ep_intranode.toml", "profiler/layout.toml", "profiler/csrc/recorder.cuh",
@@ -30,9 +32,12 @@ def _run(cmd, cwd, env=None, timeout=600) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_the_wheel_installs_into_a_fresh_venv_and_runs_from_another_directory(tmp_path):
+    needs(_run([sys.executable, "-c", "import ensurepip, venv"], tmp_path).returncode == 0,
+          "python3's venv module", "sudo apt-get install -y python3-venv")
+    offline = [] if os.environ.get("CI") else ["--no-build-isolation"]
     src = copy_checkout(tmp_path / "src")   # the build writes build/ and *.egg-info: never in the checkout
-    p = _run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-q", "-w",
-              str(tmp_path / "dist")], src)
+    p = _run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", *offline, "-q", "-w", str(tmp_path / "dist")],
+             src)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("epscope-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
