@@ -2,6 +2,7 @@
 
     epscope export RUN [-o OUT [--force]]  write RUN's Perfetto trace (default RUN/trace.perfetto-trace)
     epscope report RUN [RUN ...]           text summary of runs
+    epscope analyze RUN [RUN ...]          compute and store each run's headline numbers (RUN/analysis-summary.json)
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
     epscope trace ...                      record a profiled EP workload (profiler.workflows.trace)
     epscope selftest ...                   record the recorder self-test kernels (profiler.record.selftest)
@@ -55,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="output file outside any run directory (default RUN/trace.perfetto-trace)")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p = sub.add_parser("report", help="text summary of a run")
+    p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
+    p = sub.add_parser("analyze", help="compute and store runs' headline numbers (the Runs page shows them)")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("view", help="serve the web viewer")
     p.add_argument("roots", type=Path, nargs="*", metavar="RUN_DIR", help="run directories or roots (default: traces/)")
@@ -157,6 +160,20 @@ def _report(args) -> int:
     return 0
 
 
+def _analyze(args) -> int:
+    from .analysis import summary
+    from .progress import Activity
+    from .runstore import load_run
+    with Activity("epscope analyze") as act:
+        for r in args.runs:
+            act.step(f"{r}: loading")
+            run = load_run(r)
+            act.step(f"{r}: analysing {run.num_events:,} events")
+            out = summary.store(run)
+            print(f"wrote {out}")
+    return 0
+
+
 def _view(args) -> int:
     roots = [p.resolve() for p in args.roots] or [default_trace_root()]
     missing = [str(p) for p in roots if not p.exists()]
@@ -183,7 +200,7 @@ def main(argv=None) -> int:
         except EpscopeError as e:
             return _fail(str(e))
     args = _parser().parse_args(argv)
-    commands = {"export": _export, "report": _report, "view": _view}
+    commands = {"export": _export, "report": _report, "analyze": _analyze, "view": _view}
     try:
         return commands[args.cmd](args)
     except EpscopeError as e:

@@ -56,7 +56,7 @@ def test_every_readme_command_is_run_or_named_with_its_reason():
     assert cmds[0] == FIRST_LINE, "the first line changed: update FIRST_LINE and how this test runs it"
     run = [c for c in cmds[1:] if _skipped(c) is None]
     assert all(c.startswith("epscope ") for c in run), f"a command this test does not know how to run: {run}"
-    assert {"epscope view", "epscope report traces/ep-balanced"} <= set(run)
+    assert {"epscope view", "epscope report traces/ep-host-late"} <= set(run)
 
 
 def _bash(cmd: str, cwd, env, timeout: int = 600) -> subprocess.CompletedProcess:
