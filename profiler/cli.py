@@ -6,6 +6,7 @@
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
     epscope trace ...                      record a profiled EP workload (profiler.workflows.trace)
     epscope selftest ...                   record the recorder self-test kernels (profiler.record.selftest)
+    epscope calibrate ...                  measure this GPU's clocks and record costs (profiler.record.calibrate)
     epscope ab REF_A REF_B ...             build two git refs, run them interleaved, verdict with CIs (profiler.workflows.ab)
     epscope tune [--ll] ...                sweep a shape's geometry, save the re-checked winners (profiler.workflows.tune)
 
@@ -29,6 +30,8 @@ from .errors import EpscopeError
 EXIT_USAGE = 2
 PASSTHROUGH = {"trace": ("profiler.workflows.trace", "record a profiled EP workload on the local GPUs"),
                "selftest": ("profiler.record.selftest", "record the recorder self-test kernels on a GPU"),
+               "calibrate": ("profiler.record.calibrate", "measure this GPU's timers, SM clocks and record costs "
+                                                         "into a calibration file"),
                "ab": ("profiler.workflows.ab", "compare two git refs' kernels on the local GPUs, interleaved"),
                "tune": ("profiler.workflows.tune", "tune a shape's dispatch/combine geometry (--ll: the low-latency kernels) into "
                                         "the tuned table")}

@@ -26,6 +26,7 @@ NOT_RUN = {
     "bash .ci/run": "runs this test suite (and installs Debian's chromium): it is the test command itself",
     "epscope trace ": "records on the local GPUs",
     "epscope selftest ": "records on a GPU",
+    "epscope calibrate": "measures the local GPU's clocks",
 }
 FIRST_LINE = "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && epscope view"
 # the venv takes pip and setuptools from the system too (--without-pip): the venv's own setuptools

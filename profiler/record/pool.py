@@ -43,7 +43,7 @@ def make_header(*, registry_hash: int, num_regions: int, capacity: int, rank: in
     """The BufferHeader as bytes (uint8[64]), from the generated dtype only."""
     h = np.zeros(1, L.BUFFERHEADER_DTYPE)
     h["magic"], h["version"] = L.MAGIC, L.VERSION
-    h["flags"] = L.FLAGS_HIRES if hires else 0
+    h["flags"] = L.FLAGS_HIRES  # format 2: every record is clock64 cycles, whatever `hires` asks
     h["registry_hash"], h["num_regions"], h["region_capacity"] = registry_hash, num_regions, capacity
     h["rank"], h["launch_id"], h["warps_per_block"] = rank, launch_id, warps_per_block
     return h.view(np.uint8)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..align import ClockModel, clock_manifest
+from ..calibration import default_calibration
 from ..decode import concat_events, decode_launches
 from ..runstore import write_run
 from ..schema import coerce_events
@@ -119,6 +120,7 @@ class SessionSave:
         statuses = [p["status"] for p in payloads]
         status = next((s for s in statuses if s != "ok"), status)
         model, clock_notes = build_clock_model(payloads, self.world_size)
+        model = model.calibrated(default_calibration())   # this GPU's `epscope calibrate`, when it ran
         notes += clock_notes
         items = [(host, info) for p in payloads for info, host in p["launches"]]
         families = sorted({f for p in payloads for f in p["families"]})
@@ -137,6 +139,7 @@ class SessionSave:
             "workload": self.workload, "config": {**self.config, "capacity": self.capacity, "hires": self.hires},
             "gpu": gpu, "world_size": self.world_size,
             "clock": clock_manifest(model) | {"host_pairs": sum(len(p["host_pairs"]) for p in payloads),
+                                              "gpu_time": decoded.conversion,
                                               "sync_samples": {str(k): {w: int(sum(len(a) for a in v)) for w, v in d.items()}
                                                                for k, d in payloads[0]["clock"].items()}},
             "registry": registries,
