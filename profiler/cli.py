@@ -4,11 +4,11 @@
     epscope report RUN [RUN ...]           text summary of runs
     epscope analyze RUN [RUN ...]          compute and store each run's headline numbers (RUN/analysis-summary.json)
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
-    epscope trace ...                      record a profiled EP workload (ep_core.trace)
+    epscope trace ...                      record a profiled EP workload (profiler.workflows.trace)
     epscope selftest ...                   record the recorder self-test kernels (profiler.record.selftest)
     epscope calibrate ...                  measure this GPU's clocks and record costs (profiler.record.calibrate)
-    epscope ab REF_A REF_B ...             build two git refs, run them interleaved, verdict with CIs (ep_core.ab)
-    epscope tune [--ll] ...                sweep a shape's geometry, save the re-checked winners (ep_core.tune)
+    epscope ab REF_A REF_B ...             build two git refs, run them interleaved, verdict with CIs (profiler.workflows.ab)
+    epscope tune [--ll] ...                sweep a shape's geometry, save the re-checked winners (profiler.workflows.tune)
 
 Bad runs (missing, corrupt, malformed manifest or events, newer format, empty) and refused
 outputs print one line on stderr and exit 2. `export -o` never writes inside a run directory and
@@ -28,18 +28,26 @@ from pathlib import Path
 from .errors import EpscopeError
 
 EXIT_USAGE = 2
-PASSTHROUGH = {"trace": ("ep_core.trace", "record a profiled EP workload on the local GPUs"),
+PASSTHROUGH = {"trace": ("profiler.workflows.trace", "record a profiled EP workload on the local GPUs"),
                "selftest": ("profiler.record.selftest", "record the recorder self-test kernels on a GPU"),
                "calibrate": ("profiler.record.calibrate", "measure this GPU's timers, SM clocks and record costs "
                                                          "into a calibration file"),
-               "ab": ("ep_core.ab", "compare two git refs' kernels on the local GPUs, interleaved"),
-               "tune": ("ep_core.tune", "tune a shape's dispatch/combine geometry (--ll: the low-latency kernels) into "
+               "ab": ("profiler.workflows.ab", "compare two git refs' kernels on the local GPUs, interleaved"),
+               "tune": ("profiler.workflows.tune", "tune a shape's dispatch/combine geometry (--ll: the low-latency kernels) into "
                                         "the tuned table")}
 
 
 def default_trace_root() -> Path:
+    """The bundled runs: the checkout's traces/, else the copy an installed epscope keeps under
+    <prefix>/share/epscope/traces (setup.py), else the checkout path (view then says it is missing)."""
+    import site
+    import sysconfig
+
     import profiler
-    return Path(profiler.__file__).resolve().parents[1] / "traces"
+    checkout = Path(profiler.__file__).resolve().parents[1] / "traces"
+    installed = [Path(sysconfig.get_path("data")) / "share/epscope/traces",
+                 Path(site.getuserbase()) / "share/epscope/traces"]
+    return next((p for p in (checkout, *installed) if p.is_dir()), checkout)
 
 
 def _parser() -> argparse.ArgumentParser:

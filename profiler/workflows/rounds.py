@@ -1,12 +1,12 @@
 """Rounds of an EP workload run by worker processes, for `epscope ab` and `epscope tune`.
 
 A side (one source tree: a git ref's worktree, or this checkout) is a WorkerSet: one process per
-rank running ep_core/ab_worker.py with the tree first on sys.path, its own build cache and its own
+rank running profiler/workflows/ab_worker.py with the tree first on sys.path, its own build cache and its own
 process group. Sides stay alive together and take turns on the same GPUs; the parent sends one
 round command at a time to every rank of one side and waits for all of them, so rounds of two
 sides never overlap (`interleave` builds the A B A B ... order).
 
-Inputs: `write_inputs` makes every rank's tensors once (ep_core.workload, seeded) and saves them;
+Inputs: `write_inputs` makes every rank's tensors once (profiler.workflows.workload, seeded) and saves them;
 each side's workers load the same files, so both sides move the same rows.
 No GPU is needed to import this module: the CPU tests drive WorkerSet with a stand-in worker.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .ab_worker import METRICS, REPLY_PREFIX
-from .launch import NO_MULTICAST_ENV, free_port
+from ep_core.launch import NO_MULTICAST_ENV, free_port
 
 WORKER = Path(__file__).resolve().parent / "ab_worker.py"
 # `python -c BOOT WORKER args`: sys.path[0] is the working directory (the side's tree), not this

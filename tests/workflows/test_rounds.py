@@ -1,11 +1,11 @@
-"""ep_core.rounds on the CPU, with a stand-in worker (fake_round_worker.py): the protocol, the
+"""profiler.workflows.rounds on the CPU, with a stand-in worker (fake_round_worker.py): the protocol, the
 slowest-rank merge, and failures that name the side, the rank and the log."""
 import json
 from pathlib import Path
 
 import pytest
 
-from ep_core import rounds
+from profiler.workflows import rounds
 from ep_core.config import Problem
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ machine's GPUs; print a verdict with confidence intervals over rounds.
     epscope ab --export main .ab/a                              # make such a tree from a ref (CPU side)
 
 Each ref is checked out into a temporary worktree (`git worktree add --detach`; a directory that
-holds ep_core/ is used as it is) and gets its own worker processes (ep_core.rounds.WorkerSet), so
+holds ep_core/ is used as it is) and gets its own worker processes (profiler.workflows.rounds.WorkerSet), so
 two builds of one extension never share a process, and a build cache per commit (`build_dir`:
 EPSCOPE_BUILD_DIR in the workers), so two commits never overwrite each other's build.
 The inputs are made once and loaded by both sides. Rounds alternate A B A B ...; each round
@@ -106,7 +106,7 @@ def parse_profile_rounds(text: str, rounds: int) -> list[int]:
 
 def check_args(a):
     """Everything checkable without a GPU; returns (Problem, profiled round indices)."""
-    from .config import Problem
+    from ep_core.config import Problem
 
     if a.export is None and len(a.refs) != 2:
         raise ABUsage(f"give two refs (REF_A REF_B), got {len(a.refs)}")
@@ -144,7 +144,7 @@ def commit_of(repo: Path, ref: str) -> str:
 
 
 def repo_root() -> Path:
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]   # profiler/workflows/ab.py -> the checkout
 
 
 def resolve_side(side: str, ref: str, workdir: Path, repo: Path) -> SideTree:

@@ -1,6 +1,6 @@
-"""A stand-in for ep_core/ab_worker.py on machines without a GPU: it speaks the same protocol and
+"""A stand-in for profiler/workflows/ab_worker.py on machines without a GPU: it speaks the same protocol and
 answers with samples drawn around levels read from its side's tree (fake.json), so the tests of
-ep_core.rounds / ep_core.ab know the answer. Profiled rounds write a synthetic run directory
+profiler.workflows.rounds / profiler.workflows.ab know the answer. Profiled rounds write a synthetic run directory
 (profiler.synthetic, scenario "ab": variant a or b) from rank 0.
 
 fake.json: {"level": 100.0, "sd": 0.3, "variant": "a", "die_round": null, "fail_round": null,
@@ -17,7 +17,7 @@ sys.path.insert(0, os.environ["FAKE_TOOL_ROOT"])
 
 import numpy as np  # noqa: E402
 
-from ep_core.ab_worker import METRICS, REPLY_PREFIX  # noqa: E402
+from profiler.workflows.ab_worker import METRICS, REPLY_PREFIX  # noqa: E402
 
 
 def reply(obj):

@@ -2,7 +2,7 @@
 
 `finalize(runs, per_rank_facts, out_dir, planted_by)` runs in the parent process after the
 ranks have recorded (no GPU needed): for every PlannedRun it loads the run directory, measures
-the planted effect in the recording and in the ranks' facts (ep_core.catalogue.RankFacts), writes
+the planted effect in the recording and in the ranks' facts (profiler.workflows.catalogue.RankFacts), writes
 the `expect` block (profiler.expect) into the manifest, and returns a text report. Every planted
 cause has checks that must hold for the run to count as ground truth (the straggler really
 received more rows, the late host really entered late, the A/B knob really moved the op
@@ -27,7 +27,7 @@ from profiler.expect import Cause, ComparisonExpect, Direction, Effect, Expect
 from profiler.registry import Registry
 from profiler.runstore import TRACE, Run, load_run, update_manifest
 
-from .catalogue import SCENARIOS, PlannedRun, RankFacts
+from .catalogue_plan import SCENARIOS, PlannedRun, RankFacts
 
 # Thresholds of the checks: what "the plant showed" means. Each is far from the planted size,
 # so a check fails only when the plant did not happen, not on run-to-run noise.
@@ -464,32 +464,81 @@ def finalize(runs: list[PlannedRun], per_rank: list[list[RankFacts]], out_dir, p
 
 
 # -- traces/README.md ----------------------------------------------------------------------------
-README_BEGIN = "<!-- catalogue:begin (written by python -m ep_core.catalogue --readme) -->"
+README_BEGIN = "<!-- catalogue:begin (written by python -m profiler.workflows.catalogue --readme) -->"
 README_END = "<!-- catalogue:end -->"
+# the catalogue's module path in a run's `planted_by`: ep_core.catalogue for runs recorded before the
+# workflows left ep_core (the bundled ep-* runs), profiler.workflows.catalogue since
+PLANTERS = ("profiler.workflows.catalogue", "ep_core.catalogue")
+
+
+def _run_line(name: str, m: dict, has_trace: bool) -> str:
+    e = m["expect"]
+    eff = e.get("effect")
+    eff = f"; measured {eff['metric']} = {eff['value']:g} {eff['unit']}" if eff else ""
+    who = ", ".join(f"{k} {e[k]}" for k in ("rank", "peer", "kernel", "phase") if e.get(k) is not None)
+    commit = str((m.get("git") or {}).get("commit", "unknown"))[:7]
+    trace = "" if has_trace else " No Perfetto trace bundled (`epscope export RUN` writes it)."
+    return (f"- `{name}`: {e['cause']}{' (' + who + ')' if who else ''}: "
+            f"{e.get('note', '')}{eff} (commit {commit}).{trace}")
+
+
+def _span(names: list[str]) -> str:
+    """`ep-aa-a0..2` for runs that differ in a trailing number, else the names one by one."""
+    stems = {n.rstrip("0123456789") for n in names}
+    nums = sorted(int(n[len(next(iter(stems))):]) for n in names) if len(stems) == 1 else []
+    if len(names) > 1 and nums and nums == list(range(nums[0], nums[-1] + 1)):
+        return f"`{next(iter(stems))}{nums[0]}..{nums[-1]}`"
+    return ", ".join(f"`{n}`" for n in sorted(names))
+
+
+def _story_line(runs: list[tuple[str, dict, bool]]) -> str:
+    """One line for the runs of one comparison group (both sides, every replicate): the sides, the
+    planted outcome and the note and effect they share."""
+    sides: dict[str, list] = {}
+    for name, m, has_trace in runs:
+        sides.setdefault(m["expect"]["comparison"]["side"], []).append((name, m, has_trace))
+    name0, m0, _ = runs[0]
+    e, c = m0["expect"], m0["expect"]["comparison"]
+    causes = {side: sorted({r[1]["expect"]["cause"] for r in rs}) for side, rs in sorted(sides.items())}
+    cause = (", ".join(causes[next(iter(causes))]) if len({tuple(v) for v in causes.values()}) == 1
+             else "; ".join(f"{side}: {', '.join(v)}" for side, v in causes.items()))
+    eff = e.get("effect")
+    eff = f"; measured {eff['metric']} = {eff['value']:g} {eff['unit']}" if eff else ""
+    commits = sorted({str((r[1].get("git") or {}).get("commit", "unknown"))[:7] for r in runs})
+    untraced = [r[0] for r in runs if not r[2]]
+    trace = (" No Perfetto trace bundled (`epscope export RUN` writes it)." if len(untraced) == len(runs)
+             else f" No Perfetto trace bundled for {', '.join(untraced)}." if untraced else "")
+    vs = " vs ".join(_span([r[0] for r in rs]) for _, rs in sorted(sides.items()))
+    return (f"- {vs} ({c['group']}: {c['outcome']}, {len(runs)} runs): {cause}: {e.get('note', '')}{eff} "
+            f"(commit {', '.join(commits)}).{trace}")
 
 
 def readme_section(root) -> str:
-    """One line per catalogue run under `root`, from its manifest's expect block."""
+    """One line per single catalogue run under `root` and one per comparison story (its runs of
+    both sides), from the manifests' expect blocks."""
     root = Path(root)
     lines = [README_BEGIN,
-             "## Ground-truth catalogue (ep-*; recorded on 2xH200 by `python -m ep_core.catalogue`)",
+             "## Ground-truth catalogue (ep-*; recorded on 2xH200 by `python -m profiler.workflows.catalogue`)",
              "Each manifest's `expect` block (profiler/expect.py) holds the planted cause and its measured effect; "
-             "ep_core/catalogue.py describes every scenario.",
+             "profiler/workflows/catalogue_plan.py describes every scenario. A comparison story is one line: its "
+             "runs of side A vs side B, interleaved replicates of one setting each.",
              ]
+    groups: dict[str, list] = {}
     for p in sorted(root.glob("ep-*/manifest.json")):
         m = json.loads(p.read_text())
         e = m.get("expect")
-        if not e or "ep_core.catalogue" not in (e.get("planted_by") or ""):
+        if not e or not any(p_ in (e.get("planted_by") or "") for p_ in PLANTERS):
             continue
-        eff = e.get("effect")
-        eff = f"; measured {eff['metric']} = {eff['value']:g} {eff['unit']}" if eff else ""
-        who = ", ".join(f"{k} {e[k]}" for k in ("rank", "peer", "kernel", "phase") if e.get(k) is not None)
+        run = (p.parent.name, m, (p.parent / TRACE).exists())
         c = e.get("comparison")
-        cmp_ = f" [{c['group']} side {c['side']} #{c['replicate']}: {c['outcome']}]" if c else ""
-        commit = str((m.get("git") or {}).get("commit", "unknown"))[:7]
-        trace = "" if (p.parent / TRACE).exists() else " No Perfetto trace bundled (`epscope export RUN` writes it)."
-        lines.append(f"- `{p.parent.name}`: {e['cause']}{' (' + who + ')' if who else ''}{cmp_}: "
-                     f"{e.get('note', '')}{eff} (commit {commit}).{trace}")
+        if c:
+            if c["group"] not in groups:
+                groups[c["group"]] = []
+                lines.append(c["group"])   # the story's place: its first run's, in name order
+            groups[c["group"]].append(run)
+        else:
+            lines.append(_run_line(*run))
+    lines = [_story_line(groups[x]) if x in groups else x for x in lines]
     lines.append(README_END)
     return "\n".join(lines)
 

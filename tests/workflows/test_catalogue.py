@@ -1,4 +1,4 @@
-"""ep_core.catalogue on the CPU: the scenario table, the interleaved plan, argument checks and
+"""profiler.workflows.catalogue on the CPU: the scenario table, the interleaved plan, argument checks and
 the refusal without GPUs (the recording itself runs on 2xH200)."""
 import subprocess
 import sys
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ep_core import catalogue as C
-from ep_core import trace
+from profiler.workflows import catalogue as C
+from profiler.workflows import trace
 from profiler.expect import Cause, ComparisonExpect, Direction, Expect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,7 +154,7 @@ def _main(args, capsys):
 ])
 def test_bad_arguments_exit_2_with_the_reason(args, msg, capsys):
     rc, _, err = _main(args, capsys)
-    assert rc == 2 and msg in err and err.startswith("ep_core.catalogue:")
+    assert rc == 2 and msg in err and err.startswith("profiler.workflows.catalogue:")
 
 
 def test_existing_runs_are_not_overwritten_silently(tmp_path, capsys, monkeypatch):
@@ -177,6 +177,6 @@ def test_on_this_machine_the_refusal_is_real(tmp_path):
     have = C.gpu_count()
     if have >= 2:
         pytest.skip(f"this machine has {have} GPUs: the command would record")
-    r = subprocess.run([sys.executable, "-m", "ep_core.catalogue", "--out", str(tmp_path / "cat")], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "profiler.workflows.catalogue", "--out", str(tmp_path / "cat")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and f"this machine has {have}" in r.stderr

@@ -1,9 +1,9 @@
 """One rank of an `epscope ab` / `epscope tune` side: runs EP rounds on command, inside a source
 tree that may be another commit's.
 
-    python -c "<boot>" ep_core/ab_worker.py --rank R --world W --port P --inputs DIR   (cwd = the side's tree)
+    python -c "<boot>" profiler/workflows/ab_worker.py --rank R --world W --port P --inputs DIR   (cwd = the side's tree)
 
-The parent (ep_core.rounds.WorkerSet) starts one process per rank with the side's tree first on
+The parent (profiler.workflows.rounds.WorkerSet) starts one process per rank with the side's tree first on
 sys.path and its own build cache (EPSCOPE_BUILD_DIR), so two builds of one extension never share
 a process. This file is the running epscope's; everything it imports comes from the side's tree,
 and only through the contracts that hold across commits: ep_core's DeepEP-compatible API
@@ -45,6 +45,13 @@ REPLY_PREFIX = "@@epscope-round "
 METRICS = ("layout", "dispatch", "combine", "op", "host_layout", "host_dispatch", "host_combine")
 # a low-latency round's metrics: the kernel names of the tuned table, the pair, the host per call
 LL_METRICS = ("ll_dispatch", "ll_combine", "ll_op", "host_ll_dispatch", "host_ll_combine")
+# Before each timed op the stream spins this long (torch.cuda._sleep, in SM cycles at the H200's
+# 1.98 GHz max clock, measured-facts.md) so the host's enqueue of the op (tens of µs of Python)
+# happens while the GPU is busy and not inside the timed span. Equal on every rank. Defined here,
+# not imported: this file runs inside another commit's tree, where only ep_core's API and
+# profiler.record hold (benchmarks/ep_timing.py takes them from here).
+LEAD_US = 300
+SM_CLOCK_GHZ = 1.98
 
 
 def reply(obj: dict) -> None:
@@ -247,8 +254,6 @@ class LowLatencySide:
         return self.round(cmd) if cmd["cmd"] == "ll_round" else self.check(cmd)
 
     def round(self, cmd: dict) -> dict:
-        from benchmarks.ep_timing import LEAD_US, SM_CLOCK_GHZ
-
         torch, dist, s = self.side.torch, self.side.dist, self.side
         T = int(cmd["tokens"])
         dconf, cconf = (self.config(cmd["configs"][k]) for k in ("ll_dispatch", "ll_combine"))
@@ -311,7 +316,7 @@ class LowLatencySide:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="one rank of an epscope ab / tune side (started by ep_core.rounds)")
+    ap = argparse.ArgumentParser(description="one rank of an epscope ab / tune side (started by profiler.workflows.rounds)")
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--port", type=int, required=True)

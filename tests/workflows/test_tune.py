@@ -4,7 +4,7 @@ round or a gain below the margin keep the incumbent, and the output says why).""
 import numpy as np
 import pytest
 
-from ep_core import tune as T
+from profiler.workflows import tune as T
 from ep_core import tuned
 
 
@@ -52,7 +52,7 @@ def test_flags_win_over_the_environment_and_defaults_fill_the_rest():
 
 def test_main_refuses_bad_settings_and_cpu_machines(capsys, monkeypatch):
     assert T.main(["--rounds", "1"]) == 2 and "rounds must be >= 2" in capsys.readouterr().err
-    monkeypatch.setattr("ep_core.ab.gpu_count", lambda: 0)
+    monkeypatch.setattr("profiler.workflows.ab.gpu_count", lambda: 0)
     monkeypatch.delenv("EPSCOPE_TUNE_ROUNDS", raising=False)
     assert T.main([]) == 2 and "it has 0" in capsys.readouterr().err
     assert T.main(["--dry-run"]) == 0 and "36 candidates x 3 rounds" in capsys.readouterr().out

@@ -1,8 +1,8 @@
 """`epscope trace`: run a profiled EP workload on the local GPUs and write a run directory.
 
     epscope trace --ranks 2 --routing uniform --iters 8 --profile-iters 2 --out traces --name ep-2rank-balanced
-    python -m ep_core.trace --ranks 2 --routing skewed --out traces --name ep-2rank-skewed
-    python -m ep_core.trace --ranks 2 --force-timeout-rank 1 --name ep-2rank-forced-timeout
+    python -m profiler.workflows.trace --ranks 2 --routing skewed --out traces --name ep-2rank-skewed
+    python -m profiler.workflows.trace --ranks 2 --force-timeout-rank 1 --name ep-2rank-forced-timeout
 
 One process per rank (ep_core.launch). Each rank builds its inputs (routing of `--routing`,
 seed = `--seed` + rank), runs `--iters` iterations of get_dispatch_layout + dispatch + combine,
@@ -67,7 +67,7 @@ class TraceError(RuntimeError):
 
 def check_args(a) -> dict:
     """Validate everything that can be checked without a GPU; return the workload dict."""
-    from .config import Config, Problem, dispatch_config
+    from ep_core.config import Config, Problem, dispatch_config
 
     try:
         p = Problem(a.tokens, a.hidden, a.topk, a.experts, a.ranks, a.dtype)
@@ -119,7 +119,7 @@ def _trace_rank(ctx, opts: dict) -> dict:
 
     import ep_core
     from ep_core.config import Problem, op_configs
-    from ep_core.workload import RankOp, make_rank_inputs
+    from profiler.workflows.workload import RankOp, make_rank_inputs
     from profiler.record.session import Session
 
     w = opts["workload"]

@@ -1,5 +1,5 @@
 """`epscope tune --ll`: the low-latency kernels' geometry and knobs, per T_max bucket, ranked and
-re-checked exactly as the normal sweep (ep_core/tune.py's `tune`), saved as ll_dispatch /
+re-checked exactly as the normal sweep (profiler/workflows/tune.py's `tune`), saved as ll_dispatch /
 ll_combine entries of the tuned table.
 
     epscope tune --ll                                   # 2 ranks, hidden 7168, top-8 of 256, FP8
@@ -43,8 +43,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .tune import NORMAL_DEFAULTS, TuneUsage, _int_list, check_common, enough_gpus
-from .tuned import LL_KERNELS, TunedKey, TunedTableError, ll_buckets
+from .tune_sweep import NORMAL_DEFAULTS, TuneUsage, _int_list, check_common, enough_gpus
+from ep_core.tuned import LL_KERNELS, TunedKey, TunedTableError, ll_buckets
 
 LL_DEFAULTS = {"buckets": "16,64,128,256", "blocks": "32,64,96,128", "warps": "8,16",
                "knobs": "min_slice_groups=2,8"}
@@ -103,7 +103,7 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def parse_knobs(text: str) -> dict[str, list]:
     """'min_slice_groups=2,8;split=per_block' -> {knob: [values]} (knob names and kinds checked)."""
-    from .low_latency import LowLatencyConfig
+    from ep_core.low_latency_layout import LowLatencyConfig
 
     out: dict[str, list] = {}
     for part in (p.strip() for p in text.split(";")):
@@ -136,7 +136,7 @@ def candidates(blocks_text: str, warps_text: str, knobs_text: str, ranks: int) -
     """The grid with default knobs, then each knob value at the default grid (module docstring);
     the defaults themselves as the candidate 'defaults' (dropped per bucket when the incumbent is
     the defaults)."""
-    from .low_latency import LowLatencyConfig
+    from ep_core.low_latency_layout import LowLatencyConfig
 
     base = LowLatencyConfig()
     specs = [("defaults", {})]
@@ -162,8 +162,8 @@ def candidates(blocks_text: str, warps_text: str, knobs_text: str, ranks: int) -
 def check_settings(a, env=None) -> tuple:
     """(LLShape, Settings, [(tokens_min, tokens_max)], candidates); raises TuneUsage naming the bad
     setting. The shared settings (rounds, margin, ...) are the normal sweep's."""
-    from .config import MAX_TOPK
-    from .low_latency import LowLatencyLayout
+    from ep_core.config import MAX_TOPK
+    from ep_core.low_latency_layout import LowLatencyLayout
 
     env = dict(os.environ if env is None else env)
     check_family(a)
@@ -188,8 +188,8 @@ def check_settings(a, env=None) -> tuple:
 
 def incumbent_configs(key_for, table: Path) -> tuple[dict, dict]:
     """{kernel: LowLatencyConfig dict} ep_core uses today for this bucket, and {kernel: why}."""
-    from .low_latency import LowLatencyConfig
-    from .tuned import load_table, lookup
+    from ep_core.low_latency_layout import LowLatencyConfig
+    from ep_core.tuned import load_table, lookup
 
     entries = load_table(table) if table.exists() else []
     configs, why = {}, {}
@@ -225,7 +225,7 @@ def main(a, argv) -> int:
 
 
 def write_inputs(directory: Path, shape: LLShape, max_tokens: int) -> Path:
-    """What every rank's worker builds its low-latency inputs from (ep_core/ab_worker.py)."""
+    """What every rank's worker builds its low-latency inputs from (profiler/workflows/ab_worker.py)."""
     import torch
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -242,8 +242,8 @@ def _run(a, argv, shape: LLShape, s, buckets, cands) -> int:
     from .ab import repo_root
     from .ab_worker import LL_METRICS
     from .rounds import WorkerSet, slowest_rank
-    from .tune import INCUMBENT, entries_for, print_results, tune
-    from .tuned import save_entries
+    from .tune_sweep import INCUMBENT, entries_for, print_results, tune
+    from ep_core.tuned import save_entries
 
     work = Path(tempfile.mkdtemp(prefix="epscope-tune-ll-"))
     inputs = write_inputs(work / "inputs", shape, buckets[-1][1])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ep_core import trace
+from profiler.workflows import trace
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,11 +46,11 @@ def test_refuses_without_enough_gpus(capsys, monkeypatch):
 
 def test_on_this_machine_the_refusal_is_real():
     # the real check (torch.cuda) through the module entry point, as a user runs it
-    r = subprocess.run([sys.executable, "-m", "ep_core.trace", "--ranks", "64", "--experts", "64"],
+    r = subprocess.run([sys.executable, "-m", "profiler.workflows.trace", "--ranks", "64", "--experts", "64"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "Problem.ranks must be in 1..8" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "ep_core.trace", "--ranks", "8"], cwd=ROOT, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "profiler.workflows.trace", "--ranks", "8"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     have = trace.gpu_count()
     if have >= 8:

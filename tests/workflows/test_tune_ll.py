@@ -6,8 +6,8 @@ their lookup."""
 import numpy as np
 import pytest
 
-from ep_core import tune as T
-from ep_core import tune_ll as L
+from profiler.workflows import tune as T
+from profiler.workflows import tune_ll as L
 from ep_core import tuned
 from ep_core.low_latency import LowLatencyConfig
 
@@ -78,7 +78,7 @@ def test_old_behaviours_can_be_swept_on_request():
 
 def test_main_refuses_bad_settings_and_cpu_machines(capsys, monkeypatch):
     assert T.main(["--ll", "--knobs", "host=cached"]) == 2 and "'host'" in capsys.readouterr().err
-    monkeypatch.setattr("ep_core.ab.gpu_count", lambda: 0)
+    monkeypatch.setattr("profiler.workflows.ab.gpu_count", lambda: 0)
     monkeypatch.delenv("EPSCOPE_TUNE_ROUNDS", raising=False)
     assert T.main(["--ll"]) == 2 and "it has 0" in capsys.readouterr().err
     assert T.main(["--ll", "--dry-run"]) == 0
@@ -176,7 +176,7 @@ def test_incumbent_is_the_table_entry_or_the_defaults(tmp_path):
 
 # -- the command end to end, on stand-in workers ------------------------------------------------------
 class StandInWorkers:
-    """What `epscope tune --ll` asks of ep_core.rounds.WorkerSet, answered from known levels: a
+    """What `epscope tune --ll` asks of profiler.workflows.rounds.WorkerSet, answered from known levels: a
     128-block grid makes the dispatch faster at T_max 256 only; the 32-block grid's results differ
     on rank 1 (a wrong candidate must be dropped before it is ranked)."""
 
@@ -210,8 +210,8 @@ class StandInWorkers:
 
 
 def test_the_command_drops_a_wrong_candidate_and_saves_each_bucket(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("ep_core.ab.gpu_count", lambda: 2)
-    monkeypatch.setattr("ep_core.rounds.WorkerSet", StandInWorkers)
+    monkeypatch.setattr("profiler.workflows.ab.gpu_count", lambda: 2)
+    monkeypatch.setattr("profiler.workflows.rounds.WorkerSet", StandInWorkers)
     for var in T.ENV_SETTINGS.values():
         monkeypatch.delenv(var, raising=False)
     table = tmp_path / "t.json"

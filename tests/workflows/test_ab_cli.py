@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ep_core import ab, rounds
+from profiler.workflows import ab, rounds
 from profiler.ab import ComparisonRecord
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,12 +1,13 @@
 """The catalogue's measurements and expect blocks, on hand-built runs whose numbers are known
-(tests/ep_core/catalogue_runs.py): each planted cause passes its checks when the recording shows
+(tests/workflows/catalogue_runs.py): each planted cause passes its checks when the recording shows
 it and fails them when it does not; finalize writes blocks that profiler.expect reads back."""
 import json
+from pathlib import Path
 
 import pytest
 
-from ep_core import catalogue as C
-from ep_core import catalogue_expect as X
+from profiler.workflows import catalogue as C
+from profiler.workflows import catalogue_expect as X
 from profiler.expect import Cause, Direction, from_manifest
 from profiler.runstore import load_run
 
@@ -61,7 +62,7 @@ def test_last_arrivals_name_the_late_rank_and_its_lead(tmp_path):
 
 # -- one expect block per planted cause ----------------------------------------------------------
 def _expect(run, facts, rec):
-    return X.build_expect(run, facts, rec, "python -m ep_core.catalogue --out x")
+    return X.build_expect(run, facts, rec, "python -m profiler.workflows.catalogue --out x")
 
 
 def _failed(checks):
@@ -297,12 +298,12 @@ def test_finalize_writes_readable_expect_blocks_and_reports_problems(tmp_path):
             facts = _facts(r.name)
         per_rank[0].append(facts[0])
         per_rank[1].append(facts[1])
-    rep = X.finalize(runs, per_rank, tmp_path, "python -m ep_core.catalogue --out t")
+    rep = X.finalize(runs, per_rank, tmp_path, "python -m profiler.workflows.catalogue --out t")
     assert rep.ok, rep.text
     for r in runs:
         m = json.loads((tmp_path / r.name / "manifest.json").read_text())
         e = from_manifest(m)
-        assert e.cause is r.scenario.truth.cause and e.planted_by == "python -m ep_core.catalogue --out t"
+        assert e.cause is r.scenario.truth.cause and e.planted_by == "python -m profiler.workflows.catalogue --out t"
         assert all(c["ok"] for c in e.extra["checks"])
         assert load_run(tmp_path / r.name).manifest["expect"]["schema"] == 1   # the run still opens
     assert "ep-host-late" in rep.text and "host_delay_ms=10.2 ms" in rep.text
@@ -319,7 +320,7 @@ def test_readme_section_is_generated_from_the_expect_blocks(tmp_path):
     run = _run("host-late")
     fake_run(tmp_path / run.name, host_lag_ms={1: 10.0})
     facts = _facts(run.name, host_delays_ms=([], [10.0, 10.0]))
-    X.finalize([run], [[f] for f in facts], tmp_path, "python -m ep_core.catalogue")
+    X.finalize([run], [[f] for f in facts], tmp_path, "python -m profiler.workflows.catalogue")
     fake_run(tmp_path / "ep-not-catalogue")     # no expect block: not listed
     (tmp_path / "README.md").write_text("# Bundled traces\n\nintro\n")
     X.rewrite_readme(tmp_path)
@@ -349,3 +350,26 @@ def test_what_moved_names_the_phase_only_when_both_sides_have_it():
     kept = _group({"dispatch": 313.1, "combine": 275.3, "dispatch/stage_wait": 14.0, "combine/stage_wait": 1.0},
                   {"dispatch": 235.2, "combine": 276.0, "dispatch/stage_wait": 3.0, "combine/stage_wait": 1.0})
     assert X.what_moved(kept, phase="stage_wait")[:2] == ("dispatch", "stage_wait")
+
+
+def _story_manifest(group: str, side: str, replicate: int, cause: str = "none") -> dict:
+    return {"git": {"commit": "abcdef0123"},
+            "expect": {"cause": cause, "note": "24 SMs (A) against 64 SMs (B)", "planted_by": "python -m ep_core.catalogue",
+                       "effect": {"metric": "op_latency_change", "value": -0.25, "unit": "fraction"},
+                       "comparison": {"group": group, "side": side, "replicate": replicate, "outcome": "knob_change"}}}
+
+
+def test_a_comparison_story_is_one_line_naming_both_sides_runs():
+    runs = [(f"ep-ab-sms-{s.lower()}{i}", _story_manifest("ab-sms", s, i), False) for s in "AB" for i in range(3)]
+    line = X._story_line(runs)
+    assert line.startswith("- `ep-ab-sms-a0..2` vs `ep-ab-sms-b0..2` (ab-sms: knob_change, 6 runs): none: 24 SMs")
+    assert "op_latency_change = -0.25 fraction" in line and "abcdef0" in line and "No Perfetto trace" in line
+    runs[4] = (runs[4][0], _story_manifest("ab-sms", "B", 1, "starved_warps"), True)
+    assert "A: none; B: none, starved_warps" in X._story_line(runs)
+    assert X._span(["ep-x-a0", "ep-x-a2"]) == "`ep-x-a0`, `ep-x-a2`"   # not a range: named one by one
+
+
+def test_the_bundled_readme_holds_the_catalogue_section_of_the_bundled_runs():
+    traces = Path(__file__).resolve().parents[2] / "traces"
+    assert X.readme_section(traces) in (traces / "README.md").read_text(), \
+        "traces/README.md is stale: python -m profiler.workflows.catalogue --readme traces"

@@ -1,4 +1,4 @@
-"""The catalogue's recording, one process per rank (ep_core.catalogue plans, this records).
+"""The catalogue's recording, one process per rank (profiler.workflows.catalogue plans, this records).
 
 `catalogue_rank(ctx, opts)` runs every PlannedRun of `opts["runs"]` in order on this rank and
 returns one RankFacts per run: what was planted as it happened (host sleeps timed with
@@ -17,7 +17,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .catalogue import SEED, SHAPE, PlannedRun, RankFacts
+from .catalogue_plan import SEED, SHAPE, PlannedRun, RankFacts
 
 # cycles of torch.cuda._sleep per µs, calibrated once per process (the SM clock is not fixed)
 _CALIBRATION_CYCLES = 2_000_000
@@ -29,7 +29,7 @@ def _say(rank: int, msg: str) -> None:
 
 
 def _problem(tokens: int):
-    from .config import Problem
+    from ep_core.config import Problem
 
     return Problem(tokens, SHAPE["hidden"], SHAPE["topk"], SHAPE["experts"], 2, SHAPE["dtype"])
 
@@ -61,7 +61,7 @@ class Matmul:
 
 
 def _op(buffer, run: PlannedRun, rank: int, device):
-    from .config import op_configs
+    from ep_core.config import op_configs
     from .workload import RankOp, make_rank_inputs
 
     s = run.scenario
@@ -90,7 +90,7 @@ def _warm_up(ctx, buffer, runs: list[PlannedRun], opts) -> None:
     host memory) must not land in the first catalogue run."""
     from profiler.record.session import Session
 
-    from . import _ext
+    from ep_core import _ext
 
     seen = {}
     for r in runs:
@@ -117,7 +117,7 @@ def _warm_up(ctx, buffer, runs: list[PlannedRun], opts) -> None:
 def _record(ctx, buffer, run: PlannedRun, opts, cycles_per_us: float) -> RankFacts:
     from profiler.record.session import Session
 
-    from .buffer import EPTimeoutError
+    from ep_core.buffer import EPTimeoutError
 
     s, rank = run.scenario, ctx.rank
     facts = RankFacts(run.name, rank)

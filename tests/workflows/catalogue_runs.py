@@ -1,7 +1,7 @@
 """Hand-built 2-rank EP run directories with known numbers, for the catalogue's CPU tests.
 
 Every iteration launches layout, notify, dispatch, barrier, combine on each rank, the way
-ep_core.workload.RankOp does; the knobs set exactly what the catalogue measures (kernel times,
+profiler.workflows.workload.RankOp does; the knobs set exactly what the catalogue measures (kernel times,
 host entry times, notify rank_start arrivals, dispatch blocks that work), so each test knows
 the answer before it measures.
 """

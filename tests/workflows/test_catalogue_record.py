@@ -1,6 +1,6 @@
 """The catalogue's recording side on the CPU, where it can run without a GPU: each planned run's
-op (ep_core.catalogue_record._op) gets the run's knobs (SMs, copy path, staging buffers, hook
-mode, the overlapped matmul), and ep_core.workload.RankOp runs hook mode and the overlap as the
+op (profiler.workflows.catalogue_record._op) gets the run's knobs (SMs, copy path, staging buffers, hook
+mode, the overlapped matmul), and profiler.workflows.workload.RankOp runs hook mode and the overlap as the
 GPU recording will (over the one-rank fake extension)."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from ep_core import buffer as B
-from ep_core import catalogue as C
-from ep_core import catalogue_record as CR
+from profiler.workflows import catalogue as C
+from profiler.workflows import catalogue_record as CR
 from ep_core.config import Problem
-from ep_core.workload import RankOp, make_rank_inputs
+from profiler.workflows.workload import RankOp, make_rank_inputs
 from tests.ep_core.fake_ext import POISON, fake_buffer
 
 

@@ -13,9 +13,9 @@ from typing import Optional
 
 import torch
 
-from .config import Problem
-from .reference import get_dispatch_layout, per_token_cast_to_fp8
-from .routing import make_routing
+from ep_core.config import Problem
+from ep_core.reference import get_dispatch_layout, per_token_cast_to_fp8
+from ep_core.routing import make_routing
 
 X_KINDS = ("randn", "rank")
 
@@ -157,7 +157,7 @@ class RankOp:
         return Layout(per_rank, per_expert, in_rank)
 
     def dispatch(self, layout: Layout, profile=None) -> Dispatched:
-        from .reference import per_token_cast_back
+        from ep_core.reference import per_token_cast_back
 
         recv, _, recv_w, _, handle, _ = self._call(
             self.buffer.dispatch, self.x, num_tokens_per_rank=layout.num_tokens_per_rank,
