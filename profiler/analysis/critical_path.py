@@ -23,12 +23,12 @@ import pandas as pd
 
 from . import graph as G
 from .path_verdict import headline as _headline
+from .path_walk import TOTAL_COLUMNS, iteration_totals, path_points, predecessors  # noqa: F401 (re-exported)
 from .peers import interval_peers
 
 SEGMENT_COLUMNS = ["iteration", "rank", "kernel", "launch", "block", "warp", "role", "phase", "kind",
                    "begin_ns", "end_ns", "duration_ns", "share", "peer", "unfinished"]
 SLACK_COLUMNS = ["iteration", "rank", "kernel", "launch", "block", "warp", "role", "busy_ns", "slack_ns", "on_path"]
-TOTAL_COLUMNS = ["iteration", "begin_ns", "end_ns", "total_ns"]
 PATH_NS_COLUMNS = ["iteration", "rank", "kind", "duration_ns", "share"]
 NON_WAIT_KINDS = ("work", "gap", "launch", "host")
 
@@ -51,78 +51,6 @@ def _kind_names(g: G.Graph, pts: np.ndarray) -> np.ndarray:
     k = np.where((k == G.GAP) & host_lane, G.HOST, k)
     k = np.where(k == G.IDLE, G.WAIT, k)
     return np.asarray(G.SEG_KINDS, dtype=object)[k]
-
-
-def predecessors(g: G.Graph) -> np.ndarray:
-    """The binding predecessor point of every point in recorded time (-1 at a start)."""
-    pred = np.where(g.first_mask(), -1, np.arange(g.n_points) - 1)
-    return np.where(g.binding, g.src, pred)
-
-
-def iteration_totals(g: G.Graph, times: np.ndarray | None = None) -> pd.DataFrame:
-    """Per iteration: first begin of any lane, last end of its GPU lanes (host lanes only when the
-    iteration has no GPU lane: a host call that synchronises outlives the kernels it waits for).
-    `times`: point times to use instead of the recorded ones (a re-timed graph)."""
-    if times is None:
-        hit = g.derived.get("iteration_totals")
-        if hit is None:
-            hit = g.derived["iteration_totals"] = _iteration_totals(g, g.pt_t)
-        return hit.copy()
-    return _iteration_totals(g, times)
-
-
-def _iteration_totals(g: G.Graph, t: np.ndarray) -> pd.DataFrame:
-    if g.n_points == 0:
-        return pd.DataFrame({c: pd.Series([], dtype="int64") for c in TOTAL_COLUMNS})
-    host = g.lane["host"].to_numpy()
-    df = pd.DataFrame({"iteration": g.lane["iteration"].to_numpy(), "b": t[g.lane_first],
-                       "e": t[g.lane_last], "eg": np.where(host, np.iinfo(np.int64).min, t[g.lane_last])})
-    agg = df.groupby("iteration", sort=True).agg(b=("b", "min"), e=("e", "max"), eg=("eg", "max"))
-    end = np.where(agg["eg"].to_numpy() > np.iinfo(np.int64).min, agg["eg"].to_numpy(), agg["e"].to_numpy())
-    out = pd.DataFrame({"iteration": agg.index.to_numpy().astype(np.int64), "begin_ns": agg["b"].to_numpy(),
-                        "end_ns": end})
-    out["total_ns"] = out["end_ns"] - out["begin_ns"]
-    return out
-
-
-def path_points(g: G.Graph, iterations=None) -> tuple[np.ndarray, np.ndarray]:
-    """Points along the path of each iteration, earliest first; returns (points, iteration)."""
-    if g.n_points == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    pred = predecessors(g)
-    is_first = g.first_mask()
-    lane_it = g.lane["iteration"].to_numpy()
-    it_of_pt = lane_it[g.pt_lane]
-    # last point of each iteration: the latest GPU lane end (host lanes only in an iteration
-    # without GPU lanes), the first such lane among ties
-    host = g.lane["host"].to_numpy()
-    has_gpu = pd.Series(~host).groupby(lane_it).transform("any").to_numpy()
-    last_t = np.where(host & has_gpu, np.iinfo(np.int64).min, g.pt_t[g.lane_last])
-    o = np.lexsort((-np.arange(len(last_t)), last_t, lane_it))
-    last_mask = np.r_[lane_it[o][1:] != lane_it[o][:-1], True]
-    ends = g.lane_last[o[last_mask]]
-    pts, its = [], []
-    for p in ends:
-        i = int(it_of_pt[p])
-        if iterations is not None and i not in iterations:
-            continue
-        chain, seen = [], set()
-        p = int(p)
-        while p >= 0 and it_of_pt[p] == i:
-            chain.append(p)
-            seen.add(p)
-            q = int(pred[p])
-            if q in seen:
-                # equal timestamps (32 ns timer steps) can make two cross edges point at each
-                # other; fall back to the warp's own predecessor, which is strictly earlier
-                q = p - 1 if not is_first[p] else -1
-            p = q
-        chain.reverse()
-        pts.append(np.asarray(chain, np.int64))
-        its.append(np.full(len(chain), i, np.int64))
-    if not pts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(pts), np.concatenate(its)
 
 
 def _point_peers(g: G.Graph, pts: np.ndarray, kind: np.ndarray) -> np.ndarray:

@@ -34,6 +34,7 @@ from . import imbalance as IM
 from .imbalance import busy_excess
 from .rendezvous import rank_lateness
 from . import late_entry as LE
+from .path_walk import path_points
 from .verdict import ALARM_SHARE, HOST_MAJORITY, Verdict, decide_share, fmt_ns, fmt_pct, size
 
 CROSSING_COLUMNS = ["iteration", "rank", "peer", "kernel", "phase", "wait_begin_ns", "release_ns", "held_ns",
@@ -78,7 +79,6 @@ def _rendezvous(cp) -> pd.DataFrame:
         parts.append(pd.DataFrame({"iteration": late["iteration"], "rank": late["rank"], "peer": late["peer"],
                                    "kernel": late["kernel"], "phase": late["barrier"], "wait_begin_ns": late["prev_ns"],
                                    "release_ns": late["last_ns"], "held_ns": late["lateness_ns"]}))
-    from .critical_path import path_points
     pts, its = path_points(g)
     if len(pts):
         rank_of = g.lane["rank"].to_numpy()
