@@ -11,6 +11,7 @@ never sentences.
         "cause": "rank_imbalance",          # what the single-run pages should name ("none": no alarm)
         "rank": 0, "peer": null,            # the rank the cause is about, and the peer it involves
         "kernel": "dispatch", "phase": "recv_copy",
+        "late_entry": null,                 # "host" | "gpu": the cause is `rank` entering ops late, from that side
         "effect": {"metric": "rows_received_ratio", "value": 2.3, "unit": "x"},
         "comparison": {                     # only on runs that are one side of an A/A or A/B pair
             "group": "ab-num-sms", "side": "B", "replicate": 1,
@@ -48,6 +49,15 @@ class Cause(str, enum.Enum):
 
 
 COMPARISON_OUTCOMES = (Cause.SAME_CODE, Cause.KNOB_CHANGE)
+
+
+# Why a rank entered an op late (profiler.analysis.timemodel's late_cause): its host had not launched
+# the kernel yet, or its GPU was busy with earlier work. The single-run pages name the side
+# (Verdict.late_entry); a late entry is host_bound on the host side and rank_imbalance on the GPU
+# side (profiler.analysis.late_entry.SIDE_CAUSE), so a planted late entry is one of these pairs,
+# or cause none when it was measured under the alarm share (then a page may name it, nothing else).
+LATE_ENTRY_SIDES = ("host", "gpu")
+LATE_ENTRY_CAUSES = {"host": Cause.HOST_BOUND, "gpu": Cause.RANK_IMBALANCE}
 
 
 class Direction(str, enum.Enum):
@@ -118,6 +128,7 @@ class Expect:
     planted_by: str = ""
     note: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)  # planting details a person may want (seeds, knobs)
+    late_entry: str | None = None       # LATE_ENTRY_SIDES: `rank` was planted to enter ops late, from this side
 
     def __post_init__(self):
         if self.cause in COMPARISON_OUTCOMES:
@@ -135,6 +146,15 @@ class Expect:
             raise ExpectError(f"cause {self.cause.value!r} needs a rank")
         if self.cause is Cause.TIMEOUT and self.peer is None:
             raise ExpectError("cause 'timeout' needs the peer that never sent")
+        if self.late_entry is not None:
+            if self.late_entry not in LATE_ENTRY_SIDES:
+                raise ExpectError(f"late_entry must be one of {LATE_ENTRY_SIDES} or null, got {self.late_entry!r}")
+            if self.rank is None:
+                raise ExpectError("late_entry needs the rank that entered late")
+            if self.cause not in (Cause.NONE, LATE_ENTRY_CAUSES[self.late_entry]):
+                raise ExpectError(f"late_entry {self.late_entry!r} goes with cause "
+                                  f"{LATE_ENTRY_CAUSES[self.late_entry].value!r} (or 'none' when it is "
+                                  f"under the alarm share), got {self.cause.value!r}")
 
     @property
     def alarm(self) -> bool:
@@ -149,6 +169,8 @@ class Expect:
             c["outcome"] = self.comparison.outcome.value
             c["direction"] = self.comparison.direction.value if self.comparison.direction else None
         d["extra"] = dict(self.extra)
+        if d["late_entry"] is None:
+            del d["late_entry"]       # blocks without one stay readable by versions that predate the field
         return {"schema": SCHEMA, **d}
 
     @classmethod
@@ -158,7 +180,7 @@ class Expect:
         if d.get("schema") != SCHEMA:
             raise ExpectError(f"expect.schema must be {SCHEMA}, got {d.get('schema')!r}")
         known = {"schema", "cause", "rank", "peer", "kernel", "phase", "effect", "comparison",
-                 "planted_by", "note", "extra"}
+                 "planted_by", "note", "extra", "late_entry"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ExpectError(f"expect has unknown fields {unknown}")
@@ -172,6 +194,7 @@ class Expect:
             planted_by=_str_or_empty("planted_by", d.get("planted_by", "")),
             note=_str_or_empty("note", d.get("note", "")),
             extra=dict(d.get("extra") or {}),
+            late_entry=d.get("late_entry"),
         )
 
 

@@ -28,6 +28,10 @@ Scenarios (the manifest's "synthetic" entry records the truth each one plants):
                 `ab_factor` x slower
   late_host     the host of rank `late_rank` enters every iteration `late_ns` after the others:
                 they wait for it at notify's cross-rank barrier
+  late_host_random  the host of rank `late_rank` is held a random [0, late_ns) before every kernel's
+                enqueue (drawn from the run's seed): a late entry per op, host side (issue 24)
+  upstream_gpu  the stream of rank `late_rank` runs `late_ns` of unrecorded GPU work before every
+                dispatch (an upstream GEMM) while its host enqueues on time: a late entry, GPU side
 
 Size: `events` is a target; the chunk count per (pair, channel) is chosen to reach it (a 10 M
 event run of 8 ranks has about 200 chunks per pair and channel over 4 iterations).
@@ -44,7 +48,8 @@ import pandas as pd
 from .registry import Registry
 from .schema import EVENT_KINDS, LAUNCH_COLUMNS
 
-SCENARIOS = ("balanced", "starvation", "late_arriver", "slow_rank", "ab", "late_host")
+SCENARIOS = ("balanced", "starvation", "late_arriver", "slow_rank", "ab", "late_host", "late_host_random",
+             "upstream_gpu")
 KERNELS = ("notify", "dispatch", "combine")
 ROLES = ("notify", "sender", "receiver", "host")
 PHASES = ("notify", "send_chunk", "wait_space", "publish_tail", "wait_data", "copy_out",
@@ -191,7 +196,7 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
                      working_warps=active_blocks * W)
     elif scenario == "late_arriver":
         truth.update(late_rank=late_rank, late_block=late_block, late_warp=late_warp, late_ns=late_ns)
-    elif scenario == "late_host":
+    elif scenario in ("late_host", "late_host_random", "upstream_gpu"):
         truth.update(late_rank=late_rank, late_ns=late_ns)
     elif scenario == "slow_rank":
         truth.update(slow_rank=slow_rank, slow_factor=slow_factor)
@@ -213,6 +218,10 @@ def _simulate(sim: _Sim, iterations: int) -> list[dict]:
         if sim.scenario == "late_host":
             host_t[sim.planted["late_rank"]] += sim.planted["late_ns"]
         for kernel in KERNELS:
+            if sim.scenario == "late_host_random":
+                host_t[sim.planted["late_rank"]] += int(rng.uniform(0, sim.planted["late_ns"]))
+            if sim.scenario == "upstream_gpu" and kernel == "dispatch":
+                gpu_free[sim.planted["late_rank"]] += sim.planted["late_ns"]   # queued first, not recorded
             # host enqueue, kernel start
             h_b = host_t + rng.integers(500, 1500, R)
             h_e = h_b + (ENQUEUE_NS * _lognormal(rng, R, sim.noise)).astype(np.int64)

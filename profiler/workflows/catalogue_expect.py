@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiler.expect import Cause, ComparisonExpect, Direction, Effect, Expect
+from profiler.analysis.verdict import ALARM_SHARE
+from profiler.expect import LATE_ENTRY_CAUSES, Cause, ComparisonExpect, Direction, Effect, Expect
 from profiler.registry import Registry
 from profiler.runstore import TRACE, Run, load_run, update_manifest
 
@@ -41,6 +42,18 @@ HOOK_MAX_BLOCKS = 4          # issue 11: hook mode holds <= 4 SMs while the copy
 # another's (a whole profiled op takes ~1.3 ms, ep-2xH200-2026-11-29-final-e4b4610.md; the first
 # profiled op of an older recording showed 92 ms, epscope-trace-2rank-balanced iteration 4)
 MAX_ACCIDENTAL_LAG_MS = 1.0
+# A planted late entry is material (the pages must name it) when the others' measured wait for it
+# is this far past the pages' alarm share (profiler.analysis.verdict.ALARM_SHARE), immaterial (no
+# page may alarm) this far under it; between the two the pages may name it and nothing else. The
+# margin covers what this measurement (entry skews over the GPU span of the iteration) does not
+# share with the analysis' (the waits themselves over the iteration's span from its host calls).
+MATERIAL_MARGIN = 1.25
+# random host delays: per iteration, the planted rank's positive GPU entry lags summed reach at
+# least half of what its host slept (median over iterations); without the plant they sum to the
+# ranks' launch jitter, tens of µs against ~300 µs planted per iteration on average
+MIN_LATE_SHARE = 0.5
+# kernels whose ranks do not wait for each other: a late entry there costs no one anything
+LOCAL_KERNELS = ("layout",)
 
 
 @dataclass(frozen=True)
@@ -159,6 +172,61 @@ def host_entry_lag_ms(launches: pd.DataFrame, kernel: str, rank: int) -> list[fl
     return [round(float(v) / 1e6, 3) for v in (first[rank] - others).dropna()]
 
 
+def op_after_entry_us(launches: pd.DataFrame, kernel: str) -> pd.Series:
+    """Per iteration, `kernel`'s op latency after entry (issue 18): per occurrence, the last
+    rank's first warp to the last warp end of any rank, summed over the iteration's occurrences
+    (matched by order within the iteration). A late peer's wait is not in it."""
+    la = launches[(launches["kernel"].astype(str) == kernel) & (launches["gpu_begin_ns"] >= 0)
+                  & (launches["gpu_end_ns"] >= launches["gpu_begin_ns"])].copy()
+    if la.empty:
+        return pd.Series(dtype=float)
+    la = la.sort_values(["rank", "iteration", "launch"])
+    la["occurrence"] = la.groupby(["rank", "iteration"]).cumcount()
+    g = la.groupby(["iteration", "occurrence"])
+    per = (g["gpu_end_ns"].max() - g["gpu_begin_ns"].max()) / 1e3
+    return per.groupby(level=0).sum()
+
+
+def entry_lags_us(launches: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """[iteration, kernel, occurrence, lag_us] per op occurrence of the cross-rank kernels (not
+    LOCAL_KERNELS): how much later `rank`'s GPU began it (first warp) than the earliest other
+    rank's (negative: earlier). Occurrences are matched across ranks by their order within
+    (iteration, kernel), as profiler.analysis.timemodel matches them."""
+    la = launches[(launches["gpu_begin_ns"] >= 0) & ~launches["kernel"].astype(str).isin(LOCAL_KERNELS)].copy()
+    la["kernel"] = la["kernel"].astype(str)
+    la = la.sort_values(["rank", "iteration", "kernel", "launch"])
+    la["occurrence"] = la.groupby(["rank", "iteration", "kernel"]).cumcount()
+    first = la.pivot_table(index=["iteration", "kernel", "occurrence"], columns="rank", values="gpu_begin_ns",
+                           aggfunc="min")
+    if rank not in first.columns or len(first.columns) < 2:
+        return pd.DataFrame(columns=["iteration", "kernel", "occurrence", "lag_us"])
+    lag = ((first[rank] - first.drop(columns=[rank]).min(axis=1)) / 1e3).dropna().rename("lag_us")
+    return lag.reset_index()
+
+
+def late_entry_shares(launches: pd.DataFrame, rank: int) -> list[float]:
+    """Per iteration, the others' wait for `rank` to enter: its positive entry lags summed over
+    the iteration's cross-rank op occurrences, as a share of the iteration's GPU span (first warp
+    of any launch to last warp end)."""
+    lags = entry_lags_us(launches, rank)
+    la = launches[launches["gpu_begin_ns"] >= 0]
+    span = (la.groupby("iteration")["gpu_end_ns"].max() - la.groupby("iteration")["gpu_begin_ns"].min()) / 1e3
+    waited = lags["lag_us"].clip(lower=0).groupby(lags["iteration"]).sum() if len(lags) else pd.Series(dtype=float)
+    return [round(float(waited.get(it, 0.0)) / float(span[it]), 4) for it in span.index if span[it] > 0]
+
+
+def late_entry_truth(side: str, rank: int, shares: list[float]) -> tuple[Cause, str | None]:
+    """(cause, late_entry) of a run whose `rank` was planted to enter late from `side`, from the
+    median measured share (MATERIAL_MARGIN around ALARM_SHARE; the module docstring of
+    catalogue_plan says what each answer asks of the pages)."""
+    med = statistics.median(shares) if shares else 0.0
+    if med >= ALARM_SHARE * MATERIAL_MARGIN:
+        return LATE_ENTRY_CAUSES[side], side
+    if med < ALARM_SHARE / MATERIAL_MARGIN:
+        return Cause.NONE, None
+    return Cause.NONE, side
+
+
 def last_arrivals(events: pd.DataFrame, kernel: str, barrier: str) -> pd.DataFrame:
     """[iteration, occurrence, last_rank, lead_us] of every occurrence of a cross-rank barrier
     in `kernel`: the rank whose last warp arrived last, and by how much it trailed the next one."""
@@ -266,6 +334,64 @@ def _measure_barrier(run, facts, rec, checks):
     return Effect("device_delay_us", _median(ran) or 0.0, "us"), extra
 
 
+def _measure_late_host(run, facts, rec, checks) -> tuple[Cause, str | None, dict]:
+    """A random host delay (RandomDelay) on one rank: it slept what was planned, its GPU entered
+    the cross-rank ops late by it, and (cause, late_entry) from the measured share."""
+    s, t = run.scenario, run.scenario.truth
+    d = s.random_host_delay
+    held = next((f for f in facts if f.rank == d.rank), RankFacts(run.name, d.rank)).host_sleeps
+    its = range(s.warm_iters, s.warm_iters + s.profile_iters)
+    planned = d.sequence(run.replicate, its)
+    short = [h for h in held if h["slept_us"] < h["planned_us"]]
+    checks.append(Check(f"rank {d.rank}'s host held every planned delay (count, short ones)",
+                        len(held) == len(planned) and not short, [len(held), len(short)], f"[{len(planned)}, 0]"))
+    lags = entry_lags_us(rec.launches, d.rank)
+    late = lags["lag_us"].clip(lower=0).groupby(lags["iteration"]).sum() if len(lags) else pd.Series(dtype=float)
+    per_it = pd.Series([x["slept_us"] for x in held], index=[x["iteration"] for x in held], dtype=float)
+    slept = per_it.groupby(level=0).sum() if len(per_it) else pd.Series(dtype=float)
+    late_med, slept_med = _median(late.tolist()), _median(slept.tolist())
+    want = MIN_LATE_SHARE * (slept_med or 0.0)
+    checks.append(Check(f"rank {d.rank}'s GPU entry lag per iteration (µs, median, cross-rank ops)",
+                        late_med is not None and slept_med is not None and late_med >= want, late_med,
+                        f">= {want:g} ({MIN_LATE_SHARE:g} x the median slept per iteration, {slept_med})"))
+    shares = late_entry_shares(rec.launches, d.rank)
+    cause, side = late_entry_truth(t.late_entry, d.rank, shares)
+    extra = {"late_entry_share": shares, "late_entry_share_median": _median(shares), "alarm_share": ALARM_SHARE,
+             "host_sleeps": held, "gpu_entry_lag_us_per_iteration": [round(float(x), 1) for x in late.tolist()]}
+    return cause, side, extra
+
+
+def _measure_late_gpu(run, facts, rec, checks):
+    """An upstream GEMM: the planted rank's GEMM took longer than the others', its GPU entered
+    the op late by about the difference while its host called on time, and the late entry is
+    material (the scenario is sized for it; an immaterial one fails: nothing was planted)."""
+    s, t = run.scenario, run.scenario.truth
+    gemm = {f.rank: _median(f.upstream_gemm_us) for f in facts}
+    mine = gemm.get(t.rank)
+    others = [v for r, v in gemm.items() if r != t.rank]
+    extra_us = round(mine - max(v or 0.0 for v in others), 1) if mine is not None and others else None
+    checks.append(Check(f"rank {t.rank}'s upstream GEMM minus the others' (µs, medians, CUDA events)",
+                        extra_us is not None and extra_us > 0, extra_us, "> 0"))
+    want = MIN_DELAY_SHARE * (extra_us or 0.0)
+    lags = entry_lags_us(rec.launches, t.rank)
+    # the op's first cross-rank kernel (notify) is the one queued behind the GEMM
+    at = lags[lags["kernel"] == "notify"]["lag_us"].round(1).tolist() if len(lags) else []
+    checks.append(Check(f"rank {t.rank}'s GPU entry lag at notify (µs, per profiled op)",
+                        bool(at) and extra_us is not None and min(at) >= want, at, f"every one >= {want:g}"))
+    host = host_entry_lag_ms(rec.launches, "dispatch", t.rank)
+    on_time = (extra_us or 0.0) / 1e3 / 4
+    checks.append(Check(f"host entry lag of rank {t.rank} at dispatch (ms)",
+                        bool(host) and max(abs(x) for x in host) < on_time, host, f"|lag| < {on_time:g}"))
+    shares = late_entry_shares(rec.launches, t.rank)
+    cause, side = late_entry_truth(t.late_entry, t.rank, shares)
+    checks.append(Check("the late entry is material (cause, side from the measured share)",
+                        (cause, side) == (t.cause, t.late_entry), [cause.value, side],
+                        f"[{t.cause.value}, {t.late_entry}] (median share >= {ALARM_SHARE * MATERIAL_MARGIN:g})"))
+    extra = {"upstream_gemm_us": {str(r): v for r, v in sorted(gemm.items())}, "gpu_entry_lag_us": at,
+             "host_entry_lag_ms": host, "late_entry_share": shares, "alarm_share": ALARM_SHARE}
+    return Effect("upstream_gemm_extra_us", extra_us or 0.0, "us"), extra
+
+
 def _measure_timeout(run, facts, rec, checks):
     t, s = run.scenario.truth, run.scenario
     status = rec.manifest.get("status")
@@ -282,13 +408,17 @@ def _measure_timeout(run, facts, rec, checks):
 _MEASURE = {Cause.NONE: _measure_none, Cause.RANK_IMBALANCE: _measure_rank_imbalance,
             Cause.STARVED_WARPS: _measure_starved, Cause.HOST_BOUND: _measure_host_bound,
             Cause.BARRIER_STRAGGLER: _measure_barrier, Cause.TIMEOUT: _measure_timeout}
-assert set(_MEASURE) >= {s.truth.cause for s in SCENARIOS}, "every planted cause needs its measurement"
+assert set(_MEASURE) >= {s.truth.cause for s in SCENARIOS if s.truth.late_entry is None}, \
+    "every planted cause needs its measurement"
+assert {s.truth.late_entry for s in SCENARIOS if s.pair is None} <= {None, "gpu"}, \
+    "a single run's planted late entry needs its measurement (_measure_late_gpu)"
 
 
 # -- comparisons -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GroupEffect:
-    """A comparison group's measured op latencies, B against A (medians over runs x iterations),
+    """A comparison group's measured op latencies, B against A (medians over runs x iterations;
+    after entry for a group that plants a late entry, Pair.after_entry),
     keyed by kernel ("dispatch", "combine") and, for a group with a phase, "kernel/phase"
     (the phase's warp time per op). `facts`: medians of what the ranks measured per side (the
     overlapped matmul's µs, when the scenario runs one)."""
@@ -312,8 +442,9 @@ def group_effect(recorded: dict[str, Run], runs: list[PlannedRun], kernels=("dis
             continue
         names[r.side].append(r.name)
         rec = recorded[r.name]
+        latency = op_after_entry_us if r.scenario.pair.after_entry else op_latency_us
         for k in kernels:
-            samples[r.side][k] += op_latency_us(rec.launches, k).tolist()
+            samples[r.side][k] += latency(rec.launches, k).tolist()
             if phase:
                 samples[r.side][f"{k}/{phase}"] += phase_us(rec.events, rec.launches, k, phase).tolist()
         for f in (facts or {}).get(r.name, []):
@@ -398,18 +529,29 @@ def build_expect(run: PlannedRun, facts: list[RankFacts], rec: Run, planted_by: 
         cmp_ = ComparisonExpect(group=p.group, side=run.side, replicate=run.replicate, outcome=p.outcome,
                                 knob=p.knob, value=run.settings[p.knob] if p.knob else None, kernel=kernel,
                                 phase=phase, direction=direction)
-        _measure_none(run, facts, rec, checks)
+        cause, rank, side = t.cause, t.rank, t.late_entry
+        if s.random_host_delay is not None:    # the single-run cause is what the late entry measured
+            ratio = _imbalance(_rows(facts))
+            checks.append(Check("rows received are balanced (max / median)", ratio <= MAX_BALANCED, ratio,
+                                f"<= {MAX_BALANCED}"))
+            cause, side, late = _measure_late_host(run, facts, rec, checks)
+            rank = s.random_host_delay.rank if side is not None else None
+            extra["late_entry"] = late
+        else:
+            _measure_none(run, facts, rec, checks)
         extra.update(_hook_checks(run, rec, checks))
         mine = sorted((f for f in facts if f.gemm_us), key=lambda f: f.rank)
         if mine:
             extra["gemm_us"] = {str(f.rank): f.gemm_us for f in mine}
     else:
-        effect, extra = _MEASURE[t.cause](run, facts, rec, checks)
+        measure = _measure_late_gpu if t.late_entry == "gpu" else _MEASURE[t.cause]
+        effect, extra = measure(run, facts, rec, checks)
         cmp_ = None
+        cause, rank, side = t.cause, t.rank, t.late_entry
     extra = {**extra, "recv_rows": _rows(facts), "kernel_median_us": kernel_median_us(rec.launches),
              "status": rec.manifest.get("status"), "checks": [asdict(c) for c in checks]}
-    exp = Expect(cause=t.cause, rank=t.rank, peer=t.peer, kernel=t.kernel, phase=t.phase, effect=effect,
-                 comparison=cmp_, planted_by=planted_by, note=s.summary, extra=extra)
+    exp = Expect(cause=cause, rank=rank, peer=t.peer, kernel=t.kernel, phase=t.phase, effect=effect,
+                 comparison=cmp_, planted_by=planted_by, note=s.summary, extra=extra, late_entry=side)
     return exp, checks
 
 

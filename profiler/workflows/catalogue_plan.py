@@ -25,7 +25,24 @@ Scenarios (`--only` takes these keys; run directory names in brackets):
   ab-tma-buffers      [ep-ab-tma-buffers-...] bulk-copy path with 1 staging buffer per warp (A) against 3 (B)
   ab-hook             [ep-ab-hook-...]        normal (A) against hook mode (B), an 8192^2 BF16 matmul on the
                                               compute stream while each dispatch's and combine's rows move
+  late-entry-ab       [ep-late-entry-ab-...]  24 SMs (A) against 64 SMs (B) while rank 1's host sleeps a seeded
+                                              random 0-300 µs before every dispatch and combine, interleaved
+  late-entry-aa       [ep-late-entry-aa-...]  the same config on both sides under the same random host delay
+  upstream-gemm       [ep-upstream-gemm]      a BF16 GEMM before each dispatch on each rank's compute stream,
+                                              8192^2 on rank 0 and 2048^2 on rank 1: rank 0 enters late, its
+                                              host on time (the late entry's GPU side)
   timeout             [ep-timeout]            rank 1 never sends its dispatch rows (1 s bound); always last
+
+A late entry (Truth.late_entry: 'host' or 'gpu', profiler.expect.LATE_ENTRY_SIDES) is measured,
+not assumed: the expect block names it (host_bound / rank_imbalance on its rank, with its side)
+when the others' measured wait for the late rank is clearly past the pages' alarm share, leaves
+the run at cause none when it is clearly under, and between the two says cause none with the late
+entry named (a page may then name it, and nothing else). The random host delay (RandomDelay) is
+drawn per profiled op from a seed of (scenario seed, replicate, iteration, op), not of the side:
+replicate i of A and of B sleep the same sequence, so a late-entry A/B is paired and its A/A
+compares like with like. A late-entry comparison's op latency is measured after entry (the last
+rank's first warp to the last warp end, `Pair.after_entry`): a late peer's wait is not the
+kernel's time (issue 18).
 
 A comparison names what must move, B against A (kernel, phase, direction), or leaves it to the
 measurement (`Pair.measured`): then the expect block names the kernel (and the phase) that moved
@@ -40,6 +57,7 @@ expect blocks profiler/workflows/catalogue_expect.py.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +69,7 @@ RANKS = 2
 SHAPE = {"tokens": 4096, "hidden": 7168, "topk": 8, "experts": 256, "dtype": "bf16"}
 BASE_SMS = 24
 SEED = 0
+OPS = ("layout", "dispatch", "combine")    # RankOp's op calls, in call order per iteration
 DEFAULT_REPLICATES = 3
 # profile records per warp: dispatch/combine buffers are sized by Buffer._prof's bound (<= ~200
 # records per warp at this shape, 24 SMs), layout and notify record a few; 512 leaves room
@@ -70,14 +89,44 @@ class Delay:
 
 
 @dataclass(frozen=True)
+class RandomDelay:
+    """A host delay on `rank` before each of `ops` (the op calls of RankOp) in every profiled
+    iteration: uniform in [0, max_us), drawn from `seed` per (replicate, iteration, op)
+    (delay_us), so a rerun sleeps the same sequence and both sides of a replicate share it."""
+
+    rank: int
+    max_us: float
+    ops: tuple[str, ...] = ("dispatch", "combine")
+    seed: int = SEED
+
+    def __post_init__(self):
+        if not self.max_us > 0:
+            raise ValueError(f"RandomDelay.max_us must be > 0, got {self.max_us}")
+        bad = [o for o in self.ops if o not in OPS]
+        if bad or not self.ops:
+            raise ValueError(f"RandomDelay.ops must be among {OPS}, got {self.ops}")
+
+    def delay_us(self, replicate: int | None, iteration: int, op: str) -> float:
+        # a str seed is hashed with SHA-512 by random.Random (stable across processes and runs)
+        rng = random.Random(f"catalogue-host-delay:{self.seed}:{replicate or 0}:{iteration}:{op}")
+        return round(rng.uniform(0.0, self.max_us), 3)
+
+    def sequence(self, replicate: int | None, iterations) -> list[tuple[int, str, float]]:
+        """[(iteration, op, µs)] in call order."""
+        return [(it, op, self.delay_us(replicate, it, op)) for it in iterations for op in OPS if op in self.ops]
+
+
+@dataclass(frozen=True)
 class Truth:
-    """What the planting makes true, in profiler.expect's vocabulary (the effect is measured)."""
+    """What the planting makes true, in profiler.expect's vocabulary (the effect is measured).
+    late_entry: 'host' | 'gpu' when `rank` is planted to enter ops late (profiler.expect)."""
 
     cause: Cause
     rank: int | None = None
     peer: int | None = None
     kernel: str | None = None
     phase: str | None = None
+    late_entry: str | None = None
 
 
 # The knobs a comparison may change (PlannedRun.settings), named as the API names them.
@@ -98,6 +147,7 @@ class Pair:
     kernel: str | None = None
     direction: Direction | None = None
     phase: str | None = None
+    after_entry: bool = False        # op latency from the last rank's entry (a group planting a late entry)
 
     def __post_init__(self):
         if self.knob is not None and self.knob not in KNOBS:
@@ -132,6 +182,12 @@ class Scenario:
     skip_send_rank: int | None = None
     timeout_s: float | None = None
     pair: Pair | None = None
+    random_host_delay: RandomDelay | None = None
+    upstream_gemm: tuple[tuple[int, int], ...] = ()   # (rank, N): an N x N BF16 GEMM before each dispatch
+
+    def upstream_n(self, rank: int) -> int:
+        """The upstream GEMM's N on `rank` (0: none)."""
+        return dict(self.upstream_gemm).get(rank, 0)
 
     @property
     def run_name(self) -> str:
@@ -185,6 +241,26 @@ SCENARIOS: tuple[Scenario, ...] = (
              "compute stream while each op's rows move, runs interleaved", Truth(Cause.NONE),
              path="tma", num_tma_buffers=3, gemm_n=8192, profile_iters=2,
              pair=Pair("ab-hook", "return_recv_hook", False, True)),
+    # Issue 24. 0-300 µs: the spread of host launch times of real steps (a data loader, Python between
+    # ops); before dispatch and combine: both ops' first waits see it. At 24 SMs an iteration's
+    # dispatch + combine take ~0.5 ms (229 + 285 µs, ep-2xH200-2026-11-29-final-e4b4610.md), so a
+    # mean 2 x 150 µs of late entry sits near the 25 % alarm share: whether it is material is
+    # measured per run (module docstring). 64 SMs: -11 % dispatch, -19 % combine after entry
+    Scenario("late-entry-ab", "24 SMs (A) against 64 SMs (B) while rank 1's host sleeps a seeded random 0-300 µs "
+             "before every dispatch and combine, runs interleaved", Truth(Cause.NONE, rank=1, late_entry="host"),
+             profile_iters=5, random_host_delay=RandomDelay(1, 300.0),
+             pair=Pair("late-entry-ab", "num_sms", BASE_SMS, 64, kernel="combine", direction=Direction.FASTER,
+                       after_entry=True)),
+    Scenario("late-entry-aa", "the same code and config on both sides, rank 1's host sleeping the same seeded "
+             "random 0-300 µs before every dispatch and combine, runs interleaved",
+             Truth(Cause.NONE, rank=1, late_entry="host"), profile_iters=5, random_host_delay=RandomDelay(1, 300.0),
+             pair=Pair("late-entry-aa", None, BASE_SMS, BASE_SMS, after_entry=True)),
+    # 8192^2 BF16: ~1.5 ms on H200 (the ab-hook overlap's matmul, its gemm_us facts); 2048^2 ~25 µs.
+    # Unequal work before dispatch, as unequal attention or expert GEMMs make it in a real step:
+    # rank 0 enters dispatch ~1.5 ms late with its host on time (the GEMM is queued asynchronously)
+    Scenario("upstream-gemm", "a BF16 GEMM on each rank's compute stream before each dispatch, 8192x8192 on rank 0 "
+             "and 2048x2048 on rank 1 (hosts on time): rank 0 enters the op late on the GPU side",
+             Truth(Cause.RANK_IMBALANCE, rank=0, late_entry="gpu"), upstream_gemm=((0, 8192), (1, 2048))),
     # one profiled op, no warm-up: its dispatch breaks the Buffer. Rank 0's receivers give up at
     # the bound (its first error: dispatch wait_data on rank 1); rank 1 finished its dispatch and
     # then waits at the combine's rank_start barrier for rank 0 (its own timeout, a consequence)
@@ -236,6 +312,13 @@ class PlannedRun:
                  "skip_send_rank": s.skip_send_rank, "timeout_s": s.timeout_s, "path": s.path,
                  "num_tma_buffers": st["num_tma_buffers"], "return_recv_hook": st["return_recv_hook"],
                  "gemm_n": s.gemm_n}
+        if s.random_host_delay is not None:
+            d = s.random_host_delay
+            its = range(s.warm_iters, s.warm_iters + s.profile_iters)
+            plant["random_host_delay"] = {"rank": d.rank, "max_us": d.max_us, "ops": list(d.ops), "seed": d.seed,
+                                          "planned_us": [[it, op, us] for it, op, us in d.sequence(self.replicate, its)]}
+        if s.upstream_gemm:
+            plant["upstream_gemm"] = {str(r): n for r, n in s.upstream_gemm}
         return {"kind": "ep", **SHAPE, "tokens": s.tokens, "ranks": RANKS, "routing": s.routing,
                 "routing_args": dict(s.routing_args), "drop": 0.0, "seed": SEED,
                 "iters": s.warm_iters + s.profile_iters, "profile_iters": s.profile_iters,
@@ -259,6 +342,8 @@ class RankFacts:
     error: str | None = None                                      # an exception's message
     error_report: dict | None = None                              # ep_core.ErrorReport fields
     gemm_us: list[float] = field(default_factory=list)            # the overlapped matmuls, CUDA events
+    host_sleeps: list[dict] = field(default_factory=list)         # RandomDelay: {iteration, op, planned_us, slept_us}
+    upstream_gemm_us: list[float] = field(default_factory=list)   # the GEMM before each dispatch, CUDA events
     seconds: float = 0.0
 
 

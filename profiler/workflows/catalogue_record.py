@@ -60,6 +60,33 @@ class Matmul:
         return [round(a.elapsed_time(b) * 1e3, 1) for a, b in self.events]
 
 
+def spin_us(us: float) -> float:
+    """Hold the host for `us` µs and return the µs it held (perf_counter). A spin, not
+    time.sleep: sleeps of 0-300 µs overshoot by ~50 µs of timer slack on Linux, which would
+    bend the planted distribution (RandomDelay)."""
+    t0 = time.perf_counter_ns()
+    end = t0 + int(us * 1e3)
+    while time.perf_counter_ns() < end:
+        pass
+    return (time.perf_counter_ns() - t0) / 1e3
+
+
+class HostDelays:
+    """A run's RandomDelay on this rank: `before(iteration, op)` spins the planned µs (nothing on
+    the other ranks, or for ops it does not delay) and keeps what it held (RankFacts.host_sleeps)."""
+
+    def __init__(self, run: PlannedRun, rank: int, spin=spin_us):
+        d = run.scenario.random_host_delay
+        self.delay = d if d is not None and d.rank == rank else None
+        self.replicate, self.spin, self.held = run.replicate, spin, []
+
+    def before(self, iteration: int, op: str) -> None:
+        if self.delay is None or op not in self.delay.ops:
+            return
+        us = self.delay.delay_us(self.replicate, iteration, op)
+        self.held.append({"iteration": iteration, "op": op, "planned_us": us, "slept_us": round(self.spin(us), 3)})
+
+
 def _op(buffer, run: PlannedRun, rank: int, device):
     from ep_core.config import op_configs
     from .workload import RankOp, make_rank_inputs
@@ -101,6 +128,10 @@ def _warm_up(ctx, buffer, runs: list[PlannedRun], opts) -> None:
         op = _op(buffer, r, ctx.rank, ctx.device)
         for _ in range(2):
             op.iteration(None)
+    for n in {r.scenario.upstream_n(ctx.rank) for r in runs} - {0}:   # cuBLAS's first call of each size
+        gemm = Matmul(n, ctx.device)
+        for _ in range(2):
+            gemm()
     _ext.load(profile=True)
     torch.cuda.synchronize()
     dist.barrier(group=ctx.group)
@@ -130,6 +161,8 @@ def _record(ctx, buffer, run: PlannedRun, opts, cycles_per_us: float) -> RankFac
     host = s.host_delay if s.host_delay is not None and s.host_delay.rank == rank else None
     dev = s.device_delay if s.device_delay is not None and s.device_delay.rank == rank else None
     dev_events = []
+    delays = HostDelays(run, rank)
+    upstream = Matmul(s.upstream_n(rank), ctx.device) if s.upstream_n(rank) else None
     session = Session(opts["out"], name=run.name, description=run.description(), rank=rank,
                       world_size=ctx.world_size, group=ctx.group, capacity=opts["capacity"],
                       workload=run.workload(), overwrite=opts.get("overwrite", False),
@@ -146,14 +179,19 @@ def _record(ctx, buffer, run: PlannedRun, opts, cycles_per_us: float) -> RankFac
                         h0 = time.perf_counter_ns()
                         time.sleep(host.amount / 1e3)
                         facts.host_delays_ms.append((time.perf_counter_ns() - h0) / 1e6)
+                    delays.before(it, "layout")
                     layout = op.layout(True)
+                    if upstream is not None:    # queued on the compute stream; the host goes on at once
+                        upstream()
                     if dev is not None:
                         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                         e0.record()
                         torch.cuda._sleep(int(dev.amount * cycles_per_us))
                         e1.record()
                         dev_events.append((e0, e1))
+                    delays.before(it, "dispatch")
                     d = op.dispatch(layout, True)
+                    delays.before(it, "combine")
                     op.combine(d, True)
                     facts.recv_rows = d.rows
                 # a device error of the last op surfaces here, inside the block, so the Buffer saves
@@ -171,6 +209,9 @@ def _record(ctx, buffer, run: PlannedRun, opts, cycles_per_us: float) -> RankFac
         facts.device_delays_us = [a.elapsed_time(b) * 1e3 for a, b in dev_events]
     if op.overlap is not None and facts.error is None:
         facts.gemm_us = op.overlap.times_us()
+    if upstream is not None and facts.error is None:
+        facts.upstream_gemm_us = upstream.times_us()
+    facts.host_sleeps = delays.held
     facts.seconds = round(time.time() - t0, 2)
     return facts
 

@@ -25,6 +25,12 @@ must name which cause, and with which fields ("-": the page cannot see it and is
                                                                                   kernel phase
     useless_arrivals    -                            -                            useless_arrivals + kernel
                                                                                   phase
+    late entry, material (expect.late_entry 'host' with host_bound, 'gpu' with rank_imbalance):
+                        cause + rank + the same      an alarm names the rank      an alarm naming the rank
+                        late_entry side                                           (when the run has
+                                                                                  cross-rank barriers)
+    late entry under the alarm share (cause none, late_entry set): any alarm of any page names that
+                        rank and side (a page may name it; nothing else may be called)
 
 The timeout's fields are those of the stalled wait that started it (profiler.analysis.timeouts):
 every page leads with it. A straggler is seen by the critical path only through the time the
@@ -32,7 +38,11 @@ others wait on it: at 2 ranks the catalogue's skews (1.5x and 2x the rows) leave
 longer (both ranks' dispatch kernels end together) and cost 3-19% of an iteration, under the 25%
 alarm; the idle page, which sees the work itself, must name it, and the critical path must not
 name anything else. Host-bound names no kernel: the others wait for a late host at the
-next rendezvous, wherever the delay was planted. Comparisons (runs whose expect has a
+next rendezvous, wherever the delay was planted. A late entry (issue 24: a random host delay
+before every op, an upstream GEMM on one rank) is decided by late_entry.py for every page alike;
+its side says where the lateness came from, so a host delay named 'gpu' (or the reverse) fails.
+Upstream GPU work is rank_imbalance, not host_bound: the late rank's own work, not its host, made
+the others wait; it names no kernel (the others wait at whichever rendezvous comes next). Comparisons (runs whose expect has a
 `comparison`, grouped by its group): same_code -> the Compare verdict raises no alarm; knob_change
 -> a knob_change verdict whose row for the planted kernel/phase (the kernel's time when the phase
 is null, end-to-end when both are) has the planted direction; with one run on a side nothing may
@@ -125,8 +135,29 @@ def _alarm_names_rank(v, e: Expect):
         assert v.rank == e.rank, f"{v.page} raised an alarm about rank {v.rank}, planted rank {e.rank}: {v.headline}"
 
 
+def check_late_entry(e: Expect, cp, iw, bc, has_rank_barriers: bool):
+    """A planted late entry (the matrix's last two rows)."""
+    if e.cause is Cause.NONE:
+        for v in (cp, iw, bc):
+            if v.alarm:
+                assert v.rank == e.rank and v.late_entry == e.late_entry, \
+                    f"{v.page} called something other than the planted late entry (rank {e.rank}, " \
+                    f"{e.late_entry}) under the alarm share: {v.headline}"
+        return
+    assert cp.alarm and cp.cause is e.cause and cp.late_entry == e.late_entry, \
+        f"critical path: {cp.cause.value}, late_entry {cp.late_entry!r}, planted {e.cause.value} " \
+        f"{e.late_entry!r}: {cp.headline}"
+    _fields(cp, e, "rank")
+    _alarm_names_rank(iw, e)
+    if has_rank_barriers:
+        assert bc.alarm and bc.rank == e.rank, f"barriers: {bc.headline}"
+
+
 def check_verdicts(e: Expect, cp, iw, bc, has_rank_barriers: bool):
     c = e.cause
+    if e.late_entry is not None:
+        check_late_entry(e, cp, iw, bc, has_rank_barriers)
+        return
     if c is Cause.NONE:
         for v in (cp, iw, bc):
             assert not v.alarm, f"{v.page} raised an alarm on a run with nothing planted: {v.headline}"
@@ -219,6 +250,15 @@ SYNTHETIC = {
     "late_arriver": (dict(scenario="late_arriver", late_rank=2, late_block=1, late_warp=3, late_ns=60_000),
                      Expect(cause=Cause.BARRIER_STRAGGLER, rank=2, kernel="dispatch", phase="grid")),
     "late_host": (dict(scenario="late_host", late_rank=1, late_ns=60_000), Expect(cause=Cause.HOST_BOUND, rank=1)),
+    # issue 24's plants, synthetic until the two-GPU recordings land (profiler.synthetic): a random
+    # host delay before every kernel (host side), unrecorded GPU work before every dispatch (GPU side)
+    "synthetic_late_host_random": (dict(scenario="late_host_random", late_rank=1, late_ns=120_000),
+                                   Expect(cause=Cause.HOST_BOUND, rank=1, late_entry="host")),
+    "synthetic_upstream_gpu": (dict(scenario="upstream_gpu", late_rank=2, late_ns=60_000),
+                               Expect(cause=Cause.RANK_IMBALANCE, rank=2, late_entry="gpu")),
+    # the same random host delay, small (a 10 µs bound: ~6 % of an iteration on the critical path): nothing called
+    "synthetic_late_host_random_small": (dict(scenario="late_host_random", late_rank=1, late_ns=10_000),
+                                         Expect(cause=Cause.NONE)),
 }
 
 
