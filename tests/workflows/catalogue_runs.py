@@ -28,12 +28,16 @@ WARPS = 2                 # warps per block (2 keep the tables small; shares do 
 
 
 def fake_run(path, *, iterations=(2, 3), kernel_us=None, host_lag_ms=None, late_rank=None, late_us=0.0,
-             dispatch_blocks=24, working_blocks=24, status="ok", hook=False, stall_us=None) -> Path:
+             dispatch_blocks=24, working_blocks=24, status="ok", hook=False, stall_us=None,
+             entry_lag_us=None, gpu_side=False) -> Path:
     """kernel_us: {kernel: (rank 0 µs, rank 1 µs)}; host_lag_ms: {rank: ms its host enters every
     op late}; late_rank arrives late_us after the other at notify's rank_start; blocks >=
     working_blocks of each dispatch record nothing but a wait. `hook`: the ops in hook mode
     (HOOK_LAUNCHES, back to back, HOOK_US each); stall_us: {kernel: (rank 0, rank 1)} µs of
-    stage_wait span that kernel's block 0 records, split over its two warps."""
+    stage_wait span that kernel's block 0 records, split over its two warps. entry_lag_us:
+    {(rank, kernel) or (rank, kernel, iteration): µs} that rank enters that launch late: its host
+    call starts late (a host delay), or with `gpu_side` its host calls on time and its GPU starts
+    the kernel late (work queued before it); the rank's later launches shift with it."""
     kernel_us = {"layout": (2, 2), "notify": (20, 20), "dispatch": (200, 200), "barrier": (2, 2),
                  "combine": (250, 250), **(kernel_us or {})}
     for (k, part), us in HOOK_US.items():
@@ -46,9 +50,16 @@ def fake_run(path, *, iterations=(2, 3), kernel_us=None, host_lag_ms=None, late_
         launch = 0
         for it in iterations:
             t = it * ITER_NS + int(host_lag_ms.get(r, 0.0) * 1e6)
+            queued = 0              # iterations are 10 ms apart: the GPU has caught up
             for k, part, hook_role, hook_phase in launches:
                 us = kernel_us[(k, part) if part else k][r]
-                g0 = t + 5_000
+                lags = entry_lag_us or {}
+                lag = int(lags.get((r, k, it), lags.get((r, k), 0.0)) * 1e3)
+                if gpu_side:
+                    queued += lag           # the host goes on; the GPU runs this and what follows later
+                else:
+                    t += lag
+                g0 = t + 5_000 + queued
                 g1 = g0 + int(us * 1e3)
                 regions = dispatch_blocks * WARPS if k == "dispatch" else WARPS
                 la.append({"rank": r, "launch": launch, "kernel": k, "iteration": it, "host_begin_ns": t,

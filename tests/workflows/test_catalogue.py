@@ -17,7 +17,8 @@ def test_every_key_of_the_brief_is_in_the_table_once():
     keys = [s.key for s in C.SCENARIOS]
     assert len(set(keys)) == len(keys)
     assert set(keys) == {"balanced", "rank-skew", "zero-rank", "few-tokens", "host-late", "barrier-straggler",
-                         "aa", "ab-sms", "ab-tma-buffers", "ab-hook", "timeout"}
+                         "aa", "ab-sms", "ab-tma-buffers", "ab-hook", "timeout",
+                         "late-entry-ab", "late-entry-aa", "upstream-gemm"}   # issue 24
 
 
 @pytest.mark.parametrize("s", C.SCENARIOS, ids=lambda s: s.key)
@@ -58,12 +59,12 @@ def test_delays_sit_on_the_rank_the_truth_names():
 def test_plan_order_singles_then_interleaved_pairs_then_the_timeout():
     runs = C.plan(C.parse_only(None))
     names = [r.name for r in runs]
-    assert len(names) == len(set(names)) == 6 + 4 * 2 * 3 + 1
-    assert names[:6] == ["ep-balanced", "ep-rank-skew", "ep-zero-rank", "ep-few-tokens", "ep-host-late",
-                         "ep-barrier-straggler"]
+    assert len(names) == len(set(names)) == 7 + 6 * 2 * 3 + 1
+    assert names[:7] == ["ep-balanced", "ep-rank-skew", "ep-zero-rank", "ep-few-tokens", "ep-host-late",
+                         "ep-barrier-straggler", "ep-upstream-gemm"]
     assert names[-1] == "ep-timeout"
-    pairs = runs[6:-1]
-    for group in ("aa", "ab-sms", "ab-tma-buffers", "ab-hook"):
+    pairs = runs[7:-1]
+    for group in ("aa", "ab-sms", "ab-tma-buffers", "ab-hook", "late-entry-ab", "late-entry-aa"):
         g = [r for r in pairs if r.scenario.pair.group == group]
         assert [(r.side, r.replicate) for r in g] == [("A", 0), ("B", 0), ("A", 1), ("B", 1), ("A", 2), ("B", 2)]
         assert [r.name for r in g] == [f"ep-{group}-{s}{i}" for i in range(3) for s in "ab"]
@@ -180,3 +181,54 @@ def test_on_this_machine_the_refusal_is_real(tmp_path):
     r = subprocess.run([sys.executable, "-m", "profiler.workflows.catalogue", "--out", str(tmp_path / "cat")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and f"this machine has {have}" in r.stderr
+
+
+# -- issue 24: late entry and upstream GPU work ----------------------------------------------------
+def test_the_random_host_delay_is_seeded_per_op_and_shared_by_the_sides_of_a_replicate():
+    runs = {r.name: r for r in C.plan(["late-entry-ab", "late-entry-aa"])}
+    plants = {n: r.workload()["catalogue"]["random_host_delay"] for n, r in runs.items()}
+    a1 = plants["ep-late-entry-ab-a1"]
+    assert (a1["rank"], a1["max_us"], a1["ops"]) == (1, 300.0, ["dispatch", "combine"])
+    seq = a1["planned_us"]
+    # every profiled iteration, dispatch then combine, each its own draw in [0, 300)
+    its = list(range(2, 7))
+    assert [(it, op) for it, op, _ in seq] == [(it, op) for it in its for op in ("dispatch", "combine")]
+    us = [x for _, _, x in seq]
+    assert all(0 <= x < 300 for x in us) and len(set(us)) == len(us)
+    # both sides (and both groups) of replicate 1 sleep the same sequence; replicate 0 another
+    for name in ("ep-late-entry-ab-b1", "ep-late-entry-aa-a1", "ep-late-entry-aa-b1"):
+        assert plants[name]["planned_us"] == seq
+    assert plants["ep-late-entry-ab-a0"]["planned_us"] != seq
+    # a rerun draws the same numbers (seeded, not time- or process-dependent)
+    d = runs["ep-late-entry-ab-a1"].scenario.random_host_delay
+    assert d.delay_us(1, 2, "dispatch") == seq[0][2] == C.RandomDelay(1, 300.0).delay_us(1, 2, "dispatch")
+    assert C.RandomDelay(1, 300.0, seed=1).delay_us(1, 2, "dispatch") != seq[0][2]
+
+
+def test_a_random_delay_names_real_ops_and_a_positive_bound():
+    with pytest.raises(ValueError, match="ops"):
+        C.RandomDelay(1, 300.0, ops=("notify",))
+    with pytest.raises(ValueError, match="max_us"):
+        C.RandomDelay(1, 0.0)
+
+
+def test_late_entry_groups_compare_after_entry_and_sides_differ_only_in_the_knob():
+    runs = {r.name: r for r in C.plan(["late-entry-ab", "late-entry-aa"])}
+    a, b = runs["ep-late-entry-ab-a0"], runs["ep-late-entry-ab-b0"]
+    assert (a.num_sms, b.num_sms) == (24, 64) and a.scenario.pair.after_entry
+    wa, wb = a.workload(), b.workload()
+    assert {k for k in wa if wa[k] != wb[k]} == {"num_sms", "catalogue"}
+    assert {k for k in wa["catalogue"] if wa["catalogue"][k] != wb["catalogue"][k]} == {"side"}
+    aa = runs["ep-late-entry-aa-b2"]
+    assert aa.scenario.pair.outcome is Cause.SAME_CODE and aa.num_sms == 24
+
+
+def test_upstream_gemm_plants_unequal_gemms_and_the_late_rank_is_the_larger():
+    r = C.plan(["upstream-gemm"])[0]
+    s = r.scenario
+    assert r.name == "ep-upstream-gemm" and s.pair is None
+    assert r.workload()["catalogue"]["upstream_gemm"] == {"0": 8192, "1": 2048}
+    assert (s.upstream_n(0), s.upstream_n(1), s.upstream_n(5)) == (8192, 2048, 0)
+    late = max(s.upstream_gemm, key=lambda x: x[1])[0]
+    assert (s.truth.cause, s.truth.rank, s.truth.late_entry) == (Cause.RANK_IMBALANCE, late, "gpu")
+    assert s.host_delay is None and s.device_delay is None and s.random_host_delay is None

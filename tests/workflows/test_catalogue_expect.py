@@ -373,3 +373,112 @@ def test_the_bundled_readme_holds_the_catalogue_section_of_the_bundled_runs():
     traces = Path(__file__).resolve().parents[2] / "traces"
     assert X.readme_section(traces) in (traces / "README.md").read_text(), \
         "traces/README.md is stale: python -m profiler.workflows.catalogue --readme traces"
+
+
+# -- issue 24: late entry and upstream GPU work ----------------------------------------------------
+def test_op_latency_after_entry_leaves_the_late_peers_wait_out(tmp_path):
+    # rank 1 enters combine 100 µs late; rank 0's combine spins 350 µs (100 of them waiting for it)
+    rec = load_run(fake_run(tmp_path / "r", kernel_us={"combine": (350, 250)}, entry_lag_us={(1, "combine"): 100}))
+    assert X.op_latency_us(rec.launches, "combine").tolist() == [350.0, 350.0]
+    assert X.op_after_entry_us(rec.launches, "combine").tolist() == [250.0, 250.0]
+    lags = X.entry_lags_us(rec.launches, 1)
+    assert set(lags["kernel"]) == {"notify", "dispatch", "barrier", "combine"}     # layout is local
+    assert lags[lags["kernel"] == "combine"]["lag_us"].tolist() == [100.0, 100.0]
+
+
+@pytest.mark.parametrize("shares, want", [
+    ([0.40, 0.36, 0.50], (Cause.HOST_BOUND, "host")),        # past 1.25 x the 25 % alarm share: named
+    ([0.10, 0.15, 0.05], (Cause.NONE, None)),                  # under 0.25 / 1.25: nothing called
+    ([0.24, 0.27, 0.30], (Cause.NONE, "host")),                # between: a page may name it, nothing else
+    ([], (Cause.NONE, None)),
+])
+def test_a_late_entry_is_material_by_its_measured_share(shares, want):
+    assert X.late_entry_truth("host", 1, shares) == want
+    if want[1] is not None and want[0] is not Cause.NONE:
+        assert X.late_entry_truth("gpu", 1, shares) == (Cause.RANK_IMBALANCE, "gpu")
+
+
+def _late_entry_run(tmp_path, name, run, scale=1.0, lag=True, sleeps=None):
+    d = run.scenario.random_host_delay
+    its = range(run.scenario.warm_iters, run.scenario.warm_iters + run.scenario.profile_iters)
+    seq = d.sequence(run.replicate, its)
+    first = {"dispatch": "notify", "combine": "barrier"}           # the op's first launch
+    lags = {(d.rank, first[op], it): us * scale for it, op, us in seq} if lag else {}
+    held = sleeps if sleeps is not None else [{"iteration": it, "op": op, "planned_us": us, "slept_us": us + 0.4}
+                                              for it, op, us in seq]
+    facts = _facts(run.name, host_sleeps=([], held) if d.rank == 1 else (held, []))
+    return facts, load_run(fake_run(tmp_path / name, iterations=tuple(its), entry_lag_us=lags))
+
+
+def _one_run_expect(run, facts, rec):
+    """build_expect of one side's run alone; the group check (>= 2 runs a side) is left out."""
+    e, checks = X.build_expect(run, facts, rec, "cmd", X.group_effect({run.name: rec}, [run]))
+    return e, [c for c in checks if "over the group's runs" not in c.what]
+
+
+def test_late_entry_ab_side_names_the_late_host_where_material(tmp_path):
+    runs = C.plan(["late-entry-ab"])
+    run = next(r for r in runs if r.name == "ep-late-entry-ab-a1")
+    # 5x the planted delays (0.3-1.5 ms per op) on a ~0.55 ms iteration: far past the alarm share
+    facts, rec = _late_entry_run(tmp_path, "big", run, scale=5.0)
+    e, checks = _one_run_expect(run, facts, rec)
+    assert (e.cause, e.rank, e.late_entry) == (Cause.HOST_BOUND, 1, "host") and _failed(checks) == []
+    assert e.comparison.kernel == "combine" and e.extra["late_entry"]["late_entry_share_median"] > 0.3125
+    back = Expect_from(e)
+    assert back.late_entry == "host" and back == e
+    # a tenth of them: under the share, nothing to name
+    facts, rec = _late_entry_run(tmp_path, "small", run, scale=0.1)
+    e, checks = _one_run_expect(run, facts, rec)
+    assert (e.cause, e.rank, e.late_entry) == (Cause.NONE, None, None)
+    assert _failed(checks) == ["rank 1's GPU entry lag per iteration (µs, median, cross-rank ops)"]
+
+
+def test_late_entry_checks_fail_when_the_delay_did_not_happen(tmp_path):
+    run = C.plan(["late-entry-aa"])[0]
+    facts, rec = _late_entry_run(tmp_path, "nolag", run, lag=False)
+    e, checks = _one_run_expect(run, facts, rec)
+    assert _failed(checks) == ["rank 1's GPU entry lag per iteration (µs, median, cross-rank ops)"]
+    assert e.cause is Cause.NONE and e.comparison.outcome is Cause.SAME_CODE
+    facts, rec = _late_entry_run(tmp_path, "short", run, sleeps=[{"iteration": 2, "op": "dispatch",
+                                                                  "planned_us": 100.0, "slept_us": 40.0}])
+    _, checks = _one_run_expect(run, facts, rec)
+    assert "rank 1's host held every planned delay (count, short ones)" in _failed(checks)
+
+
+def test_upstream_gemm_is_a_gpu_side_late_entry_with_the_host_on_time(tmp_path):
+    run = _run("upstream-gemm")
+    facts = _facts(run.name, upstream_gemm_us=([1502.0, 1498.0], [25.0, 26.0]))
+    rec = load_run(fake_run(tmp_path / "r", entry_lag_us={(0, "notify"): 1480.0}, gpu_side=True))
+    e, checks = _expect(run, facts, rec)
+    assert (e.cause, e.rank, e.late_entry, e.kernel) == (Cause.RANK_IMBALANCE, 0, "gpu", None)
+    assert (e.effect.metric, e.effect.value, e.effect.unit) == ("upstream_gemm_extra_us", 1474.5, "us")
+    assert e.extra["gpu_entry_lag_us"] == [1480.0, 1480.0] and _failed(checks) == []
+    # the same lag from a late host is not this scenario
+    _, checks = _expect(run, facts, load_run(fake_run(tmp_path / "host", entry_lag_us={(0, "notify"): 1480.0})))
+    assert _failed(checks) == ["host entry lag of rank 0 at dispatch (ms)"]
+    # the GEMM ran but rank 0 was not late: not ground truth
+    _, checks = _expect(run, facts, load_run(fake_run(tmp_path / "none")))
+    assert _failed(checks) == ["rank 0's GPU entry lag at notify (µs, per profiled op)",
+                               "the late entry is material (cause, side from the measured share)"]
+
+
+def test_a_late_entry_group_compares_op_latency_after_entry(tmp_path):
+    runs = C.plan(["late-entry-ab"])
+    recorded = {}
+    for r in runs:
+        # A: rank 0's combine spins 300 µs waiting for rank 1 (entered 150 µs late), 200 after entry;
+        # B: 260 µs, 110 after entry. First warp to last warp B is barely faster; after entry it is
+        us = (350, 200) if r.side == "A" else (260, 110)
+        recorded[r.name] = load_run(fake_run(tmp_path / r.name, kernel_us={"combine": us},
+                                             entry_lag_us={(1, "combine"): 150.0}))
+    g = X.group_effect(recorded, runs)
+    assert (g.median_a_us["combine"], g.median_b_us["combine"]) == (200.0, 110.0)
+    b0 = next(r for r in runs if r.name == "ep-late-entry-ab-b0")
+    e, checks = X.build_expect(b0, _facts(b0.name, host_sleeps=([], [])), recorded[b0.name], "cmd", g)
+    assert "combine op latency B / A - 1 over the group's runs" not in _failed(checks)
+    assert e.comparison.direction is Direction.FASTER
+
+
+def Expect_from(e):
+    from profiler.expect import Expect
+    return Expect.from_json(json.loads(json.dumps(e.to_json())))

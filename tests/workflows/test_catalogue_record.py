@@ -69,3 +69,32 @@ def test_rank_op_overlaps_work_with_the_data_movement(hook, monkeypatch):
         assert launcher.calls[2][2][2] and launcher.calls[3][2][2], "async_finish"
         assert waits == ["dispatch", "combine"], "the compute stream waits for each op's event"
     assert d.rows == int(ins.topk_idx.ge(0).any(1).sum()) and buf._pending_hook is None
+
+
+def test_host_delays_hold_the_planned_sequence_on_the_planted_rank_only():
+    run = next(r for r in C.plan(["late-entry-ab"]) if r.name == "ep-late-entry-ab-b2")
+    spun = []
+
+    def spin(us):
+        spun.append(us)
+        return us + 0.5
+
+    its = range(run.scenario.warm_iters, run.scenario.warm_iters + run.scenario.profile_iters)
+    late, other = CR.HostDelays(run, 1, spin), CR.HostDelays(run, 0, spin)
+    for it in its:
+        for op in ("layout", "dispatch", "combine"):      # the recording's call order
+            late.before(it, op)
+            other.before(it, op)
+    planned = run.scenario.random_host_delay.sequence(2, its)
+    assert spun == [us for _, _, us in planned] and other.held == []
+    assert [(h["iteration"], h["op"], h["planned_us"]) for h in late.held] == planned
+    assert all(h["slept_us"] == h["planned_us"] + 0.5 for h in late.held)
+    # a run without the plant holds nothing
+    idle = CR.HostDelays(C.plan(["balanced"])[0], 1, spin)
+    idle.before(2, "dispatch")
+    assert idle.held == [] and len(spun) == len(planned)
+
+
+def test_spin_holds_at_least_what_it_was_asked():
+    assert CR.spin_us(200.0) >= 200.0 and CR.spin_us(0.0) >= 0.0
+
