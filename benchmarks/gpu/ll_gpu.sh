@@ -5,6 +5,9 @@
 # logs (ll_tests.log, ll_bench.log), the per-job diagnosis (ll_report.txt: what differs, where),
 # the table; it prints a compact summary (the report, the test outcomes, the table).
 #   run (device tool, 2 GPUs):  EP_COMMIT=<commit> bash benchmarks/gpu/ll_gpu.sh
+# Issue 24 (upstream GPU work in decode steps), only that story:
+#   TESTS=0 BENCH=0 STORY_ARGS="--only ll-upstream-gemm" EP_COMMIT=<commit> bash benchmarks/gpu/ll_gpu.sh
+#   or: bash benchmarks/gpu/ll_gpu.sh --late-entry   (the same)
 # Steps (1 = run): TESTS, BENCH, STORIES. Budget, each step capped: build ~45 s, tests <= 170 s
 # (about 100 expected), table <= 75 s (about 40), story recording <= 150 s (about 50): at most
 # 7.5 min, about 4 expected. What comes back (at most 8 files): ll_logs.tar.gz (every log and the
@@ -18,6 +21,7 @@ mkdir -p "$OUT"
 TESTS=${TESTS:-1} BENCH=${BENCH:-1} STORIES=${STORIES:-1}
 BENCH_ARGS=${BENCH_ARGS:-}
 STORY_ARGS=${STORY_ARGS:-}
+if [ "${1:-}" = "--late-entry" ]; then TESTS=0 BENCH=0 STORIES=1 STORY_ARGS="--only ll-upstream-gemm"; fi
 if [ -n "${EP_COMMIT:-}" ]; then export EPSCOPE_GIT_COMMIT="$EP_COMMIT" EPSCOPE_GIT_BRANCH="${EP_BRANCH:-main}" EPSCOPE_COMMIT="$EP_COMMIT"; fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv; echo "commit ${EP_COMMIT:-unknown (no .git on the device)}"; date -u; } \
   | tee "$OUT/gpu.txt"
@@ -58,10 +62,14 @@ if [ "$STORIES" = 1 ]; then
   timeout 150 python benchmarks/gpu/ll_stories.py --out "$OUT/traces" --timeout 140 --record-only $STORY_ARGS \
     > "$OUT/ll_stories.log" 2>&1
   echo "--- stories: exit $? after $(( $(date +%s) - t1 )) s (full log: ll_stories.log) ---"
-  # three tarballs: every run is about 0.8 MB, one tarball must stay under 16 MiB
-  ( cd "$OUT/traces" && tar czf "$OUT/ll_traces_1.tar.gz" ll-split-* ll-barrier-* 2>/dev/null;
-    tar czf "$OUT/ll_traces_2.tar.gz" ll-slice-floor-* ll-loads-* 2>/dev/null;
-    tar czf "$OUT/ll_traces_3.tar.gz" ll-host-* ll_stories.planted_by 2>/dev/null ) && rm -rf "$OUT/traces"
+  # three tarballs: every run is about 0.8 MB, one tarball must stay under 16 MiB; a tarball holds
+  # what was recorded of its stories (STORY_ARGS="--only ..." records a subset)
+  pack() { local tgz=$1; shift; local have=(); for g in "$@"; do for f in $g; do [ -e "$f" ] && have+=("$f"); done; done
+           [ ${#have[@]} -gt 0 ] && tar czf "$tgz" "${have[@]}"; return 0; }
+  ( cd "$OUT/traces" && pack "$OUT/ll_traces_1.tar.gz" 'll-split-*' 'll-barrier-*' &&
+    pack "$OUT/ll_traces_2.tar.gz" 'll-slice-floor-*' 'll-loads-*' &&
+    pack "$OUT/ll_traces_3.tar.gz" 'll-host-*' 'll-upstream-*' ll_stories.planted_by ll_upstream_facts.json ) \
+    && rm -rf "$OUT/traces"
   ls -la "$OUT"/ll_traces_*.tar.gz
 fi
 # build logs come back only when a build failed

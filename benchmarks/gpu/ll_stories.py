@@ -16,6 +16,15 @@ the op latency B / A) and writes the checks into the expect block's `extra`; a p
 did not show fails its check and the command exits 1, so a story whose truth did not happen is
 never bundled silently.
 
+Upstream GPU work (issue 24, `ll-upstream-gemm`): not an A/B of a knob but one run of decode
+steps (the new config) in which each rank's compute stream runs a BF16 GEMM of a different size
+before every dispatch (UPSTREAM): the rank with the larger one enters the op late while its host
+has long called it. Its expect block names the late entry (rank_imbalance on that rank, side
+'gpu') when the measured wait of the other rank is material (profiler.workflows.catalogue_expect's
+late-entry measurements, the catalogue's bands), and its checks fail the command when the GEMMs
+(CUDA events, kept beside the runs in UPSTREAM_FACTS for --checks-only) or the late entry did not
+happen.
+
 Routing: each token picks top_k / 2 experts on each of the 2 ranks (uniformly within the rank):
 every token reaches both ranks, so no warp of the new behaviour is idle because its token had no
 expert on a rank (a coincidence of uniform routing, ~0.4 % of tokens, that would show as a few
@@ -108,6 +117,80 @@ STORIES = (
 
 
 @dataclass(frozen=True)
+class Upstream:
+    """A single-run story: decode steps (dispatch, GEMM_US of expert work, combine) in which rank r
+    runs an N x N BF16 GEMM on its compute stream before every dispatch, (r, N) in `gemm`."""
+
+    key: str
+    tokens: int
+    gemm: tuple[tuple[int, int], ...]
+    why: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.key
+
+    @property
+    def late_rank(self) -> int:
+        return max(self.gemm, key=lambda x: x[1])[0]
+
+    def n(self, rank: int) -> int:
+        return dict(self.gemm).get(rank, 0)
+
+
+# 4096^2 BF16: ~0.2 ms on H200 (2 x 4096^3 FLOP at ~700 TFLOP/s), ~8x a decode step's dispatch +
+# combine (~28 us each, the ll-* stories at 418ddf3); 1024^2 ~5 us. Material by a wide margin.
+UPSTREAM = (
+    Upstream("ll-upstream-gemm", 128, ((0, 4096), (1, 1024)),
+             why="decode steps, a BF16 GEMM before every dispatch on each rank's compute stream, 4096x4096 on rank "
+                 "0 and 1024x1024 on rank 1: rank 0 enters the op late on the GPU side (its host called it long "
+                 "before)"),
+)
+UPSTREAM_FACTS = "ll_upstream_facts.json"   # the GEMMs' CUDA-event µs per run and rank, for --checks-only
+
+
+def plan_upstream(only: tuple[str, ...] | None = None) -> list[Upstream]:
+    return [u for u in UPSTREAM if only is None or u.key in only]
+
+
+def upstream_expect(u: Upstream, launches, gemm_us: dict[int, list[float]], planted_by: str) -> tuple[Expect, list]:
+    """The expect block of an upstream-GEMM run and its checks (dicts, as check_run's), from the
+    recording's launches and the GEMMs' measured µs per rank."""
+    import statistics
+
+    from profiler.workflows import catalogue_expect as X
+
+    late = u.late_rank
+    med = {r: statistics.median(v) for r, v in gemm_us.items() if v}
+    others = [v for r, v in med.items() if r != late]
+    extra_us = round(med[late] - max(others), 1) if late in med and others else None
+    checks = [{"what": f"rank {late}'s GEMM minus the others' (us, medians, CUDA events)",
+               "ok": extra_us is not None and extra_us > 0, "value": extra_us}]
+    lags = X.entry_lags_us(launches, late)
+    at = lags[lags["kernel"] == "ll_dispatch"]["lag_us"].round(1).tolist() if len(lags) else []
+    want = X.MIN_DELAY_SHARE * (extra_us or 0.0)
+    checks.append({"what": f"rank {late}'s GPU entry lag at ll_dispatch (us, every step >= {want:g})",
+                   "ok": bool(at) and extra_us is not None and min(at) >= want, "value": at})
+    # GPU side: the late rank's host had called dispatch before the other rank's GPU entered it
+    la = launches[launches["kernel"].astype(str) == "ll_dispatch"]
+    host = la[la["rank"] == late].set_index("iteration")["host_begin_ns"]
+    entry = la[la["rank"] != late].groupby("iteration")["gpu_begin_ns"].min()
+    early = [bool(host[i] < entry[i]) for i in host.index if i in entry.index and host[i] >= 0]
+    checks.append({"what": f"rank {late}'s host called ll_dispatch before the other rank's GPU entered it "
+                           "(steps)", "ok": bool(early) and all(early), "value": f"{sum(early)}/{len(early)}"})
+    shares = X.late_entry_shares(launches, late)
+    cause, side = X.late_entry_truth("gpu", late, shares)
+    checks.append({"what": "the late entry is material (cause, side from the median measured share)",
+                   "ok": (cause, side) == (Cause.RANK_IMBALANCE, "gpu"), "value": [cause.value, side]})
+    extra = {"checks": checks, "upstream_gemm_us": {str(r): v for r, v in sorted(med.items())},
+             "gpu_entry_lag_us": at, "late_entry_share": shares, "tokens": u.tokens}
+    exp = Expect(cause=Cause.RANK_IMBALANCE, rank=late, late_entry="gpu",
+                 effect=Effect("upstream_gemm_extra_us", extra_us or 0.0, "us"), planted_by=planted_by,
+                 note=u.why, extra=extra)
+    return exp, checks
+
+
+@dataclass(frozen=True)
 class PlannedRun:
     story: Story
     side: str
@@ -174,12 +257,13 @@ def _record_rank(ctx, opts) -> list[dict]:
 
     rank = ctx.rank
     runs = plan(opts.only, opts.replicates)
-    t_max = max(r.story.tokens for r in runs)
+    tokens = {r.story.tokens for r in runs} | {u.tokens for u in plan_upstream(opts.only)}
+    t_max = max(tokens)
     buffer = ep_core.Buffer(ctx.group, num_rdma_bytes=ep_core.Buffer.get_low_latency_rdma_size_hint(
         t_max, HIDDEN, RANKS, EXPERTS), low_latency_mode=True)
     _ext.load(profile=True)
     inputs = {}
-    for T in sorted({r.story.tokens for r in runs}):
+    for T in sorted(tokens):
         g = torch.Generator().manual_seed(T * 1000 + rank)
         x = torch.randn((T, HIDDEN), generator=g).to(torch.bfloat16).to(ctx.device)
         idx, w = balanced_routing(T, T * 1000 + rank, ctx.device)
@@ -210,7 +294,28 @@ def _record_rank(ctx, opts) -> list[dict]:
             buffer.low_latency_combine(y, idx, w, h, config=cfg)
         return step
 
-    _warm_profile_memory(ctx, buffer, runs, make_step, opts.out)
+    upstream = plan_upstream(opts.only)
+    if upstream:
+        from profiler.workflows.catalogue_record import Matmul
+
+        for u in upstream:   # cuBLAS's first call of each size, before any profiled step
+            if u.n(rank):
+                for _ in range(2):
+                    Matmul(u.n(rank), ctx.device)()
+
+    def upstream_step(u: Upstream, cfg, gemm):
+        x, idx, w, y = inputs[u.tokens]
+
+        def step():   # a decode step with unequal work before the op (no rendezvous: hosts run free)
+            if gemm is not None:
+                gemm()
+            h = buffer.low_latency_dispatch(x, idx, u.tokens, EXPERTS, config=cfg)[2]
+            torch.cuda._sleep(cycles["gemm"])
+            buffer.low_latency_combine(y, idx, w, h, config=cfg)
+        return step
+
+    if runs:
+        _warm_profile_memory(ctx, buffer, runs, make_step, opts.out)
     facts = []
     for run in runs:
         s = run.story
@@ -237,6 +342,34 @@ def _record_rank(ctx, opts) -> list[dict]:
         facts.append({"run": run.name, "path": str(session.path) if session.path else None})
         if rank == 0:
             print(f"[ll_stories {time.strftime('%H:%M:%S')}] recorded {run.name}", flush=True)
+    for u in upstream:
+        from profiler.workflows.catalogue_record import Matmul
+
+        cfg = ll.LowLatencyConfig()
+        gemm = Matmul(u.n(rank), ctx.device) if u.n(rank) else None
+        step = upstream_step(u, cfg, gemm)
+        for _ in range(WARMUP):
+            step()
+        torch.cuda.synchronize()
+        dist.barrier(group=ctx.group)
+        if gemm is not None:
+            gemm.events.clear()   # the profiled steps' GEMMs only
+        session = Session(opts.out, name=u.name, description=f"{u.key}: {u.why}", rank=rank, world_size=RANKS,
+                          group=ctx.group, capacity=CAPACITY, overwrite=True,
+                          workload={"kind": "ep-low-latency", "story": u.key, "tokens": u.tokens, "hidden": HIDDEN,
+                                    "topk": TOPK, "experts": EXPERTS, "routing": "balanced-per-rank",
+                                    "upstream_gemm": {str(r): n for r, n in u.gemm}},
+                          config={"low_latency": cfg.to_dict()})
+        with session:
+            with buffer.profile(session):
+                for it in range(PROFILED):
+                    buffer.profile_iteration = it
+                    step()
+        torch.cuda.synchronize()
+        facts.append({"run": u.name, "rank": rank, "path": str(session.path) if session.path else None,
+                      "upstream_gemm_us": gemm.times_us() if gemm is not None else []})
+        if rank == 0:
+            print(f"[ll_stories {time.strftime('%H:%M:%S')}] recorded {u.name}", flush=True)
     buffer._ll.synchronize()
     return facts
 
@@ -326,7 +459,7 @@ def check_run(run: PlannedRun, loaded) -> list[dict]:
     return checks
 
 
-def finalize(runs: list[PlannedRun], out: Path, planted_by: str) -> int:
+def finalize(runs: list[PlannedRun], out: Path, planted_by: str, only: tuple[str, ...] | None = None) -> int:
     import statistics
 
     from profiler.runstore import load_run, update_manifest
@@ -355,6 +488,39 @@ def finalize(runs: list[PlannedRun], out: Path, planted_by: str) -> int:
                 bad += 0 if c["ok"] else 1
                 print(f"{flag} {r.name:<22} {c['what']}: {c['value']}")
         print(f"     {key}: {s.knob} A {med['A']:.2f} us -> B {med['B']:.2f} us ({change * 100:+.1f} %)")
+    return bad + finalize_upstream(plan_upstream(only), out, planted_by)
+
+
+def save_upstream_facts(per_rank: list[list[dict]], out: Path) -> None:
+    """The GEMMs' µs of every upstream run, per rank (UPSTREAM_FACTS beside the runs)."""
+    import json
+
+    facts = {}
+    for rank_facts in per_rank or []:
+        for f in rank_facts:
+            if "upstream_gemm_us" in f:
+                facts.setdefault(f["run"], {})[str(f["rank"])] = f["upstream_gemm_us"]
+    if facts:
+        (out / UPSTREAM_FACTS).write_text(json.dumps(facts, indent=1) + "\n")
+
+
+def finalize_upstream(ups: list[Upstream], out: Path, planted_by: str) -> int:
+    import json
+
+    from profiler.runstore import load_run, update_manifest
+
+    if not ups:
+        return 0
+    path = out / UPSTREAM_FACTS
+    facts = json.loads(path.read_text()) if path.is_file() else {}
+    bad = 0
+    for u in ups:
+        gemm = {int(r): v for r, v in facts.get(u.name, {}).items()}
+        exp, checks = upstream_expect(u, load_run(out / u.name).launches, gemm, planted_by)
+        update_manifest(out / u.name, {"expect": exp.to_json()})
+        for c in checks:
+            bad += 0 if c["ok"] else 1
+            print(f"{'ok  ' if c['ok'] else 'FAIL'} {u.name:<22} {c['what']}: {c['value']}")
     return bad
 
 
@@ -379,6 +545,9 @@ def main(argv=None) -> int:
         for r in runs:
             print(f"{r.name:<24} {r.story.knob}={r.knob_value()!r:<12} {r.story.tokens:>4} tokens  "
                   f"expect {(r.story.cause_a if r.side == 'A' else r.story.cause_b).value}")
+        for u in plan_upstream(a.only):
+            print(f"{u.name:<24} upstream GEMM {dict(u.gemm)} {u.tokens:>4} tokens  expect rank_imbalance "
+                  f"(rank {u.late_rank}, late entry gpu)")
         return 0
     out = Path(a.out)
     if a.checks_only:
@@ -392,11 +561,11 @@ def main(argv=None) -> int:
         planted_by = "python benchmarks/gpu/ll_stories.py " + " ".join(argv)
         (out / PLANTED_BY).write_text(planted_by + "\n")
         t0 = time.time()
-        run_ranks(_record_rank, RANKS, a, timeout_s=a.timeout)
+        save_upstream_facts(run_ranks(_record_rank, RANKS, a, timeout_s=a.timeout), out)
         print(f"recorded {len(runs)} runs in {time.time() - t0:.0f} s", flush=True)
         if a.record_only:
             return 0
-    bad = finalize(runs, out, planted_by)
+    bad = finalize(runs, out, planted_by, a.only)
     print(f"{bad} failed checks" if bad else "every planted cause showed", flush=True)
     return 1 if bad else 0
 

@@ -70,3 +70,61 @@ def test_host_story_measures_the_step_period_not_the_span_from_a_host_that_runs_
     assert got.tolist() == [210.0, 210.0, 210.0]
     k = S._op_latency_us(pd.DataFrame(rows), "ll_combine")
     assert k.tolist() == [20.0] * 4
+
+
+# -- issue 24: upstream GPU work in decode steps ----------------------------------------------------
+def _decode_launches(late_us=0.0, host_late=False, steps=4, late_rank=0):
+    """Two ranks' decode steps (ll_dispatch 30 us, 20 us of GPU work, ll_combine 30 us, 100 us a
+    step). `late_rank`'s dispatch starts late_us late: queued behind its GEMM (its host called
+    5 us into the step), or with host_late its host called late."""
+    import pandas as pd
+
+    rows, launch = [], {0: 0, 1: 0}
+    for it in range(steps):
+        t = 1_000_000 + it * 300_000
+        for r in (0, 1):
+            lag = int(late_us * 1e3) if r == late_rank else 0
+            host = t + 5_000 + (lag if host_late else 0)
+            d0 = t + 10_000 + lag
+            c0 = d0 + 50_000
+            for k, b, e in (("ll_dispatch", d0, d0 + 30_000), ("ll_combine", c0, c0 + 30_000)):
+                rows.append(dict(rank=r, launch=launch[r], kernel=k, iteration=it, host_begin_ns=host,
+                                 host_end_ns=host + 3_000, gpu_begin_ns=b, gpu_end_ns=e, regions=1, dropped=0))
+                launch[r] += 1
+    return pd.DataFrame(rows)
+
+
+def test_upstream_gemm_story_plan_names_the_larger_gemm_as_late(capsys):
+    u = S.plan_upstream()[0]
+    assert (u.name, u.late_rank, u.n(0), u.n(1), u.n(3)) == ("ll-upstream-gemm", 0, 4096, 1024, 0)
+    assert S.plan_upstream(("ll-host",)) == [] and S.plan(("ll-upstream-gemm",)) == []
+    assert S.main(["--plan", "--only", "ll-upstream-gemm"]) == 0
+    out = capsys.readouterr().out
+    assert "ll-upstream-gemm" in out and "late entry gpu" in out and "ll-split" not in out
+
+
+def test_upstream_gemm_expect_is_a_material_gpu_side_late_entry():
+    u = S.UPSTREAM[0]
+    gemm = {0: [201.0, 199.0, 200.0], 1: [5.0, 5.2, 4.8]}
+    exp, checks = S.upstream_expect(u, _decode_launches(late_us=195.0), gemm, "cmd")
+    assert [c["what"] for c in checks if not c["ok"]] == []
+    assert (exp.cause, exp.rank, exp.late_entry) == (Cause.RANK_IMBALANCE, 0, "gpu")
+    assert (exp.effect.metric, exp.effect.value) == ("upstream_gemm_extra_us", 195.0)
+    assert Expect.from_json(exp.to_json()) == exp
+    # the same lateness from the host is not upstream GPU work
+    _, checks = S.upstream_expect(u, _decode_launches(late_us=195.0, host_late=True), gemm, "cmd")
+    assert [c["what"] for c in checks if not c["ok"]] == [
+        "rank 0's host called ll_dispatch before the other rank's GPU entered it (steps)"]
+    # GEMMs measured, no late entry recorded: not ground truth
+    _, checks = S.upstream_expect(u, _decode_launches(), gemm, "cmd")
+    failed = [c["what"] for c in checks if not c["ok"]]
+    assert failed[0].startswith("rank 0's GPU entry lag at ll_dispatch") and \
+        failed[-1] == "the late entry is material (cause, side from the median measured share)"
+
+
+def test_upstream_facts_round_trip_for_checks_only(tmp_path):
+    per_rank = [[{"run": "ll-split-a0", "path": None}, {"run": "ll-upstream-gemm", "rank": 0, "upstream_gemm_us": [200.0]}],
+                [{"run": "ll-upstream-gemm", "rank": 1, "upstream_gemm_us": [5.0]}]]
+    S.save_upstream_facts(per_rank, tmp_path)
+    import json
+    assert json.loads((tmp_path / S.UPSTREAM_FACTS).read_text()) == {"ll-upstream-gemm": {"0": [200.0], "1": [5.0]}}
