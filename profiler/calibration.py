@@ -105,6 +105,7 @@ class Calibration:
     record_cycles: dict = field(default_factory=dict)   # grid ("1x1") -> {design: cycles per record}
     anchored_alignment_ns: float = 0.0   # alignment_ns with an extra anchor every anchor_every_ms (piecewise)
     anchor_every_ms: float = 0.0
+    link: dict = field(default_factory=dict)   # two GPUs: profiler.record.calibrate_link.link_figures ({}: not measured)
 
     def __post_init__(self):
         for name in ("gpu", "created", "git_commit"):
@@ -117,6 +118,13 @@ class Calibration:
         _int(self.reference_gt_ns, "reference_gt_ns")
         if not all(isinstance(s, SmClock) for s in self.sms):
             raise CalibrationError("calibration field 'sm_clock.sms' must hold SmClock entries", "sm_clock.sms")
+        link = _obj(self.link, "link")
+        for name in ("flag_round_trip_us", "flag_round_trip_min_us"):
+            if link:
+                _num(link.get(name), f"link.{name}", 0.0, strict=True)
+        for kind, per_dir in _obj(link.get("copy_gbps", {}), "link.copy_gbps").items():
+            for d, v in _obj(per_dir, f"link.copy_gbps.{kind}").items():
+                _num(v, f"link.copy_gbps.{kind}.{d}", 0.0, strict=True)
         for grid, designs in _obj(self.record_cycles, "record_cycles").items():
             for design, v in _obj(designs, f"record_cycles.{grid}").items():
                 _num(v, f"record_cycles.{grid}.{design}", -1e9)
@@ -139,6 +147,7 @@ class Calibration:
                          "kernel_ms": self.kernel_ms, "reference_gt_ns": self.reference_gt_ns,
                          "anchored_alignment_ns": self.anchored_alignment_ns, "anchor_every_ms": self.anchor_every_ms,
                          "sms": [asdict(s) for s in self.sms]},
+            **({"link": self.link} if self.link else {}),
         }
 
     @classmethod
@@ -161,7 +170,7 @@ class Calibration:
                        kernel_ms=sc["kernel_ms"], reference_gt_ns=sc["reference_gt_ns"], sms=sms,
                        anchored_alignment_ns=sc.get("anchored_alignment_ns", 0.0),
                        anchor_every_ms=sc.get("anchor_every_ms", 0.0),
-                       record_cycles=d.get("record_cycles", {}))
+                       record_cycles=d.get("record_cycles", {}), link=d.get("link", {}))
         except KeyError as e:
             raise CalibrationError(f"calibration file lacks field {e.args[0]!r}", str(e.args[0])) from None
         except TypeError as e:

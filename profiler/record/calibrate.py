@@ -3,8 +3,9 @@ calibration file (profiler.calibration) that alignment and run manifests use.
 
     epscope calibrate [--out PATH] [--kernel-ms 10]
 
-Measures, on the current GPU (one GPU; the two-GPU figures, a flag's round trip over NVLink and
-SM against copy-engine copies, belong to the two-GPU tooling):
+Measures, on the current GPU (and with two GPUs of one host, the link between GPU 0 and GPU 1:
+a flag's round trip and SM against copy-engine copies per direction, profiler/record/calibrate_link.py;
+skipped with the reason on one GPU or with --no-link):
   * the %globaltimer step: warps spin until the timer changes (the self-test's timer probe);
   * the cost of one clock64 read and one %globaltimer read: n back-to-back reads on one warp
     between two clock64 reads, the n = 0 loop subtracted;
@@ -144,6 +145,10 @@ def describe(cal: Calibration) -> str:
                                      for s in sorted(cal.sms, key=lambda s: s.ghz)[:4]),
          f"clock64 offsets across SMs: {min(s.offset_cycles for s in cal.sms)} .. {max(s.offset_cycles for s in cal.sms)}"
          if cal.sms else "no SM samples"]
+    if cal.link:
+        from .calibrate_link import describe_link
+
+        L += describe_link(cal.link)
     for grid, row in cal.record_cycles.items():
         L.append(f"cycles per record, {grid}:")
         L += [f"  {v:8.2f}  {k}" for k, v in row.items()]
@@ -156,6 +161,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel-ms", type=float, default=10.0, help="length of the SM-clock kernel (default 10 ms)")
     ap.add_argument("--no-designs", action="store_true", help="skip the record-design table (faster)")
     ap.add_argument("--samples", type=Path, default=None, help="also save the raw SM anchor samples (.npy)")
+    ap.add_argument("--no-link", action="store_true", help="skip the two-GPU link figures")
     args = ap.parse_args(argv)
     import torch
 
@@ -163,6 +169,16 @@ def main(argv=None) -> int:
         print("epscope calibrate: needs a CUDA GPU (none visible)", file=sys.stderr)
         return 2
     cal = measure(args.kernel_ms, designs=not args.no_designs, samples_out=args.samples)
+    if not args.no_link:
+        from dataclasses import replace
+
+        from .calibrate_link import measure_link
+
+        link, why = measure_link()
+        if link is None:
+            print(f"epscope calibrate: two-GPU link figures skipped: {why}")
+        else:
+            cal = replace(cal, link=link)
     path = cal.save(args.out or default_path())
     print(describe(cal))
     print(f"wrote {path}")

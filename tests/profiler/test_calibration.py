@@ -130,3 +130,51 @@ def test_anchors_every_millisecond_bound_a_bending_clock():
     fit = fit_sm_clocks(s, anchor_every=10)
     assert fit["alignment_ns"] > 40 and fit["anchored_alignment_ns"] < fit["alignment_ns"] / 2
     assert fit["anchor_every_ms"] == pytest.approx(1.0, rel=1e-2)
+
+
+# -- issue 24: the two-GPU link figures --------------------------------------------------------------
+def _link():
+    from profiler.record.calibrate_link import link_figures
+
+    # rank 0 raises at t0, the peer sees it at t1 (its own clock, 5 ms ahead) and answers at t2,
+    # rank 0 sees the answer at t3: 1.2 µs of crossings around a 0.3 µs turnaround; one unfinished
+    s = np.array([[1000, 5_000_600, 5_000_900, 2200], [5000, 5_004_700, 5_005_000, 6300], [-1, 0, 0, 0]])
+    copies = {"copy engine": {"0->1": [2e-3, 2.2e-3, 2.1e-3], "1->0": [2.2e-3]},
+              "SM copy": {"0->1": [4e-3], "1->0": [4e-3]}}
+    return link_figures(s, copies, copy_bytes=256 << 20)
+
+
+def test_link_figures_from_ping_pong_samples_and_timed_copies():
+    from profiler.record.calibrate_link import round_trips_ns
+
+    assert round_trips_ns([[1000, 5_000_600, 5_000_900, 2200]]).tolist() == [900]
+    link = _link()
+    assert (link["flag_round_trip_us"], link["flag_round_trip_min_us"], link["round_trips"]) == (0.95, 0.9, 2)
+    assert link["copy_gbps"]["copy engine"] == {"0->1": round((256 << 20) / 2.1e-3 / 1e9, 1),
+                                                "1->0": round((256 << 20) / 2.2e-3 / 1e9, 1)}
+    assert link["copy_gbps"]["SM copy"]["1->0"] == 67.1
+    with pytest.raises(ValueError, match="no complete ping-pong"):
+        from profiler.record.calibrate_link import link_figures
+        link_figures([[-1, 0, 0, 0]], {})
+
+
+def test_the_link_record_round_trips_in_the_calibration_file_and_is_validated(tmp_path):
+    cal = _cal(link=_link())
+    again = load_calibration(cal.save(tmp_path / "cal.json"))
+    assert again == cal and again.link["copy_gbps"]["SM copy"]["0->1"] == 67.1
+    assert "link" not in _cal().to_json()           # one GPU: the file is as before
+    d = cal.to_json()
+    d["link"]["copy_gbps"]["SM copy"]["0->1"] = -1
+    with pytest.raises(CalibrationError, match="link.copy_gbps.SM copy.0->1"):
+        Calibration.from_json(d)
+
+
+def test_the_link_measurement_skips_with_a_reason_on_one_gpu():
+    from profiler.record.calibrate import describe
+    from profiler.record.calibrate_link import skip_reason
+
+    assert skip_reason(1, None) == "needs 2 GPUs of one host, this machine has 1"
+    assert "no peer access" in skip_reason(2, False)
+    assert skip_reason(2, True) is None and skip_reason(8, None) is None
+    text = describe(_cal(link=_link()))
+    assert "flag round trip over the link 0.95 µs" in text and "SM copy: 0->1 67.1 GB/s, 1->0 67.1 GB/s" in text
