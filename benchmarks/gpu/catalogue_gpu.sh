@@ -4,7 +4,19 @@
 # run directories back as one tarball with the log. Everything it writes lands under $OUT.
 #   run (device tool, 2 GPUs):  EP_COMMIT=<commit> bash benchmarks/gpu/catalogue_gpu.sh
 #   ONLY=balanced,timeout ...   records a subset (the scenario keys of profiler/workflows/catalogue.py)
+#   bash benchmarks/gpu/catalogue_gpu.sh --only late-entry-ab,late-entry-aa,upstream-gemm   (the same, as a flag)
+#   bash benchmarks/gpu/catalogue_gpu.sh --late-entry      issue 24's scenarios: late-entry-ab, late-entry-aa,
+#                                                          upstream-gemm (catalogue_plan.LATE_ENTRY)
 set -uo pipefail
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --only) ONLY="$2"; shift 2 ;;
+    --only=*) ONLY="${1#--only=}"; shift ;;
+    --late-entry) ONLY=$(PYTHONPATH=. python -c "from profiler.workflows.catalogue_plan import LATE_ENTRY; print(','.join(LATE_ENTRY))") \
+                    && [ -n "$ONLY" ] || { echo "catalogue_gpu.sh: cannot read LATE_ENTRY" >&2; exit 2; }; shift ;;
+    *) echo "catalogue_gpu.sh: unknown argument $1 (--only KEYS | --late-entry)" >&2; exit 2 ;;
+  esac
+done
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16}
 # builds under the repo's git-ignored build/: a later device call on the same (warm) machine reuses

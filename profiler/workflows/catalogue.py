@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .catalogue_plan import (BY_KEY, CAPACITY, DEFAULT_REPLICATES, DEFAULT_TIMEOUT_S, RANKS, SCENARIOS,  # noqa: F401
-                             CatalogueError, Pair, PlannedRun, RandomDelay, RankFacts, parse_only, plan)
+                             LATE_ENTRY, CatalogueError, Pair, PlannedRun, RandomDelay, RankFacts, parse_only, plan)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -269,6 +269,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              warm_iters=0, profile_iters=1, skip_send_rank=1, timeout_s=1.0),
 )
 BY_KEY = {s.key: s for s in SCENARIOS}
+# issue 24's recordings, in the order the next two-GPU session records them (catalogue_gpu.sh --late-entry)
+LATE_ENTRY = ("late-entry-ab", "late-entry-aa", "upstream-gemm")
 
 
 @dataclass(frozen=True)

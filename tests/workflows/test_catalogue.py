@@ -232,3 +232,23 @@ def test_upstream_gemm_plants_unequal_gemms_and_the_late_rank_is_the_larger():
     late = max(s.upstream_gemm, key=lambda x: x[1])[0]
     assert (s.truth.cause, s.truth.rank, s.truth.late_entry) == (Cause.RANK_IMBALANCE, late, "gpu")
     assert s.host_delay is None and s.device_delay is None and s.random_host_delay is None
+
+
+def test_the_gpu_script_takes_the_late_entry_scenarios_with_one_flag(tmp_path):
+    # the script's argument parsing only: everything after it needs the GPUs, so stop it there
+    root = Path(__file__).resolve().parents[2]
+    script = (root / "benchmarks/gpu/catalogue_gpu.sh").read_text()
+    head = script.split("\n# the device copy has no .git", 1)[0] + '\necho "ONLY=${ONLY:-}"\n'
+    stub = tmp_path / "head.sh"
+    stub.write_text(head)
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"   # the script calls `python`
+    for args, want in ((["--late-entry"], ",".join(C.LATE_ENTRY)), (["--only", "aa,timeout"], "aa,timeout"),
+                       (["--only=host-late"], "host-late")):
+        out = subprocess.run(["bash", str(stub), *args], cwd=root, capture_output=True, text=True,
+                             env={"PATH": path, "OUT": str(tmp_path / "out"), "PYTHONPATH": str(root)})
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == f"ONLY={want}"
+    assert C.parse_only(",".join(C.LATE_ENTRY)) == list(C.LATE_ENTRY)
+    bad = subprocess.run(["bash", str(stub), "--bogus"], cwd=root, capture_output=True, text=True,
+                         env={"PATH": path, "OUT": str(tmp_path / "out")})
+    assert bad.returncode == 2 and "unknown argument --bogus" in bad.stderr
