@@ -215,7 +215,7 @@ def late_entry_shares(launches: pd.DataFrame, rank: int) -> list[float]:
     return [round(float(waited.get(it, 0.0)) / float(span[it]), 4) for it in span.index if span[it] > 0]
 
 
-def late_entry_truth(side: str, rank: int, shares: list[float]) -> tuple[Cause, str | None]:
+def late_entry_truth(side: str, shares: list[float]) -> tuple[Cause, str | None]:
     """(cause, late_entry) of a run whose `rank` was planted to enter late from `side`, from the
     median measured share (MATERIAL_MARGIN around ALARM_SHARE; the module docstring of
     catalogue_plan says what each answer asks of the pages)."""
@@ -355,7 +355,7 @@ def _measure_late_host(run, facts, rec, checks) -> tuple[Cause, str | None, dict
                         late_med is not None and slept_med is not None and late_med >= want, late_med,
                         f">= {want:g} ({MIN_LATE_SHARE:g} x the median slept per iteration, {slept_med})"))
     shares = late_entry_shares(rec.launches, d.rank)
-    cause, side = late_entry_truth(t.late_entry, d.rank, shares)
+    cause, side = late_entry_truth(t.late_entry, shares)
     extra = {"late_entry_share": shares, "late_entry_share_median": _median(shares), "alarm_share": ALARM_SHARE,
              "host_sleeps": held, "gpu_entry_lag_us_per_iteration": [round(float(x), 1) for x in late.tolist()]}
     return cause, side, extra
@@ -383,7 +383,7 @@ def _measure_late_gpu(run, facts, rec, checks):
     checks.append(Check(f"host entry lag of rank {t.rank} at dispatch (ms)",
                         bool(host) and max(abs(x) for x in host) < on_time, host, f"|lag| < {on_time:g}"))
     shares = late_entry_shares(rec.launches, t.rank)
-    cause, side = late_entry_truth(t.late_entry, t.rank, shares)
+    cause, side = late_entry_truth(t.late_entry, shares)
     checks.append(Check("the late entry is material (cause, side from the measured share)",
                         (cause, side) == (t.cause, t.late_entry), [cause.value, side],
                         f"[{t.cause.value}, {t.late_entry}] (median share >= {ALARM_SHARE * MATERIAL_MARGIN:g})"))

@@ -393,9 +393,9 @@ def test_op_latency_after_entry_leaves_the_late_peers_wait_out(tmp_path):
     ([], (Cause.NONE, None)),
 ])
 def test_a_late_entry_is_material_by_its_measured_share(shares, want):
-    assert X.late_entry_truth("host", 1, shares) == want
+    assert X.late_entry_truth("host", shares) == want
     if want[1] is not None and want[0] is not Cause.NONE:
-        assert X.late_entry_truth("gpu", 1, shares) == (Cause.RANK_IMBALANCE, "gpu")
+        assert X.late_entry_truth("gpu", shares) == (Cause.RANK_IMBALANCE, "gpu")
 
 
 def _late_entry_run(tmp_path, name, run, scale=1.0, lag=True, sleeps=None):
