@@ -81,7 +81,7 @@ BIG = textwrap.dedent("""
     import numpy as np
     from profiler.analysis import chunked
     from profiler.synthetic import make_events
-    iterations, per_it, ranks = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    iterations, per_it, ranks, scenario = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     gen = {"cpu": 0.0, "events": 0}
     reg = {}
     def chunks():
@@ -91,7 +91,7 @@ BIG = textwrap.dedent("""
         t_off, row_off, la_off = 0, 0, 0
         for i in range(iterations):
             c = time.process_time()
-            ev, la, man = make_events(ranks=ranks, events=per_it, iterations=1, scenario="slow_rank", seed=i)
+            ev, la, man = make_events(ranks=ranks, events=per_it, iterations=1, scenario=scenario, seed=i)
             reg["registry"] = man["registry"]
             ev["iteration"] = (ev["iteration"].to_numpy() + i).astype(ev["iteration"].dtype)
             la["iteration"] = (la["iteration"].to_numpy() + i).astype(la["iteration"].dtype)
@@ -121,7 +121,7 @@ BIG = textwrap.dedent("""
     wall = time.perf_counter() - t
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
-    print("RESULT " + json.dumps(dict(mode="big", iterations=iterations, generated_events_both_passes=gen["events"],
+    print("RESULT " + json.dumps(dict(mode="big", scenario=scenario, iterations=iterations, generated_events_both_passes=gen["events"],
           chunks=res.chunks, largest_chunk=res.largest_chunk, cpu_s=cpu, generate_cpu_s=gen["cpu"],
           analyses_cpu_s=cpu - gen["cpu"], sys_s=r1.ru_stime - r0.ru_stime, wall_s=wall,
           peak_rss=r1.ru_maxrss * 1024, verdicts={k: v.verdict.headline for k, v in
@@ -131,7 +131,8 @@ BIG = textwrap.dedent("""
 
 
 def big(a) -> None:
-    r = subprocess.run([sys.executable, "-c", BIG, str(a.iterations), str(a.per_iteration), str(a.ranks)],
+    r = subprocess.run([sys.executable, "-c", BIG, str(a.iterations), str(a.per_iteration), str(a.ranks),
+                        a.scenario],
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=str(ROOT), capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"child failed:\n{r.stderr[-3000:]}")
@@ -179,6 +180,7 @@ def main(argv=None) -> int:
     b.add_argument("--iterations", type=int, default=100)
     b.add_argument("--per-iteration", type=int, default=1_000_000)
     b.add_argument("--ranks", type=int, default=8)
+    b.add_argument("--scenario", default="slow_rank")
     a = ap.parse_args(argv)
     if a.cmd == "big":
         big(a)
