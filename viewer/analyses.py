@@ -82,15 +82,15 @@ def what_if_key(phase: str, speedup: float, rank) -> tuple:
 
 def what_if(run: LoadedRun, phase: str, speedup: float, rank) -> pd.DataFrame:
     """The what-if's summary per iteration (what the page shows), re-timing the graph the
-    critical path was found on, without the re-timed run's own path. Only the summary is kept:
-    the full result carries the re-timed event table (a copy of the run's, 0.5 GB at 10 M events)."""
+    critical path was found on, without the re-timed run's own path or a re-timed copy of the table
+    (0.5 GB at 10 M events): only the summary is kept."""
     g = critical(run).graph
     if isinstance(g, chunked.Summaries):      # a run analysed in chunks re-times chunk by chunk
         return run.cached(what_if_key(phase, speedup, rank), lambda: g.what_if_summary(
             phase=phase, speedup=speedup, rank=rank))
     return run.cached(what_if_key(phase, speedup, rank), lambda: analysis.what_if(
         events(run), phase=phase, speedup=speedup, rank=rank, registry=registry(run), graph=g,
-        new_path=False).summary)
+        new_path=False, keep_retimed=False).summary)
 
 
 def what_if_bound(run: LoadedRun, phase: str, speedup: float, rank) -> pd.DataFrame:

@@ -88,7 +88,7 @@ class Summaries:
         parts = []
         for g in ([self.graph] if self.graph is not None else self._graphs()):
             parts.append(what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
-                                 missing_ok=True).summary)
+                                 missing_ok=True, keep_retimed=False).summary)
         return _concat(parts).reset_index(drop=True)
 
     def _graphs(self) -> Iterator[G.Graph]:

@@ -115,7 +115,8 @@ def balancing_projection(g: G.Graph, s: dict, rank: int) -> tuple[str, float, fl
     if hasattr(g, "what_if_summary"):       # a run analysed in chunks re-times chunk by chunk
         w = g.what_if_summary(phase=f"{k}/{p}", speedup=speedup, rank=rank)
     else:
-        w = what_if(g.events, phase=f"{k}/{p}", speedup=speedup, rank=rank, graph=g, new_path=False).summary
+        w = what_if(g.events, phase=f"{k}/{p}", speedup=speedup, rank=rank, graph=g, new_path=False,
+                    keep_retimed=False).summary
     change = float(np.nanmedian(w["op_change_ns"].to_numpy(float))) if len(w) else float("nan")
     return f"{k}/{p}", speedup, change
 
