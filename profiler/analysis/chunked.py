@@ -33,32 +33,33 @@ synthetic runs).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import importlib
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
 
 from . import barriers as B
-import importlib
 from . import graph as G
 from . import idle as I
 from . import imbalance as IM
 from . import path_verdict as PV
 from . import rendezvous as RV
+from . import timemodel as TM
 from . import timeouts
 from . import unfinished
 from .semantics import semantics
-from . import timemodel as TM
 from .timemodel import TimeModel
 from .whatif import what_if
 
 # the module (the package re-exports its function under the module's name)
 CP = importlib.import_module(".critical_path", __package__)
 
-# Events per chunk by default. Why 2 M: the analyses peak near 230 bytes per event of the chunk
-# above the table itself (1 M-event synthetic run, benchmarks/bench_analysis_memory.py), so a
-# 2 M-event chunk keeps the analyses' own peak near 0.5 GB; and a chunk of that size keeps the
-# per-chunk overhead (a few dozen pandas group-bys) under a few % of its CPU.
+# Events per chunk by default. The analyses peak near 230-270 bytes per event of a chunk above the
+# table itself (RSS and tracemalloc, 1 M-event synthetic run, benchmarks/bench_analysis_memory.py),
+# so a 2 M-event chunk keeps their own peak near 0.5 GB. Smaller chunks cost CPU: 1 M events in
+# 4 chunks of 250 k took 2.0x the whole table's CPU (read passes and the balancing what-if's
+# second pass), one chunk of 1 M 1.1x.
 MAX_EVENTS = 2_000_000
 
 
@@ -75,7 +76,6 @@ class Summaries:
     rechunk: Callable[[], Iterator[pd.DataFrame]] | None = field(default=None, repr=False)
     registry: object = field(default=None, repr=False)
     launches: pd.DataFrame | None = field(default=None, repr=False)
-
     graph: G.Graph | None = field(default=None, repr=False)   # the graph of a run of one chunk
 
     def what_if_summary(self, *, phase: str, speedup: float, rank) -> pd.DataFrame:
