@@ -98,3 +98,16 @@ def test_run_read_in_chunks_equals_whole(tmp_path):
     _verdict_equal(whole.barriers.verdict, res.barriers.verdict, "barriers.verdict")
     _frame_equal(whole.critical.segments, res.critical.segments, "segments")
     _frame_equal(whole.time_model.ops, res.time_model.ops, "ops")
+
+
+def test_epscope_analyze_of_a_big_run_reads_it_in_chunks_and_stores_the_same_summary(tmp_path, monkeypatch):
+    from profiler.analysis import summary
+    ev, la, man = make_events(ranks=4, events=40_000, scenario="late_host", iterations=4, seed=4)
+    run = load_run(write_run(tmp_path / "r", ev, la, man, perfetto=False))
+    whole = summary.summarize(run)
+    read = []
+    orig = chunked.analyze_run
+    monkeypatch.setattr(chunked, "analyze_run", lambda r, **kw: read.append(1) or orig(r, max_events=len(ev) // 4))
+    monkeypatch.setattr(chunked, "MAX_EVENTS", len(ev) // 4)
+    assert summary.summarize(load_run(tmp_path / "r")) == whole
+    assert read == [1]
