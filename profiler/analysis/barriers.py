@@ -128,8 +128,7 @@ def _useless(g: G.Graph, busy_kernels: set) -> list[Verdict]:
     cross = info["cross"].to_numpy()
     kernel = info["kernel"].to_numpy()
     barrier = info["barrier"].to_numpy()
-    first = info.index
-    n_arr = np.bincount(a["occ"].to_numpy(), minlength=len(first))
+    n_arr = np.bincount(a["occ"].to_numpy(), minlength=len(info))
     per = u.groupby("occ", sort=True).agg(n=("row", "size"), wait=("wait_ns", "median"), rank=("rank", "first"))
     occ = per.index.to_numpy()
     per = per.assign(kernel=kernel[occ], barrier=barrier[occ], arrivals=n_arr[occ],
