@@ -13,7 +13,8 @@ from __future__ import annotations
 import pandas as pd
 
 from profiler import analysis
-from profiler.analysis import unfinished
+from profiler.analysis import chunked, unfinished
+from profiler.analysis.whatif import saving_bound
 
 from . import jobs
 from .catalog import LoadedRun
@@ -38,16 +39,39 @@ def timeline_index(run: LoadedRun) -> timeline_logic.TimelineIndex:
 # Every analysis of a run is given the same table, registry and launch table, so they share one
 # dependency graph and one time model (graph.build caches on those three; issue 20 found the
 # critical path and idle building two graphs because only idle was given the launches).
+# A run of more than chunked.MAX_EVENTS events is analysed in chunks of whole iterations
+# (profiler.analysis.chunked: the same results; the analyses hold one chunk's graph at a time
+# instead of the run's, which cost about 260 bytes per event on top of the table, issue 20).
+def _big(run: LoadedRun) -> bool:
+    return len(run.events) > chunked.MAX_EVENTS
+
+
+def _chunked(run: LoadedRun) -> chunked.Results:
+    return run.cached("chunked", lambda: chunked.analyze(events(run), registry=registry(run), launches=run.launches,
+                                                         max_events=chunked.MAX_EVENTS))
+
+
+def run_chunks(run: LoadedRun) -> int:
+    """How many chunks of iterations the run's analyses were computed in (1: the whole run)."""
+    return _chunked(run).chunks if _big(run) else 1
+
+
 def critical(run: LoadedRun) -> analysis.CriticalPath:
+    if _big(run):
+        return run.cached("critical_path", lambda: _chunked(run).critical)
     return run.cached("critical_path", lambda: analysis.critical_path(events(run), registry=registry(run),
                                                                       launches=run.launches))
 
 
 def idle(run: LoadedRun) -> analysis.IdleReport:
+    if _big(run):
+        return run.cached("idle", lambda: _chunked(run).idle)
     return run.cached("idle", lambda: analysis.idle_warps(events(run), registry=registry(run), launches=run.launches))
 
 
 def barriers(run: LoadedRun) -> analysis.BarrierReport:
+    if _big(run):
+        return run.cached("barriers", lambda: _chunked(run).barriers)
     return run.cached("barriers", lambda: analysis.barrier_contention(events(run), registry=registry(run),
                                                                       launches=run.launches))
 
@@ -58,11 +82,21 @@ def what_if_key(phase: str, speedup: float, rank) -> tuple:
 
 def what_if(run: LoadedRun, phase: str, speedup: float, rank) -> pd.DataFrame:
     """The what-if's summary per iteration (what the page shows), re-timing the graph the
-    critical path was found on, without the re-timed run's own path. Only the summary is kept:
-    the full result carries the re-timed event table (a copy of the run's, 0.5 GB at 10 M events)."""
+    critical path was found on, without the re-timed run's own path or a re-timed copy of the table
+    (0.5 GB at 10 M events): only the summary is kept."""
+    g = critical(run).graph
+    if isinstance(g, chunked.Summaries):      # a run analysed in chunks re-times chunk by chunk
+        return run.cached(what_if_key(phase, speedup, rank), lambda: g.what_if_summary(
+            phase=phase, speedup=speedup, rank=rank))
     return run.cached(what_if_key(phase, speedup, rank), lambda: analysis.what_if(
-        events(run), phase=phase, speedup=speedup, rank=rank, registry=registry(run), graph=critical(run).graph,
-        new_path=False).summary)
+        events(run), phase=phase, speedup=speedup, rank=rank, registry=registry(run), graph=g,
+        new_path=False, keep_retimed=False).summary)
+
+
+def what_if_bound(run: LoadedRun, phase: str, speedup: float, rank) -> pd.DataFrame:
+    """The what-if's instant first answer (profiler.analysis.whatif.saving_bound) from the critical
+    path already computed: per iteration the most the faster phase can save."""
+    return saving_bound(critical(run), phase=phase, speedup=speedup, rank=rank)
 
 
 # name -> (what the progress state calls it, the accessor, its key in the run's cache)

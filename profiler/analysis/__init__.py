@@ -89,6 +89,15 @@ barrier_contention(events, *, registry=None, launches=None) -> BarrierReport
     .verdict     timeout | barrier_straggler (rank, or warp within a rank, others wait on: lateness
                  summed per iteration) | useless_arrivals | none
 
+chunked.analyze(events, *, registry=None, launches=None, max_events=chunked.MAX_EVENTS) -> chunked.Results
+chunked.analyze_run(run, *, max_events=...) / chunked.analyze_chunks(chunks, ..., ranks=...)
+    critical_path, idle_warps, barrier_contention and the time model of a run computed in chunks
+    of whole iterations (each chunk's graph built, its small tables kept, the graph dropped), so
+    memory is bounded by the largest chunk; results equal to the functions above on the whole
+    table (.critical, .idle, .barriers, .time_model; .critical.graph is a chunked.Summaries:
+    what_if over it is .what_if_summary). The viewer and `epscope analyze` use it above
+    chunked.MAX_EVENTS events.
+
 compare(a, b, *, n_boot=2000, seed=0, alpha=0.05, registry=None) -> Comparison
     a, b: an event table, a run (anything with .events, and .launches / .manifest), or a list per
     side. The run is the unit of replication (profiler.analysis.stats): one run a side calls

@@ -29,7 +29,7 @@ from .critical_path import iteration_totals
 from . import imbalance as IM
 from . import late_entry as LE
 from .timemodel import GPU
-from .rendezvous import arrivals, cross_rank, lateness
+from .rendezvous import arrivals, kernel_busy_top, lateness, occurrence_info
 from .verdict import MATERIAL_SHARE, Verdict, fmt_ns, fmt_pct, size
 
 OCC_COLUMNS = ["rank", "kernel", "iteration", "launch", "block", "barrier", "scope", "occurrence", "arrivals",
@@ -124,12 +124,11 @@ def _useless(g: G.Graph, busy_kernels: set) -> list[Verdict]:
     u = a[a["useless"].to_numpy()]
     if u.empty:
         return []
-    first = g.occ_arr_row[g.occ_starts]
-    cross = cross_rank(g, first)
-    ev = g.events.iloc[first]
-    kernel = ev["kernel"].astype(str).to_numpy()
-    barrier = ev["phase"].astype(str).to_numpy()
-    n_arr = np.bincount(a["occ"].to_numpy(), minlength=len(first))
+    info = occurrence_info(g)
+    cross = info["cross"].to_numpy()
+    kernel = info["kernel"].to_numpy()
+    barrier = info["barrier"].to_numpy()
+    n_arr = np.bincount(a["occ"].to_numpy(), minlength=len(info))
     per = u.groupby("occ", sort=True).agg(n=("row", "size"), wait=("wait_ns", "median"), rank=("rank", "first"))
     occ = per.index.to_numpy()
     per = per.assign(kernel=kernel[occ], barrier=barrier[occ], arrivals=n_arr[occ],
@@ -194,7 +193,8 @@ def headline(rep: BarrierReport, g: G.Graph) -> tuple[Verdict, tuple]:
     if len(rep.occurrences):
         found = _with_late_entry(found, rep.occurrences, LE.decision(g, totals))
     alarms = [v for v in found if v.alarm]
-    busy_kernels = set(g.lane.loc[G.lane_sums(g, (G.WORK,)) > 0, "kernel"])
+    top = kernel_busy_top(g)
+    busy_kernels = set(top.index[top.to_numpy() > 0])
     useless = _useless(g, busy_kernels) if len(rep.summary) else []
     alarms += [v for v in useless if v.alarm]
     unf = rep.occurrences[rep.occurrences["unfinished"] > 0] if len(rep.occurrences) else rep.occurrences
@@ -230,29 +230,33 @@ def headline(rep: BarrierReport, g: G.Graph) -> tuple[Verdict, tuple]:
 def barrier_contention(events: pd.DataFrame, *, registry=None, launches=None) -> BarrierReport:
     """Per barrier occurrence: arrivals, useless arrivals, spread, wait, last arriver (columns:
     package docstring). launches: where timed-out kernels stopped (graph.build)."""
-    g = G.build(events, registry, launches)
-    if len(g.occ_arr_row) == 0:
+    return from_graph(G.build(events, registry, launches))
+
+
+def from_graph(g) -> BarrierReport:
+    """The report of a graph (graph.Graph, or the combined summaries of a run analysed in chunks:
+    profiler.analysis.chunked), read through arrivals and occurrence_info only."""
+    info = occurrence_info(g)
+    if len(info) == 0:
         rep = BarrierReport(_empty(OCC_COLUMNS), _empty(SUMMARY_COLUMNS), _empty(PER_RANK_COLUMNS),
                             warnings=tuple(g.warnings))
         rep.verdict, rep.findings = headline(rep, g)
         return rep
     a = arrivals(g)
-    starts = g.occ_starts
+    starts = np.r_[0, np.flatnonzero(a["occ"].to_numpy()[1:] != a["occ"].to_numpy()[:-1]) + 1]
     ends = np.r_[starts[1:], len(a)] - 1                # arrivals are sorted by time within an occurrence
-    first_row = a["row"].to_numpy()[starts]
-    ev = g.events.iloc[first_row]      # the first arrival row of each occurrence (a few rows)
-    barrier = ev["phase"].astype(str).to_numpy()
-    scope = np.array([g.sem.scope(b) for b in barrier], dtype=object)
-    cross = cross_rank(g, first_row)
+    barrier = info["barrier"].to_numpy()
+    scope = info["scope"].to_numpy()
+    cross = info["cross"].to_numpy()
     grp = a.groupby("occ", sort=True)
     occ = pd.DataFrame({
         "rank": np.where(cross, -1, a["rank"].to_numpy()[starts]),
-        "kernel": ev["kernel"].astype(str).to_numpy(),
-        "iteration": ev["iteration"].to_numpy().astype(np.int64),
-        "launch": np.where(cross, -1, ev["launch"].to_numpy().astype(np.int64)),
+        "kernel": info["kernel"].to_numpy(),
+        "iteration": info["iteration"].to_numpy(),
+        "launch": np.where(cross, -1, info["launch"].to_numpy()),
         "block": np.where(scope == "block", a["block"].to_numpy()[starts], -1),
         "barrier": barrier, "scope": scope,
-        "occurrence": ev["payload"].to_numpy().astype(np.int64),
+        "occurrence": info["payload"].to_numpy(),
         "arrivals": np.diff(np.r_[starts, len(a)]),
         "useless_arrivals": grp["useless"].sum().to_numpy().astype(np.int64),
         "unfinished": grp["unfinished"].sum().to_numpy().astype(np.int64),

@@ -112,7 +112,11 @@ def balancing_projection(g: G.Graph, s: dict, rank: int) -> tuple[str, float, fl
     if row.empty or not np.isfinite(row["busy_ratio"].iloc[0]) or row["busy_ratio"].iloc[0] <= 1:
         return None
     speedup = round(1.0 - 1.0 / float(row["busy_ratio"].iloc[0]), 3)
-    w = what_if(g.events, phase=f"{k}/{p}", speedup=speedup, rank=rank, graph=g, new_path=False).summary
+    if hasattr(g, "what_if_summary"):       # a run analysed in chunks re-times chunk by chunk
+        w = g.what_if_summary(phase=f"{k}/{p}", speedup=speedup, rank=rank)
+    else:
+        w = what_if(g.events, phase=f"{k}/{p}", speedup=speedup, rank=rank, graph=g, new_path=False,
+                    keep_retimed=False).summary
     change = float(np.nanmedian(w["op_change_ns"].to_numpy(float))) if len(w) else float("nan")
     return f"{k}/{p}", speedup, change
 
@@ -237,7 +241,12 @@ def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
 def idle_warps(events: pd.DataFrame, *, registry=None, launches=None) -> IdleReport:
     """Busy/idle time per warp and block, imbalance within and across ranks, and the verdict
     (columns: package docstring). launches: where timed-out kernels stopped (graph.build)."""
-    g = G.build(events, registry, launches)
+    return from_graph(G.build(events, registry, launches), launches)
+
+
+def from_graph(g, launches=None) -> IdleReport:
+    """The report of a graph (graph.Graph, or the combined summaries of a run analysed in chunks:
+    profiler.analysis.chunked), read through the memoised per-graph tables only."""
     lanes = per_lane(g)
     # warps that recorded nothing (the launch table says how many there were) did no work either
     lanes = pd.concat([lanes, IM.silent_lanes(lanes, launches)], ignore_index=True) if launches is not None else lanes

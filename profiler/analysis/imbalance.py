@@ -96,6 +96,14 @@ def _phase_busy(g: G.Graph) -> pd.DataFrame:
     # ranks that ran the kernel but never recorded the phase: zeros (see per_rank)
     gl = ~L["host"].to_numpy()
     ran = pd.DataFrame({"kernel": L["kernel"].to_numpy()[gl], "rank": L["rank"].to_numpy()[gl]}).drop_duplicates()
+    return phase_ratios(out, ran)
+
+
+def phase_ratios(out: pd.DataFrame, ran: pd.DataFrame) -> pd.DataFrame:
+    """PHASE_COLUMNS from the summed [kernel, phase, rank, busy_ns, spans] and the (kernel, rank)
+    pairs that ran: zero rows for ranks that ran the kernel without the phase, ratio to the median."""
+    if out.empty:
+        return pd.DataFrame(columns=PHASE_COLUMNS)
     full = out[["kernel", "phase"]].drop_duplicates().merge(ran, on="kernel")
     out = full.merge(out, on=["kernel", "phase", "rank"], how="left").fillna({"busy_ns": 0, "spans": 0})
     out = out.sort_values(["kernel", "phase", "rank"]).set_index(["kernel", "phase", "rank"])
@@ -157,15 +165,19 @@ def straggler_cost(group: pd.DataFrame, rank: int, held_ns: np.ndarray, iteratio
 
 
 def kernel_order(g: G.Graph) -> list[str]:
-    return G.memo(g, "kernel_order", lambda: _kernel_order(g)).copy()
-
-
-def _kernel_order(g: G.Graph) -> list[str]:
     """Kernels in the order their first launch started (the op's order)."""
-    L = g.lane
-    gl = ~L["host"].to_numpy()
-    df = pd.DataFrame({"kernel": L["kernel"].to_numpy()[gl], "t": g.pt_t[g.lane_first[gl]]})
-    return [str(k) for k in df.groupby("kernel")["t"].min().sort_values().index]
+    return [str(k) for k in kernel_first(g).sort_values().index]
+
+
+def kernel_first(g: G.Graph) -> pd.Series:
+    """Per kernel: the time its first launch started (a minimum over the run: memoised, and
+    combined with min over the chunks of a run analysed in chunks)."""
+    def compute():
+        L = g.lane
+        gl = ~L["host"].to_numpy()
+        df = pd.DataFrame({"kernel": L["kernel"].to_numpy()[gl], "t": g.pt_t[g.lane_first[gl]]})
+        return df.groupby("kernel", observed=True)["t"].min()
+    return G.memo(g, "kernel_first", compute)
 
 
 def straggler(ranks: pd.DataFrame, phases: pd.DataFrame, kernel_order: list[str] | None = None) -> dict | None:

@@ -41,13 +41,20 @@ CROSSING_COLUMNS = ["iteration", "rank", "peer", "kernel", "phase", "wait_begin_
                     "window_begin_ns", "host_excess_ns", "gpu_excess_ns", "cause", "work_kernel", "work_phase"]
 
 
+def launch_spans(g: G.Graph) -> pd.DataFrame:
+    """[rank, launch, b, e]: per launch its GPU lanes' first to last point (memoised)."""
+    def compute():
+        L = g.lane
+        gl = ~L["host"].to_numpy()
+        df = pd.DataFrame({"rank": L["rank"].to_numpy()[gl], "launch": L["launch"].to_numpy()[gl],
+                           "b": g.pt_t[g.lane_first[gl]], "e": g.pt_t[g.lane_last[gl]]})
+        return df.groupby(["rank", "launch"], sort=False).agg(b=("b", "min"), e=("e", "max")).reset_index()
+    return G.memo(g, "launch_spans", compute)
+
+
 def _gpu_intervals(g: G.Graph) -> dict[int, np.ndarray]:
     """Per rank: merged [start, end] of its kernels (GPU lanes' first to last point per launch)."""
-    L = g.lane
-    gl = ~L["host"].to_numpy()
-    df = pd.DataFrame({"rank": L["rank"].to_numpy()[gl], "launch": L["launch"].to_numpy()[gl],
-                       "b": g.pt_t[g.lane_first[gl]], "e": g.pt_t[g.lane_last[gl]]})
-    k = df.groupby(["rank", "launch"], sort=False).agg(b=("b", "min"), e=("e", "max")).reset_index()
+    k = launch_spans(g)
     out = {}
     for r, s in k.groupby("rank"):
         s = s.sort_values("b")
@@ -67,6 +74,30 @@ def _gpu_time(iv: np.ndarray | None, a: int, b: int) -> int:
     return int(np.clip(np.minimum(iv[:, 1], b) - np.maximum(iv[:, 0], a), 0, None).sum())
 
 
+def path_crossings(g: G.Graph) -> pd.DataFrame:
+    """The data waits where the critical path crosses from one rank to another (_rendezvous's
+    columns), per iteration; memoised."""
+    return G.memo(g, "path_crossings", lambda: _path_crossings(g))
+
+
+def _path_crossings(g: G.Graph) -> pd.DataFrame:
+    cols = ["iteration", "rank", "peer", "kernel", "phase", "wait_begin_ns", "release_ns", "held_ns"]
+    pts, its = path_points(g)
+    if len(pts):
+        rank_of = g.lane["rank"].to_numpy()
+        cross = (g.src[pts] >= 0) & g.binding[pts] & (g.seg_owner[pts] >= 0) & (g.seg_kind[pts] == G.WAIT)
+        cross &= rank_of[g.pt_lane[np.maximum(g.src[pts], 0)]] != rank_of[g.pt_lane[pts]]
+        if cross.any():
+            p, own = pts[cross], g.seg_owner[pts[cross]]
+            wb, rel = g.pt_t[g.iv_pb[own]], g.rel_t[p]
+            return pd.DataFrame({"iteration": its[cross], "rank": rank_of[g.pt_lane[g.src[p]]],
+                                 "peer": rank_of[g.pt_lane[p]],
+                                 "kernel": g.lane["kernel"].to_numpy()[g.pt_lane[p]].astype(str),
+                                 "phase": g.phase_names[g.iv_phase[own]].astype(str), "wait_begin_ns": wb,
+                                 "release_ns": rel, "held_ns": np.maximum(rel - wb, 0)}, columns=cols)
+    return pd.DataFrame(columns=cols)
+
+
 def _rendezvous(cp) -> pd.DataFrame:
     """[iteration, rank, peer, kernel, phase, wait_begin_ns, release_ns, held_ns]: every cross-rank
     barrier occurrence (rank = its last arriver), and every data wait where the path crosses ranks."""
@@ -79,19 +110,9 @@ def _rendezvous(cp) -> pd.DataFrame:
         parts.append(pd.DataFrame({"iteration": late["iteration"], "rank": late["rank"], "peer": late["peer"],
                                    "kernel": late["kernel"], "phase": late["barrier"], "wait_begin_ns": late["prev_ns"],
                                    "release_ns": late["last_ns"], "held_ns": late["lateness_ns"]}))
-    pts, its = path_points(g)
-    if len(pts):
-        rank_of = g.lane["rank"].to_numpy()
-        cross = (g.src[pts] >= 0) & g.binding[pts] & (g.seg_owner[pts] >= 0) & (g.seg_kind[pts] == G.WAIT)
-        cross &= rank_of[g.pt_lane[np.maximum(g.src[pts], 0)]] != rank_of[g.pt_lane[pts]]
-        if cross.any():
-            p, own = pts[cross], g.seg_owner[pts[cross]]
-            wb, rel = g.pt_t[g.iv_pb[own]], g.rel_t[p]
-            parts.append(pd.DataFrame({"iteration": its[cross], "rank": rank_of[g.pt_lane[g.src[p]]],
-                                       "peer": rank_of[g.pt_lane[p]],
-                                       "kernel": g.lane["kernel"].to_numpy()[g.pt_lane[p]].astype(str),
-                                       "phase": g.phase_names[g.iv_phase[own]].astype(str), "wait_begin_ns": wb,
-                                       "release_ns": rel, "held_ns": np.maximum(rel - wb, 0)}))
+    pc = path_crossings(g)
+    if len(pc):
+        parts.append(pc)
     if not parts:
         return pd.DataFrame(columns=cols)
     out = pd.concat(parts, ignore_index=True)[cols]

@@ -44,22 +44,42 @@ def _arrivals(g: G.Graph) -> pd.DataFrame:
         unf[pos[ok]] = g.iv_unfinished[bw[ok]]
     busy = G.lane_sums(g, (G.WORK,))
     kern = g.lane["kernel"].to_numpy()
-    top = pd.Series(busy).groupby(kern).transform("max").to_numpy(float)
-    floor = NO_WORK_SHARE * np.maximum(top, 1)
-    idle_lane = busy.astype(float) < floor
-    brought = _work_since_sync(g, pa, bw) >= floor[lane]
+    brought = _work_since_sync(g, pa, bw)
+    L = g.lane
+    a = pd.DataFrame({"occ": occ, "row": rows, "lane": lane, "rank": L["rank"].to_numpy()[lane],
+                      "block": L["block"].to_numpy()[lane], "warp": L["warp"].to_numpy()[lane],
+                      "t": g.pt_t[pa], "depart_ns": dep_t, "wait_ns": np.where(dep_t >= 0, dep_t - g.pt_t[pa], 0),
+                      "kernel": kern[lane].astype(str) if n else np.zeros(0, object),
+                      "lane_busy_ns": busy[lane], "brought_ns": brought, "unfinished": unf})
+    return classify(a, kernel_busy_top(g))
+
+
+def kernel_busy_top(g: G.Graph) -> pd.Series:
+    """Per kernel (str): the busiest lane's work time, the reference of NO_WORK_SHARE. A maximum
+    over the whole run, so a run analysed in chunks of iterations combines it with max
+    (profiler.analysis.chunked) before it classifies arrivals."""
+    def compute():
+        busy = G.lane_sums(g, (G.WORK,))
+        return pd.Series(busy).groupby(g.lane["kernel"].astype(str).to_numpy()).max()
+    return G.memo(g, "kernel_busy_top", compute).copy()
+
+
+def classify(a: pd.DataFrame, top: pd.Series) -> pd.DataFrame:
+    """Adds `useless` and `idle_warp` to arrivals (lane_busy_ns, brought_ns, kernel, occ) given
+    each kernel's busiest lane (kernel_busy_top)."""
+    t = top.reindex(a["kernel"].to_numpy()).to_numpy(float) if len(a) else np.zeros(0)
+    floor = NO_WORK_SHARE * np.maximum(t, 1)
+    idle_lane = a["lane_busy_ns"].to_numpy().astype(float) < floor
+    brought = a["brought_ns"].to_numpy() >= floor
     # a barrier orders the work its arrivals bring; an arrival that brought none while another
     # arrival of the same occurrence did only waits to be released (the low-latency dispatch with
     # barrier 'all': warps without a send task arrive at send_done and wait for the grid; with
     # 'working' they do not arrive). When no arrival brought work (a barrier at a kernel's entry)
     # the barrier orders something the events do not show, and no arrival is called useless for it.
-    some = np.bincount(occ, weights=brought.astype(float), minlength=len(g.occ_starts)) > 0
-    useless = idle_lane[lane] | (~brought & some[occ])
-    L = g.lane
-    return pd.DataFrame({"occ": occ, "row": rows, "lane": lane, "rank": L["rank"].to_numpy()[lane],
-                         "block": L["block"].to_numpy()[lane], "warp": L["warp"].to_numpy()[lane],
-                         "t": g.pt_t[pa], "depart_ns": dep_t, "wait_ns": np.where(dep_t >= 0, dep_t - g.pt_t[pa], 0),
-                         "useless": useless, "idle_warp": idle_lane[lane], "unfinished": unf})
+    occ = a["occ"].to_numpy()
+    n_occ = int(occ.max()) + 1 if len(occ) else 0
+    some = np.bincount(occ, weights=brought.astype(float), minlength=n_occ) > 0
+    return a.assign(useless=idle_lane | (~brought & some[occ]), idle_warp=idle_lane)
 
 
 def _work_since_sync(g: G.Graph, pa: np.ndarray, bw: np.ndarray) -> np.ndarray:
@@ -88,6 +108,29 @@ def cross_rank(g: G.Graph, occ_first_rows: np.ndarray) -> np.ndarray:
     return np.array([g.sem.scope(b) == "rank" for b in names], dtype=bool)
 
 
+OCCURRENCE_INFO = ["kernel", "barrier", "iteration", "launch", "payload", "scope", "cross", "order_row"]
+
+
+def occurrence_info(g: G.Graph) -> pd.DataFrame:
+    """Per barrier occurrence (row = occurrence id, as arrivals' `occ`): what its first arrival
+    row says (kernel, barrier, iteration, launch, payload), its scope and whether it is cross-rank;
+    order_row: its first arrival row in table order (occurrences are numbered in that order:
+    edges.barrier_edges). A few rows per launch, so a run analysed in chunks keeps it whole."""
+    def compute():
+        first = g.occ_arr_row[g.occ_starts]
+        order_row = np.full(len(first), np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(order_row, g.arr_occ, g.arr_rows)
+        ev = g.events.iloc[first]
+        barrier = ev["phase"].astype(str).to_numpy()
+        return pd.DataFrame({"kernel": ev["kernel"].astype(str).to_numpy(), "barrier": barrier,
+                             "iteration": ev["iteration"].to_numpy().astype(np.int64),
+                             "launch": ev["launch"].to_numpy().astype(np.int64),
+                             "payload": ev["payload"].to_numpy().astype(np.int64),
+                             "scope": np.array([g.sem.scope(b) for b in barrier], dtype=object),
+                             "cross": cross_rank(g, first), "order_row": order_row}, columns=OCCURRENCE_INFO)
+    return G.memo(g, "occurrence_info", compute)
+
+
 def lateness(a: pd.DataFrame, cross: np.ndarray) -> np.ndarray:
     """Per occurrence: last arrival minus the arrival before it (per rank at cross-rank barriers)."""
     n_occ = int(a["occ"].max()) + 1 if len(a) else 0
@@ -114,11 +157,11 @@ def rank_lateness(g: G.Graph) -> pd.DataFrame:
 
 def _rank_lateness(g: G.Graph) -> pd.DataFrame:
     cols = ["iteration", "kernel", "barrier", "rank", "peer", "last_ns", "prev_ns", "lateness_ns"]
-    if len(g.occ_arr_row) == 0:
+    info = occurrence_info(g)
+    if len(info) == 0:
         return pd.DataFrame(columns=cols)
     a = arrivals(g)
-    first_rows = g.occ_arr_row[g.occ_starts]
-    cross = cross_rank(g, first_rows)
+    cross = info["cross"].to_numpy()
     if not cross.any():
         return pd.DataFrame(columns=cols)
     a = a[cross[a["occ"].to_numpy()]]
@@ -128,9 +171,9 @@ def _rank_lateness(g: G.Graph) -> pd.DataFrame:
     has_prev = np.r_[False, occ[1:] == occ[:-1]]
     li = np.flatnonzero(last)
     pi = np.where(has_prev[li], li - 1, li)
-    ev = g.events.iloc[first_rows[occ[li]]]
-    df = pd.DataFrame({"iteration": ev["iteration"].to_numpy(), "kernel": ev["kernel"].astype(str).to_numpy(),
-                       "barrier": ev["phase"].astype(str).to_numpy(), "rank": rk[li],
+    ev = info.iloc[occ[li]]
+    df = pd.DataFrame({"iteration": ev["iteration"].to_numpy(), "kernel": ev["kernel"].to_numpy(),
+                       "barrier": ev["barrier"].to_numpy(), "rank": rk[li],
                        "peer": np.where(has_prev[li], rk[pi], -1), "last_ns": t[li], "prev_ns": t[pi],
                        "lateness_ns": t[li] - t[pi]})
     return df.sort_values(["iteration", "last_ns"], kind="stable").reset_index(drop=True)[cols]

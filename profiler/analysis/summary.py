@@ -26,11 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import barrier_contention, critical_path, idle_warps
-from . import graph as G
+from . import chunked
 from . import late_entry as LE
 from .critical_path import iteration_totals
-from .timemodel import time_model
 
 FILE = "analysis-summary.json"
 FORMAT = "epscope-analysis-summary"
@@ -58,19 +56,23 @@ def _num(x) -> float | None:
 
 
 def summarize(run) -> dict:
-    """The summary of a loaded run (profiler.runstore.Run), computed by the functions the pages call."""
-    reg = run.manifest.get("registry")
-    ev, la = run.events, run.launches
-    g = G.build(ev, reg, la)
-    tm = time_model(g)
+    """The summary of a loaded run (profiler.runstore.Run), computed by the functions the pages
+    call. A run of more than chunked.MAX_EVENTS events is analysed in chunks of iterations read
+    one at a time (profiler.analysis.chunked: the same results, memory bounded by a chunk)."""
+    if run.num_events > chunked.MAX_EVENTS:
+        res = chunked.analyze_run(run)
+    else:
+        res = chunked.analyze(run.events, registry=run.manifest.get("registry"), launches=run.launches)
+    g = res.critical.graph
+    tm = res.time_model
     ki = tm.kernel_iterations()
     kernels = {str(k): {"op_latency_ns": _num(s["op_latency_ns"].median()), "entry_skew_ns": _num(s["entry_skew_ns"].median())}
                for k, s in ki.groupby("kernel", sort=False)} if len(ki) else {}
     it = tm.iterations
     le = LE.decision(g, iteration_totals(g))
     verdicts = {}
-    for page, fn in (("critical_path", critical_path), ("idle", idle_warps), ("barriers", barrier_contention)):
-        v = fn(ev, registry=reg, launches=la).verdict
+    for page, rep in (("critical_path", res.critical), ("idle", res.idle), ("barriers", res.barriers)):
+        v = rep.verdict
         verdicts[page] = {"alarm": bool(v.alarm), "cause": v.cause.value, "rank": v.rank, "kernel": v.kernel,
                           "phase": v.phase, "late_entry": v.late_entry, "headline": v.headline}
     return {

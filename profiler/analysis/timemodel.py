@@ -241,10 +241,21 @@ def _late_cause(busy: dict, row, overhead: float, a: float, b: float) -> tuple[s
 
 
 def _time_model(g: G.Graph) -> TimeModel:
+    ext = launch_rows(g)
+    if ext is None:
+        return _empty()
+    return from_rows(ext, int(g.derived.get("run_ranks") or g.lane["rank"].nunique()))
+
+
+def launch_rows(g: G.Graph) -> pd.DataFrame | None:
+    """Per GPU (rank, launch): its occurrence, entry, end, host call and waits (what the model's
+    rows are made of; None without GPU lanes). Every column is a function of the launch's own
+    iteration; the late-cause split (from_rows) reads other iterations' launches too (a late rank's
+    GPU may still run the previous iteration's kernels), so a run analysed in chunks concatenates
+    these rows and builds the model once (chunked.py)."""
     ext = _launch_extents(g)
     if ext.empty:
-        return _empty()
-    nranks = int(g.lane["rank"].nunique())
+        return None
     hc = _host_calls(g)
     ext = ext.merge(hc, on=["rank", "launch"], how="left")
     ext["ready_ns"] = _call_ready(ext)
@@ -266,6 +277,13 @@ def _time_model(g: G.Graph) -> TimeModel:
                                                      ext["last_entry_ns"].to_numpy(float))).clip(lower=0)
     unf = _unfinished_launches(g)
     ext["unfinished"] = [(int(r), int(la)) in unf for r, la in zip(ext["rank"], ext["launch"])]
+    return ext
+
+
+def from_rows(ext: pd.DataFrame, nranks: int) -> TimeModel:
+    """The model from launch_rows (of one graph, or concatenated over chunks of iterations);
+    nranks: the run's rank count."""
+    occ = ["iteration", "kernel", "occurrence"]
     per_rank = ext[RANK_COLUMNS].sort_values(occ + ["rank"]).reset_index(drop=True)
     ops = _ops(ext, nranks)
     its = _iterations(ops, per_rank)

@@ -32,11 +32,16 @@ class Stalls:
 
 
 def stalls(g: G.Graph) -> Stalls:
+    """Memoised per graph (a run analysed in chunks combines the chunks' tables: chunked.py)."""
+    return Stalls(G.memo(g, "stalls", lambda: _stalls(g)))
+
+
+def _stalls(g: G.Graph) -> pd.DataFrame:
     iv = np.flatnonzero(g.iv_unfinished & np.isin(g.iv_kind, (G.WAIT, G.BARRIER, G.IDLE)))
     host = g.lane["host"].to_numpy()[g.pt_lane[g.iv_pb[iv]]] if len(iv) else np.zeros(0, bool)
     iv = iv[~host]
     if len(iv) == 0:
-        return Stalls(pd.DataFrame(columns=STALL_COLUMNS))
+        return pd.DataFrame(columns=STALL_COLUMNS)
     lane = g.pt_lane[g.iv_pb[iv]]
     L = g.lane
     df = pd.DataFrame({
@@ -51,7 +56,7 @@ def stalls(g: G.Graph) -> Stalls:
          .reset_index())
     t["duration_ns"] = t["end_ns"] - t["begin_ns"]
     t = t.sort_values(["begin_ns", "rank"], kind="stable").reset_index(drop=True)
-    return Stalls(t[STALL_COLUMNS])
+    return t[STALL_COLUMNS]
 
 
 def _who(r: dict) -> str:

@@ -31,7 +31,7 @@ SUMMARY_COLUMNS = ["iteration", "before_ns", "after_ns", "change_ns", "change_pc
 class WhatIf:
     summary: pd.DataFrame
     new_path: CriticalPath | None    # None when asked for without it (what_if(new_path=False))
-    retimed: pd.DataFrame
+    retimed: pd.DataFrame | None     # None when asked for without it (keep_retimed=False)
 
 
 def _target_points(g: G.Graph, phase: str, rank) -> np.ndarray:
@@ -64,7 +64,8 @@ def _path_phase_time(cp: CriticalPath, phase: str, rank) -> pd.Series:
 
 
 def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iteration=None,
-            registry=None, launches=None, graph: G.Graph | None = None, new_path: bool = True) -> WhatIf:
+            registry=None, launches=None, graph: G.Graph | None = None, new_path: bool = True,
+            missing_ok: bool = False, keep_retimed: bool = True) -> WhatIf:
     """Projected end-to-end change when `phase` gets `speedup` faster (columns: package docstring).
 
     phase: a phase name, or 'kernel/phase' to pick one kernel's phase. speedup: 0.2 = 20% faster;
@@ -75,14 +76,17 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     these events, registry and launches (CriticalPath.graph) to re-time instead of building it
     again. new_path=False: no critical path of the re-timed run (new_path is None), for a caller
     that shows the summary only: that path and its verdict were 85 % of a what-if's CPU time
-    (cProfile, 270 k-event synthetic run).
+    (cProfile, 270 k-event synthetic run). missing_ok: a table without the phase is re-timed
+    unchanged instead of refused (a chunk of a run whose other chunks have it: chunked.py).
+    keep_retimed=False (with new_path=False): no re-timed copy of the table (.retimed is None),
+    for a caller that reads the summary only (a copy of the events: 0.5 GB at 10 M events).
     """
     if not speedup < 1:
         raise ValueError(f"what_if: speedup must be < 1 (a fraction of the phase's time), got {speedup}")
     g = G.build(events, registry, launches) if graph is None else graph
     events = g.events           # unfinished waits closed: the rows re-timed below
     name = phase.split("/", 1)[-1]
-    if len(events) and name not in set(g.phase_names):
+    if len(events) and name not in set(g.phase_names) and not missing_ok:
         raise ValueError(f"what_if: the run records no phase {name!r}")
     tgt = _target_points(g, phase, rank)
     if iteration is not None:
@@ -93,8 +97,8 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     d_new[tgt] = np.round(g.d[tgt] * (1.0 - speedup)).astype(np.int64)
     T = retime(g, d_new, iterations=iteration)
 
-    retimed = events.copy()
-    if len(events):
+    retimed = events.copy() if keep_retimed or new_path else None
+    if retimed is not None and len(events):
         retimed["begin_ns"] = T[g.row_pb]
         retimed["end_ns"] = T[g.row_pe]
 
@@ -128,8 +132,30 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     if iteration is not None:
         s = s[s["iteration"].isin(np.atleast_1d(iteration))]
     # iterations are independent in the graph: the new path of some needs only their rows
-    sub = retimed if iteration is None else retimed[retimed["iteration"].isin(np.atleast_1d(iteration))]
-    # the re-timed run's path (its verdict is not computed: what-if reports the change, not a cause)
-    new_path = from_graph(G.build(sub, registry), iteration, verdict=False) if new_path else None
+    if new_path:
+        sub = retimed if iteration is None else retimed[retimed["iteration"].isin(np.atleast_1d(iteration))]
+        # the re-timed run's path (its verdict is not computed: what-if reports the change, not a cause)
+        new_path = from_graph(G.build(sub, registry), iteration, verdict=False)
+    else:
+        new_path = None
     s["path_phase_ns"] = _path_phase_time(from_graph(g, iteration, verdict=False), phase, rank).reindex(s["iteration"]).fillna(0).to_numpy().astype(np.int64)
     return WhatIf(summary=s[SUMMARY_COLUMNS].reset_index(drop=True), new_path=new_path, retimed=retimed)
+
+
+BOUND_COLUMNS = ["iteration", "path_phase_ns", "max_saving_ns"]
+
+
+def saving_bound(cp: CriticalPath, *, phase: str, speedup: float, rank=None) -> pd.DataFrame:
+    """The what-if's first answer, from the critical path alone (no re-timing: instant at any size):
+    per iteration, the most that making `phase` (on `rank`) `speedup` faster can shorten the
+    iteration. The recorded path stays a chain of dependencies after the change, only its own
+    segments of that phase shorter, so the iteration stays at least its old length minus
+    speedup x the phase's time on the path: max_saving_ns = speedup * path_phase_ns (what_if's
+    path_phase_ns; rounding aside, what_if's -change_ns never exceeds it). A rendezvous can
+    absorb any part of it; the exact answer is what_if's. Only for speedup > 0 (a faster phase)."""
+    if not 0 < speedup < 1:
+        raise ValueError(f"saving_bound: speedup must be in (0, 1), got {speedup}")
+    it = cp.total_ns["iteration"].to_numpy()
+    pp = _path_phase_time(cp, phase, rank).reindex(it).fillna(0).to_numpy().astype(np.int64)
+    return pd.DataFrame({"iteration": it.astype(np.int64), "path_phase_ns": pp,
+                         "max_saving_ns": np.ceil(speedup * pp).astype(np.int64)}, columns=BOUND_COLUMNS)

@@ -122,3 +122,18 @@ def test_a_what_if_on_the_critical_path_s_graph_without_a_new_path_has_the_same_
     quick = what_if(ev, phase="copy_out", speedup=0.3, rank=1, registry=reg, graph=g, new_path=False)
     assert quick.new_path is None and full.new_path is not None
     assert quick.summary.equals(full.summary) and quick.retimed.equals(full.retimed)
+
+
+@pytest.mark.parametrize("scenario,rank", [("slow_rank", 3), ("slow_rank", 0), ("late_arriver", 0)])
+def test_the_instant_bound_is_never_below_the_exact_saving(scenario, rank):
+    from profiler.analysis.whatif import saving_bound
+    ev, la, man = make_events(ranks=4, events=40_000, scenario=scenario, iterations=3, seed=3)
+    reg = man["registry"]
+    cp = critical_path(ev, registry=reg, launches=la)
+    for phase, s in (("send_chunk", 0.3), ("dispatch/copy_out", 0.5), ("wait_data", 0.9)):
+        b = saving_bound(cp, phase=phase, speedup=s, rank=rank).set_index("iteration")
+        w = what_if(ev, phase=phase, speedup=s, rank=rank, registry=reg, launches=la, graph=cp.graph,
+                    new_path=False).summary.set_index("iteration")
+        saving = -w["change_ns"].reindex(b.index).to_numpy()
+        assert (saving <= b["max_saving_ns"].to_numpy() + 1).all(), (phase, saving, b["max_saving_ns"].to_numpy())
+        np.testing.assert_array_equal(b["path_phase_ns"].to_numpy(), w["path_phase_ns"].reindex(b.index).to_numpy())

@@ -199,3 +199,19 @@ def test_a_what_if_still_computing_shows_its_progress_then_its_result(app, hold,
         bad = call(app, [(Cp.WHATIF_BOX, "children")], [(Cp.WHATIF_TICK, "n_intervals", 1)],
                    state=[(Cp.WHATIF_ASKED, "data", dict(asked, phase="no_such_phase"))])[Cp.WHATIF_BOX]["children"]
     assert "What-if not possible" in text_of(bad) and "no_such_phase" in text_of(bad)
+
+
+def test_a_what_if_in_progress_shows_the_bound_from_the_critical_path_at_once(app, monkeypatch):
+    from viewer.pages.critical_path.ids import Ids as CpIds
+    app.catalog.jobs.wait([j.key for j in analyses.request(app.catalog, "late", ["critical"])], T)
+    go = threading.Event()
+    exact = analyses.what_if
+    monkeypatch.setattr(analyses, "what_if", lambda *a: go.wait(T) and exact(*a))
+    try:
+        r = call(app, [(CpIds.RESULT, "children")], [(CpIds.APPLY, "n_clicks", 1)],
+                 state=[(CpIds.RUN, "data", "late"), (CpIds.PHASE, "value", "send_chunk"),
+                        (CpIds.RANK, "value", "all"), (CpIds.PERCENT, "value", 40)])
+        assert "cp-whatif-bound" in _ids(r[CpIds.RESULT]["children"])
+        assert "the exact re-timing follows" in text_of(r[CpIds.RESULT]["children"])
+    finally:
+        go.set()

@@ -42,6 +42,19 @@ def _failed(error: str):
     return C.error_box(error.split(": ", 1)[1] if title == "What-if not possible" else error, title=title)
 
 
+def _first_answer(run, phase, speedup, rank, percent) -> list:
+    """While the exact what-if is re-timed: the bound the critical path gives at once (a faster
+    phase only; nothing before the critical path is computed)."""
+    if run is None or not run.has("critical_path") or not 0 < speedup < 1:
+        return []
+    try:
+        b = analyses.what_if_bound(run, phase, speedup, rank)
+    except ValueError:
+        return []
+    return [html.Div(logic.bound_sentence(b, phase, rank, float(percent)), id="cp-whatif-bound",
+                     className="msg msg-note")]
+
+
 def _answer(catalog, run_id, phase, rank, percent, wait_s, boxed: bool = True):
     """The what-if's result if computed (waiting up to wait_s for its job), else its progress
     state with a poll (WHATIF_TICK) that asks again: inside a WHATIF_BOX when `boxed` (the first
@@ -63,6 +76,7 @@ def _answer(catalog, run_id, phase, rank, percent, wait_s, boxed: bool = True):
     pending = [
         html.Div([html.Span(className="spinner"), html.Span(progress_logic.line(step))],
                  className="pending pending-head msg msg-note", role="status"),
+        *_first_answer(run, phase, speedup, rank, percent),
         dcc.Store(id=Ids.WHATIF_ASKED, data={"run": run_id, "phase": phase, "rank": rank, "percent": percent}),
         dcc.Interval(id=Ids.WHATIF_TICK, interval=TICK_MS),
     ]

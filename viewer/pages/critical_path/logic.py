@@ -143,3 +143,15 @@ def what_if_sentence(summary: pd.DataFrame, phase: str, rank, percent: float) ->
         else:
             s += f" {pct(max(0.0, absorbed))} of the local saving is absorbed by waits and rendezvous."
     return s
+
+
+def bound_sentence(bound: pd.DataFrame, phase: str, rank, percent: float) -> str:
+    """The what-if's first answer while the exact one is computed (profiler.analysis.whatif.saving_bound)."""
+    where = "every rank" if rank is None else f"rank {rank}"
+    if bound.empty or not bound["path_phase_ns"].any():
+        return (f"{phase} on {where} is not on the critical path: making it faster cannot shorten an iteration "
+                "by itself (the exact re-timing follows).")
+    return (f"At most {ns(float(bound['max_saving_ns'].sum()))} shorter over {len(bound)} iteration(s) "
+            f"(largest {ns(float(bound['max_saving_ns'].max()))}): {phase} on {where} holds "
+            f"{ns(float(bound['path_phase_ns'].sum()))} of the critical path, and {abs(percent):g}% of that is "
+            "the most it can save; the exact re-timing follows.")

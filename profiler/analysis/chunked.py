@@ -1,0 +1,328 @@
+"""A run's analyses in chunks of whole iterations: memory bounded by the largest chunk, not the run.
+
+Dependencies never cross iterations (graph.py), so the dependency graph of a chunk of whole
+iterations is the whole run's graph restricted to them, and every per-iteration table an analysis
+computes from it (path segments, slack, iteration totals, the time model's rows, barrier
+arrivals, waits, per-warp sums) is the whole run's restricted to those iterations. So each chunk's
+graph is built, its tables are computed and kept (they are small: per warp and launch, per
+occurrence, per op), and the graph and the chunk's events are dropped before the next chunk.
+
+The verdicts then read the combined tables through the same memoised accessors they read on one
+graph (graph.memo keys): `Summaries` stands where a Graph stands, holding only `derived` (the
+combined tables), the warnings and the semantics. The few quantities that are reductions over the
+whole run are combined as such, before anything reads them:
+  - each kernel's busiest warp (rendezvous.kernel_busy_top: NO_WORK_SHARE's reference): max, then
+    the arrivals are classified useless or not against the run's maximum (rendezvous.classify);
+  - each kernel's first start (imbalance.kernel_first: the op's order): min;
+  - busy time per (kernel, phase, rank) (imbalance.phase_busy): summed, then the ratio to the
+    median rank is taken over the sums (imbalance.phase_ratios);
+  - the time model (timemodel.launch_rows per chunk, concatenated, then timemodel.from_rows: a
+    late rank's GPU may still run the previous iteration's kernels when the others enter);
+  - the run's rank count (the time model's missing ranks): from the whole table's ranks.
+Only the idle page's balancing projection (a what-if) needs a graph after the chunks are done:
+`Summaries.what_if_summary` rebuilds each chunk's graph once more and re-times it (only runs
+whose idle verdict names a straggler's phase pay it).
+
+`analyze(events, ...)` splits a table in memory; `analyze_chunks(chunks, ...)` takes any iterable
+of event tables of whole iterations (a reader of a run laid out by iteration feeds it without
+ever holding the run); `analyze_run(run)` reads a run directory chunk by chunk (pyarrow filters
+on `iteration`). The results equal critical_path / idle_warps / barrier_contention / time_model
+on the whole table (tests/analysis/test_chunked.py holds them equal on every bundled run and on
+synthetic runs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import importlib
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from . import barriers as B
+from . import graph as G
+from . import idle as I
+from . import imbalance as IM
+from . import path_verdict as PV
+from . import rendezvous as RV
+from . import timemodel as TM
+from . import timeouts
+from . import unfinished
+from .semantics import semantics
+from .timemodel import TimeModel
+from .whatif import what_if
+
+# the module (the package re-exports its function under the module's name)
+CP = importlib.import_module(".critical_path", __package__)
+
+# Events per chunk by default. The analyses peak near 230-270 bytes per event of a chunk above the
+# table itself (RSS and tracemalloc, 1 M-event synthetic run, benchmarks/bench_analysis_memory.py),
+# so a 2 M-event chunk keeps their own peak near 0.5 GB. Smaller chunks cost CPU: 1 M events in
+# 4 chunks of 250 k took 2.0x the whole table's CPU (read passes and the balancing what-if's
+# second pass), one chunk of 1 M 1.1x.
+MAX_EVENTS = 2_000_000
+
+
+@dataclass
+class Summaries:
+    """What the verdicts read of a dependency graph, combined over the chunks of a run.
+
+    Stands where a graph.Graph stands for the accessors that read through graph.memo (the keys of
+    `derived`); it has no points, lanes or intervals, so an accessor that would read them fails
+    loudly instead of answering for a part of the run."""
+    derived: dict
+    warnings: tuple
+    sem: object
+    rechunk: Callable[[], Iterator[pd.DataFrame]] | None = field(default=None, repr=False)
+    registry: object = field(default=None, repr=False)
+    launches: pd.DataFrame | None = field(default=None, repr=False)
+    graph: G.Graph | None = field(default=None, repr=False)   # the graph of a run of one chunk
+
+    def what_if_summary(self, *, phase: str, speedup: float, rank) -> pd.DataFrame:
+        """whatif.what_if(...).summary over the whole run, chunk by chunk (iterations are
+        independent: each chunk's rows are the whole run's for its iterations). A run of one chunk
+        re-times the graph it kept; a run of several builds each chunk's graph again."""
+        name = phase.split("/", 1)[-1]
+        if name not in self.derived["phase_names"]:
+            raise ValueError(f"what_if: the run records no phase {name!r}")
+        parts = []
+        for g in ([self.graph] if self.graph is not None else self._graphs()):
+            parts.append(what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
+                                 missing_ok=True, keep_retimed=False).summary)
+        return _concat(parts).reset_index(drop=True)
+
+    def _graphs(self) -> Iterator[G.Graph]:
+        for item in self.rechunk():
+            ev, _ = _split(item)
+            g = _graph(ev, self.sem, self.launches, self.derived["run_ranks"])
+            # the run's time model serves every chunk (what_if reads its rows of the chunk's launches)
+            g.derived["time_model"] = self.derived["time_model"]
+            yield g
+
+
+@dataclass
+class Results:
+    critical: CP.CriticalPath
+    idle: I.IdleReport
+    barriers: B.BarrierReport
+    time_model: TimeModel
+    chunks: int                       # how many chunks the run was analysed in
+    largest_chunk: int                # events in the largest
+
+
+# -- chunking ----------------------------------------------------------------------------------
+def iteration_chunks(counts: pd.Series, max_events: int) -> list[np.ndarray]:
+    """Consecutive iterations grouped so that each group holds at most max_events events (an
+    iteration larger than that is a chunk of its own). counts: events per iteration."""
+    counts = counts.sort_index()
+    out, cur, n = [], [], 0
+    for it, c in zip(counts.index.to_numpy(), counts.to_numpy()):
+        if cur and n + c > max_events:
+            out.append(np.asarray(cur))
+            cur, n = [], 0
+        cur.append(it)
+        n += int(c)
+    if cur:
+        out.append(np.asarray(cur))
+    return out
+
+
+def _graph(ev: pd.DataFrame, sem, launches, run_ranks: int) -> G.Graph:
+    """The graph of one chunk (not cached: it lives while its chunk is analysed)."""
+    closed = unfinished.close(ev, launches)
+    g = G._build(closed, sem)
+    g.table_ref = closed
+    g.derived["run_ranks"] = run_ranks
+    return g
+
+
+# per-chunk tables that the combined run reads through graph.memo, and how they combine
+_CONCAT = ("iteration_totals", "rank_lateness", "waited_on", "critical_busy", "per_lane", "path_crossings",
+           "launch_spans")
+
+
+def _tables(g: G.Graph, rows: np.ndarray) -> dict:
+    """rows: the chunk's row numbers in the whole table (to order occurrences as it does)."""
+    cp = CP.from_graph(g, verdict=False)
+    cp.graph = None                       # keep the chunk's tables, not its graph
+    out = {"cp": cp}
+    out["iteration_totals"] = CP.iteration_totals(g)
+    out["time_model_rows"] = TM.launch_rows(g)
+    out["rank_lateness"] = RV.rank_lateness(g)
+    out["arrivals"] = RV.arrivals(g)
+    out["occurrence_info"] = RV.occurrence_info(g)
+    out["kernel_busy_top"] = RV.kernel_busy_top(g)
+    out["waited_on"] = IM.waited_on(g)
+    out["critical_busy"] = IM.critical_busy(g)
+    out["per_lane"] = IM.per_lane(g)
+    out["phase_busy"] = IM.phase_busy(g)
+    out["kernel_first"] = IM.kernel_first(g)
+    out["stalls"] = timeouts.stalls(g).table
+    out["path_crossings"] = PV.path_crossings(g)
+    out["launch_spans"] = PV.launch_spans(g)
+    out["phase_names"] = set(map(str, g.phase_names))
+    out["lanes"] = int(len(g.lane))
+    out["rows"] = rows
+    out["warnings"] = tuple(g.warnings)
+    return out
+
+
+def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    full = [p for p in parts if len(p)]
+    if not full:
+        return parts[0] if parts else pd.DataFrame()
+    return full[0].copy() if len(full) == 1 else pd.concat(full, ignore_index=True)
+
+
+def _combine(per: list[dict], sem, run_ranks: int) -> tuple[Summaries, CP.CriticalPath]:
+    d: dict = {"run_ranks": run_ranks, "phase_names": set().union(*(p["phase_names"] for p in per))}
+    for k in _CONCAT:
+        d[k] = _concat([p[k] for p in per]).reset_index(drop=True)
+    rows = [p["time_model_rows"] for p in per if p["time_model_rows"] is not None]
+    d["time_model"] = TM.from_rows(_concat(rows).reset_index(drop=True), run_ranks) if rows else TM._empty()
+    # occurrences and lanes are numbered per chunk: shift them past the previous chunks', then
+    # number the occurrences as one graph of the whole table does (by their first arrival row in
+    # table order: the chunks' rows carry their row numbers in the whole table as index)
+    arr, info, occ0, lane0 = [], [], 0, 0
+    for p in per:
+        a, oi = p["arrivals"], p["occurrence_info"]
+        if len(a):
+            arr.append(a.assign(occ=a["occ"].to_numpy() + occ0, lane=a["lane"].to_numpy() + lane0))
+        info.append(oi.assign(order_row=p["rows"][oi["order_row"].to_numpy()]) if len(oi) else oi)
+        occ0 += len(oi)
+        lane0 += p["lanes"]
+    info = _concat(info).reset_index(drop=True)
+    top = pd.concat([p["kernel_busy_top"] for p in per]).groupby(level=0).max()
+    d["kernel_busy_top"] = top
+    a = _concat(arr) if arr else per[0]["arrivals"]
+    if len(info) and len(per) > 1:
+        order = np.argsort(info["order_row"].to_numpy(), kind="stable")
+        renumber = np.empty(len(order), np.int64)
+        renumber[order] = np.arange(len(order))
+        info = info.iloc[order].reset_index(drop=True)
+        a = a.assign(occ=renumber[a["occ"].to_numpy()])
+        a = a.iloc[np.argsort(a["occ"].to_numpy(), kind="stable")]
+    d["occurrence_info"] = info
+    d["arrivals"] = RV.classify(a.drop(columns=["useless", "idle_warp"]), top).reset_index(drop=True)
+    d["kernel_first"] = pd.concat([p["kernel_first"] for p in per]).groupby(level=0).min()
+    pb = _concat([p["phase_busy"] for p in per])
+    if len(pb):
+        sums = pb.groupby(["kernel", "phase", "rank"], sort=True)[["busy_ns", "spans"]].sum().reset_index()
+        sums = sums[sums["busy_ns"] > 0]
+        pl = d["per_lane"]
+        ran = pd.DataFrame({"kernel": pl["kernel"].to_numpy(), "rank": pl["rank"].to_numpy()}).drop_duplicates()
+        d["phase_busy"] = IM.phase_ratios(sums, ran)
+    else:
+        d["phase_busy"] = pb
+    st = _concat([p["stalls"] for p in per])
+    d["stalls"] = st.sort_values(["begin_ns", "rank"], kind="stable").reset_index(drop=True) if len(st) else st
+    warns = tuple(dict.fromkeys(w for p in per for w in p["warnings"]))
+    s = Summaries(derived=d, warnings=warns, sem=sem)
+
+    cps = [p["cp"] for p in per]
+    seg = _concat([c.segments for c in cps]).reset_index(drop=True)
+    slack = _concat([c.slack for c in cps]).reset_index(drop=True)
+    totals = d["iteration_totals"].copy()
+    pacing, path_ns = CP._pacing(seg, totals)
+    cp = CP.CriticalPath(segments=seg, slack=slack, total_ns=totals, pacing_rank=pacing, path_ns=path_ns,
+                         warnings=warns, graph=s)
+    return s, cp
+
+
+# -- drivers ---------------------------------------------------------------------------------
+def _split(item) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    return item if isinstance(item, tuple) else (item, None)
+
+
+def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=None, ranks: int) -> Results:
+    """The analyses of a run given as chunks of whole iterations (no iteration in two chunks).
+
+    chunks: a callable returning a fresh iterable of the chunks' event tables, each indexed by
+    its rows' numbers in the whole table (barrier occurrences are numbered in that order), or of
+    (events, the chunk's launch table) pairs when the run's launch table is made chunk by chunk
+    too (then `launches` is None); called again only for the idle page's balancing what-if on a
+    run of several chunks. ranks: the run's rank count."""
+    sem = semantics(registry)
+    per, largest, la_parts, g = [], 0, [], None
+    for item in chunks():
+        ev, la = _split(item)
+        if la is not None:
+            la_parts.append(la)
+        largest = max(largest, len(ev))
+        g = _graph(ev, sem, launches if la is None else la, ranks)
+        per.append(_tables(g, ev.index.to_numpy()))
+        del ev
+    if not per:
+        raise ValueError("analyze_chunks: no chunks")
+    if la_parts:
+        launches = pd.concat(la_parts, ignore_index=True)
+    s, cp = _combine(per, sem, ranks)
+    s.rechunk, s.registry, s.launches = chunks, registry, launches
+    s.graph = g if len(per) == 1 else None
+    if s.graph is not None:
+        g.derived["time_model"] = s.derived["time_model"]
+    del g
+    cp.verdict = PV.headline(cp)
+    idle = I.from_graph(s, launches)
+    bar = B.from_graph(s)
+    return Results(critical=cp, idle=idle, barriers=bar, time_model=s.derived["time_model"], chunks=len(per),
+                   largest_chunk=largest)
+
+
+def analyze(events: pd.DataFrame, *, registry=None, launches=None, max_events: int = MAX_EVENTS) -> Results:
+    """The analyses of an event table in memory, in chunks of at most max_events events (whole
+    iterations). Bounds the analyses' own memory; the table itself is the caller's."""
+    its = events["iteration"].to_numpy()
+    groups = iteration_chunks(pd.Series(its).value_counts(), max_events)
+    ranks = int(pd.unique(events["rank"]).size)
+
+    def chunks():
+        if len(groups) == 1:
+            yield events
+            return
+        for grp in groups:
+            rows = np.flatnonzero(np.isin(its, grp))
+            ev = events.iloc[rows]
+            ev.index = rows              # row numbers in the whole table (occurrence order)
+            yield ev
+    return analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks)
+
+
+def analyze_run(run, *, max_events: int = MAX_EVENTS) -> Results:
+    """The analyses of a run directory (profiler.runstore.Run) without reading its whole event
+    table: one pass over the `iteration` and `rank` columns to cut the chunks, then per chunk one
+    pass over the file's record batches keeping that chunk's rows. Memory stays bounded by a chunk
+    plus a record batch; the file is decoded once per chunk, so a layout with row groups by
+    iteration (read with filters) would make this one pass (the storage layout's business)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from profiler import runstore, validate
+
+    p = run.files.events if run.files else run.path / runstore.EVENTS
+    keys = pq.read_table(p, columns=["iteration", "rank"])
+    its = keys.column("iteration").to_numpy()
+    counts = pd.Series(its).value_counts()
+    ranks = int(pd.unique(keys.column("rank").to_numpy()).size)
+    del keys, its
+    groups = iteration_chunks(counts, max_events)
+    cols = list(runstore.COLUMNS)
+
+    def chunks():
+        pf = pq.ParquetFile(p)
+        for grp in groups:
+            batches, rows, off = [], [], 0
+            want = pa.array(grp.tolist())
+            for b in pf.iter_batches(batch_size=1 << 20, columns=cols):
+                m = pc.is_in(b.column(cols.index("iteration")), value_set=want)
+                sel = np.flatnonzero(m.to_numpy(zero_copy_only=False))
+                if len(sel):
+                    batches.append(b.filter(m))
+                    rows.append(off + sel)
+                off += b.num_rows
+            df = pa.Table.from_batches(batches).to_pandas(split_blocks=True, self_destruct=True)
+            del batches
+            df = validate.events(df, str(p))
+            df.index = np.concatenate(rows)   # row numbers in the whole table (occurrence order)
+            yield df
+    return analyze_chunks(chunks, registry=run.manifest.get("registry"), launches=run.launches, ranks=ranks)

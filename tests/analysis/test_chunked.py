@@ -1,0 +1,113 @@
+"""The analyses of a run in chunks of iterations (profiler.analysis.chunked) equal the analyses of
+the whole table: every table and every verdict, on every bundled run and on synthetic runs, with
+chunks of one iteration (the most chunks a run can be cut into)."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.analysis import barrier_contention, chunked, critical_path, idle_warps
+from profiler.analysis import graph as G
+from profiler.analysis.timemodel import time_model
+from profiler.runstore import load_run, write_run
+from profiler.synthetic import make_events
+
+TRACES = Path(__file__).resolve().parents[2] / "traces"
+RUNS = sorted(p.parent.name for p in TRACES.glob("*/events.parquet"))
+
+
+def _frame_equal(a: pd.DataFrame, b: pd.DataFrame, what: str):
+    a, b = a.reset_index(drop=True), b.reset_index(drop=True)
+    assert list(a.columns) == list(b.columns), what
+    assert len(a) == len(b), f"{what}: {len(a)} rows whole, {len(b)} chunked"
+    for c in a.columns:
+        x, y = a[c], b[c]
+        if x.dtype.kind in "fiub" and y.dtype.kind in "fiub":
+            np.testing.assert_array_equal(x.to_numpy(float), y.to_numpy(float), err_msg=f"{what}.{c}")
+        else:
+            assert x.astype(str).tolist() == y.astype(str).tolist(), f"{what}.{c}"
+
+
+def _verdict_equal(a, b, what):
+    fa = {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if f.name != "evidence"}
+    fb = {f.name: getattr(b, f.name) for f in dataclasses.fields(b) if f.name != "evidence"}
+    assert fa == fb, what
+    assert a.headline == b.headline, what
+    ea, eb = a.evidence, b.evidence
+    if isinstance(ea, pd.DataFrame) and isinstance(eb, pd.DataFrame):
+        _frame_equal(ea, eb, what + ".evidence")
+    else:
+        assert (ea is None) == (eb is None), what
+
+
+def _check(ev, reg, la, max_events=1):
+    cp = critical_path(ev, registry=reg, launches=la)
+    iw = idle_warps(ev, registry=reg, launches=la)
+    bc = barrier_contention(ev, registry=reg, launches=la)
+    tm = time_model(G.build(ev, reg, la))
+    res = chunked.analyze(ev, registry=reg, launches=la, max_events=max_events)
+    assert res.chunks == ev["iteration"].nunique()
+    for name in ("segments", "slack", "total_ns", "path_ns"):
+        _frame_equal(getattr(cp, name), getattr(res.critical, name), f"critical_path.{name}")
+    assert cp.pacing_rank == res.critical.pacing_rank
+    _verdict_equal(cp.verdict, res.critical.verdict, "critical_path.verdict")
+    for name in ("per_warp", "per_block", "imbalance", "ranks", "phases", "waited", "evidence"):
+        _frame_equal(getattr(iw, name), getattr(res.idle, name), f"idle.{name}")
+    _verdict_equal(iw.verdict, res.idle.verdict, "idle.verdict")
+    assert [v.headline for v in iw.findings] == [v.headline for v in res.idle.findings]
+    for name in ("occurrences", "summary", "per_rank"):
+        _frame_equal(getattr(bc, name), getattr(res.barriers, name), f"barriers.{name}")
+    _verdict_equal(bc.verdict, res.barriers.verdict, "barriers.verdict")
+    assert [v.headline for v in bc.findings] == [v.headline for v in res.barriers.findings]
+    for name in ("per_rank", "ops", "iterations"):
+        _frame_equal(getattr(tm, name), getattr(res.time_model, name), f"time_model.{name}")
+    assert tm.ranks == res.time_model.ranks
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_chunked_equals_whole_on_bundled_runs(name):
+    r = load_run(TRACES / name)
+    _check(r.events, r.manifest.get("registry"), r.launches)
+
+
+@pytest.mark.parametrize("scenario", ["slow_rank", "starvation", "late_arriver", "late_host"])
+def test_chunked_equals_whole_on_synthetic_runs(scenario):
+    ev, la, man = make_events(ranks=4, events=60_000, scenario=scenario, iterations=5, seed=1)
+    _check(ev, man["registry"], la)
+
+
+def test_chunks_hold_whole_iterations_within_the_budget():
+    counts = pd.Series({0: 5, 1: 5, 2: 12, 3: 1, 4: 1})
+    got = [g.tolist() for g in chunked.iteration_chunks(counts, 10)]
+    assert got == [[0, 1], [2], [3, 4]]
+
+
+def test_run_read_in_chunks_equals_whole(tmp_path):
+    ev, la, man = make_events(ranks=4, events=40_000, scenario="slow_rank", iterations=4, seed=2)
+    run = load_run(write_run(tmp_path / "r", ev, la, man, perfetto=False))
+    res = chunked.analyze_run(run, max_events=len(ev) // 3)
+    assert res.chunks >= 3 and res.largest_chunk <= len(ev) // 3
+    whole = chunked.analyze(run.events, registry=man["registry"], launches=run.launches, max_events=len(ev))
+    assert whole.chunks == 1
+    _verdict_equal(whole.critical.verdict, res.critical.verdict, "critical_path.verdict")
+    _verdict_equal(whole.idle.verdict, res.idle.verdict, "idle.verdict")
+    _verdict_equal(whole.barriers.verdict, res.barriers.verdict, "barriers.verdict")
+    _frame_equal(whole.critical.segments, res.critical.segments, "segments")
+    _frame_equal(whole.time_model.ops, res.time_model.ops, "ops")
+
+
+def test_epscope_analyze_of_a_big_run_reads_it_in_chunks_and_stores_the_same_summary(tmp_path, monkeypatch):
+    from profiler.analysis import summary
+    ev, la, man = make_events(ranks=4, events=40_000, scenario="late_host", iterations=4, seed=4)
+    run = load_run(write_run(tmp_path / "r", ev, la, man, perfetto=False))
+    whole = summary.summarize(run)
+    read = []
+    orig = chunked.analyze_run
+    monkeypatch.setattr(chunked, "analyze_run", lambda r, **kw: read.append(1) or orig(r, max_events=len(ev) // 4))
+    monkeypatch.setattr(chunked, "MAX_EVENTS", len(ev) // 4)
+    assert summary.summarize(load_run(tmp_path / "r")) == whole
+    assert read == [1]
