@@ -140,6 +140,14 @@ class InvalidEvents(CorruptRun):
     """A run's event or launch table breaks the schema (a column's type, a timestamp, a kind)."""
 
 
+class ChecksumMismatch(CorruptRun):
+    """A data file's bytes differ from the checksum its manifest records; `file` names it."""
+
+    def __init__(self, message: str, file: str = ""):
+        super().__init__(message)
+        self.file = file
+
+
 class RunChanged(RunError):
     """The run directory was rewritten between two reads of one Run (its files carry another
     write's version id): open it again to see the new version."""

@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .runstore import Run, load_run
+from .runreader import Run, load_run
 
 PER_RANK_ROWS_MAX_RANKS = 4  # above this many ranks, one row per phase names the slowest rank
 UNKNOWN = -1  # launch times on the run timeline may be negative; -1 alone means unknown (schema)

@@ -17,6 +17,7 @@ from profiler.runstore import FORMAT_VERSION, write_run
 from profiler.schema import empty_events
 
 from .bufbuild import random_buffer
+from .damage import reseal
 
 REG = load_all()["selftest"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,6 +229,7 @@ def _events_change(p: Path, col, make):
     values = make(t.column(col).to_pylist(), t)
     t = t.set_column(t.column_names.index(col), col, pa.array(values))
     pq.write_table(t.replace_schema_metadata(meta), p / "events.parquet")
+    reseal(p)   # malformed tables under matching checksums: the schema checks must catch them
 
 
 MALFORMED = {
