@@ -32,7 +32,10 @@ from .schema import (LAUNCH_COLUMNS, TIME_LIMIT_NS, SchemaError, category_column
                      integer_column, kind_column, validate_events)
 
 FORMAT = "epscope-run"
-FORMAT_VERSION = 1
+# 2: the manifest carries `checksums` (required: a manifest that lost them is damaged, not old);
+# 1: without them (every run written before issue 19, the bundled traces/ among them).
+FORMAT_VERSION = 2
+CHECKSUMS_SINCE = 2
 # The largest bundled manifest is 7 kB (its registry); 4 MB leaves room for big configs while a
 # Runs page of a hundred runs still reads in well under a second.
 MAX_MANIFEST_BYTES = 4 << 20
@@ -231,7 +234,10 @@ def manifest(m, file: str = "manifest.json") -> dict:
         raise InvalidManifest(f"{file}: not a JSON object (got {_type_name(m)})")
     if m.get("format") != FORMAT:
         raise InvalidManifest(f"{file}: not an {FORMAT} manifest (format={_show(m.get('format'))})", "format")
-    format_version(m.get("format_version"), file)
+    version = format_version(m.get("format_version"), file)
+    if version >= CHECKSUMS_SINCE and m.get("checksums") is None:
+        raise InvalidManifest(f"{file}: field 'checksums' is required (format version {version} records a "
+                              "checksum per data file)", "checksums")
     if not _depth_ok(m, MAX_DEPTH):
         raise InvalidManifest(f"{file}: nested deeper than {MAX_DEPTH} levels")
     for k, check in MANIFEST_FIELDS.items():

@@ -218,6 +218,7 @@ def test_old_runs_without_version_ids_open(tmp_path, decoded):
     p = write_ok(tmp_path, decoded, "v1")
     man = json.loads((p / "manifest.json").read_text())
     del man["version_id"], man["checksums"]
+    man["format_version"] = 1
     (p / "manifest.json").write_text(json.dumps(man))
     for f in ("events.parquet", "launches.parquet"):
         t = pq.read_table(p / f)

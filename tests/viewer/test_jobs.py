@@ -80,7 +80,7 @@ def test_a_failure_is_a_message_and_the_worker_goes_on():
 
 
 def test_threads_and_records_are_bounded():
-    jobs = J.Jobs(workers=2, keep=5)
+    jobs = J.Jobs(workers=2, keep=5, max_queued=40)   # the queue's own bound: test_a_flood_is_refused_busy
     for i in range(40):
         jobs.submit(i, lambda: None, priority=i % 2)
     assert jobs.wait(range(40), T)
