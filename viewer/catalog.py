@@ -18,6 +18,7 @@ relative to the root they were found under (`Catalog.shown`), never the server's
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tempfile
@@ -352,6 +353,7 @@ class Catalog:
                     if attempt == 2:
                         raise ViewerError(self.shown(describe_load_error(entry.name, e))) from e
                 except Exception as e:  # every failure becomes a sentence in the page, never a traceback
+                    self._mark_damaged(entry, e)
                     raise ViewerError(self.shown(describe_load_error(entry.name, e))) from e
         if len(events) == 0:
             raise ViewerError(f"Run '{entry.name}' has no events to show (the event table is empty).")
@@ -359,6 +361,15 @@ class Catalog:
             entry = RunEntry(entry.run_id, entry.path, entry.root, run.manifest, None, run.status,
                              run.num_events, entry.signature)
         return LoadedRun(entry, run, events, run.launches, sig, self._params)
+
+    def _mark_damaged(self, entry: RunEntry, e: BaseException) -> None:
+        """The Runs list shows what loading found (the list's own check reads footers only: a
+        damaged row of events is found when the run is loaded)."""
+        problem = self.shown(" ".join(str(e).split())[:1000]) or type(e).__name__
+        status = "corrupt" if isinstance(e, runstore.CorruptRun) else "unreadable"
+        with self._lock:
+            if self._entries.get(entry.run_id) is not None and self._entries[entry.run_id].signature == entry.signature:
+                self._entries[entry.run_id] = dataclasses.replace(entry, problem=problem, status=status)
 
     # -- perfetto download ----------------------------------------------------------------------
     @property
