@@ -81,7 +81,7 @@ def open_checked(p: Path, want: str | None, label: str) -> pa.NativeFile:
     try:
         f = pa.OSFile(str(p))
     except (OSError, pa.ArrowException) as e:
-        raise CorruptRun(f"{label}: cannot be read ({e})") from None
+        raise CorruptRun(f"{label}: cannot be read ({_line(e)})") from None
     try:
         if want is not None:
             got = file_hash(f)
@@ -93,7 +93,7 @@ def open_checked(p: Path, want: str | None, label: str) -> pa.NativeFile:
         return f
     except (OSError, pa.ArrowException) as e:
         f.close()
-        raise CorruptRun(f"{label}: cannot be read ({e})") from None
+        raise CorruptRun(f"{label}: cannot be read ({_line(e)})") from None
     except BaseException:
         f.close()
         raise
@@ -176,7 +176,7 @@ class Run:
                     # and schema metadata besides its own exception types
                     if isinstance(e, RunError):
                         raise
-                    raise CorruptRun(f"{label}: cannot read events: {type(e).__name__}: {e}") from None
+                    raise CorruptRun(f"{label}: cannot read events: {type(e).__name__}: {_line(e)}") from None
             self._events = validate.events(df, label)
         return self._events
 
@@ -334,7 +334,7 @@ def _footer(f: pa.NativeFile, label: str) -> pq.FileMetaData:
         meta = pq.ParquetFile(f).metadata
         names = set(meta.schema.names)
     except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
-        raise CorruptRun(f"{label}: not a readable parquet file ({type(e).__name__}: {e})") from None
+        raise CorruptRun(f"{label}: not a readable parquet file ({type(e).__name__}: {_line(e)})") from None
     missing = [c for c in COLUMNS if c not in names]
     if missing:
         raise CorruptRun(f"{label}: lacks event columns {missing}")
@@ -345,7 +345,7 @@ def _footer_version(meta: pq.FileMetaData, label: str) -> str | None:
     try:
         return _version_of(meta.schema.to_arrow_schema())
     except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
-        raise CorruptRun(f"{label}: its schema cannot be read ({type(e).__name__}: {e})") from None
+        raise CorruptRun(f"{label}: its schema cannot be read ({type(e).__name__}: {_line(e)})") from None
 
 
 def _read_launches(lp: Path, want: str | None, label: str, version_id: str | None) -> tuple[pd.DataFrame, str | None]:
@@ -362,7 +362,7 @@ def _read_launches(lp: Path, want: str | None, label: str, version_id: str | Non
         except RunError:
             raise
         except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
-            raise CorruptRun(f"{label}: cannot read launches ({type(e).__name__}: {e})") from None
+            raise CorruptRun(f"{label}: cannot read launches ({type(e).__name__}: {_line(e)})") from None
     return validate.launches(df, label), version
 
 
@@ -514,7 +514,7 @@ def iter_event_batches(path, batch_rows: int = 1_000_000, columns: list[str] | N
         except RunError:
             raise
         except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
-            raise CorruptRun(f"{label}: not a readable parquet file ({type(e).__name__}: {e})") from None
+            raise CorruptRun(f"{label}: not a readable parquet file ({type(e).__name__}: {_line(e)})") from None
 
 
 def check_events(run: Run) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 from profiler.runreader import DATA_FILES, MANIFEST, file_hash
@@ -74,3 +75,95 @@ def manifest_mutations(m: dict):
         yield f"{label}=missing", _set(m, path, None, delete=True)
         for name, v in WRONG_VALUES.items():
             yield f"{label}={name}", _set(m, path, v)
+
+
+# -- the differential corruption harness ------------------------------------------------------------
+READERS = ("load", "report", "export", "check")
+
+
+@dataclass
+class Reference:
+    """What the undamaged run holds (the data a damaged copy must either equal or refuse)."""
+    events: "object"
+    launches: "object"
+
+    @classmethod
+    def of(cls, run: Path) -> "Reference":
+        from profiler.runreader import load_run
+        r = load_run(run)
+        return cls(r.events, r.launches)
+
+
+def readers(run: Path, out: Path) -> dict[str, tuple[str, object]]:
+    """Each reader on the run: ("ok", value), (typed error class name, message) or
+    ("UNTYPED", "<class>: <message>") for anything else (a traceback a user would see)."""
+    from profiler.errors import EpscopeError
+    from profiler.perfetto_export import export_perfetto
+    from profiler.report import report
+    from profiler.runreader import check_run, load_run
+
+    def load():
+        r = load_run(run)
+        return r.events, r.launches
+    res = {}
+    for name, fn in (("load", load), ("report", lambda: report(run)),
+                     ("export", lambda: export_perfetto(run, out, force=True)),
+                     ("check", lambda: check_run(run, deep=True))):
+        try:
+            v = fn()
+            if name == "check" and v.damaged:
+                res[name] = ("damaged", v.problem)
+            else:
+                res[name] = ("ok", v)
+        except EpscopeError as e:
+            res[name] = (type(e).__name__, str(e))
+        except Exception as e:   # noqa: BLE001 -- what the harness is looking for
+            res[name] = ("UNTYPED", f"{type(e).__name__}: {e}")
+    return res
+
+
+def failures(res: dict, ref: Reference | None, checksummed: bool) -> list[str]:
+    """What is wrong with one case's results: tracebacks, untyped errors, multi-line messages,
+    readers that disagree on whether the run is readable, data changed without an error in a
+    run that carries checksums."""
+    bad = []
+    for name, (state, detail) in res.items():
+        if state == "UNTYPED":
+            bad.append(f"{name}: untyped {detail[:300]}")
+        elif state not in ("ok", "damaged") and "\n" in str(detail):
+            bad.append(f"{name}: message of several lines")
+    accepted = {name: state == "ok" for name, (state, _) in res.items()}
+    if len(set(accepted.values())) != 1:
+        bad.append("readers disagree: " + ", ".join(f"{n}={s}" for n, (s, _) in res.items()))
+    if checksummed and ref is not None and res["load"][0] == "ok":
+        ev, la = res["load"][1]
+        if not (ev.equals(ref.events) and la.equals(ref.launches)):
+            bad.append("silent change: the damaged run opened with other data")
+    return bad
+
+
+def viewer_serves_the_others(root: Path, damaged: str, good: str) -> list[str]:
+    """The viewer's catalog starts on a root holding the damaged run and a good one, lists the
+    damaged run (with its problem when it has one), loads the good one, and the Runs and
+    progress pages' logic reads every entry."""
+    bad = []
+    try:
+        from viewer.catalog import Catalog, ViewerError
+        from viewer.pages.progress import logic as progress_logic
+        from viewer.pages.runs import logic as runs_logic
+        cat = Catalog([root], workers=1)
+        ids = set(cat.ids())
+        if damaged not in ids or good not in ids:
+            bad.append(f"viewer: runs missing from the list ({sorted(ids)})")
+        if cat.load(good).events.empty:
+            bad.append("viewer: the good run loads empty")
+        runs_logic.runs_table(cat.entries())
+        for e in cat.entries():
+            progress_logic.run_summary(e)
+        try:
+            cat.load(damaged)
+        except ViewerError:
+            pass
+    except Exception as e:   # noqa: BLE001
+        bad.append(f"viewer: {type(e).__name__}: {str(e)[:300]}")
+    return bad
