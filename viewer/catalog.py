@@ -365,6 +365,8 @@ class Catalog:
     def _mark_damaged(self, entry: RunEntry, e: BaseException) -> None:
         """The Runs list shows what loading found (the list's own check reads footers only: a
         damaged row of events is found when the run is loaded)."""
+        if entry.problem is not None:   # the list says so already, in its own words
+            return
         problem = self.shown(" ".join(str(e).split())[:1000]) or type(e).__name__
         status = "corrupt" if isinstance(e, runstore.CorruptRun) else "unreadable"
         with self._lock:
