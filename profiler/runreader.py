@@ -43,7 +43,6 @@ LAUNCHES = "launches.parquet"
 TRACE = "trace.perfetto-trace"
 DATA_FILES = validate.DATA_FILES   # the files `checksums` covers (the trace is derived: export remakes it)
 VERSION_KEY = b"epscope.version_id"   # parquet schema metadata key holding the write's version id
-PANDAS_KEY = b"pandas"                # parquet schema metadata key pandas would rebuild dtypes from
 # Bytes hashed per read call: large enough that the hash runs at memory speed (sha256 with the
 # CPU's SHA extensions: 1.5 GB/s on the dev machine), small enough to stay out of the RSS.
 HASH_CHUNK = 8 << 20
@@ -113,16 +112,14 @@ def _open_of_version(p: Path, want: str | None, label: str, version_id: str | No
         raise
 
 
-def to_frame(data: pa.Table | pa.RecordBatch, columns) -> pd.DataFrame:
+def to_frame(data: pa.Table | pa.RecordBatch, columns, label: str) -> pd.DataFrame:
     """The named columns as a DataFrame, converted by pyarrow from their Arrow types alone (the
     file's pandas metadata is not read: see the module docstring)."""
     names = data.schema.names
     dup = sorted({c for c in columns if names.count(c) > 1})
     if dup:
-        raise CorruptRun(f"columns {dup} appear more than once")
-    arrays = {c: data.column(names.index(c)) for c in columns}
-    table = pa.table(arrays) if isinstance(data, pa.Table) else pa.Table.from_batches(
-        [pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))])
+        raise CorruptRun(f"{label}: columns {dup} appear more than once")
+    table = pa.table({c: data.column(names.index(c)) for c in columns})   # no schema metadata comes along
     return table.to_pandas(split_blocks=True, self_destruct=True, ignore_metadata=True)
 
 
@@ -177,6 +174,8 @@ class Run:
                     if isinstance(e, RunError):
                         raise
                     raise CorruptRun(f"{label}: cannot read events: {type(e).__name__}: {_line(e)}") from None
+                except MemoryError:   # a damaged footer's row count, or a run too big for this machine
+                    raise CorruptRun(f"{label}: {self.num_events:,} events do not fit in memory here") from None
             self._events = validate.events(df, label)
         return self._events
 
@@ -228,7 +227,7 @@ def _read_event_columns(pf: pq.ParquetFile, file: str) -> pd.DataFrame:
     if dup:
         raise CorruptRun(f"{file}: event columns {dup} appear more than once")
     if not _stored_as_written(pf.schema_arrow):
-        return to_frame(pf.read(columns=list(COLUMNS)), list(COLUMNS))
+        return to_frame(pf.read(columns=list(COLUMNS)), list(COLUMNS), file)
     n = pf.metadata.num_rows
     out: dict[str, object] = {c: np.empty(n, t) for c, t in COLUMNS.items() if t != "category"}
     dict_chunks: dict[str, list] = {c: [] for c, t in COLUMNS.items() if t == "category"}
@@ -357,7 +356,7 @@ def _read_launches(lp: Path, want: str | None, label: str, version_id: str | Non
             if missing:
                 raise validate.InvalidEvents(f"{label}: launch table lacks columns {missing}")
             t = pf.read(columns=list(LAUNCH_COLUMNS))
-            df = to_frame(t, list(LAUNCH_COLUMNS))
+            df = to_frame(t, list(LAUNCH_COLUMNS), label)
             version = _version_of(pf.schema_arrow)
         except RunError:
             raise
@@ -509,7 +508,7 @@ def iter_event_batches(path, batch_rows: int = 1_000_000, columns: list[str] | N
             if missing:
                 raise CorruptRun(f"{label}: lacks event columns {missing}")
             for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):
-                df = to_frame(batch, cols)
+                df = to_frame(batch, cols, label)
                 yield validate.events(df, label) if columns is None else df
         except RunError:
             raise

@@ -11,8 +11,9 @@ Errors are InvalidManifest / InvalidEvents (both CorruptRun) and UnsupportedRunV
 message naming the file and the field. Unknown manifest fields are allowed (a newer writer may
 add some) but, like every field, nest at most MAX_DEPTH deep.
 
-null stands for absent: `manifest()` returns the manifest with every declared field that is
-null removed (free-form objects such as `config` are kept as written), so a reader's
+null stands for absent: `manifest()` returns the manifest with every declared object or list
+that is null removed, and every null field inside them (free-form objects such as `config` and
+top-level strings such as `"error": null` are kept as written), so a reader's
 `m.get("clock", {})` never meets a None (7 manifests that passed with a null clock or warning
 field crashed report or export, issue 19). Fields readers index (a clock rank's `rank`, a
 warning's `type`) are required where they appear.
@@ -142,6 +143,11 @@ def _strip_nulls(v, check):
     return v
 
 
+def _is_container(check) -> bool:
+    check = getattr(check, "inner", check)
+    return hasattr(check, "fields") or hasattr(check, "item") or check in (_registries, _expect, _checksums)
+
+
 def _checksums(v, f, w):
     _obj()(v, f, w)
     want = set(DATA_FILES)
@@ -196,7 +202,6 @@ MANIFEST_FIELDS: dict[str, Callable] = {
     "expect": _opt(_expect),
     "checksums": _opt(_checksums),
 }
-_MANIFEST = _obj(MANIFEST_FIELDS)
 
 
 def _depth_ok(v, limit: int) -> bool:
@@ -243,7 +248,10 @@ def manifest(m, file: str = "manifest.json") -> dict:
     for k, check in MANIFEST_FIELDS.items():
         if k in m:
             check(m[k], k, w)
-    return _strip_nulls(m, _MANIFEST)
+    # top-level scalars stay as written (`"error": null` is how writers say "no error", and
+    # readers index it); null objects, lists and nested fields go
+    return {k: _strip_nulls(v, MANIFEST_FIELDS.get(k)) for k, v in m.items()
+            if not (v is None and _is_container(MANIFEST_FIELDS.get(k)))}
 
 
 def manifest_text(text: str | bytes, file: str = "manifest.json") -> dict:
