@@ -37,7 +37,9 @@ def temp_name(dest: Path) -> Path:
 
 
 def _leftover_pattern(name: str) -> re.Pattern:
-    return re.compile(rf"\.{re.escape(name)}\.[0-9a-f]{{12}}\.tmp(\.old)?")
+    # 12 hex digits: temp_name; 32: update_manifest's temporaries before this module; `.old`:
+    # the run a two-step overwrite moved aside (runstore._place)
+    return re.compile(rf"\.{re.escape(name)}\.([0-9a-f]{{12}}|[0-9a-f]{{32}})\.tmp(\.old)?")
 
 
 def _lock(fd: int) -> bool:

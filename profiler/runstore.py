@@ -178,7 +178,9 @@ def _place(tmp: Path, path: Path, overwrite: bool) -> Path:
         if not _is_run_dir(path):
             raise RunExists(f"{path} exists and is not a run directory; not replacing it")
         if atomic.rename_exchange(tmp, path):   # one step: readers see old or new
-            shutil.rmtree(tmp)                   # tmp now holds the old run
+            # tmp now holds the old run, unlocked: a concurrent writer's clean_leftovers may be
+            # removing it too
+            shutil.rmtree(tmp, ignore_errors=True)
             return path
         old = tmp.with_name(tmp.name + ".old")  # two steps: a reader between them gets RunNotFound
         os.rename(path, old)
