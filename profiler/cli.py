@@ -2,7 +2,7 @@
 
     epscope export RUN [-o OUT [--force]]  write RUN's Perfetto trace (default RUN/trace.perfetto-trace)
     epscope report RUN [RUN ...]           text summary of runs
-    epscope check RUN [RUN ...]            verify runs (checksums, every field and row); exit 1 if any is damaged
+    epscope check RUN|ROOT [...]           verify runs (checksums, every field and row); exit 1 if any is damaged
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
     epscope trace ...                      record a profiled EP workload (ep_core.trace)
     epscope selftest ...                   record the recorder self-test kernels (profiler.record.selftest)
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="text summary of a run")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("check", help="verify runs: checksums, manifest, every row; say what is wrong with each")
-    p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
+    p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory, or a directory of runs")
     p = sub.add_parser("view", help="serve the web viewer")
     p.add_argument("roots", type=Path, nargs="*", metavar="RUN_DIR", help="run directories or roots (default: traces/)")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default loopback only)")
@@ -159,9 +159,13 @@ def _export(args) -> int:
 
 def _check(args) -> int:
     """One line per run: ok (and what was verified) or what is wrong; exit 1 if any is damaged."""
-    from .runreader import check_run
+    from .runreader import MANIFEST, check_run, list_runs
+    runs = []
+    for r in args.runs:   # a directory of runs (no manifest of its own) stands for the runs under it
+        under = list_runs(r) if r.is_dir() and not (r / MANIFEST).exists() else []
+        runs += under or [r]
     damaged = 0
-    for r in args.runs:
+    for r in runs:
         c = check_run(r, deep=True)
         if c.damaged:
             damaged += 1
@@ -170,7 +174,7 @@ def _check(args) -> int:
             what = f"{c.num_events:,} events" + (f", recorded status {c.status}" if c.status != "ok" else "")
             print(f"{r}: ok ({what}; " + (c.note or "checksums verified") + ")")
     if damaged:
-        print(f"epscope check: {damaged} of {len(args.runs)} runs damaged", file=sys.stderr)
+        print(f"epscope check: {damaged} of {len(runs)} runs damaged", file=sys.stderr)
     return EXIT_DAMAGED if damaged else 0
 
 

@@ -363,3 +363,12 @@ def test_a_bad_port_is_a_usage_error_not_a_traceback(port, tmp_path, capsys):
 def test_view_of_a_fifo_or_file_is_one_line(tmp_path, capsys):
     os.mkfifo(tmp_path / "fifo")
     _one_line_exit_2(capsys, ["view", str(tmp_path / "fifo")], "not a directory")
+
+
+def test_check_of_a_root_checks_every_run_under_it(tmp_path, run_dir, capsys):
+    import shutil
+    for name in ("a", "b"):
+        shutil.copytree(run_dir, tmp_path / "root" / name)
+    (tmp_path / "root" / "notes.txt").write_text("not a run")
+    assert cli.main(["check", str(tmp_path / "root")]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2
