@@ -37,6 +37,7 @@ starts one flow to each departing warp's depart event.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -44,7 +45,6 @@ import numpy as np
 import pandas as pd
 
 from .atomic import TempFile, clean_leftovers
-from .errors import ExportError
 from .runreader import TRACE, Run, iter_event_batches, load_run
 from .schema import EVENT_KINDS
 
@@ -248,29 +248,40 @@ def _frame(msg) -> bytes:
 
 
 # -- track ids ---------------------------------------------------------------------------------------
-# uuid = (rank+1) << 24 | (block+1) << 6 | (warp+1): small numbers make short varints (4 bytes for
-# 8 ranks) in every packet. Warps per block <= 32 on NVIDIA GPUs (1024 threads), blocks < 2^18 - 1.
-_WARP_BITS, _RANK_SHIFT = 6, 24
+# uuid = (rank+1) << rank_shift | (block+1) << warp_bits | (warp+1). The compact layout (warp_bits
+# 6, rank_shift 24) makes short varints (4 bytes for 8 ranks) in every packet and holds every
+# real kernel (warps per block <= 32 on NVIDIA GPUs, blocks < 2^18 - 1); a run with larger ids
+# (any the schema allows: int16 warps, int32 blocks) gets the wide layout (16, 48), 8-byte
+# varints, instead of an error: export accepts every run load_run accepts. Host and kernel
+# tracks are rank | 1 and rank | 2: no warp track collides with them, since GPU rows have
+# block >= 0 (profiler.schema).
+@dataclass(frozen=True)
+class TrackIds:
+    warp_bits: int
+    rank_shift: int
+
+    def fits(self, block: int, warp: int) -> bool:
+        return 0 <= warp < (1 << self.warp_bits) - 1 and 0 <= block < (1 << (self.rank_shift - self.warp_bits)) - 1
+
+    def rank(self, rank):
+        return (np.asarray(rank).astype(np.uint64) + np.uint64(1)) << np.uint64(self.rank_shift)
+
+    def host(self, rank):
+        return self.rank(rank) | np.uint64(1)
+
+    def kernels(self, rank):
+        return self.rank(rank) | np.uint64(2)
+
+    def block(self, rank, block):
+        return self.rank(rank) | ((np.asarray(block).astype(np.uint64) + np.uint64(1)) << np.uint64(self.warp_bits))
+
+    def warp(self, rank, block, warp):
+        return self.block(rank, block) | (np.asarray(warp).astype(np.uint64) + np.uint64(1))
 
 
-def rank_uuid(rank):
-    return (np.asarray(rank).astype(np.uint64) + np.uint64(1)) << np.uint64(_RANK_SHIFT)
-
-
-def host_uuid(rank):
-    return rank_uuid(rank) | np.uint64(1)
-
-
-def kernels_uuid(rank):
-    return rank_uuid(rank) | np.uint64(2)
-
-
-def block_uuid(rank, block):
-    return rank_uuid(rank) | ((np.asarray(block).astype(np.uint64) + np.uint64(1)) << np.uint64(_WARP_BITS))
-
-
-def warp_uuid(rank, block, warp):
-    return block_uuid(rank, block) | (np.asarray(warp).astype(np.uint64) + np.uint64(1))
+COMPACT, WIDE = TrackIds(6, 24), TrackIds(16, 48)
+rank_uuid, host_uuid, kernels_uuid, block_uuid, warp_uuid = (COMPACT.rank, COMPACT.host, COMPACT.kernels,
+                                                             COMPACT.block, COMPACT.warp)
 
 
 # -- the export ----------------------------------------------------------------------------------
@@ -375,16 +386,18 @@ def export_perfetto(run_or_path, out_path=None, *, force: bool = False,
     ranks = sorted({r for r, _, _ in tracks} | host_ranks | set(launches["rank"].astype(int).tolist()))
     unc = {int(r["rank"]): r.get("uncertainty_ns") for r in (run.manifest.get("clock") or {}).get("ranks") or []}
 
+    ids = COMPACT if all(COMPACT.fits(b, w) for _, b, w in tracks) else WIDE
     clean_leftovers(out)   # temporaries of exports to `out` that died
     with TempFile(out) as t:
         if opened is not None:
             opened(t)
-        _write_trace(t.file, P, run, tmin, tracks, host_ranks, flows, term, base, ranks, unc)
+        _write_trace(t.file, P, run, ids, tmin, tracks, host_ranks, flows, term, base, ranks, unc)
         t.place(replace)
     return out
 
 
-def _write_trace(f, P, run: Run, tmin, tracks, host_ranks, flows, term, base: int, ranks, unc) -> None:
+def _write_trace(f, P, run: Run, ids: TrackIds, tmin, tracks, host_ranks, flows, term, base: int, ranks,
+                 unc) -> None:
     names: dict[str, int] = {}
     launches = run.launches
     # first packet of the sequence: clears incremental state, interns the debug annotation name
@@ -413,23 +426,20 @@ def _write_trace(f, P, run: Run, tmin, tracks, host_ranks, flows, term, base: in
         u = unc.get(r)
         pd_ = P.ProcessDescriptor(pid=r + 1, process_name=f"rank {r}")
         extra = {"description": f"clock uncertainty ±{u:.0f} ns vs rank 0"} if u is not None else {}
-        desc(uuid=int(rank_uuid(r)), process=pd_, child_ordering=explicit, **extra)
-        desc(uuid=int(kernels_uuid(r)), parent_uuid=int(rank_uuid(r)), name="kernels", sibling_order_rank=-2)
+        desc(uuid=int(ids.rank(r)), process=pd_, child_ordering=explicit, **extra)
+        desc(uuid=int(ids.kernels(r)), parent_uuid=int(ids.rank(r)), name="kernels", sibling_order_rank=-2)
         if r in host_ranks:
-            desc(uuid=int(host_uuid(r)), parent_uuid=int(rank_uuid(r)), name="host", sibling_order_rank=-1)
+            desc(uuid=int(ids.host(r)), parent_uuid=int(ids.rank(r)), name="host", sibling_order_rank=-1)
     blocks: dict[tuple[int, int], set] = {}
     for (r, b, w), (sms, _) in tracks.items():
         blocks.setdefault((r, b), set()).update(sms)
     for (r, b), sms in sorted(blocks.items()):
         sm = ", ".join(str(s) for s in sorted(sms))
-        desc(uuid=int(block_uuid(r, b)), parent_uuid=int(rank_uuid(r)), name=f"block {b} (SM{'s' if len(sms) > 1 else ''} {sm})",
+        desc(uuid=int(ids.block(r, b)), parent_uuid=int(ids.rank(r)), name=f"block {b} (SM{'s' if len(sms) > 1 else ''} {sm})",
              sibling_order_rank=b, child_ordering=explicit)
     for (r, b, w), (_, roles) in sorted(tracks.items()):
-        if not (0 <= w < (1 << _WARP_BITS) - 1 and 0 <= b < (1 << (_RANK_SHIFT - _WARP_BITS)) - 1):
-            raise ExportError(f"{run.path}: block {b} warp {w} does not fit the Perfetto track id scheme "
-                              f"(warp < {(1 << _WARP_BITS) - 1}, block < {(1 << (_RANK_SHIFT - _WARP_BITS)) - 1})")
         role = "/".join(sorted(roles))
-        desc(uuid=int(warp_uuid(r, b, w)), parent_uuid=int(block_uuid(r, b)),
+        desc(uuid=int(ids.warp(r, b, w)), parent_uuid=int(ids.block(r, b)),
              name=f"warp {w}" + (f" · {role}" if role else ""), sibling_order_rank=w)
 
     # launches on the kernels track
@@ -438,7 +448,7 @@ def _write_trace(f, P, run: Run, tmin, tracks, host_ranks, flows, term, base: in
         for l in launches.itertuples(index=False):
             if l.gpu_begin_ns == -1:  # -1: no warp recorded (the schema's "unknown")
                 continue
-            u = int(kernels_uuid(l.rank))
+            u = int(ids.kernels(l.rank))
             b = P.TracePacket(timestamp=int(l.gpu_begin_ns) + base, trusted_packet_sequence_id=SEQ_ID,
                               sequence_flags=P.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
             b.track_event.type = P.TrackEvent.TYPE_SLICE_BEGIN
@@ -457,18 +467,18 @@ def _write_trace(f, P, run: Run, tmin, tracks, host_ranks, flows, term, base: in
     for n, c in _batches(run, cols):
         for a in range(0, n, WRITE_ROWS):  # a slice at a time: the encoder's temporaries stay small
             part = {k: (v[0][a:a + WRITE_ROWS], v[1]) if isinstance(v, tuple) else v[a:a + WRITE_ROWS] for k, v in c.items()}
-            _write_batch(f, P, part, row0 + a, base, names, intern, flows, term)
+            _write_batch(f, P, ids, part, row0 + a, base, names, intern, flows, term)
         row0 += n
 
 
-def _write_batch(f, P, c: dict, row0: int, base: int, names, intern, flows, term) -> None:
+def _write_batch(f, P, ids: TrackIds, c: dict, row0: int, base: int, names, intern, flows, term) -> None:
     k = _kind_codes(c["kind"])
     pcode, pcats = c["phase"]
     intern(pcats)
     iid_lut = np.array([names[x] for x in pcats] or [0], np.uint64)
     rank = c["rank"]
     is_host = k == _K["host"]
-    uuid = np.where(is_host, host_uuid(rank), warp_uuid(rank, c["block"], c["warp"]))
+    uuid = np.where(is_host, ids.host(rank), ids.warp(rank, c["block"], c["warp"]))
     begin = c["begin_ns"] + np.int64(base)
     end = np.maximum(c["end_ns"] + np.int64(base), begin)
     payload = c["payload"]

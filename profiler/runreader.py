@@ -258,6 +258,9 @@ def _read_event_columns(pf: pq.ParquetFile, file: str) -> pd.DataFrame:
         codes = np.concatenate(codes).astype(np.int32, copy=False) if codes else np.zeros(0, np.int32)
         if len(set(cats)) != len(cats) or any(x is None for x in cats):
             raise validate.InvalidEvents(f"{file}: column {c!r}: its dictionary holds repeated or missing values")
+        if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= len(cats)):
+            # parquet readers do not check dictionary indices: a damaged page can point past the end
+            raise validate.InvalidEvents(f"{file}: column {c!r}: dictionary indices outside its {len(cats)} values")
         out[c] = pd.Categorical.from_codes(codes, categories=cats, validate=False)
     return pd.DataFrame(out, copy=False)[list(COLUMNS)]
 

@@ -33,7 +33,8 @@ CATEGORICAL = tuple(c for c, t in COLUMNS.items() if t == "category")
 # exporter's shift to a non-negative time base, inside int64 (begin_ns at the int64 minimum
 # crashed export, issue 19).
 TIME_LIMIT_NS = (1 << 62) - 1
-# Smallest value of the id columns: -1 is "none" for the SM, block and warp of host rows.
+# Smallest value of the id columns: -1 is "none" for the SM, block and warp of host rows (and of
+# host rows only: every GPU row of the bundled traces has sm, block and warp >= 0).
 MIN_VALUE = {"rank": 0, "launch": 0, "iteration": 0, "sm": -1, "block": -1, "warp": -1}
 
 LAUNCH_COLUMNS: dict[str, str] = {
@@ -192,6 +193,11 @@ def validate_events(df: pd.DataFrame) -> None:
         raise SchemaError("column 'kind' has missing values")
     for c, lo in MIN_VALUE.items():
         check_range(c, df[c].to_numpy(), lo, np.iinfo(COLUMNS[c]).max)
+    gpu = df["kind"].cat.codes.to_numpy() != EVENT_KINDS.index("host")
+    for c in ("sm", "block", "warp"):   # -1 ("none") is for host rows only
+        n = int((df[c].to_numpy()[gpu] < 0).sum())
+        if n:
+            raise SchemaError(f"column {c!r}: {n:,} GPU rows (kind other than 'host') hold -1, which only host rows may")
     for c in ("begin_ns", "end_ns"):
         check_range(c, df[c].to_numpy(), -TIME_LIMIT_NS, TIME_LIMIT_NS)
     bad = df["end_ns"].to_numpy() < df["begin_ns"].to_numpy()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.parquet as pq
 import pytest
 
@@ -110,6 +111,15 @@ TABLES = {
     "negative-rank": (lambda t, m: (_set_column(t, "rank", pa.array([-3] * t.num_rows, pa.int16())), m),
                       "InvalidEvents"),
     "int-phase-names": (lambda t, m: (_set_column(t, "phase", pa.array(list(range(t.num_rows)))), m), "InvalidEvents"),
+    # accepted by load_run, refused by export (ExportError: ids past its track id scheme)
+    "warp-100": (lambda t, m: (_set_column(t, "warp", pa.compute.if_else(
+        pa.compute.equal(t.column("warp"), -1), -1, 100).cast(pa.int16())), m), "ok"),
+    "block-300000": (lambda t, m: (_set_column(t, "block", pa.compute.if_else(
+        pa.compute.equal(t.column("block"), -1), -1, 300_000).cast(pa.int32())), m), "ok"),
+    # what a bit flip made of a host row's kind: a GPU row without a block
+    "gpu-row-without-block": (lambda t, m: (_set_column(t, "block", pa.compute.if_else(
+        pa.compute.not_equal(t.column("kind").cast(pa.string()), "host"), -1, t.column("block")).cast(pa.int32())), m),
+        "InvalidEvents"),
     # refused by load_run before, written by export all the same
     "null-warp": (lambda t, m: (_null_first(t, "warp"), m), "InvalidEvents"),
     "fractional-payload": (lambda t, m: (_set_column(t, "payload", pa.array(
