@@ -396,9 +396,14 @@ def load_run(path, *, within: Sequence[Path] | None = None) -> Run:
         sums = man.get("checksums") or {}
         ep = _need(path, files.events, EVENTS)
         lp = _need(path, files.launches, LAUNCHES)
-        with open_checked(ep, None, str(path / EVENTS)) as f:
-            meta = _footer(f, str(path / EVENTS))
-            ever = _footer_version(meta, str(path / EVENTS))
+        try:
+            with open_checked(ep, None, str(path / EVENTS)) as f:
+                meta = _footer(f, str(path / EVENTS))
+                ever = _footer_version(meta, str(path / EVENTS))
+        except CorruptRun:
+            if sums.get(EVENTS):   # a damaged footer of a run with checksums: say which file changed
+                open_checked(ep, sums[EVENTS], str(path / EVENTS)).close()
+            raise
         try:
             launches, lver = _read_launches(lp, sums.get(LAUNCHES), str(path / LAUNCHES), man.get("version_id"))
             _one_version(path, man, (EVENTS, ever), (LAUNCHES, lver))

@@ -247,7 +247,8 @@ def _manifest(p, **changes):
 @pytest.mark.parametrize("breakage, err, match", [
     (lambda p: (p / "manifest.json").write_text("{not json"), InvalidManifest, "not valid JSON"),
     (lambda p: (p / "manifest.json").write_text('{"format": "other"}'), InvalidManifest, "not an epscope-run manifest"),
-    (lambda p: (p / "events.parquet").write_bytes(b"PAR1garbage"), CorruptRun, "not a readable parquet"),
+    (lambda p: reseal((p / "events.parquet").write_bytes(b"PAR1garbage") and p), CorruptRun, "not a readable parquet"),
+    (lambda p: (p / "events.parquet").write_bytes(b"PAR1garbage"), CorruptRun, "events.parquet: content does not match"),
     (lambda p: (p / "events.parquet").unlink(), CorruptRun, "events.parquet missing"),
     (lambda p: (p / "manifest.json").unlink(), CorruptRun, "no manifest.json"),
     (lambda p: reseal((p / "launches.parquet").write_bytes(b"xx") and p), CorruptRun, "cannot read launches"),
@@ -317,6 +318,7 @@ def test_empty_run(tmp_path, decoded):
 def test_events_with_missing_columns_are_corrupt(tmp_path, decoded):
     p = write_ok(tmp_path, decoded)
     pq.write_table(pa.table({"rank": [0]}), p / "events.parquet")
+    reseal(p)
     with pytest.raises(CorruptRun, match="lacks event columns"):
         RS.load_run(p)
 
