@@ -135,7 +135,8 @@ def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.
 def serve(roots, host: str = "127.0.0.1", port: int = 8050) -> None:
     """Serve the viewer until interrupted, on viewer.server's bounded server (capped connections,
     idle ones closed) instead of Dash's app.run, which starts werkzeug's unbounded one."""
-    from .server import make_server
+    from .server import limit_malloc_arenas, make_server
+    limit_malloc_arenas()   # before the job and request threads start
     app = create_app(roots)
     srv = make_server(app.server, host, port)   # binds now: a port in use is an OSError, one line in the CLI
     n, bad = len(app.catalog.entries()), sum(e.problem is not None for e in app.catalog.entries())

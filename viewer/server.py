@@ -6,7 +6,10 @@ a thread per connection, idle connections kept forever):
     answered at once with HTTP 503 and a one-line "busy" body, by a small bounded set of
     threads (MAX_BUSY_REPLIES; past that the connection is closed unanswered);
   * a connection that sends nothing for IDLE_TIMEOUT_S is closed (socket timeout: a
-    keep-alive connection left open, or a client that stops mid-request, frees its thread).
+    keep-alive connection left open, or a client that stops mid-request, frees its thread);
+  * glibc's malloc keeps at most MALLOC_ARENAS arenas (`limit_malloc_arenas`, called before any
+    thread starts): with one arena per busy thread (up to 8 per core), memory a flood's threads
+    freed stayed in their arenas.
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import socket
 import threading
 
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
+
+from .jobs import release_memory
 
 # A browser opens up to 6 connections to one host (Chromium's per-host limit); 32 serves a few
 # people at once while capping threads (each holds up to a page's response in memory).
@@ -42,6 +47,8 @@ class BoundedServer(ThreadedWSGIServer):
         self._slots = threading.BoundedSemaphore(max_connections)
         self._busy = threading.BoundedSemaphore(MAX_BUSY_REPLIES)
         self.refused = 0   # connections answered "busy" (tests and the benchmark read it)
+        self._active = 0
+        self._count_lock = threading.Lock()
 
     def process_request(self, request, client_address):
         if self._slots.acquire(blocking=False):
@@ -58,10 +65,17 @@ class BoundedServer(ThreadedWSGIServer):
             self.shutdown_request(request)
 
     def process_request_thread(self, request, client_address):
+        with self._count_lock:
+            self._active += 1
         try:
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+            with self._count_lock:
+                self._active -= 1
+                last = self._active == 0
+            if last:   # the server goes quiet: what the requests freed goes back to the system
+                release_memory()
 
     def _answer_busy(self, request) -> None:
         try:
@@ -76,6 +90,23 @@ class BoundedServer(ThreadedWSGIServer):
         finally:
             self.shutdown_request(request)
             self._busy.release()
+
+
+# glibc mallopt parameter M_ARENA_MAX (malloc.h). With glibc's default (8 arenas per core) and
+# no trimming, a 30 s flood of what-ifs (20 clients, benchmarks/bench_whatif_flood.py) left the
+# server +50-57 % above its starting memory once idle; with 2 arenas and release_memory when the
+# server goes quiet, +3 % and +9 % (two runs, load average 10; results/whatif-flood-*.md).
+_M_ARENA_MAX = -8
+MALLOC_ARENAS = 2
+
+
+def limit_malloc_arenas(n: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas (True if set; False where the C library is not glibc)."""
+    try:
+        import ctypes
+        return ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, n) == 1
+    except (OSError, AttributeError):
+        return False
 
 
 def make_server(app, host: str, port: int, **kw) -> BoundedServer:
