@@ -99,8 +99,8 @@ def release_memory() -> None:
     """Hand the heap's free pages back to the system (glibc malloc_trim). A what-if's temporaries
     (the re-timed graph: tens of MB on a 200 k-event run) are freed when it ends, but glibc keeps
     freed pages in its arenas (with viewer.server's arena cap, a 30 s what-if flood's memory
-    went from +50-57 % to +3-9 % of the start once idle: benchmarks/bench_whatif_flood.py). Called when a worker runs out of work
-    and when the server's last connection closes (viewer.server)."""
+    went from +50-57 % to +3-9 % of the start once idle: benchmarks/bench_whatif_flood.py).
+    Called when a worker runs out of work and when the server's last connection closes."""
     gc.collect()   # cyclic garbage first (a Dash answer's component tree), then the pages it held
     if _TRIM is not None:
         _TRIM(0)
