@@ -209,6 +209,8 @@ class Catalog:
         if msg is None:
             return None
         for r in sorted(self.roots, key=lambda r: -len(str(r))):   # the longest first: nested roots
+            if r == Path(r.anchor):
+                continue            # a root of "/": its paths are already relative to it, less the slash
             for form in {str(r), os.path.realpath(r)}:
                 msg = msg.replace(form + os.sep, "").replace(form, r.name or ".")
         return msg
