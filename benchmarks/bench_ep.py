@@ -116,7 +116,7 @@ def _bench_rank(ctx, opts: dict) -> dict:
 
     import ep_core
     from ep_core.config import Config, Problem
-    from ep_core.workload import make_all_inputs, routing_matrix, traffic
+    from profiler.workflows.workload import make_all_inputs, routing_matrix, traffic
 
     rank, R = ctx.rank, ctx.world_size
     p = Problem(opts["tokens"], opts["hidden"], opts["topk"], opts["experts"], R)

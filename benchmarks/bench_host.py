@@ -49,7 +49,7 @@ def measure(calls: int) -> list[dict]:
 
     from ep_core import buffer as B
     from ep_core.config import Config, Problem
-    from ep_core.workload import make_rank_inputs
+    from profiler.workflows.workload import make_rank_inputs
     from profiler.record.session import Session
     from tests.ep_core.fake_ext import fake_buffer
 

@@ -18,11 +18,8 @@ from __future__ import annotations
 import statistics
 import time
 
-# Before each timed op the stream spins this long (torch.cuda._sleep, in SM cycles at the H200's
-# 1.98 GHz max clock, measured-facts.md) so the host's enqueue of the op (tens of µs of Python)
-# happens while the GPU is busy and not inside the timed span. Equal on every rank.
-LEAD_US = 300
-SM_CLOCK_GHZ = 1.98
+# the GPU lead before each timed op, shared with `epscope ab`'s worker (why 300 µs: there)
+from profiler.workflows.ab_worker import LEAD_US, SM_CLOCK_GHZ  # noqa: F401  (ll_bench imports them from here)
 
 
 def _release(ctx, go) -> None:

@@ -6,9 +6,9 @@ user brings (tokens, hidden, top-k, experts, ranks, dtype) with the limits of is
 
 Buffer sizes: ep_core's buffer holds the rows of one whole op (no ring buffers; see
 ep_core/buffer.py), so its size depends on the token count and the one formula for it is
-`Buffer.get_buffer_size_hint` (it reads the signal/layout header size from the compiled
-extension). `Config.get_nvl_buffer_size_hint` and `Problem.nvl_bytes_needed` delegate to it
-lazily, so the size a user allocates and the size a call needs cannot disagree.
+`buffer_size_hint` here (it reads the signal/layout header size from the compiled extension).
+`Buffer.get_buffer_size_hint`, `Config.get_nvl_buffer_size_hint` and `Problem.nvl_bytes_needed`
+all call it, so the size a user allocates and the size a call needs cannot disagree.
 
 No torch import at module level: the recording path and the CPU tests import this freely.
 """
@@ -30,6 +30,8 @@ MAX_SCALES = MAX_HIDDEN // SCALE_BLOCK
 # hint sizes for this many tokens per rank. 8192 covers DeepEP's own test shape (4096) twice;
 # a bigger call fails with EPCapacityError naming both sizes, never a hang.
 HINT_TOKENS_PER_RANK = 8192
+# each region of the data region (x, scales, top-k ids, top-k weights) starts 128-B aligned
+REGION_ALIGN = 128
 
 DTYPES = ("bf16", "fp8")
 
@@ -140,7 +142,7 @@ class Config:
         hidden = -(-hidden // SCALE_BLOCK) * SCALE_BLOCK  # round up to whole FP8 scale blocks
         if not 0 < hidden <= MAX_HIDDEN:
             raise ValueError(f"hidden_bytes must be in 1..{2 * MAX_HIDDEN} (hidden up to {MAX_HIDDEN}), got {hidden_bytes}")
-        return _buffer_size_hint(HINT_TOKENS_PER_RANK, hidden, num_ranks, MAX_TOPK)
+        return buffer_size_hint(HINT_TOKENS_PER_RANK, hidden, num_ranks, MAX_TOPK)
 
     def get_rdma_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
         """Intranode only: no RDMA buffer is ever needed (DeepEP returns 0 up to 8 ranks too)."""
@@ -214,18 +216,37 @@ class Problem:
 
     def nvl_bytes_needed(self) -> int:
         """num_nvl_bytes a Buffer needs for this problem (every routing: up to T x R rows land
-        on one rank). Delegates to `Buffer.get_buffer_size_hint` (loads the extension)."""
-        return _buffer_size_hint(self.tokens, self.hidden, self.ranks, self.topk)
+        on one rank): `buffer_size_hint` (loads the extension)."""
+        return buffer_size_hint(self.tokens, self.hidden, self.ranks, self.topk)
 
     def to_dict(self) -> dict:
         return {"tokens": self.tokens, "hidden": self.hidden, "topk": self.topk,
                 "experts": self.experts, "ranks": self.ranks, "dtype": self.dtype}
 
 
-def _buffer_size_hint(tokens: int, hidden: int, ranks: int, topk: int) -> int:
-    from .buffer import Buffer  # torch + the extension: only when a size is asked for
+def _buffer_bytes(rows: int, hidden: int, num_topk: int) -> int:
+    """num_nvl_bytes of a buffer whose data region holds `rows` of the widest row (a BF16 row plus
+    FP8 scales and top-k ids and weights) after the signals and layout slots; 8 x REGION_ALIGN
+    covers the alignment of up to 8 regions (Buffer._regions: 4, Buffer._hook_regions: 8)."""
+    from . import _ext   # the compiled extension knows the header size: loaded only when a size is asked for
 
-    return int(Buffer.get_buffer_size_hint(tokens, hidden, ranks, topk))
+    row = hidden * 2 + (hidden // SCALE_BLOCK) * 4 + num_topk * (8 + 4)
+    return int(_ext.load(profile=False).limits()["data_offset"]) + rows * row + 8 * REGION_ALIGN
+
+
+def buffer_size_hint(tokens: int, hidden: int, ranks: int, topk: int = MAX_TOPK) -> int:
+    """num_nvl_bytes that fits every dispatch (BF16 or FP8, with top-k) and combine of up to
+    `tokens` tokens per rank: the data region holds the rows of one op, up to T x R rows (the widest
+    row is a BF16 one in combine / dispatch, plus FP8 scales and top-k)."""
+    return _buffer_bytes(max(int(tokens), 1) * int(ranks), hidden, topk)
+
+
+def hook_buffer_size_hint(tokens: int, hidden: int, ranks: int, topk: int = MAX_TOPK) -> int:
+    """num_nvl_bytes that fits every call buffer_size_hint fits, with or without return_recv_hook:
+    a hook-mode dispatch needs, besides the rows it receives (up to T x R), a staging region for the
+    rows it packs for its peers (up to T x (R - 1)), so the data region holds T x (2R - 1) rows. A
+    hook-mode combine needs no more than a normal one."""
+    return _buffer_bytes(max(int(tokens), 1) * (2 * int(ranks) - 1), hidden, topk)
 
 
 # Recommended tunings for 1..8 ranks. Rows 2, 4, 8 are DeepEP's published

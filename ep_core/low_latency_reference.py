@@ -100,21 +100,11 @@ def _local_hits(topk: torch.Tensor, rank: int, num_local: int) -> torch.Tensor:
 def dispatch(xs: Sequence[torch.Tensor], topks: Sequence[torch.Tensor], num_experts: int, max_tokens: int,
              use_fp8: bool = True, round_scale: bool = False, use_ue8m0: bool = False) -> list[LLRefDispatch]:
     """Every rank's low_latency_dispatch: xs[r] bf16 [T_r, H], topks[r] int64 [T_r, K]."""
-    R = len(xs)
-    if R == 0 or len(topks) != R:
-        raise ValueError("one x and one topk_idx per rank")
-    if num_experts % R:
-        raise ValueError(f"num_experts ({num_experts}) must be a multiple of the rank count ({R})")
-    if use_ue8m0 and not (use_fp8 and round_scale):
-        raise ValueError("use_ue8m0 needs use_fp8 and round_scale")
-    H = xs[0].size(1)
-    K = topks[0].size(1)
+    _check_dispatch_args(xs, topks, num_experts, max_tokens, use_fp8, round_scale, use_ue8m0)
+    R, H, K = len(xs), xs[0].size(1), topks[0].size(1)
     El = num_experts // R
     RT = R * max_tokens
     dev = xs[0].device
-    for r in range(R):
-        if xs[r].size(0) > max_tokens or topks[r].shape != (xs[r].size(0), K):
-            raise ValueError(f"rank {r}: {xs[r].size(0)} tokens (max {max_tokens}) with top-k {tuple(topks[r].shape)}")
     casts = [cast_fp8(x, round_scale) if use_fp8 else (x, None) for x in xs]
     out = []
     for j in range(R):
@@ -174,17 +164,36 @@ def dispatch(xs: Sequence[torch.Tensor], topks: Sequence[torch.Tensor], num_expe
             recv_scales = scales.view(El, RT, -1)
             if use_ue8m0:
                 recv_scales = ue8m0_pack(recv_scales)
-        # this rank's tokens' destination ranks
-        ok = (topks[j] >= 0) & (topks[j] < num_experts)
-        dest = torch.where(ok, topks[j] // El, torch.full_like(topks[j], -1))
-        bits = torch.where(dest >= 0, torch.ones_like(dest) << dest.clamp(min=0), torch.zeros_like(dest))
-        sent_mask = torch.zeros((topks[j].size(0),), dtype=torch.int64, device=dev)
-        for k in range(K):
-            sent_mask |= bits[:, k]
         out.append(LLRefDispatch(recv_x.view(El, RT, H), recv_scales, count, src_info.view(El, RT), layout_range,
                                  slot, torch.tensor([x.size(0) for x in xs], dtype=torch.int32, device=dev),
-                                 sent_mask.to(torch.int32)))
+                                 _sent_mask(topks[j], num_experts, El)))
     return out
+
+
+def _check_dispatch_args(xs, topks, num_experts: int, max_tokens: int, use_fp8: bool, round_scale: bool,
+                         use_ue8m0: bool) -> None:
+    R = len(xs)
+    if R == 0 or len(topks) != R:
+        raise ValueError("one x and one topk_idx per rank")
+    if num_experts % R:
+        raise ValueError(f"num_experts ({num_experts}) must be a multiple of the rank count ({R})")
+    if use_ue8m0 and not (use_fp8 and round_scale):
+        raise ValueError("use_ue8m0 needs use_fp8 and round_scale")
+    K = topks[0].size(1)
+    for r in range(R):
+        if xs[r].size(0) > max_tokens or topks[r].shape != (xs[r].size(0), K):
+            raise ValueError(f"rank {r}: {xs[r].size(0)} tokens (max {max_tokens}) with top-k {tuple(topks[r].shape)}")
+
+
+def _sent_mask(topk: torch.Tensor, num_experts: int, El: int) -> torch.Tensor:
+    """This rank's tokens' destination ranks, a bitmask per token (int32)."""
+    ok = (topk >= 0) & (topk < num_experts)
+    dest = torch.where(ok, topk // El, torch.full_like(topk, -1))
+    bits = torch.where(dest >= 0, torch.ones_like(dest) << dest.clamp(min=0), torch.zeros_like(dest))
+    mask = torch.zeros((topk.size(0),), dtype=torch.int64, device=topk.device)
+    for k in range(topk.size(1)):
+        mask |= bits[:, k]
+    return mask.to(torch.int32)
 
 
 def _masked_weights(topk_idx: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:

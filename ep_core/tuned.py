@@ -74,7 +74,7 @@ def bucket(tokens: int) -> tuple[int, int]:
 def ll_buckets(tops) -> list[tuple[int, int]]:
     """The low-latency buckets (tokens_min, tokens_max) of increasing tops: 1..tops[0],
     tops[0]+1..tops[1], ... Each is tuned at its top (the most work in it)."""
-    from .low_latency import MAX_TOKENS
+    from .low_latency_layout import MAX_TOKENS
 
     tops = list(tops)
     if not tops:
@@ -92,7 +92,7 @@ def config_of(kernel: str, config: dict):
     """The validated config object of an entry: ep_core.Config for dispatch / combine, LowLatencyConfig
     for ll_dispatch / ll_combine (ValueError / TypeError naming the field otherwise)."""
     if kernel in LL_KERNELS:
-        from .low_latency import LowLatencyConfig
+        from .low_latency_layout import LowLatencyConfig
 
         return LowLatencyConfig(**config)
     from .config import Config
@@ -287,7 +287,7 @@ def ll_default(kernel: str, device, ranks: int, num_sms: int, t_max, hidden, dty
         return hit
     name = _device_names.get(device)
     if name is None:
-        from .buffer import _device_name
+        from .streams import _device_name
 
         name = _device_names[device] = _device_name(device)
     m = match(kernel, TunedKey(name, ranks, dtype, hidden, t_max))

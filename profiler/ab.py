@@ -1,7 +1,7 @@
 """A/B bookkeeping: rounds of latency samples per side -> the comparison record and its verdict.
 
-`epscope ab` (ep_core/ab.py) and `epscope tune` (ep_core/tune.py) collect, per side and round,
-the per-iteration latencies of each metric (the slowest rank's, ep_core.rounds.slowest_rank).
+`epscope ab` (profiler/workflows/ab.py) and `epscope tune` (profiler/workflows/tune.py) collect, per side and round,
+the per-iteration latencies of each metric (the slowest rank's, profiler.workflows.rounds.slowest_rank).
 This module turns them into verdicts and keeps the record; it holds no statistics of its own:
 `compare_metric` hands the samples, grouped by round (the round is the run, the unit of
 replication), to `profiler.analysis.stats.compare_samples` (bootstrap over runs, then over the
@@ -31,7 +31,7 @@ import numpy as np
 FORMAT = "epscope-ab"
 FORMAT_VERSION = 1
 RECORD = "comparison.json"
-# GPU time of each call and of the op, then host time per call (ep_core/ab_worker.py)
+# GPU time of each call and of the op, then host time per call (profiler/workflows/ab_worker.py)
 GPU_METRICS = ("op", "layout", "dispatch", "combine")
 HOST_METRICS = ("host_layout", "host_dispatch", "host_combine")
 METRICS = GPU_METRICS + HOST_METRICS

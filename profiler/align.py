@@ -24,6 +24,11 @@ GLOBALTIMER_STEP_NS = 32
 # Nominal H200 SM clock (measured-facts.md: 1.98 GHz max); only used when a high-res region
 # lacks its end clock pair (aborted kernel), and then the decoder says so with a warning.
 NOMINAL_SM_GHZ = 1.98
+# How far the clock64 value of a format-2 anchor can sit from the instant its %globaltimer read
+# sampled: the recorder takes the mean of the clock64 reads around that read, so half the read's
+# length, ~20 cycles of a ~40-cycle read (benchmarks/NOTES.md issue 9, run 4: a globaltimer read
+# alone 40.5 cycles) = 10 ns at 1.98 GHz, rounded up. `epscope calibrate` measures it per GPU.
+ANCHOR_SKEW_NS = 16
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,20 @@ class ClockModel:
     host: HostClock | None = None
     source: str = "globaltimer"
     step_ns: int = GLOBALTIMER_STEP_NS
+    # SM clock for high-res regions without a usable clock pair, and the error of one format-2
+    # anchor (timer step + skew): measured by `epscope calibrate` when a calibration is given
+    sm_ghz: float = NOMINAL_SM_GHZ
+    anchor_error_ns: float = GLOBALTIMER_STEP_NS + ANCHOR_SKEW_NS
+    calibration: dict | None = None    # the calibration's summary(), quoted in the manifest
+
+    def calibrated(self, cal) -> "ClockModel":
+        """This model with a GPU's measured timer step, SM clock and anchor error
+        (profiler.calibration.Calibration); None leaves it as it is."""
+        if cal is None:
+            return self
+        from dataclasses import replace
+        return replace(self, step_ns=int(round(cal.globaltimer_step_ns)), sm_ghz=cal.sm_ghz,
+                       anchor_error_ns=cal.anchor_error_ns, calibration=cal.summary())
 
     def clock(self, rank: int) -> RankClock:
         try:
@@ -209,12 +228,16 @@ def clock_manifest(model: ClockModel) -> dict:
         "step_ns": model.step_ns,
         "t0_ns": int(model.t0_ns),
         "uncertainty_ns": float(model.uncertainty_ns),
+        "sm_ghz": float(model.sm_ghz),
+        "anchor_error_ns": float(model.anchor_error_ns),
         "ranks": [
             {"rank": int(c.rank), "offset_ns": float(c.offset_ns), "drift_ppm": float(c.drift_ppm),
              "uncertainty_ns": float(c.uncertainty_ns), "anchor_ns": int(c.anchor_ns)}
             for c in sorted(model.ranks.values(), key=lambda c: c.rank)
         ],
     }
+    if model.calibration is not None:
+        out["calibration"] = dict(model.calibration)
     if model.host is not None:
         h = model.host
         out["host"] = {"rank": h.rank, "host_anchor": int(h.host_anchor), "gpu_anchor": int(h.gpu_anchor),
@@ -233,4 +256,7 @@ def clock_from_manifest(section: dict) -> ClockModel:
         host = HostClock(int(h["host_anchor"]), int(h["gpu_anchor"]), float(h["slope"]),
                          float(h["uncertainty_ns"]), int(h.get("rank", 0)))
     return ClockModel(ranks, int(section.get("t0_ns", 0)), host, section.get("source", "globaltimer"),
-                      int(section.get("step_ns", GLOBALTIMER_STEP_NS)))
+                      int(section.get("step_ns", GLOBALTIMER_STEP_NS)),
+                      float(section.get("sm_ghz", NOMINAL_SM_GHZ)),
+                      float(section.get("anchor_error_ns", GLOBALTIMER_STEP_NS + ANCHOR_SKEW_NS)),
+                      section.get("calibration"))

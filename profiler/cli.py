@@ -3,11 +3,13 @@
     epscope export RUN [-o OUT [--force]]  write RUN's Perfetto trace (default RUN/trace.perfetto-trace)
     epscope report RUN [RUN ...]           text summary of runs
     epscope check RUN|ROOT [...]           verify runs (checksums, every field and row); exit 1 if any is damaged
+    epscope analyze RUN [RUN ...]          compute and store each run's headline numbers (RUN/analysis-summary.json)
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
-    epscope trace ...                      record a profiled EP workload (ep_core.trace)
+    epscope trace ...                      record a profiled EP workload (profiler.workflows.trace)
     epscope selftest ...                   record the recorder self-test kernels (profiler.record.selftest)
-    epscope ab REF_A REF_B ...             build two git refs, run them interleaved, verdict with CIs (ep_core.ab)
-    epscope tune [--ll] ...                sweep a shape's geometry, save the re-checked winners (ep_core.tune)
+    epscope calibrate ...                  measure this GPU's clocks and record costs (profiler.record.calibrate)
+    epscope ab REF_A REF_B ...             build two git refs, run them interleaved, verdict with CIs (profiler.workflows.ab)
+    epscope tune [--ll] ...                sweep a shape's geometry, save the re-checked winners (profiler.workflows.tune)
 
 Bad runs (missing, corrupt, malformed manifest or events, newer format, empty) and refused
 outputs print one line on stderr and exit 2. `export -o` never writes inside a run directory and
@@ -28,16 +30,26 @@ from .atomic import is_regular
 from .errors import EpscopeError
 
 EXIT_USAGE = 2
-PASSTHROUGH = {"trace": ("ep_core.trace", "record a profiled EP workload on the local GPUs"),
+PASSTHROUGH = {"trace": ("profiler.workflows.trace", "record a profiled EP workload on the local GPUs"),
                "selftest": ("profiler.record.selftest", "record the recorder self-test kernels on a GPU"),
-               "ab": ("ep_core.ab", "compare two git refs' kernels on the local GPUs, interleaved"),
-               "tune": ("ep_core.tune", "tune a shape's dispatch/combine geometry (--ll: the low-latency kernels) into "
+               "calibrate": ("profiler.record.calibrate", "measure this GPU's timers, SM clocks and record costs "
+                                                         "into a calibration file"),
+               "ab": ("profiler.workflows.ab", "compare two git refs' kernels on the local GPUs, interleaved"),
+               "tune": ("profiler.workflows.tune", "tune a shape's dispatch/combine geometry (--ll: the low-latency kernels) into "
                                         "the tuned table")}
 
 
 def default_trace_root() -> Path:
+    """The bundled runs: the checkout's traces/, else the copy an installed epscope keeps under
+    <prefix>/share/epscope/traces (setup.py), else the checkout path (view then says it is missing)."""
+    import site
+    import sysconfig
+
     import profiler
-    return Path(profiler.__file__).resolve().parents[1] / "traces"
+    checkout = Path(profiler.__file__).resolve().parents[1] / "traces"
+    installed = [Path(sysconfig.get_path("data")) / "share/epscope/traces",
+                 Path(site.getuserbase()) / "share/epscope/traces"]
+    return next((p for p in (checkout, *installed) if p.is_dir()), checkout)
 
 
 EXIT_DAMAGED = 1   # `epscope check`: at least one run is damaged
@@ -65,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("check", help="verify runs: checksums, manifest, every row; say what is wrong with each")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory, or a directory of runs")
+    p = sub.add_parser("analyze", help="compute and store runs' headline numbers (the Runs page shows them)")
+    p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("view", help="serve the web viewer")
     p.add_argument("roots", type=Path, nargs="*", metavar="RUN_DIR", help="run directories or roots (default: traces/)")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default loopback only)")
@@ -189,6 +203,20 @@ def _report(args) -> int:
     return 0
 
 
+def _analyze(args) -> int:
+    from .analysis import summary
+    from .progress import Activity
+    from .runstore import load_run
+    with Activity("epscope analyze") as act:
+        for r in args.runs:
+            act.step(f"{r}: loading")
+            run = load_run(r)
+            act.step(f"{r}: analysing {run.num_events:,} events")
+            out = summary.store(run)
+            print(f"wrote {out}")
+    return 0
+
+
 def _view(args) -> int:
     roots = [p.resolve() for p in args.roots] or [default_trace_root()]
     missing = [str(p) for p in roots if not p.exists()]
@@ -218,7 +246,7 @@ def main(argv=None) -> int:
         except EpscopeError as e:
             return _fail(str(e))
     args = _parser().parse_args(argv)
-    commands = {"export": _export, "report": _report, "check": _check, "view": _view}
+    commands = {"export": _export, "report": _report, "check": _check, "analyze": _analyze, "view": _view}
     try:
         return commands[args.cmd](args)
     except EpscopeError as e:

@@ -22,7 +22,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from . import errors as E
-from .align import NOMINAL_SM_GHZ, ClockModel
+from .align import ANCHOR_SKEW_NS, GLOBALTIMER_STEP_NS, NOMINAL_SM_GHZ, ClockModel
 from .decode_records import KEY_BITS, Scratch, decode_chunk
 from .generated import layout as L
 from .registry import Registry
@@ -47,6 +47,15 @@ LAUNCH_WINDOW_NS = 3_600 * 10**9
 # A high-resolution clock pair must give 0.1-10 ns per cycle (a 0.1-10 GHz SM clock; H200 runs
 # 1.98 GHz), else the region is converted at the nominal rate (ClockFallback).
 MIN_NS_PER_CYCLE, MAX_NS_PER_CYCLE = 0.1, 10.0
+# Format 2, clock change detection: two anchors' rates are the same clock when they differ by
+# less than each rate's quantisation (2 x (timer step + anchor skew) over its span) plus this
+# much. 2e-3: on one H200 the SMs' clock64 rates against the globaltimer differ by up to 1044 ppm
+# over 10 ms (pairs of SMs, e.g. 14/15, 30/31, run slow: `epscope calibrate`, benchmarks/NOTES.md
+# issue 22), which is not a change; one DVFS step (15 MHz of 1980) is 7600 ppm.
+CLOCK_CHANGE_SLACK = 2e-3
+ANCHOR_ERROR_NS = GLOBALTIMER_STEP_NS + ANCHOR_SKEW_NS
+# clock64 bits an ANCHOR record keeps (id: bits 47..32, payload: bits 31..0): 39 hours at 2 GHz
+ANCHOR_CLOCK_BITS = 48
 # The event table stores warp and sm as int16.
 MAX_WARPS_PER_BLOCK = 1 << 15
 MAX_SM = (1 << 15) - 1
@@ -94,6 +103,22 @@ class Decoded:
     events: pd.DataFrame
     launches: pd.DataFrame
     warnings: list = field(default_factory=list)
+    conversion: dict = field(default_factory=dict)   # conversion_summary(): formats, anchors, uncertainty
+
+
+def conversion_summary(plans: list, clock: ClockModel | None) -> dict:
+    """How the decode turned raw timestamps into ns, and how far off a GPU time can be within its
+    GPU (the cross-rank and host alignment are manifest["clock"]'s): one timer step for
+    globaltimer records; for clock64 records the anchor error (timer step + anchor skew, from the
+    calibration when there is one), or the bound of a detected clock change when larger."""
+    step = clock.step_ns if clock is not None else GLOBALTIMER_STEP_NS
+    anchor = clock.anchor_error_ns if clock is not None else ANCHOR_ERROR_NS
+    cycles = [p for p in plans if p.hires]
+    change = max((p.clock_change_ns for p in plans), default=0.0)
+    return {"format_versions": sorted({int(p.version) for p in plans}), "cycle_launches": len(cycles),
+            "anchors": int(sum(p.anchors_used for p in plans)),
+            "clock_change_regions": int(sum(p.clock_changes for p in plans)),
+            "uncertainty_ns": float(max(anchor if cycles else step if plans else 0, change))}
 
 
 def _registry(registry) -> Registry:
@@ -235,23 +260,49 @@ def _header(arr: np.ndarray, registry: Registry):
         raise E.TruncatedBuffer(
             f"buffer ends at byte {n} but its header (num_regions={nreg}, region_capacity={cap}) "
             f"says data runs to byte {need}", n)
-    return h, nreg, cap, wpb, stride, need
+    return h, nreg, cap, wpb, stride, need, version
 
 
-def _lower_median(v: np.ndarray) -> int:
+def _lower_median(v: np.ndarray):
     k = (len(v) - 1) // 2
-    return int(np.partition(v, k)[k])
+    x = np.partition(v, k)[k]
+    return float(x) if v.dtype.kind == "f" else int(x)
+
+
+def _s64(v: int) -> int:
+    """A difference of u64 clocks read as signed (a wrap stays small)."""
+    v %= 1 << 64
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _anchor_record(words, clk_start: int) -> tuple[int, int]:
+    """(globaltimer ns, full clock64) of an ANCHOR record: its 48 clock bits are completed from the
+    region's start clock (the anchor lies less than 2^48 cycles after it)."""
+    g, meta = int(words[0]), int(words[1])
+    c48 = ((meta & 0xFFFF) << 32) | (meta >> 32)
+    mask = (1 << ANCHOR_CLOCK_BITS) - 1
+    return g, (clk_start + ((c48 - clk_start) & mask)) % (1 << 64)
+
+
+def _accept(c0: int, g0: int, c1: int, g1: int, lo: int, hi: int) -> bool:
+    """Is (c1, g1) a usable next conversion point after (c0, g0)?"""
+    dc = _s64(c1 - c0)
+    if not (lo <= g1 <= hi and dc > 0 and g1 > g0):
+        return False
+    return MIN_NS_PER_CYCLE <= float(g1 - g0) / float(dc) <= MAX_NS_PER_CYCLE
 
 
 class _Plan:
     """One launch after its headers are read: where its records are, how many each region holds,
     its time window and clock conversion, and the warnings found so far."""
 
-    def __init__(self, buf, info: LaunchInfo, registry: Registry):
+    def __init__(self, buf, info: LaunchInfo, registry: Registry, sm_ghz: float = NOMINAL_SM_GHZ):
         self.info, self.registry, self.family = info, registry, info.family
+        self.sm_ghz = sm_ghz  # the SM clock of regions without a usable clock pair (a calibration's, or nominal)
         arr = _as_bytes(buf)
-        h, nreg, cap, wpb, stride, need = _header(arr, registry)
-        self.cap, self.hires = cap, bool(int(h["flags"]) & L.FLAGS_HIRES)
+        h, nreg, cap, wpb, stride, need, self.version = _header(arr, registry)
+        # format 2 records clock64 cycles in every buffer; format 1 only when the HIRES flag says so
+        self.cap, self.hires = cap, self.version >= 2 or bool(int(h["flags"]) & L.FLAGS_HIRES)
         self.where = where = f"rank {info.rank} launch {info.launch} ({info.kernel})"
         self.warnings: list[E.DecodeWarning] = []
         body = arr[L.BUFFERHEADER_SIZE:need]
@@ -271,8 +322,12 @@ class _Plan:
             raise E.DecodeError(f"region {i}: sm {int(rh['sm'][i])} is above {MAX_SM} (the event table's sm column is int16)",
                                 L.BUFFERHEADER_SIZE + i * stride + _field_offset(_RH, "sm"))
         attempted = rh["attempted"].astype(np.int64)
-        n = np.where(finished, np.minimum(attempted, cap), 0)
-        over = np.where(finished, np.maximum(attempted - cap, 0), 0)
+        if self.version >= 2:  # the overflow sink: past capacity, the last slot was overwritten
+            kept = np.where(attempted > cap, max(cap - 1, 0), attempted)
+        else:
+            kept = np.minimum(attempted, cap)
+        n = np.where(finished, kept, 0)
+        over = np.where(finished, attempted - kept, 0)
         self.dropped = int(over.sum())
         if self.dropped:
             self.warnings.append(E.DroppedRecords(self.dropped, f"{where}: {self.dropped} records past capacity {cap} "
@@ -290,6 +345,9 @@ class _Plan:
         ar, per_block = np.arange(nreg, dtype=np.int64), max(wpb, 1)
         self.block, self.warp = (ar // per_block).astype(np.int32), (ar % per_block).astype(np.int16)
         self.sm = rh["sm"].astype(np.int16)
+        self.segments: dict[int, tuple] = {}   # region -> (point clocks u64, point ns i64, rates) of anchored regions
+        self.anchors_used = self.bad_anchors = self.clock_changes = 0
+        self.clock_change_ns = 0.0
         self._clocks(rh, finished, used)
         self.chunks = self._chunks()
 
@@ -314,8 +372,8 @@ class _Plan:
         if bad:
             self.warnings.append(E.BadRegionClock(bad, f"{self.where}: warp start/finish clocks outside "
                                                         f"[{lo}, {hi}] (the launch's window) ignored"))
-        self._header_span(gs[gs_ok], ge[ge_ok])
         if not self.hires:
+            self._header_span(gs[gs_ok], ge[ge_ok])
             return
         gsi = gs.astype(np.int64)
         cs, ce = rh["clk_start"], rh["clk_end"]
@@ -325,16 +383,94 @@ class _Plan:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             rate = span_g / np.where(pair, span_c, 1.0)
         pair &= (rate >= MIN_NS_PER_CYCLE) & (rate <= MAX_NS_PER_CYCLE)
-        self.rate = np.where(pair, rate, 1.0 / NOMINAL_SM_GHZ)
-        self._header_span(gs[gs_ok], ge[pair])  # a finish clock that fails its pair's rate check is not trusted either
-        fallback = int(np.count_nonzero(gs_ok & ~pair & (self.n > 0)))
-        if fallback:
-            self.warnings.append(E.ClockFallback(fallback, f"{self.where}: high-res regions without a usable clock pair "
-                                                           "converted at the nominal SM clock"))
+        self.rate = np.where(pair, rate, 1.0 / self.sm_ghz)
         # converted time = gs + rint((clk - cs) * rate), kept when the product lies in [ylo, yhi]
         self.gs, self.cs = np.where(gs_ok, gsi, 0), cs
         self.ylo = np.where(gs_ok, (lo - np.where(gs_ok, gsi, 0)).astype(np.float64), np.inf)
         self.yhi = np.where(gs_ok, (hi - np.where(gs_ok, gsi, 0)).astype(np.float64), -np.inf)
+        end_ok = pair.copy()   # a finish clock that fails its pair's rate check is not trusted either
+        if self.version >= 2:
+            self._anchored(gs_ok, ge_ok, gsi, cs, ce, ge, end_ok)
+            if self.bad_anchors:
+                self.warnings.append(E.BadAnchors(self.bad_anchors, f"{self.where}: anchors that cannot anchor ignored"))
+            self._clock_change(pair, gsi, ge)
+        self._header_span(gs[gs_ok], ge[end_ok])
+        converts = pair | np.isin(np.arange(len(pair)), list(self.segments))
+        fallback = int(np.count_nonzero(gs_ok & ~converts & (self.n > 0)))
+        if fallback:
+            self.warnings.append(E.ClockFallback(fallback, f"{self.where}: high-res regions without a usable clock pair "
+                                                           "converted at the nominal SM clock"))
+
+    def _anchored(self, gs_ok, ge_ok, gsi, cs, ce, ge, end_ok) -> None:
+        """Format 2: the ANCHOR records of each region become conversion points between its start
+        and finish pairs (piecewise-linear conversion). An anchor is used when it lies in the
+        launch's window and after the previous point in both clocks at a plausible rate; the
+        finish pair then closes the last segment under the same test (docs/design.md, "Decoder
+        rules"; tests/profiler/reference_decoder.py implements the same)."""
+        lo, hi = self.window
+        nreg = len(self.n)
+        if not (self.cap and self.n_records):
+            return
+        kind = self.slots.view(np.uint8).reshape(nreg, self.cap, 16)[:, :, _field_offset(L.RECORD_DTYPE, "kind")]
+        ri, ji = np.nonzero((kind == L.KIND_ANCHOR) & (np.arange(self.cap) < self.n[:, None]))
+        by_region: dict[int, list] = {}
+        for r, j in zip(ri.tolist(), ji.tolist()):
+            by_region.setdefault(r, []).append(j)
+        for r, js in by_region.items():
+            if not gs_ok[r]:
+                self.bad_anchors += len(js)
+                continue
+            pc, pg = [int(cs[r])], [int(gsi[r])]
+            for j in js:
+                g, c = _anchor_record(self.slots[r, j], pc[0])
+                if _accept(pc[-1], pg[-1], c, g, lo, hi):
+                    pc.append(c)
+                    pg.append(g)
+                else:
+                    self.bad_anchors += 1
+            if len(pc) == 1:
+                continue   # no usable anchor: the region converts as in format 1
+            self.anchors_used += len(pc) - 1
+            end_ok[r] = bool(ge_ok[r]) and _accept(pc[-1], pg[-1], int(ce[r]), int(ge[r]), lo, hi)
+            if end_ok[r]:
+                pc.append(int(ce[r]))
+                pg.append(int(ge[r]))
+            rates = np.array([float(pg[k + 1] - pg[k]) / float(_s64(pc[k + 1] - pc[k])) for k in range(len(pc) - 1)])
+            self.segments[r] = (np.array(pc, np.uint64), np.array(pg, np.int64), rates)
+
+    def _clock_change(self, pair, gsi, ge) -> None:
+        """Count the regions whose SM clock changed while they recorded (ClockChange): two
+        consecutive segments' rates, or the region's start-to-finish rate against the launch's
+        lower-median one, differ by more than the anchors' quantisation allows."""
+        changed: dict[int, float] = {}
+        seg = np.zeros(len(pair), bool)
+        seg[list(self.segments)] = True
+        plain = np.flatnonzero(pair & ~seg)
+        idx = [plain]
+        rate = [self.rate[plain].astype(np.float64)]
+        span = [(ge[plain].astype(np.int64) - gsi[plain]).astype(np.float64)]
+        for r, (pc, pg, rates) in self.segments.items():
+            span_g = float(int(pg[-1]) - int(pg[0]))
+            idx.append(np.array([r]))
+            rate.append(np.array([span_g / float(_s64(int(pc[-1]) - int(pc[0])))]))
+            span.append(np.array([span_g]))
+            for k in range(len(rates) - 1):
+                dg0, dg1 = float(int(pg[k + 1]) - int(pg[k])), float(int(pg[k + 2]) - int(pg[k + 1]))
+                dev = abs(float(rates[k + 1]) / float(rates[k]) - 1.0)
+                if dev > 2 * ANCHOR_ERROR_NS * (1 / dg0 + 1 / dg1) + CLOCK_CHANGE_SLACK:
+                    changed[r] = max(changed.get(r, 0.0), dev * min(dg0, dg1))
+        idx, rate, span = np.concatenate(idx), np.concatenate(rate), np.concatenate(span)
+        if len(idx) >= 2:
+            dev = np.abs(rate / _lower_median(rate) - 1.0)
+            for k in np.flatnonzero(dev > 4 * ANCHOR_ERROR_NS / span + CLOCK_CHANGE_SLACK).tolist():
+                r = int(idx[k])
+                changed[r] = max(changed.get(r, 0.0), float(dev[k] * span[k]))
+        self.clock_changes = len(changed)
+        self.clock_change_ns = max(changed.values(), default=0.0)
+        if changed:
+            self.warnings.append(E.ClockChange(len(changed), f"{self.where}: SM clock changed in {len(changed)} regions; "
+                                                             "converted piecewise between anchors, a time between two "
+                                                             f"anchors may be off by up to {self.clock_change_ns:.0f} ns"))
 
     def _header_span(self, starts: np.ndarray, ends: np.ndarray) -> None:
         hdr = np.concatenate([starts, ends]).astype(np.int64)
@@ -368,18 +504,36 @@ class _Plan:
         w = self.width(r0, r1)
         return (r1 - r0) * w if w is not None else int(self.n[r0:r1].sum())
 
+    def _converted(self, clk: np.ndarray, per: np.ndarray, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(y, start ns, ok) of clock64 values `clk` (`per` of each region r0..r1, in order): the
+        time is start + rint(y), usable where ok. A region converts from its start pair at one rate
+        or, with anchors (format 2), from the conversion point before the value at its segment's rate."""
+        cs, rate, gs = (np.repeat(a[r0:r1], per) for a in (self.cs, self.rate, self.gs))
+        ylo, yhi = np.repeat(self.ylo[r0:r1], per), np.repeat(self.yhi[r0:r1], per)
+        if self.segments:
+            at = np.concatenate([[0], np.cumsum(per)])
+            lo, hi = self.window
+            for r, (pc, pg, rates) in self.segments.items():
+                if not r0 <= r < r1 or not per[r - r0]:
+                    continue
+                sl = slice(at[r - r0], at[r - r0 + 1])
+                off = (clk[sl] - pc[0]).view(np.int64)
+                k = np.searchsorted((pc[1:-1] - pc[0]).view(np.int64), off, side="right")
+                cs[sl], gs[sl], rate[sl] = pc[k], pg[k], rates[k]
+                ylo[sl], yhi[sl] = (lo - pg[k]).astype(np.float64), (hi - pg[k]).astype(np.float64)
+        y = (clk - cs).view(np.int64).astype(np.float64) * rate
+        return y, gs, (y >= ylo) & (y <= yhi)
+
     def convert(self, begin: np.ndarray, end: np.ndarray, r0: int, r1: int, counts: np.ndarray) -> bool:
         """High-res cycles -> ns in place, per event (`counts` events of each region r0..r1);
         False if a time falls outside the window (nothing is kept then)."""
-        cs, rate, gs = (np.repeat(a[r0:r1], counts) for a in (self.cs, self.rate, self.gs))
-        ylo, yhi = np.repeat(self.ylo[r0:r1], counts), np.repeat(self.yhi[r0:r1], counts)
-        ys = []
+        out = []
         for a in (begin, end):
-            y = (a.view(np.uint64) - cs).view(np.int64).astype(np.float64) * rate
-            if not ((y >= ylo) & (y <= yhi)).all():
+            y, gs, ok = self._converted(a.view(np.uint64), counts, r0, r1)
+            if not ok.all():
                 return False
-            ys.append(y)
-        for a, y in zip((begin, end), ys):
+            out.append((y, gs))
+        for a, (y, gs) in zip((begin, end), out):
             np.add(gs, np.rint(y).astype(np.int64), out=a)
         return True
 
@@ -390,9 +544,8 @@ class _Plan:
         if not self.hires:
             return (km1 < 5) & ((t < lo) | (t > hi))
         per = np.diff(seg, append=len(rc))  # slots of each region in rc
-        cs, rate, ylo, yhi = (np.repeat(a[r0:r1], per) for a in (self.cs, self.rate, self.ylo, self.yhi))
-        y = (t - cs).view(np.int64).astype(np.float64) * rate
-        return (km1 < 5) & ~((y >= ylo) & (y <= yhi))
+        _, _, ok = self._converted(t, per, r0, r1)
+        return (km1 < 5) & ~ok
 
     def _chunks(self) -> list[tuple[int, int]]:
         """Runs of whole regions of about CHUNK_RECORDS candidate records (empty runs left out)."""
@@ -537,7 +690,7 @@ def decode_buffer(buf, info: LaunchInfo, registry, clock: ClockModel | None = No
     one, times are this buffer's globaltimer minus its earliest timestamp. Raises DecodeError
     subclasses for unreadable buffers; recoverable problems come back in .warnings.
     """
-    plan = _Plan(buf, info, _registry(registry))
+    plan = _Plan(buf, info, _registry(registry), clock.sm_ghz if clock is not None else NOMINAL_SM_GHZ)
     events, launches = _decode([plan], clock)
     return DecodedLaunch(events, launches[0], plan.warnings)
 
@@ -595,6 +748,7 @@ def decode_launches(items, registries, clocks: ClockModel | None = None) -> Deco
     for buf, info in items:
         if info.family not in regs:
             raise KeyError(f"no registry for kernel family {info.family!r} (have {sorted(regs)})")
-        plans.append(_Plan(buf, info, regs[info.family]))
+        plans.append(_Plan(buf, info, regs[info.family], clocks.sm_ghz if clocks is not None else NOMINAL_SM_GHZ))
     events, launches = _decode(plans, clocks)
-    return Decoded(events, launches_frame(launches), aggregate_warnings([w for p in plans for w in p.warnings]))
+    return Decoded(events, launches_frame(launches), aggregate_warnings([w for p in plans for w in p.warnings]),
+                   conversion_summary(plans, clocks))

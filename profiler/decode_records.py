@@ -161,7 +161,9 @@ def decode_chunk(plan, r0: int, r1: int, out: dict, o: int, codes, scratch: Scra
         b, e = match_spans(km1, words, seg)
         n_begin, n_end = int(np.count_nonzero(km1 == 0)), int(np.count_nonzero(km1 == 1))
         res = ChunkResult()
-        res.counts = {"CorruptRecords": int(np.count_nonzero(km1 > 4)) - n_holes - n_bad, "BadTimestamps": n_bad,
+        # format 2: ANCHOR records (km1 == 5) are conversion points (profiler.decode), not events
+        n_anchors = int(np.count_nonzero(km1 == L.KIND_ANCHOR - 1)) if plan.version >= 2 else 0
+        res.counts = {"CorruptRecords": int(np.count_nonzero(km1 > 4)) - n_holes - n_bad - n_anchors, "BadTimestamps": n_bad,
                       "UnmatchedEnd": n_end - len(b), "UnmatchedBegin": n_begin - len(b)}
         if _events(plan, r0, r1, rc, seg, km1, b, e, out, o, codes, scratch, res):
             return res

@@ -96,6 +96,19 @@ class ReversedSpans(DecodeWarning):
     """Spans whose END time precedes their BEGIN's (corrupt timestamps): end set to begin."""
 
 
+class ClockChange(DecodeWarning):
+    """Regions whose SM clock changed while they recorded (format 2): the cycles-per-ns rate
+    between two of their anchors differs from the next pair's, or their rate from start to finish
+    differs from the launch's median, by more than the anchors' quantisation allows. Their cycles
+    are converted piecewise between anchors (never at one rate), but a time between two anchors
+    can be off by up to the detail's bound; `count` regions."""
+
+
+class BadAnchors(DecodeWarning):
+    """ANCHOR records (format 2) that cannot anchor: outside the launch's window, not after the
+    previous anchor in both clocks, or implying an SM clock outside 0.1-10 GHz; ignored, `count`."""
+
+
 # -- analyses ---------------------------------------------------------------------------------
 class AnalysisWarning(CountedWarning):
     """An analysis ran with less than it needs; `count` says how many phases/rows, `detail` which.
@@ -109,6 +122,14 @@ class UndeclaredPhases(AnalysisWarning):
 
 class InvalidRegistry(AnalysisWarning):
     """A registry embedded in the run does not validate: its phases have no semantics."""
+
+
+class CalibrationError(EpscopeError):
+    """A calibration file (profiler.calibration) that cannot be used; the message names the field."""
+
+    def __init__(self, message: str, field: str = ""):
+        super().__init__(message)
+        self.field = field
 
 
 class ExportError(EpscopeError):

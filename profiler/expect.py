@@ -17,7 +17,7 @@ never sentences.
             "outcome": "knob_change", "knob": "num_sms", "value": 64,
             "kernel": "dispatch", "phase": null, "direction": "faster"
         },
-        "planted_by": "python -m ep_core.catalogue ...", "note": "free text for people"
+        "planted_by": "python -m profiler.workflows.catalogue ...", "note": "free text for people"
     }
 
 This module is the data model only (stdlib, no pandas): parse, validate, serialise.

@@ -11,7 +11,12 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .runreader import Run, load_run
+from . import analysis
+from .analysis import graph as G
+from .analysis import unfinished
+from .analysis.timemodel import time_model
+from .analysis.verdict import fmt_ns
+from .runstore import Run, load_run
 
 PER_RANK_ROWS_MAX_RANKS = 4  # above this many ranks, one row per phase names the slowest rank
 UNKNOWN = -1  # launch times on the run timeline may be negative; -1 alone means unknown (schema)
@@ -116,8 +121,54 @@ def _kernels(run: Run) -> list[str]:
             *_table(pd.DataFrame(rows).fillna("-"))]
 
 
-def _phases(run: Run) -> list[str]:
-    ev = run.events
+def _time_model(ev: pd.DataFrame, g) -> list[str]:
+    """Per kernel, medians over its op occurrences: entry skew (first rank's first warp to the
+    last rank's), op latency after entry (the last rank's entry to the last warp end), who entered
+    last and from which side (profiler.analysis.timemodel: the numbers every page reads)."""
+    ops = time_model(g).ops
+    if ops.empty:
+        return []
+    rows = []
+    for k, o in ops.groupby("kernel", sort=False):
+        late = o[o["late_rank"] >= 0]
+        top = late.groupby(["late_rank", "late_cause"])["late_wait_ns"].sum().sort_values() if len(late) else None
+        who = (f"rank {int(top.index[-1][0])} ({top.index[-1][1]})" if top is not None and len(top) and top.iloc[-1] > 0
+               else "-")
+        rows.append({"kernel": str(k), "occurrences": len(o), "entry skew us": _us(o["entry_skew_ns"].median()),
+                     "op latency after entry us": _us(o["op_latency_ns"].median()) if o["op_latency_ns"].notna().any() else "-",
+                     "others waited for entry us": _us(o["late_wait_ns"].median()), "late entry (side)": who,
+                     "unfinished": int(o["unfinished"].sum())})
+    return ["", "time model per kernel (medians over op occurrences; wall time, not summed over warps)",
+            *_table(pd.DataFrame(rows))]
+
+
+def _verdicts(ev: pd.DataFrame, run: Run) -> list[str]:
+    """The pages' headline verdicts, computed by the same functions the viewer calls."""
+    reg = run.manifest.get("registry")
+    out = ["", "verdicts (the viewer's pages say the same)"]
+    for page, fn in (("critical path", analysis.critical_path), ("idle warps", analysis.idle_warps),
+                     ("barriers", analysis.barrier_contention)):
+        v = fn(ev, registry=reg, launches=run.launches).verdict
+        out.append(f"  {page}: {'ALARM ' if v.alarm else ''}{v.headline}")
+    return out
+
+
+def _unfinished(ev: pd.DataFrame) -> list[str]:
+    """The spans no kernel ended (a timed-out wait), as the pages draw them: until the kernel stopped."""
+    op = ev[ev["open"].to_numpy()]
+    if op.empty:
+        return []
+    d = (op["end_ns"] - op["begin_ns"])
+    i = int(d.to_numpy().argmax())
+    w = op.iloc[i]
+    return [f"OPEN SPANS: {len(op):,} (unfinished: a kernel aborted or ENDs were dropped; as on every page they end "
+            f"where their kernel stopped); longest: rank {int(w['rank'])} "
+            f"{w['kernel']}/{w['phase']} {fmt_ns(float(d.iloc[i]))} (block {int(w['block'])} warp {int(w['warp'])}, "
+            f"unfinished)"]
+
+
+def _phases(run: Run, ev: pd.DataFrame | None = None) -> list[str]:
+    ev = run.events if ev is None else ev
     gpu = ev[ev["kind"] != "host"]
     if not len(gpu):
         return []
@@ -154,17 +205,21 @@ def report(run, step: Callable[[str], None] | None = None) -> str:
     step = step or (lambda label: None)
     run = run if isinstance(run, Run) else load_run(run)
     step(f"loading {run.num_events:,} events")
-    ev = run.events
+    # the same closed table every page analyses: unfinished waits last until their kernel stopped
+    ev = unfinished.close(run.events, run.launches)
     step("summarising")
     kinds = ev["kind"].value_counts()
     ranks = sorted(set(ev["rank"].unique().tolist()) | set(run.launches["rank"].unique().tolist()))
     lines = _header(run)
     lines.append(f"events: {len(ev):,} ({', '.join(f'{int(kinds.get(k, 0)):,} {k}' for k in ('span', 'instant', 'arrive', 'depart', 'host') if kinds.get(k, 0))}); "
                  f"launches: {len(run.launches):,}; ranks: {', '.join(map(str, ranks))}")
-    opened = int(ev["open"].sum())
-    if opened:
-        lines.append(f"OPEN SPANS: {opened:,} (a kernel aborted or ENDs were dropped; they end at the warp's last timestamp)")
+    lines += _unfinished(ev)
     lines += _clock(run) + _losses(run) + _kernels(run)
+    step("time model")
+    g = G.build(ev, run.manifest.get("registry"), run.launches)
+    lines += _time_model(ev, g)
     step("phases")
-    lines += _phases(run)
+    lines += _phases(run, ev)
+    step("verdicts")
+    lines += _verdicts(ev, run)
     return "\n".join(lines) + "\n"

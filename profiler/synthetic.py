@@ -35,6 +35,7 @@ event run of 8 ranks has about 200 chunks per pair and channel over 4 iterations
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +123,31 @@ class _Rows:
         return out
 
 
+@dataclass
+class _Sim:
+    """One simulation's settings, derived sizes, row sink and random stream: what the steps of
+    make_events share. The steps draw from `rng` in a fixed order (the bundled synthetic runs are
+    this simulation's output for their seeds)."""
+
+    R: int
+    C: int
+    W: int
+    K: int
+    scenario: str
+    variant: str
+    noise: float
+    rng: np.random.Generator
+    nchunks: np.ndarray                 # chunks per (src, dst, channel)
+    planted: dict                       # late_rank, late_block, late_warp, late_ns, slow_rank, slow_factor, ab_factor
+    rows: _Rows = field(default_factory=_Rows)
+    codes: dict = field(default_factory=lambda: {
+        "phase": {p: i for i, p in enumerate(PHASES)}, "kernel": {k: i for i, k in enumerate(KERNELS)},
+        "role": {r: i for i, r in enumerate(ROLES)}, "kind": {k: i for i, k in enumerate(EVENT_KINDS)}})
+
+    def code(self, what: str, name: str) -> int:
+        return self.codes[what][name]
+
+
 def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balanced", seed: int = 0,
                 variant: str = "a", iterations: int = 4, blocks: int | None = None,
                 chunks: int | None = None, starved_rank: int = 1, active_blocks: int = 1,
@@ -147,130 +173,59 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
     # events per chunk per (pair, channel) = 6; fixed per warp and launch = 8 (two barriers)
     per_unit = iterations * 2 * R * R * C
     K = chunks if chunks is not None else max(1, int(round((events / per_unit - 8) / 6)))
-    rng = np.random.default_rng(seed)
-
-    rows = _Rows()
-    launches = []
-    ph = {p: i for i, p in enumerate(PHASES)}
-    kn = {k: i for i, k in enumerate(KERNELS)}
-    rl = {r: i for i, r in enumerate(ROLES)}
-    kd = {k: i for i, k in enumerate(EVENT_KINDS)}
-
-    # chunks per (src, dst, channel)
     nchunks = np.full((R, R, C), K, np.int64)
     if scenario == "starvation":
         nchunks[:, starved_rank, active_blocks:] = 0     # nobody sends to it on those channels
         nchunks[starved_rank, :, active_blocks:] = 0     # and it has nothing to send there
-    src = np.arange(R)[:, None, None]
-    dst = np.arange(R)[None, :, None]
-    ch = np.arange(C)[None, None, :]
+    planted = dict(late_rank=late_rank, late_block=late_block, late_warp=late_warp, late_ns=late_ns,
+                   slow_rank=slow_rank, slow_factor=slow_factor, ab_factor=ab_factor)
+    sim = _Sim(R, C, W, K, scenario, variant, noise, np.random.default_rng(seed), nchunks, planted)
+    launches = _simulate(sim, iterations)
+    df = _event_frame(sim.rows.frame())
+    lt = pd.DataFrame(launches)
+    lt["kernel"] = lt["kernel"].astype("category")
+    lt = lt[list(LAUNCH_COLUMNS)].astype(LAUNCH_COLUMNS)
+    truth = {"scenario": scenario, "variant": variant, "ranks": R, "blocks": C, "warps_per_block": W, "chunks": K}
+    if scenario == "starvation":
+        truth.update(starved_rank=starved_rank, idle_blocks=[active_blocks, C - 1],
+                     working_warps=active_blocks * W)
+    elif scenario == "late_arriver":
+        truth.update(late_rank=late_rank, late_block=late_block, late_warp=late_warp, late_ns=late_ns)
+    elif scenario == "late_host":
+        truth.update(late_rank=late_rank, late_ns=late_ns)
+    elif scenario == "slow_rank":
+        truth.update(slow_rank=slow_rank, slow_factor=slow_factor)
+    elif scenario == "ab":
+        truth.update(ab_phase="dispatch/send_chunk", ab_factor=ab_factor if variant == "b" else 1.0)
+    return df, lt, _manifest(sim, seed, iterations, len(df), truth)
 
+
+def _simulate(sim: _Sim, iterations: int) -> list[dict]:
+    """Every launch of every iteration (notify, dispatch, combine), their rows into sim.rows;
+    returns the launch table's rows."""
+    R, rng = sim.R, sim.rng
+    launches = []
     host_t = np.zeros(R, np.int64)          # host clock per rank
     gpu_free = np.zeros(R, np.int64)        # stream of each rank free at
     launch_no = 0
     for it in range(iterations):
         it_factor = _lognormal(rng, (), 0.03)  # iteration-to-iteration drift
-        if scenario == "late_host":
-            host_t[late_rank] += late_ns
+        if sim.scenario == "late_host":
+            host_t[sim.planted["late_rank"]] += sim.planted["late_ns"]
         for kernel in KERNELS:
             # host enqueue, kernel start
             h_b = host_t + rng.integers(500, 1500, R)
-            h_e = h_b + (ENQUEUE_NS * _lognormal(rng, R, noise)).astype(np.int64)
+            h_e = h_b + (ENQUEUE_NS * _lognormal(rng, R, sim.noise)).astype(np.int64)
             host_t = h_e
             k_start = np.maximum(h_e + LAUNCH_LAT_NS, gpu_free + 1000)
-            rows.add(rank=np.arange(R), launch=launch_no, kernel=kn[kernel], iteration=it, block=-1, warp=-1,
-                     role=rl["host"], kind=kd["host"], phase=ph["enqueue"], begin_ns=h_b, end_ns=h_e, payload=0)
+            sim.rows.add(rank=np.arange(R), launch=launch_no, kernel=sim.code("kernel", kernel), iteration=it, block=-1,
+                         warp=-1, role=sim.code("role", "host"), kind=sim.code("kind", "host"),
+                         phase=sim.code("phase", "enqueue"), begin_ns=h_b, end_ns=h_e, payload=0)
+            where = dict(launch=launch_no, kernel=sim.code("kernel", kernel), iteration=it)
             if kernel == "notify":
-                t0 = k_start + rng.integers(100, 400, R)
-                n_end = t0 + (3000 * _lognormal(rng, R, noise)).astype(np.int64)
-                dep = n_end.max() + BARRIER_LAT_NS + rng.integers(0, 100, R)
-                rk = np.arange(R)
-                rows.add(rank=rk, launch=launch_no, kernel=kn[kernel], iteration=it, block=0, warp=0, role=rl["notify"],
-                         kind=kd["span"], phase=ph["notify"], begin_ns=t0, end_ns=n_end, payload=0)
-                for kind, t in (("arrive", n_end), ("depart", dep)):
-                    rows.add(rank=rk, launch=launch_no, kernel=kn[kernel], iteration=it, block=0, warp=0, role=rl["notify"],
-                             kind=kd[kind], phase=ph["rank_layout"], begin_ns=t, end_ns=t, payload=0)
-                k_end = dep
-                regions = 1
+                k_end, regions = _notify(sim, k_start, where), 1
             else:
-                recv_phase = "copy_out" if kernel == "dispatch" else "reduce"
-                # every warp of every rank: start, rank_start barrier
-                w_start = k_start[:, None, None] + rng.integers(100, 2000, (R, C, W))
-                rs_dep = w_start.max() + BARRIER_LAT_NS + rng.integers(0, 200, (R, C, W))
-                bidx = np.arange(C)[None, :, None]
-                widx = np.arange(W)[None, None, :]
-                ridx = np.arange(R)[:, None, None]
-                role = np.where(widx < R, rl["sender"], rl["receiver"])
-                for kind, t in (("arrive", w_start), ("depart", rs_dep)):
-                    rows.add(rank=ridx, launch=launch_no, kernel=kn[kernel], iteration=it, block=bidx, warp=widx, role=role,
-                             kind=kd[kind], phase=ph["rank_start"], begin_ns=t, end_ns=t, payload=0)
-                # per pair simulation
-                # (s, d, c) layout: sender = warp d of block c on rank s, receiver = warp R+s of block c on rank d
-                s_t = rs_dep.transpose(0, 2, 1)[:, :R, :].astype(np.int64).copy()
-                r_t = rs_dep[:, :, R:].transpose(2, 0, 1).astype(np.int64).copy()
-                copy_f = np.ones((R, R, C))
-                recv_f = np.ones((R, R, C))
-                if scenario == "slow_rank":
-                    copy_f[slow_rank] *= slow_factor
-                    recv_f[:, slow_rank] *= slow_factor
-                if scenario == "ab" and variant == "b" and kernel == "dispatch":
-                    copy_f = copy_f * ab_factor
-                heads = np.zeros((K, R, R, C), np.int64)
-                buf = {n: np.zeros((K, R, R, C), np.int64) for n in
-                       ("ws_b", "ws_e", "sc_e", "wd_b", "wd_e", "co_e")}
-                for k in range(K):
-                    ws_b = s_t
-                    space = heads[k - RING_DEPTH] + FLAG_LAT_NS if k >= RING_DEPTH else s_t
-                    ws_e = np.maximum(ws_b, space)
-                    sc_e = ws_e + (COPY_NS * copy_f * it_factor * _lognormal(rng, (R, R, C), noise)).astype(np.int64)
-                    wd_b = r_t
-                    wd_e = np.maximum(wd_b, sc_e + FLAG_LAT_NS)
-                    co_e = wd_e + (RECV_COPY_NS * recv_f * it_factor * _lognormal(rng, (R, R, C), noise)).astype(np.int64)
-                    heads[k] = co_e
-                    for n, v in (("ws_b", ws_b), ("ws_e", ws_e), ("sc_e", sc_e), ("wd_b", wd_b), ("wd_e", wd_e), ("co_e", co_e)):
-                        buf[n][k] = v
-                    active = k < nchunks
-                    s_t = np.where(active, sc_e + 50, s_t)
-                    r_t = np.where(active, co_e + 50, r_t)
-                kk = np.arange(K)[:, None, None, None]
-                act = kk < nchunks[None]
-                S, D, Cc = (np.broadcast_to(a, (K, R, R, C)) for a in (src[None], dst[None], ch[None]))
-                common = dict(launch=launch_no, kernel=kn[kernel], iteration=it, block=Cc)
-                # sender rows on rank s, warp d
-                rows.add(act, rank=S, warp=D, role=rl["sender"], kind=kd["span"], phase=ph["send_chunk"],
-                         begin_ns=buf["ws_b"], end_ns=buf["sc_e"], payload=kk, **common)
-                rows.add(act, rank=S, warp=D, role=rl["sender"], kind=kd["span"], phase=ph["wait_space"],
-                         begin_ns=buf["ws_b"], end_ns=buf["ws_e"], payload=D, **common)
-                rows.add(act, rank=S, warp=D, role=rl["sender"], kind=kd["instant"], phase=ph["publish_tail"],
-                         begin_ns=buf["sc_e"], end_ns=buf["sc_e"], payload=D, **common)
-                # receiver rows on rank d, warp R+s
-                rows.add(act, rank=D, warp=R + S, role=rl["receiver"], kind=kd["span"], phase=ph["wait_data"],
-                         begin_ns=buf["wd_b"], end_ns=buf["wd_e"], payload=S, **common)
-                rows.add(act, rank=D, warp=R + S, role=rl["receiver"], kind=kd["span"], phase=ph[recv_phase],
-                         begin_ns=buf["wd_e"], end_ns=buf["co_e"], payload=kk, **common)
-                rows.add(act, rank=D, warp=R + S, role=rl["receiver"], kind=kd["instant"], phase=ph["publish_head"],
-                         begin_ns=buf["co_e"], end_ns=buf["co_e"], payload=S, **common)
-                # warp finish times -> grid barrier per rank
-                fin = rs_dep.copy()
-                fin_s = np.where(nchunks > 0, s_t, 0)   # (s, d, c): sender warp d of block c on rank s
-                fin_r = np.where(nchunks > 0, r_t, 0)   # receiver warp R+s of block c on rank d
-                fin[:, :, :R] = np.maximum(fin[:, :, :R], fin_s.transpose(0, 2, 1))
-                fin[:, :, R:] = np.maximum(fin[:, :, R:], fin_r.transpose(1, 2, 0))
-                if scenario == "late_arriver" and kernel == "dispatch":
-                    fin[late_rank, late_block, late_warp] += late_ns
-                    # the late warp spends the extra time in a recorded span (a slow last copy)
-                    rows.add(rank=late_rank, launch=launch_no, kernel=kn[kernel], iteration=it, block=late_block,
-                             warp=late_warp, role=rl["sender"] if late_warp < R else rl["receiver"], kind=kd["span"],
-                             phase=ph["send_chunk"] if late_warp < R else ph[recv_phase],
-                             begin_ns=fin[late_rank, late_block, late_warp] - late_ns,
-                             end_ns=fin[late_rank, late_block, late_warp], payload=K)
-                arrive = fin + rng.integers(10, 100, (R, C, W))
-                gdep = arrive.reshape(R, -1).max(axis=1)[:, None, None] + BARRIER_LAT_NS + rng.integers(0, 100, (R, C, W))
-                for kind, t in (("arrive", arrive), ("depart", gdep)):
-                    rows.add(rank=ridx, launch=launch_no, kernel=kn[kernel], iteration=it, block=bidx, warp=widx, role=role,
-                             kind=kd[kind], phase=ph["grid"], begin_ns=t, end_ns=t, payload=0)
-                k_end = gdep.reshape(R, -1).max(axis=1)
-                regions = C * W
+                k_end, regions = _ep_kernel(sim, kernel, k_start, it_factor, where), sim.C * sim.W
             for r in range(R):
                 launches.append({"rank": r, "launch": launch_no, "kernel": kernel, "iteration": it,
                                  "host_begin_ns": int(h_b[r]), "host_end_ns": int(h_e[r]),
@@ -281,11 +236,122 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
             launch_no += 1
         # the host synchronises with its stream at the end of each iteration (as EP benchmarks do)
         host_t = np.maximum(host_t, gpu_free)
+    return launches
 
-    cols = rows.frame()
+
+def _notify(sim: _Sim, k_start, where: dict):
+    """The notify kernel: one warp per rank, then the cross-rank rank_layout barrier; returns its end."""
+    R, rng, c = sim.R, sim.rng, sim.code
+    t0 = k_start + rng.integers(100, 400, R)
+    n_end = t0 + (3000 * _lognormal(rng, R, sim.noise)).astype(np.int64)
+    dep = n_end.max() + BARRIER_LAT_NS + rng.integers(0, 100, R)
+    rk = np.arange(R)
+    sim.rows.add(rank=rk, block=0, warp=0, role=c("role", "notify"), kind=c("kind", "span"), phase=c("phase", "notify"),
+                 begin_ns=t0, end_ns=n_end, payload=0, **where)
+    for kind, t in (("arrive", n_end), ("depart", dep)):
+        sim.rows.add(rank=rk, block=0, warp=0, role=c("role", "notify"), kind=c("kind", kind),
+                     phase=c("phase", "rank_layout"), begin_ns=t, end_ns=t, payload=0, **where)
+    return dep
+
+
+def _ep_kernel(sim: _Sim, kernel: str, k_start, it_factor, where: dict):
+    """dispatch or combine: every warp's start and rank_start barrier, the chunks of every
+    (source, destination, channel) pair, the grid barrier; returns each rank's kernel end."""
+    R, C, W, rng, c = sim.R, sim.C, sim.W, sim.rng, sim.code
+    # every warp of every rank: start, rank_start barrier
+    w_start = k_start[:, None, None] + rng.integers(100, 2000, (R, C, W))
+    rs_dep = w_start.max() + BARRIER_LAT_NS + rng.integers(0, 200, (R, C, W))
+    grid = dict(rank=np.arange(R)[:, None, None], block=np.arange(C)[None, :, None], warp=np.arange(W)[None, None, :])
+    grid["role"] = np.where(grid["warp"] < R, c("role", "sender"), c("role", "receiver"))
+    for kind, t in (("arrive", w_start), ("depart", rs_dep)):
+        sim.rows.add(kind=c("kind", kind), phase=c("phase", "rank_start"), begin_ns=t, end_ns=t, payload=0,
+                     **grid, **where)
+    buf, s_t, r_t = _chunks(sim, kernel, rs_dep, it_factor)
+    _chunk_rows(sim, kernel, buf, where)
+    # warp finish times -> grid barrier per rank
+    fin = rs_dep.copy()
+    fin_s = np.where(sim.nchunks > 0, s_t, 0)   # (s, d, c): sender warp d of block c on rank s
+    fin_r = np.where(sim.nchunks > 0, r_t, 0)   # receiver warp R+s of block c on rank d
+    fin[:, :, :R] = np.maximum(fin[:, :, :R], fin_s.transpose(0, 2, 1))
+    fin[:, :, R:] = np.maximum(fin[:, :, R:], fin_r.transpose(1, 2, 0))
+    if sim.scenario == "late_arriver" and kernel == "dispatch":
+        _late_warp(sim, kernel, fin, where)
+    arrive = fin + rng.integers(10, 100, (R, C, W))
+    gdep = arrive.reshape(R, -1).max(axis=1)[:, None, None] + BARRIER_LAT_NS + rng.integers(0, 100, (R, C, W))
+    for kind, t in (("arrive", arrive), ("depart", gdep)):
+        sim.rows.add(kind=c("kind", kind), phase=c("phase", "grid"), begin_ns=t, end_ns=t, payload=0, **grid, **where)
+    return gdep.reshape(R, -1).max(axis=1)
+
+
+def _chunks(sim: _Sim, kernel: str, rs_dep, it_factor):
+    """The chunk pipeline of every (s, d, c) pair: sender = warp d of block c on rank s, receiver
+    = warp R+s of block c on rank d, a ring of RING_DEPTH chunks between them. Returns the times of
+    each chunk's steps ({name: [K, R, R, C]}) and each sender's and receiver's last time."""
+    R, C, K, rng, p = sim.R, sim.C, sim.K, sim.rng, sim.planted
+    s_t = rs_dep.transpose(0, 2, 1)[:, :R, :].astype(np.int64).copy()
+    r_t = rs_dep[:, :, R:].transpose(2, 0, 1).astype(np.int64).copy()
+    copy_f = np.ones((R, R, C))
+    recv_f = np.ones((R, R, C))
+    if sim.scenario == "slow_rank":
+        copy_f[p["slow_rank"]] *= p["slow_factor"]
+        recv_f[:, p["slow_rank"]] *= p["slow_factor"]
+    if sim.scenario == "ab" and sim.variant == "b" and kernel == "dispatch":
+        copy_f = copy_f * p["ab_factor"]
+    heads = np.zeros((K, R, R, C), np.int64)
+    buf = {n: np.zeros((K, R, R, C), np.int64) for n in ("ws_b", "ws_e", "sc_e", "wd_b", "wd_e", "co_e")}
+    for k in range(K):
+        ws_b = s_t
+        space = heads[k - RING_DEPTH] + FLAG_LAT_NS if k >= RING_DEPTH else s_t
+        ws_e = np.maximum(ws_b, space)
+        sc_e = ws_e + (COPY_NS * copy_f * it_factor * _lognormal(rng, (R, R, C), sim.noise)).astype(np.int64)
+        wd_b = r_t
+        wd_e = np.maximum(wd_b, sc_e + FLAG_LAT_NS)
+        co_e = wd_e + (RECV_COPY_NS * recv_f * it_factor * _lognormal(rng, (R, R, C), sim.noise)).astype(np.int64)
+        heads[k] = co_e
+        for n, v in (("ws_b", ws_b), ("ws_e", ws_e), ("sc_e", sc_e), ("wd_b", wd_b), ("wd_e", wd_e), ("co_e", co_e)):
+            buf[n][k] = v
+        active = k < sim.nchunks
+        s_t = np.where(active, sc_e + 50, s_t)
+        r_t = np.where(active, co_e + 50, r_t)
+    return buf, s_t, r_t
+
+
+def _chunk_rows(sim: _Sim, kernel: str, buf: dict, where: dict) -> None:
+    """The rows of every chunk that was sent: the sender's send / wait_space / publish on rank s,
+    the receiver's wait_data / copy-out (or reduce) / publish on rank d."""
+    R, C, K, c = sim.R, sim.C, sim.K, sim.code
+    recv_phase = "copy_out" if kernel == "dispatch" else "reduce"
+    kk = np.arange(K)[:, None, None, None]
+    act = kk < sim.nchunks[None]
+    src, dst, ch = np.arange(R)[:, None, None], np.arange(R)[None, :, None], np.arange(C)[None, None, :]
+    S, D, Cc = (np.broadcast_to(a, (K, R, R, C)) for a in (src[None], dst[None], ch[None]))
+    common = dict(block=Cc, **where)
+    sender = dict(rank=S, warp=D, role=c("role", "sender"), **common)
+    receiver = dict(rank=D, warp=R + S, role=c("role", "receiver"), **common)
+    for who, kind, phase, b, e, payload in (
+            (sender, "span", "send_chunk", "ws_b", "sc_e", kk), (sender, "span", "wait_space", "ws_b", "ws_e", D),
+            (sender, "instant", "publish_tail", "sc_e", "sc_e", D), (receiver, "span", "wait_data", "wd_b", "wd_e", S),
+            (receiver, "span", recv_phase, "wd_e", "co_e", kk), (receiver, "instant", "publish_head", "co_e", "co_e", S)):
+        sim.rows.add(act, kind=c("kind", kind), phase=c("phase", phase), begin_ns=buf[b], end_ns=buf[e],
+                     payload=payload, **who)
+
+
+def _late_warp(sim: _Sim, kernel: str, fin, where: dict) -> None:
+    """late_arriver: the planted warp finishes late_ns later, spending it in a recorded span (a slow
+    last copy)."""
+    p, c = sim.planted, sim.code
+    r, b, w, late = p["late_rank"], p["late_block"], p["late_warp"], p["late_ns"]
+    recv_phase = "copy_out" if kernel == "dispatch" else "reduce"
+    fin[r, b, w] += late
+    sim.rows.add(rank=r, block=b, warp=w, role=c("role", "sender") if w < sim.R else c("role", "receiver"),
+                 kind=c("kind", "span"), phase=c("phase", "send_chunk") if w < sim.R else c("phase", recv_phase),
+                 begin_ns=fin[r, b, w] - late, end_ns=fin[r, b, w], payload=sim.K, **where)
+
+
+def _event_frame(cols: dict) -> pd.DataFrame:
+    """The simulated rows as the event table (profiler.schema's dtypes), in record order per warp."""
     order = np.lexsort((-cols["end_ns"], cols["begin_ns"], cols["warp"], cols["block"], cols["launch"], cols["rank"]))
-    n = len(order)
-    df = pd.DataFrame({
+    return pd.DataFrame({
         "rank": cols["rank"][order].astype(np.int16),
         "launch": cols["launch"][order].astype(np.int32),
         "kernel": pd.Categorical.from_codes(cols["kernel"][order].astype(np.int8), categories=list(KERNELS)),
@@ -299,26 +365,14 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
         "begin_ns": cols["begin_ns"][order].astype(np.int64),
         "end_ns": cols["end_ns"][order].astype(np.int64),
         "payload": cols["payload"][order].astype(np.int64),
-        "open": np.zeros(n, bool),
+        "open": np.zeros(len(order), bool),
     })
-    lt = pd.DataFrame(launches)
-    lt["kernel"] = lt["kernel"].astype("category")
-    lt = lt[list(LAUNCH_COLUMNS)].astype(LAUNCH_COLUMNS)
 
-    truth = {"scenario": scenario, "variant": variant, "ranks": R, "blocks": C, "warps_per_block": W, "chunks": K}
-    if scenario == "starvation":
-        truth.update(starved_rank=starved_rank, idle_blocks=[active_blocks, C - 1],
-                     working_warps=active_blocks * W)
-    elif scenario == "late_arriver":
-        truth.update(late_rank=late_rank, late_block=late_block, late_warp=late_warp, late_ns=late_ns)
-    elif scenario == "late_host":
-        truth.update(late_rank=late_rank, late_ns=late_ns)
-    elif scenario == "slow_rank":
-        truth.update(slow_rank=slow_rank, slow_factor=slow_factor)
-    elif scenario == "ab":
-        truth.update(ab_phase="dispatch/send_chunk", ab_factor=ab_factor if variant == "b" else 1.0)
+
+def _manifest(sim: _Sim, seed: int, iterations: int, n: int, truth: dict) -> dict:
+    R, C, W, K, scenario, variant = sim.R, sim.C, sim.W, sim.K, sim.scenario, sim.variant
     registry = REGISTRY
-    manifest = {
+    return {
         "format": "epscope-run", "format_version": 1,
         "name": f"synthetic-{scenario}{'-' + variant if scenario == 'ab' else ''}-r{R}-s{seed}",
         "description": f"synthetic {scenario} run: {R} ranks, {C} blocks x {W} warps, {K} chunks per pair, {n} events",
@@ -337,7 +391,6 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
         "headline": {"events": n, "iterations": iterations},
         "synthetic": truth,
     }
-    return df, lt, manifest
 
 
 def make_run(path, *, ranks: int = 8, events: int = 200_000, scenario: str = "balanced",

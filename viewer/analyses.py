@@ -35,8 +35,12 @@ def timeline_index(run: LoadedRun) -> timeline_logic.TimelineIndex:
         timeline_logic.build_index(events(run), run.manifest)))
 
 
+# Every analysis of a run is given the same table, registry and launch table, so they share one
+# dependency graph and one time model (graph.build caches on those three; issue 20 found the
+# critical path and idle building two graphs because only idle was given the launches).
 def critical(run: LoadedRun) -> analysis.CriticalPath:
-    return run.cached("critical_path", lambda: analysis.critical_path(events(run), registry=registry(run)))
+    return run.cached("critical_path", lambda: analysis.critical_path(events(run), registry=registry(run),
+                                                                      launches=run.launches))
 
 
 def idle(run: LoadedRun) -> analysis.IdleReport:
@@ -44,7 +48,8 @@ def idle(run: LoadedRun) -> analysis.IdleReport:
 
 
 def barriers(run: LoadedRun) -> analysis.BarrierReport:
-    return run.cached("barriers", lambda: analysis.barrier_contention(events(run), registry=registry(run)))
+    return run.cached("barriers", lambda: analysis.barrier_contention(events(run), registry=registry(run),
+                                                                      launches=run.launches))
 
 
 def what_if_key(phase: str, speedup: float, rank) -> tuple:

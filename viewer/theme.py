@@ -80,4 +80,10 @@ def figure_layout(**overrides) -> dict:
         yaxis=dict(gridcolor=GRID, zerolinecolor=GRID),
     )
     base.update(overrides)
+    # numbers on axes in full ("1,000,000 µs", never plotly's SI "1M µs", which reads as a unit):
+    # every axis of every figure, whatever the page passed
+    for k, ax in base.items():
+        if (k.startswith("xaxis") or k.startswith("yaxis")) and isinstance(ax, dict):
+            ax.setdefault("exponentformat", "none")
+            ax.setdefault("separatethousands", True)
     return base

@@ -21,7 +21,7 @@ STEPS=${STEPS:-"aa ab tune tunell"}
 KNOB_TREE=${KNOB_TREE:-.ab/knob}
 AB_ARGS=${AB_ARGS:-"--num-sms 24 --rounds 6 --profile-rounds -1 --iters 20 --warmup 5 --build-root build/ab"}
 TUNE_ARGS=${TUNE_ARGS:-"--sms 24,32,48,64 --chunks default --copy-paths direct,tma:2,tma:3 --rounds 3 --recheck-rounds 4 --top 2"}
-# low latency: 9 candidates + the defaults per bucket (ep_core/tune_ll.py says why these); rounds are
+# low latency: 9 candidates + the defaults per bucket (profiler/workflows/tune_ll.py says why these); rounds are
 # ~25 ms (40 pairs behind a 300 µs lead each), so more rounds than the normal sweep cost little
 TUNE_LL_ARGS=${TUNE_LL_ARGS:-"--rounds 4 --recheck-rounds 6 --top 2 --iters 40 --warmup 5"}
 [ -f "$OUT/tuned.json" ] || cp ep_core/tuned.json "$OUT/tuned.json"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The ground-truth catalogue's device call (issue 8 section 1): build the extensions, record every
-# catalogue run in one launch of one process per GPU (python -m ep_core.catalogue), and bring the
+# catalogue run in one launch of one process per GPU (python -m profiler.workflows.catalogue), and bring the
 # run directories back as one tarball with the log. Everything it writes lands under $OUT.
 #   run (device tool, 2 GPUs):  EP_COMMIT=<commit> bash benchmarks/gpu/catalogue_gpu.sh
-#   ONLY=balanced,timeout ...   records a subset (the scenario keys of ep_core/catalogue.py)
+#   ONLY=balanced,timeout ...   records a subset (the scenario keys of profiler/workflows/catalogue.py)
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16}
@@ -28,7 +28,7 @@ wait
 echo "build: $(( $(date +%s) - t0 )) s"
 
 t1=$(date +%s)
-timeout "$CATALOGUE_TIMEOUT" python -m ep_core.catalogue --out "$OUT/catalogue" "${only[@]}" 2>&1 | tee "$OUT/catalogue.log"
+timeout "$CATALOGUE_TIMEOUT" python -m profiler.workflows.catalogue --out "$OUT/catalogue" "${only[@]}" 2>&1 | tee "$OUT/catalogue.log"
 rc=${PIPESTATUS[0]}
 echo "catalogue: exit $rc, $(( $(date +%s) - t1 )) s" | tee -a "$OUT/catalogue.log"
 if [ -d "$OUT/catalogue" ]; then

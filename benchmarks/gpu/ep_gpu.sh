@@ -38,10 +38,10 @@ fi
 if [ "$HARNESS_BENCH" = 1 ] && [ -f benchmarks/bench_ep.py ]; then
   timeout 360 python benchmarks/bench_ep.py --ranks 2 --out "$OUT" $HARNESS_BENCH_ARGS 2>&1 | tail -60 | tee "$OUT/bench_ep.log"
 fi
-if [ "$EP_TRACE" = 1 ] && [ -f ep_core/trace.py ]; then
+if [ "$EP_TRACE" = 1 ] && [ -f profiler/workflows/trace.py ]; then
   # the same three scenarios through ep-harness's `epscope trace`
   mkdir -p "$OUT/traces"
-  et="python -m ep_core.trace --ranks 2 --out $OUT/traces --iters 6 --profile-iters 2"
+  et="python -m profiler.workflows.trace --ranks 2 --out $OUT/traces --iters 6 --profile-iters 2"
   { timeout 90 $et --routing uniform --name epscope-trace-2rank-balanced
     timeout 90 $et --routing skewed --name epscope-trace-2rank-skewed
     timeout 90 $et --force-timeout-rank 1 --timeout-s 1 --name epscope-trace-2rank-forced-timeout; } 2>&1 \

@@ -31,7 +31,7 @@ import torch.distributed as dist  # noqa: E402
 from ep_core import reference as ref  # noqa: E402
 from ep_core.config import Config, Problem  # noqa: E402
 from ep_core.launch import run_ranks  # noqa: E402
-from ep_core.workload import make_all_inputs  # noqa: E402
+from profiler.workflows.workload import make_all_inputs  # noqa: E402
 
 
 def log(ctx, *a):

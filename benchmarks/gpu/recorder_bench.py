@@ -4,7 +4,8 @@ Measures and writes <out>/recorder-<gpu>-<date>.md (+ .json):
   * the %globaltimer step (timer probe kernel: min / mean increment between changes);
   * cycles per record on the recording warp (record_cost kernel: clock64 around n records plus
     one LCG step each; the same loop compiled out is the baseline), in four modes: compiled out
-    (EPSCOPE_PROFILE=0), runtime off (null buffer), on (globaltimer), on (hires clock64);
+    (EPSCOPE_PROFILE=0), runtime off (null buffer), on (format 2: one clock64 read and one store);
+  * cycles per record of each record design side by side (record_parts);
   * workload time with recording on vs compiled out, and runtime off vs compiled out, with CUDA
     events around single launches, the modes interleaved rep by rep;
   * SASS proof from cuobjdump of both builds' selftest object: %globaltimer reads
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from profiler.generated import selftest_phases as P  # noqa: E402
 from profiler.record import build  # noqa: E402
+from profiler.record.calibrate import DESIGNS  # noqa: E402
 from profiler.record.selftest import STARVED, TIMEOUT_CYCLES, launch_barrier, launch_starved  # noqa: E402
 from profiler.record.session import buffer_bytes, git_info, make_header  # noqa: E402
 
@@ -56,11 +58,10 @@ def timer_step(prof) -> dict:
 
 def record_cost(prof, noprof, grid: int, warps: int, n: int, launches: int = 7) -> dict:
     """Median over launches of the median over warps of clock64 cycles per loop iteration."""
-    modes = {
+    modes = {  # format 2: every record is one clock64 read (no globaltimer / hires choice any more)
         "compiled out": (noprof, lambda: None),
         "runtime off": (prof, lambda: None),
-        "on (globaltimer)": (prof, lambda: make_buffer(grid, warps, n)),
-        "on (hires clock64)": (prof, lambda: make_buffer(grid, warps, n, hires=True)),
+        "on": (prof, lambda: make_buffer(grid, warps, n)),
     }
     per_iter = {}
     for name, (ext, mk) in modes.items():
@@ -83,9 +84,7 @@ def record_cost(prof, noprof, grid: int, warps: int, n: int, launches: int = 7) 
 
 
 # record_parts variants (profiler/csrc/selftest.cuh, RecordPart): what each record design costs
-PARTS = {0: "loop alone (baseline)", 1: "as built: bound predicate, globaltimer + clock64 + SEL",
-         6: "bound predicate, globaltimer only", 2: "overflow sink (no predicate), globaltimer + clock64 + SEL",
-         3: "overflow sink, globaltimer only", 4: "globaltimer read only", 5: "clamped store only"}
+PARTS = {0: "loop alone (baseline)", **DESIGNS}
 
 
 def record_parts(prof, grid: int, warps: int, n: int, launches: int = 7) -> dict:
@@ -124,10 +123,11 @@ def static_record_parts() -> dict:
         ls = loops(funcs[name])
         inner = [l for l in ls if not any(o is not l and l.start <= o.start and o.end <= l.end for o in ls)]
         main = max(inner, key=lambda l: len(l.body), default=None)
-        # iterations per unrolled body: every design but the baseline has one timer read or one
-        # store per iteration (ptxas folds the unrolled LCG steps into one multiply)
-        its = max(sum("SR_GLOBALTIMER" in i.text for i in main.body), sum("STG.E.128" in i.text for i in main.body)) \
-            if main else 0
+        # iterations per unrolled body: one 128-bit store per iteration, or (the read-only designs)
+        # one timer read (ptxas folds the unrolled LCG steps into one multiply)
+        body = main.body if main else ()
+        its = sum("STG.E.128" in i.text for i in body) or sum("SR_GLOBALTIMER" in i.text or "SR_CLOCK" in i.text
+                                                            for i in body)
         out[what] = round(main.stall / its, 2) if its else None
     return out
 
@@ -303,12 +303,12 @@ def render_md(res: dict, excerpt: dict) -> str:
          "## Cost per record on the recording warp (clock64 cycles)", "",
          "Loop of n iterations of (record + one LCG step), timed with clock64 on the warp; the compiled-out "
          "build of the same loop is the baseline; median over warps, then over 7 launches.", "",
-         "| grid x warps | n | compiled out (cyc/iter) | runtime off (cyc/rec) | on, globaltimer (cyc/rec) | on, hires (cyc/rec) |",
-         "| --- | --- | --- | --- | --- | --- |"]
+         "| grid x warps | n | compiled out (cyc/iter) | runtime off (cyc/rec) | on (cyc/rec) |",
+         "| --- | --- | --- | --- | --- |"]
     for r in res["record_cost"]:
         c, d = r["cycles_per_iteration"], r["cycles_per_record"]
         L.append(f"| {r['grid']} x {r['warps']} | {r['records_per_warp']} | {c['compiled out']} | {d['runtime off']} | "
-                 f"**{d['on (globaltimer)']}** | {d['on (hires clock64)']} |")
+                 f"**{d['on']}** |")
     st = res.get("static_record_cost", {})
     static = (f"Static schedule of the instrumented loop (benchmarks/sass_static.py, control bits): "
               f"{st['stall_cycles']} stall cycles for {st['records_per_iteration']} records = "
@@ -357,7 +357,7 @@ def render_md(res: dict, excerpt: dict) -> str:
     L += [
           "## SASS proof (cuobjdump -sass of selftest.cuda.o, both builds)", "",
           "Per kernel: SR_GLOBALTIMER reads (in parentheses those under a predicate; since the one-asm record of "
-          "issue 9 a record reads %globaltimer unpredicated and, for hires, clock64 beside it), STG.E.128 record "
+          "format 2 a record reads clock64 only: SR_GLOBALTIMER remain at the warp's init and finish anchors), STG.E.128 record "
           "stores (the kernels' own outputs are 32-bit stores), SR_CLOCK reads (the record_cost harness and the "
           "spin timeouts use clock64 in both builds).", "",
           "| build | kernel | SR_GLOBALTIMER (predicated) | STG.E.128 | SR_CLOCK |", "| --- | --- | --- | --- | --- |"]

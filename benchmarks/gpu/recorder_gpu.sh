@@ -6,6 +6,9 @@
 #   traces.tar.gz                 traces/<run>/ directories (unpack into the repo's traces/)
 #   raw.tar.gz                    the raw buffers of those runs (*.rawbuf, for re-decoding on CPU)
 #   recorder-<gpu>-<date>.md/json the measurements (copy into benchmarks/results/)
+#   calibration.json              `epscope calibrate` of this GPU (10 ms SM-clock kernel, record designs)
+#   calibrate.txt                 its printed summary
+#   sm-anchors.npy                its raw SM anchor samples (int64[SMs, 101, 4])
 # Usage (repo root): OUT=/tmp/out bash benchmarks/gpu/recorder_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,8 +35,27 @@ step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
   step "benchmark"
   python3 benchmarks/gpu/recorder_bench.py --out "$OUT" --traces "$OUT/traces"
 
+  step "calibrate"
+  python3 -m profiler.record.calibrate --out "$OUT/calibration.json" --samples "$OUT/sm-anchors.npy" | tee "$OUT/calibrate.txt"
+
   step "GPU tests"
-  timeout 240 python3 -m pytest -q -x tests/gpu/test_recorder_gpu.py -p no:cacheprovider
+  timeout 240 python3 -m pytest -q tests/gpu/test_recorder_gpu.py -p no:cacheprovider
+
+  step "summary"
+  python3 - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+res = json.loads(next(out.glob("recorder-*.json")).read_text())
+for r in res["record_cost"]:
+    print(f"record_cost {r['grid']}x{r['warps']}: cycles/record", r["cycles_per_record"])
+for r in res["record_parts"]:
+    print(f"designs {r['grid']}x{r['warps']}:", r["cycles_per_record"])
+for k, o in res["overhead"].items():
+    print(f"{k}: on {o['on_vs_compiled_out_pct']:+.2f}% off {o['runtime_off_vs_compiled_out_pct']:+.2f}% "
+          f"noise {o['noise_compiled_out_halves_pct']:.2f}%")
+print("static", res.get("static_record_cost"))
+PY
 } 2>&1 | tee "$LOG"
 tar czf "$OUT/traces.tar.gz" -C "$OUT" traces && rm -rf "$OUT/traces"
 tar czf "$OUT/raw.tar.gz" -C "$OUT" raw && rm -rf "$OUT/raw"

@@ -60,7 +60,7 @@ from ep_core import reference as ref  # noqa: E402
 from ep_core.config import Config, Problem  # noqa: E402
 from ep_core.launch import run_ranks  # noqa: E402
 from ep_core.routing import make_routing  # noqa: E402
-from ep_core.workload import make_all_inputs, rank_seed  # noqa: E402
+from profiler.workflows.workload import make_all_inputs, rank_seed  # noqa: E402
 
 ISSUE_SHAPE = {"tokens": 4096, "hidden": 7168, "topk": 8, "experts": 256}
 PATHS = (("direct", 3), ("tma", 1), ("tma", 2), ("tma", 3))

@@ -6,7 +6,7 @@
 #   TESTS   tests/gpu/test_ep_tma.py + test_ep_hook.py      ~2.5 min (tma 85 s at 6a0331a, hook ~60 s)
 #   BENCH   benchmarks/gpu/tma_bench.py: direct and tma N=1,2,3 at 24/64 SMs, balanced and 1.5x
 #           imbalance; hook vs normal with the 8192^2 matmul  ~1 min (21.5 s of timing at 418ddf3)
-#   STORIES ep_core.catalogue --only ab-tma-buffers,ab-hook (12 runs) ~1 min (16 s of recording at
+#   STORIES profiler.workflows.catalogue --only ab-tma-buffers,ab-hook (12 runs) ~1 min (16 s of recording at
 #           418ddf3), then the verdict test on them           ~1 min
 #   summary benchmarks/gpu/tma_summary.py                   ~20 s
 # Total ~6-7 min with the build. Logs and runs: $OUT (tma_logs.tar.gz, tma_traces.tar.gz, tma_bench.*).
@@ -46,7 +46,7 @@ if [ "$BENCH" = 1 ]; then
 fi
 if [ "$STORIES" = 1 ]; then
   t=$(date +%s)
-  timeout 300 python -m ep_core.catalogue --out "$OUT/traces" --only ab-tma-buffers,ab-hook > "$OUT/stories.log" 2>&1
+  timeout 300 python -m profiler.workflows.catalogue --out "$OUT/traces" --only ab-tma-buffers,ab-hook > "$OUT/stories.log" 2>&1
   [ $? = 0 ] || rc=1
   tail -20 "$OUT/stories.log"; step stories "$t"
 fi

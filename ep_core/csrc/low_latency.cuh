@@ -1,7 +1,7 @@
 // Host launchers of ep_core's low-latency kernels and the plain structs they take: raw pointers,
 // sizes, byte offsets and a cudaStream_t, no torch (low_latency_bindings.cpp is the torch file).
 //
-// The buffer map is computed once, in Python (ep_core/low_latency.py, LowLatencyLayout: the one
+// The buffer map is computed once, in Python (ep_core/low_latency_layout.py, LowLatencyLayout: the one
 // source of truth for offsets and sizes, tested on the CPU), and reaches the kernels as `Layout`,
 // a struct of named byte offsets that the bindings fill by name. The launchers check what the
 // kernels rely on (alignment, limits) and return cudaErrorInvalidValue otherwise.

@@ -23,7 +23,7 @@ void check_cuda(cudaError_t e, const char* what) {
   TORCH_CHECK(e == cudaSuccess, "ep_core low-latency: ", what, ": ", cudaGetErrorString(e));
 }
 
-// ---- the layout: named offsets from ep_core/low_latency.py ------------------------------------
+// ---- the layout: named offsets from ep_core/low_latency_layout.py ------------------------------
 struct NamedField {
   const char* name;
   int64_t ll::Layout::*field;

@@ -27,6 +27,8 @@ from . import graph as G
 from . import timeouts
 from .critical_path import iteration_totals
 from . import imbalance as IM
+from . import late_entry as LE
+from .timemodel import GPU
 from .rendezvous import arrivals, cross_rank, lateness
 from .verdict import MATERIAL_SHARE, Verdict, fmt_ns, fmt_pct, size
 
@@ -152,10 +154,45 @@ def _useless(g: G.Graph, busy_kernels: set) -> list[Verdict]:
     return out
 
 
+def _with_late_entry(found: list[Verdict], occ: pd.DataFrame, le: LE.LateEntry | None) -> list[Verdict]:
+    """One decision about a late rank (late_entry.py): at a cross-rank barrier, the rank that
+    arrives last because it entered the op late is alarmed exactly when the late-entry decision
+    is, and named as late, not as a slow warp; with no cross-rank occurrence to point at, the
+    decision stands on its own at the place the others waited."""
+    if le is None:
+        return found
+    out, named = [], False
+    for v in found:
+        if v.rank == le.rank and _scope(occ, v) == "rank":
+            v = replace(v, alarm=le.alarm, late_entry=le.side, detail=f"{v.detail}; {le.clause()}")
+            named = named or v.alarm
+        out.append(v)
+    if le.alarm and not named and bool((occ["scope"] == "rank").any()):
+        sz = le.size
+        out.insert(0, Verdict(page="barriers", alarm=True, cause=Cause.BARRIER_STRAGGLER, rank=le.rank,
+                              peer=le.waiter, kernel=le.kernel, phase=le.phase, magnitude_ns=sz.magnitude_ns,
+                              reference_ns=sz.reference_ns, n=sz.n, iteration=sz.iteration, late_entry=le.side,
+                              detail=le.clause(), evidence=le.evidence))
+    if le.alarm:
+        # a late rank's warps arrive as soon as it launches: lead with it, not with a warp ...
+        out.sort(key=lambda v: not (v.late_entry and v.alarm))
+        # ... unless it entered late on the GPU side because one of its own warps held its previous
+        # kernel at a grid / block barrier: that warp is the root (ROOT_SHARE, as in _stragglers)
+        head = out[0]
+        own = [v for v in out[1:] if v.alarm and v.rank == le.rank and _scope(occ, v) != "rank"
+               and (v.share or 0) >= ROOT_SHARE * (head.share or 0)]
+        if le.side == GPU and own:
+            out.remove(own[0])
+            out.insert(0, replace(own[0], notes=tuple(own[0].notes) + (f"which is why {le.clause()}",)))
+    return out
+
+
 def headline(rep: BarrierReport, g: G.Graph) -> tuple[Verdict, tuple]:
     warns = tuple(g.warnings)
     totals = iteration_totals(g)
     found = _stragglers(rep.occurrences, totals, g)
+    if len(rep.occurrences):
+        found = _with_late_entry(found, rep.occurrences, LE.decision(g, totals))
     alarms = [v for v in found if v.alarm]
     busy_kernels = set(g.lane.loc[G.lane_sums(g, (G.WORK,)) > 0, "kernel"])
     useless = _useless(g, busy_kernels) if len(rep.summary) else []
@@ -182,6 +219,8 @@ def headline(rep: BarrierReport, g: G.Graph) -> tuple[Verdict, tuple]:
         detail += (f": the longest wait on one last arriver is {fmt_ns(top.magnitude_ns)} per iteration at "
                    f"{top.kernel}/{top.phase} ({top.detail.split(' arrived')[0]}; median over {top.n} iterations, "
                    f"{fmt_pct(top.share)} of the median iteration {fmt_ns(top.reference_ns)})")
+        if top.notes:
+            detail += f"; {top.notes[0]}"
     # (not an alarm, so the magnitude is the median: size() names one iteration only for alarms)
     v = Verdict(page="barriers", alarm=False, cause=Cause.NONE, detail=detail, n=len(totals), warnings=warns,
                 notes=tuple(notes))

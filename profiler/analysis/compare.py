@@ -18,6 +18,7 @@ verdict.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,11 +29,13 @@ from profiler.expect import Cause
 from . import stats as S
 from . import unfinished
 from . import graph as G
+from . import timemodel as TM
 from .critical_path import from_graph
 from .verdict import Verdict
 
 COLUMNS = ["kernel", "phase", "runs_a", "runs_b", "n_a", "n_b", "median_a_ns", "median_b_ns", "diff_ns", "diff_pct",
-           "ci_low_ns", "ci_high_ns", "noise_ns", "heavy_tail", "verdict"]
+           "ci_low_ns", "ci_high_ns", "noise_ns", "mde_ns", "runs_needed", "heavy_tail", "verdict"]
+DIFF_COLUMNS = ["field", "a", "b"]
 CP_COLUMNS = ["kernel", "phase", "share_a", "share_b", "in_a", "in_b", "change"]
 PER_RANK_COLUMNS = ["rank", "runs_a", "runs_b", "median_a_ns", "median_b_ns", "diff_ns", "diff_pct", "verdict"]
 ON_PATH_SHARE = 0.01   # a phase is "on the critical path" with at least 1% of the path time
@@ -40,6 +43,7 @@ REFUSE_FIELDS = ("kind", "ranks")           # workload fields that make two runs
 FLAG_FIELDS = ("tokens", "hidden", "topk", "experts", "dtype")   # may be the knob under test: flagged
 E2E = "end-to-end"
 HOST_CALL = "host call"          # per kernel: the mean duration of the host calls that launch it
+ENTRY_SKEW = "entry skew"        # per kernel: first rank's entry -> last rank's entry (timemodel)
 
 
 @dataclass
@@ -50,7 +54,8 @@ class Comparison:
     critical_path_changes: pd.DataFrame
     verdict: Verdict
     refused: tuple = ()              # why the runs cannot be compared (empty: they can)
-    flags: tuple = ()                # workload differences the comparison went ahead with
+    flags: tuple = ()                # workload differences the comparison went ahead with, each with what it changes
+    manifest_diff: pd.DataFrame = field(default=None, repr=False)   # DIFF_COLUMNS: every manifest field that differs
     samples: pd.DataFrame = field(default=None, repr=False)   # [side, run, iteration, kernel, phase, value_ns]
 
 
@@ -80,7 +85,7 @@ def _runs(x) -> list[_Run]:
 # -- samples ------------------------------------------------------------------------------------
 def gpu_times(ev: pd.DataFrame) -> pd.DataFrame:
     """[iteration, rank, kernel, gpu_ns]: per (iteration, rank, kernel) the sum over its launches of
-    first warp begin to last warp end."""
+    first warp begin to last warp end (a rank's kernel time, its wait for a late peer included)."""
     gpu = ev[ev["block"].to_numpy() >= 0]
     if gpu.empty:
         return pd.DataFrame(columns=["iteration", "rank", "kernel", "gpu_ns"])
@@ -91,19 +96,48 @@ def gpu_times(ev: pd.DataFrame) -> pd.DataFrame:
     return la.groupby(["iteration", "rank", "kernel"], sort=True)["gpu_ns"].sum().reset_index()
 
 
-def _run_samples(ev: pd.DataFrame) -> list[pd.DataFrame]:
-    """[iteration, kernel, phase, value_ns] parts of one run's samples."""
+def _clipped_waits(ev: pd.DataFrame, g: G.Graph, tm: TM.TimeModel) -> np.ndarray:
+    """Span durations with the time before their op occurrence's last entry removed from the spans
+    of waits a peer releases (registry `waits_for`): the wait for a late peer is the entry skew
+    row's, not the phase's. A wait no peer releases (a pipeline stall) keeps its time."""
+    dur = (ev["end_ns"] - ev["begin_ns"]).to_numpy().astype(float)
+    pr = tm.per_rank
+    peer_waits = [w for w, rel in g.sem.waits.items() if rel]
+    if pr.empty or not peer_waits:
+        return dur
+    names = ev["phase"].astype(str).to_numpy()
+    waitish = np.isin(names, peer_waits)
+    if not waitish.any():
+        return dur
+    last = pr.merge(tm.ops[["iteration", "kernel", "occurrence", "last_entry_ns"]], on=["iteration", "kernel", "occurrence"])
+    cut = pd.Series(last["last_entry_ns"].to_numpy(float),
+                    index=pd.MultiIndex.from_arrays([last["rank"].to_numpy(), last["launch"].to_numpy()]))
+    c = cut.reindex(pd.MultiIndex.from_arrays([ev["rank"].to_numpy(), ev["launch"].to_numpy()])).to_numpy(float)
+    b = ev["begin_ns"].to_numpy().astype(float)
+    e = ev["end_ns"].to_numpy().astype(float)
+    clipped = np.where(np.isfinite(c), e - np.clip(c, b, e), e - b)
+    return np.where(waitish, clipped, dur)
+
+
+def _run_samples(ev: pd.DataFrame, g: G.Graph) -> list[pd.DataFrame]:
+    """[iteration, kernel, phase, value_ns] parts of one run's samples, from the time model
+    (profiler.analysis.timemodel): end-to-end, kernel and rank rows are op latency after entry;
+    each kernel's entry skew is a row of its own; wait phases lose their wait for a late peer."""
     parts = []
-    gt = gpu_times(ev)
-    if len(gt):
-        per_rank_it = gt.groupby(["iteration", "rank"])["gpu_ns"].sum()
-        e2e = per_rank_it.groupby(level=0).max()
-        parts.append(pd.DataFrame({"iteration": e2e.index, "kernel": "", "phase": E2E, "value_ns": e2e.to_numpy()}))
-        pr = per_rank_it.reset_index()
+    tm = TM.time_model(g)
+    it = tm.iterations.dropna(subset=["op_latency_ns"])
+    if len(it):
+        parts.append(pd.DataFrame({"iteration": it["iteration"], "kernel": "", "phase": E2E,
+                                   "value_ns": it["op_latency_ns"]}))
+        pr = tm.rank_iterations()
         parts.append(pd.DataFrame({"iteration": pr["iteration"], "kernel": "", "phase": "rank " + pr["rank"].astype(str),
-                                   "value_ns": pr["gpu_ns"]}))
-        k = gt.groupby(["iteration", "kernel"])["gpu_ns"].max().reset_index()
-        parts.append(pd.DataFrame({"iteration": k["iteration"], "kernel": k["kernel"], "phase": "", "value_ns": k["gpu_ns"]}))
+                                   "value_ns": pr["after_entry_ns"]}))
+        k = tm.kernel_iterations().dropna(subset=["op_latency_ns"])
+        parts.append(pd.DataFrame({"iteration": k["iteration"], "kernel": k["kernel"], "phase": "",
+                                   "value_ns": k["op_latency_ns"]}))
+        if tm.ranks > 1:
+            parts.append(pd.DataFrame({"iteration": k["iteration"], "kernel": k["kernel"], "phase": ENTRY_SKEW,
+                                       "value_ns": k["entry_skew_ns"]}))
     hs = ev[(ev["kind"] == "host").to_numpy()]
     if len(hs):
         # the host calls that launch each kernel (a host row's phase is its kernel): what a host-side
@@ -112,26 +146,32 @@ def _run_samples(ev: pd.DataFrame) -> list[pd.DataFrame]:
                           "value_ns": (hs["end_ns"] - hs["begin_ns"]).to_numpy()})
         m = d.groupby(["iteration", "kernel"], sort=True, observed=True)["value_ns"].mean().reset_index()
         parts.append(m.assign(kernel=m["kernel"].astype(str), phase=HOST_CALL))
-    sp = ev[(ev["kind"] == "span").to_numpy()]
-    if len(sp):
+    span = (ev["kind"] == "span").to_numpy()
+    if span.any():
+        sp = ev[span]
         # grouped on the categorical columns; names become strings on the few grouped rows only
         d = pd.DataFrame({"iteration": sp["iteration"].to_numpy(), "kernel": sp["kernel"].to_numpy(),
-                          "phase": sp["phase"].to_numpy(), "value_ns": (sp["end_ns"] - sp["begin_ns"]).to_numpy()})
+                          "phase": sp["phase"].to_numpy(), "value_ns": _clipped_waits(sp, g, tm)})
         m = d.groupby(["iteration", "kernel", "phase"], sort=True, observed=True)["value_ns"].mean().reset_index()
         parts.append(m.assign(kernel=m["kernel"].astype(str), phase=m["phase"].astype(str)))
     return parts
 
 
-def samples(runs: list[_Run], side: str) -> pd.DataFrame:
+def samples(runs: list[_Run], side: str, registry=None) -> pd.DataFrame:
     """[side, run, iteration, kernel, phase, value_ns]: every sample the comparison uses (per-rank
-    end-to-end samples have kernel '' and phase 'rank N')."""
-    parts = [p.assign(run=i) for i, r in enumerate(runs) if len(r.events) for p in _run_samples(r.events)]
+    samples have kernel '' and phase 'rank N')."""
+    parts = [p.assign(run=i) for i, r in enumerate(runs) if len(r.events)
+             for p in _run_samples(r.events, _graph(r, registry))]
     if not parts:
         return pd.DataFrame(columns=["side", "run", "iteration", "kernel", "phase", "value_ns"])
     out = pd.concat(parts, ignore_index=True)
     out.insert(0, "side", side)
     out["value_ns"] = out["value_ns"].astype(float)
     return out[["side", "run", "iteration", "kernel", "phase", "value_ns"]]
+
+
+def _graph(r: _Run, registry) -> G.Graph:
+    return G.build(r.events, registry or (r.manifest or {}).get("registry"))
 
 
 # -- workloads ----------------------------------------------------------------------------------
@@ -170,10 +210,13 @@ def _groups(sa: pd.DataFrame) -> list[np.ndarray]:
 
 
 def _as_row(kernel: str, phase: str, c: S.SampleComparison) -> dict:
+    verdict = c.verdict
+    if verdict == S.WITHIN_NOISE and not c.powered:
+        verdict = S.CANNOT_TELL       # it could not have seen a change the project would act on
     return {"kernel": kernel, "phase": phase, "runs_a": c.runs_a, "runs_b": c.runs_b, "n_a": c.n_a, "n_b": c.n_b,
             "median_a_ns": c.median_a, "median_b_ns": c.median_b, "diff_ns": c.diff, "diff_pct": c.diff_pct,
-            "ci_low_ns": c.ci_low, "ci_high_ns": c.ci_high, "noise_ns": c.noise, "heavy_tail": c.heavy_tail,
-            "verdict": c.verdict}
+            "ci_low_ns": c.ci_low, "ci_high_ns": c.ci_high, "noise_ns": c.noise, "mde_ns": c.mde,
+            "runs_needed": c.runs_needed, "heavy_tail": c.heavy_tail, "verdict": verdict}
 
 
 def _row(kernel: str, phase: str, sa: pd.DataFrame, sb: pd.DataFrame, n_boot: int, seed: int, alpha: float,
@@ -185,7 +228,7 @@ def _row(kernel: str, phase: str, sa: pd.DataFrame, sb: pd.DataFrame, n_boot: in
 def _path_shares(runs: list[_Run], registry) -> pd.Series:
     parts, total = [], 0
     for r in runs:
-        cp = from_graph(G.build(r.events, registry or (r.manifest or {}).get("registry")), verdict=False)
+        cp = from_graph(_graph(r, registry), verdict=False)
         seg = cp.segments[cp.segments["phase"] != ""]
         parts.append(seg.groupby(["kernel", "phase"])["duration_ns"].sum())
         total += int(cp.total_ns["total_ns"].sum())
@@ -208,22 +251,85 @@ def _path_changes(ra, rb, registry) -> pd.DataFrame:
     return cpc[CP_COLUMNS].sort_values(["change", "kernel", "phase"], kind="stable").reset_index(drop=True)
 
 
+# fields that name a run rather than configure it: never listed as a difference
+IDENTITY_FIELDS = ("name", "description", "created", "version_id", "num_events", "expect", "headline", "warnings",
+                   "drops", "registry", "clock", "status", "error", "git.dirty")
+
+
+def _flatten(d, prefix="") -> dict:
+    out = {}
+    for k, v in (d or {}).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = json.dumps(v, sort_keys=True, default=str) if isinstance(v, (list, tuple)) else v
+    return out
+
+
+def manifest_diff(ra: list[_Run], rb: list[_Run]) -> pd.DataFrame:
+    """DIFF_COLUMNS: every manifest field (flattened: 'workload.dtype', 'config.dispatch.num_sms')
+    whose values differ between the sides, each side's values joined by ' / '."""
+    fa, fb = [_flatten(r.manifest) for r in ra], [_flatten(r.manifest) for r in rb]
+    keys = sorted(set().union(*fa, *fb)) if fa or fb else []
+    rows = []
+    for k in keys:
+        if any(k == f or k.startswith(f + ".") for f in IDENTITY_FIELDS):
+            continue
+        va = list(dict.fromkeys(str(f.get(k, "—")) for f in fa))
+        vb = list(dict.fromkeys(str(f.get(k, "—")) for f in fb))
+        if set(va) != set(vb):
+            rows.append({"field": k, "a": " / ".join(va), "b": " / ".join(vb)})
+    return pd.DataFrame(rows, columns=DIFF_COLUMNS)
+
+
+def _row_bytes(w: dict) -> dict | None:
+    """Bytes one token row moves per kernel, from an EP workload's fields (the recorder writes
+    kind 'ep' with hidden and dtype): dispatch sends the row in its dtype (FP8: 1 byte an element
+    plus a float32 scale per 128), combine returns it in BF16 (2 bytes an element)."""
+    if w.get("kind") != "ep" or not isinstance(w.get("hidden"), int):
+        return None
+    h = int(w["hidden"])
+    fp8 = str(w.get("dtype", "bf16")).lower().startswith("fp8")
+    return {"dispatch": h + 4 * (-(-h // 128)) if fp8 else 2 * h, "combine": 2 * h}
+
+
+def _consequences(ra: list[_Run], rb: list[_Run]) -> str:
+    """What a flagged workload difference changes: bytes moved per row and rows per op per kernel."""
+    wa, wb = _workload(ra[0]), _workload(rb[0])
+    ba, bb = _row_bytes(wa), _row_bytes(wb)
+    if ba is None or bb is None:
+        return ""
+    rows_a = (wa.get("tokens") or 0) * (wa.get("topk") or 0)
+    rows_b = (wb.get("tokens") or 0) * (wb.get("topk") or 0)
+    parts = []
+    for k in ("dispatch", "combine"):
+        tot_a, tot_b = ba[k] * rows_a, bb[k] * rows_b
+        ratio = f" ({tot_b / tot_a:.2f}× the bytes per op)" if tot_a else ""
+        parts.append(f"{k} moves {ba[k]:,} B a row in A, {bb[k]:,} in B{ratio}")
+    return "what it changes: " + "; ".join(parts)
+
+
 def compare(a, b, *, n_boot: int = S.N_BOOT, seed: int = S.SEED, alpha: float = S.ALPHA, registry=None) -> Comparison:
     """Per kernel, per phase and end-to-end: medians, the bootstrap interval of B - A over runs then
-    iterations, and verdicts (columns: package docstring).
+    iterations, the power of each row, and verdicts (columns: package docstring).
 
     a, b: an event table, a run (anything with .events, and .launches / .manifest when it has
     them: a run's manifest gives its workload), or a list of those per side.
     """
     ra, rb = _runs(a), _runs(b)
     refuse, flags = check_workloads(ra, rb)
+    diff = manifest_diff(ra, rb)
     empty = pd.DataFrame(columns=COLUMNS)
     if refuse:
         v = Verdict(page="compare", alarm=False, cause=Cause.NONE,
                     detail="refused: A and B record different workloads (" + "; ".join(refuse) + ")")
         return Comparison(empty, empty.copy(), pd.DataFrame(columns=PER_RANK_COLUMNS),
-                          pd.DataFrame(columns=CP_COLUMNS), v, tuple(refuse), tuple(flags))
-    sa, sb = samples(ra, "A"), samples(rb, "B")
+                          pd.DataFrame(columns=CP_COLUMNS), v, tuple(refuse), tuple(flags), diff)
+    if flags:
+        c = _consequences(ra, rb)
+        flags = flags + [c] if c else flags
+    sa, sb = samples(ra, "A", registry), samples(rb, "B", registry)
     allk = pd.concat([sa, sb], ignore_index=True)
     keys = list(allk[["kernel", "phase"]].drop_duplicates().sort_values(["kernel", "phase"]).itertuples(index=False))
     # every row (end-to-end, per rank, per kernel, per phase) is one test of a family decided at one
@@ -243,48 +349,89 @@ def compare(a, b, *, n_boot: int = S.N_BOOT, seed: int = S.SEED, alpha: float = 
     per_rank = pr[PER_RANK_COLUMNS].sort_values("rank").reset_index(drop=True)
     per_phase = table[~is_e2e & ~is_rank].reset_index(drop=True)
     cpc = _path_changes(ra, rb, registry)
-    v = _verdict(per_phase, e2e.iloc[0], flags, alpha)
+    waits = _wait_phases(ra, rb, registry)
+    v = _verdict(per_phase, e2e.iloc[0], flags, alpha, waits)
     return Comparison(per_phase=per_phase, end_to_end=e2e, per_rank=per_rank, critical_path_changes=cpc, verdict=v,
-                      refused=(), flags=tuple(flags), samples=allk)
+                      refused=(), flags=tuple(flags), samples=allk, manifest_diff=diff)
+
+
+def _wait_phases(ra, rb, registry) -> set:
+    """Phases the runs' registries declare as waits or idle (they never headline on their own)."""
+    out = set()
+    for r in ra + rb:
+        if len(r.events):
+            sem = _graph(r, registry).sem
+            out |= set(sem.waits) | set(sem.idle)
+    return out
 
 
 def _name(r) -> str:
     if r["phase"] == E2E:
         return E2E
-    return f"{r['kernel']}/{r['phase']}" if r["phase"] else f"{r['kernel']} (kernel time)"
+    return f"{r['kernel']}/{r['phase']}" if r["phase"] else f"{r['kernel']} (op latency after entry)"
 
 
-def _verdict(per_phase: pd.DataFrame, e2e, flags: list[str], alpha: float) -> Verdict:
+def _fmt_pct(x) -> str:
+    return f"{x:+.1f}%" if np.isfinite(x) else "—"
+
+
+def _power(e2e) -> str:
+    """The end-to-end row's power as a clause."""
+    if not np.isfinite(e2e["mde_ns"]):
+        return ""
+    pct = 100 * e2e["mde_ns"] / e2e["median_a_ns"] if e2e["median_a_ns"] else float("nan")
+    return (f"; smallest change it could detect: {e2e['mde_ns']:,.0f} ns ({pct:.1f}% of A's median, "
+            f"{100 * S.POWER:.0f}% power at its level)")
+
+
+def _verdict(per_phase: pd.DataFrame, e2e, flags: list[str], alpha: float, waits: set = frozenset()) -> Verdict:
     level = f"{100 * (1 - alpha):.0f}% CI"
     flag = ("; workloads differ: " + "; ".join(flags)) if flags else ""
     tail = "; heavy tails: read medians, not means" if bool(per_phase["heavy_tail"].any() or e2e["heavy_tail"]) else ""
-    head = (f"end-to-end B − A {e2e['diff_pct']:+.1f}% ({level} {e2e['ci_low_ns']:+,.0f} to {e2e['ci_high_ns']:+,.0f} ns"
-            if np.isfinite(e2e["ci_low_ns"]) else f"end-to-end B − A {e2e['diff_pct']:+.1f}% (no interval")
+    head = (f"end-to-end (op latency after entry) B − A {e2e['diff_pct']:+.1f}% ({level} {e2e['ci_low_ns']:+,.0f} to "
+            f"{e2e['ci_high_ns']:+,.0f} ns" if np.isfinite(e2e["ci_low_ns"])
+            else f"end-to-end (op latency after entry) B − A {e2e['diff_pct']:+.1f}% (no interval")
     head += f", A-vs-A spread {e2e['noise_ns']:,.0f} ns)" if np.isfinite(e2e["noise_ns"]) else ")"
+    head += _power(e2e)
     n_runs = (int(e2e["runs_a"]), int(e2e["runs_b"]))
+    common = dict(page="compare", n=min(n_runs), evidence=per_phase,
+                  magnitude_ns=float(e2e["diff_ns"]) if np.isfinite(e2e["diff_ns"]) else None,
+                  reference_ns=float(e2e["median_a_ns"]) if np.isfinite(e2e["median_a_ns"]) else None)
     if min(n_runs) < 2:
-        return Verdict(page="compare", alarm=False, cause=Cause.NONE, n=min(n_runs),
-                       magnitude_ns=float(e2e["diff_ns"]) if np.isfinite(e2e["diff_ns"]) else None,
-                       reference_ns=float(e2e["median_a_ns"]) if np.isfinite(e2e["median_a_ns"]) else None,
-                       detail=(f"{n_runs[0]} run(s) of A, {n_runs[1]} of B: run-to-run noise cannot be estimated "
-                               f"with one run on a side, so nothing is called faster or slower; {head}{flag}{tail}"),
-                       evidence=per_phase)
+        return Verdict(alarm=False, cause=Cause.NONE, **common,
+                       detail=(f"cannot tell with {n_runs[0]} run(s) of A and {n_runs[1]} of B: run-to-run noise "
+                               f"cannot be estimated with one run on a side (need at least 2 a side, 3 to say how "
+                               f"small a change is visible), so nothing is called faster or slower; {head}{flag}{tail}"))
     rows = pd.concat([pd.DataFrame([e2e]), per_phase], ignore_index=True)
     sig = rows[rows["verdict"].isin([S.FASTER, S.SLOWER])].copy()
-    if sig.empty:
-        return Verdict(page="compare", alarm=False, cause=Cause.SAME_CODE, n=min(n_runs),
-                       magnitude_ns=float(e2e["diff_ns"]), reference_ns=float(e2e["median_a_ns"]),
-                       detail=f"{head}; every kernel and phase within noise{flag}{tail}", evidence=per_phase)
-    # lead with what a user times: end-to-end, then whole kernels, then phases; largest first
+    is_wait = sig["phase"].isin(waits)
+    if sig.empty or is_wait.all():
+        only_waits = ("; only waits moved (" + ", ".join(f"{_name(r)} {_fmt_pct(r['diff_pct'])}" for r in
+                      sig.to_dict("records")) + "): no work phase, op latency or entry skew changed beyond noise, "
+                      "so the wait is not the kernel's own") if len(sig) else ""
+        if e2e["verdict"] == S.CANNOT_TELL:
+            need = int(e2e["runs_needed"])
+            need_s = f"need about {need}" if need <= S.MAX_RUNS_NEEDED else f"need over {S.MAX_RUNS_NEEDED}"
+            return Verdict(alarm=False, cause=Cause.NONE, **common,
+                           detail=(f"cannot tell with {n_runs[0]} runs of A and {n_runs[1]} of B ({need_s} a side to "
+                                   f"see a {100 * S.DETECT_SHARE:.0f}% change): {head}{only_waits}{flag}{tail}"))
+        return Verdict(alarm=False, cause=Cause.SAME_CODE, **common,
+                       detail=f"{head}; every kernel and phase within noise{only_waits}{flag}{tail}")
+    # lead with what a user times: end-to-end, then whole kernels, then entry skew and work phases;
+    # a wait phase never leads (the work or the late entry that made it does); largest first
     sig["mag"] = sig["diff_pct"].abs()
-    sig["level"] = np.where(sig["phase"] == E2E, 0, np.where(sig["phase"] == "", 1, 2))
+    sig["level"] = np.select([sig["phase"] == E2E, sig["phase"] == "", is_wait], [0, 1, 3], 2)
     sig = sig.sort_values(["level", "mag"], ascending=[True, False])
     top = sig.iloc[0]
+    why = sig[(sig["level"] == 2) & ((top["phase"] == E2E) | (sig["kernel"] == top["kernel"]))
+              & (sig["verdict"] == top["verdict"])]
+    moved = ", ".join(f"{_name(r)} {_fmt_pct(r['diff_pct'])}" for r in why.iloc[:3].to_dict("records"))
+    because = f"; moved by {moved}" if top["level"] < 2 and len(why) else ""
     where = tuple((str(k), str(p) if p else None) for k, p in sig[["kernel", "phase"]].itertuples(index=False))
     others = ", ".join(f"{_name(r)} {r['diff_pct']:+.1f}%" for r in sig.iloc[1:6].to_dict("records"))
     direction = S.direction_of(top["verdict"])
-    return Verdict(page="compare", alarm=True, cause=Cause.KNOB_CHANGE, kernel=str(top["kernel"]) or None,
-                   phase=str(top["phase"]) or None, where=where, direction=direction, n=min(n_runs),
-                   magnitude_ns=float(top["diff_ns"]), reference_ns=float(top["median_a_ns"]),
+    return Verdict(alarm=True, cause=Cause.KNOB_CHANGE, kernel=str(top["kernel"]) or None,
+                   phase=str(top["phase"]) or None, where=where, direction=direction,
                    ratio=float(top["median_b_ns"] / top["median_a_ns"]) if top["median_a_ns"] else None,
-                   detail=f"{head}" + (f"; also {others}" if others else "") + flag + tail, evidence=per_phase)
+                   detail=f"{head}{because}" + (f"; also {others}" if others else "") + flag + tail,
+                   **{**common, "magnitude_ns": float(top["diff_ns"]), "reference_ns": float(top["median_a_ns"])})

@@ -21,9 +21,29 @@ SECTIONS: dict[str, dict[str, str]] = {
                  "rank's work, warps held at a barrier they bring nothing to) when it costs at least 5% of "
                  "the op's latency (half the 10% the catalogue counts as a knob's effect); below, the page "
                  "states it as a note. A run with nothing planted raises none.",
-        "op's latency": "Per iteration, the slowest rank's kernel time (first warp record to last of each "
-                        "launch, summed over the iteration's launches); a verdict uses its median over "
-                        "iterations. Host gaps between launches do not count (Compare's end-to-end).",
+        "op's latency": "The op latency after entry, per iteration (profiler.analysis.timemodel): what the op "
+                        "took once every rank was in it, so neither host gaps between launches nor a rank's wait "
+                        "for a late peer count; a verdict uses its median over iterations.",
+        "entry skew": "Per op occurrence (the k-th launch of a kernel in an iteration, across ranks): from the "
+                      "first rank's first warp to the last rank's first warp, with the late rank named and the "
+                      "side its lateness came from (host: its host had not yet launched the kernel; gpu: the "
+                      "kernel was queued behind earlier GPU work, recorded or not). Wall time.",
+        "op latency after entry": "Per op occurrence: from the last rank's first warp to the last warp end of "
+                                  "any rank: the op's own time, which a kernel change can move and a late peer "
+                                  "cannot; summed over an iteration's occurrences. Wall time, not summed over "
+                                  "warps.",
+        "late entry": "A rank entered an op after the others, who waited for it before it launched (their "
+                      "waits before the last rank's entry). One decision shared by every page "
+                      "(profiler.analysis.late_entry): an alarm when the others' wait for it is at least 25% of "
+                      "the iteration over the whole interval of its median.",
+        "borderline": "A share whose interval (its median over iterations, 90% bootstrap; the range with 2-3 "
+                      "iterations) straddles its threshold: no alarm, and the verdict states both numbers, so "
+                      "repeated runs of one config do not flip between alarm and silence.",
+        "power": "The smallest change a comparison could have detected at its level with 80% probability, "
+                 "given the run-to-run spread (its minimum detectable effect). When it is larger than 10% of A's "
+                 "median, a row within noise reads 'cannot tell' with the runs a side it would need.",
+        "cannot tell": "Within noise, but the comparison could not have seen a 10% change with the runs it "
+                       "has (see power); the verdict says about how many runs a side would.",
         "cause": "What made the run slow: none, timeout, rank_imbalance, host_bound, starved_warps, "
                  "barrier_straggler, useless_arrivals; on Compare same_code (within noise) or knob_change (a "
                  "real difference).",
@@ -147,10 +167,14 @@ SECTIONS: dict[str, dict[str, str]] = {
         "mean lateness": "Mean of the rank's last arrival - the occurrence's first arrival.",
     },
     "Compare": {
-        "end-to-end": "The op's latency per iteration: the slowest rank's GPU time (per rank: first warp record "
-                      "to last of each launch, summed over the iteration's launches). Host gaps and a late "
-                      "host do not count.",
-        "kernel time (compare)": "Per iteration, the slowest rank's GPU time in that kernel's launches.",
+        "end-to-end": "The op latency after entry per iteration (every kernel's occurrences summed): host gaps "
+                      "and a wait for a late rank do not count; a late entry is the entry skew rows'.",
+        "kernel time (compare)": "Per iteration, the kernel's op latency after entry (its occurrences summed).",
+        "entry skew (compare)": "Per iteration, the kernel's entry skew (its occurrences summed): how late the "
+                                "last rank entered it.",
+        "MDE": "Minimum detectable effect: the smallest |B - A| this row could have called at its level with "
+               "80% power (see power).",
+        "runs needed": "Runs a side for an MDE of 10% of A's median (0: enough already).",
         "run": "One recording; the unit of replication. With one run on a side run-to-run noise cannot be "
                "estimated and nothing is called faster or slower.",
         "runs": "Runs on the side.",

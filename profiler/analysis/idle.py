@@ -23,8 +23,10 @@ from profiler.expect import Cause
 
 from . import graph as G
 from . import imbalance as IM
+from . import late_entry as LE
 from . import timeouts
 from .critical_path import iteration_totals
+from .whatif import what_if
 from .keys import ranges
 from .rendezvous import NO_WORK_SHARE, rank_lateness
 from .verdict import Verdict, fmt_ns, fmt_pct
@@ -97,8 +99,26 @@ def _statements(per_warp: pd.DataFrame, per_block: pd.DataFrame, order: list[str
     return out
 
 
+def balancing_projection(g: G.Graph, s: dict, rank: int) -> tuple[str, float, float] | None:
+    """(kernel/phase, speedup, median op-latency change in ns) of the what-if that makes the
+    straggler's most imbalanced work phase as fast as the median rank's (profiler.analysis.whatif:
+    the same function the what-if box calls); None when no phase is named."""
+    ph = [(k, p) for k, p in s["where"] if p]
+    if not ph:
+        return None
+    k, p = ph[0]
+    pb = IM.phase_busy(g)
+    row = pb[(pb["kernel"] == k) & (pb["phase"] == p) & (pb["rank"] == rank)]
+    if row.empty or not np.isfinite(row["busy_ratio"].iloc[0]) or row["busy_ratio"].iloc[0] <= 1:
+        return None
+    speedup = round(1.0 - 1.0 / float(row["busy_ratio"].iloc[0]), 3)
+    w = what_if(g.events, phase=f"{k}/{p}", speedup=speedup, rank=rank, graph=g, new_path=False).summary
+    change = float(np.nanmedian(w["op_change_ns"].to_numpy(float))) if len(w) else float("nan")
+    return f"{k}/{p}", speedup, change
+
+
 def _straggler(rep: IdleReport, totals: pd.DataFrame, late: pd.DataFrame,
-               excess: pd.DataFrame, order: list[str], op: pd.DataFrame) -> tuple[Verdict | None, list[str]]:
+               excess: pd.DataFrame, order: list[str], op: pd.DataFrame, g: G.Graph) -> tuple[Verdict | None, list[str]]:
     """The cross-rank finding: the rank that carries extra work (imbalance.straggler), what it
     carries extra, and what it costs the op: how long the others wait on it (its lateness at
     cross-rank barriers (rendezvous) or its busiest warps' extra work (imbalance.busy_excess),
@@ -129,12 +149,19 @@ def _straggler(rep: IdleReport, totals: pd.DataFrame, late: pd.DataFrame,
               f"{int(top['spans'])} against {int(grp['spans'].median())}); the others waited {fmt_ns(waited)} on it "
               f"per iteration (median), balancing would save each of its {s['role']} warps {fmt_ns(saving)} per "
               f"iteration")
+    proj = balancing_projection(g, s, r)
+    if proj is not None:
+        phase, speedup, change = proj
+        detail += (f"; a what-if that makes its {phase} {100 * speedup:.0f}% faster (as fast as the median rank's) "
+                   f"changes the op latency after entry by {fmt_ns(change)} per iteration (median): that phase "
+                   f"alone{' barely' if -change < IM.MATERIAL_SHARE * op_ns else ''} moves the op, the figure above "
+                   f"bounds what balancing the whole role would")
     if not material:
         detail += (f"; not material: it costs the op at most {fmt_ns(cost)} per iteration, under "
-                   f"{fmt_pct(IM.MATERIAL_SHARE)} of its latency")
+                   f"{fmt_pct(IM.MATERIAL_SHARE)} of its latency after entry")
     v = Verdict(page="idle", alarm=material, cause=Cause.RANK_IMBALANCE, rank=r, kernel=s["where"][0][0],
                 phase=s["where"][0][1], where=tuple(s["where"]), magnitude_ns=cost, reference_ns=op_ns or None,
-                reference="the op's latency",
+                reference="the op latency after entry",
                 n=len(its), ratio=s["ratio"], detail=detail, evidence=grp.reset_index(drop=True))
     return v, notes
 
@@ -143,7 +170,7 @@ def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
     warns = tuple(g.warnings)
     totals = iteration_totals(g)
     straggler, notes = _straggler(rep, totals, rank_lateness(g), IM.busy_excess(g), IM.kernel_order(g),
-                                  IM.op_latency(g))
+                                  IM.op_latency(g), g)
     if straggler is not None and not straggler.alarm:
         notes.append(straggler.headline)       # an immaterial imbalance: a note, never the headline
         straggler = None
@@ -168,6 +195,18 @@ def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
             w0 = worst.iloc[0]
             notes.append(f"within rank {w0['rank']} {w0['kernel']}, the busiest {w0['role']} warp is "
                          f"{w0['ratio']:.2f}× the median warp")
+    le = LE.decision(g, totals)
+    if le is not None and le.alarm:
+        # the other ranks' warps sat idle waiting for a late rank to enter: after the warps' own
+        # findings (what the page is for), the same decision as the other pages (late_entry.py)
+        sz = le.size
+        findings.append((sz.magnitude_ns / sz.reference_ns if sz.reference_ns else 0.0,
+                         Verdict(page="idle", alarm=True, cause=le.cause, rank=le.rank, peer=le.waiter,
+                                 kernel=le.kernel, phase=le.phase, magnitude_ns=sz.magnitude_ns,
+                                 reference_ns=sz.reference_ns, n=sz.n, iteration=sz.iteration, late_entry=le.side,
+                                 detail=le.clause(), evidence=le.evidence)))
+    elif le is not None and le.size.borderline:
+        notes.append(f"borderline late entry: {le.clause()}; {le.size.note}")
     tv = timeouts.verdict(g, "idle")
     ordered = [f[1] for f in findings]
     if tv is not None:

@@ -17,6 +17,7 @@ import pandas as pd
 from . import graph as G
 from .verdict import MATERIAL_SHARE  # noqa: F401 (the imbalance's alarm share, documented there)
 from .peers import interval_peers
+from .timemodel import time_model
 
 RANK_COLUMNS = ["kernel", "role", "rank", "warps", "spans", "busy_ns", "kernel_ns", "waited_on_ns", "busy_ratio"]
 # A rank whose role is busy this multiple of the median rank's carries extra work. With 2 ranks
@@ -129,16 +130,17 @@ def op_latency(g: G.Graph) -> pd.DataFrame:
 
 
 def _op_latency(g: G.Graph) -> pd.DataFrame:
-    """[iteration, op_ns]: the op's latency per iteration, the slowest rank's kernel time (per rank
-    the sum over its launches of first warp begin to last warp end: profiler.analysis.compare's
-    end-to-end figure, so host gaps between launches never count)."""
-    pl = per_lane(g)
-    if pl.empty:
+    """[iteration, op_ns]: the op's latency per iteration, the time model's op latency after entry
+    (profiler.analysis.timemodel: per op occurrence the last rank's entry to the last warp end,
+    summed over the iteration's occurrences), so neither host gaps between launches nor a rank's
+    wait for a late peer count; where a rank never launched an occurrence (undefined), the slowest
+    rank's kernel time."""
+    it = time_model(g).iterations
+    if it.empty:
         return pd.DataFrame({"iteration": pd.Series([], dtype="int64"), "op_ns": pd.Series([], dtype="int64")})
-    per = pl.drop_duplicates(["rank", "launch"]).groupby(["iteration", "rank"], sort=True)["kernel_ns"].sum()
-    out = per.groupby(level="iteration").max().rename("op_ns").reset_index()
-    out["op_ns"] = out["op_ns"].astype(np.int64)
-    return out
+    op = it["op_latency_ns"].to_numpy(float)
+    op = np.where(np.isfinite(op), op, it["kernel_ns"].to_numpy(float))
+    return pd.DataFrame({"iteration": it["iteration"].to_numpy().astype(np.int64), "op_ns": op.astype(np.int64)})
 
 
 def straggler_cost(group: pd.DataFrame, rank: int, held_ns: np.ndarray, iterations: int) -> tuple[float, float]:

@@ -33,7 +33,8 @@ from . import timeouts
 from . import imbalance as IM
 from .imbalance import busy_excess
 from .rendezvous import rank_lateness
-from .verdict import ALARM_SHARE, HOST_MAJORITY, Verdict, fmt_ns, fmt_pct, size
+from . import late_entry as LE
+from .verdict import ALARM_SHARE, HOST_MAJORITY, Verdict, decide_share, fmt_ns, fmt_pct, size
 
 CROSSING_COLUMNS = ["iteration", "rank", "peer", "kernel", "phase", "wait_begin_ns", "release_ns", "held_ns",
                     "window_begin_ns", "host_excess_ns", "gpu_excess_ns", "cause", "work_kernel", "work_phase"]
@@ -142,29 +143,68 @@ def _path_mix(cp) -> str:
     tot = float(seg["duration_ns"].sum()) or 1.0
     by = seg.groupby("kind")["duration_ns"].sum() / tot
     gpu = by.reindex(["work", "gap"]).fillna(0).sum()
-    host = by.reindex(["host", "launch"]).fillna(0).sum()
+    host = by.reindex(["host"]).fillna(0).sum()
+    launch = by.reindex(["launch"]).fillna(0).sum()
     wait = by.reindex(["wait", "barrier"]).fillna(0).sum()
-    return f"the path is {fmt_pct(gpu)} GPU work, {fmt_pct(host)} host and launch, {fmt_pct(wait)} waiting"
+    return (f"the path is {fmt_pct(gpu)} GPU work, {fmt_pct(host)} host, {fmt_pct(launch)} launch and queue "
+            f"(a host call or earlier GPU work before a kernel's first warp), {fmt_pct(wait)} waiting")
+
+
+HOST_KINDS = ("host",)
+
+
+def _host_share(cp):
+    """(per-iteration host and launch ns on the path, iteration spans, the decision at HOST_MAJORITY)."""
+    seg, tot = cp.segments, cp.total_ns
+    t = tot.set_index("iteration")["total_ns"].astype(float)
+    host = seg[seg["kind"].isin(HOST_KINDS)].groupby("iteration")["duration_ns"].sum().reindex(t.index).fillna(0.0)
+    return host.to_numpy(float), t.to_numpy(float), decide_share(host.to_numpy(float), t.to_numpy(float), HOST_MAJORITY)
 
 
 def _every_host(cp, warns) -> Verdict | None:
-    """HOST_BOUND with no rank when host segments are the majority of the path (median over
-    iterations of their share of the iteration; verdict.HOST_MAJORITY), else None."""
+    """HOST_BOUND with no rank when host time (host calls and the host between them) is the
+    majority of the path: the interval of its median share of the iteration is
+    past verdict.HOST_MAJORITY (verdict.decide_share); None otherwise."""
     seg, tot = cp.segments, cp.total_ns
     if seg.empty or tot.empty:
         return None
-    t = tot.set_index("iteration")["total_ns"].astype(float)
-    host = seg[seg["kind"] == "host"].groupby("iteration")["duration_ns"].sum().reindex(t.index).fillna(0.0)
-    share = (host / t.where(t > 0)).fillna(0.0).to_numpy(float)
-    med = float(np.median(share))
-    if med < HOST_MAJORITY:
+    host, t, d = _host_share(cp)
+    if not d.alarm:
         return None
     n = len(t)
     return Verdict(page="critical_path", alarm=True, cause=Cause.HOST_BOUND, rank=None,
-                   magnitude_ns=float(np.median(host.to_numpy(float))), reference_ns=float(t.median()), n=n,
-                   detail=f"host calls and the host between them are {fmt_pct(med)} of the critical path "
-                          f"(median over {n} iteration{'s' if n != 1 else ''}), no one rank later than the others; "
-                          f"{_path_mix(cp)}", warnings=warns)
+                   magnitude_ns=float(np.median(host)), reference_ns=float(np.median(t)), n=n,
+                   detail=f"host calls and the host between them are {fmt_pct(d.median)} of the "
+                          f"critical path (interval {fmt_pct(d.low)}-{fmt_pct(d.high)} over {n} iteration"
+                          f"{'s' if n != 1 else ''}), no one rank later than the others; {_path_mix(cp)}",
+                   warnings=warns)
+
+
+def _host_note(cp) -> str:
+    """The host share as a note when it is borderline ('' otherwise)."""
+    if cp.segments.empty or cp.total_ns.empty:
+        return ""
+    _, _, d = _host_share(cp)
+    return d.describe("borderline host-bound: host time is") if d.state == "borderline" else ""
+
+
+def _late_entry_verdict(le: LE.LateEntry, n_it: int, warns) -> Verdict:
+    sz = le.size
+    return Verdict(page="critical_path", alarm=True, cause=le.cause, rank=le.rank, peer=le.waiter, kernel=le.kernel,
+                   phase=le.phase, magnitude_ns=sz.magnitude_ns, reference_ns=sz.reference_ns, n=n_it,
+                   iteration=sz.iteration, late_entry=le.side, detail=le.clause(),
+                   notes=(sz.note,) if sz.note else (), warnings=warns, evidence=le.evidence)
+
+
+def _quiet_notes(cp, le) -> tuple:
+    """What stays under an alarm but a reader should see: a borderline host share or late entry."""
+    out = []
+    h = _host_note(cp)
+    if h:
+        out.append(h)
+    if le is not None and le.size.borderline:
+        out.append(f"borderline late entry: {le.clause()}; {le.size.note}")
+    return tuple(out)
 
 
 def headline(cp) -> Verdict:
@@ -180,7 +220,13 @@ def headline(cp) -> Verdict:
                        warnings=warns)
     n_it = len(tot)
     med_it = float(tot["total_ns"].median())
+    le = LE.decision(g, tot) if g is not None else None
+    if le is not None and le.alarm:
+        return _late_entry_verdict(le, n_it, warns)
     x = crossings(cp)
+    # a late host is the late-entry decision's (late_entry.py, shared with the other pages): the
+    # crossings keep what happens once both ranks are in
+    x = x[x["cause"] != Cause.HOST_BOUND.value].reset_index(drop=True) if len(x) else x
     # a releaser that carries extra work is a straggler, whatever side its lateness showed on
     st = (IM.straggler(IM.per_rank(IM.per_lane(g), IM.waited_on(g), IM.phase_busy(g)), IM.phase_busy(g),
                        IM.kernel_order(g)) if len(x) else None)
@@ -213,12 +259,14 @@ def headline(cp) -> Verdict:
             return every
         return Verdict(page="critical_path", alarm=False, cause=Cause.NONE, n=n_it, reference_ns=med_it,
                        detail=f"no rank waits on another; {_path_mix(cp)} "
-                              f"(median iteration {fmt_ns(med_it)}, n = {n_it})", warnings=warns)
+                              f"(median iteration {fmt_ns(med_it)}, n = {n_it})",
+                       notes=_quiet_notes(cp, le), warnings=warns)
     cands.sort(key=lambda t: -t[0])
     med, r, c, v = cands[0]
     totals = tot["total_ns"].to_numpy(float)
     sz = size(v, its, totals)
     notes = [sz.note] if sz.note else []
+    notes += list(_quiet_notes(cp, le))
     for m2, r2, c2, v2 in cands[1:] if sz.iteration is not None else cands:
         k2 = int(np.argmax(v2))
         if v2[k2] >= ALARM_SHARE * totals[k2] and v2[k2] > 2 * max(m2, 1.0):

@@ -58,6 +58,15 @@ MAX_RUN_SAMPLES = 4000
 WITHIN_NOISE, FASTER, SLOWER = "within noise", "faster", "slower"
 NO_NOISE_ESTIMATE = "noise unknown (one run per side)"
 TOO_FEW, ONLY_A, ONLY_B = "too few samples", "only in A", "only in B"
+CANNOT_TELL = "cannot tell"
+# Power. The smallest change a comparison could have detected (its minimum detectable effect,
+# MDE) at its decision level with POWER probability: (t(1 - level/2, df) + t(POWER, df)) * the
+# standard error of the difference of run medians (the A-vs-A spread's). A change the project
+# would act on is DETECT_SHARE of A's median (the catalogue counts a knob as having an effect at
+# 10 %: verdict.MATERIAL_SHARE's note); a row within noise whose MDE is larger cannot tell.
+POWER = 0.80
+DETECT_SHARE = 0.10
+MAX_RUNS_NEEDED = 100
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,13 @@ class SampleComparison:
     verdict: str                  # WITHIN_NOISE | FASTER | SLOWER | NO_NOISE_ESTIMATE | TOO_FEW | ONLY_A | ONLY_B
     p_value: float = float("nan")  # max(t-test on run medians, bootstrap); NaN without a noise estimate
     level: float = float("nan")    # the decision's level (alpha / tests, or compare_family's)
+    mde: float = float("nan")      # the smallest |diff| detectable at `level` with POWER (NaN: one run a side)
+    runs_needed: int = 0           # runs a side for an MDE of DETECT_SHARE of A's median (0: enough now)
+
+    @property
+    def powered(self) -> bool:
+        """Whether the comparison could have seen a DETECT_SHARE change of A's median."""
+        return bool(math.isfinite(self.mde) and self.mde <= DETECT_SHARE * abs(self.median_a))
 
     @property
     def direction(self) -> Direction | None:
@@ -228,6 +244,24 @@ def _prepare(a, b, n_boot: int, seed: int, alpha: float) -> _Prepared:
     return _Prepared(ra, rb, base, d, None, p)
 
 
+def power(ra, rb, level: float, median_a: float) -> tuple[float, int]:
+    """(MDE at `level` with POWER, runs a side needed for an MDE of DETECT_SHARE of median_a; 0
+    when the runs at hand suffice, MAX_RUNS_NEEDED + 1 when no count up to it does). NaN, 0 with
+    one run on a side."""
+    if len(ra) < 2 or len(rb) < 2:
+        return float("nan"), 0
+    _, _, df, se = _run_medians(ra, rb)
+    mde = (t_quantile(1 - level / 2, df) + t_quantile(POWER, df)) * se
+    target = DETECT_SHARE * abs(median_a)
+    if not math.isfinite(target) or mde <= target:
+        return mde, 0
+    s = se / math.sqrt(1 / len(ra) + 1 / len(rb))        # the pooled run-to-run sd
+    for n in range(max(len(ra), len(rb)) + 1, MAX_RUNS_NEEDED + 1):
+        if (t_quantile(1 - level / 2, 2 * n - 2) + t_quantile(POWER, 2 * n - 2)) * s * math.sqrt(2 / n) <= target:
+            return mde, n
+    return mde, MAX_RUNS_NEEDED + 1
+
+
 def _decide(pr: _Prepared, alpha: float, level: float) -> SampleComparison:
     nan = float("nan")
     noise_ok = len(pr.ra) >= 2 and len(pr.rb) >= 2
@@ -245,8 +279,9 @@ def _decide(pr: _Prepared, alpha: float, level: float) -> SampleComparison:
         verdict = WITHIN_NOISE
     else:
         verdict = SLOWER if diff > 0 else FASTER
+    mde, need = power(pr.ra, pr.rb, level, pr.base["median_a"])
     return SampleComparison(**pr.base, ci_low=lo, ci_high=hi, noise=noise, noise_estimable=noise_ok, verdict=verdict,
-                            p_value=pr.p, level=level)
+                            p_value=pr.p, level=level, mde=mde, runs_needed=need)
 
 
 def compare_samples(a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, n_boot: int = N_BOOT, seed: int = SEED,

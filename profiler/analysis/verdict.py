@@ -75,24 +75,94 @@ class Size:
     reference_ns: float          # the median iteration, or that iteration's span
     n: int                       # iterations
     iteration: int | None        # set when one iteration carries the effect
-    note: str                    # the median beside a one-iteration magnitude ('' otherwise)
+    note: str                    # the median beside a one-iteration magnitude, or why it is borderline ('' otherwise)
+    share_low: float = float("nan")    # the interval of the median share over iterations (share_interval)
+    share_high: float = float("nan")
+    borderline: bool = False     # the interval straddles the threshold: no alarm, both numbers stated
 
 
-def size(per_iteration, iterations, totals) -> Size:
-    """Median over iterations (the alarm test: >= ALARM_SHARE of the median iteration), stated for
-    the one iteration that carries the effect when one does (>= ONE_ITERATION_SHARE of its sum).
-    per_iteration, iterations, totals: aligned arrays (effect ns, iteration number, iteration span)."""
+# Decisions on a share (an effect over its reference, per iteration) read the median share with
+# its interval, so that repeated runs of one config land on the same side (issue 18: a host-bound
+# alarm fired at 26-35 % and was silent at 20-24 % on three runs of one config). The interval is a
+# bootstrap of the median over iterations (fixed seed); with 2-3 iterations it is their range. An
+# alarm needs the whole interval past the threshold; an interval that straddles it is 'borderline':
+# no alarm, and the verdict states the median and the interval.
+SHARE_LEVEL = 0.90
+SHARE_BOOT = 1000
+
+
+def share_interval(shares) -> tuple[float, float, float]:
+    """(median, low, high) of the median of per-iteration shares (SHARE_LEVEL bootstrap interval)."""
+    x = np.asarray(shares, float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return float("nan"), float("nan"), float("nan")
+    med = float(np.median(x))
+    if len(x) <= 3:
+        return med, float(x.min()), float(x.max())
+    rng = np.random.default_rng(0)
+    boot = np.median(x[rng.integers(0, len(x), (SHARE_BOOT, len(x)))], axis=1)
+    a = (1 - SHARE_LEVEL) / 2
+    lo, hi = np.quantile(boot, [a, 1 - a])
+    return med, float(min(lo, med)), float(max(hi, med))
+
+
+@dataclass(frozen=True)
+class ShareDecision:
+    state: str                   # 'alarm' | 'borderline' | 'none'
+    median: float
+    low: float
+    high: float
+    threshold: float
+    n: int
+
+    @property
+    def alarm(self) -> bool:
+        return self.state == "alarm"
+
+    def describe(self, what: str) -> str:
+        return (f"{what} {fmt_pct(self.median)} (interval {fmt_pct(self.low)}-{fmt_pct(self.high)} over "
+                f"{self.n} iteration{'s' if self.n != 1 else ''}) against the {fmt_pct(self.threshold)} threshold")
+
+
+def decide_share(values, references, threshold: float) -> ShareDecision:
+    """Alarm when the whole interval of the median share values / references is >= threshold,
+    borderline when it straddles it, none below."""
+    v = np.asarray(values, float)
+    r = np.asarray(references, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sh = np.where(r > 0, v / np.where(r > 0, r, 1), np.nan)
+    med, lo, hi = share_interval(sh)
+    n = int(np.isfinite(sh).sum())
+    if not np.isfinite(med):
+        state = "none"
+    elif lo >= threshold:
+        state = "alarm"
+    elif hi >= threshold:
+        state = "borderline"
+    else:
+        state = "none"
+    return ShareDecision(state, med, lo, hi, threshold, n)
+
+
+def size(per_iteration, iterations, totals, threshold: float = ALARM_SHARE) -> Size:
+    """Median over iterations; the alarm test is decide_share (the interval of the median share of
+    the iteration >= threshold); stated for the one iteration that carries the effect when one does
+    (>= ONE_ITERATION_SHARE of its sum). per_iteration, iterations, totals: aligned arrays (effect ns,
+    iteration number, iteration span or other reference)."""
     v = np.asarray(per_iteration, float)
     tot = np.asarray(totals, float)
     n = len(v)
     med, med_it = float(np.median(v)), float(np.median(tot))
-    alarm = bool(med >= ALARM_SHARE * med_it)
+    d = decide_share(v, tot, threshold)
+    alarm = d.alarm
     k = int(np.argmax(v))
+    border = d.describe("borderline: the share is") if d.state == "borderline" else ""
     if n == 1 or (alarm and v.sum() > 0 and v[k] >= ONE_ITERATION_SHARE * v.sum()):
         note = (f"median over the {n} iterations: {fmt_ns(med)} ({fmt_pct(med / med_it)} of the median "
-                f"iteration {fmt_ns(med_it)})") if n > 1 else ""
-        return Size(alarm, float(v[k]), float(tot[k]), n, int(iterations[k]), note)
-    return Size(alarm, med, med_it, n, None, "")
+                f"iteration {fmt_ns(med_it)})") if n > 1 else border
+        return Size(alarm, float(v[k]), float(tot[k]), n, int(iterations[k]), note, d.low, d.high, d.state == "borderline")
+    return Size(alarm, med, med_it, n, None, border, d.low, d.high, d.state == "borderline")
 
 
 @dataclass(frozen=True)
@@ -112,6 +182,7 @@ class Verdict:
     iteration: int | None = None              # the iteration the magnitude was seen in, when it is one
     ratio: float | None = None                # imbalance: max / median busy time; compare: B / A
     where: tuple = ()                         # every (kernel, phase) the verdict names, the main one first
+    late_entry: str | None = None             # 'host' | 'gpu': the cause is a rank entering the op late (late_entry.py)
     detail: str = ""                          # the analysis' own clause for the sentence
     notes: tuple = ()                         # further findings, one sentence each, largest first
     warnings: tuple = ()                      # typed AnalysisWarnings the analysis ran with
@@ -161,6 +232,8 @@ def _over(v: Verdict) -> str:
 def sentence(v: Verdict) -> str:
     c = v.cause
     d = f"; {v.detail}" if v.detail else ""
+    if v.late_entry and v.rank is not None and c not in (Cause.TIMEOUT, Cause.NONE):
+        return f"late entry: {v.detail}{_over(v)}"
     if c is Cause.TIMEOUT:
         on = f" on rank {v.peer}" if v.peer is not None else ""
         return (f"timeout: rank {v.rank} waited {fmt_ns(v.magnitude_ns)} in {_kp(v.kernel, v.phase)}{on}, "

@@ -21,9 +21,10 @@ import pandas as pd
 from . import graph as G
 from .critical_path import CriticalPath, critical_path, from_graph, iteration_totals
 from .retime import retime
+from .timemodel import op_latency
 
 SUMMARY_COLUMNS = ["iteration", "before_ns", "after_ns", "change_ns", "change_pct", "local_saving_ns", "absorbed_pct",
-                   "path_phase_ns"]
+                   "path_phase_ns", "op_before_ns", "op_after_ns", "op_change_ns", "op_change_pct"]
 
 
 @dataclass
@@ -117,6 +118,13 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     ls = s["local_saving_ns"].to_numpy().astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         s["absorbed_pct"] = np.where(ls != 0, 100.0 * (1.0 - (-s["change_ns"].to_numpy()) / ls), np.nan)
+    # the op's own time (profiler.analysis.timemodel: op latency after entry), recorded and re-timed:
+    # the quantity the idle page's "costs the op" and Compare's kernel rows state
+    ob = op_latency(g, g.pt_t).set_index("iteration")["op_latency_ns"].reindex(s["iteration"]).to_numpy(float)
+    oa = op_latency(g, T).set_index("iteration")["op_latency_ns"].reindex(s["iteration"]).to_numpy(float)
+    s["op_before_ns"], s["op_after_ns"], s["op_change_ns"] = ob, oa, oa - ob
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s["op_change_pct"] = np.where(ob > 0, 100.0 * (oa - ob) / ob, np.nan)
     if iteration is not None:
         s = s[s["iteration"].isin(np.atleast_1d(iteration))]
     # iterations are independent in the graph: the new path of some needs only their rows

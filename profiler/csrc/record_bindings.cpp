@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "profiler/csrc/calibrate.cuh"
 #include "profiler/csrc/clock_sync.cuh"
 #include "profiler/csrc/recorder.cuh"
 #include "profiler/csrc/selftest.cuh"
@@ -17,6 +18,7 @@ namespace {
 
 namespace st = epscope::selftest;
 namespace cs = epscope::clock_sync;
+namespace cal = epscope::calibrate;
 
 void check_cuda(cudaError_t e, const char* what) {
   TORCH_CHECK(e == cudaSuccess, what, ": ", cudaGetErrorString(e));
@@ -83,6 +85,13 @@ torch::Tensor record_parts(int64_t part, int64_t grid, int64_t warps, int64_t n,
   return cycles;
 }
 
+void anchored_ticks(c10::optional<torch::Tensor> buf, int64_t grid, int64_t warps, int64_t n, int64_t every,
+                    int64_t spin_cycles) {
+  void* p = buffer_ptr(buf, grid, warps);
+  check_cuda(st::anchored_ticks(p, grid, warps, n, every, spin_cycles, c10::cuda::getCurrentCUDAStream()),
+             "anchored_ticks launch");
+}
+
 // done/out/error are preallocated by the caller so a timed loop launches only the kernel.
 void imbalance(c10::optional<torch::Tensor> buf, int64_t grid, int64_t warps, int64_t rounds, int64_t busy_blocks,
                int64_t busy_warps, int64_t units, torch::Tensor done, torch::Tensor out, torch::Tensor error,
@@ -108,6 +117,31 @@ void grid_barrier(c10::optional<torch::Tensor> buf, int64_t grid, int64_t warps,
                               reinterpret_cast<unsigned*>(arrived.data_ptr<int>()), out.data_ptr<float>(),
                               timeout_cycles, error.data_ptr<int>(), c10::cuda::getCurrentCUDAStream()),
              "grid_barrier launch");
+}
+
+// ------------------------------------------------------------------------------------------------
+// calibration (calibrate.cuh)
+
+// cycles of lane 0's loop of n back-to-back reads of `timer` (0 clock64, 1 globaltimer), per block
+torch::Tensor timer_read_cost(int64_t timer, int64_t grid, int64_t n) {
+  TORCH_CHECK(grid > 0 && n >= 0, "timer_read_cost: grid > 0 and n >= 0 expected");
+  auto cycles = cuda_zeros(grid, torch::kInt64);
+  auto sink = cuda_zeros(grid, torch::kInt64);
+  check_cuda(cal::read_cost(int(timer), int(grid), int(n), cycles.data_ptr<int64_t>(),
+                            reinterpret_cast<uint64_t*>(sink.data_ptr<int64_t>()), c10::cuda::getCurrentCUDAStream()),
+             "timer_read_cost launch");
+  return cycles;
+}
+
+// int64[grid, samples, 4]: (clock64 before, globaltimer, clock64 after, smid) per anchor sample
+torch::Tensor sm_clock_samples(int64_t grid, int64_t samples, int64_t interval_cycles) {
+  TORCH_CHECK(grid > 0 && samples > 0 && interval_cycles >= 0, "sm_clock_samples: grid, samples > 0 expected");
+  auto out = cuda_zeros(grid * samples * 4, torch::kInt64);
+  check_cuda(cal::sm_clocks(int(grid), int(samples), interval_cycles,
+                            reinterpret_cast<cal::AnchorSample*>(out.data_ptr<int64_t>()),
+                            c10::cuda::getCurrentCUDAStream()),
+             "sm_clock_samples launch");
+  return out.view({grid, samples, 4});
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -194,12 +228,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("record_cost", &record_cost, py::arg("buf"), py::arg("grid"), py::arg("warps"), py::arg("n"));
   m.def("record_parts", &record_parts, py::arg("part"), py::arg("grid"), py::arg("warps"), py::arg("n"),
         py::arg("cap"), py::arg("hires"));
+  m.def("anchored_ticks", &anchored_ticks, py::arg("buf"), py::arg("grid"), py::arg("warps"), py::arg("n"),
+        py::arg("every"), py::arg("spin_cycles"));
   m.def("imbalance", &imbalance, py::arg("buf"), py::arg("grid"), py::arg("warps"), py::arg("rounds"),
         py::arg("busy_blocks"), py::arg("busy_warps"), py::arg("units"), py::arg("done"), py::arg("out"),
         py::arg("error"), py::arg("timeout_cycles"));
   m.def("grid_barrier", &grid_barrier, py::arg("buf"), py::arg("grid"), py::arg("warps"), py::arg("rounds"),
         py::arg("units"), py::arg("late_block"), py::arg("late_warp"), py::arg("late_units"), py::arg("arrived"),
         py::arg("out"), py::arg("error"), py::arg("timeout_cycles"));
+  m.def("timer_read_cost", &timer_read_cost, py::arg("timer"), py::arg("grid"), py::arg("n"));
+  m.def("sm_clock_samples", &sm_clock_samples, py::arg("grid"), py::arg("samples"), py::arg("interval_cycles"));
   m.def("clock_ping", &clock_ping, py::arg("my_slots"), py::arg("peer_slots"), py::arg("n"), py::arg("seq_base"),
         py::arg("timeout_ns"));
   m.def("clock_pong", &clock_pong, py::arg("my_slots"), py::arg("peer_slots"), py::arg("n"), py::arg("seq_base"),

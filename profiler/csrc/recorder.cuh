@@ -2,7 +2,8 @@
 //
 // Lane 0 of each instrumented warp writes 16-byte records into the region of the profile
 // buffer that its warp owns (layout: profiler/layout.toml, structs: generated/layout.cuh).
-// No atomics and no fences per record: a record is one timer read and one 16-byte store.
+// No atomics and no fences per record: a record is one clock64 read and one 16-byte store
+// (format 2: the per-warp %globaltimer anchors at init and finish convert cycles to ns).
 //
 //   Compile-time switch: EPSCOPE_PROFILE=0 (the default) turns every method into nothing: the
 //   kernel has no timer reads and no record stores (tests/ check the SASS of both builds).
@@ -13,6 +14,7 @@
 //   rec.init(prof_buf);                 // null -> off
 //   rec.begin(kSendChunk, chunk);  ...  rec.end(kSendChunk);
 //   rec.arrive(kBarrierGrid, occurrence); ... rec.depart(kBarrierGrid, occurrence);
+//   rec.anchor();                       // optional: an extra clock anchor (long kernels)
 //   rec.finish();                       // on every exit path, timeouts included
 #pragma once
 #include <cstdint>
@@ -75,6 +77,20 @@ __device__ __forceinline__ uint32_t linear_block() {
 }
 __device__ __forceinline__ uint32_t warp_in_block() { return threadIdx.x / 32; }
 
+// One (clock64, %globaltimer) anchor: clock64 read before and after the globaltimer read and
+// averaged, so the pair's skew is half a clock64 read, not a whole globaltimer read (~40 cycles
+// on H200, benchmarks/NOTES.md issue 22).
+struct ClockPair {
+  uint64_t clk;
+  uint64_t gt;
+};
+__device__ __forceinline__ ClockPair clock_pair() {
+  const uint64_t c0 = clock64();
+  const uint64_t g = globaltimer();
+  const uint64_t c1 = clock64();
+  return ClockPair{c0 + ((c1 - c0) >> 1), g};
+}
+
 inline namespace EPSCOPE_VARIANT_NS {
 
 #if EPSCOPE_PROFILE
@@ -87,31 +103,33 @@ class WarpRecorder {
   // Same, for kernels that number their warps themselves (e.g. a persistent kernel whose warp
   // plays several roles): region = block * warps_per_block + warp.
   __device__ __forceinline__ void init(void* buf, uint32_t block, uint32_t warp) {
-    buf_ = static_cast<char*>(buf);
+    base_ = nullptr;
     next_ = 0;
-    end_ = 0;
-    hires_ = 0;
+    last_ = 0;
     if (buf == nullptr) return;
     auto* hdr = static_cast<const BufferHeader*>(buf);
     const uint32_t wpb = hdr->warps_per_block;
     const uint32_t region = block * wpb + warp;
-    // A host that sized the buffer for another grid records nothing rather than corrupting
-    // memory; the decoder reports those regions as UNUSED. Only lane 0 records: the other lanes
-    // keep end_ = 0, so their records fail the same bound as a full region, with no branch in put().
-    if (warp >= wpb || region >= hdr->num_regions || lane_id() != 0) return;
     const uint32_t cap = hdr->region_capacity;
-    const uint64_t region_slot = kHeaderSlots + uint64_t(region) * (kHeaderSlots + cap);
-    // slot indices are 32-bit: a buffer past 64 GiB (never sized so by the host) records nothing
-    if (region_slot + kHeaderSlots + cap > 0xffffffffull) return;
-    next_ = uint32_t(region_slot) + kHeaderSlots;
-    end_ = next_ + cap;
-    hires_ = (hdr->flags & kFlagHires) != 0 ? 1u : 0u;
+    // A host that sized the buffer for another grid records nothing rather than corrupting
+    // memory; the decoder reports those regions as UNUSED. Only lane 0 records (last_ = 0 on lanes
+    // 1..31: one predicate for the kernel's whole life, see put()).
+    if (warp >= wpb || region >= hdr->num_regions || cap == 0 || cap > 0xffffffffu - kHeaderSlots ||
+        lane_id() != 0)
+      return;
+    // base_ is this warp's region, not the buffer: a value the compiler cannot re-read from the
+    // kernel's parameter bank, so a record adds its slot to a register instead of waiting on a
+    // constant load (an LDC per record, which the first format-2 build paid: NOTES.md issue 22).
+    base_ = static_cast<char*>(buf) + sizeof(BufferHeader) + uint64_t(region) * (sizeof(RegionHeader) + uint64_t(cap) * sizeof(Record));
+    next_ = kHeaderSlots;
+    last_ = kHeaderSlots + cap - 1;  // > 0: the recorder is on
     RegionHeader* rh = region_header();
     rh->sm = smid();
     rh->block = block;
     rh->warp = static_cast<uint16_t>(warp);
-    rh->clk_start = clock64();
-    rh->gt_start = globaltimer();
+    const ClockPair a = clock_pair();
+    rh->clk_start = a.clk;
+    rh->gt_start = a.gt;
     rh->state = kRegionStarted;
   }
 
@@ -121,68 +139,77 @@ class WarpRecorder {
   __device__ __forceinline__ void arrive(uint16_t barrier, uint32_t occurrence) { put(kKindBarrierArrive, barrier, occurrence); }
   __device__ __forceinline__ void depart(uint16_t barrier, uint32_t occurrence) { put(kKindBarrierDepart, barrier, occurrence); }
 
+  // An extra (globaltimer, clock64) anchor in the record stream, at a point the kernel chooses
+  // (e.g. once per outer iteration of a long persistent kernel): the decoder converts piecewise
+  // between anchors and reports an SM clock change between two of them (ClockChange). Costs a
+  // globaltimer read (~40 cycles) and one record slot; init and finish anchor every warp anyway.
+  __device__ __forceinline__ void anchor() {
+    if (last_ != 0) {
+      const ClockPair a = clock_pair();
+      const uint64_t dst = __cvta_generic_to_global(base_) + uint64_t(min(next_, last_)) * sizeof(Record);
+      const uint32_t idkind = uint32_t((a.clk >> 32) & 0xffffu) | (uint32_t(kKindAnchor) << 16);
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(uint32_t(a.gt)),
+                   "r"(uint32_t(a.gt >> 32)), "r"(idkind), "r"(uint32_t(a.clk)) : "memory");
+    }
+    ++next_;
+  }
+
   // Close the region: how many records were attempted (the decoder derives drops from it) and
-  // the end clock pair for high-resolution conversion.
+  // the end anchor.
   __device__ __forceinline__ void finish() {
-    if (end_ != 0) {
+    if (last_ != 0) {
       RegionHeader* rh = region_header();
-      rh->clk_end = clock64();
-      rh->gt_end = globaltimer();
-      rh->attempted = next_ - first_slot();
+      const ClockPair a = clock_pair();
+      rh->clk_end = a.clk;
+      rh->gt_end = a.gt;
+      rh->attempted = next_ - kHeaderSlots;
       rh->state = kRegionFinished;
     }
-    next_ = 0;
-    end_ = 0;
+    last_ = 0;
   }
 
  private:
   static constexpr uint32_t kHeaderSlots = sizeof(RegionHeader) / sizeof(Record);  // also sizeof(BufferHeader) / 16
   static_assert(sizeof(BufferHeader) == sizeof(RegionHeader), "slot arithmetic: both headers are kHeaderSlots records");
 
-  __device__ __forceinline__ uint32_t first_slot() const {
-    return end_ - static_cast<const BufferHeader*>(static_cast<void*>(buf_))->region_capacity;
-  }
-  __device__ __forceinline__ RegionHeader* region_header() const {
-    return reinterpret_cast<RegionHeader*>(buf_ + uint64_t(first_slot() - kHeaderSlots) * sizeof(Record));
-  }
+  __device__ __forceinline__ RegionHeader* region_header() const { return reinterpret_cast<RegionHeader*>(base_); }
 
-  // One record: a bound check, the timer, one predicated 16-byte store, in one asm block so that
-  // the compare issues before the timer read. ptxas schedules nothing across a timer read, so a
-  // compare placed after it (where the compiler sinks a C++ one) puts its 13-cycle predicate
-  // latency after the read, in front of the store. The bound (next_ < end_) is false on lanes
-  // 1..31, when the region is full and when the recorder is off. In hires mode the clock64 read
-  // replaces the globaltimer one (ptxas: CS2R, CS2R, SEL; both reads cost an issue slot, no
-  // branch). History (benchmarks/NOTES.md): C++ branches 83 cycles a record; two predicated
-  // reads in one block, compare after them, 37-42; a deferred store 78-85; one predicated read
-  // pair plus a C++ compare (843a8f8) 39-43 (ptxas: 31 stall cycles per record).
+  // One record (format 2): a clock64 read and one 16-byte store to min(next_, last_), on lane 0 of
+  // a warp that owns a region (last_ != 0). last_ is set at init and left alone until finish, so
+  // ptxas if-converts the record into instructions predicated on one loop-invariant predicate:
+  // no compare per record (format 1's bound predicate next_ < end_ put a 13-cycle ISETP latency
+  // in front of every store), and a full region clamps into its last slot (the overflow sink)
+  // instead. With recording off at run time (null buffer) or on lanes 1..31 the predicate is
+  // false: the instructions issue but read no timer and store nothing. ptxas if-converts such a
+  // short block even when it is written as a uniform branch (`@p bra.uni`: seen in the SASS), so
+  // "off" costs the record's issue slots, not a branch. History (benchmarks/NOTES.md): C++
+  // branches 83 cycles a record; globaltimer + bound predicate 37-42; a deferred store 78-85;
+  // overflow sink + globaltimer 28-29; clock64 with the buffer re-read from the parameter bank
+  // per record 36-39 (the LDC's latency, on or off).
   __device__ __forceinline__ void put(uint8_t kind, uint16_t id, uint32_t payload) {
-    const uint64_t dst = __cvta_generic_to_global(buf_) + uint64_t(next_) * sizeof(Record);
-    const uint32_t idkind = uint32_t(id) | (uint32_t(kind) << 16);  // Record bytes 8..11: id, kind, reserved
-    asm volatile(
-        "{\n\t"
-        ".reg .pred p, h;\n\t"
-        ".reg .b64 t;\n\t"
-        ".reg .b32 lo, hi;\n\t"
-        "setp.lt.u32 p, %1, %2;\n\t"
-        "setp.ne.u32 h, %5, 0;\n\t"
-        "mov.u64 t, %%globaltimer;\n\t"
-        "@h mov.u64 t, %%clock64;\n\t"
-        "mov.b64 {lo, hi}, t;\n\t"
-        "@p st.global.v4.u32 [%0], {lo, hi, %3, %4};\n\t"
-        "}"
-        :
-        : "l"(dst), "r"(next_), "r"(end_), "r"(idkind), "r"(payload), "r"(hires_));
+    if (last_ != 0) {
+      const uint64_t dst = __cvta_generic_to_global(base_) + uint64_t(min(next_, last_)) * sizeof(Record);
+      const uint32_t idkind = uint32_t(id) | (uint32_t(kind) << 16);  // Record bytes 8..11: id, kind, reserved
+      asm volatile(
+          "{\n\t"
+          ".reg .b64 t;\n\t"
+          ".reg .b32 lo, hi;\n\t"
+          "mov.u64 t, %%clock64;\n\t"
+          "mov.b64 {lo, hi}, t;\n\t"
+          "st.global.v4.u32 [%0], {lo, hi, %1, %2};\n\t"
+          "}"
+          :
+          : "l"(dst), "r"(idkind), "r"(payload));
+    }
     ++next_;  // counts drops too: nothing is dropped silently
   }
 
-  // The whole state: two slot indices and the mode, 3 registers. buf_ is the kernel's own
-  // parameter, which the compiler re-reads from the constant bank rather than holding it: the
-  // state stays live across a kernel's hot loops, where every register it holds is one the copy
-  // loop cannot use (the first instrumented build kept 8, benchmarks/NOTES.md issue 9).
-  char* buf_ = nullptr;
-  uint32_t next_ = 0;   // slot (16-byte unit from buf_) of this warp's next record; counts drops too
-  uint32_t end_ = 0;    // first slot past this warp's region; 0 on lanes 1..31 and when off
-  uint32_t hires_ = 0;  // 1: records hold clock64 cycles (BufferHeader flag HIRES)
+  // The whole state, 4 registers: this warp's region (2: a register, not the parameter bank, see
+  // init), its next slot and its last slot. Format 1 kept 3 (the buffer from the parameter bank);
+  // the first instrumented build kept 8, which cost EP copy loops registers (NOTES.md issue 9).
+  char* base_ = nullptr;  // this warp's RegionHeader; its records follow it
+  uint32_t next_ = 0;  // slot (16-byte unit from base_) of this warp's next record; counts drops too
+  uint32_t last_ = 0;  // this warp's last slot, the overflow sink; 0: off (lanes 1..31, no region, finished)
 };
 
 #else  // EPSCOPE_PROFILE == 0: off means off.
@@ -196,6 +223,7 @@ class WarpRecorder {
   __device__ __forceinline__ void instant(uint16_t, uint32_t = 0) {}
   __device__ __forceinline__ void arrive(uint16_t, uint32_t) {}
   __device__ __forceinline__ void depart(uint16_t, uint32_t) {}
+  __device__ __forceinline__ void anchor() {}
   __device__ __forceinline__ void finish() {}
 };
 

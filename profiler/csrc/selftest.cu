@@ -9,6 +9,8 @@
 #include "profiler/csrc/generated/selftest_phases.cuh"
 #include "profiler/csrc/recorder.cuh"
 
+#include <utility>
+
 namespace epscope {
 namespace selftest {
 inline namespace EPSCOPE_VARIANT_NS {
@@ -114,48 +116,66 @@ __global__ void record_cost_kernel(void* buf, int n, int64_t* cycles, uint32_t* 
 // ---------------------------------------------------------------------------------------------
 // (2b) what a record's parts cost: the record_cost loop with one record design per variant
 // (selftest.cuh, RecordPart), written as raw asm beside the WarpRecorder so that one run measures
-// the designs a buffer-format change would buy (an overflow sink slot instead of the bound
-// predicate) before the format moves. Lane 0 of each warp owns `cap` slots plus one sink slot
-// of `buf`; the other lanes start at their warp's sink (as a sink design would place them).
+// the designs side by side (format 1's, format 2's, and their parts). Lane 0 of each warp owns
+// `cap` slots plus one sink slot of `buf`; lanes 1..31 are predicated off (lane predicate) or,
+// in kPartAllLanes, write lane 0's record to lane 0's slot.
 #if EPSCOPE_PROFILE
 template <int kPart>
-__device__ __forceinline__ void part_record(uint64_t base, uint32_t next, uint32_t end, uint32_t hires,
-                                            uint32_t idkind, uint32_t payload, uint32_t& x) {
-  if constexpr (kPart == kPartCurrent) {  // WarpRecorder::put: bound predicate, both timers + SEL
+__device__ __forceinline__ void part_record(uint64_t base, uint64_t rbase, uint32_t next, uint32_t end, uint32_t on,
+                                            uint32_t hires, uint32_t idkind, uint32_t payload, uint32_t& x) {
+  if constexpr (kPart == kPartV1) {  // format 1's WarpRecorder::put
     const uint64_t dst = base + uint64_t(next) * 16;
     asm volatile(
         "{\n\t.reg .pred p, h;\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\t"
         "setp.lt.u32 p, %1, %2;\n\tsetp.ne.u32 h, %5, 0;\n\t"
         "mov.u64 t, %%globaltimer;\n\t@h mov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
         "@p st.global.v4.u32 [%0], {lo, hi, %3, %4};\n\t}"
-        :: "l"(dst), "r"(next), "r"(end), "r"(idkind), "r"(payload), "r"(hires));
-  } else if constexpr (kPart == kPartOneTimer) {  // put's bound predicate, %globaltimer only
+        :: "l"(dst), "r"(next), "r"(on ? end : 0u), "r"(idkind), "r"(payload), "r"(hires));
+  } else if constexpr (kPart == kPartBoundClock) {
     const uint64_t dst = base + uint64_t(next) * 16;
     asm volatile(
         "{\n\t.reg .pred p;\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tsetp.lt.u32 p, %1, %2;\n\t"
-        "mov.u64 t, %%globaltimer;\n\tmov.b64 {lo, hi}, t;\n\t@p st.global.v4.u32 [%0], {lo, hi, %3, %4};\n\t}"
-        :: "l"(dst), "r"(next), "r"(end), "r"(idkind), "r"(payload));
-  } else if constexpr (kPart == kPartSink || kPart == kPartSinkOneTimer) {  // clamped slot, no predicate
-    const uint64_t dst = base + uint64_t(min(next, end)) * 16;
-    if constexpr (kPart == kPartSink)
-      asm volatile(
-          "{\n\t.reg .pred h;\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tsetp.ne.u32 h, %3, 0;\n\t"
-          "mov.u64 t, %%globaltimer;\n\t@h mov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
-          "st.global.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
-          :: "l"(dst), "r"(idkind), "r"(payload), "r"(hires));
-    else
-      asm volatile(
-          "{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%globaltimer;\n\tmov.b64 {lo, hi}, t;\n\t"
-          "st.global.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
-          :: "l"(dst), "r"(idkind), "r"(payload));
-  } else if constexpr (kPart == kPartTimerOnly) {  // the read alone, its value kept live
-    uint32_t lo;
-    asm volatile("{\n\t.reg .b64 t;\n\tmov.u64 t, %%globaltimer;\n\tcvt.u32.u64 %0, t;\n\t}" : "=r"(lo));
-    x ^= lo;
-  } else if constexpr (kPart == kPartStoreOnly) {  // the clamped store alone, no timer
-    const uint64_t dst = base + uint64_t(min(next, end)) * 16;
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "r"(x), "r"(next), "r"(idkind),
-                 "r"(payload));
+        "mov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t@p st.global.v4.u32 [%0], {lo, hi, %3, %4};\n\t}"
+        :: "l"(dst), "r"(next), "r"(on ? end : 0u), "r"(idkind), "r"(payload));
+  } else if constexpr (kPart == kPartV2 || kPart == kPartAllLanes) {
+    if (kPart == kPartAllLanes || on) {
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
+      asm volatile("{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
+                   "st.global.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
+                   :: "l"(dst), "r"(idkind), "r"(payload));
+    }
+  } else if constexpr (kPart == kPartV2Streaming) {
+    if (on) {
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
+      asm volatile("{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
+                   "st.global.cs.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
+                   :: "l"(dst), "r"(idkind), "r"(payload));
+    }
+  } else if constexpr (kPart == kPartV2NoAllocate) {
+    if (on) {
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
+      asm volatile("{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
+                   "st.global.L1::no_allocate.v4.u32 [%0], {lo, hi, %1, %2};\n\t}"
+                   :: "l"(dst), "r"(idkind), "r"(payload));
+    }
+  } else if constexpr (kPart == kPartStore8Only) {
+    if (on) {
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
+      asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(dst), "r"(x), "r"(payload));
+    }
+  } else if constexpr (kPart == kPartStoreOnly) {
+    if (on) {
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "r"(x), "r"(next), "r"(idkind),
+                   "r"(payload));
+    }
+  } else if constexpr (kPart == kPartAnchor) {
+    if (on) {
+      const ClockPair a = clock_pair();
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "r"(uint32_t(a.gt)),
+                   "r"(uint32_t(a.gt >> 32)), "r"(idkind | uint32_t(a.clk >> 32)), "r"(uint32_t(a.clk)) : "memory");
+    }
   }
 }
 
@@ -164,21 +184,32 @@ __global__ void record_parts_kernel(void* buf, uint32_t cap, int n, uint32_t hir
   const uint32_t w = linear_block() * (blockDim.x / 32) + warp_in_block();
   // slot indices from the buffer's start, the region's first folded in (as WarpRecorder keeps them)
   const uint64_t base = __cvta_generic_to_global(buf);
+  uint64_t rbase;  // the same address in a register the compiler cannot re-read from the parameter bank
+  asm("mov.b64 %0, %1;" : "=l"(rbase) : "l"(base));
   const uint32_t first = w * (cap + 1), sink_slot = first + cap;
-  uint32_t next = lane_id() == 0 ? first : sink_slot;
-  const bool bound = kPart == kPartCurrent || kPart == kPartOneTimer;  // lanes 1..31 fail the bound
-  uint32_t end = !bound ? sink_slot : (lane_id() == 0 ? sink_slot : 0);
+  const uint32_t on = lane_id() == 0;
+  uint32_t next = first;
+  const uint32_t end = sink_slot;
   uint32_t x = threadIdx.x;
   __syncwarp();
   const int64_t c0 = clock64();
   for (int i = 0; i < n; ++i) {
-    if constexpr (kPart != kPartNone) part_record<kPart>(base, next, end, hires, 0x30000u | kTick, uint32_t(i), x);
+    if constexpr (kPart != kPartNone) part_record<kPart>(base, rbase, next, end, on, hires, 0x30000u | kTick, uint32_t(i), x);
     ++next;
     x = x * 1664525u + 1013904223u;  // the record_cost loop's LCG
   }
   const int64_t c1 = clock64();
   sink[w * 32 + lane_id()] = x + next;
   if (lane_id() == 0) cycles[w] = c1 - c0;
+}
+
+template <int... kParts>
+cudaError_t launch_part(int part, std::integer_sequence<int, kParts...>, dim3 g, dim3 b, cudaStream_t stream,
+                        void* buf, uint32_t cap, int n, uint32_t hires, int64_t* cycles, uint32_t* sink) {
+  bool found = false;
+  ((part == kParts ? (record_parts_kernel<kParts><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink), found = true)
+                   : false), ...);
+  return found ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 #endif
 
@@ -253,7 +284,29 @@ __global__ void grid_barrier_kernel(void* buf, int rounds, int units, int late_b
   out[(block * warps + warp) * 32 + lane_id()] = v;
 }
 
+// ---------------------------------------------------------------------------------------------
+// (5) anchored ticks
+__global__ void anchored_ticks_kernel(void* buf, int n, int every, int64_t spin_cycles) {
+  WarpRecorder rec;
+  rec.init(buf);
+  int64_t next = clock64();
+  for (int i = 0; i < n; ++i) {
+    next += spin_cycles;
+    while (int64_t(clock64()) < next) {
+    }
+    rec.instant(kTick, static_cast<uint32_t>(i));
+    if (every > 0 && (i + 1) % every == 0) rec.anchor();
+  }
+  rec.finish();
+}
+
 }  // namespace
+
+cudaError_t anchored_ticks(void* buf, int grid, int warps, int n, int every, int64_t spin_cycles, cudaStream_t stream) {
+  if (grid <= 0 || warps <= 0 || n < 0 || every < 0 || spin_cycles < 0) return cudaErrorInvalidValue;
+  anchored_ticks_kernel<<<grid, warps * 32, 0, stream>>>(buf, n, every, spin_cycles);
+  return cudaGetLastError();
+}
 
 int compiled_with_profile() { return EPSCOPE_PROFILE; }
 
@@ -271,20 +324,8 @@ cudaError_t record_cost(void* buf, int grid, int warps, int n, int64_t* cycles, 
 cudaError_t record_parts(int part, void* buf, uint32_t cap, int grid, int warps, int n, uint32_t hires,
                          int64_t* cycles, uint32_t* sink, cudaStream_t stream) {
 #if EPSCOPE_PROFILE
-  const dim3 g(grid), b(warps * 32);
-  switch (part) {
-    case kPartNone: record_parts_kernel<kPartNone><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
-    case kPartCurrent: record_parts_kernel<kPartCurrent><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
-    case kPartSink: record_parts_kernel<kPartSink><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
-    case kPartSinkOneTimer:
-      record_parts_kernel<kPartSinkOneTimer><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink);
-      break;
-    case kPartTimerOnly: record_parts_kernel<kPartTimerOnly><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
-    case kPartStoreOnly: record_parts_kernel<kPartStoreOnly><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
-    case kPartOneTimer: record_parts_kernel<kPartOneTimer><<<g, b, 0, stream>>>(buf, cap, n, hires, cycles, sink); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return launch_part(part, std::make_integer_sequence<int, kPartCount>{}, dim3(grid), dim3(warps * 32), stream, buf,
+                     cap, n, hires, cycles, sink);
 #else
   (void)part, (void)buf, (void)cap, (void)grid, (void)warps, (void)n, (void)hires, (void)cycles, (void)sink, (void)stream;
   return cudaErrorNotSupported;  // the compiled-out build reads no timer (tests/record/test_build.py)

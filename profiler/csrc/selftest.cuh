@@ -49,16 +49,20 @@ cudaError_t record_cost(void* buf, int grid, int warps, int n, int64_t* cycles, 
 // (2b) What a record's parts cost, in the record_cost loop (n iterations of one record design +
 // one LCG step per warp, clock64 around the loop; cycles: int64[grid * warps]): the design per
 // `part` (RecordPart). buf: (grid * warps) * (cap + 1) 16-byte slots, a region of `cap` slots and
-// a sink slot per warp; hires as the HIRES flag. Instrumented build only (the compiled-out one
-// reads no timer): there it returns cudaErrorNotSupported.
+// a sink slot per warp; hires as format 1's HIRES flag (kPartV1 only). Instrumented build only
+// (the compiled-out one reads no timer): there it returns cudaErrorNotSupported.
 enum RecordPart : int {
   kPartNone = 0,          // the loop alone (LCG + counter): the baseline the others subtract
-  kPartCurrent = 1,       // WarpRecorder::put as built: bound predicate, globaltimer + clock64 + SEL, store
-  kPartSink = 2,          // overflow-sink design: slot clamped by min(), no predicate, same timer reads
-  kPartSinkOneTimer = 3,  // overflow-sink design reading %globaltimer only (no runtime hires)
-  kPartTimerOnly = 4,     // one %globaltimer read, no store
-  kPartStoreOnly = 5,     // one clamped 16-byte store, no timer
-  kPartOneTimer = 6,      // put's bound predicate and store, %globaltimer only (no runtime hires, same format)
+  kPartV1 = 1,            // format 1's put: bound predicate, globaltimer + clock64 + SEL, store
+  kPartBoundClock = 2,    // bound predicate (next < end per record), clock64, store
+  kPartV2Streaming = 3,   // format 2 with a streaming store (st.global.cs)
+  kPartV2 = 4,            // format 2 as built: lane predicate fixed at init, sink clamp, clock64 (WarpRecorder::put)
+  kPartAllLanes = 5,      // no predicate: all 32 lanes store the same record to the same clamped slot, clock64
+  kPartV2NoAllocate = 6,  // format 2 with st.global.L1::no_allocate
+  kPartStoreOnly = 7,     // one lane-0 clamped 16-byte store, no timer
+  kPartAnchor = 8,        // an ANCHOR record: clock64, globaltimer, clock64, one store
+  kPartStore8Only = 9,    // one lane-0 clamped 8-byte store, no timer (what the store's width costs)
+  kPartCount = 10,
 };
 cudaError_t record_parts(int part, void* buf, uint32_t cap, int grid, int warps, int n, uint32_t hires,
                          int64_t* cycles, uint32_t* sink, cudaStream_t stream);
@@ -78,6 +82,12 @@ cudaError_t imbalance(void* buf, int grid, int warps, int rounds, int busy_block
 cudaError_t grid_barrier(void* buf, int grid, int warps, int rounds, int units, int late_block, int late_warp,
                          int late_units, unsigned* arrived, float* out, int64_t timeout_cycles, int* error,
                          cudaStream_t stream);
+
+// (5) Anchored ticks (format 2): each warp records `n` `tick` instants `spin_cycles` of clock64
+// apart and an extra clock anchor (WarpRecorder::anchor) after every `every`-th tick (0: none);
+// the kernel lasts n * spin_cycles cycles, so the decoder's piecewise conversion and clock-change
+// check run on a real GPU's anchors. Capacity needed: n + n / every records per warp.
+cudaError_t anchored_ticks(void* buf, int grid, int warps, int n, int every, int64_t spin_cycles, cudaStream_t stream);
 
 }  // inline namespace EPSCOPE_VARIANT_NS
 }  // namespace selftest

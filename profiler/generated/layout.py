@@ -2,7 +2,7 @@
 import numpy as np
 
 MAGIC = 0x43535045
-VERSION = 1
+VERSION = 2
 
 KIND_EMPTY = 0
 KIND_BEGIN = 1
@@ -10,6 +10,7 @@ KIND_END = 2
 KIND_INSTANT = 3
 KIND_BARRIER_ARRIVE = 4
 KIND_BARRIER_DEPART = 5
+KIND_ANCHOR = 6
 
 REGION_STATE_UNUSED = 0
 REGION_STATE_STARTED = 1
@@ -17,7 +18,7 @@ REGION_STATE_FINISHED = 2
 
 FLAGS_HIRES = 1
 
-KIND_NAMES = {0: 'EMPTY', 1: 'BEGIN', 2: 'END', 3: 'INSTANT', 4: 'BARRIER_ARRIVE', 5: 'BARRIER_DEPART'}
+KIND_NAMES = {0: 'EMPTY', 1: 'BEGIN', 2: 'END', 3: 'INSTANT', 4: 'BARRIER_ARRIVE', 5: 'BARRIER_DEPART', 6: 'ANCHOR'}
 
 BUFFERHEADER_DTYPE = np.dtype({'names': ['magic', 'version', 'flags', 'registry_hash', 'num_regions', 'region_capacity', 'rank', 'launch_id', 'warps_per_block', 'reserved0', 'reserved1', 'reserved2', 'reserved3'], 'formats': ['<u4', '<u2', '<u2', '<u4', '<u4', '<u4', '<u4', '<u4', '<u4', '<u8', '<u8', '<u8', '<u8'], 'offsets': [0, 4, 6, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56], 'itemsize': 64})
 BUFFERHEADER_SIZE = 64

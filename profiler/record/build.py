@@ -106,11 +106,11 @@ def load_extension(name: str, sources, *, profile: bool, extra_cflags=(), verbos
     return _load_cached(build_options(name, sources, profile=profile, extra_cflags=extra_cflags), verbose)
 
 
-RECORD_SOURCES = (CSRC / "record_bindings.cpp", CSRC / "selftest.cu", CSRC / "clock_sync.cu")
+RECORD_SOURCES = (CSRC / "record_bindings.cpp", CSRC / "selftest.cu", CSRC / "clock_sync.cu", CSRC / "calibrate.cu")
 
 
 def load_record_extension(*, profile: bool, verbose: bool = False):
-    """The recorder's own extension: self-test kernels, clock pairing, IPC signal areas."""
+    """The recorder's own extension: self-test kernels, clock pairing and calibration, IPC signal areas."""
     return load_extension("epscope_record", RECORD_SOURCES, profile=profile, verbose=verbose)
 
 

@@ -5,7 +5,8 @@
 writes, each a run directory named for what it shows:
 
 * selftest-timer-resolution: warps wait for %globaltimer to change and record a `tick` after
-  each change; the ticks sit one timer step apart (32 ns on H200).
+  each change; the ticks follow the timer's 32 ns steps on H200 (format 2 stamps them with
+  clock64, so they sit where the warp saw each change, a few steps apart at most).
 * selftest-starved-warps: 128 blocks x 4 warps; only warp 0 of blocks 0..15 works, every other
   warp records `idle` while it waits for them (blocks 16..127 and warps 1..3 of blocks 0..15
   are the starved ones the viewer's verdict must name).
@@ -90,7 +91,7 @@ def record_timer_resolution(out_dir, ext, raw_dir=None, overwrite: bool = False)
     with Session(out_dir, name="selftest-timer-resolution", workload=wl, capacity=p["samples"], raw_dir=raw_dir,
                  overwrite=overwrite,
                  description=f"{p['grid']}x{p['warps']} warps wait for %globaltimer to change and record a tick "
-                             "after each change: ticks sit one timer step apart") as s:
+                             "after each change: ticks follow the timer's steps") as s:
         for it in range(p["iterations"]):
             with s.host_span("selftest.timer_probe", it):
                 buf = s.buffer("selftest.timer_probe", FAMILY, p["grid"], p["warps"], it)

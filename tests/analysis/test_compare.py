@@ -158,3 +158,83 @@ def test_host_calls_are_their_own_row_and_do_not_count_as_kernel_time():
     assert hc["verdict"] == S.FASTER and abs(hc["diff_ns"] + 4000) < 100
     assert rows.loc[("dispatch", "")]["diff_ns"] == 0 and c.end_to_end.iloc[0]["diff_ns"] == 0
     assert c.verdict.names("dispatch", "host call")
+
+
+def _two_rank_run(late_ns, work_ns, iterations=4, seed=0):
+    """Two ranks meet at rank_start; rank 1's host enters `late_ns` late; both then send for work_ns."""
+    from tests.analysis.tables import barrier
+    rng = np.random.default_rng(seed)
+    rows = []
+    for it in range(iterations):
+        t = it * 1_000_000
+        late = int(late_ns + rng.normal(0, 200))
+        w = int(work_ns + rng.normal(0, 100))
+        rows += [host(0, "dispatch", t, t + 20, iteration=it, launch=it),
+                 host(1, "dispatch", t + late, t + late + 20, iteration=it, launch=it)]
+        rows += barrier(0, 0, 0, "rank_start", t + 10, t + late + 15, iteration=it, launch=it)
+        rows += barrier(1, 0, 0, "rank_start", t + late + 10, t + late + 15, iteration=it, launch=it)
+        rows += [span(r, 0, 0, "send_chunk", t + late + 15, t + late + 15 + w, iteration=it, launch=it)
+                 for r in (0, 1)]
+    return table(rows)
+
+
+def test_a_late_peer_is_not_kernel_time_and_a_faster_kernel_is_called_faster():
+    # issue 18: B's kernel is 20 % faster, but B's rank 1 enters 50 µs late: first-to-last-warp times
+    # make B look slower; op latency after entry calls it faster, and the late entry is its own row
+    a = [_two_rank_run(1_000, 10_000, seed=s) for s in range(3)]
+    b = [_two_rank_run(50_000, 8_000, seed=10 + s) for s in range(3)]
+    c = compare(a, b, registry=TEST_REGISTRY)
+    assert c.end_to_end.iloc[0]["verdict"] == S.FASTER
+    row = c.per_phase[(c.per_phase["kernel"] == "dispatch") & (c.per_phase["phase"] == "entry skew")].iloc[0]
+    assert row["verdict"] == S.SLOWER and row["median_b_ns"] > 40_000
+    assert c.verdict.direction is Direction.FASTER
+
+
+def test_a_wait_phase_never_headlines_alone():
+    # only a wait changes: warp 0 waits 1 µs in A and 3 µs in B, inside the 5 µs warp 1 works in both:
+    # the op takes as long, no work phase moved, so nothing is called (issue 18: a headline of
+    # "B is slower in dispatch/wait_data" alone)
+    def run(wait_ns, seed):
+        rng = np.random.default_rng(seed)
+        rows = []
+        for it in range(4):
+            t = it * 100_000
+            w = int(wait_ns + rng.normal(0, 20))
+            rows += [span(0, 0, 1, "send_chunk", t, t + 5000, iteration=it, launch=it),
+                     span(0, 0, 0, "wait_data", t, t + w, 1, iteration=it, launch=it)]
+        return table(rows)
+    c = compare([run(1000, s) for s in range(3)], [run(3000, 10 + s) for s in range(3)], registry=TEST_REGISTRY)
+    row = c.per_phase[c.per_phase["phase"] == "wait_data"].iloc[0]
+    assert row["verdict"] == S.SLOWER                     # the row itself says so ...
+    v = c.verdict
+    assert not v.alarm and v.phase is None                # ... but it never headlines alone
+    assert "only waits moved (dispatch/wait_data" in v.headline
+
+
+def test_power_is_stated_and_an_underpowered_comparison_cannot_tell():
+    rng = np.random.default_rng(1)
+    # run-to-run spread of 30 % of the median: 3 runs a side cannot see a 10 % change
+    a = [_run(1000 * (1 + rng.normal(0, 0.3)) + rng.normal(0, 5, 6)) for _ in range(3)]
+    b = [_run(1000 * (1 + rng.normal(0, 0.3)) + rng.normal(0, 5, 6)) for _ in range(3)]
+    c = compare(a, b)
+    e = c.end_to_end.iloc[0]
+    assert np.isfinite(e["mde_ns"]) and e["mde_ns"] > 100 and e["verdict"] == S.CANNOT_TELL
+    assert e["runs_needed"] > 3
+    assert not c.verdict.alarm and "cannot tell with 3 runs" in c.verdict.headline
+    assert "smallest change it could detect" in c.verdict.headline
+    # a tight comparison states its power and is within noise
+    a = [_run(1000 + rng.normal(0, 5, 6)) for _ in range(3)]
+    b = [_run(1000 + rng.normal(0, 5, 6)) for _ in range(3)]
+    c = compare(a, b)
+    assert c.verdict.cause is Cause.SAME_CODE and c.end_to_end.iloc[0]["runs_needed"] == 0
+
+
+def test_a_flagged_dtype_says_what_it_changes_and_the_manifest_difference_is_listed():
+    a = [_Rec(_run([1000] * 4), hidden=7168, tokens=4096, topk=8) for _ in range(2)]
+    b = [_Rec(_run([1000] * 4), hidden=7168, tokens=4096, topk=8, dtype="fp8") for _ in range(2)]
+    c = compare(a, b)
+    text = " ".join(c.flags)
+    assert "dtype: bf16 in A, fp8 in B" in text
+    assert "dispatch moves 14,336 B a row in A, 7,392 in B (0.52× the bytes per op)" in text
+    assert "combine moves 14,336 B a row in A, 14,336 in B (1.00×" in text
+    assert c.manifest_diff.to_dict("records") == [{"field": "workload.dtype", "a": "bf16", "b": "fp8"}]

@@ -140,7 +140,7 @@ def test_an_imbalance_that_costs_the_op_little_is_a_note():
     # sender warp, the kernel's busiest, ends with rank 1's).
     v = idle_warps(_two_ranks(100), registry=TEST_REGISTRY).verdict
     assert (v.alarm, v.cause, v.rank) == (True, Cause.RANK_IMBALANCE, 0)
-    assert v.magnitude_ns == 50 and v.reference_ns == 1000 and v.reference == "the op's latency"
+    assert v.magnitude_ns == 50 and v.reference_ns == 1000 and v.reference == "the op latency after entry"
     v = idle_warps(_two_ranks(100, op_ns=2000), registry=TEST_REGISTRY).verdict
     assert (v.alarm, v.cause) == (False, Cause.NONE)
     assert any(n.startswith("rank 0 is the straggler") and "not material" in n for n in v.notes)

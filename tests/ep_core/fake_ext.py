@@ -385,7 +385,7 @@ def one_rank_dispatch(problem, seed: int, monkeypatch):
     """fake_buffer plus seeded inputs of `problem` (uniform routing, 10 % -1 entries), their
     top-k indices in the Buffer's dtype and the dispatch layout: (buf, exts, ins, idx, layout)."""
     from ep_core import buffer as B
-    from ep_core.workload import make_rank_inputs
+    from profiler.workflows.workload import make_rank_inputs
 
     buf, exts = fake_buffer(monkeypatch=monkeypatch)
     ins = make_rank_inputs(problem, "uniform", 0, seed=seed, drop=0.1)

@@ -18,7 +18,7 @@ _spec.loader.exec_module(bench_ep)
 def _baseline_vs_reference(ctx):
     from ep_core import reference as ref
     from ep_core.config import Problem
-    from ep_core.workload import make_all_inputs
+    from profiler.workflows.workload import make_all_inputs
 
     p = Problem(40, 128, 3, 8, ctx.world_size)
     ins = make_all_inputs(p, "skewed", seed=3, drop=0.1)

@@ -10,7 +10,7 @@ import torch
 from ep_core import buffer as B
 from ep_core import reference as ref
 from ep_core.config import Config, Problem
-from ep_core.workload import make_rank_inputs
+from profiler.workflows.workload import make_rank_inputs
 from tests.ep_core.fake_ext import ErrorReport, fake_buffer, fresh_dispatch, one_rank_dispatch
 
 P = Problem(96, 256, 4, 16, 1)

@@ -1,4 +1,4 @@
-"""The low-latency buffer map (ep_core/low_latency.py is its one source: the kernels take its
+"""The low-latency buffer map (ep_core/low_latency_layout.py is its one source: the kernels take its
 offsets by name), the size hint, the mirrors of the kernels' limits, and LowLatencyConfig's
 validation. CPU only."""
 from __future__ import annotations

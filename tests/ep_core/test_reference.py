@@ -4,8 +4,6 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from ep_core import reference as ref
-from ep_core.config import Problem
-from ep_core.workload import make_all_inputs, routing_matrix, traffic
 
 # 2 ranks, 4 experts (0,1 on rank 0; 2,3 on rank 1), top-2, hidden 128.
 IDX0 = torch.tensor([[0, 1], [2, -1], [-1, -1], [1, 3]])   # rank 0's 4 tokens
@@ -183,27 +181,3 @@ def test_property_combine_of_dispatch_is_count_times_x(args):
         assert torch.equal(c.float(), inputs[s][0].float() * count)
         idx = inputs[s][1]
         assert torch.allclose(w, inputs[s][2].masked_fill(idx < 0, 0), atol=1e-6)
-
-
-def test_workload_inputs_are_deterministic_and_rank_seeded():
-    p = Problem(16, 256, 4, 8, 2)
-    a = make_all_inputs(p, "uniform")
-    b = make_all_inputs(p, "uniform")
-    assert torch.equal(a[1].x, b[1].x) and torch.equal(a[1].topk_idx, b[1].topk_idx)
-    assert not torch.equal(a[0].x, a[1].x)
-    c = make_all_inputs(p, "uniform", x_kind="rank")
-    assert (c[1].x == 1).all() and c[1].x_for("fp8")[0].dtype == torch.float8_e4m3fn
-
-
-def test_traffic_counts_own_rows_in_logical_only():
-    p = Problem(64, 256, 4, 8, 2)
-    ins = make_all_inputs(p, "uniform")
-    counts = routing_matrix([i.topk_idx for i in ins], p.experts)
-    d = ref.dispatch([i.x for i in ins], topk_idx=[i.topk_idx for i in ins],
-                     topk_weights=[i.topk_weights for i in ins], num_experts=p.experts)
-    for r in range(2):
-        tr = traffic(p, counts, r)
-        assert tr.rows == d[r].recv_x.size(0)
-        assert tr.logical_bytes == d[r].recv_x.numel() * 2
-        assert tr.remote_rows == int((d[r].handle.recv_src_rank != r).sum())
-        assert tr.nvlink_bytes == tr.remote_rows * 256 * 2

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from ep_core import reference as ref
 from ep_core.config import Config, Problem
-from ep_core.workload import make_all_inputs, make_rank_inputs
+from profiler.workflows.workload import make_all_inputs, make_rank_inputs
 
 # ep-api.md check 7 thresholds (DeepEP tests/test_intranode.py)
 COMBINE_DIFF = 5e-6

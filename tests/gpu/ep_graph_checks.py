@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from ep_core import reference as ref
 from ep_core.config import Config, Problem
-from ep_core.workload import make_all_inputs
+from profiler.workflows.workload import make_all_inputs
 
 SHAPE = dict(tokens=1024, hidden=7168, topk=8, experts=256)
 

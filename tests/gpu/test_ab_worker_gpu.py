@@ -1,11 +1,11 @@
-"""The real ab/tune worker (ep_core/ab_worker.py) on 2 GPUs, driven by ep_core.rounds as `epscope
+"""The real ab/tune worker (profiler/workflows/ab_worker.py) on 2 GPUs, driven by profiler.workflows.rounds as `epscope
 ab` drives it: a timing round with the tree's default config, one with explicit configs, and a
 profiled round whose run directory opens and is tagged."""
 from pathlib import Path
 
 import pytest
 
-from ep_core import rounds
+from profiler.workflows import rounds
 from ep_core.config import Problem, op_configs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]

@@ -76,7 +76,7 @@ def _hook_worker(ctx, out_dir):
     hook-mode op on a healthy Buffer."""
     import ep_core
     from ep_core.config import Config, Problem
-    from ep_core.workload import make_rank_inputs
+    from profiler.workflows.workload import make_rank_inputs
     from profiler.record.session import Session
 
     p = Problem(1024, 2048, 8, 64, ctx.world_size)

@@ -20,7 +20,7 @@ SKIP_RANK = 1
 def _timeout_worker(ctx, out_dir):
     import ep_core
     from ep_core.config import Problem
-    from ep_core.workload import make_rank_inputs
+    from profiler.workflows.workload import make_rank_inputs
     from profiler.record.session import Session
 
     p = Problem(1024, 2048, 8, 64, ctx.world_size)
@@ -62,7 +62,7 @@ def test_one_rank_never_sends(tmp_path):
     assert f"rank {SKIP_RANK}" in msg, msg            # whom it waited for
     assert "chunk" in msg or "channel" in msg, msg    # where in the op
     assert "phase" in msg or "barrier" in msg, msg    # which phase of the registry
-    # the same, as named fields (what ep_core.catalogue checks its timeout run with)
+    # the same, as named fields (what profiler.workflows.catalogue checks its timeout run with)
     rep = waiting["report"]
     assert rep is not None, out
     assert (rep["kind"], rep["rank"], rep["kernel"], rep["phase"], rep["is_barrier"], rep["peer"]) == \

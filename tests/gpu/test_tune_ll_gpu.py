@@ -1,12 +1,12 @@
-"""The low-latency side of the ab/tune worker (ep_core/ab_worker.py LowLatencySide) on 2 GPUs,
-driven by ep_core.rounds as `epscope tune --ll` drives it: the bit-for-bit check of two grids
+"""The low-latency side of the ab/tune worker (profiler/workflows/ab_worker.py LowLatencySide) on 2 GPUs,
+driven by profiler.workflows.rounds as `epscope tune --ll` drives it: the bit-for-bit check of two grids
 against the defaults, and timing rounds of each."""
 from pathlib import Path
 
 import pytest
 
-from ep_core import rounds, tune_ll
-from ep_core.ab_worker import LL_METRICS
+from profiler.workflows import rounds, tune_ll
+from profiler.workflows.ab_worker import LL_METRICS
 from ep_core.low_latency import LowLatencyConfig
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]

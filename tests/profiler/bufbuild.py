@@ -12,6 +12,14 @@ import numpy as np
 from profiler.generated import layout as L
 
 B, E, I, A, D = L.KIND_BEGIN, L.KIND_END, L.KIND_INSTANT, L.KIND_BARRIER_ARRIVE, L.KIND_BARRIER_DEPART
+# Hand-built buffers are format 1 unless a test asks for another: their times are globaltimer ns
+# (format 2 records clock64 cycles in every buffer; tests/profiler/test_formats.py builds those).
+FORMAT_1 = 1
+
+
+def anchor(gt_ns: int, clk: int) -> tuple:
+    """A format-2 ANCHOR record as a (t, kind, id, payload) tuple: globaltimer ns, clock64 bits 47..0."""
+    return (gt_ns, L.KIND_ANCHOR, (clk >> 32) & 0xFFFF, clk & 0xFFFF_FFFF)
 
 
 @dataclass
@@ -30,7 +38,7 @@ class Region:
 
 def build(regions: list[Region], *, registry_hash: int, capacity: int, warps_per_block: int = 1,
           rank: int = 0, launch_id: int = 0, flags: int = 0, magic: int = L.MAGIC,
-          version: int = L.VERSION) -> bytes:
+          version: int = FORMAT_1) -> bytes:
     hdr = np.zeros(1, L.BUFFERHEADER_DTYPE)
     hdr["magic"], hdr["version"], hdr["flags"] = magic, version, flags
     hdr["registry_hash"], hdr["num_regions"], hdr["region_capacity"] = registry_hash, len(regions), capacity

@@ -26,6 +26,7 @@ from .bufbuild import random_buffer
 REG = load_all()["selftest"]
 REGISTRIES = {"selftest": REG}
 T0 = 1_764_000_000_000_000_000
+_VERSION_AT = L.BUFFERHEADER_DTYPE.fields["version"][1]
 PHASE_IDS = [p.id for p in REG.phases] + [77]          # 77: not in the registry
 BARRIER_IDS = [b.id for b in REG.barriers] + [9]
 
@@ -108,10 +109,11 @@ def structured_buffer(rng: np.random.Generator) -> bytes:
     """A buffer built field by field: mostly well-formed regions, with every field now and then
     extreme (state, attempted, kinds, ids, times, clock pairs, sm, header fields)."""
     nreg, cap = int(rng.integers(0, 7)), int(rng.integers(0, 12))
-    hires = rng.random() < 0.3
+    version = 2 if rng.random() < 0.4 else 1           # every format the decoder reads
+    hires = version >= 2 or rng.random() < 0.3         # format 2 records cycles whatever the flag says
     hdr = np.zeros(1, L.BUFFERHEADER_DTYPE)
-    hdr["magic"], hdr["version"], hdr["registry_hash"] = L.MAGIC, L.VERSION, REG.hash
-    hdr["flags"] = L.FLAGS_HIRES if hires else 0
+    hdr["magic"], hdr["version"], hdr["registry_hash"] = L.MAGIC, version, REG.hash
+    hdr["flags"] = L.FLAGS_HIRES if hires and rng.random() < 0.9 else 0
     hdr["num_regions"], hdr["region_capacity"] = nreg, cap
     odd_wpb = [0, 2**15, 2**15 + 1, 2**31, 2**32 - 1]
     hdr["warps_per_block"] = odd_wpb[int(rng.integers(len(odd_wpb)))] if rng.random() < 0.05 else int(rng.integers(1, 5))
@@ -141,6 +143,11 @@ def structured_buffer(rng: np.random.Generator) -> bytes:
         h["gt_start"], h["gt_end"] = np.uint64(gt0), np.uint64(_extreme_time(rng, (gt0 + dur) % 2**64))
         for j, (k, pid, t) in enumerate(zip(kinds, ids, ts)):
             r[j] = (np.uint64(t), pid, k, 0, int(rng.choice([0, 0, 1, 7, 2**32 - 1])))
+            if version >= 2 and hires and rng.random() < 0.15:  # an ANCHOR at this record's clock
+                c = int(t) % 2**64
+                ratio = float(rng.choice([ghz, ghz, ghz, ghz * 0.8, ghz * 1.5]))  # sometimes a clock change
+                g = _extreme_time(rng, (gt0 + int((c - clk0) / ratio)) % 2**64)
+                r[j] = (np.uint64(g), (c >> 32) & 0xFFFF, L.KIND_ANCHOR, 0, c & 0xFFFF_FFFF)
         over = int(rng.integers(0, 3)) if rng.random() < 0.2 else 0
         h["attempted"] = n + over if rng.random() > 0.03 else int(rng.integers(0, 2**32))
         if h["state"][0] == L.REGION_STATE_STARTED and n < cap:
@@ -170,6 +177,8 @@ def mutated_buffer(rng: np.random.Generator) -> bytes:
     """A valid buffer with a few random bytes changed and sometimes cut short."""
     buf = bytearray(random_buffer(rng, REG, n_regions=int(rng.integers(0, 6)), capacity=int(rng.integers(4, 20)),
                                   warps_per_block=int(rng.integers(1, 4))))
+    if rng.random() < 0.3 and len(buf) >= L.BUFFERHEADER_SIZE:  # the same bytes read as format 2 (cycles)
+        buf[_VERSION_AT:_VERSION_AT + 2] = (2).to_bytes(2, "little")
     for _ in range(int(rng.integers(0, 6))):
         buf[int(rng.integers(0, len(buf)))] = int(rng.integers(0, 256))
     if rng.random() < 0.1:

@@ -116,14 +116,18 @@ def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError
         if k:
             warn[name] = warn.get(name, 0) + k
 
+    version = h["version"]
     # candidate records of each region
     records = []
     dropped = 0
     for i, r in enumerate(rhs):
         recs = [REC.read(buf, at[i] + RH.size + j * REC.size) for j in range(cap)]
         if r["state"] == STATE["FINISHED"]:
-            n = min(r["attempted"], cap)
-            dropped += max(r["attempted"] - cap, 0)
+            if version >= 2:  # the overflow sink: past capacity, the last slot was overwritten
+                n = max(cap - 1, 0) if r["attempted"] > cap else r["attempted"]
+            else:
+                n = min(r["attempted"], cap)
+            dropped += r["attempted"] - n
         elif r["state"] == STATE["STARTED"]:
             n = next((j for j, x in enumerate(recs) if x["kind"] == KIND["EMPTY"]), cap)
         else:
@@ -134,7 +138,7 @@ def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError
 
     # the launch's time window, anchored on the median warp start
     starts = [r["gt_start"] for r, u in zip(rhs, used) if u and 1 <= r["gt_start"] < D.TIME_LIMIT_NS]
-    hires = bool(h["flags"] & HIRES)
+    hires = bool(h["flags"] & HIRES) or version >= 2
     if starts:
         anchor = _lower_median(starts)
     elif not hires:
@@ -149,6 +153,37 @@ def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError
                                 for i, u in enumerate(used)))
 
     end_trusted = list(ge_ok)
+    rates_overall = []   # (rate, globaltimer span) of each region converted from two or more points
+    changed = {}         # region -> bound of its clock change
+
+    def accept(c0, g0, c1, g1):
+        dc = _signed64(c1 - c0)
+        return lo <= g1 <= hi and dc > 0 and g1 > g0 and D.MIN_NS_PER_CYCLE <= float(g1 - g0) / float(dc) <= D.MAX_NS_PER_CYCLE
+
+    def anchored(i: int):
+        """Format 2: (clocks, ns) of region i's conversion points, or None without a usable anchor."""
+        r = rhs[i]
+        anchors = [x for x in records[i] if x["kind"] == KIND["ANCHOR"]]
+        if not gs_ok[i]:
+            count("BadAnchors", len(anchors))
+            return None
+        pc, pg = [r["clk_start"]], [r["gt_start"]]
+        for x in anchors:
+            c48 = (x["id"] << 32) | x["payload"]
+            c = (pc[0] + ((c48 - pc[0]) % (1 << D.ANCHOR_CLOCK_BITS))) % U64
+            g = x["t"]
+            if accept(pc[-1], pg[-1], c, g):
+                pc.append(c)
+                pg.append(g)
+            else:
+                count("BadAnchors", 1)
+        if len(pc) == 1:
+            return None
+        end_trusted[i] = ge_ok[i] and accept(pc[-1], pg[-1], r["clk_end"], r["gt_end"])
+        if end_trusted[i]:
+            pc.append(r["clk_end"])
+            pg.append(r["gt_end"])
+        return pc, pg
 
     def converter(i: int):
         """raw record time -> (ok, ns) for region i."""
@@ -157,7 +192,29 @@ def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError
             return lambda t: (lo <= t <= hi, t)
         if not gs_ok[i]:
             end_trusted[i] = False
+            if version >= 2:
+                count("BadAnchors", sum(x["kind"] == KIND["ANCHOR"] for x in records[i]))
             return lambda t: (False, 0)
+        points = anchored(i) if version >= 2 else None
+        if points is not None:
+            pc, pg = points
+            rates = [float(pg[k + 1] - pg[k]) / float(_signed64(pc[k + 1] - pc[k])) for k in range(len(pc) - 1)]
+            span_g = float(pg[-1] - pg[0])
+            rates_overall.append((i, span_g / float(_signed64(pc[-1] - pc[0])), span_g))
+            for k in range(len(rates) - 1):
+                dg0, dg1 = float(pg[k + 1] - pg[k]), float(pg[k + 2] - pg[k + 1])
+                dev = abs(rates[k + 1] / rates[k] - 1.0)
+                if dev > 2 * D.ANCHOR_ERROR_NS * (1 / dg0 + 1 / dg1) + D.CLOCK_CHANGE_SLACK:
+                    changed[i] = max(changed.get(i, 0.0), dev * min(dg0, dg1))
+
+            def conv_seg(t):
+                off = _signed64(t - pc[0])
+                k = sum(1 for c in pc[1:-1] if _signed64(c - pc[0]) <= off)
+                y = float(_signed64(t - pc[k])) * rates[k]
+                if not float(lo - pg[k]) <= y <= float(hi - pg[k]):
+                    return False, 0
+                return True, pg[k] + round(y)
+            return conv_seg
         gs, cs = r["gt_start"], r["clk_start"]
         span_c = _signed64(r["clk_end"] - r["clk_start"])
         rate = None
@@ -165,6 +222,8 @@ def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError
             rate = float(r["gt_end"] - gs) / float(span_c)
             if not D.MIN_NS_PER_CYCLE <= rate <= D.MAX_NS_PER_CYCLE:
                 rate = None
+            elif version >= 2:
+                rates_overall.append((i, rate, float(r["gt_end"] - gs)))
         if rate is None:
             end_trusted[i] = False  # the finish clock of a rejected pair does not bound the launch either
             rate = 1.0 / D.NOMINAL_SM_GHZ
@@ -186,6 +245,8 @@ def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError
         conv = converter(i)
         kept = []
         for x in recs:
+            if version >= 2 and x["kind"] == KIND["ANCHOR"]:
+                continue  # a conversion point (see anchored), not an event
             if not 1 <= x["kind"] <= 5:
                 count("CorruptRecords", 1)
                 continue
@@ -243,6 +304,13 @@ def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError
                 ev["role"] = role
             events.append(ev)
             times += [ev["begin_ns"], ev["end_ns"]]
+    if len(rates_overall) >= 2:
+        m = _lower_median([v[1] for v in rates_overall])
+        for i, rate, span_g in rates_overall:
+            dev = abs(rate / m - 1.0)
+            if dev > 4 * D.ANCHOR_ERROR_NS / span_g + D.CLOCK_CHANGE_SLACK:
+                changed[i] = max(changed.get(i, 0.0), dev * span_g)
+    count("ClockChange", len(changed))
     times += [r["gt_start"] for r, ok in zip(rhs, gs_ok) if ok]
     times += [r["gt_end"] for r, ok in zip(rhs, end_trusted) if ok]
     launch = {"rank": info.rank, "launch": info.launch, "kernel": info.kernel, "iteration": info.iteration,

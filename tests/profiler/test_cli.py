@@ -139,7 +139,7 @@ def test_view_missing_root_is_clear(tmp_path, capsys):
     assert "no such run directory" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("sub, module", [("trace", "ep_core.trace"), ("selftest", "profiler.record.selftest")])
+@pytest.mark.parametrize("sub, module", [("trace", "profiler.workflows.trace"), ("selftest", "profiler.record.selftest")])
 def test_passthrough_subcommands(monkeypatch, sub, module):
     seen = []
     fake_module(monkeypatch, module, main=lambda argv: seen.append(argv) or 3)

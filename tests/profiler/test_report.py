@@ -63,3 +63,25 @@ def test_host_to_gpu_start_column(tmp_path):
     run.launches["host_begin_ns"] = run.launches["gpu_begin_ns"] - 5_000
     line = next(x for x in report(run).splitlines() if x.startswith("selftest.imbalance") and x.rstrip().endswith("5.0"))
     assert line
+
+
+def test_timed_out_wait_is_shown_as_the_pages_show_it():
+    """issue 18: `epscope report ep-timeout` showed rank 0's 1 s timed-out wait as 0.0 µs."""
+    from pathlib import Path
+    traces = Path(__file__).resolve().parents[2] / "traces"
+    text = report(traces / "ep-timeout")
+    assert "OPEN SPANS: 144" in text and "longest: rank 0 dispatch/wait_data 1 s" in text
+    row = next(l for l in text.splitlines() if l.startswith("dispatch  wait_data      0"))
+    assert "1,000,015.1" in row                      # its median span: 1 s, not 0.0 µs
+    assert "critical path: ALARM timeout: rank 0 waited 1 s in dispatch/wait_data on rank 1" in text
+
+
+def test_report_names_the_late_entry_like_the_pages():
+    from pathlib import Path
+    traces = Path(__file__).resolve().parents[2] / "traces"
+    text = report(traces / "ep-host-late")
+    notify = next(l for l in text.splitlines() if l.startswith("notify ") and "rank 1 (host)" in l)
+    assert notify
+    for page in ("critical path", "idle warps", "barriers"):
+        line = next(l for l in text.splitlines() if l.startswith(f"  {page}: ALARM"))
+        assert "late entry" in line and "rank 1 entered the op late (host side" in line

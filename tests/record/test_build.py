@@ -61,7 +61,7 @@ def _entries(ptx: str) -> dict[str, str]:
     parts = re.split(r"\.entry\s+", ptx)[1:]
     out = {}
     for p in parts:
-        m = re.match(r"\S*?(timer_probe|record_cost|imbalance|grid_barrier)_kernel", p)
+        m = re.match(r"\S*?(timer_probe|record_cost|imbalance|grid_barrier|anchored_ticks)_kernel", p)
         if m:
             out[m.group(1)] = p
     return out
@@ -74,12 +74,13 @@ def selftest_ptx():
 
 def test_compiled_out_selftest_has_no_timer_reads_and_no_record_stores(selftest_ptx):
     off, on = _entries(selftest_ptx[0]), _entries(selftest_ptx[1])
-    assert set(off) == set(on) == {"timer_probe", "record_cost", "imbalance", "grid_barrier"}
+    assert set(off) == set(on) == {"timer_probe", "record_cost", "imbalance", "grid_barrier", "anchored_ticks"}
     for k in on:
+        # format 2: records read clock64; %globaltimer is read by each warp's init and finish anchors
         assert "%globaltimer" in on[k], f"{k}: instrumented build reads the timer"
         assert "%globaltimer" not in off[k], f"{k}: compiled-out build still reads %globaltimer"
         assert "st.global.v4" not in off[k], f"{k}: compiled-out build still stores records"
-    for k in ("record_cost", "imbalance", "grid_barrier", "timer_probe"):
+    for k in ("record_cost", "imbalance", "grid_barrier", "timer_probe", "anchored_ticks"):
         assert "st.global.v4.u32" in on[k], f"{k}: a record is one 16-byte store"
 
 
@@ -116,9 +117,10 @@ def test_nvcc_error_is_reported(tmp_path):
 
 
 def test_record_design_variants_exist_only_in_the_instrumented_build(selftest_ptx):
-    """record_parts (selftest.cu, (2b)): the designs the recorder bench measures side by side.
-    The compiled-out build has none of them (it reads no timer); the bound-predicate designs store
-    under a predicate, the overflow-sink ones unconditionally."""
+    """record_parts (selftest.cu, (2b)): the designs the recorder bench measures side by side
+    (RecordPart). The compiled-out build has none of them (it reads no timer); format 1's and the
+    bound-predicate design store under a per-record predicate; format 2's reads clock64 only and
+    stores with no predicate of its own (its lane predicate is fixed at init)."""
     def parts(ptx):
         out = {}
         for p in re.split(r"\.entry\s+", ptx)[1:]:
@@ -128,11 +130,13 @@ def test_record_design_variants_exist_only_in_the_instrumented_build(selftest_pt
         return out
 
     off, on = parts(selftest_ptx[0]), parts(selftest_ptx[1])
-    assert off == {} and sorted(on) == list(range(7))
-    for k in (1, 6):
-        assert re.search(r"@p st\.global\.v4\.u32", on[k]) and "%globaltimer" in on[k]
-    for k in (2, 3, 5):
-        assert re.search(r"^\s*st\.global\.v4\.u32", on[k], re.M) and not re.search(r"@%?p\d* st\.global", on[k])
-    hires = "@h mov.u64 t, %clock64"  # the runtime hires choice (the harness reads clock64 around the loop)
-    assert hires in on[1] and hires in on[2] and hires not in on[3] and hires not in on[6]
-    assert "st.global.v4" not in on[4] and "%globaltimer" not in on[5] and "%globaltimer" not in on[0]
+    assert off == {} and sorted(on) == list(range(10))
+    for k in (1, 2):
+        assert re.search(r"@p st\.global\.v4\.u32", on[k])
+    assert "@h mov.u64 t, %clock64" in on[1] and "%globaltimer" in on[1]  # format 1's runtime hires choice
+    for k in (2, 3, 4, 5, 6, 7, 9):
+        assert "%globaltimer" not in on[k], f"design {k} reads only clock64"
+    for k in (4, 5):
+        assert re.search(r"^\s*st\.global\.v4\.u32", on[k], re.M) and "@p st.global" not in on[k]
+    assert "st.global.cs.v4" in on[3] and "st.global.L1::no_allocate.v4" in on[6] and "st.global.v2.u32" in on[9]
+    assert "%globaltimer" in on[8] and "%globaltimer" not in on[0]

@@ -16,8 +16,13 @@ T0 = 1_800_000_000_000_000_000
 ITER, WORK, IDLE = (next(k for k, v in P.PHASES.items() if v == n) for n in ("iteration", "work", "idle"))
 
 
+CLK0 = 9_000_000_000  # a clock64 value
+
+
 def fill(buf, spans, *, capacity, t0=T0, attempted=None):
-    """spans: per region a list of (phase_id, begin_offset, end_offset) -> BEGIN/END records."""
+    """spans: per region a list of (phase_id, begin_offset, end_offset) -> BEGIN/END records, as the
+    format-2 recorder writes them: clock64 cycles, here one a ns (the region's clock pair says so),
+    so each offset is also the record's time in ns after t0."""
     a = buf.numpy()
     stride = L.REGIONHEADER_SIZE + capacity * L.RECORD_SIZE
     hdr = a[: L.BUFFERHEADER_SIZE].view(L.BUFFERHEADER_DTYPE)[0]
@@ -25,10 +30,11 @@ def fill(buf, spans, *, capacity, t0=T0, attempted=None):
         off = L.BUFFERHEADER_SIZE + r * stride
         recs = []
         for pid, b, e in sp:
-            recs += [(t0 + b, pid, L.KIND_BEGIN, 0, 7), (t0 + e, pid, L.KIND_END, 0, 7)]
+            recs += [(CLK0 + b, pid, L.KIND_BEGIN, 0, 7), (CLK0 + e, pid, L.KIND_END, 0, 7)]
         rh = a[off: off + L.REGIONHEADER_SIZE].view(L.REGIONHEADER_DTYPE)
         rh["sm"], rh["block"], rh["warp"] = r, r // int(hdr["warps_per_block"]), r % int(hdr["warps_per_block"])
         rh["state"], rh["gt_start"], rh["gt_end"] = L.REGION_STATE_FINISHED, t0, t0 + 10_000
+        rh["clk_start"], rh["clk_end"] = CLK0, CLK0 + 10_000
         rh["attempted"] = len(recs) if attempted is None else attempted
         rv = a[off + L.REGIONHEADER_SIZE: off + stride].view(L.RECORD_DTYPE)
         for i, rec in enumerate(recs[:capacity]):
@@ -100,8 +106,10 @@ def test_drops_reach_the_manifest(tmp_path):
         buf = s.buffer("selftest.imbalance", "selftest", 1, 1, 0)
         fill(buf, [[(WORK, 0, 100), (IDLE, 200, 300)]], capacity=2, attempted=4)
     m = load_run(tmp_path / "run-c").manifest
-    assert m["drops"]["total"] == 2
-    assert any(w["type"] == "DroppedRecords" and w["count"] == 2 for w in m["warnings"])
+    # 4 attempted into 2 slots: format 2's last slot is the overflow sink, so 1 kept, 3 dropped
+    assert m["drops"]["total"] == 3
+    assert any(w["type"] == "DroppedRecords" and w["count"] == 3 for w in m["warnings"])
+    assert m["clock"]["gpu_time"]["format_versions"] == [2]
 
 
 def test_raw_dir_roundtrip(tmp_path):

@@ -229,7 +229,7 @@ def test_critical_path_page_and_what_if(server, page):
     assert re.search(r"\b(ALARM|no alarm)\b", summary) and "cause" in summary, summary
     page.click("#cp-whatif-apply")
     page.wait_for_selector("#cp-whatif-verdict")
-    assert "end-to-end" in page.locator("#cp-whatif-verdict").inner_text()
+    assert "the op latency after entry" in page.locator("#cp-whatif-verdict").inner_text()
     _no_error(page)
     _shot(page, "critical-path")
 
@@ -290,7 +290,8 @@ def test_the_late_host_is_named_on_the_critical_path(server, page):
     _goto(page, base, "/critical-path", _run_id(app, _need("ep-host-late")))
     page.wait_for_selector("#cp-summary")
     verdict = page.locator("#cp-summary").inner_text()
-    assert "host-bound: rank 1's host entered the op late" in verdict, verdict
+    assert "late entry: rank 1 entered the op late (host side" in verdict, verdict
+    assert "cause host_bound" in verdict and "rank 1" in verdict, verdict
     _no_error(page)
     _shot(page, "host-late-critical-path")
 
@@ -342,12 +343,14 @@ def test_compare_same_code_is_within_noise(server, page):
 
 
 def test_compare_changed_code_is_a_significant_difference(server, page):
-    # the catalogue's A/B group: 24 SMs (A) against 64 SMs (B); combine is the kernel that moves
+    # the catalogue's A/B group: 24 SMs (A) against 64 SMs (B): faster end to end (op latency after
+    # entry), combine the kernel that moves most, with the power stated
     app, base = server
     a = [_need(f"ep-ab-sms-a{i}") for i in (0, 1, 2)]
     b = [_need(f"ep-ab-sms-b{i}") for i in (0, 1, 2)]
     verdict = _compare(page, base, app, a, b)
-    assert "B is faster in combine" in verdict and "ALARM" in verdict, verdict
+    assert "B is faster in end-to-end" in verdict and "ALARM" in verdict, verdict
+    assert "combine (op latency after entry) -2" in verdict and "smallest change it could detect" in verdict
     _no_error(page)
     _shot(page, "compare")
 

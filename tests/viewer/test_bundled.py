@@ -30,3 +30,18 @@ def test_every_page_on_every_bundled_trace(app):
             if "Cannot show" in text or "This page failed" in text:
                 failures.append(f"{e.run_id} {path}: {text[:300]}")
     assert not failures, "\n".join(failures)
+
+
+def test_one_graph_per_run(app):
+    """issue 20: the critical path and idle built separate dependency graphs of one run (the graph
+    cache keys on the launch table, and only idle was given it): every page's analysis of a run
+    reads the same graph, and so the same time model."""
+    from viewer import analyses
+    e = next(x for x in app.catalog.entries() if x.name == "ep-host-late")
+    run = app.catalog.load(e.run_id)
+    cp, iw, bc = analyses.critical(run), analyses.idle(run), analyses.barriers(run)
+    from profiler.analysis import graph as G
+    g = G.build(analyses.events(run), analyses.registry(run), run.launches)
+    assert cp.graph is g
+    assert G.build(analyses.events(run), analyses.registry(run), run.launches) is g
+    assert g.derived.get("time_model") is not None           # read by the pages, computed once

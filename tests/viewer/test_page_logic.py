@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import html
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -46,6 +47,27 @@ def test_runs_table_from_manifests(tmp_path):
     assert df.loc["d", "status"] == "TIMEOUT: rank 0 waited for rank 1" and not df.loc["d", "ok"]
     assert df.loc["a", "shared_name"] and df.loc["d", "shared_name"] and df.loc["d", "directory"] == "d"
     assert not df.loc["c", "shared_name"]
+    assert df.loc["a", "op_latency"] == RL.NOT_ANALYSED     # no stored summary: the page says so
+
+
+def test_runs_table_knobs_and_stored_headline(tmp_path):
+    import shutil
+    from profiler.analysis import summary
+    from profiler.runstore import load_run
+    traces = Path(__file__).resolve().parents[2] / "traces"
+    d = tmp_path / "ep-host-late"
+    shutil.copytree(traces / "ep-host-late", d)
+    (d / summary.FILE).unlink(missing_ok=True)
+    run = load_run(d)
+    summary.store(run)
+    df = RL.runs_table([RunEntry("h", d, tmp_path, run.manifest)]).set_index("run_id")
+    assert (df.loc["h", "sms"], df.loc["h", "path"], df.loc["h", "dtype"]) == ("24", "direct", "bf16")
+    assert df.loc["h", "verdict"].startswith("host_bound rank 1 (host side late entry)")
+    assert df.loc["h", "op_latency"].endswith("µs")
+    # a summary of other data is stale: never shown as current
+    (d / "launches.parquet").write_bytes((d / "launches.parquet").read_bytes() + b"\0")
+    df = RL.runs_table([RunEntry("h", d, tmp_path, run.manifest)]).set_index("run_id")
+    assert df.loc["h", "op_latency"] == RL.NOT_ANALYSED
 
 
 def _starved():
@@ -83,7 +105,11 @@ def test_what_if_sentence():
     s = pd.DataFrame({"iteration": [0, 1], "before_ns": [1000, 1000], "after_ns": [990, 990], "change_ns": [-10, -10],
                       "change_pct": [-1.0, -1.0], "local_saving_ns": [100, 100], "absorbed_pct": [90.0, 90.0]})
     text = PL.what_if_sentence(s, "copy_out", 1, 20)
-    assert text.startswith("If copy_out on rank 1 were 20% faster: end-to-end -20 ns (-1.00%) over 2 iteration(s)")
+    assert text.startswith("If copy_out on rank 1 were 20% faster: the iteration (wall time, host included) -20 ns "
+                           "(-1.00%) over 2 iteration(s)")
+    s2 = s.assign(op_before_ns=[500, 500], op_after_ns=[490, 490], op_change_ns=[-10, -10])
+    text2 = PL.what_if_sentence(s2, "copy_out", 1, 20)
+    assert "the op latency after entry -20 ns (-2.00%" in text2 and "the iteration (wall time" in text2
     assert "90.0% of the local saving is absorbed" in text
     assert "No iteration" in PL.what_if_sentence(s.iloc[0:0], "x", None, 5)
 
@@ -164,7 +190,7 @@ def test_every_column_and_card_of_the_analysis_pages_is_in_the_glossary():
     from viewer.pages.idle import layout as ILay
     plain = {"rank", "kernel", "block", "warp", "role", "phase", "barrier", "begin", "duration", "change", "change %",
              "before", "after", "warps", "occurrences", "critical path", "verdict", "iteration"}
-    tables = [(PLay.SEG_COLS, PLay.SEG_TIPS), (PLay.SLACK_COLS, {}), (PCb.SUMMARY_COLS, {}),
+    tables = [(PLay.SEG_COLS, PLay.SEG_TIPS), (PLay.SLACK_COLS, {}), (PCb.SUMMARY_COLS, PCb.SUMMARY_TIPS),
               (ILay.WARP_COLS, ILay.TIPS), (ILay.BLOCK_COLS, ILay.TIPS), (ILay.IMB_COLS, ILay.TIPS),
               (ILay.RANK_COLS, {}), (BLay.SUMMARY_COLS, BLay.TIPS), (BLay.RANK_COLS, BLay.TIPS),
               (BLay.OCC_COLS, BLay.TIPS), (CCb.PHASE_COLS, CCb.TIPS), (CCb.RANK_COLS, CCb.TIPS),
@@ -214,3 +240,22 @@ def test_idle_ignores_kernels_without_any_work():
     h = IL.headline(rep)
     assert (h["warps"], h["idle_warps"], h["blocks"], h["idle_blocks"]) == (3, 2, 2, 1)
     assert h["worst_ratio"] == float("inf")
+
+
+def test_axes_never_print_si_suffixes_beside_units():
+    """issue 18: an axis in µs read '1M µs'; every figure's axes print numbers in full."""
+    from viewer import theme
+    lay = theme.figure_layout(xaxis=dict(title=dict(text="time (µs)")), yaxis2=dict(title=dict(text="x")))
+    for k in ("xaxis", "yaxis", "yaxis2"):
+        assert lay[k]["exponentformat"] == "none" and lay[k]["separatethousands"]
+
+
+def test_verdict_sentences_have_no_doubled_words():
+    """issue 18: 'the the' style repeats in verdict boxes; checked on every bundled run's stored headlines."""
+    import json
+    import re
+    traces = Path(__file__).resolve().parents[2] / "traces"
+    pat = re.compile(r"\b(\w+) \1\b", re.I)
+    for f in traces.glob("*/analysis-summary.json"):
+        for page, v in json.loads(f.read_text())["verdicts"].items():
+            assert not pat.search(v["headline"]), (f.parent.name, page, v["headline"])

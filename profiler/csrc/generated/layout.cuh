@@ -6,7 +6,7 @@
 namespace epscope {
 
 constexpr uint32_t kMagic = 0x43535045u;
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;
 
 constexpr uint8_t kKindEmpty = 0;
 constexpr uint8_t kKindBegin = 1;
@@ -14,6 +14,7 @@ constexpr uint8_t kKindEnd = 2;
 constexpr uint8_t kKindInstant = 3;
 constexpr uint8_t kKindBarrierArrive = 4;
 constexpr uint8_t kKindBarrierDepart = 5;
+constexpr uint8_t kKindAnchor = 6;
 
 constexpr uint16_t kRegionUnused = 0;
 constexpr uint16_t kRegionStarted = 1;
@@ -58,9 +59,9 @@ struct alignas(16) RegionHeader {
   uint16_t warp;  // +12: warp index within the block
   uint16_t state;  // +14: region_state
   uint64_t gt_start;  // +16: %globaltimer at warp start
-  uint64_t clk_start;  // +24: clock64 at warp start
+  uint64_t clk_start;  // +24: clock64 at warp start (version 2: mean of the reads just before and after gt_start)
   uint64_t gt_end;  // +32: %globaltimer at finish
-  uint64_t clk_end;  // +40: clock64 at finish
+  uint64_t clk_end;  // +40: clock64 at finish (version 2: as clk_start)
   uint64_t reserved0;  // +48: zero
   uint64_t reserved1;  // +56: zero
 };
@@ -78,7 +79,7 @@ static_assert(offsetof(RegionHeader, reserved0) == 48, "RegionHeader.reserved0")
 static_assert(offsetof(RegionHeader, reserved1) == 56, "RegionHeader.reserved1");
 
 struct alignas(16) Record {
-  uint64_t t;  // +0: globaltimer ns, or clock64 cycles when HIRES
+  uint64_t t;  // +0: clock64 cycles (version 1 without HIRES: globaltimer ns; ANCHOR: globaltimer ns)
   uint16_t id;  // +8: phase id (BEGIN/END/INSTANT) or barrier id (barrier kinds)
   uint8_t kind;  // +10: kinds
   uint8_t reserved;  // +11: zero

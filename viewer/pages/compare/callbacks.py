@@ -15,18 +15,21 @@ from .ids import Ids
 PHASE_COLS = {"kernel": "kernel", "phase": "phase", "runs_a": "runs A", "runs_b": "runs B", "n_a": "n A",
               "n_b": "n B", "median_a_ns": "median A", "median_b_ns": "median B", "diff_ns": "B − A",
               "diff_pct": "B − A %", "ci_low_ns": "CI low", "ci_high_ns": "CI high", "noise_ns": "A-vs-A spread",
-              "heavy_tail": "heavy tail", "verdict": "verdict"}
+              "mde_ns": "MDE", "runs_needed": "runs needed", "heavy_tail": "heavy tail", "verdict": "verdict"}
 RANK_COLS = {"rank": "rank", "runs_a": "runs A", "runs_b": "runs B", "median_a_ns": "median A",
              "median_b_ns": "median B", "diff_ns": "B − A", "diff_pct": "B − A %", "verdict": "verdict"}
 TIPS = {"runs_a": "runs", "runs_b": "runs", "n_a": "n", "n_b": "n", "median_a_ns": "median", "median_b_ns": "median",
+        "mde_ns": "MDE", "runs_needed": "runs needed",
         "diff_pct": "B − A", "ci_low_ns": "CI", "ci_high_ns": "CI", "verdict": "within noise",
         "phase": "kernel time (compare)"}
 CP_COLS = {"kernel": "kernel", "phase": "phase", "share_a": "path share A", "share_b": "path share B",
            "change": "critical path"}
 CP_TIPS = {"share_a": "path share", "share_b": "path share"}
+DIFF_COLS = {"field": "manifest field", "a": "A", "b": "B"}
 FMT = {"median_a_ns": ns, "median_b_ns": ns, "diff_ns": ns, "ci_low_ns": ns, "ci_high_ns": ns, "noise_ns": ns,
+       "mde_ns": ns, "runs_needed": lambda v: str(int(v)) if v == v and int(v) > 0 else "",
        "diff_pct": lambda v: pct(v, 1, True), "share_a": share, "share_b": share,
-       "heavy_tail": lambda v: "heavy tail" if v else "", "phase": lambda v: v or "(kernel time)"}
+       "heavy_tail": lambda v: "heavy tail" if v else "", "phase": lambda v: v or "(op latency after entry)"}
 
 
 def _tone(rec):
@@ -70,6 +73,9 @@ def register(app, catalog) -> None:
             C.card("B − A", f"{ns(e2e.get('diff_ns'))} ({pct(e2e.get('diff_pct'), 1, True)})", tone=tone),
             C.card("95% CI of B − A", f"{ns(e2e.get('ci_low_ns'))} … {ns(e2e.get('ci_high_ns'))}", tip="CI"),
             C.card("A-vs-A spread", ns(e2e.get("noise_ns"))),
+            C.card("smallest detectable change", ns(e2e.get("mde_ns")), tip="power",
+                   sub=(f"{pct(100 * e2e['mde_ns'] / e2e['median_a_ns'], 1)} of A's median"
+                        if e2e.get("mde_ns") == e2e.get("mde_ns") and e2e.get("median_a_ns") else "one run a side: unknown")),
             C.card("verdict", str(e2e.get("verdict", "—")), tone=tone, tip="within noise"),
         ], className="cards")
         traces = html.Div([html.Span("Perfetto traces: ", className="help")] + [
@@ -81,11 +87,18 @@ def register(app, catalog) -> None:
             cards,
             C.section("Distributions", C.graph(logic.distribution_figure(sa, sb, logic.plot_phases(cmp.per_phase))),
                       help="one point per (run, iteration); boxes show median and quartiles"),
-            C.section("Per rank: GPU time per iteration", C.df_table(cmp.per_rank, RANK_COLS, FMT, row_class=_tone,
-                                                                    tips=TIPS),
-                      help="each rank's kernel time, summed over the iteration's launches; end-to-end is the slowest"),
+            C.section("What differs between the sides",
+                      C.df_table(cmp.manifest_diff, DIFF_COLS, {}) if len(cmp.manifest_diff) else
+                      C.note("no manifest field differs between the sides"),
+                      help="every manifest field (workload, config, git, gpu) whose values differ between A and B"),
+            C.section("Per rank: time in the op after the last rank entered, per iteration",
+                      C.df_table(cmp.per_rank, RANK_COLS, FMT, row_class=_tone, tips=TIPS),
+                      help="each rank's kernel time from the last rank's entry (wall time), summed over the "
+                           "iteration's launches; a wait for a late peer is the entry skew rows'"),
             C.section("Per phase and kernel", C.df_table(cmp.per_phase, PHASE_COLS, FMT, row_class=_tone, tips=TIPS),
-                      help="phase '(kernel time)': the kernel's GPU time, slowest rank; a phase: its mean span "
-                           "duration per iteration"),
+                      help="phase '(op latency after entry)': the kernel's occurrences from the last rank's entry to "
+                           "the last warp end (wall time); 'entry skew': how late the last rank entered; a phase: "
+                           "its mean span duration per iteration (waits on a peer from the last rank's entry on); "
+                           "MDE: the smallest change the row could have seen"),
             C.section("Critical path changes", C.df_table(cmp.critical_path_changes, CP_COLS, FMT, tips=CP_TIPS)),
         ])

@@ -12,9 +12,17 @@ from ..progress.layout import POLL_WAIT_S, TICK_MS
 from . import logic
 from .ids import Ids
 
-SUMMARY_COLS = {"iteration": "iteration", "before_ns": "before", "after_ns": "after", "change_ns": "change",
-                "change_pct": "change %", "local_saving_ns": "local saving", "absorbed_pct": "absorbed",
+SUMMARY_COLS = {"iteration": "iteration", "op_before_ns": "op latency after entry", "op_after_ns": "op after",
+                "op_change_ns": "op change", "op_change_pct": "op change %",
+                "before_ns": "iteration (wall)", "after_ns": "iteration after", "change_ns": "iteration change",
+                "change_pct": "iteration change %", "local_saving_ns": "local saving", "absorbed_pct": "absorbed",
                 "path_phase_ns": "phase time on path"}
+
+# the op's columns and the iteration's answer two questions: what the op takes once every rank is
+# in (profiler.analysis.timemodel) and what the whole iteration takes, host included
+SUMMARY_TIPS = {"before_ns": "iteration", "after_ns": "what-if", "change_ns": "what-if", "change_pct": "what-if",
+                "op_before_ns": "op latency after entry", "op_after_ns": "what-if", "op_change_ns": "what-if",
+                "op_change_pct": "what-if"}
 
 
 def _result(summary, phase, rank, percent):
@@ -22,9 +30,10 @@ def _result(summary, phase, rank, percent):
         C.verdict(logic.what_if_sentence(summary, phase, rank, float(percent)), id="cp-whatif-verdict"),
         C.df_table(summary, SUMMARY_COLS, {"before_ns": ns, "after_ns": ns, "change_ns": ns,
                                              "local_saving_ns": ns, "change_pct": lambda v: pct(v, 2, True),
-                                             "absorbed_pct": pct, "path_phase_ns": ns},
-                   tips={"before_ns": "iteration", "after_ns": "what-if", "change_ns": "what-if",
-                         "change_pct": "what-if"}),
+                                             "absorbed_pct": pct, "path_phase_ns": ns, "op_before_ns": ns,
+                                             "op_after_ns": ns, "op_change_ns": ns,
+                                             "op_change_pct": lambda v: pct(v, 2, True)},
+                   tips=SUMMARY_TIPS),
     ])
 
 

@@ -127,9 +127,14 @@ def what_if_sentence(summary: pd.DataFrame, phase: str, rank, percent: float) ->
     change = float(summary["change_ns"].sum())
     saving = float(summary["local_saving_ns"].sum())
     verb = "faster" if percent >= 0 else "slower"
-    s = (f"If {phase} on {where} were {abs(percent):g}% {verb}: end-to-end {signed_ns(change)} "
-         f"({pct(100 * change / before if before else 0, 2, signed=True)}) over {len(summary)} iteration(s); "
-         f"the phase's own time changes by {signed_ns(-saving)}.")
+    op_b = summary["op_before_ns"].sum(min_count=1) if "op_before_ns" in summary else float("nan")
+    op_c = summary["op_change_ns"].sum(min_count=1) if "op_change_ns" in summary else float("nan")
+    op = (f"the op latency after entry {signed_ns(op_c)} ({pct(100 * op_c / op_b if op_b else 0, 2, signed=True)}, "
+          f"the quantity the idle page's 'costs the op' and Compare's kernel rows use); "
+          if op_b == op_b and op_c == op_c else "")
+    s = (f"If {phase} on {where} were {abs(percent):g}% {verb}: {op}the iteration (wall time, host included) "
+         f"{signed_ns(change)} ({pct(100 * change / before if before else 0, 2, signed=True)}) over "
+         f"{len(summary)} iteration(s); the phase's own time changes by {signed_ns(-saving)}.")
     if saving > 0:
         absorbed = 100 * (1 - (-change) / saving)
         if absorbed > 100:

@@ -2,17 +2,25 @@
 is read): status from the catalog's cheap validation, so corrupt and timed-out runs say so."""
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import pandas as pd
 
+from profiler.analysis import summary as stored
+
 from ...catalog import RunEntry
+from ...format import ns
 
 MAX_TEXT = 300   # characters of a description or config summary shown in a cell
 
 COLUMNS = {
-    "name": "run", "workload": "workload", "branch": "branch", "commit": "commit", "config": "config",
-    "gpu": "GPU", "headline": "headline", "drops": "dropped records", "clock": "clock uncertainty",
+    "name": "run", "workload": "workload", "sms": "SMs", "chunk": "chunk", "path": "path", "buffers": "buffers",
+    "dtype": "dtype", "op_latency": "op latency after entry", "entry_skew": "entry skew", "verdict": "verdict",
+    "branch": "branch", "commit": "commit", "gpu": "GPU", "drops": "dropped records", "clock": "clock uncertainty",
     "status": "status",
 }
+NOT_ANALYSED = "not analysed (epscope analyze)"
 
 
 def _compact(d, limit: int = 8) -> str:
@@ -54,6 +62,62 @@ def status(entry: RunEntry) -> str:
     return f"{head} · warnings: {n:,} events ({len(warnings)} kinds)" if warnings else head
 
 
+def knobs(manifest: dict) -> dict:
+    """The config knobs a reader compares runs by: SMs, chunk, path, buffers, dtype (from the
+    recorder's config and workload; '' where the run does not say)."""
+    cfg = manifest.get("config") or {}
+    wl = manifest.get("workload") or {}
+    d = cfg.get("dispatch") if isinstance(cfg.get("dispatch"), dict) else {}
+    ll = cfg.get("low_latency") if isinstance(cfg.get("low_latency"), dict) else {}
+
+    def first(*vals):
+        return next((str(v) for v in vals if v is not None and v != ""), "")
+    return {"sms": first(d.get("num_sms"), wl.get("num_sms")),
+            "chunk": first(d.get("num_max_nvl_chunked_send_tokens"), wl.get("chunk")),
+            "path": first(d.get("path"), ll.get("split")),
+            "buffers": first(d.get("num_tma_buffers") if d.get("path") == "tma" else None),
+            "dtype": first(wl.get("dtype"))}
+
+
+@functools.lru_cache(maxsize=4096)
+def _stored(path: str, signature: tuple) -> dict | None:
+    """The run's stored summary if current (profiler.analysis.summary), cached per data-file state."""
+    return stored.load(Path(path))
+
+
+def _signature(path: Path) -> tuple:
+    out = []
+    for name in (stored.FILE,) + stored.DATA_FILES:
+        try:
+            st = (path / name).stat()
+            out.append((name, st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((name, None, None))
+    return tuple(out)
+
+
+def headline(entry: RunEntry) -> dict:
+    """op latency after entry, entry skew and the verdict's cause from the run's stored summary."""
+    sm = _stored(str(entry.path), _signature(entry.path)) if entry.problem is None else None
+    if sm is None:
+        return {"op_latency": NOT_ANALYSED, "entry_skew": "", "verdict": ""}
+    vs = sm.get("verdicts") or {}
+    alarms = [(p, vs[p]) for p in ("critical_path", "idle", "barriers") if (vs.get(p) or {}).get("alarm")]
+    if alarms:
+        p, v = alarms[0]
+        rank = f" rank {v['rank']}" if v.get("rank") is not None else ""
+        side = f" ({v['late_entry']} side late entry)" if v.get("late_entry") else ""
+        verdict = f"{v['cause']}{rank}{side}"
+    else:
+        verdict = "no alarm"
+    le = sm.get("late_entry") or {}
+    if le.get("state") == "borderline":
+        verdict += f"; borderline late entry rank {le['rank']} ({le['side']})"
+    return {"op_latency": ns(sm.get("op_latency_ns")) if sm.get("op_latency_ns") is not None else "—",
+            "entry_skew": ns(sm.get("entry_skew_ns")) if sm.get("entry_skew_ns") is not None else "—",
+            "verdict": verdict}
+
+
 def runs_table(entries: list[RunEntry]) -> pd.DataFrame:
     names: dict[str, int] = {}
     for e in entries:
@@ -75,6 +139,7 @@ def runs_table(entries: list[RunEntry]) -> pd.DataFrame:
             "branch": str(git.get("branch") or ""),
             "commit": str(git.get("commit") or "")[:10] + (" (dirty)" if git.get("dirty") else ""),
             "config": _compact(m.get("config")),
+            **knobs(m), **headline(e),
             "gpu": f"{gpu.get('count', '')}× {gpu['name']}" if gpu.get("name") else "",
             "headline": _compact(m.get("headline")),
             "drops": int(drops.get("total") or 0),
@@ -82,5 +147,6 @@ def runs_table(entries: list[RunEntry]) -> pd.DataFrame:
             "status": status(e),
             "ok": e.problem is None and e.status == "ok",
         })
-    cols = ["run_id", "name", "directory", "shared_name", "description", *[c for c in COLUMNS if c != "name"], "ok"]
+    cols = ["run_id", "name", "directory", "shared_name", "description", *[c for c in COLUMNS if c != "name"],
+            "config", "headline", "ok"]
     return pd.DataFrame(rows, columns=cols)

@@ -1,0 +1,86 @@
+"""Profiling of the normal path (Buffer's profiling seam): `with buffer.profile(session):` or
+`profile=` on a call; a profiled call takes its profile buffers from the session's pool
+(`Session.launch_slot`), so it neither allocates nor synchronises. The region capacity of each
+kernel is a bound from the work split (`_prof_geometry`). `BufferProfiling` is a part of
+ep_core.Buffer; the session is profiler.record.session.Session (never imported here: any object
+with its methods records).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+FAMILY = "ep_intranode"   # the phase registry of these kernels: ep_core/phases/ep_intranode.toml
+
+
+class BufferProfiling:
+    """Profiling of ep_core.Buffer's calls into a profiler.record Session (see the module docstring)."""
+
+    @contextlib.contextmanager
+    def profile(self, session, iteration: int | None = None, calls: int | None = None):
+        """Profile every call inside the block into `session` (a profiler.record Session); clock
+        samples against the peers are taken at the start and the end. `calls`: how many calls
+        the block will profile at most, all ops together. A call launches each of its kernels
+        once (dispatch's and combine's barrier share one geometry), so `Session.reserve(calls)`
+        covers every kernel: its profile buffers are allocated, zeroed and stamped once, at the
+        block's entry for kernels profiled before, else at the kernel's first profiled call, and
+        no later call allocates or copies (without it, every 32nd call of a kernel does)."""
+        prev, prev_it = self._session, self.profile_iteration
+        if calls is not None:
+            session.reserve(calls)
+        self._session = session
+        if iteration is not None:
+            self.profile_iteration = iteration
+        self.sync_clocks(session, "start")
+        try:
+            yield session
+            self.sync_clocks(session, "end")
+        finally:
+            self._session, self.profile_iteration = prev, prev_it
+
+    def sync_clocks(self, session, when: str, n: int = 32) -> None:
+        """Clock-alignment ping-pong through this buffer's mapped clock area (collective)."""
+        if self.group_size == 1 or not hasattr(session, "sync_clocks"):
+            return
+        off = int(self.limits["clock_sync_offset"])
+        torch.cuda.synchronize(self.device)
+        session.sync_clocks(self.peers.local + off, {r: p + off for r, p in enumerate(self.peers.ptrs)}, when, n=n)
+
+    def _session_for(self, profile):
+        if profile is None or profile is False:
+            return self._session
+        if profile is True:
+            if self._session is None:
+                raise ValueError("ep_core: profile=True needs an active session (with buffer.profile(session))")
+            return self._session
+        return profile
+
+    def _iteration(self, new: bool) -> int:
+        if self.profile_iteration is not None:
+            return int(self.profile_iteration)
+        if new:
+            self._auto_iteration += 1
+        return max(self._auto_iteration, 0)
+
+    def _prof_geometry(self, kernel: str, grid: int, warps: int, units: int = 0, role_blocks: int = 0) -> tuple:
+        """launch_slot arguments (without the iteration) of one kernel of a plan. For dispatch /
+        combine the region capacity is a bound derived from the work split instead of the session
+        default: a warp handles at most ceil(units / role_blocks) (source, chunk) units and writes
+        at most R + 4 records for each (send_chunk begin/end + one publish per destination, or
+        wait/copy begin/end), plus a few barrier and start records. At the issue-3 shape that is
+        ~100-200 records against the 56 the bundled traces show at most, and ~25x fewer bytes
+        than the session default; a wrong bound shows as counted drops, never as silent loss.
+        None = the session's capacity (capped to it either way in _slot)."""
+        cap = None
+        if units > 0 and role_blocks > 0:
+            cap = (self.group_size + 4) * math.ceil(units / role_blocks) + 32
+        return (kernel, FAMILY, int(grid), int(warps), cap)
+
+    @staticmethod
+    def _slot(session, geometry: tuple, iteration: int) -> int:
+        kernel, family, grid, warps, cap = geometry
+        if cap is not None and cap > session.capacity:
+            cap = session.capacity
+        return session.launch_slot(kernel, family, grid, warps, iteration, cap)

@@ -1,0 +1,119 @@
+"""A run's headline numbers, computed once and stored beside its data (RUN/analysis-summary.json).
+
+The Runs page lists every run under its roots and must not analyse them all on each visit, so it
+reads what `epscope analyze RUN...` stored: per kernel the op latency after entry and the entry
+skew (profiler.analysis.timemodel, medians over iterations of the per-iteration sums), the late
+entry, and each page's verdict. The file names the analysis version and the SHA-256 of the data
+files it was computed from: a summary of other data, or of an older analysis, is stale and never
+shown as current (`load` returns None and the page says the run is not analysed).
+
+    {"format": "epscope-analysis-summary", "analysis_version": 1,
+     "data": {"events.parquet": "<sha256>", "launches.parquet": "<sha256>"},
+     "iterations": 2, "op_latency_ns": 561000.0, "entry_skew_ns": 20000000.0,
+     "kernels": {"dispatch": {"op_latency_ns": ..., "entry_skew_ns": ...}, ...},
+     "late_entry": {"rank": 1, "side": "host", "state": "alarm"} | null,
+     "verdicts": {"critical_path": {"alarm": true, "cause": "host_bound", "rank": 1, "kernel": ..., "phase": ...,
+                                    "headline": "..."}, "idle": {...}, "barriers": {...}}}
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from . import barrier_contention, critical_path, idle_warps
+from . import graph as G
+from . import late_entry as LE
+from .critical_path import iteration_totals
+from .timemodel import time_model
+
+FILE = "analysis-summary.json"
+FORMAT = "epscope-analysis-summary"
+# bump when anything a summary holds is computed differently (its stored copies then read as stale)
+ANALYSIS_VERSION = 1
+DATA_FILES = ("events.parquet", "launches.parquet")
+
+
+def data_hashes(run_dir: Path) -> dict:
+    out = {}
+    for name in DATA_FILES:
+        p = Path(run_dir) / name
+        if p.is_file():
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            out[name] = h.hexdigest()
+    return out
+
+
+def _num(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def summarize(run) -> dict:
+    """The summary of a loaded run (profiler.runstore.Run), computed by the functions the pages call."""
+    reg = run.manifest.get("registry")
+    ev, la = run.events, run.launches
+    g = G.build(ev, reg, la)
+    tm = time_model(g)
+    ki = tm.kernel_iterations()
+    kernels = {str(k): {"op_latency_ns": _num(s["op_latency_ns"].median()), "entry_skew_ns": _num(s["entry_skew_ns"].median())}
+               for k, s in ki.groupby("kernel", sort=False)} if len(ki) else {}
+    it = tm.iterations
+    le = LE.decision(g, iteration_totals(g))
+    verdicts = {}
+    for page, fn in (("critical_path", critical_path), ("idle", idle_warps), ("barriers", barrier_contention)):
+        v = fn(ev, registry=reg, launches=la).verdict
+        verdicts[page] = {"alarm": bool(v.alarm), "cause": v.cause.value, "rank": v.rank, "kernel": v.kernel,
+                          "phase": v.phase, "late_entry": v.late_entry, "headline": v.headline}
+    return {
+        "format": FORMAT, "analysis_version": ANALYSIS_VERSION, "data": data_hashes(run.path),
+        "iterations": int(len(it)),
+        "op_latency_ns": _num(np.nanmedian(it["op_latency_ns"].to_numpy(float))) if len(it) and
+        it["op_latency_ns"].notna().any() else None,
+        "entry_skew_ns": _num(it["entry_skew_ns"].median()) if len(it) else None,
+        "kernels": kernels,
+        "late_entry": None if le is None else {
+            "rank": le.rank, "side": le.side,
+            "state": "alarm" if le.alarm else ("borderline" if le.size.borderline else "none")},
+        "verdicts": verdicts,
+    }
+
+
+def store(run) -> Path:
+    """Compute and write RUN/analysis-summary.json atomically (a unique temporary file renamed into
+    place); returns its path."""
+    data = summarize(run)
+    d = Path(run.path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{FILE}.", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, d / FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return d / FILE
+
+
+def load(run_dir: Path, *, check_data: bool = True) -> dict | None:
+    """The stored summary when it is current (this analysis version, the run's data unchanged),
+    else None. check_data=False skips hashing the data files (the caller checked them)."""
+    p = Path(run_dir) / FILE
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("analysis_version") != ANALYSIS_VERSION:
+        return None
+    if check_data and data.get("data") != data_hashes(run_dir):
+        return None
+    return data
