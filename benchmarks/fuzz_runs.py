@@ -49,14 +49,14 @@ def _bases(d: Path) -> dict[str, Path]:
     return {"new": new, "old": old, "bundled": bundled, "good": good}
 
 
-def _cases(flips: int, seed: int, bases: dict[str, Path]):
+def _cases(flips: int, seed: int, bases: dict[str, Path], manifests: bool = True):
     """(group, label, base kind, damage spec) for every case, in a fixed order."""
     from tests.profiler.damage import manifest_mutations
     for kind in ("new", "old"):
         for name in ("events.parquet", "launches.parquet"):
             for i in range(flips):
                 yield f"flip {name} ({'checksums' if kind == 'new' else 'no checksums'})", f"{seed}:{kind}:{name}:{i}", kind, ("flip", name, i)
-    for kind in ("new", "bundled"):
+    for kind in ("new", "bundled") if manifests else ():
         m = json.loads((bases[kind] / "manifest.json").read_text())
         for label, _ in manifest_mutations(m):
             yield f"manifest field ({'synthetic' if kind == 'new' else BUNDLED.name})", label, kind, ("manifest", label)
@@ -108,12 +108,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=19)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--viewer-every", type=int, default=50)
+    ap.add_argument("--no-manifest", action="store_true", help="flips only (the manifest mutations take most of the time)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     commit, t0, load0 = machine_commit(("profiler", "viewer", "tests", "benchmarks")), time.time(), os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="fuzz-runs-bases-") as base_dir:
         bases = _bases(Path(base_dir))
-        cases = list(enumerate(_cases(a.flips, a.seed, bases)))
+        cases = list(enumerate(_cases(a.flips, a.seed, bases, not a.no_manifest)))
         blocks = [(cases[w::a.workers], a.seed, a.viewer_every, base_dir) for w in range(a.workers)]
         with mp.get_context("spawn").Pool(a.workers) as pool:
             results = [r for block in pool.map(run_block, blocks) for r in block]
@@ -129,7 +130,8 @@ def main() -> None:
     lines = [f"# Run reader corruption fuzz ({dt.date.today().isoformat()})", "",
              f"commit {commit}; {cpu_name()}, {os.cpu_count()} cores, {platform.python_version()}; "
              f"{a.workers} workers under nice; load average {load0[0]:.2f} at start; {took:.0f} s; seed {a.seed}",
-             "", f"`nice python3 benchmarks/fuzz_runs.py --flips {a.flips} --workers {a.workers} --seed {a.seed} --out ...`",
+             "", f"`nice python3 benchmarks/fuzz_runs.py --flips {a.flips} --workers {a.workers} --seed {a.seed}"
+             f"{' --no-manifest' if a.no_manifest else ''} --out ...`",
              "", "Each case through load_run + events, report, export and check_run(deep); a failure is a traceback, "
              "an untyped error, a message of several lines, readers disagreeing on whether the run is readable, "
              "a run with checksums opening with other data, or (every "
