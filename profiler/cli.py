@@ -2,6 +2,7 @@
 
     epscope export RUN [-o OUT [--force]]  write RUN's Perfetto trace (default RUN/trace.perfetto-trace)
     epscope report RUN [RUN ...]           text summary of runs
+    epscope check RUN|ROOT [...]           verify runs (checksums, every field and row); exit 1 if any is damaged
     epscope analyze RUN [RUN ...]          compute and store each run's headline numbers (RUN/analysis-summary.json)
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
     epscope trace ...                      record a profiled EP workload (profiler.workflows.trace)
@@ -12,7 +13,7 @@
 
 Bad runs (missing, corrupt, malformed manifest or events, newer format, empty) and refused
 outputs print one line on stderr and exit 2. `export -o` never writes inside a run directory and
-replaces an existing file only with --force. `view` serves on loopback; another --host needs
+replaces an existing file only with --force, and then only a regular file. `view` serves on loopback; another --host needs
 --allow-remote (every run under the roots is then readable by anyone who can reach the port).
 Long work shows progress on stderr when it is a terminal.
 """
@@ -25,6 +26,7 @@ import os
 import sys
 from pathlib import Path
 
+from .atomic import is_regular
 from .errors import EpscopeError
 
 EXIT_USAGE = 2
@@ -50,6 +52,19 @@ def default_trace_root() -> Path:
     return next((p for p in (checkout, *installed) if p.is_dir()), checkout)
 
 
+EXIT_DAMAGED = 1   # `epscope check`: at least one run is damaged
+
+
+def _port(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a port number") from None
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"{n} is outside 1-65535")
+    return n
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="epscope", description="See inside expert-parallel communication kernels.")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -60,12 +75,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p = sub.add_parser("report", help="text summary of a run")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
+    p = sub.add_parser("check", help="verify runs: checksums, manifest, every row; say what is wrong with each")
+    p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory, or a directory of runs")
     p = sub.add_parser("analyze", help="compute and store runs' headline numbers (the Runs page shows them)")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("view", help="serve the web viewer")
     p.add_argument("roots", type=Path, nargs="*", metavar="RUN_DIR", help="run directories or roots (default: traces/)")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default loopback only)")
-    p.add_argument("--port", type=int, default=8050)
+    p.add_argument("--port", type=_port, default=8050, help="TCP port, 1-65535 (default 8050)")
     p.add_argument("--allow-remote", action="store_true",
                    help="serve on a non-loopback --host: the viewer has no authentication, so anyone who "
                         "can reach the port reads every run under the roots")
@@ -130,26 +147,49 @@ def export_target(run, out: Path | None, force: bool) -> Path:
     if inside is not None:
         raise Refused(f"-o {out}: inside the run directory {inside}; write the trace elsewhere "
                       f"(or leave out -o to write {TRACE} of the run itself)")
-    if os.path.lexists(out) and not force:
-        raise Refused(f"-o {out}: exists; add --force to replace it")
+    if os.path.lexists(out):
+        if not force:
+            raise Refused(f"-o {out}: exists; add --force to replace it")
+        if not is_regular(out):
+            raise Refused(f"-o {out}: exists and is not a regular file (a link, FIFO or device); "
+                          "--force replaces only regular files")
     return out
 
 
 def _export(args) -> int:
     from .progress import Activity
-    from .runstore import check_events, load_run
+    from .runreader import load_run
     run = load_run(args.run)   # run errors before the perfetto import
     out = export_target(run, args.out, args.force)
     exp = _lazy("profiler.perfetto_export", "epscope export")
-    partial = out.with_name(out.name + ".tmp")   # perfetto_export's temporary name: its size is the progress
-    with Activity("epscope export", watch=lambda: partial.stat().st_size if partial.exists() else 0,
+    partial = []   # the export's temporary file, once open: its size is the progress
+    with Activity("epscope export", watch=lambda: partial[0].size() if partial else 0,
                   unit="B", what="written") as act:
-        act.step("checking events")
-        check_events(run)
-        act.step("writing the trace")
-        out = exp.export_perfetto(run, out)
+        act.step("checking events and writing the trace")
+        out = exp.export_perfetto(run, out, force=args.force, opened=partial.append)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); open it at https://ui.perfetto.dev")
     return 0
+
+
+def _check(args) -> int:
+    """One line per run: ok (and what was verified) or what is wrong; exit 1 if any is damaged."""
+    from .runreader import MANIFEST, check_run, list_runs
+    runs = []
+    for r in args.runs:   # a directory of runs (no manifest of its own) stands for the runs under it
+        under = list_runs(r) if r.is_dir() and not (r / MANIFEST).exists() else []
+        runs += under or [r]
+    damaged = 0
+    for r in runs:
+        c = check_run(r, deep=True)
+        if c.damaged:
+            damaged += 1
+            print(f"{r}: {c.status.upper()}: {c.problem}")
+        else:
+            what = f"{c.num_events:,} events" + (f", recorded status {c.status}" if c.status != "ok" else "")
+            print(f"{r}: ok ({what}; " + (c.note or "checksums verified") + ")")
+    if damaged:
+        print(f"epscope check: {damaged} of {len(runs)} runs damaged", file=sys.stderr)
+    return EXIT_DAMAGED if damaged else 0
 
 
 def _report(args) -> int:
@@ -182,6 +222,9 @@ def _view(args) -> int:
     missing = [str(p) for p in roots if not p.exists()]
     if missing:
         return _fail(f"no such run directory or root: {', '.join(missing)}")
+    not_dirs = [str(p) for p in roots if not p.is_dir()]
+    if not_dirs:
+        return _fail(f"not a directory (a run directory or a root of runs): {', '.join(not_dirs)}")
     if not is_loopback(args.host):
         if not args.allow_remote:
             return _fail(f"--host {args.host} would serve every run under {', '.join(map(str, roots))} to the "
@@ -203,7 +246,7 @@ def main(argv=None) -> int:
         except EpscopeError as e:
             return _fail(str(e))
     args = _parser().parse_args(argv)
-    commands = {"export": _export, "report": _report, "analyze": _analyze, "view": _view}
+    commands = {"export": _export, "report": _report, "check": _check, "analyze": _analyze, "view": _view}
     try:
         return commands[args.cmd](args)
     except EpscopeError as e:

@@ -132,6 +132,12 @@ class CalibrationError(EpscopeError):
         self.field = field
 
 
+class TooWideToAnalyse(EpscopeError, ValueError):
+    """A run the schema accepts but an analysis cannot index (its lane key or lanes x time range
+    past 62 bits: a timestamp far from the others, ids far apart). A ValueError too, as analyses
+    raised before it was typed (callers that catch ValueError still do)."""
+
+
 class ExportError(EpscopeError):
     """A run cannot be exported as asked (e.g. ids outside the trace's track id scheme)."""
 
@@ -159,6 +165,14 @@ class InvalidManifest(CorruptRun):
 
 class InvalidEvents(CorruptRun):
     """A run's event or launch table breaks the schema (a column's type, a timestamp, a kind)."""
+
+
+class ChecksumMismatch(CorruptRun):
+    """A data file's bytes differ from the checksum its manifest records; `file` names it."""
+
+    def __init__(self, message: str, file: str = ""):
+        super().__init__(message)
+        self.file = file
 
 
 class RunChanged(RunError):

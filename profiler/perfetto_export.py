@@ -23,20 +23,29 @@ TraceSorter orders events by (timestamp, allocation id), and allocation ids grow
 that nests spans correctly, including zero-length spans and spans that start or end on the same
 32 ns tick. tests/profiler/test_perfetto.py replays exports that way.
 
+Reading: the rows come from profiler.runreader's validated batches (checksum, then every column
+checked as `load_run(...).events` checks it), so export accepts exactly the runs load_run
+accepts. Writing: into an exclusive, locked temporary beside the output (profiler.atomic),
+placed in one rename; an existing output is replaced only when asked (force, or the run's own
+derived trace) and only when it is a regular file. The same run exports the same bytes (no
+clock, no random id, no hash-ordered iteration reaches the file: tests/profiler/test_perfetto.py
+exports in two processes with different hash seeds).
+
 Flows: for every barrier occurrence (rank, launch, barrier, occurrence; for scope = "rank"
 barriers the rank is left out so the occurrence spans ranks) the last arriver's arrive event
 starts one flow to each departing warp's depart event.
 """
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from .errors import ExportError
-from .runstore import TRACE, Run, load_run
+from .atomic import TempFile, clean_leftovers
+from .runreader import TRACE, Run, iter_event_batches, load_run
 from .schema import EVENT_KINDS
 
 SEQ_ID = 1
@@ -239,44 +248,55 @@ def _frame(msg) -> bytes:
 
 
 # -- track ids ---------------------------------------------------------------------------------------
-# uuid = (rank+1) << 24 | (block+1) << 6 | (warp+1): small numbers make short varints (4 bytes for
-# 8 ranks) in every packet. Warps per block <= 32 on NVIDIA GPUs (1024 threads), blocks < 2^18 - 1.
-_WARP_BITS, _RANK_SHIFT = 6, 24
+# uuid = (rank+1) << rank_shift | (block+1) << warp_bits | (warp+1). The compact layout (warp_bits
+# 6, rank_shift 24) makes short varints (4 bytes for 8 ranks) in every packet and holds every
+# real kernel (warps per block <= 32 on NVIDIA GPUs, blocks < 2^18 - 1); a run with larger ids
+# (any the schema allows: int16 warps, int32 blocks) gets the wide layout (16, 48), 8-byte
+# varints, instead of an error: export accepts every run load_run accepts. Host and kernel
+# tracks are rank | 1 and rank | 2: no warp track collides with them, since GPU rows have
+# block >= 0 (profiler.schema).
+@dataclass(frozen=True)
+class TrackIds:
+    warp_bits: int
+    rank_shift: int
+
+    def fits(self, block: int, warp: int) -> bool:
+        return 0 <= warp < (1 << self.warp_bits) - 1 and 0 <= block < (1 << (self.rank_shift - self.warp_bits)) - 1
+
+    def rank(self, rank):
+        return (np.asarray(rank).astype(np.uint64) + np.uint64(1)) << np.uint64(self.rank_shift)
+
+    def host(self, rank):
+        return self.rank(rank) | np.uint64(1)
+
+    def kernels(self, rank):
+        return self.rank(rank) | np.uint64(2)
+
+    def block(self, rank, block):
+        return self.rank(rank) | ((np.asarray(block).astype(np.uint64) + np.uint64(1)) << np.uint64(self.warp_bits))
+
+    def warp(self, rank, block, warp):
+        return self.block(rank, block) | (np.asarray(warp).astype(np.uint64) + np.uint64(1))
 
 
-def rank_uuid(rank):
-    return (np.asarray(rank).astype(np.uint64) + np.uint64(1)) << np.uint64(_RANK_SHIFT)
-
-
-def host_uuid(rank):
-    return rank_uuid(rank) | np.uint64(1)
-
-
-def kernels_uuid(rank):
-    return rank_uuid(rank) | np.uint64(2)
-
-
-def block_uuid(rank, block):
-    return rank_uuid(rank) | ((np.asarray(block).astype(np.uint64) + np.uint64(1)) << np.uint64(_WARP_BITS))
-
-
-def warp_uuid(rank, block, warp):
-    return block_uuid(rank, block) | (np.asarray(warp).astype(np.uint64) + np.uint64(1))
+COMPACT, WIDE = TrackIds(6, 24), TrackIds(16, 48)
+rank_uuid, host_uuid, kernels_uuid, block_uuid, warp_uuid = (COMPACT.rank, COMPACT.host, COMPACT.kernels,
+                                                             COMPACT.block, COMPACT.warp)
 
 
 # -- the export ----------------------------------------------------------------------------------
-def _batches(path: Path, columns: list[str]):
-    """Stream events.parquet as {column: numpy array}; dictionary columns as (codes, categories)."""
-    import pyarrow.parquet as pq
-    pf = pq.ParquetFile(path / "events.parquet")
-    for rb in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+def _batches(run: Run, columns: list[str]):
+    """Stream the run's events, validated, as {column: numpy array}; categorical columns as
+    (codes, categories)."""
+    for df in iter_event_batches(run, BATCH_ROWS):
         out = {}
-        for name, col in zip(rb.schema.names, rb.columns):
-            if hasattr(col, "indices"):
-                out[name] = (col.indices.to_numpy(zero_copy_only=False), [str(x) for x in col.dictionary.to_pylist()])
+        for name in columns:
+            s = df[name]
+            if isinstance(s.dtype, pd.CategoricalDtype):
+                out[name] = (s.cat.codes.to_numpy(), [str(x) for x in s.cat.categories])
             else:
-                out[name] = col.to_numpy(zero_copy_only=False)
-        yield len(rb), out
+                out[name] = s.to_numpy()
+        yield len(df), out
 
 
 def _kind_codes(col) -> np.ndarray:
@@ -285,7 +305,7 @@ def _kind_codes(col) -> np.ndarray:
     return lut[codes]
 
 
-def _scan(path: Path, barrier_scope: dict[str, str]):
+def _scan(run: Run, barrier_scope: dict[str, str]):
     """Pass 1: time base, tracks (with their SMs and roles), barrier events for the flows."""
     tmin = None
     tracks: dict[tuple[int, int, int], tuple[set, set]] = {}
@@ -293,7 +313,7 @@ def _scan(path: Path, barrier_scope: dict[str, str]):
     bars = []
     row0 = 0
     cols = ["rank", "launch", "block", "warp", "sm", "role", "kind", "phase", "begin_ns", "payload"]
-    for n, c in _batches(path, cols):
+    for n, c in _batches(run, cols):
         k = _kind_codes(c["kind"])
         if n:
             m = int(c["begin_ns"].min())
@@ -340,118 +360,125 @@ def _scan(path: Path, barrier_scope: dict[str, str]):
     return tmin, tracks, host_ranks, flows, term
 
 
-def export_perfetto(run_or_path, out_path=None) -> Path:
-    """Write the run's Perfetto trace (default RUN/trace.perfetto-trace); returns its path."""
+def export_perfetto(run_or_path, out_path=None, *, force: bool = False,
+                    opened: Callable[[TempFile], None] | None = None) -> Path:
+    """Write the run's Perfetto trace (default RUN/trace.perfetto-trace); returns its path.
+
+    An existing out_path is replaced only with force (the run's own trace, derived from its
+    data, always is), and only when it is a regular file: RunExists otherwise. opened(tmp) hears
+    of the temporary file once it exists (the CLI shows its size as progress)."""
     P = _pb()
     run = run_or_path if isinstance(run_or_path, Run) else load_run(run_or_path)
-    out = Path(out_path) if out_path is not None else run.path / TRACE
-    scope = {b["name"]: b.get("scope", "grid") for reg in run.manifest.get("registry", {}).values()
-             if isinstance(reg, dict) for b in reg.get("barriers", [])}
-    tmin, tracks, host_ranks, flows, term = _scan(run.path, scope)
+    default = run.path / TRACE
+    out = Path(out_path) if out_path is not None else default
+    replace = force or out == default
+    scope = {}
+    for fam, reg in sorted((run.manifest.get("registry") or {}).items()):
+        for b in (reg.get("barriers") or []) if isinstance(reg, dict) else []:
+            if isinstance(b, dict) and isinstance(b.get("name"), str):
+                scope[b["name"]] = b.get("scope", "grid")
+    tmin, tracks, host_ranks, flows, term = _scan(run, scope)
     launches = run.launches
     lmins = [int(x) for x in (launches["gpu_begin_ns"][launches["gpu_begin_ns"] != -1].min(),) if pd.notna(x)] \
         if len(launches) else []
     base_min = min([v for v in [tmin, *lmins] if v is not None] or [0])
     base = -base_min if base_min < 0 else 0
     ranks = sorted({r for r, _, _ in tracks} | host_ranks | set(launches["rank"].astype(int).tolist()))
-    unc = {int(r["rank"]): r.get("uncertainty_ns") for r in run.manifest.get("clock", {}).get("ranks", [])}
+    unc = {int(r["rank"]): r.get("uncertainty_ns") for r in (run.manifest.get("clock") or {}).get("ranks") or []}
 
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        _write_trace(tmp, P, run, tmin, tracks, host_ranks, flows, term, base, ranks, unc)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, out)
+    ids = COMPACT if all(COMPACT.fits(b, w) for _, b, w in tracks) else WIDE
+    clean_leftovers(out)   # temporaries of exports to `out` that died
+    with TempFile(out) as t:
+        if opened is not None:
+            opened(t)
+        _write_trace(t.file, P, run, ids, tmin, tracks, host_ranks, flows, term, base, ranks, unc)
+        t.place(replace)
     return out
 
 
-def _write_trace(tmp: Path, P, run: Run, tmin, tracks, host_ranks, flows, term, base: int, ranks, unc) -> None:
+def _write_trace(f, P, run: Run, ids: TrackIds, tmin, tracks, host_ranks, flows, term, base: int, ranks,
+                 unc) -> None:
     names: dict[str, int] = {}
     launches = run.launches
-    with open(tmp, "wb") as f:
-        # first packet of the sequence: clears incremental state, interns the debug annotation name
-        first = P.TracePacket(trusted_packet_sequence_id=SEQ_ID, first_packet_on_sequence=True,
-                              sequence_flags=P.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED)
-        first.interned_data.debug_annotation_names.add(iid=1, name="payload")
-        f.write(_frame(first))
+    # first packet of the sequence: clears incremental state, interns the debug annotation name
+    first = P.TracePacket(trusted_packet_sequence_id=SEQ_ID, first_packet_on_sequence=True,
+                          sequence_flags=P.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED)
+    first.interned_data.debug_annotation_names.add(iid=1, name="payload")
+    f.write(_frame(first))
 
-        def intern(new: list[str]) -> None:
-            todo = [s for s in dict.fromkeys(new) if s not in names]
-            if not todo:
-                return
-            pk = P.TracePacket(trusted_packet_sequence_id=SEQ_ID, sequence_flags=P.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
-            for s in todo:
-                names[s] = len(names) + 1
-                pk.interned_data.event_names.add(iid=names[s], name=s)
-            f.write(_frame(pk))
+    def intern(new: list[str]) -> None:
+        todo = [s for s in dict.fromkeys(new) if s not in names]
+        if not todo:
+            return
+        pk = P.TracePacket(trusted_packet_sequence_id=SEQ_ID, sequence_flags=P.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
+        for s in todo:
+            names[s] = len(names) + 1
+            pk.interned_data.event_names.add(iid=names[s], name=s)
+        f.write(_frame(pk))
 
-        def desc(**kw) -> None:
-            pk = P.TracePacket()
-            pk.track_descriptor.CopyFrom(P.TrackDescriptor(**kw))
-            f.write(_frame(pk))
+    def desc(**kw) -> None:
+        pk = P.TracePacket()
+        pk.track_descriptor.CopyFrom(P.TrackDescriptor(**kw))
+        f.write(_frame(pk))
 
-        explicit = P.TrackDescriptor.ChildTracksOrdering.Value("EXPLICIT")
-        for r in ranks:
-            u = unc.get(r)
-            pd_ = P.ProcessDescriptor(pid=r + 1, process_name=f"rank {r}")
-            extra = {"description": f"clock uncertainty ±{u:.0f} ns vs rank 0"} if u is not None else {}
-            desc(uuid=int(rank_uuid(r)), process=pd_, child_ordering=explicit, **extra)
-            desc(uuid=int(kernels_uuid(r)), parent_uuid=int(rank_uuid(r)), name="kernels", sibling_order_rank=-2)
-            if r in host_ranks:
-                desc(uuid=int(host_uuid(r)), parent_uuid=int(rank_uuid(r)), name="host", sibling_order_rank=-1)
-        blocks: dict[tuple[int, int], set] = {}
-        for (r, b, w), (sms, _) in tracks.items():
-            blocks.setdefault((r, b), set()).update(sms)
-        for (r, b), sms in sorted(blocks.items()):
-            sm = ", ".join(str(s) for s in sorted(sms))
-            desc(uuid=int(block_uuid(r, b)), parent_uuid=int(rank_uuid(r)), name=f"block {b} (SM{'s' if len(sms) > 1 else ''} {sm})",
-                 sibling_order_rank=b, child_ordering=explicit)
-        for (r, b, w), (_, roles) in sorted(tracks.items()):
-            if not (0 <= w < (1 << _WARP_BITS) - 1 and 0 <= b < (1 << (_RANK_SHIFT - _WARP_BITS)) - 1):
-                raise ExportError(f"{run.path}: block {b} warp {w} does not fit the Perfetto track id scheme "
-                                  f"(warp < {(1 << _WARP_BITS) - 1}, block < {(1 << (_RANK_SHIFT - _WARP_BITS)) - 1})")
-            role = "/".join(sorted(roles))
-            desc(uuid=int(warp_uuid(r, b, w)), parent_uuid=int(block_uuid(r, b)),
-                 name=f"warp {w}" + (f" · {role}" if role else ""), sibling_order_rank=w)
+    explicit = P.TrackDescriptor.ChildTracksOrdering.Value("EXPLICIT")
+    for r in ranks:
+        u = unc.get(r)
+        pd_ = P.ProcessDescriptor(pid=r + 1, process_name=f"rank {r}")
+        extra = {"description": f"clock uncertainty ±{u:.0f} ns vs rank 0"} if u is not None else {}
+        desc(uuid=int(ids.rank(r)), process=pd_, child_ordering=explicit, **extra)
+        desc(uuid=int(ids.kernels(r)), parent_uuid=int(ids.rank(r)), name="kernels", sibling_order_rank=-2)
+        if r in host_ranks:
+            desc(uuid=int(ids.host(r)), parent_uuid=int(ids.rank(r)), name="host", sibling_order_rank=-1)
+    blocks: dict[tuple[int, int], set] = {}
+    for (r, b, w), (sms, _) in tracks.items():
+        blocks.setdefault((r, b), set()).update(sms)
+    for (r, b), sms in sorted(blocks.items()):
+        sm = ", ".join(str(s) for s in sorted(sms))
+        desc(uuid=int(ids.block(r, b)), parent_uuid=int(ids.rank(r)), name=f"block {b} (SM{'s' if len(sms) > 1 else ''} {sm})",
+             sibling_order_rank=b, child_ordering=explicit)
+    for (r, b, w), (_, roles) in sorted(tracks.items()):
+        role = "/".join(sorted(roles))
+        desc(uuid=int(ids.warp(r, b, w)), parent_uuid=int(ids.block(r, b)),
+             name=f"warp {w}" + (f" · {role}" if role else ""), sibling_order_rank=w)
 
-        # launches on the kernels track
-        if len(launches):
-            intern(sorted(set(launches["kernel"].astype(str))))
-            for l in launches.itertuples(index=False):
-                if l.gpu_begin_ns == -1:  # -1: no warp recorded (the schema's "unknown")
-                    continue
-                u = int(kernels_uuid(l.rank))
-                b = P.TracePacket(timestamp=int(l.gpu_begin_ns) + base, trusted_packet_sequence_id=SEQ_ID,
-                                  sequence_flags=P.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
-                b.track_event.type = P.TrackEvent.TYPE_SLICE_BEGIN
-                b.track_event.track_uuid = u
-                b.track_event.name_iid = names[str(l.kernel)]
-                for k, v in (("launch", l.launch), ("iteration", l.iteration), ("dropped", l.dropped)):
-                    b.track_event.debug_annotations.add(name=k, int_value=int(v))
-                e = P.TracePacket(timestamp=int(max(l.gpu_end_ns, l.gpu_begin_ns)) + base, trusted_packet_sequence_id=SEQ_ID,
-                                  sequence_flags=P.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
-                e.track_event.type = P.TrackEvent.TYPE_SLICE_END
-                e.track_event.track_uuid = u
-                f.write(_frame(b) + _frame(e))
+    # launches on the kernels track
+    if len(launches):
+        intern(sorted(set(launches["kernel"].astype(str))))
+        for l in launches.itertuples(index=False):
+            if l.gpu_begin_ns == -1:  # -1: no warp recorded (the schema's "unknown")
+                continue
+            u = int(ids.kernels(l.rank))
+            b = P.TracePacket(timestamp=int(l.gpu_begin_ns) + base, trusted_packet_sequence_id=SEQ_ID,
+                              sequence_flags=P.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
+            b.track_event.type = P.TrackEvent.TYPE_SLICE_BEGIN
+            b.track_event.track_uuid = u
+            b.track_event.name_iid = names[str(l.kernel)]
+            for k, v in (("launch", l.launch), ("iteration", l.iteration), ("dropped", l.dropped)):
+                b.track_event.debug_annotations.add(name=k, int_value=int(v))
+            e = P.TracePacket(timestamp=int(max(l.gpu_end_ns, l.gpu_begin_ns)) + base, trusted_packet_sequence_id=SEQ_ID,
+                              sequence_flags=P.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
+            e.track_event.type = P.TrackEvent.TYPE_SLICE_END
+            e.track_event.track_uuid = u
+            f.write(_frame(b) + _frame(e))
 
-        row0 = 0
-        cols = ["rank", "block", "warp", "kind", "phase", "begin_ns", "end_ns", "payload", "open"]
-        for n, c in _batches(run.path, cols):
-            for a in range(0, n, WRITE_ROWS):  # a slice at a time: the encoder's temporaries stay small
-                part = {k: (v[0][a:a + WRITE_ROWS], v[1]) if isinstance(v, tuple) else v[a:a + WRITE_ROWS] for k, v in c.items()}
-                _write_batch(f, P, part, row0 + a, base, names, intern, flows, term)
-            row0 += n
+    row0 = 0
+    cols = ["rank", "block", "warp", "kind", "phase", "begin_ns", "end_ns", "payload", "open"]
+    for n, c in _batches(run, cols):
+        for a in range(0, n, WRITE_ROWS):  # a slice at a time: the encoder's temporaries stay small
+            part = {k: (v[0][a:a + WRITE_ROWS], v[1]) if isinstance(v, tuple) else v[a:a + WRITE_ROWS] for k, v in c.items()}
+            _write_batch(f, P, ids, part, row0 + a, base, names, intern, flows, term)
+        row0 += n
 
 
-def _write_batch(f, P, c: dict, row0: int, base: int, names, intern, flows, term) -> None:
+def _write_batch(f, P, ids: TrackIds, c: dict, row0: int, base: int, names, intern, flows, term) -> None:
     k = _kind_codes(c["kind"])
     pcode, pcats = c["phase"]
     intern(pcats)
     iid_lut = np.array([names[x] for x in pcats] or [0], np.uint64)
     rank = c["rank"]
     is_host = k == _K["host"]
-    uuid = np.where(is_host, host_uuid(rank), warp_uuid(rank, c["block"], c["warp"]))
+    uuid = np.where(is_host, ids.host(rank), ids.warp(rank, c["block"], c["warp"]))
     begin = c["begin_ns"] + np.int64(base)
     end = np.maximum(c["end_ns"] + np.int64(base), begin)
     payload = c["payload"]

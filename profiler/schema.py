@@ -28,6 +28,14 @@ COLUMNS: dict[str, str] = {
     "open": "bool",
 }
 CATEGORICAL = tuple(c for c, t in COLUMNS.items() if t == "category")
+# Timestamps on the run timeline lie within +-2^62 ns (146 years): the decoder drops records
+# outside that window (BadTimestamps), and it keeps every difference of two timestamps, and the
+# exporter's shift to a non-negative time base, inside int64 (begin_ns at the int64 minimum
+# crashed export, issue 19).
+TIME_LIMIT_NS = (1 << 62) - 1
+# Smallest value of the id columns: -1 is "none" for the SM, block and warp of host rows (and of
+# host rows only: every GPU row of the bundled traces has sm, block and warp >= 0).
+MIN_VALUE = {"rank": 0, "launch": 0, "iteration": 0, "sm": -1, "block": -1, "warp": -1}
 
 LAUNCH_COLUMNS: dict[str, str] = {
     "rank": "int16",
@@ -77,6 +85,30 @@ def kind_column(s: pd.Series) -> pd.Categorical:
         raise SchemaError(f"column 'kind': {int(bad.sum()):,} rows hold values outside {EVENT_KINDS} "
                           f"(e.g. {_bad_values(s, bad)})")
     return pd.Categorical.from_codes(codes, dtype=KIND_DTYPE)
+
+
+def category_column(c: str, s: pd.Series) -> pd.Series:
+    """s as a categorical of strings with no missing value (kernel, role and phase are names;
+    a null one crashed export and two viewer callbacks, issue 19)."""
+    if not isinstance(s.dtype, pd.CategoricalDtype):
+        inferred = pd.api.types.infer_dtype(s, skipna=False) if len(s) else "empty"
+        if inferred not in ("string", "empty"):
+            raise SchemaError(f"column {c!r} holds {inferred} values, the schema says names (strings)")
+        s = s.astype("category")
+    cats = s.cat.categories
+    if len(cats) and pd.api.types.infer_dtype(cats, skipna=False) != "string":
+        raise SchemaError(f"column {c!r} holds non-string names (e.g. {_bad_values(pd.Series(cats), np.ones(len(cats), bool))})")
+    missing = int((s.cat.codes.to_numpy() < 0).sum())
+    if missing:
+        raise SchemaError(f"column {c!r}: {missing:,} rows are missing")
+    return s
+
+
+def check_range(c: str, v: np.ndarray, lo: int, hi: int) -> None:
+    if len(v):
+        a, b = int(v.min()), int(v.max())
+        if a < lo or b > hi:
+            raise SchemaError(f"column {c!r}: values {a}..{b} lie outside {lo}..{hi}")
 
 
 def integer_column(c: str, s: pd.Series, t: str) -> pd.Series:
@@ -138,7 +170,7 @@ def coerce_events(df: pd.DataFrame) -> pd.DataFrame:
         if c == "kind":
             out[c] = kind_column(s)
         elif t == "category":
-            out[c] = s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")
+            out[c] = category_column(c, s)
         elif t == "bool":
             out[c] = _bool_column(c, s)
         else:
@@ -159,6 +191,15 @@ def validate_events(df: pd.DataFrame) -> None:
                           f"schema says {list(EVENT_KINDS)}")
     if (df["kind"].cat.codes.to_numpy() < 0).any():
         raise SchemaError("column 'kind' has missing values")
+    for c, lo in MIN_VALUE.items():
+        check_range(c, df[c].to_numpy(), lo, np.iinfo(COLUMNS[c]).max)
+    gpu = df["kind"].cat.codes.to_numpy() != EVENT_KINDS.index("host")
+    for c in ("sm", "block", "warp"):   # -1 ("none") is for host rows only
+        n = int((df[c].to_numpy()[gpu] < 0).sum())
+        if n:
+            raise SchemaError(f"column {c!r}: {n:,} GPU rows (kind other than 'host') hold -1, which only host rows may")
+    for c in ("begin_ns", "end_ns"):
+        check_range(c, df[c].to_numpy(), -TIME_LIMIT_NS, TIME_LIMIT_NS)
     bad = df["end_ns"].to_numpy() < df["begin_ns"].to_numpy()
     if np.any(bad):
         i = int(np.flatnonzero(bad)[0])

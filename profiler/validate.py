@@ -10,25 +10,42 @@ in one line, wherever it is opened.
 Errors are InvalidManifest / InvalidEvents (both CorruptRun) and UnsupportedRunVersion, each
 message naming the file and the field. Unknown manifest fields are allowed (a newer writer may
 add some) but, like every field, nest at most MAX_DEPTH deep.
+
+null stands for absent: `manifest()` returns the manifest with every declared object or list
+that is null removed, and every null field inside them (free-form objects such as `config` and
+top-level strings such as `"error": null` are kept as written), so a reader's
+`m.get("clock", {})` never meets a None (7 manifests that passed with a null clock or warning
+field crashed report or export, issue 19). Fields readers index (a clock rank's `rank`, a
+warning's `type`) are required where they appear.
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 
 from .errors import InvalidEvents, InvalidManifest, UnsupportedRunVersion
-from .schema import LAUNCH_COLUMNS, SchemaError, coerce_events, integer_column, kind_column, validate_events
+from .schema import (LAUNCH_COLUMNS, TIME_LIMIT_NS, SchemaError, category_column, check_range, coerce_events,
+                     integer_column, kind_column, validate_events)
 
 FORMAT = "epscope-run"
-FORMAT_VERSION = 1
+# 2: the manifest carries `checksums` (required: a manifest that lost them is damaged, not old);
+# 1: without them (every run written before issue 19, the bundled traces/ among them).
+FORMAT_VERSION = 2
+CHECKSUMS_SINCE = 2
 # The largest bundled manifest is 7 kB (its registry); 4 MB leaves room for big configs while a
 # Runs page of a hundred runs still reads in well under a second.
 MAX_MANIFEST_BYTES = 4 << 20
 # Deepest nesting in any manifest epscope writes: 5 (clock.sync_samples.<rank>.<window>).
 MAX_DEPTH = 32
+# The data files a manifest's `checksums` covers, and how: {"events.parquet": "sha256:<64 hex>"}.
+DATA_FILES = ("events.parquet", "launches.parquet")
+CHECKSUM_ALGO = "sha256"
+_CHECKSUM = re.compile(r"sha256:[0-9a-f]{64}")
 
 Check = Callable[[Any, str], None]
 
@@ -85,16 +102,22 @@ def _opt(check):
     def c(v, f, w):
         if v is not None:
             check(v, f, w)
+    c.inner = check
     return c
 
 
-def _obj(fields: dict | None = None):
+def _obj(fields: dict | None = None, required: tuple[str, ...] = ()):
+    """An object; `fields` are checked where present (null = absent unless required)."""
     def check(v, f, w):
         if not isinstance(v, dict):
             raise w.bad(f, "an object", v)
+        for k in required:
+            if v.get(k) is None:
+                raise InvalidManifest(f"{w.file}: field '{f}.{k}' is required", f"{f}.{k}")
         for k, sub in (fields or {}).items():
             if k in v:
                 sub(v[k], f"{f}.{k}", w)
+    check.fields = fields or {}
     return check
 
 
@@ -104,7 +127,35 @@ def _list(item):
             raise w.bad(f, "a list", v)
         for i, x in enumerate(v):
             item(x, f"{f}[{i}]", w)
+    check.item = item
     return check
+
+
+def _strip_nulls(v, check):
+    """v without the nulls of the fields `check` declares (null = absent); other values as they are."""
+    check = getattr(check, "inner", check)
+    fields = getattr(check, "fields", None)
+    if fields and isinstance(v, dict):
+        return {k: _strip_nulls(x, fields.get(k)) for k, x in v.items() if not (x is None and k in fields)}
+    item = getattr(check, "item", None)
+    if item is not None and isinstance(v, list):
+        return [_strip_nulls(x, item) for x in v]
+    return v
+
+
+def _is_container(check) -> bool:
+    check = getattr(check, "inner", check)
+    return hasattr(check, "fields") or hasattr(check, "item") or check in (_registries, _expect, _checksums)
+
+
+def _checksums(v, f, w):
+    _obj()(v, f, w)
+    want = set(DATA_FILES)
+    if set(v) != want:
+        raise InvalidManifest(f"{w.file}: field '{f}' must name exactly {sorted(want)}, got {sorted(map(str, v))[:5]}", f)
+    for k, x in v.items():
+        if not isinstance(x, str) or not _CHECKSUM.fullmatch(x):
+            raise w.bad(f"{f}.{k}", f"'{CHECKSUM_ALGO}:' and 64 hex digits", x)
 
 
 def _registries(v, f, w):
@@ -141,14 +192,15 @@ MANIFEST_FIELDS: dict[str, Callable] = {
     "clock": _opt(_obj({
         "source": _S, "step_ns": _N, "t0_ns": _N, "uncertainty_ns": _N, "host_pairs": _opt(_int(0)),
         "ranks": _opt(_list(_obj({"rank": _int(0), "offset_ns": _N, "drift_ppm": _N, "uncertainty_ns": _N,
-                                  "anchor_ns": _N}))),
+                                  "anchor_ns": _N}, required=("rank",)))),
         "host": _opt(_obj({"uncertainty_ns": _N, "slope": _N, "host_anchor": _N, "gpu_anchor": _N})),
         "sync_samples": _opt(_obj()),
     })),
     "registry": _opt(_registries),
-    "drops": _opt(_obj({"total": _int(0), "per_rank": _opt(_list(_int(0)))})),
-    "warnings": _opt(_list(_obj({"type": _str, "count": _opt(_int(0)), "detail": _S}))),
+    "drops": _opt(_obj({"total": _int(0), "per_rank": _opt(_list(_int(0)))}, required=("total",))),
+    "warnings": _opt(_list(_obj({"type": _str, "count": _opt(_int(0)), "detail": _S}, required=("type",)))),
     "expect": _opt(_expect),
+    "checksums": _opt(_checksums),
 }
 
 
@@ -180,19 +232,26 @@ def format_version(v, file: str) -> int:
 
 
 def manifest(m, file: str = "manifest.json") -> dict:
-    """m if it is a manifest this epscope can read; else the typed error naming the field."""
+    """m, without the nulls of its declared fields, if it is a manifest this epscope can read;
+    else the typed error naming the field."""
     w = _Where(file)
     if not isinstance(m, dict):
         raise InvalidManifest(f"{file}: not a JSON object (got {_type_name(m)})")
     if m.get("format") != FORMAT:
         raise InvalidManifest(f"{file}: not an {FORMAT} manifest (format={_show(m.get('format'))})", "format")
-    format_version(m.get("format_version"), file)
+    version = format_version(m.get("format_version"), file)
+    if version >= CHECKSUMS_SINCE and m.get("checksums") is None:
+        raise InvalidManifest(f"{file}: field 'checksums' is required (format version {version} records a "
+                              "checksum per data file)", "checksums")
     if not _depth_ok(m, MAX_DEPTH):
         raise InvalidManifest(f"{file}: nested deeper than {MAX_DEPTH} levels")
     for k, check in MANIFEST_FIELDS.items():
         if k in m:
             check(m[k], k, w)
-    return m
+    # top-level scalars stay as written (`"error": null` is how writers say "no error", and
+    # readers index it); null objects, lists and nested fields go
+    return {k: _strip_nulls(v, MANIFEST_FIELDS.get(k)) for k, v in m.items()
+            if not (v is None and _is_container(MANIFEST_FIELDS.get(k)))}
 
 
 def manifest_text(text: str | bytes, file: str = "manifest.json") -> dict:
@@ -208,11 +267,12 @@ def manifest_text(text: str | bytes, file: str = "manifest.json") -> dict:
     return manifest(m, file)
 
 
-def manifest_file(path: Path) -> dict:
-    """Read and check a manifest.json (OSError for a file that cannot be read)."""
+def manifest_file(path: Path, file: str | None = None) -> dict:
+    """Read and check a manifest.json (OSError for a file that cannot be read); `file` is the
+    name errors give it (default: path)."""
     with open(path, "rb") as f:
         text = f.read(MAX_MANIFEST_BYTES + 1)
-    return manifest_text(text, str(path))
+    return manifest_text(text, str(path) if file is None else file)
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -226,8 +286,12 @@ def events(df: pd.DataFrame, file: str = "events") -> pd.DataFrame:
     return out
 
 
+# Launch columns and their smallest value; times are -1 when unknown, else on the run timeline.
+_LAUNCH_MIN = {"rank": 0, "launch": 0, "iteration": 0, "regions": 0, "dropped": 0}
+
+
 def launches(df: pd.DataFrame, file: str = "launches") -> pd.DataFrame:
-    """df cast to the launch schema (same integer rules as the events)."""
+    """df cast to the launch schema (same integer, name and time rules as the events)."""
     missing = [c for c in LAUNCH_COLUMNS if c not in df.columns]
     if missing:
         raise InvalidEvents(f"{file}: launch table lacks columns {missing}")
@@ -236,9 +300,14 @@ def launches(df: pd.DataFrame, file: str = "launches") -> pd.DataFrame:
         for c, t in LAUNCH_COLUMNS.items():
             s = df[c]
             if t == "category":
-                out[c] = s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")
+                out[c] = category_column(c, s)
             else:
                 out[c] = integer_column(c, s, t)
+                v = out[c].to_numpy()
+                if c in _LAUNCH_MIN:
+                    check_range(c, v, _LAUNCH_MIN[c], int(np.iinfo(t).max))
+                else:
+                    check_range(c, v, -TIME_LIMIT_NS, TIME_LIMIT_NS)
     except SchemaError as e:
         raise InvalidEvents(f"{file}: {e}") from None
     return pd.DataFrame(out, copy=False)
@@ -251,6 +320,8 @@ def event_times(df: pd.DataFrame, file: str = "events") -> None:
         kind_column(df["kind"])
         b = integer_column("begin_ns", df["begin_ns"], "int64").to_numpy()
         e = integer_column("end_ns", df["end_ns"], "int64").to_numpy()
+        check_range("begin_ns", b, -TIME_LIMIT_NS, TIME_LIMIT_NS)
+        check_range("end_ns", e, -TIME_LIMIT_NS, TIME_LIMIT_NS)
     except SchemaError as ex:
         raise InvalidEvents(f"{file}: {ex}") from None
     bad = e < b

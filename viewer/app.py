@@ -19,6 +19,7 @@ from dash import Input, Output, ctx, dcc, html, no_update
 from . import components as C
 from .catalog import Catalog, ViewerError
 from .inputs import checked, opt, text
+from .jobs import Busy
 from .pages.barriers import callbacks as barriers_cb, layout as barriers_layout
 from .pages.compare import callbacks as compare_cb, layout as compare_layout
 from .pages.critical_path import callbacks as critical_cb, layout as critical_layout
@@ -105,6 +106,8 @@ def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.
             page = layout_mod.layout(catalog, run_id)
         except ViewerError as e:
             page = C.error_box(str(e))
+        except Busy as e:
+            page = C.error_box(str(e), title="Busy")
         except Exception as e:   # a page bug must still not show a stack trace to the user
             logging.getLogger("epscope.viewer").exception("page %s failed", pathname)
             page = C.error_box(f"{type(e).__name__}: {e}", title="This page failed")
@@ -130,7 +133,20 @@ def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.
 
 
 def serve(roots, host: str = "127.0.0.1", port: int = 8050) -> None:
+    """Serve the viewer until interrupted, on viewer.server's bounded server (capped connections,
+    idle ones closed) instead of Dash's app.run, which starts werkzeug's unbounded one."""
+    from .server import limit_malloc_arenas, make_server
+    limit_malloc_arenas()   # before the job and request threads start
     app = create_app(roots)
-    print(f"epscope viewer: {len(app.catalog.entries())} runs under {', '.join(map(str, app.catalog.roots))}")
+    srv = make_server(app.server, host, port)   # binds now: a port in use is an OSError, one line in the CLI
+    n, bad = len(app.catalog.entries()), sum(e.problem is not None for e in app.catalog.entries())
+    print(f"epscope viewer: {n} runs under {', '.join(map(str, app.catalog.roots))}"
+          + (f" ({bad} cannot be read: see the Runs page)" if bad else "")
+          + (f"; {len(app.catalog.notes)} directories skipped" if app.catalog.notes else ""))
     print(f"open http://{host}:{port}/")
-    app.run(host=host, port=port, debug=False)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()

@@ -2,9 +2,13 @@
 
 A page that caches by a client's value (a what-if percentage, a kernel name) would otherwise
 grow with every distinct value a client tries: 300 what-if percentages took the server from 469
-to 984 MB (issue 13). Sizes are estimates (`sizeof`): exact for numpy arrays and pandas frames
-of numbers, an undercount for Python objects inside them; what matters is that the total has a
-ceiling.
+to 984 MB (issue 13). Sizes are estimates (`sizeof`) that hold up against tracemalloc: buffers
+exact (object columns counted deep), plus what a pandas object costs beyond its buffers.
+
+A frame computed by an analysis can keep more alive than its columns (a what-if summary of 4 x 8
+numbers held 25-31 KB by tracemalloc against 388 bytes of columns: the cache counted it 26x too
+small, issue 19), so `put` keeps a deep copy of a pandas value (3.6-4.7 KB for that summary)
+and counts that.
 """
 from __future__ import annotations
 
@@ -21,6 +25,11 @@ _MISSING = object()
 # Nested lists and dicts (plotly figures) are walked to this many items; beyond it the rest is
 # counted at the average size seen so far, so a figure of 100 k points costs a bounded walk.
 _WALK_ITEMS = 20_000
+# What a pandas object holds beyond its buffers (block manager, index, dtypes), measured with
+# tracemalloc on pandas 2 (dev machine): 3.2-4.3 KB for consolidated frames of 1-16 columns,
+# 1.3 KB for a Series.
+FRAME_OVERHEAD = 4 << 10
+SERIES_OVERHEAD = 1300
 
 
 def sizeof(obj: Any) -> int:
@@ -28,8 +37,9 @@ def sizeof(obj: Any) -> int:
     if isinstance(obj, np.ndarray):
         return int(obj.nbytes)
     if isinstance(obj, (pd.DataFrame, pd.Series, pd.Index)):
-        mem = obj.memory_usage(index=True, deep=False)
-        return int(mem.sum() if hasattr(mem, "sum") else mem)
+        mem = obj.memory_usage(index=True, deep=True) if not isinstance(obj, pd.Index) else obj.memory_usage(deep=True)
+        fixed = FRAME_OVERHEAD if isinstance(obj, pd.DataFrame) else SERIES_OVERHEAD
+        return int(mem.sum() if hasattr(mem, "sum") else mem) + fixed
     if isinstance(obj, (str, bytes, bytearray)):
         return len(obj) + 49
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -73,6 +83,8 @@ class SizedLRU:
             return hit[0]
 
     def put(self, key, value) -> None:
+        if isinstance(value, (pd.DataFrame, pd.Series)):
+            value = value.copy(deep=True)   # only its own buffers stay alive (module docstring)
         n = sizeof(value) + sizeof(key)
         with self._lock:
             old = self._items.pop(key, None)

@@ -10,9 +10,15 @@ Loaded runs (their event tables and per-run derived results) are cached, LRU; a 
 disk since it was loaded is loaded again (its files' identity is compared on every access).
 Results computed for values a client chose (what-if parameters, a kernel name) share one
 byte-bounded LRU (viewer.cache.SizedLRU).
+
+Isolation: a damaged run is an entry with its problem (runstore.check_run never raises), a
+directory under a root that cannot be read is skipped with a note (`Catalog.notes`), so
+neither blocks the start, the other runs or any page. Messages shown to the browser name paths
+relative to the root they were found under (`Catalog.shown`), never the server's absolute paths.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tempfile
@@ -185,6 +191,7 @@ class Catalog:
         # loads and analyses computed in the background (viewer.jobs); ready_wait_s: how long a page
         # request waits for them before it draws a progress state
         self.jobs = Jobs(workers, wait_s=ready_wait_s)
+        self.notes: list[str] = []   # directories under the roots that could not be read (last refresh)
         self.refresh()
 
     # -- discovery ----------------------------------------------------------------------------
@@ -194,14 +201,27 @@ class Catalog:
         if previous is not None and previous.path == path and previous.signature == sig:
             return previous
         c = runstore.check_run(path, within=self.roots)
-        return RunEntry(run_id, path, root, c.manifest, c.problem, c.status, c.num_events, sig)
+        return RunEntry(run_id, path, root, c.manifest, self.shown(c.problem), c.status, c.num_events, sig)
+
+    def shown(self, msg: str | None) -> str | None:
+        """msg with the roots' absolute paths taken out: a path under a root reads relative to
+        it (`ep-balanced/events.parquet`), the root itself by its name."""
+        if msg is None:
+            return None
+        for r in sorted(self.roots, key=lambda r: -len(str(r))):   # the longest first: nested roots
+            if r == Path(r.anchor):
+                continue            # a root of "/": its paths are already relative to it, less the slash
+            for form in {str(r), os.path.realpath(r)}:
+                msg = msg.replace(form + os.sep, "").replace(form, r.name or ".")
+        return msg
 
     def refresh(self) -> None:
         with self._lock:
             before = dict(self._entries)
         found: dict[str, RunEntry] = {}
+        notes: list[str] = []
         for ri, root in enumerate(self.roots):
-            for path in self._walk(root):
+            for path in self._walk(root, notes):
                 rel = path.relative_to(root).parts
                 base = _slug(rel if rel else (root.name,))
                 rid = base if base not in found else _slug((f"root{ri}",) + (rel or (root.name,)))
@@ -211,6 +231,7 @@ class Catalog:
                 found[rid] = self._check(rid, path, root, before.get(rid))
         with self._lock:
             self._entries = found
+            self.notes = notes
             for rid in list(self._loaded):
                 if rid not in found:
                     del self._loaded[rid]
@@ -219,25 +240,36 @@ class Catalog:
         real = Path(os.path.realpath(p))
         return any(real == r or r in real.parents for r in self.roots)
 
-    def _walk(self, root: Path):
-        if not root.is_dir():
+    def _walk(self, root: Path, notes: list[str]):
+        """Run directories under root; a directory that cannot be read adds a note and is skipped."""
+        try:
+            if not root.is_dir():
+                return
+        except OSError as e:
+            notes.append(f"{root.name}: skipped, cannot be read ({e.strerror or type(e).__name__})")
             return
         stack = [(root, 0)]
         while stack:
             d, depth = stack.pop()
-            if not self._inside(d):             # symlinks out of the roots are not followed
-                continue
-            if (d / MANIFEST).is_file() or (d / MANIFEST).is_symlink():
-                yield d
-                continue                        # a run directory holds no further runs
-            if depth >= MAX_DEPTH:
-                continue
             try:
-                children = sorted((c for c in d.iterdir() if c.is_dir() and not c.name.startswith((".", "_"))),
-                                  reverse=True)
-            except OSError:
+                if not self._inside(d):             # symlinks out of the roots are not followed
+                    continue
+                if (d / MANIFEST).is_file() or (d / MANIFEST).is_symlink():
+                    is_run = True
+                else:
+                    is_run = False
+                    if depth >= MAX_DEPTH:
+                        continue
+                    children = sorted((c for c in d.iterdir() if not c.name.startswith((".", "_")) and c.is_dir()),
+                                      reverse=True)
+            except OSError as e:
+                rel = d.relative_to(root).as_posix() if d != root else root.name
+                notes.append(f"{rel}: skipped, cannot be read ({e.strerror or type(e).__name__})")
                 continue
-            stack.extend((c, depth + 1) for c in children)
+            if is_run:
+                yield d                             # a run directory holds no further runs
+            else:
+                stack.extend((c, depth + 1) for c in children)
 
     def entries(self) -> list[RunEntry]:
         with self._lock:
@@ -321,15 +353,27 @@ class Catalog:
                     break
                 except RunChanged as e:
                     if attempt == 2:
-                        raise ViewerError(describe_load_error(entry.name, e)) from e
+                        raise ViewerError(self.shown(describe_load_error(entry.name, e))) from e
                 except Exception as e:  # every failure becomes a sentence in the page, never a traceback
-                    raise ViewerError(describe_load_error(entry.name, e)) from e
+                    self._mark_damaged(entry, e)
+                    raise ViewerError(self.shown(describe_load_error(entry.name, e))) from e
         if len(events) == 0:
             raise ViewerError(f"Run '{entry.name}' has no events to show (the event table is empty).")
         if run.manifest is not entry.manifest:
             entry = RunEntry(entry.run_id, entry.path, entry.root, run.manifest, None, run.status,
                              run.num_events, entry.signature)
         return LoadedRun(entry, run, events, run.launches, sig, self._params)
+
+    def _mark_damaged(self, entry: RunEntry, e: BaseException) -> None:
+        """The Runs list shows what loading found (the list's own check reads footers only: a
+        damaged row of events is found when the run is loaded)."""
+        if entry.problem is not None:   # the list says so already, in its own words
+            return
+        problem = self.shown(" ".join(str(e).split())[:1000]) or type(e).__name__
+        status = "corrupt" if isinstance(e, runstore.CorruptRun) else "unreadable"
+        with self._lock:
+            if self._entries.get(entry.run_id) is not None and self._entries[entry.run_id].signature == entry.signature:
+                self._entries[entry.run_id] = dataclasses.replace(entry, problem=problem, status=status)
 
     # -- perfetto download ----------------------------------------------------------------------
     @property
@@ -355,7 +399,7 @@ class Catalog:
         try:
             run = runstore.load_run(entry.path, within=self.roots)   # its files are confined too
         except Exception as e:
-            raise ViewerError(describe_load_error(entry.name, e)) from e
+            raise ViewerError(self.shown(describe_load_error(entry.name, e))) from e
         token = run.version_id or "%x" % (hash(_signature(entry.path)) & 0xFFFFFFFF)
         out = self.cache_dir / f"{entry.run_id}~{token}.perfetto-trace"
         if out.is_file():
@@ -365,14 +409,11 @@ class Catalog:
         with lock:
             if not out.is_file():
                 from profiler.perfetto_export import export_perfetto
-                tmp = out.with_suffix(".partial")
                 try:
-                    export_perfetto(run, tmp)
+                    export_perfetto(run, out, force=True)   # atomic: a temporary renamed into place
                 except Exception as e:
-                    tmp.unlink(missing_ok=True)
-                    raise ViewerError(f"Could not export run '{entry.name}' to Perfetto: "
-                                      f"{type(e).__name__}: {e}") from e
-                tmp.replace(out)
+                    raise ViewerError(self.shown(f"Could not export run '{entry.name}' to Perfetto: "
+                                                 f"{type(e).__name__}: {e}")) from e
                 for old in self.cache_dir.glob(f"{entry.run_id}~*.perfetto-trace"):   # earlier versions
                     if old != out:
                         old.unlink(missing_ok=True)

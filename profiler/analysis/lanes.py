@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..errors import TooWideToAnalyse
+
 EVENT_KINDS = ("span", "instant", "arrive", "depart", "host")
 
 
@@ -90,7 +92,7 @@ def lanes(t: Table) -> Lanes:
         nl = max(int(t.it.max()) - imin, int(t.launch.max()) - lmin) + 1
         nb, nw = int(t.block.max()) + 2, int(t.warp.max()) + 2
         if (2 * nr * nl * nb * nw).bit_length() > 62:
-            raise ValueError("event table too wide to analyse (lane key exceeds 62 bits)")
+            raise TooWideToAnalyse("event table too wide to analyse (lane key exceeds 62 bits)")
         key = np.where(is_host, t.it, t.launch).astype(np.int64)
         key -= np.where(is_host, imin, lmin)
         key += (t.rank.astype(np.int64) - rmin + nr * is_host) * nl
@@ -106,7 +108,7 @@ def lanes(t: Table) -> Lanes:
         lane_id = np.asarray(pd.factorize(key)[0] if n else np.zeros(0), dtype=np.int64)
     n_lanes = int(lane_id.max()) + 1 if n else 0
     if n_lanes.bit_length() + t.tb > 62:
-        raise ValueError("event table too wide to analyse (lanes x time range exceeds 62 bits)")
+        raise TooWideToAnalyse("event table too wide to analyse (lanes x time range exceeds 62 bits)")
     first_row = np.zeros(n_lanes, dtype=np.int64)
     first_row[lane_id[::-1]] = np.arange(n - 1, -1, -1)    # the last write (the first row) wins
     frame = pd.DataFrame({

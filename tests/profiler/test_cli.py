@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 import types
@@ -17,6 +19,7 @@ from profiler.runstore import FORMAT_VERSION, write_run
 from profiler.schema import empty_events
 
 from .bufbuild import random_buffer
+from .damage import reseal
 
 REG = load_all()["selftest"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,6 +231,7 @@ def _events_change(p: Path, col, make):
     values = make(t.column(col).to_pylist(), t)
     t = t.set_column(t.column_names.index(col), col, pa.array(values))
     pq.write_table(t.replace_schema_metadata(meta), p / "events.parquet")
+    reseal(p)   # malformed tables under matching checksums: the schema checks must catch them
 
 
 MALFORMED = {
@@ -288,3 +292,83 @@ def test_progress_shows_on_a_terminal():
         time.sleep(0.5)
     text = out.getvalue()
     assert "epscope export: writing the trace (2.50MB written)" in text
+
+
+# -- issue 19: export's temporary files, FIFOs, `epscope check`, bad values ------------------------
+def test_export_never_touches_a_file_or_link_at_the_old_temporary_name(own_run, tmp_path, capsys):
+    """`export -o X` overwrote an existing X.tmp without --force and followed a symlink there
+    (a user's file destroyed, a file outside the run overwritten); the default export did the
+    same through RUN/trace.perfetto-trace.tmp."""
+    out = tmp_path / "x.perfetto-trace"
+    mine = tmp_path / "x.perfetto-trace.tmp"
+    mine.write_bytes(b"a user's file")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"outside the run")
+    os.symlink(elsewhere, own_run / "trace.perfetto-trace.tmp")
+    assert cli.main(["export", str(own_run), "-o", str(out)]) == 0
+    assert cli.main(["export", str(own_run)]) == 0
+    assert mine.read_bytes() == b"a user's file" and elsewhere.read_bytes() == b"outside the run"
+    assert out.stat().st_size > 0 and (own_run / "trace.perfetto-trace").stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []   # no temporaries left
+
+
+def test_export_force_replaces_only_regular_files(run_dir, tmp_path, capsys):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    _one_line_exit_2(capsys, ["export", str(run_dir), "-o", str(fifo), "--force"], "not a regular file")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    link = tmp_path / "link"
+    (tmp_path / "target").write_bytes(b"t")
+    os.symlink(tmp_path / "target", link)
+    _one_line_exit_2(capsys, ["export", str(run_dir), "-o", str(link), "--force"], "not a regular file")
+    assert (tmp_path / "target").read_bytes() == b"t" and link.is_symlink()
+
+
+def test_export_leftovers_of_a_killed_export_are_cleaned(own_run, tmp_path, capsys):
+    left = own_run / ".trace.perfetto-trace.0123456789ab.tmp"
+    left.write_bytes(b"half a trace")
+    assert cli.main(["export", str(own_run)]) == 0
+    assert not left.exists()
+
+
+def test_check_says_what_is_wrong_with_each_run(run_dir, tmp_path, capsys):
+    import shutil
+    good = Path(shutil.copytree(run_dir, tmp_path / "good"))
+    flipped = Path(shutil.copytree(run_dir, tmp_path / "flipped"))
+    b = bytearray((flipped / "events.parquet").read_bytes())
+    b[len(b) // 2] ^= 1
+    (flipped / "events.parquet").write_bytes(bytes(b))
+    assert cli.main(["check", str(good)]) == 0
+    assert "checksums verified" in capsys.readouterr().out
+    assert cli.main(["check", str(good), str(flipped), str(tmp_path / "nope")]) == 1
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
+    assert len(lines) == 3 and "ok" in lines[0]
+    assert "CORRUPT" in lines[1] and "events.parquet" in lines[1] and "checksum" in lines[1]
+    assert "no such run directory" in lines[2] and "2 of 3 runs damaged" in out.err
+    bundled = sorted((ROOT / "traces").rglob("manifest.json"))[0].parent
+    assert cli.main(["check", str(bundled)]) == 0
+    assert "no checksums" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "-1", "http"])
+def test_a_bad_port_is_a_usage_error_not_a_traceback(port, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["view", str(tmp_path), "--port", port])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--port" in err
+
+
+def test_view_of_a_fifo_or_file_is_one_line(tmp_path, capsys):
+    os.mkfifo(tmp_path / "fifo")
+    _one_line_exit_2(capsys, ["view", str(tmp_path / "fifo")], "not a directory")
+
+
+def test_check_of_a_root_checks_every_run_under_it(tmp_path, run_dir, capsys):
+    import shutil
+    for name in ("a", "b"):
+        shutil.copytree(run_dir, tmp_path / "root" / name)
+    (tmp_path / "root" / "notes.txt").write_text("not a run")
+    assert cli.main(["check", str(tmp_path / "root")]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2

@@ -274,3 +274,27 @@ def test_failed_export_leaves_no_partial_file(run, monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="disk full"):
         PE.export_perfetto(path, out)
     assert list(tmp_path.glob("t.perfetto-trace*")) == []
+
+
+def test_the_same_run_exports_the_same_bytes(tmp_path):
+    """Issue 21: `epscope export` of a committed run must not change its bytes. Two processes
+    with different hash seeds (set and dict orders) export a bundled run with barriers and host
+    spans, and a synthetic one, byte for byte alike."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    from profiler.synthetic import make_run
+    synth = make_run(tmp_path / "s", ranks=2, events=3000, scenario="balanced",
+                     perfetto=False)
+    runs = [root / "traces" / "ep-barrier-straggler", root / "traces" / "ll-host-a0", synth]
+    outs = []
+    for seed in ("1", "2"):
+        code = ("import sys; sys.path.insert(0, %r); from profiler.perfetto_export import export_perfetto; "
+                "[export_perfetto(r, o) for r, o in zip(sys.argv[1:4], sys.argv[4:])]") % str(root)
+        dests = [tmp_path / f"{i}-{seed}.pftrace" for i in range(len(runs))]
+        subprocess.run([sys.executable, "-c", code, *map(str, runs), *map(str, dests)], check=True,
+                       env={**os.environ, "PYTHONHASHSEED": seed})
+        outs.append([d.read_bytes() for d in dests])
+    assert outs[0] == outs[1] and all(len(b) > 1000 for b in outs[0])

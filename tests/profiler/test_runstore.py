@@ -23,6 +23,7 @@ from profiler.registry import load_all
 from profiler.schema import COLUMNS, empty_events
 
 from .bufbuild import random_buffer
+from .damage import reseal
 
 REG = load_all()["selftest"]
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -212,10 +213,12 @@ def test_old_runs_without_version_ids_open(tmp_path, decoded):
     for m in bundled:       # recorded before version ids, or after: all open
         run = RS.load_run(m.parent)
         assert len(run.launches) >= 0 and run.num_events > 0
-    # a run as epscope wrote them before version ids: no version_id, no parquet metadata key
+    # a run as epscope wrote them before version ids: no version_id, no parquet metadata key (and
+    # no checksums, which came later still)
     p = write_ok(tmp_path, decoded, "v1")
     man = json.loads((p / "manifest.json").read_text())
-    del man["version_id"]
+    del man["version_id"], man["checksums"]
+    man["format_version"] = 1
     (p / "manifest.json").write_text(json.dumps(man))
     for f in ("events.parquet", "launches.parquet"):
         t = pq.read_table(p / f)
@@ -244,17 +247,20 @@ def _manifest(p, **changes):
 @pytest.mark.parametrize("breakage, err, match", [
     (lambda p: (p / "manifest.json").write_text("{not json"), InvalidManifest, "not valid JSON"),
     (lambda p: (p / "manifest.json").write_text('{"format": "other"}'), InvalidManifest, "not an epscope-run manifest"),
-    (lambda p: (p / "events.parquet").write_bytes(b"PAR1garbage"), CorruptRun, "not a readable parquet"),
+    (lambda p: reseal((p / "events.parquet").write_bytes(b"PAR1garbage") and p), CorruptRun, "not a readable parquet"),
+    (lambda p: (p / "events.parquet").write_bytes(b"PAR1garbage"), CorruptRun, "events.parquet: content does not match"),
     (lambda p: (p / "events.parquet").unlink(), CorruptRun, "events.parquet missing"),
     (lambda p: (p / "manifest.json").unlink(), CorruptRun, "no manifest.json"),
-    (lambda p: (p / "launches.parquet").write_bytes(b"xx"), CorruptRun, "cannot read launches"),
+    (lambda p: reseal((p / "launches.parquet").write_bytes(b"xx") and p), CorruptRun, "cannot read launches"),
+    (lambda p: (p / "launches.parquet").write_bytes(b"xx"), CorruptRun, "launches.parquet: content does not match"),
+    (lambda p: (p / "launches.parquet").unlink(), CorruptRun, "launches.parquet missing"),
     (lambda p: _manifest(p, git="abc"), InvalidManifest, "field 'git' must be an object"),
     (lambda p: _manifest(p, clock=[1, 2]), InvalidManifest, "field 'clock' must be an object"),
     (lambda p: _manifest(p, drops={"total": "many"}), InvalidManifest, "field 'drops.total' must be an integer"),
     (lambda p: _manifest(p, format_version=True), InvalidManifest, "format_version"),
     (lambda p: _manifest(p, format_version=0), InvalidManifest, "format_version"),
     (lambda p: _manifest(p, format_version=-5), InvalidManifest, "format_version"),
-    (lambda p: _manifest(p, num_events=3), CorruptRun, "manifest.json says 3 events"),
+    (lambda p: _manifest(p, num_events=3), CorruptRun, "'num_events' says 3 events"),
     (lambda p: (p / "manifest.json").write_text('{"x": ' + "[" * 5000 + "]" * 5000 + "}"), InvalidManifest,
      "nested deeper"),
 ])
@@ -272,6 +278,7 @@ def _events(p, **cols):
     for name, values in cols.items():
         t = t.set_column(t.column_names.index(name), name, values if isinstance(values, pa.Array) else pa.array(values))
     pq.write_table(t.replace_schema_metadata(pq.read_schema(p / "events.parquet").metadata), p / "events.parquet")
+    reseal(p)
 
 
 @pytest.mark.parametrize("col, make, match", [
@@ -311,6 +318,7 @@ def test_empty_run(tmp_path, decoded):
 def test_events_with_missing_columns_are_corrupt(tmp_path, decoded):
     p = write_ok(tmp_path, decoded)
     pq.write_table(pa.table({"rank": [0]}), p / "events.parquet")
+    reseal(p)
     with pytest.raises(CorruptRun, match="lacks event columns"):
         RS.load_run(p)
 

@@ -3,6 +3,9 @@ failures as messages, bounded threads and records. Jobs are held on events, neve
 from __future__ import annotations
 
 import threading
+import time
+
+import pytest
 
 from viewer import jobs as J
 
@@ -80,7 +83,7 @@ def test_a_failure_is_a_message_and_the_worker_goes_on():
 
 
 def test_threads_and_records_are_bounded():
-    jobs = J.Jobs(workers=2, keep=5)
+    jobs = J.Jobs(workers=2, keep=5, max_queued=40)   # the queue's own bound: test_a_flood_is_refused_busy
     for i in range(40):
         jobs.submit(i, lambda: None, priority=i % 2)
     assert jobs.wait(range(40), T)
@@ -103,3 +106,38 @@ def test_wait_gives_up_at_its_timeout_and_a_job_reports_its_step():
     assert job.step == "reading 10 events" and job.elapsed() >= 0 and J.current() is None
     go.set()
     assert jobs.wait(["slow"], T)
+
+
+def test_a_flood_is_refused_busy_not_queued():
+    """Issue 19: the what-if queue was never bounded (a 30 s flood kept the server busy 75 s
+    after its clients left)."""
+    jobs = J.Jobs(workers=1, max_queued=3)
+    go, started, fn = _gate()
+    jobs.submit("running", fn)
+    assert started.wait(T)
+    for i in range(3):
+        jobs.submit(("what-if", i), lambda: None)
+    with pytest.raises(J.Busy, match="busy"):
+        jobs.submit(("what-if", 99), lambda: None)
+    assert jobs.submit(("what-if", 1), lambda: None).state == J.QUEUED   # asking again for a queued one is fine
+    assert jobs.submit("ahead", lambda: None, priority=J.AHEAD).state == J.QUEUED   # ahead-of-time work is bounded per run
+    go.set()
+    assert jobs.wait(["running", ("what-if", 0), ("what-if", 1), ("what-if", 2), "ahead"], T)
+
+
+def test_queued_jobs_nobody_asks_for_are_dropped_before_they_run():
+    """Polls stop (the tab closed, another value picked): the job is cancelled, not computed."""
+    jobs = J.Jobs(workers=1, abandon_s=0.2)
+    go, started, fn = _gate()
+    ran = []
+    jobs.submit("running", fn)
+    assert started.wait(T)
+    jobs.submit("left", lambda: ran.append("left"))
+    kept = jobs.submit("polled", lambda: ran.append("polled"))
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:      # one page keeps polling, the other has gone
+        jobs.submit("polled", lambda: ran.append("again"))
+        time.sleep(0.05)
+    go.set()
+    assert jobs.wait(["running", "polled", "left"], T)
+    assert ran == ["polled"] and kept.state == J.DONE and jobs.cancelled == 1

@@ -64,7 +64,10 @@ def _answer(catalog, run_id, phase, rank, percent, wait_s, boxed: bool = True):
     run = catalog.loaded(run_id)
     if run is not None and run.has(analyses.what_if_key(phase, speedup, rank)):
         return _result(analyses.what_if(run, phase, speedup, rank), phase, rank, percent)
-    job = analyses.request_what_if(catalog, run_id, phase, speedup, rank)
+    try:
+        job = analyses.request_what_if(catalog, run_id, phase, speedup, rank)
+    except jobs.Busy as e:
+        return C.error_box(str(e), title="Busy")
     catalog.jobs.wait([job.key], wait_s)
     run = catalog.loaded(run_id)
     if run is not None and run.has(analyses.what_if_key(phase, speedup, rank)):

@@ -6,6 +6,7 @@ from dash import Input, Output, State, no_update
 
 from ... import components as C
 from ...catalog import ViewerError
+from ...jobs import Busy
 from ...inputs import MAX_ID, checked, integer, mapping, opt, text
 from .ids import Ids
 from .layout import POLL_WAIT_S, is_pending, wait_override
@@ -28,6 +29,8 @@ def register(app, catalog, layouts: dict) -> None:
             page = layout(catalog, run_id, retry=False)
         except ViewerError as e:
             return C.error_box(str(e)), no_update
+        except Busy as e:
+            return C.error_box(str(e), title="Busy"), no_update
         finally:
             wait_override.reset(token)
         if is_pending(page):

@@ -10,12 +10,22 @@ from .ids import Ids
 from .logic import COLUMNS, runs_table
 
 
+def _skipped(catalog) -> list:
+    """Directories under the roots that could not be read: named, never in the way."""
+    notes = list(getattr(catalog, "notes", []))
+    if not notes:
+        return []
+    return [C.note("Skipped (could not be read): " + "; ".join(notes[:20])
+                   + (f"; and {len(notes) - 20} more" if len(notes) > 20 else ""))]
+
+
 def layout(catalog, run_id=None):
     df = runs_table(catalog.entries())
     if df.empty:
         roots = ", ".join(map(str, catalog.roots))
         return html.Div([html.H2("Runs"), C.note(f"No runs found under {roots}. Record one with "
-                                                 "`epscope trace` or point `epscope view` at run directories.")])
+                                                 "`epscope trace` or point `epscope view` at run directories."),
+                         *_skipped(catalog)])
     body = []
     for r in df.to_dict("records"):
         q = "?" + urlencode({"run": r["run_id"]})
@@ -39,5 +49,6 @@ def layout(catalog, run_id=None):
     return html.Div([
         html.Div([html.H2("Runs"), html.Span(f"{len(df)} runs under {', '.join(map(str, catalog.roots))}",
                                              id=Ids.COUNT, className="help")], className="page-head"),
+        *_skipped(catalog),
         html.Div(html.Table([head, html.Tbody(body)], className="tbl tbl-runs"), className="tbl-wrap tbl-wrap-full", id=Ids.TABLE),
     ])

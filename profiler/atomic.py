@@ -1,0 +1,207 @@
+"""Files and directories that appear at their destination in one rename, built in exclusive
+temporaries: what the run writer (profiler.runstore) and the Perfetto export share.
+
+Temporaries are hidden siblings of the destination, `.<name>.<12 hex>.tmp` (one file system, so
+the rename is atomic), created exclusively (O_CREAT | O_EXCL | O_NOFOLLOW for files, mkdir for
+directories: never an existing file, never through a symlink; `export -o X` wrote through a
+symlinked `X.tmp` and destroyed a user's file, issue 19), and locked (flock) while their writer
+lives. A writer that dies leaves its temporary unlocked: the next write to the same destination
+removes it (`clean_leftovers`), and one still locked belongs to a live writer and is left alone.
+
+Placing: `place(tmp, dest, replace=False)` never replaces anything (renameat2 RENAME_NOREPLACE
+where the kernel has it); replace=True replaces only a regular file (never a FIFO, a device, a
+directory or a symlink: `--force` onto a FIFO replaced it, issue 19).
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import re
+import shutil
+import stat
+import sys
+import uuid
+from pathlib import Path
+
+from .errors import RunExists
+
+# renameat2(2) flags (linux/fs.h): fail if the target exists; swap source and target atomically.
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+_AT_FDCWD = -100
+
+
+def temp_name(dest: Path) -> Path:
+    return dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:12]}.tmp")
+
+
+def _leftover_pattern(name: str) -> re.Pattern:
+    # 12 hex digits: temp_name; 32: update_manifest's temporaries before this module; `.old`:
+    # the run a two-step overwrite moved aside (runstore._place)
+    return re.compile(rf"\.{re.escape(name)}\.([0-9a-f]{{12}}|[0-9a-f]{{32}})\.tmp(\.old)?")
+
+
+def _lock(fd: int) -> bool:
+    """Take fd's exclusive lock without waiting; False when another process holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+class TempFile:
+    """A new file beside `dest`, open for writing and locked: `with TempFile(dest) as t:
+    write to t.file; t.place(replace)`. Removed on any failure, and on leaving the block
+    unplaced."""
+
+    def __init__(self, dest: Path):
+        self.dest = Path(dest)
+        self.path = temp_name(self.dest)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self.file = os.fdopen(fd, "wb")
+        self.placed: Path | None = None
+
+    def size(self) -> int:
+        """Bytes written so far (safe from another thread: a progress display asks)."""
+        try:
+            return os.fstat(self.file.fileno()).st_size
+        except (OSError, ValueError):
+            return 0
+
+    def place(self, replace: bool = False) -> Path:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        place(self.path, self.dest, replace)
+        self.placed = self.dest
+        return self.dest
+
+    def __enter__(self) -> "TempFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.file.close()
+        finally:
+            if self.placed is None:
+                try:
+                    os.unlink(self.path)
+                except FileNotFoundError:
+                    pass
+
+
+def create_exclusive(path: Path):
+    """A new file at path opened for binary writing; FileExistsError if anything is there
+    (a symlink included: it is not followed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    return os.fdopen(fd, "wb")
+
+
+def make_temp_dir(dest: Path) -> tuple[Path, int]:
+    """A new hidden directory beside dest and the fd holding its lock (close it when done)."""
+    tmp = temp_name(dest)
+    os.mkdir(tmp)   # exclusive; the umask applies as for any directory the user makes
+    fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return tmp, fd
+
+
+def clean_leftovers(dest: Path) -> list[str]:
+    """Remove the temporaries of earlier writes to dest that no live writer holds (a crash or
+    kill -9 left them); returns their names. Only names of our pattern, never through a link."""
+    dest = Path(dest)
+    pat = _leftover_pattern(dest.name)
+    removed = []
+    try:
+        names = [n for n in os.listdir(dest.parent) if pat.fullmatch(n)]
+    except OSError:
+        return removed
+    for n in names:
+        p = dest.parent / n
+        try:
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                os.unlink(p)            # not ours to follow: the link alone goes
+                removed.append(n)
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if not (is_dir or stat.S_ISREG(st.st_mode)):
+                continue
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if is_dir else 0))
+        except OSError:
+            continue
+        try:
+            if not _lock(fd):
+                continue                # a live writer's
+            if is_dir:
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)
+            removed.append(n)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """renameat2 on Linux; False where the system or file system lacks it (the caller falls back)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    e = ctypes.get_errno()
+    if e in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(e, os.strerror(e), str(dst))
+
+
+def rename_exchange(src: Path, dst: Path) -> bool:
+    """Swap src and dst in one step; False where the system cannot."""
+    return _renameat2(src, dst, RENAME_EXCHANGE)
+
+
+def rename_noreplace(src: Path, dst: Path) -> bool:
+    """Move src to dst unless dst exists; False when it does."""
+    try:
+        if _renameat2(src, dst, RENAME_NOREPLACE):
+            return True
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            return False
+        raise
+    if os.path.lexists(dst):   # fallback: a writer racing between this check and the rename loses
+        return False
+    os.rename(src, dst)
+    return True
+
+
+def is_regular(p: Path) -> bool:
+    """p is a regular file itself (not a symlink to one)."""
+    try:
+        return stat.S_ISREG(os.lstat(p).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def place(tmp: Path, dest: Path, replace: bool = False) -> Path:
+    """Rename tmp to dest. Without replace an existing dest is refused (RunExists); with it,
+    only a regular file is replaced (the rename swaps it in one step, never writing through)."""
+    if rename_noreplace(tmp, dest):
+        return dest
+    if not replace:
+        raise RunExists(f"{dest}: exists; not replacing it")
+    if not is_regular(dest):
+        raise RunExists(f"{dest}: exists and is not a regular file (a link, directory, FIFO or device); "
+                        "not replacing it")
+    os.replace(tmp, dest)
+    return dest

@@ -1,0 +1,531 @@
+"""Read a run directory: the one reader behind `load_run`, `check_run`, `epscope report/export/
+check`, compare and the viewer (docs/design.md, "Run directory"). Writing lives one floor up,
+in profiler.runstore (which re-exports all of this), so that the Perfetto export, which reads
+runs and is called by the writer, imports only this module.
+
+    RUN/manifest.json  RUN/events.parquet  RUN/launches.parquet  [RUN/trace.perfetto-trace]
+
+Everything returned is checked (profiler.validate): the manifest field by field, the tables
+column by column (types, nulls, ranges, categories). Parquet files are read with pyarrow and
+converted without their pandas metadata (a `pandas` key in the schema metadata is what
+pandas would use to rebuild index and dtypes; a damaged one raised untyped JSON, Unicode and
+Key errors in 16 % of single-bit flips of launches.parquet, issue 19): the columns are taken
+by name and cast to the schema here. Every problem is a RunError subclass naming the file.
+
+Checksums: runs written since issue 19 carry `checksums` in their manifest, a sha256 per data
+file (events.parquet, launches.parquet); a file whose bytes differ raises ChecksumMismatch
+naming it, before its bytes are parsed (17 % of single-bit flips in events.parquet changed
+values with no error before). The hash is taken through the same open file the data is then
+read from. Runs written before carry none: they open as before and `Run.checksummed` is False.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import validate
+from .errors import (ChecksumMismatch, CorruptRun, EmptyRun, InvalidManifest, RunChanged, RunError, RunNotFound,
+                     UnsupportedRunVersion)
+from .schema import COLUMNS, LAUNCH_COLUMNS
+
+MANIFEST = "manifest.json"
+EVENTS = "events.parquet"
+LAUNCHES = "launches.parquet"
+TRACE = "trace.perfetto-trace"
+DATA_FILES = validate.DATA_FILES   # the files `checksums` covers (the trace is derived: export remakes it)
+VERSION_KEY = b"epscope.version_id"   # parquet schema metadata key holding the write's version id
+# Bytes hashed per read call: large enough that the hash runs at memory speed (sha256 with the
+# CPU's SHA extensions: 1.5 GB/s on the dev machine), small enough to stay out of the RSS.
+HASH_CHUNK = 8 << 20
+# A reader that meets two versions retries this many times (a writer swaps a directory in one
+# rename, so the second read sees one version unless another write lands in between).
+READ_RETRIES = 3
+
+
+class OutsideRoots(RunError):
+    """A run file resolves (through a symlink) to a path outside the roots the reader allows."""
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The resolved paths of a run's files (symlinks followed once, at open time)."""
+    manifest: Path
+    events: Path | None     # None when missing (an error once the manifest has been read)
+    launches: Path | None
+
+
+def file_hash(f) -> str:
+    """`sha256:<hex>` of an open binary file from its current position to its end."""
+    h = hashlib.sha256()
+    while True:
+        b = f.read(HASH_CHUNK)
+        if not b:
+            return f"{validate.CHECKSUM_ALGO}:{h.hexdigest()}"
+        h.update(b)
+
+
+def open_checked(p: Path, want: str | None, label: str) -> pa.NativeFile:
+    """p opened for reading; when `want` is given its bytes are hashed first and must match
+    (ChecksumMismatch naming the file), then the file is rewound: the caller parses the very
+    bytes that were hashed (one open file, whatever happens to the path meanwhile)."""
+    try:
+        f = pa.OSFile(str(p))
+    except (OSError, pa.ArrowException) as e:
+        raise CorruptRun(f"{label}: cannot be read ({_line(e)})") from None
+    try:
+        if want is not None:
+            got = file_hash(f)
+            if got != want:
+                raise ChecksumMismatch(f"{label}: content does not match the checksum in {MANIFEST} (the file was "
+                                       f"damaged or changed after the run was written; expected {want[:23]}..., "
+                                       f"got {got[:23]}...)", file=label)
+            f.seek(0)
+        return f
+    except (OSError, pa.ArrowException) as e:
+        f.close()
+        raise CorruptRun(f"{label}: cannot be read ({_line(e)})") from None
+    except BaseException:
+        f.close()
+        raise
+
+
+def _open_of_version(p: Path, want: str | None, label: str, version_id: str | None, changed: str):
+    """open_checked, except that a file whose checksum differs because it belongs to another
+    write of the run (its footer's version id is another one) raises RunChanged: the run was
+    rewritten under the reader, it is not damaged."""
+    try:
+        return open_checked(p, want, label)
+    except ChecksumMismatch:
+        got = _file_version(p)
+        if version_id is not None and got is not None and got != version_id:
+            raise RunChanged(f"{changed} ({Path(label).name} of version {got}, manifest of {version_id}); "
+                             "open it again") from None
+        raise
+
+
+def to_frame(data: pa.Table | pa.RecordBatch, columns, label: str) -> pd.DataFrame:
+    """The named columns as a DataFrame, converted by pyarrow from their Arrow types alone (the
+    file's pandas metadata is not read: see the module docstring)."""
+    names = data.schema.names
+    dup = sorted({c for c in columns if names.count(c) > 1})
+    if dup:
+        raise CorruptRun(f"{label}: columns {dup} appear more than once")
+    table = pa.table({c: data.column(names.index(c)) for c in columns})   # no schema metadata comes along
+    return table.to_pandas(split_blocks=True, self_destruct=True, ignore_metadata=True)
+
+
+@dataclass
+class Run:
+    path: Path
+    manifest: dict
+    launches: pd.DataFrame
+    num_events: int = 0
+    files: RunFiles | None = None
+    _events: pd.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def version_id(self) -> str | None:
+        """Id of the write this run came from (None for runs written before version ids)."""
+        return self.manifest.get("version_id")
+
+    @property
+    def checksums(self) -> dict | None:
+        """{data file: "sha256:<hex>"}, or None for runs written before checksums."""
+        return self.manifest.get("checksums")
+
+    @property
+    def checksummed(self) -> bool:
+        return self.checksums is not None
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """The whole event table (loaded on first access, checked against the manifest's
+        version and checksum, then against the schema)."""
+        if self._events is None:
+            p = self.files.events if self.files else self.path / EVENTS
+            label = str(self.path / EVENTS)
+            # one open file for checksum, footer and data: pq.read_table(path) opens the path
+            # twice, and a rewrite between the two opens would pair one write's footer with
+            # another's rows
+            with _open_of_version(p, (self.checksums or {}).get(EVENTS), label, self.version_id,
+                                  f"{self.path}: the run was rewritten since it was opened") as f:
+                try:
+                    pf = pq.ParquetFile(f)
+                    got = _version_of(pf.schema_arrow)
+                    if self.version_id is not None and got != self.version_id:
+                        raise RunChanged(f"{self.path}: the run was rewritten since it was opened (events of "
+                                         f"version {got}, manifest of {self.version_id}); open it again")
+                    missing = [c for c in COLUMNS if c not in pf.schema_arrow.names]
+                    if missing:
+                        raise CorruptRun(f"{label}: lacks event columns {missing}")
+                    df = _read_event_columns(pf, label)
+                except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
+                    # ValueError and friends: what pyarrow raises for some malformed footers
+                    # and schema metadata besides its own exception types
+                    if isinstance(e, RunError):
+                        raise
+                    raise CorruptRun(f"{label}: cannot read events: {type(e).__name__}: {_line(e)}") from None
+                except MemoryError:   # a damaged footer's row count, or a run too big for this machine
+                    raise CorruptRun(f"{label}: {self.num_events:,} events do not fit in memory here") from None
+            self._events = validate.events(df, label)
+        return self._events
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("name") or self.path.name)
+
+    @property
+    def status(self) -> str:
+        """What the recording said about itself: "ok", or e.g. "timeout" (manifest `status`)."""
+        return str(self.manifest.get("status") or "ok")
+
+    @property
+    def registries(self) -> dict:
+        """The phase registries the run was recorded with, as profiler.registry.Registry objects."""
+        from .registry import Registry
+        return {fam: Registry.from_dict(d) for fam, d in (self.manifest.get("registry") or {}).items()}
+
+    @property
+    def trace_path(self) -> Path:
+        return self.path / TRACE
+
+
+_ARROW_TYPES = {"int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(), "bool": pa.bool_()}
+
+
+def _stored_as_written(schema: pa.Schema) -> bool:
+    """The file holds exactly the types write_run writes (integers of the schema's widths,
+    dictionary-encoded strings for the categorical columns)."""
+    for c, t in COLUMNS.items():
+        a = schema.field(c).type
+        if t == "category":
+            if not (pa.types.is_dictionary(a) and pa.types.is_string(a.value_type)):
+                return False
+        elif a != _ARROW_TYPES[t]:
+            return False
+    return True
+
+
+def _read_event_columns(pf: pq.ParquetFile, file: str) -> pd.DataFrame:
+    """The event columns as a DataFrame, read one row group at a time into arrays allocated once.
+
+    Against pq.read_table(...).to_pandas() on 10 M events (benchmarks/bench_load.py): half the
+    CPU time and 0.7 instead of 1.1 GB peak, since only one row group of Arrow buffers is alive
+    at a time. A file of other types (nulls, other widths, plain strings) takes the general
+    path, and profiler.validate then says what is wrong with it."""
+    names = pf.schema_arrow.names
+    dup = sorted({c for c in COLUMNS if names.count(c) > 1})
+    if dup:
+        raise CorruptRun(f"{file}: event columns {dup} appear more than once")
+    if not _stored_as_written(pf.schema_arrow):
+        return to_frame(pf.read(columns=list(COLUMNS)), list(COLUMNS), file)
+    n = pf.metadata.num_rows
+    out: dict[str, object] = {c: np.empty(n, t) for c, t in COLUMNS.items() if t != "category"}
+    dict_chunks: dict[str, list] = {c: [] for c, t in COLUMNS.items() if t == "category"}
+    off = 0
+    for i in range(pf.num_row_groups):
+        rg = pf.read_row_group(i, columns=list(COLUMNS))
+        if off + rg.num_rows > n:
+            raise CorruptRun(f"{file}: row groups hold more rows than the footer says ({n:,})")
+        for c in COLUMNS:
+            col = rg.column(c)
+            if c in dict_chunks:
+                dict_chunks[c].extend(col.chunks)
+                continue
+            if col.null_count:
+                raise validate.InvalidEvents(f"{file}: column {c!r}: {col.null_count:,} rows are missing")
+            o = off
+            for ch in col.chunks:
+                out[c][o:o + len(ch)] = ch.to_numpy(zero_copy_only=False)
+                o += len(ch)
+        off += rg.num_rows
+        del rg
+    if off != n:
+        raise CorruptRun(f"{file}: row groups hold {off:,} rows, the footer says {n:,}")
+    for c, chunks in dict_chunks.items():
+        arr = pa.chunked_array(chunks, type=pf.schema_arrow.field(c).type).unify_dictionaries()
+        cats = arr.chunk(0).dictionary.to_pylist() if arr.num_chunks else []
+        codes = [ch.indices.fill_null(-1).to_numpy(zero_copy_only=False) for ch in arr.chunks]
+        codes = np.concatenate(codes).astype(np.int32, copy=False) if codes else np.zeros(0, np.int32)
+        if len(set(cats)) != len(cats) or any(x is None for x in cats):
+            raise validate.InvalidEvents(f"{file}: column {c!r}: its dictionary holds repeated or missing values")
+        if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= len(cats)):
+            # parquet readers do not check dictionary indices: a damaged page can point past the end
+            raise validate.InvalidEvents(f"{file}: column {c!r}: dictionary indices outside its {len(cats)} values")
+        out[c] = pd.Categorical.from_codes(codes, categories=cats, validate=False)
+    return pd.DataFrame(out, copy=False)[list(COLUMNS)]
+
+
+def _file_version(p: Path) -> str | None:
+    """The version id in a parquet file's footer, None when it has none or cannot be read."""
+    try:
+        return _version_of(pq.read_schema(p))
+    except Exception:   # a damaged file: the caller reports the damage, not this
+        return None
+
+
+def _version_of(schema: pa.Schema) -> str | None:
+    v = (schema.metadata or {}).get(VERSION_KEY)
+    return v.decode("ascii", "replace") if v is not None else None
+
+
+# -- opening ----------------------------------------------------------------------------------
+def _resolve(p: Path, within: Sequence[Path] | None) -> Path:
+    real = Path(os.path.realpath(p))
+    if within is not None and not any(real == r or r in real.parents for r in within):
+        raise OutsideRoots(f"{p}: resolves outside the allowed roots; not read")
+    return real
+
+
+def _files(path: Path, within: Sequence[Path] | None) -> RunFiles:
+    try:
+        return _files_unchecked(path, within)
+    except OSError as e:   # a directory or file that cannot be listed or stat'ed (permissions, I/O)
+        raise RunNotFound(f"{path}: cannot be read ({e.strerror or e})") from None
+
+
+def _files_unchecked(path: Path, within: Sequence[Path] | None) -> RunFiles:
+    if not path.exists():
+        raise RunNotFound(f"{path}: no such run directory")
+    if not path.is_dir():
+        raise RunNotFound(f"{path}: not a directory")
+    within = [Path(os.path.realpath(r)) for r in within] if within is not None else None
+    _resolve(path, within)
+    mp, ep, lp = path / MANIFEST, path / EVENTS, path / LAUNCHES
+    if not mp.exists():
+        if ep.exists():
+            raise CorruptRun(f"{path}: has {EVENTS} but no {MANIFEST}")
+        raise RunNotFound(f"{path}: not a run directory (no {MANIFEST})")
+    files = RunFiles(_resolve(mp, within), _resolve(ep, within) if ep.exists() else None,
+                     _resolve(lp, within) if lp.exists() else None)
+    for f, name in ((files.manifest, MANIFEST), (files.events, EVENTS), (files.launches, LAUNCHES)):
+        if f is not None and not f.is_file():
+            raise CorruptRun(f"{path / name}: not a regular file")
+    return files
+
+
+def _need(path: Path, p: Path | None, name: str) -> Path:
+    if p is None:
+        raise CorruptRun(f"{path}: manifest present but {name} missing")
+    return p
+
+
+def read_manifest(path, *, within: Sequence[Path] | None = None) -> dict:
+    """The run's manifest, checked (profiler.validate); RunError subclasses naming the path."""
+    return _read_manifest(_files(Path(path), within).manifest, Path(path) / MANIFEST)
+
+
+def _read_manifest(mp: Path, label: Path) -> dict:
+    try:
+        return validate.manifest_file(mp, str(label))
+    except OSError as e:
+        raise CorruptRun(f"{label}: cannot be read ({e.strerror or e})") from None
+
+
+def _footer(f: pa.NativeFile, label: str) -> pq.FileMetaData:
+    try:
+        meta = pq.ParquetFile(f).metadata
+        names = set(meta.schema.names)
+    except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
+        raise CorruptRun(f"{label}: not a readable parquet file ({type(e).__name__}: {_line(e)})") from None
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise CorruptRun(f"{label}: lacks event columns {missing}")
+    return meta
+
+
+def _footer_version(meta: pq.FileMetaData, label: str) -> str | None:
+    try:
+        return _version_of(meta.schema.to_arrow_schema())
+    except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
+        raise CorruptRun(f"{label}: its schema cannot be read ({type(e).__name__}: {_line(e)})") from None
+
+
+def _read_launches(lp: Path, want: str | None, label: str, version_id: str | None) -> tuple[pd.DataFrame, str | None]:
+    with _open_of_version(lp, want, label, version_id, f"{lp.parent}: {LAUNCHES} and {MANIFEST} come from different writes") as f:
+        try:
+            pf = pq.ParquetFile(f)
+            names = pf.schema_arrow.names
+            missing = [c for c in LAUNCH_COLUMNS if c not in names]
+            if missing:
+                raise validate.InvalidEvents(f"{label}: launch table lacks columns {missing}")
+            t = pf.read(columns=list(LAUNCH_COLUMNS))
+            df = to_frame(t, list(LAUNCH_COLUMNS), label)
+            version = _version_of(pf.schema_arrow)
+        except RunError:
+            raise
+        except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
+            raise CorruptRun(f"{label}: cannot read launches ({type(e).__name__}: {_line(e)})") from None
+    return validate.launches(df, label), version
+
+
+def _one_version(path: Path, man: dict, *found: tuple[str, str | None]) -> None:
+    vid = man.get("version_id")
+    if vid is None:
+        return
+    for what, got in found:
+        if got is not None and got != vid:
+            raise RunChanged(f"{path}: {what} and {MANIFEST} come from different writes ({got} and {vid})")
+        if got is None:
+            raise CorruptRun(f"{path}: manifest.json names write {vid} but {what} carries no version id")
+
+
+def load_run(path, *, within: Sequence[Path] | None = None) -> Run:
+    """Open a run directory. Events load lazily; errors are RunError subclasses naming the path.
+
+    The manifest and launches are read and checked now (launches against their checksum when
+    the run has checksums), the events' footer is read now and their rows (checksum, schema)
+    on first access to `Run.events`. A run without launches.parquet is corrupt (every writer
+    since the first format version writes it).
+
+    within: roots the run's files must resolve into (a symlinked file pointing elsewhere raises
+    OutsideRoots). A run being rewritten while it is opened is read again (READ_RETRIES)."""
+    path = Path(path)
+    for attempt in range(READ_RETRIES):
+        files = _files(path, within)
+        man = _read_manifest(files.manifest, path / MANIFEST)
+        sums = man.get("checksums") or {}
+        ep = _need(path, files.events, EVENTS)
+        lp = _need(path, files.launches, LAUNCHES)
+        try:
+            with open_checked(ep, None, str(path / EVENTS)) as f:
+                meta = _footer(f, str(path / EVENTS))
+                ever = _footer_version(meta, str(path / EVENTS))
+        except CorruptRun:
+            if sums.get(EVENTS):   # a damaged footer of a run with checksums: say which file changed
+                open_checked(ep, sums[EVENTS], str(path / EVENTS)).close()
+            raise
+        try:
+            launches, lver = _read_launches(lp, sums.get(LAUNCHES), str(path / LAUNCHES), man.get("version_id"))
+            _one_version(path, man, (EVENTS, ever), (LAUNCHES, lver))
+        except RunChanged as e:
+            if attempt + 1 == READ_RETRIES:   # not a rewrite in progress: files copied across runs
+                raise CorruptRun(str(e)) from None
+            time.sleep(0.01 * (attempt + 1))
+            continue
+        break
+    if meta.num_rows == 0:
+        raise EmptyRun(f"{path}: the run has no events")
+    n = man.get("num_events")
+    if n is not None and n != meta.num_rows:
+        raise CorruptRun(f"{path / MANIFEST}: field 'num_events' says {n:,} events, {EVENTS} holds {meta.num_rows:,}")
+    return Run(path, man, launches, int(meta.num_rows), files)
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """A run's state: what a list of runs shows and `epscope check` prints. `problem` is one
+    line when the run cannot be opened; `status` is "ok", the recording's own status (e.g.
+    "timeout"), or the kind of problem; `note` says what was not verified (a run written
+    before checksums)."""
+    path: Path
+    manifest: dict | None
+    status: str
+    problem: str | None = None
+    num_events: int | None = None
+    note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None and self.status == "ok"
+
+    @property
+    def damaged(self) -> bool:
+        """The run cannot be read as written (a problem other than "recorded as timed out")."""
+        return self.problem is not None
+
+
+NO_CHECKSUMS = "no checksums (written before epscope recorded them): contents not verified"
+
+
+def check_run(path, *, within: Sequence[Path] | None = None, deep: bool = False) -> RunCheck:
+    """Validation that never raises: the problem is in the result. Cheap by default (manifest,
+    launches, the events' footer, row counts and version ids: what a list of runs shows);
+    deep=True also reads the whole event table (its checksum and every row: `epscope check`)."""
+    path = Path(path)
+    man = None
+    try:
+        try:
+            files = _files(path, within)
+            man = _read_manifest(files.manifest, path / MANIFEST)
+            run = load_run(path, within=within)
+            if deep:
+                run.events
+        except UnsupportedRunVersion as e:
+            return RunCheck(path, None, "newer format", _line(e))
+        except EmptyRun as e:
+            return RunCheck(path, man, "empty", _line(e), 0)
+        except (InvalidManifest, OutsideRoots, RunNotFound) as e:
+            return RunCheck(path, None, "unreadable", _line(e))
+        except RunError as e:
+            return RunCheck(path, man, "corrupt", _line(e))
+        except MemoryError:
+            return RunCheck(path, man, "unreadable", f"{path}: too large to read into memory")
+    except Exception as e:   # a bug of the reader must not take a list of runs down with it
+        return RunCheck(path, man, "unreadable", f"{path}: {type(e).__name__}: {_line(e)}")
+    return RunCheck(path, run.manifest, run.status, None, run.num_events,
+                    None if run.checksummed else NO_CHECKSUMS)
+
+
+def _line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:1000]
+
+
+def list_runs(root) -> list[Path]:
+    """Run directories (those holding manifest.json) under root, sorted; root itself counts.
+    Hidden directories (a write in progress is one) and directories that cannot be listed
+    are skipped."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    out, stack = [], [root]
+    while stack:
+        d = stack.pop()
+        try:
+            if (d / MANIFEST).is_file():
+                out.append(d)
+            stack.extend(c for c in d.iterdir() if c.is_dir() and not c.is_symlink() and not c.name.startswith("."))
+        except OSError:
+            continue
+    return sorted(out)
+
+
+def iter_event_batches(path, batch_rows: int = 1_000_000, columns: list[str] | None = None):
+    """Stream RUN/events.parquet as DataFrames of at most batch_rows rows (categoricals kept;
+    with all columns, each batch is checked as load_run checks the whole table; a Run is
+    checked against its checksum first)."""
+    run = path if isinstance(path, Run) else None
+    path = run.path if run is not None else Path(path)
+    ep = (run.files.events if run is not None and run.files else None) or (path / EVENTS if path.is_dir() else path)
+    label = str(path / EVENTS) if path.is_dir() else str(path)
+    want = (run.checksums or {}).get(EVENTS) if run is not None else None
+    cols = list(COLUMNS) if columns is None else list(columns)
+    with open_checked(ep, want, label) as f:
+        try:
+            pf = pq.ParquetFile(f)
+            missing = [c for c in cols if c not in pf.schema_arrow.names]
+            if missing:
+                raise CorruptRun(f"{label}: lacks event columns {missing}")
+            for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):
+                df = to_frame(batch, cols, label)
+                yield validate.events(df, label) if columns is None else df
+        except RunError:
+            raise
+        except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
+            raise CorruptRun(f"{label}: not a readable parquet file ({type(e).__name__}: {_line(e)})") from None
+
+
+def check_events(run: Run) -> None:
+    """Stream the whole event table and check it as load_run's full read does (checksum, every
+    column), with flat memory: what `epscope export` runs before it writes."""
+    for _ in iter_event_batches(run):
+        pass
