@@ -15,6 +15,7 @@ No torch / perfetto / dash imports: this runs on the recording path of the GPU m
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,6 +63,10 @@ MAX_SM = (1 << 15) - 1
 # Records are decoded in chunks of whole regions of about this many records (512 kB of compact
 # records and their temporaries stay in a core's L2; 2^15 was fastest of 2^14..2^17 on the dev VM).
 CHUNK_RECORDS = 1 << 15
+# Which record loop decodes: "numba" (profiler.decode_fast, compiled; needs the `fast` extra),
+# "numpy" (profiler.decode_records), or "auto": numba when importable. The environment variable
+# EPSCOPE_DECODE sets the default; both give the same table (tests/profiler/differential.py).
+ENGINES = ("auto", "numba", "numpy")
 
 _I16, _I32 = np.iinfo(np.int16), np.iinfo(np.int32)
 
@@ -557,6 +562,22 @@ class _Plan:
         return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if self.n[a:b].any()]
 
 
+def _engine(engine: str | None):
+    """The compiled record loop's module, or None for the numpy one."""
+    engine = engine or os.environ.get("EPSCOPE_DECODE") or "auto"
+    if engine not in ENGINES:
+        raise ValueError(f"decode engine {engine!r}: must be one of {', '.join(ENGINES)} (EPSCOPE_DECODE or engine=)")
+    if engine == "numpy":
+        return None
+    try:   # imported at the first decode, not with this module: numba's import costs ~0.3 s
+        from . import decode_fast
+    except ImportError:
+        if engine == "numba":
+            raise
+        return None
+    return decode_fast
+
+
 # -- the table ------------------------------------------------------------------------------------
 _COUNT_WARNINGS = (  # chunk counts -> warnings, in this order
     ("CorruptRecords", E.CorruptRecords, "records with kind outside 1..5 skipped"),
@@ -603,15 +624,25 @@ class _Table:
                                                        f"{plan.registry.family!r}: {', '.join(extra)}"))
 
 
-def _decode_launch(plan: _Plan, table: _Table, off: int, scratch: Scratch) -> tuple[int, int, int]:
+def _results(plan: _Plan, table: _Table, off: int, scratch: Scratch | None, fast):
+    """The decoded chunks of one launch: the whole launch at once with the compiled loop."""
+    if fast is not None:
+        if plan.n_records:
+            yield fast.decode_launch(plan, table.out, off, table.codes, _RH_SLOTS)
+        return
+    for r0, r1 in plan.chunks:
+        res = decode_chunk(plan, r0, r1, table.out, off, table.codes, scratch)
+        off += res.events
+        yield res
+
+
+def _decode_launch(plan: _Plan, table: _Table, off: int, scratch: Scratch | None, fast) -> tuple[int, int, int]:
     """Decode one launch's records at table row `off`; (events, gpu_begin, gpu_end) in raw ns."""
-    out, codes = table.out, table.codes
     counts = dict.fromkeys([c for c, _, _ in _COUNT_WARNINGS], 0)
     unknown = []
     o = off
     spans = [plan.header_span] if plan.header_span else []
-    for r0, r1 in plan.chunks:
-        res = decode_chunk(plan, r0, r1, out, o, codes, scratch)
+    for res in _results(plan, table, off, scratch, fast):
         o += res.events
         for k, v in res.counts.items():
             counts[k] += v
@@ -629,18 +660,18 @@ def _decode_launch(plan: _Plan, table: _Table, off: int, scratch: Scratch) -> tu
     return o - off, gb, ge
 
 
-def _decode(plans: list[_Plan], clock: ClockModel | None) -> tuple[pd.DataFrame, list[dict]]:
+def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) -> tuple[pd.DataFrame, list[dict]]:
     """Decode planned launches into one event table, every column allocated once."""
+    fast = _engine(engine)
     codes = _Codes(plans)
     kidx = {k: i for i, k in enumerate(codes.kernels)}
     hosts = [_host_span(p.info, clock) for p in plans]
     table = _Table(codes, sum(p.n_records + (1 if h[0] else 0) for p, h in zip(plans, hosts)))
-    biggest = max((p.chunk_slots(a, b) for p in plans for a, b in p.chunks), default=0)
-    scratch = Scratch(biggest)
+    scratch = None if fast is not None else Scratch(max((p.chunk_slots(a, b) for p in plans for a, b in p.chunks), default=0))
     launches, off = [], 0
     for p, (host, hb, he) in zip(plans, hosts):
         info = p.info
-        k, gb, ge = _decode_launch(p, table, off, scratch)
+        k, gb, ge = _decode_launch(p, table, off, scratch, fast)
         out = table.out
         if clock is not None:
             for c in ("begin_ns", "end_ns"):
@@ -681,17 +712,19 @@ def _decode(plans: list[_Plan], clock: ClockModel | None) -> tuple[pd.DataFrame,
     return pd.DataFrame(frame, copy=False), launches
 
 
-def decode_buffer(buf, info: LaunchInfo, registry, clock: ClockModel | None = None) -> DecodedLaunch:
+def decode_buffer(buf, info: LaunchInfo, registry, clock: ClockModel | None = None, *,
+                  engine: str | None = None) -> DecodedLaunch:
     """Decode one launch's profile buffer.
 
     buf: bytes | memoryview | np.ndarray (any dtype, viewed as bytes); registry: Registry or its
     to_json() dict. With a ClockModel, times are on the run timeline (ns since run start, rank 0
     clock) and the launch's host span becomes a kind='host' row (phase = kernel name); without
     one, times are this buffer's globaltimer minus its earliest timestamp. Raises DecodeError
-    subclasses for unreadable buffers; recoverable problems come back in .warnings.
+    subclasses for unreadable buffers; recoverable problems come back in .warnings. engine: one of
+    ENGINES (default: EPSCOPE_DECODE, else "auto").
     """
     plan = _Plan(buf, info, _registry(registry), clock.sm_ghz if clock is not None else NOMINAL_SM_GHZ)
-    events, launches = _decode([plan], clock)
+    events, launches = _decode([plan], clock, engine)
     return DecodedLaunch(events, launches[0], plan.warnings)
 
 
@@ -735,13 +768,14 @@ def launches_frame(rows: list[dict]) -> pd.DataFrame:
     return df.astype(LAUNCH_COLUMNS)
 
 
-def decode_launches(items, registries, clocks: ClockModel | None = None) -> Decoded:
+def decode_launches(items, registries, clocks: ClockModel | None = None, *, engine: str | None = None) -> Decoded:
     """Decode many launches (of any ranks and kernel families) into one table.
 
     items: iterable of (buf, LaunchInfo); registries: {family: Registry | to_json dict}. Without
     a clock model every rank's times are its own globaltimer minus the earliest raw timestamp of
     the whole decode (only meaningful across ranks that share one clock). Warnings are
-    aggregated: one per type, counts summed.
+    aggregated: one per type, counts summed. engine: the record loop, one of ENGINES (default:
+    EPSCOPE_DECODE, else "auto": the compiled one when numba is importable).
     """
     regs = {fam: _registry(r) for fam, r in registries.items()}
     plans = []
@@ -749,6 +783,6 @@ def decode_launches(items, registries, clocks: ClockModel | None = None) -> Deco
         if info.family not in regs:
             raise KeyError(f"no registry for kernel family {info.family!r} (have {sorted(regs)})")
         plans.append(_Plan(buf, info, regs[info.family], clocks.sm_ghz if clocks is not None else NOMINAL_SM_GHZ))
-    events, launches = _decode(plans, clocks)
+    events, launches = _decode(plans, clocks, engine)
     return Decoded(events, launches_frame(launches), aggregate_warnings([w for p in plans for w in p.warnings]),
                    conversion_summary(plans, clocks))
