@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -63,10 +64,12 @@ MAX_SM = (1 << 15) - 1
 # Records are decoded in chunks of whole regions of about this many records (512 kB of compact
 # records and their temporaries stay in a core's L2; 2^15 was fastest of 2^14..2^17 on the dev VM).
 CHUNK_RECORDS = 1 << 15
-# Which record loop decodes: "numba" (profiler.decode_fast, compiled; needs the `fast` extra),
-# "numpy" (profiler.decode_records), or "auto": numba when importable. The environment variable
-# EPSCOPE_DECODE sets the default; both give the same table (tests/profiler/differential.py).
-ENGINES = ("auto", "numba", "numpy")
+# Which record loop decodes: "numba" (profiler.decode_fast: compiled ahead of time with numba,
+# the build cached on disk; needs the `fast` extra to build), "numba-jit" (the same loop under
+# numba's JIT, what "numba" falls back to without a C compiler), "numpy" (profiler.decode_records),
+# or "auto": "numba" when a build is on disk or numba is importable, else "numpy". The environment
+# variable EPSCOPE_DECODE sets the default; all give the same table (tests/profiler/differential.py).
+ENGINES = ("auto", "numba", "numba-jit", "numpy")
 
 _I16, _I32 = np.iinfo(np.int16), np.iinfo(np.int32)
 
@@ -563,19 +566,16 @@ class _Plan:
 
 
 def _engine(engine: str | None):
-    """The compiled record loop's module, or None for the numpy one."""
+    """The compiled record loop (decode_fast.decode_launch with its kernel choice), or None for numpy."""
     engine = engine or os.environ.get("EPSCOPE_DECODE") or "auto"
     if engine not in ENGINES:
         raise ValueError(f"decode engine {engine!r}: must be one of {', '.join(ENGINES)} (EPSCOPE_DECODE or engine=)")
     if engine == "numpy":
         return None
-    try:   # imported at the first decode, not with this module: numba's import costs ~0.3 s
-        from . import decode_fast
-    except ImportError:
-        if engine == "numba":
-            raise
+    from . import decode_fast   # numpy only: numba is imported when a kernel must be built or JIT-compiled
+    if engine == "auto" and not decode_fast.available():
         return None
-    return decode_fast
+    return partial(decode_fast.decode_launch, jit_only=engine == "numba-jit")
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -628,7 +628,7 @@ def _results(plan: _Plan, table: _Table, off: int, scratch: Scratch | None, fast
     """The decoded chunks of one launch: the whole launch at once with the compiled loop."""
     if fast is not None:
         if plan.n_records:
-            yield fast.decode_launch(plan, table.out, off, table.codes, _RH_SLOTS)
+            yield fast(plan, table.out, off, table.codes, _RH_SLOTS)
         return
     for r0, r1 in plan.chunks:
         res = decode_chunk(plan, r0, r1, table.out, off, table.codes, scratch)

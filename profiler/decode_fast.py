@@ -1,23 +1,36 @@
-"""A launch's records -> its rows of the event table, compiled with numba (optional: the `fast` extra).
+"""A launch's records -> its rows of the event table, one compiled loop (optional: the `fast` extra).
 
 profiler.decode plans each launch with numpy (headers, region states, the time window, the clock
 conversion of every region and its anchor segments) and then hands the whole launch either to
-profiler.decode_records (numpy, chunk by chunk) or, when numba is importable, to `decode_launch`
-here: one compiled loop over each region's candidate records that applies the decoder rules of
-docs/design.md record by record, the way tests/profiler/reference_decoder.py does, and writes the
-rows straight into the preallocated columns. The differential tests hold both paths equal to the
-reference decoder (tests/profiler/differential.py).
+profiler.decode_records (numpy, chunk by chunk) or to `decode_launch` here: one loop over each
+region's candidate records that applies the decoder rules of docs/design.md record by record, the
+way tests/profiler/reference_decoder.py does, writing the rows straight into the preallocated
+columns. The differential tests hold every path equal to the reference decoder
+(tests/profiler/differential.py).
 
-Why a compiled loop: the numpy path makes ~45 array passes over each chunk and tops out near
-10-24 M records/s a core (benchmarks/results/decode-cpu-2026-11-30.md); this loop reads each
-record once. Importing this module imports numba (~0.3-0.4 s on the dev VM): profiler.decode
-imports it at the first decode, never at its own import, and the kernel is cached on disk
-(`cache=True`: numba's __pycache__ next to this file, or its per-user cache directory when that
-is read-only), so a fresh process loads it instead of compiling it.
+Why compiled: the numpy path makes ~45 array passes over each chunk and tops out near 10-24 M
+records/s a core (benchmarks/results/decode-cpu-2026-11-30.md); this loop reads each record once.
+
+How it is compiled, and why not only numba's JIT: a fresh process pays ~0.15 s CPU to import
+numba and ~0.4 s more for its first call of any function, even one loaded from numba's on-disk
+cache (LLVM and numba's typing are set up on first use; dev VM, benchmarks/NOTES.md): more than
+the whole budget of a cold 1 M-record decode at 50 M records/s (20 ms). So `_launch` is compiled
+ahead of time with numba.pycc into a small extension module kept in a per-user cache directory
+(`aot_dir()`), built on the first decode after installing or changing this file and loaded by
+every later process in under a millisecond without importing numba. Where that build cannot run
+(no C compiler, a numba without pycc) the same function runs under numba's JIT with its on-disk
+cache (`cache=True`).
 """
 from __future__ import annotations
 
-import numba as nb
+import hashlib
+import importlib.util
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
 import numpy as np
 
 from .generated import layout as L
@@ -36,20 +49,16 @@ _IDS = 1 << 16
 _I64_MAX = np.iinfo(np.int64).max
 
 
-@nb.njit(cache=True, nogil=True, boundscheck=False)
 def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, seg_len, pcs, pgs, prates,
             phase_lut, role_lut, kind_lut, blk, wrp, smv,
             o_begin, o_end, o_payload, o_phase, o_role, o_kind, o_open, o_block, o_warp, o_sm,
-            o, unk_pos, unk_key, res):
-    """Rows of every region of one launch from row `o` on; counts and time bounds into `res`."""
-    m_max = 0
-    for r in range(n.shape[0]):
-        m_max = max(m_max, n[r])
-    tconv = np.empty(m_max, np.int64)      # a region's kept records: converted time,
-    state = np.empty(m_max, np.uint8)      # kind (0: skipped),
-    partner = np.empty(m_max, np.int64)    # the END that closes a BEGIN (-1: none)
-    stamp = np.zeros(_IDS, np.int32)       # an id's open BEGIN belongs to region stamp - 1 ...
-    prev = np.zeros(_IDS, np.int64)        # ... and is record prev of it
+            o, unk_pos, unk_key, tconv, state, partner, stamp, prev, res):
+    """Rows of every region of one launch from row `o` on; counts and time bounds into `res`.
+
+    Scratch: tconv, state, partner (one entry per record of the largest region: its kept
+    records' converted time, kind or 0 when skipped, the END closing a BEGIN or -1), stamp and
+    prev (one per id, zeroed: an id's open BEGIN is record prev of region stamp - 1). Nothing is
+    allocated here, so the AOT build needs no numba runtime."""
     ulo, uhi = np.uint64(lo), np.uint64(hi)
     ev = o
     corrupt = badtime = unmatched_end = unmatched_begin = reversed_ = unknown = 0
@@ -166,6 +175,109 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
     res[R_TMIN], res[R_TMAX] = tmin, tmax
 
 
+# Exported variants: the phase and role code widths decode._code_dtype picks (int8 up to 126
+# names, int16 past); any other combination (over 32 k phase names or 126 roles) runs the JIT.
+_CODES = {(np.dtype(np.int8), np.dtype(np.int8)): "i8_i8", (np.dtype(np.int16), np.dtype(np.int8)): "i16_i8"}
+_AOT_MODULE = "_epscope_decode_aot"
+
+
+def _signature(phase: str, role: str) -> str:
+    a = "{}[::1]".format
+    return "void(" + ", ".join([
+        "uint64[:, ::1]", a("int64"), a("int64"), "boolean", "boolean", "int64", "int64",
+        a("uint64"), a("float64"), a("int64"), a("float64"), a("float64"),
+        a("int64"), a("int64"), a("uint64"), a("int64"), a("float64"),
+        a(phase), a(role), a("int8"), a("int32"), a("int16"), a("int16"),
+        a("int64"), a("int64"), a("int64"), a(phase), a(role), a("int8"), a("boolean"), a("int32"), a("int16"), a("int16"),
+        "int64", a("int64"), a("int64"), a("int64"), a("uint8"), a("int64"), a("int32"), a("int64"), a("int64")]) + ")"
+
+
+def aot_dir() -> Path:
+    """Where the ahead-of-time build of this file lives: keyed by this file's bytes and the Python,
+    numpy and platform it was built for ($EPSCOPE_CACHE_DIR, else ~/.cache/epscope)."""
+    key = hashlib.sha256(Path(__file__).read_bytes())
+    key.update(f"{sys.implementation.cache_tag} {np.__version__} {platform.machine()} {sys.platform}".encode())
+    root = Path(os.environ.get("EPSCOPE_CACHE_DIR") or Path.home() / ".cache" / "epscope")
+    return root / "decode" / key.hexdigest()[:16]
+
+
+def _load_aot(where: Path):
+    paths = sorted(where.glob(f"{_AOT_MODULE}*.so")) + sorted(where.glob(f"{_AOT_MODULE}*.pyd"))
+    if not paths:
+        return None
+    spec = importlib.util.spec_from_file_location(_AOT_MODULE, paths[0])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def build_aot(where: Path | None = None) -> Path:
+    """Compile `_launch` ahead of time (numba.pycc) into `where` (default aot_dir()); its path.
+    Built in a temporary directory beside it and renamed into place, so concurrent first decodes
+    never load a half-written module."""
+    import warnings
+    with warnings.catch_warnings():   # pycc is pending deprecation since numba 0.57, still shipped (0.68)
+        warnings.simplefilter("ignore")
+        from numba.pycc import CC
+    where = where or aot_dir()
+    where.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=where.parent))
+    cc = CC(_AOT_MODULE)
+    cc.output_dir = str(tmp)
+    cc.verbose = False
+    for (p, r), name in _CODES.items():
+        cc.export(name, _signature(p.name, r.name))(_launch)
+    cc.compile()
+    try:
+        os.replace(tmp, where)
+    except OSError:   # another process got there first: use its build
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return where
+
+
+class Kernels:
+    """The compiled `_launch` for each (phase, role) code width: the AOT module's, else the JIT's."""
+
+    def __init__(self, jit_only: bool = False):
+        self.aot, self.how = None, "jit"
+        if not jit_only:
+            where = aot_dir()
+            self.aot = _load_aot(where)
+            if self.aot is None:
+                try:
+                    self.aot = _load_aot(build_aot(where))
+                except Exception as e:  # noqa: BLE001  (no C compiler, no pycc: the JIT still works)
+                    self.build_error = f"{type(e).__name__}: {e}"
+            if self.aot is not None:
+                self.how = "aot"
+        self._jit = None
+
+    def get(self, phase: np.dtype, role: np.dtype):
+        name = _CODES.get((np.dtype(phase), np.dtype(role)))
+        if self.aot is not None and name is not None:
+            return getattr(self.aot, name)
+        if self._jit is None:
+            import numba
+            self._jit = numba.njit(cache=True, nogil=True, boundscheck=False)(_launch)
+        return self._jit
+
+
+_KERNELS: dict[bool, Kernels] = {}
+
+
+def kernels(jit_only: bool = False) -> Kernels:
+    k = _KERNELS.get(jit_only)
+    if k is None:
+        k = _KERNELS[jit_only] = Kernels(jit_only)
+    return k
+
+
+def available() -> bool:
+    """Can this process run the compiled loop (an AOT build on disk, or numba to make one)?"""
+    return _load_aot(aot_dir()) is not None or importlib.util.find_spec("numba") is not None
+
+
 def _segments(plan, nreg: int):
     """The anchor segments of plan.segments as flat arrays: (first point of each region or -1,
     points of each region, point clocks, point ns, rate of the segment from each point)."""
@@ -181,9 +293,12 @@ def _segments(plan, nreg: int):
     return seg_at, seg_len, np.concatenate(pcs), np.concatenate(pgs), np.concatenate(prates)
 
 
-def decode_launch(plan, out: dict, o: int, codes, rh_slots: int):
+def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, jit_only: bool = False):
     """Decode every record of `plan` into out[column][o:]; a decode_records.ChunkResult."""
     from .decode_records import ChunkResult
+    phase_lut, role_lut = codes.phase_lut(plan.family), codes.role_lut(plan.family)
+    assert phase_lut.dtype == out["phase"].dtype and role_lut.dtype == out["role"].dtype, "LUT and column widths differ"
+    launch = kernels(jit_only).get(phase_lut.dtype, role_lut.dtype)
     nreg = len(plan.n)
     n = plan.n.astype(np.int64)
     base = np.arange(nreg, dtype=np.int64) * (rh_slots + plan.cap) + rh_slots
@@ -193,17 +308,23 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int):
         ylo, yhi = np.ascontiguousarray(plan.ylo, np.float64), np.ascontiguousarray(plan.yhi, np.float64)
     else:   # unused: times are raw globaltimer ns checked against the window
         cs, gs = np.zeros(nreg, np.uint64), np.zeros(nreg, np.int64)
-        rate = ylo = yhi = np.zeros(nreg, np.float64)
+        rate, ylo, yhi = (np.zeros(nreg, np.float64) for _ in range(3))
     seg_at, seg_len, pcs, pgs, prates = _segments(plan, nreg)
     lo, hi = plan.window
     unk_pos, unk_key = np.empty(plan.n_records, np.int64), np.empty(plan.n_records, np.int64)  # pages touched only if used
     r = np.zeros(_RESULTS, np.int64)
-    _launch(plan.all_slots, base, n, plan.hires, plan.version >= 2, np.int64(lo), np.int64(hi),
-            cs, rate, gs, ylo, yhi, seg_at, seg_len, pcs, pgs, prates,
-            codes.phase_lut(plan.family), codes.role_lut(plan.family), codes.kind_lut,
-            plan.block, plan.warp, plan.sm,
-            out["begin_ns"], out["end_ns"], out["payload"], out["phase"], out["role"], out["kind"], out["open"],
-            out["block"], out["warp"], out["sm"], np.int64(o), unk_pos, unk_key, r)
+    m = int(n.max()) if nreg else 0
+    tconv, state, partner = np.empty(m, np.int64), np.empty(m, np.uint8), np.empty(m, np.int64)
+    stamp, prev = np.zeros(_IDS, np.int32), np.zeros(_IDS, np.int64)
+    slots = plan.all_slots
+    assert slots.dtype == np.uint64 and slots.flags.c_contiguous, "records are read as C-contiguous u64 pairs"
+    launch(slots, base, n, bool(plan.hires), plan.version >= 2, np.int64(lo), np.int64(hi),
+           cs, rate, gs, ylo, yhi, seg_at, seg_len, pcs, pgs, prates,
+           phase_lut, role_lut, codes.kind_lut,
+           np.ascontiguousarray(plan.block, np.int32), np.ascontiguousarray(plan.warp, np.int16),
+           np.ascontiguousarray(plan.sm, np.int16),
+           out["begin_ns"], out["end_ns"], out["payload"], out["phase"], out["role"], out["kind"], out["open"],
+           out["block"], out["warp"], out["sm"], np.int64(o), unk_pos, unk_key, tconv, state, partner, stamp, prev, r)
     res = ChunkResult()
     res.events = int(r[R_EVENTS])
     res.counts = {"CorruptRecords": int(r[R_CORRUPT]), "BadTimestamps": int(r[R_BADTIME]),

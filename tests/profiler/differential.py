@@ -1,7 +1,8 @@
 """Differential decoding: profiler.decode against the record-by-record reference decoder.
 
 `check(items)` decodes the same launches with the reference and with each of profiler.decode's
-record loops (ENGINES: numpy, and numba's compiled one when numba is importable) and asserts the
+record loops (ENGINES: numpy, and when numba is importable the compiled one, ahead of time and
+under the JIT) and asserts the
 same table, launches, warning counts, or the same error (type and byte offset), plus what must hold for any input: schema
 dtypes, no numpy warning, end >= begin, every time inside its launch's bounds, launches no
 longer than twice the time window. `random_case(rng)` draws inputs from a numpy Generator: valid
@@ -30,7 +31,7 @@ T0 = 1_764_000_000_000_000_000
 _VERSION_AT = L.BUFFERHEADER_DTYPE.fields["version"][1]
 try:
     import numba  # noqa: F401  (the `fast` extra; CI installs it with `dev`)
-    ENGINES = ("numpy", "numba")
+    ENGINES = ("numpy", "numba", "numba-jit")
 except ImportError:
     ENGINES = ("numpy",)
 PHASE_IDS = [p.id for p in REG.phases] + [77]          # 77: not in the registry
