@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -271,6 +270,14 @@ def _header(arr: np.ndarray, registry: Registry):
     return h, nreg, cap, wpb, stride, need, version
 
 
+def _any_equal(v: np.ndarray, values) -> np.ndarray:
+    """v == any of a few values (np.isin's setup costs ~0.2 ms a call: per launch, that shows)."""
+    out = v == values[0]
+    for x in values[1:]:
+        out |= v == x
+    return out
+
+
 def _lower_median(v: np.ndarray):
     k = (len(v) - 1) // 2
     x = np.partition(v, k)[k]
@@ -316,7 +323,7 @@ class _Plan:
         body = arr[L.BUFFERHEADER_SIZE:need]
         rh = np.ascontiguousarray(body.reshape(nreg, stride)[:, : L.REGIONHEADER_SIZE]).view(_RH).reshape(nreg)
         state = rh["state"]
-        bad = np.flatnonzero(~np.isin(state, _RH_STATES))
+        bad = np.flatnonzero(~_any_equal(state, _RH_STATES))
         if len(bad):
             i = int(bad[0])
             raise E.DecodeError(f"region {i}: state {int(state[i])} is not a region_state",
@@ -403,7 +410,8 @@ class _Plan:
                 self.warnings.append(E.BadAnchors(self.bad_anchors, f"{self.where}: anchors that cannot anchor ignored"))
             self._clock_change(pair, gsi, ge)
         self._header_span(gs[gs_ok], ge[end_ok])
-        converts = pair | np.isin(np.arange(len(pair)), list(self.segments))
+        converts = pair.copy()
+        converts[list(self.segments)] = True
         fallback = int(np.count_nonzero(gs_ok & ~converts & (self.n > 0)))
         if fallback:
             self.warnings.append(E.ClockFallback(fallback, f"{self.where}: high-res regions without a usable clock pair "
@@ -419,8 +427,16 @@ class _Plan:
         nreg = len(self.n)
         if not (self.cap and self.n_records):
             return
-        kind = self.slots.view(np.uint8).reshape(nreg, self.cap, 16)[:, :, _field_offset(L.RECORD_DTYPE, "kind")]
-        ri, ji = np.nonzero((kind == L.KIND_ANCHOR) & (np.arange(self.cap) < self.n[:, None]))
+        w = int(self.n.max())   # only candidate slots: a sparse buffer's unwritten tail is never read
+        kinds = self.all_slots.view(np.uint8)[:, _field_offset(L.RECORD_DTYPE, "kind")]   # a strided view, no copy
+        kind = kinds.reshape(nreg, _RH_SLOTS + self.cap)[:, _RH_SLOTS:_RH_SLOTS + w]
+        is_anchor = kind == L.KIND_ANCHOR
+        if not is_anchor.any():   # the common case (anchors are optional): skip the 2-D nonzero
+            return
+        ri, ji = np.nonzero(is_anchor)
+        if len(ri):
+            cand = ji < self.n[ri]
+            ri, ji = ri[cand], ji[cand]
         by_region: dict[int, list] = {}
         for r, j in zip(ri.tolist(), ji.tolist()):
             by_region.setdefault(r, []).append(j)
@@ -566,7 +582,7 @@ class _Plan:
 
 
 def _engine(engine: str | None):
-    """The compiled record loop (decode_fast.decode_launch with its kernel choice), or None for numpy."""
+    """The compiled record loop (a decode_fast.Loop), or None for the numpy one."""
     engine = engine or os.environ.get("EPSCOPE_DECODE") or "auto"
     if engine not in ENGINES:
         raise ValueError(f"decode engine {engine!r}: must be one of {', '.join(ENGINES)} (EPSCOPE_DECODE or engine=)")
@@ -575,7 +591,7 @@ def _engine(engine: str | None):
     from . import decode_fast   # numpy only: numba is imported when a kernel must be built or JIT-compiled
     if engine == "auto" and not decode_fast.available():
         return None
-    return partial(decode_fast.decode_launch, jit_only=engine == "numba-jit")
+    return decode_fast.Loop(jit_only=engine == "numba-jit")
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -624,11 +640,11 @@ class _Table:
                                                        f"{plan.registry.family!r}: {', '.join(extra)}"))
 
 
-def _results(plan: _Plan, table: _Table, off: int, scratch: Scratch | None, fast):
+def _results(plan: _Plan, table: _Table, off: int, scratch, fast):
     """The decoded chunks of one launch: the whole launch at once with the compiled loop."""
     if fast is not None:
         if plan.n_records:
-            yield fast(plan, table.out, off, table.codes, _RH_SLOTS)
+            yield fast.decode(plan, table.out, off, table.codes, _RH_SLOTS, scratch)
         return
     for r0, r1 in plan.chunks:
         res = decode_chunk(plan, r0, r1, table.out, off, table.codes, scratch)
@@ -636,7 +652,7 @@ def _results(plan: _Plan, table: _Table, off: int, scratch: Scratch | None, fast
         yield res
 
 
-def _decode_launch(plan: _Plan, table: _Table, off: int, scratch: Scratch | None, fast) -> tuple[int, int, int]:
+def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast) -> tuple[int, int, int]:
     """Decode one launch's records at table row `off`; (events, gpu_begin, gpu_end) in raw ns."""
     counts = dict.fromkeys([c for c, _, _ in _COUNT_WARNINGS], 0)
     unknown = []
@@ -667,7 +683,10 @@ def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) ->
     kidx = {k: i for i, k in enumerate(codes.kernels)}
     hosts = [_host_span(p.info, clock) for p in plans]
     table = _Table(codes, sum(p.n_records + (1 if h[0] else 0) for p, h in zip(plans, hosts)))
-    scratch = None if fast is not None else Scratch(max((p.chunk_slots(a, b) for p in plans for a, b in p.chunks), default=0))
+    if fast is not None:
+        scratch = fast.scratch(plans)
+    else:
+        scratch = Scratch(max((p.chunk_slots(a, b) for p in plans for a, b in p.chunks), default=0))
     launches, off = [], 0
     for p, (host, hb, he) in zip(plans, hosts):
         info = p.info

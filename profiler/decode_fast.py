@@ -52,13 +52,14 @@ _I64_MAX = np.iinfo(np.int64).max
 def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, seg_len, pcs, pgs, prates,
             phase_lut, role_lut, kind_lut, blk, wrp, smv,
             o_begin, o_end, o_payload, o_phase, o_role, o_kind, o_open, o_block, o_warp, o_sm,
-            o, unk_pos, unk_key, tconv, state, partner, stamp, prev, res):
+            o, unk_pos, unk_key, tconv, state, partner, stamp, prev, gen0, res):
     """Rows of every region of one launch from row `o` on; counts and time bounds into `res`.
 
     Scratch: tconv, state, partner (one entry per record of the largest region: its kept
     records' converted time, kind or 0 when skipped, the END closing a BEGIN or -1), stamp and
-    prev (one per id, zeroed: an id's open BEGIN is record prev of region stamp - 1). Nothing is
-    allocated here, so the AOT build needs no numba runtime."""
+    prev (one per id: an id's open BEGIN is record prev of the region numbered stamp; regions are
+    numbered gen0 + 1, gen0 + 2, ... so the arrays are zeroed once per decode, not per launch).
+    Nothing is allocated here, so the AOT build needs no numba runtime."""
     ulo, uhi = np.uint64(lo), np.uint64(hi)
     ev = o
     corrupt = badtime = unmatched_end = unmatched_begin = reversed_ = unknown = 0
@@ -68,7 +69,7 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
         if m == 0:
             continue
         b0 = base[r]
-        gen = np.int32(r + 1)
+        gen = gen0 + r + 1
         sa, sl = seg_at[r], seg_len[r]
         last_t = np.int64(0)
         # pass 1: which records are kept, their times, and the spans (per id, a BEGIN then an END)
@@ -189,7 +190,7 @@ def _signature(phase: str, role: str) -> str:
         a("int64"), a("int64"), a("uint64"), a("int64"), a("float64"),
         a(phase), a(role), a("int8"), a("int32"), a("int16"), a("int16"),
         a("int64"), a("int64"), a("int64"), a(phase), a(role), a("int8"), a("boolean"), a("int32"), a("int16"), a("int16"),
-        "int64", a("int64"), a("int64"), a("int64"), a("uint8"), a("int64"), a("int32"), a("int64"), a("int64")]) + ")"
+        "int64", a("int64"), a("int64"), a("int64"), a("uint8"), a("int64"), a("int64"), a("int64"), "int64", a("int64")]) + ")"
 
 
 def aot_dir() -> Path:
@@ -293,8 +294,18 @@ def _segments(plan, nreg: int):
     return seg_at, seg_len, np.concatenate(pcs), np.concatenate(pgs), np.concatenate(prates)
 
 
-def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, jit_only: bool = False):
-    """Decode every record of `plan` into out[column][o:]; a decode_records.ChunkResult."""
+class Scratch:
+    """Work arrays of one decode, shared by its launches (see _launch)."""
+
+    def __init__(self, records: int):
+        self.tconv, self.state, self.partner = np.empty(records, np.int64), np.empty(records, np.uint8), np.empty(records, np.int64)
+        self.stamp, self.prev = np.zeros(_IDS, np.int64), np.zeros(_IDS, np.int64)
+        self.regions = 0   # regions numbered so far (stamp values in use)
+
+
+def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch, jit_only: bool = False):
+    """Decode every record of `plan` into out[column][o:]; a decode_records.ChunkResult. scratch:
+    sized for the largest region of the decode (max of plan.n)."""
     from .decode_records import ChunkResult
     phase_lut, role_lut = codes.phase_lut(plan.family), codes.role_lut(plan.family)
     assert phase_lut.dtype == out["phase"].dtype and role_lut.dtype == out["role"].dtype, "LUT and column widths differ"
@@ -313,9 +324,8 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, jit_only: bool 
     lo, hi = plan.window
     unk_pos, unk_key = np.empty(plan.n_records, np.int64), np.empty(plan.n_records, np.int64)  # pages touched only if used
     r = np.zeros(_RESULTS, np.int64)
-    m = int(n.max()) if nreg else 0
-    tconv, state, partner = np.empty(m, np.int64), np.empty(m, np.uint8), np.empty(m, np.int64)
-    stamp, prev = np.zeros(_IDS, np.int32), np.zeros(_IDS, np.int64)
+    sc = scratch
+    assert len(sc.tconv) >= (int(n.max()) if nreg else 0), "scratch smaller than a region"
     slots = plan.all_slots
     assert slots.dtype == np.uint64 and slots.flags.c_contiguous, "records are read as C-contiguous u64 pairs"
     launch(slots, base, n, bool(plan.hires), plan.version >= 2, np.int64(lo), np.int64(hi),
@@ -324,7 +334,9 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, jit_only: bool 
            np.ascontiguousarray(plan.block, np.int32), np.ascontiguousarray(plan.warp, np.int16),
            np.ascontiguousarray(plan.sm, np.int16),
            out["begin_ns"], out["end_ns"], out["payload"], out["phase"], out["role"], out["kind"], out["open"],
-           out["block"], out["warp"], out["sm"], np.int64(o), unk_pos, unk_key, tconv, state, partner, stamp, prev, r)
+           out["block"], out["warp"], out["sm"], np.int64(o), unk_pos, unk_key, sc.tconv, sc.state, sc.partner, sc.stamp, sc.prev,
+           np.int64(sc.regions), r)
+    sc.regions += nreg
     res = ChunkResult()
     res.events = int(r[R_EVENTS])
     res.counts = {"CorruptRecords": int(r[R_CORRUPT]), "BadTimestamps": int(r[R_BADTIME]),
@@ -336,3 +348,17 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, jit_only: bool 
     if k:
         res.unknown = (unk_pos[:k], unk_key[:k])
     return res
+
+
+class Loop:
+    """The compiled record loop as profiler.decode drives it: one Scratch per decode, then
+    decode() per launch."""
+
+    def __init__(self, jit_only: bool = False):
+        self.jit_only = jit_only
+
+    def scratch(self, plans: list) -> Scratch:
+        return Scratch(max((int(p.n.max()) for p in plans if len(p.n)), default=0))
+
+    def decode(self, plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch):
+        return decode_launch(plan, out, o, codes, rh_slots, scratch, self.jit_only)
