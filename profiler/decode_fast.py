@@ -52,13 +52,14 @@ _I64_MAX = np.iinfo(np.int64).max
 def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, seg_len, pcs, pgs, prates,
             phase_lut, role_lut, kind_lut, blk, wrp, smv,
             o_begin, o_end, o_payload, o_phase, o_role, o_kind, o_open, o_block, o_warp, o_sm,
-            o, unk_pos, unk_key, tconv, state, partner, stamp, prev, gen0, res):
+            o, unk_pos, unk_key, stamp, prev, gen0, res):
     """Rows of every region of one launch from row `o` on; counts and time bounds into `res`.
 
-    Scratch: tconv, state, partner (one entry per record of the largest region: its kept
-    records' converted time, kind or 0 when skipped, the END closing a BEGIN or -1), stamp and
-    prev (one per id: an id's open BEGIN is record prev of the region numbered stamp; regions are
-    numbered gen0 + 1, gen0 + 2, ... so the arrays are zeroed once per decode, not per launch).
+    One pass over each region's records: a BEGIN's row is written open, ending where it begins;
+    the END that closes it (the next END of its id) sets its end (and its payload when the BEGIN
+    carried 0); BEGINs still open at the region's end end at its last kept record. stamp and prev
+    (one entry per id) hold each id's open BEGIN: row prev of the region numbered stamp; regions
+    are numbered gen0 + 1, gen0 + 2, ... so the arrays are zeroed once per decode, not per launch.
     Nothing is allocated here, so the AOT build needs no numba runtime."""
     ulo, uhi = np.uint64(lo), np.uint64(hi)
     ev = o
@@ -72,11 +73,14 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
         gen = gen0 + r + 1
         sa, sl = seg_at[r], seg_len[r]
         last_t = np.int64(0)
-        # pass 1: which records are kept, their times, and the spans (per id, a BEGIN then an END)
+        r_start = ev
+        still_open = 0
+        first_role = 0
+        barriers = False
+        blk_r, wrp_r, sm_r = blk[r], wrp[r], smv[r]
         for j in range(m):
             w0, w1 = slots[b0 + j, 0], slots[b0 + j, 1]
             kind = np.uint8((w1 >> _KIND_SHIFT) & _BYTE)
-            state[j] = 0
             if v2 and kind == 6:   # an ANCHOR: a conversion point (profiler.decode plans it), not an event
                 continue
             if kind < 1 or kind > 5:
@@ -102,50 +106,29 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
             if not ok:
                 badtime += 1
                 continue
-            state[j] = kind
-            tconv[j] = t
             last_t = t
-            partner[j] = -1
             pid = w1 & _ID_MASK
-            if kind == 1:
-                stamp[pid] = gen
-                prev[pid] = j
-            elif kind == 2:
+            if kind == 2:
                 if stamp[pid] == gen:
-                    partner[prev[pid]] = j
+                    q = prev[pid]
                     stamp[pid] = 0
+                    e = t
+                    if e < o_begin[q]:
+                        e = o_begin[q]
+                        reversed_ += 1
+                    o_end[q] = e
+                    o_open[q] = False
+                    if o_payload[q] == 0:   # counts known only at the end ride on the END
+                        o_payload[q] = np.int64(w1 >> _PAYLOAD_SHIFT)
+                    still_open -= 1
+                    tmax = max(tmax, e)
                 else:
                     unmatched_end += 1
-        # pass 2: the rows (every kept record but ENDs), in record order
-        first_role = 0
-        barriers = False
-        r_start = ev
-        for j in range(m):
-            kind = state[j]
-            if kind == 0 or kind == 2:
                 continue
-            w1 = slots[b0 + j, 1]
-            key = (w1 & _ID_MASK) | (np.uint64(kind & 7) << _KEY_SHIFT)
-            b = tconv[j]
-            e = b
-            pl = w1 >> _PAYLOAD_SHIFT
-            opened = False
-            if kind == 1:
-                p = partner[j]
-                if p >= 0:
-                    e = tconv[p]
-                    if pl == 0:   # counts known only at the end ride on the END
-                        pl = slots[b0 + p, 1] >> _PAYLOAD_SHIFT
-                else:
-                    e = last_t
-                    opened = True
-                    unmatched_begin += 1
-                if e < b:
-                    e = b
-                    reversed_ += 1
-            o_begin[ev] = b
-            o_end[ev] = e
-            o_payload[ev] = np.int64(pl)
+            key = pid | (np.uint64(kind & 7) << _KEY_SHIFT)
+            o_begin[ev] = t
+            o_end[ev] = t
+            o_payload[ev] = np.int64(w1 >> _PAYLOAD_SHIFT)
             ph = phase_lut[key]
             o_phase[ev] = ph
             if ph < 0:
@@ -159,13 +142,29 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
             elif ro > 0 and first_role == 0:
                 first_role = ro
             o_kind[ev] = kind_lut[key]
-            o_open[ev] = opened
-            o_block[ev] = blk[r]
-            o_warp[ev] = wrp[r]
-            o_sm[ev] = smv[r]
-            tmin = min(tmin, b)
-            tmax = max(tmax, e)
+            o_block[ev] = blk_r
+            o_warp[ev] = wrp_r
+            o_sm[ev] = sm_r
+            if kind == 1:   # open until its END (a BEGIN it replaces in prev stays open)
+                o_open[ev] = True
+                still_open += 1
+                stamp[pid] = gen
+                prev[pid] = ev
+            else:
+                o_open[ev] = False
+            tmin = min(tmin, t)
+            tmax = max(tmax, t)
             ev += 1
+        if still_open:   # BEGINs without END end at the warp's last kept record
+            for q in range(r_start, ev):
+                if o_open[q]:
+                    unmatched_begin += 1
+                    e = last_t
+                    if e < o_begin[q]:
+                        e = o_begin[q]
+                        reversed_ += 1
+                    o_end[q] = e
+                    tmax = max(tmax, e)
         if barriers:   # a barrier event takes the role of its warp's first role-bearing event
             for q in range(r_start, ev):
                 if o_role[q] < 0:
@@ -190,7 +189,7 @@ def _signature(phase: str, role: str) -> str:
         a("int64"), a("int64"), a("uint64"), a("int64"), a("float64"),
         a(phase), a(role), a("int8"), a("int32"), a("int16"), a("int16"),
         a("int64"), a("int64"), a("int64"), a(phase), a(role), a("int8"), a("boolean"), a("int32"), a("int16"), a("int16"),
-        "int64", a("int64"), a("int64"), a("int64"), a("uint8"), a("int64"), a("int64"), a("int64"), "int64", a("int64")]) + ")"
+        "int64", a("int64"), a("int64"), a("int64"), a("int64"), "int64", a("int64")]) + ")"
 
 
 def aot_dir() -> Path:
@@ -252,6 +251,10 @@ class Kernels:
                     self.build_error = f"{type(e).__name__}: {e}"
             if self.aot is not None:
                 self.how = "aot"
+            else:
+                import warnings
+                warnings.warn(f"epscope decode: no ahead-of-time build of the record loop ({self.build_error}); numba's "
+                              "JIT runs it instead, ~0.5 s more per fresh process", RuntimeWarning, stacklevel=3)
         self._jit = None
 
     def get(self, phase: np.dtype, role: np.dtype):
@@ -297,22 +300,30 @@ def _segments(plan, nreg: int):
 class Scratch:
     """Work arrays of one decode, shared by its launches (see _launch)."""
 
-    def __init__(self, records: int):
-        self.tconv, self.state, self.partner = np.empty(records, np.int64), np.empty(records, np.uint8), np.empty(records, np.int64)
+    def __init__(self):
         self.stamp, self.prev = np.zeros(_IDS, np.int64), np.zeros(_IDS, np.int64)
         self.regions = 0   # regions numbered so far (stamp values in use)
 
 
 def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch, jit_only: bool = False):
-    """Decode every record of `plan` into out[column][o:]; a decode_records.ChunkResult. scratch:
-    sized for the largest region of the decode (max of plan.n)."""
+    """Decode every record of `plan` into out[column][o:]; a decode_records.ChunkResult."""
     from .decode_records import ChunkResult
     phase_lut, role_lut = codes.phase_lut(plan.family), codes.role_lut(plan.family)
     assert phase_lut.dtype == out["phase"].dtype and role_lut.dtype == out["role"].dtype, "LUT and column widths differ"
     launch = kernels(jit_only).get(phase_lut.dtype, role_lut.dtype)
     nreg = len(plan.n)
     n = plan.n.astype(np.int64)
-    base = np.arange(nreg, dtype=np.int64) * (rh_slots + plan.cap) + rh_slots
+    w = int(n.max()) if nreg else 0
+    if 2 * w <= plan.cap:
+        # Sparse regions (the recorded EP runs: 16-64 records at capacity 512-4096): copy the
+        # candidates together first. Each region's first record costs a TLB and cache miss; a
+        # plain copy overlaps those misses, the branchy loop does not (1 M records in 30 launches of
+        # 2112 regions x 16 at capacity 128: loop 49 ns a record in place, ~15 with the copy).
+        slots = np.ascontiguousarray(plan.slots[:, :w]).reshape(-1, 2)
+        base = np.arange(nreg, dtype=np.int64) * w
+    else:
+        slots = plan.all_slots
+        base = np.arange(nreg, dtype=np.int64) * (rh_slots + plan.cap) + rh_slots
     if plan.hires:
         cs, rate, gs = (np.ascontiguousarray(a, dt) for a, dt in ((plan.cs, np.uint64), (plan.rate, np.float64),
                                                                   (plan.gs, np.int64)))
@@ -325,8 +336,6 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratc
     unk_pos, unk_key = np.empty(plan.n_records, np.int64), np.empty(plan.n_records, np.int64)  # pages touched only if used
     r = np.zeros(_RESULTS, np.int64)
     sc = scratch
-    assert len(sc.tconv) >= (int(n.max()) if nreg else 0), "scratch smaller than a region"
-    slots = plan.all_slots
     assert slots.dtype == np.uint64 and slots.flags.c_contiguous, "records are read as C-contiguous u64 pairs"
     launch(slots, base, n, bool(plan.hires), plan.version >= 2, np.int64(lo), np.int64(hi),
            cs, rate, gs, ylo, yhi, seg_at, seg_len, pcs, pgs, prates,
@@ -334,7 +343,7 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratc
            np.ascontiguousarray(plan.block, np.int32), np.ascontiguousarray(plan.warp, np.int16),
            np.ascontiguousarray(plan.sm, np.int16),
            out["begin_ns"], out["end_ns"], out["payload"], out["phase"], out["role"], out["kind"], out["open"],
-           out["block"], out["warp"], out["sm"], np.int64(o), unk_pos, unk_key, sc.tconv, sc.state, sc.partner, sc.stamp, sc.prev,
+           out["block"], out["warp"], out["sm"], np.int64(o), unk_pos, unk_key, sc.stamp, sc.prev,
            np.int64(sc.regions), r)
     sc.regions += nreg
     res = ChunkResult()
@@ -358,7 +367,7 @@ class Loop:
         self.jit_only = jit_only
 
     def scratch(self, plans: list) -> Scratch:
-        return Scratch(max((int(p.n.max()) for p in plans if len(p.n)), default=0))
+        return Scratch()
 
     def decode(self, plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch):
         return decode_launch(plan, out, o, codes, rh_slots, scratch, self.jit_only)
