@@ -244,11 +244,19 @@ class Kernels:
         if not jit_only:
             where = aot_dir()
             self.aot = _load_aot(where)
-            if self.aot is None:
+            failed = where.parent / (where.name + ".failed")   # tried once per machine and source version
+            if self.aot is None and failed.exists():
+                self.build_error = failed.read_text()
+            elif self.aot is None:
                 try:
                     self.aot = _load_aot(build_aot(where))
                 except Exception as e:  # noqa: BLE001  (no C compiler, no pycc: the JIT still works)
                     self.build_error = f"{type(e).__name__}: {e}"
+                    try:
+                        failed.parent.mkdir(parents=True, exist_ok=True)
+                        failed.write_text(self.build_error)
+                    except OSError:
+                        pass
             if self.aot is not None:
                 self.how = "aot"
             else:
@@ -279,7 +287,12 @@ def kernels(jit_only: bool = False) -> Kernels:
 
 def available() -> bool:
     """Can this process run the compiled loop (an AOT build on disk, or numba to make one)?"""
-    return _load_aot(aot_dir()) is not None or importlib.util.find_spec("numba") is not None
+    try:
+        if _load_aot(aot_dir()) is not None:
+            return True
+    except (OSError, RuntimeError, ImportError):   # no home directory, an unreadable cache: numba decides
+        pass
+    return importlib.util.find_spec("numba") is not None
 
 
 def _segments(plan, nreg: int):
