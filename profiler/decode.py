@@ -1,10 +1,11 @@
-"""Raw profile buffers -> the tidy event table (profiler.schema), vectorised with numpy.
+"""Raw profile buffers -> the tidy event table (profiler.schema).
 
 The buffer layout comes only from profiler/generated/layout.py (generated from layout.toml): no
-offset in this file is written by hand. This module plans each launch (buffer and region
-headers, region states, the launch's time window, high-resolution clock pairs) and assembles
-the table; profiler.decode_records decodes the records, chunk by chunk, straight into columns
-allocated once per decode. The rules are in docs/design.md ("Decoder rules"); the pure-Python
+offset in this file is written by hand. This module plans each launch with numpy (buffer and
+region headers, region states, the launch's time window, high-resolution clock pairs) and
+assembles the table; a record loop decodes the records straight into columns allocated once per
+decode: profiler.decode_records (numpy, chunk by chunk) or, with the `fast` extra,
+profiler.decode_fast (compiled, a launch at a time; see ENGINES). The rules are in docs/design.md ("Decoder rules"); the pure-Python
 decoder of tests/profiler/reference_decoder.py implements them record by record and the fuzz
 tests hold the two equal.
 
