@@ -1,12 +1,19 @@
 """Decode as a user meets it: records/s on one core, cold (the first call in a fresh process, as
 `epscope trace`, `report` and the recording session make it) and warm, with page faults and
-peak memory, against a structured-view copy of the same bytes.
+peak memory, for each record loop (profiler.decode ENGINES: numpy, numba) side by side, against a
+structured-view copy of the same bytes.
 
-    python3 benchmarks/bench_decode.py [--sizes 1e6,10e6,50e6] [--runs 5] [--out benchmarks/results/decode-cpu-DATE.md]
+    python3 benchmarks/bench_decode.py [--sizes 1e6,30e6] [--engines numpy,numba] [--format 2] [--runs 5]
+                                       [--out benchmarks/results/decode-cpu-DATE.md]
 
 Every measurement is a fresh process (`--child`): it builds its buffers, returns freed memory to
 the OS (malloc_trim) and resets its peak RSS (/proc/self/clear_refs), then times decode_launches
-once (cold) and again (warm). Medians of --runs processes; ratios from the same run. Shapes:
+once (cold) and again (warm). Cold includes loading the record loop: the numba engine's ahead-of-
+time build from its disk cache (built by the parent before any timing; its build time and the
+JIT's cold cost are reported apart, see `one_off`); it excludes importing profiler.decode (numpy,
+pandas), reported as import s. Medians of --runs processes; engines of one size run alternately,
+so their ratio is measured under the same load. Buffers are format --format (2: clock64 cycles
+converted through each region's clock pair, what the recorder writes; 1: globaltimer ns). Shapes:
   dense  132 blocks x 16 warps, every region full (nested iteration{work{} tick} spans, the
          selftest registry), capacity sized to the record count;
   sparse the recorded EP runs' shape: 16 records a warp at capacity 128 (the runs in traces/ use 512-4096: their
@@ -14,7 +21,8 @@ once (cold) and again (warm). Medians of --runs processes; ratios from the same 
          with a publish_tail instant between), the ep_intranode registry.
 Baseline: a numpy structured view of the same buffers and a copy of the four record fields of
 the written records (what any numpy decoder reads at least).
-Targets (issue 14): >= 50 M records/s cold and warm; peak RSS <= buffers + table + 10 %.
+Targets (issue 20): >= 50 M records/s a core cold, at 1 M and at 30 M records (issue 14: cold
+and warm; peak RSS <= buffers + table + 10 %).
 """
 from __future__ import annotations
 
@@ -54,28 +62,41 @@ def _status(key: str) -> float:
     return float("nan")
 
 
-def _full_buffer(reg, rng, nreg: int, cap: int, kinds, ids, n: int, t0: int) -> bytes:
+SM_GHZ = 1.98                    # H200 SM clock (profiler.align.NOMINAL_SM_GHZ)
+
+
+def _full_buffer(reg, rng, nreg: int, cap: int, kinds, ids, n: int, t0: int, version: int) -> bytes:
     """nreg regions of capacity `cap`, the first n records of each written with the repeating
-    pattern (kinds, ids), 0-7 globaltimer steps of 32 ns apart."""
+    pattern (kinds, ids), 0-7 globaltimer steps of 32 ns apart: as globaltimer ns (format 1) or
+    as clock64 cycles of a 1.98 GHz SM with the warp's start and finish clock pairs (format 2)."""
     rdt = np.dtype([("h", L.REGIONHEADER_DTYPE), ("r", L.RECORD_DTYPE, (cap,))])
     regions = np.zeros(nreg, rdt)
     reps = -(-n // len(kinds))
     r = regions["r"][:, :n]
     steps = rng.integers(0, 8, size=(nreg, n), dtype=np.int64) * 32
-    t = t0 + rng.integers(0, 5000, size=(nreg, 1)) + np.cumsum(steps, axis=1)
-    r["t"], r["kind"], r["id"] = t.astype(np.uint64), np.tile(kinds, reps)[:n], np.tile(ids, reps)[:n]
-    r["payload"] = rng.integers(0, 8, size=(nreg, n))
+    gt0 = t0 + rng.integers(0, 5000, size=(nreg, 1))
+    t = gt0 + np.cumsum(steps, axis=1)
     h = regions["h"]
+    if version >= 2:
+        clk0 = rng.integers(0, 1 << 40, size=(nreg, 1))
+        cyc = clk0 + np.rint((t - gt0) * SM_GHZ).astype(np.int64)
+        r["t"] = cyc.astype(np.uint64)
+        h["clk_start"], h["clk_end"] = clk0[:, 0], cyc[:, -1] + 1000
+        h["gt_start"], h["gt_end"] = gt0[:, 0], gt0[:, 0] + np.rint((cyc[:, -1] + 1000 - clk0[:, 0]) / SM_GHZ).astype(np.int64)
+    else:
+        r["t"] = t.astype(np.uint64)
+        h["gt_start"], h["gt_end"] = t[:, 0], t[:, -1]
+    r["kind"], r["id"] = np.tile(kinds, reps)[:n], np.tile(ids, reps)[:n]
+    r["payload"] = rng.integers(0, 8, size=(nreg, n))
     h["attempted"], h["state"] = n, L.REGION_STATE_FINISHED
     h["sm"] = np.arange(nreg) // WARPS % BLOCKS
-    h["gt_start"], h["gt_end"] = t[:, 0], t[:, -1]
     hdr = np.zeros(1, L.BUFFERHEADER_DTYPE)
-    hdr["magic"], hdr["version"], hdr["registry_hash"] = L.MAGIC, L.VERSION, reg.hash
+    hdr["magic"], hdr["version"], hdr["registry_hash"] = L.MAGIC, version, reg.hash
     hdr["num_regions"], hdr["region_capacity"], hdr["warps_per_block"] = nreg, cap, WARPS
     return hdr.tobytes() + regions.tobytes()
 
 
-def make_items(shape: str, records: int):
+def make_items(shape: str, records: int, version: int = L.VERSION):
     """(items, registries, records) of one benchmark input."""
     from profiler.decode import LaunchInfo
     from profiler.registry import load_all
@@ -94,7 +115,7 @@ def make_items(shape: str, records: int):
                        np.uint16)
         cap, n = 128, 16
         launches = max(1, round(records / (nreg * n)))
-    bufs = [_full_buffer(reg, rng, nreg, cap, kinds, ids, n, T0 + i * 10**7) for i in range(launches)]
+    bufs = [_full_buffer(reg, rng, nreg, cap, kinds, ids, n, T0 + i * 10**7, version) for i in range(launches)]
     items = [(b, LaunchInfo(0, i, "bench", i, reg.family)) for i, b in enumerate(bufs)]
     return items, {reg.family: reg}, launches * nreg * n
 
@@ -120,19 +141,30 @@ def _timed(fn) -> dict:
             "faults": r1.ru_minflt - r0.ru_minflt, "result": out}
 
 
-def child(shape: str, records: int, what: str, repeats: int) -> dict:
-    items, regs, n = make_items(shape, records)
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def child(shape: str, records: int, what: str, repeats: int, version: int) -> dict:
+    """One fresh process: `what` is "decode:ENGINE" or "baseline"."""
+    c0 = _cpu()
+    import profiler.decode  # noqa: F401  (numpy, pandas: not part of the decode's time)
+    import_s = _cpu() - c0
+    items, regs, n = make_items(shape, records, version)
     ctypes.CDLL("libc.so.6").malloc_trim(0)    # give back the builder's temporaries
     rss0 = _status("VmRSS")
     open("/proc/self/clear_refs", "w").write("5")  # peak RSS from here on
     buffers = sum(len(b) for b, _ in items) / 2**20
     runs = []
-    if what == "decode":
+    if what.startswith("decode:"):
         from profiler.decode import decode_launches
+        engine = what.split(":", 1)[1]
         for _ in range(repeats):
-            r = _timed(lambda: decode_launches(items, regs))
+            r = _timed(lambda: decode_launches(items, regs, engine=engine))
             d = r.pop("result")
             r["events"] = len(d.events)
+            r["warnings"] = {type(w).__name__: w.count for w in d.warnings}
             r["table_MB"] = sum((d.events[c].cat.codes if d.events[c].dtype == "category" else d.events[c]).to_numpy().nbytes
                                 for c in d.events.columns) / 2**20
             r["peak_over_start_MB"] = _status("VmHWM") - rss0
@@ -143,12 +175,13 @@ def child(shape: str, records: int, what: str, repeats: int) -> dict:
             r = _timed(lambda: _structured_copy(items))
             r.pop("result")
             runs.append(r)
-    return {"records": n, "buffers_MB": buffers, "rss_start_MB": rss0, "runs": runs,
+    return {"records": n, "buffers_MB": buffers, "rss_start_MB": rss0, "import_s": import_s, "runs": runs,
+            "numba_imported": "numba" in sys.modules,
             "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}}
 
 
-def run_child(shape: str, records: int, what: str, repeats: int, env: dict | None = None) -> dict:
-    p = subprocess.run([sys.executable, __file__, "--child", shape, str(records), what, str(repeats)],
+def run_child(shape: str, records: int, what: str, repeats: int, version: int, env: dict | None = None) -> dict:
+    p = subprocess.run([sys.executable, __file__, "--child", shape, str(records), what, str(repeats), str(version)],
                        capture_output=True, text=True, env={**os.environ, **(env or {})})
     if p.returncode:
         raise RuntimeError(p.stderr)
@@ -159,90 +192,152 @@ def _med(xs):
     return statistics.median(xs)
 
 
-def measure(shape: str, records: int, runs: int, repeats: int, env: dict | None = None) -> dict:
-    dec = [run_child(shape, records, "decode", repeats, env) for _ in range(runs)]
-    base = [run_child(shape, records, "baseline", 2) for _ in range(runs)]
+def _summary(dec: list[dict]) -> dict:
     n = dec[0]["records"]
     cold = [d["runs"][0] for d in dec]
     warm = [r for d in dec for r in d["runs"][1:]]
-    out = {"shape": shape, "records": n, "events": cold[0]["events"], "buffers_MB": dec[0]["buffers_MB"],
-           "table_MB": cold[0]["table_MB"], "runs": runs}
+    out = {"events": cold[0]["events"], "table_MB": cold[0]["table_MB"], "warnings": cold[0]["warnings"],
+           "import_s": _med([d["import_s"] for d in dec]), "numba_imported": any(d["numba_imported"] for d in dec)}
     for name, rs in (("cold", cold), ("warm", warm or cold)):
         out[name] = {k: _med([r[k] for r in rs]) for k in ("wall_s", "user_s", "sys_s", "faults")}
-        out[name]["cpu_rate"] = n / _med([r["user_s"] + r["sys_s"] for r in rs])
+        out[name]["cpu_s"] = _med([r["user_s"] + r["sys_s"] for r in rs])
+        out[name]["cpu_rate"] = n / out[name]["cpu_s"]
         out[name]["wall_rate"] = n / out[name]["wall_s"]
     out["peak_over_start_MB"] = _med([max(r["peak_over_start_MB"] for r in d["runs"]) for d in dec])
-    out["baseline_cpu_rate"] = n / _med([r["user_s"] + r["sys_s"] for b in base for r in b["runs"][1:]])
-    out["baseline_wall_rate"] = n / _med([r["wall_s"] for b in base for r in b["runs"][1:]])
     return out
 
 
-def report(results: list[dict], malloc: list[dict], a, commit: str, load0, load1) -> str:
+def measure(shape: str, records: int, runs: int, repeats: int, engines: list[str], version: int,
+            env: dict | None = None) -> dict:
+    """Every engine's decode and the baseline, `runs` fresh processes each, interleaved."""
+    dec = {e: [] for e in engines}
+    base = []
+    for _ in range(runs):
+        for e in engines:
+            dec[e].append(run_child(shape, records, f"decode:{e}", repeats, version, env))
+        base.append(run_child(shape, records, "baseline", 2, version))
+    first = dec[engines[0]][0]
+    n = first["records"]
+    out = {"shape": shape, "records": n, "buffers_MB": first["buffers_MB"], "runs": runs, "format": version,
+           "engines": {e: _summary(d) for e, d in dec.items()}}
+    out["baseline_cpu_rate"] = n / _med([r["user_s"] + r["sys_s"] for b in base for r in b["runs"][1:]])
+    out["baseline_wall_rate"] = n / _med([r["wall_s"] for b in base for r in b["runs"][1:]])
+    ev = {e: s["events"] for e, s in out["engines"].items()}
+    assert len(set(ev.values())) == 1, f"engines decoded different event counts: {ev}"
+    return out
+
+
+def one_off(version: int, runs: int) -> dict:
+    """What the numba engine costs once: its ahead-of-time build (the first decode after installing
+    or changing profiler/decode_fast.py), and the cold first call of the JIT fallback with numba's
+    disk cache warm (numba import + first-call setup), on a small input, fresh processes."""
+    import shutil
+    import tempfile
+    out = {}
+    tmp = Path(tempfile.mkdtemp(prefix="epscope-bench-aot-"))
+    try:
+        p = _timed_child_build(tmp)
+        out["aot_build"] = p
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    run_child("dense", 10_000, "decode:numba-jit", 1, version)  # fills numba's cache
+    jit = [run_child("dense", 10_000, "decode:numba-jit", 2, version) for _ in range(runs)]
+    aot = [run_child("dense", 10_000, "decode:numba", 2, version) for _ in range(runs)]
+    for name, rs in (("jit", jit), ("aot", aot)):
+        out[name + "_cold_s"] = _med([d["runs"][0]["user_s"] + d["runs"][0]["sys_s"] for d in rs])
+        out[name + "_warm_s"] = _med([d["runs"][1]["user_s"] + d["runs"][1]["sys_s"] for d in rs])
+        out[name + "_numba_imported"] = any(d["numba_imported"] for d in rs)
+    return out
+
+
+def _timed_child_build(where: Path) -> dict:
+    code = ("import sys, json, resource, time; sys.path.insert(0, %r); from profiler import decode_fast as F; "
+            "w = time.perf_counter(); F.build_aot(__import__('pathlib').Path(%r) / 'k'); r = resource.getrusage(resource.RUSAGE_SELF); "
+            "c = resource.getrusage(resource.RUSAGE_CHILDREN); "
+            "print(json.dumps({'wall_s': time.perf_counter() - w, 'cpu_s': r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime}))"
+            % (str(ROOT), str(where)))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def report(results: list[dict], once: dict | None, a, commit: str, load0, load1, started) -> str:
     now = dt.datetime.now(dt.timezone.utc)
+    engines = a.engines.split(",")
     lines = [f"# Decode CPU benchmark ({now:%Y-%m-%d})", "",
              f"- CPU: {cpu_name()} ({os.cpu_count()} cores; one thread: OMP/BLAS threads = 1)",
-             f"- commit: {commit}, date: {now:%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, numpy {np.__version__}",
-             f"- command: `python3 benchmarks/bench_decode.py --sizes {a.sizes} --runs {a.runs} --out ...`",
+             f"- commit: {commit}, date: {started:%Y-%m-%d %H:%M}-{now:%H:%M} UTC, Python {platform.python_version()}, "
+             f"numpy {np.__version__}",
+             f"- command: `python3 benchmarks/bench_decode.py --sizes {a.sizes} --shapes {a.shapes} --engines {a.engines} "
+             f"--format {a.format} --runs {a.runs} --repeats {a.repeats} --out ...`",
              f"- load average at start / end: {load0[0]:.1f} / {load1[0]:.1f} on {os.cpu_count()} cores (shared machine: wall "
              "time includes waiting for a core; CPU time = user + sys is the cost on one core).",
-             "- each row: medians of fresh processes; cold = the first decode_launches call of a process, warm = its "
-             "repeats; rates are records per second of CPU time (user + sys), wall in brackets.", "",
-             "| shape | records | events | cold M rec/s | cold user / sys s | cold faults | warm M rec/s | warm faults | "
-             "structured copy M rec/s | decode / copy (cold, warm) | buffers MB | table MB | peak over start MB | "
-             "limit (table + 10 % of buffers + table) |",
+             "- each row: medians of fresh processes; cold = the first decode_launches call of a process (loading the "
+             "record loop included: the numba engine loads its ahead-of-time build from the disk cache), warm = its "
+             "repeats; rates are records per second of CPU time (user + sys), wall in brackets; import s = CPU "
+             "time to import profiler.decode (numpy, pandas) before the cold call, not in its rate.", "",
+             "| shape | records | events | engine | cold M rec/s | cold user / sys s | warm M rec/s | cold, warm vs "
+             f"{engines[0]} | structured copy M rec/s | buffers MB | table MB | peak over start MB | import s | numba imported |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
-        c, w = r["cold"], r["warm"]
-        limit = r["table_MB"] + 0.1 * (r["buffers_MB"] + r["table_MB"])
-        lines.append(f"| {r['shape']} | {r['records'] / 1e6:.1f} M | {r['events'] / 1e6:.1f} M | "
-                     f"{c['cpu_rate'] / 1e6:.1f} ({c['wall_rate'] / 1e6:.1f}) | {c['user_s']:.3f} / {c['sys_s']:.3f} | "
-                     f"{c['faults']:,.0f} | {w['cpu_rate'] / 1e6:.1f} ({w['wall_rate'] / 1e6:.1f}) | {w['faults']:,.0f} | "
-                     f"{r['baseline_cpu_rate'] / 1e6:.0f} | {c['cpu_rate'] / r['baseline_cpu_rate']:.2f}, "
-                     f"{w['cpu_rate'] / r['baseline_cpu_rate']:.2f} | {r['buffers_MB']:.0f} | {r['table_MB']:.0f} | "
-                     f"{r['peak_over_start_MB']:.0f} | {limit:.0f} |")
-    if malloc:
-        lines += ["", "## glibc malloc thresholds (MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ raised in the "
-                  "environment of the same measurement)", "",
-                  "| shape | records | env | cold M rec/s | cold user / sys s | cold faults |", "| --- | --- | --- | --- | --- | --- |"]
-        for env, r in malloc:
-            c = r["cold"]
-            lines.append(f"| {r['shape']} | {r['records'] / 1e6:.1f} M | {env or 'default'} | {c['cpu_rate'] / 1e6:.1f} | "
-                         f"{c['user_s']:.3f} / {c['sys_s']:.3f} | {c['faults']:,.0f} |")
+        ref = r["engines"][engines[0]]
+        for e, s in r["engines"].items():
+            c, w = s["cold"], s["warm"]
+            lines.append(f"| {r['shape']} | {r['records'] / 1e6:.1f} M | {s['events'] / 1e6:.2f} M | {e} | "
+                         f"{c['cpu_rate'] / 1e6:.1f} ({c['wall_rate'] / 1e6:.1f}) | {c['user_s']:.3f} / {c['sys_s']:.3f} | "
+                         f"{w['cpu_rate'] / 1e6:.1f} ({w['wall_rate'] / 1e6:.1f}) | "
+                         f"{c['cpu_rate'] / ref['cold']['cpu_rate']:.1f}x, {w['cpu_rate'] / ref['warm']['cpu_rate']:.1f}x | "
+                         f"{r['baseline_cpu_rate'] / 1e6:.0f} | {r['buffers_MB']:.0f} | {s['table_MB']:.0f} | "
+                         f"{s['peak_over_start_MB']:.0f} | {s['import_s']:.2f} | {s['numba_imported']} |")
+    warn = {f"{r['shape']} {r['records'] / 1e6:.1f} M": r["engines"][engines[0]]["warnings"] for r in results}
+    lines += ["", f"Decoder warnings (every engine the same event count): {warn}"]
+    if once:
+        b = once["aot_build"]
+        lines += ["", "## One-off costs of the numba engine (10 k records, fresh processes, CPU s)", "",
+                  f"- ahead-of-time build (numba.pycc, the first decode after installing or changing "
+                  f"profiler/decode_fast.py): {b['cpu_s']:.1f} s CPU, {b['wall_s']:.1f} s wall",
+                  f"- cold first call with the AOT build on disk: {once['aot_cold_s']:.3f} s (warm {once['aot_warm_s']:.3f} s); "
+                  f"numba imported: {once['aot_numba_imported']}",
+                  f"- cold first call of the JIT fallback (engine numba-jit, numba's disk cache warm: numba import + "
+                  f"first-call setup + cache load): {once['jit_cold_s']:.3f} s (warm {once['jit_warm_s']:.3f} s)"]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="1e6,10e6,50e6")
+    ap.add_argument("--sizes", default="1e6,30e6")
     ap.add_argument("--shapes", default="dense,sparse")
+    ap.add_argument("--engines", default="numpy,numba", help="profiler.decode ENGINES, the first is the reference of the ratios")
+    ap.add_argument("--format", type=int, default=L.VERSION, help="buffer format version to build (1 or 2)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3, help="decodes per process (the first is cold)")
-    ap.add_argument("--malloc", action="store_true", help="also measure with raised glibc malloc thresholds")
+    ap.add_argument("--no-one-off", action="store_true", help="skip the AOT build and JIT cold measurements")
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(child(a.child[0], int(a.child[1]), a.child[2], int(a.child[3]))))
+        print(json.dumps(child(a.child[0], int(a.child[1]), a.child[2], int(a.child[3]), int(a.child[4]))))
         return
+    started = dt.datetime.now(dt.timezone.utc)
     commit, load0 = machine_commit(("profiler", "benchmarks")), os.getloadavg()
-    results, malloc = [], []
+    engines = a.engines.split(",")
+    if any(e.startswith("numba") for e in engines):
+        from profiler import decode_fast
+        print(f"numba engine: {decode_fast.kernels().how} (build in {decode_fast.aot_dir()})", flush=True)
+    results = []
     for shape in a.shapes.split(","):
         for size in a.sizes.split(","):
-            r = measure(shape, int(float(size)), a.runs, a.repeats)
+            r = measure(shape, int(float(size)), a.runs, a.repeats, engines, a.format)
             results.append(r)
-            print(f"{shape} {r['records'] / 1e6:.1f} M: cold {r['cold']['cpu_rate'] / 1e6:.1f} M/s CPU "
-                  f"({r['cold']['user_s']:.3f} user, {r['cold']['sys_s']:.3f} sys, {r['cold']['faults']:.0f} faults), "
-                  f"warm {r['warm']['cpu_rate'] / 1e6:.1f} M/s, copy {r['baseline_cpu_rate'] / 1e6:.0f} M/s, "
-                  f"peak +{r['peak_over_start_MB']:.0f} MB (table {r['table_MB']:.0f}, buffers {r['buffers_MB']:.0f})", flush=True)
-    if a.malloc:
-        env = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
-        for shape in a.shapes.split(","):
-            n = int(float(a.sizes.split(",")[min(1, len(a.sizes.split(",")) - 1)]))
-            for e in ({}, env):
-                malloc.append((" ".join(f"{k}={v}" for k, v in e.items()), measure(shape, n, a.runs, 2, e)))
+            for e, s in r["engines"].items():
+                print(f"{shape} {r['records'] / 1e6:.1f} M {e}: cold {s['cold']['cpu_rate'] / 1e6:.1f} M/s CPU "
+                      f"({s['cold']['user_s']:.3f} user, {s['cold']['sys_s']:.3f} sys), warm {s['warm']['cpu_rate'] / 1e6:.1f} M/s, "
+                      f"copy {r['baseline_cpu_rate'] / 1e6:.0f} M/s, peak +{s['peak_over_start_MB']:.0f} MB", flush=True)
+    once = None if a.no_one_off or "numba" not in engines else one_off(a.format, a.runs)
+    if once:
+        print(once, flush=True)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(report(results, malloc, a, commit, load0, os.getloadavg()))
+        a.out.write_text(report(results, once, a, commit, load0, os.getloadavg(), started))
         print(f"wrote {a.out}")
 
 

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from benchmarks.machine import commit as machine_commit, cpu_name  # noqa: E402
+from tests.profiler.differential import ENGINES  # noqa: E402
 
 BLOCK = 1000  # inputs per seed
 
@@ -121,7 +122,7 @@ def main() -> None:
                  f"- load average at start / end: {load0[0]:.1f} / {os.getloadavg()[0]:.1f}; wall {wall:.0f} s", "",
                  f"**inputs tried: {tried:,}; failures: {len(failures)}**", "",
                  "Each input is one launch buffer from tests/profiler/differential.random_case, decoded by profiler.decode "
-                 "and by tests/profiler/reference_decoder.py; tables, launches, warning counts and errors (type and byte "
+                 f"with each of its record loops ({', '.join(ENGINES)}) and by tests/profiler/reference_decoder.py; tables, launches, warning counts and errors (type and byte "
                  "offset) must be equal, with no numpy warning, every time inside its launch's bounds.", ""]
         lines += [f"- {f}" for f in failures[:50]]
         a.out.parent.mkdir(parents=True, exist_ok=True)

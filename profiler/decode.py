@@ -1,10 +1,11 @@
-"""Raw profile buffers -> the tidy event table (profiler.schema), vectorised with numpy.
+"""Raw profile buffers -> the tidy event table (profiler.schema).
 
 The buffer layout comes only from profiler/generated/layout.py (generated from layout.toml): no
-offset in this file is written by hand. This module plans each launch (buffer and region
-headers, region states, the launch's time window, high-resolution clock pairs) and assembles
-the table; profiler.decode_records decodes the records, chunk by chunk, straight into columns
-allocated once per decode. The rules are in docs/design.md ("Decoder rules"); the pure-Python
+offset in this file is written by hand. This module plans each launch with numpy (buffer and
+region headers, region states, the launch's time window, high-resolution clock pairs) and
+assembles the table; a record loop decodes the records straight into columns allocated once per
+decode: profiler.decode_records (numpy, chunk by chunk) or, with the `fast` extra,
+profiler.decode_fast (compiled, a launch at a time; see ENGINES). The rules are in docs/design.md ("Decoder rules"); the pure-Python
 decoder of tests/profiler/reference_decoder.py implements them record by record and the fuzz
 tests hold the two equal.
 
@@ -15,6 +16,7 @@ No torch / perfetto / dash imports: this runs on the recording path of the GPU m
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,6 +64,12 @@ MAX_SM = (1 << 15) - 1
 # Records are decoded in chunks of whole regions of about this many records (512 kB of compact
 # records and their temporaries stay in a core's L2; 2^15 was fastest of 2^14..2^17 on the dev VM).
 CHUNK_RECORDS = 1 << 15
+# Which record loop decodes: "numba" (profiler.decode_fast: compiled ahead of time with numba,
+# the build cached on disk; needs the `fast` extra to build), "numba-jit" (the same loop under
+# numba's JIT, what "numba" falls back to without a C compiler), "numpy" (profiler.decode_records),
+# or "auto": "numba" when a build is on disk or numba is importable, else "numpy". The environment
+# variable EPSCOPE_DECODE sets the default; all give the same table (tests/profiler/differential.py).
+ENGINES = ("auto", "numba", "numba-jit", "numpy")
 
 _I16, _I32 = np.iinfo(np.int16), np.iinfo(np.int32)
 
@@ -263,6 +271,14 @@ def _header(arr: np.ndarray, registry: Registry):
     return h, nreg, cap, wpb, stride, need, version
 
 
+def _any_equal(v: np.ndarray, values) -> np.ndarray:
+    """v == any of a few values (np.isin's setup costs ~0.2 ms a call: per launch, that shows)."""
+    out = v == values[0]
+    for x in values[1:]:
+        out |= v == x
+    return out
+
+
 def _lower_median(v: np.ndarray):
     k = (len(v) - 1) // 2
     x = np.partition(v, k)[k]
@@ -308,7 +324,7 @@ class _Plan:
         body = arr[L.BUFFERHEADER_SIZE:need]
         rh = np.ascontiguousarray(body.reshape(nreg, stride)[:, : L.REGIONHEADER_SIZE]).view(_RH).reshape(nreg)
         state = rh["state"]
-        bad = np.flatnonzero(~np.isin(state, _RH_STATES))
+        bad = np.flatnonzero(~_any_equal(state, _RH_STATES))
         if len(bad):
             i = int(bad[0])
             raise E.DecodeError(f"region {i}: state {int(state[i])} is not a region_state",
@@ -395,7 +411,8 @@ class _Plan:
                 self.warnings.append(E.BadAnchors(self.bad_anchors, f"{self.where}: anchors that cannot anchor ignored"))
             self._clock_change(pair, gsi, ge)
         self._header_span(gs[gs_ok], ge[end_ok])
-        converts = pair | np.isin(np.arange(len(pair)), list(self.segments))
+        converts = pair.copy()
+        converts[list(self.segments)] = True
         fallback = int(np.count_nonzero(gs_ok & ~converts & (self.n > 0)))
         if fallback:
             self.warnings.append(E.ClockFallback(fallback, f"{self.where}: high-res regions without a usable clock pair "
@@ -411,8 +428,16 @@ class _Plan:
         nreg = len(self.n)
         if not (self.cap and self.n_records):
             return
-        kind = self.slots.view(np.uint8).reshape(nreg, self.cap, 16)[:, :, _field_offset(L.RECORD_DTYPE, "kind")]
-        ri, ji = np.nonzero((kind == L.KIND_ANCHOR) & (np.arange(self.cap) < self.n[:, None]))
+        w = int(self.n.max())   # only candidate slots: a sparse buffer's unwritten tail is never read
+        kinds = self.all_slots.view(np.uint8)[:, _field_offset(L.RECORD_DTYPE, "kind")]   # a strided view, no copy
+        kind = kinds.reshape(nreg, _RH_SLOTS + self.cap)[:, _RH_SLOTS:_RH_SLOTS + w]
+        is_anchor = kind == L.KIND_ANCHOR
+        if not is_anchor.any():   # the common case (anchors are optional): skip the 2-D nonzero
+            return
+        ri, ji = np.nonzero(is_anchor)
+        if len(ri):
+            cand = ji < self.n[ri]
+            ri, ji = ri[cand], ji[cand]
         by_region: dict[int, list] = {}
         for r, j in zip(ri.tolist(), ji.tolist()):
             by_region.setdefault(r, []).append(j)
@@ -557,6 +582,19 @@ class _Plan:
         return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if self.n[a:b].any()]
 
 
+def _engine(engine: str | None):
+    """The compiled record loop (a decode_fast.Loop), or None for the numpy one."""
+    engine = engine or os.environ.get("EPSCOPE_DECODE") or "auto"
+    if engine not in ENGINES:
+        raise ValueError(f"decode engine {engine!r}: must be one of {', '.join(ENGINES)} (EPSCOPE_DECODE or engine=)")
+    if engine == "numpy":
+        return None
+    from . import decode_fast   # numpy only: numba is imported when a kernel must be built or JIT-compiled
+    if engine == "auto" and not decode_fast.available():
+        return None
+    return decode_fast.Loop(jit_only=engine == "numba-jit")
+
+
 # -- the table ------------------------------------------------------------------------------------
 _COUNT_WARNINGS = (  # chunk counts -> warnings, in this order
     ("CorruptRecords", E.CorruptRecords, "records with kind outside 1..5 skipped"),
@@ -603,15 +641,25 @@ class _Table:
                                                        f"{plan.registry.family!r}: {', '.join(extra)}"))
 
 
-def _decode_launch(plan: _Plan, table: _Table, off: int, scratch: Scratch) -> tuple[int, int, int]:
+def _results(plan: _Plan, table: _Table, off: int, scratch, fast):
+    """The decoded chunks of one launch: the whole launch at once with the compiled loop."""
+    if fast is not None:
+        if plan.n_records:
+            yield fast.decode(plan, table.out, off, table.codes, _RH_SLOTS, scratch)
+        return
+    for r0, r1 in plan.chunks:
+        res = decode_chunk(plan, r0, r1, table.out, off, table.codes, scratch)
+        off += res.events
+        yield res
+
+
+def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast) -> tuple[int, int, int]:
     """Decode one launch's records at table row `off`; (events, gpu_begin, gpu_end) in raw ns."""
-    out, codes = table.out, table.codes
     counts = dict.fromkeys([c for c, _, _ in _COUNT_WARNINGS], 0)
     unknown = []
     o = off
     spans = [plan.header_span] if plan.header_span else []
-    for r0, r1 in plan.chunks:
-        res = decode_chunk(plan, r0, r1, out, o, codes, scratch)
+    for res in _results(plan, table, off, scratch, fast):
         o += res.events
         for k, v in res.counts.items():
             counts[k] += v
@@ -629,18 +677,21 @@ def _decode_launch(plan: _Plan, table: _Table, off: int, scratch: Scratch) -> tu
     return o - off, gb, ge
 
 
-def _decode(plans: list[_Plan], clock: ClockModel | None) -> tuple[pd.DataFrame, list[dict]]:
+def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) -> tuple[pd.DataFrame, list[dict]]:
     """Decode planned launches into one event table, every column allocated once."""
+    fast = _engine(engine)
     codes = _Codes(plans)
     kidx = {k: i for i, k in enumerate(codes.kernels)}
     hosts = [_host_span(p.info, clock) for p in plans]
     table = _Table(codes, sum(p.n_records + (1 if h[0] else 0) for p, h in zip(plans, hosts)))
-    biggest = max((p.chunk_slots(a, b) for p in plans for a, b in p.chunks), default=0)
-    scratch = Scratch(biggest)
+    if fast is not None:
+        scratch = fast.scratch(plans)
+    else:
+        scratch = Scratch(max((p.chunk_slots(a, b) for p in plans for a, b in p.chunks), default=0))
     launches, off = [], 0
     for p, (host, hb, he) in zip(plans, hosts):
         info = p.info
-        k, gb, ge = _decode_launch(p, table, off, scratch)
+        k, gb, ge = _decode_launch(p, table, off, scratch, fast)
         out = table.out
         if clock is not None:
             for c in ("begin_ns", "end_ns"):
@@ -681,17 +732,19 @@ def _decode(plans: list[_Plan], clock: ClockModel | None) -> tuple[pd.DataFrame,
     return pd.DataFrame(frame, copy=False), launches
 
 
-def decode_buffer(buf, info: LaunchInfo, registry, clock: ClockModel | None = None) -> DecodedLaunch:
+def decode_buffer(buf, info: LaunchInfo, registry, clock: ClockModel | None = None, *,
+                  engine: str | None = None) -> DecodedLaunch:
     """Decode one launch's profile buffer.
 
     buf: bytes | memoryview | np.ndarray (any dtype, viewed as bytes); registry: Registry or its
     to_json() dict. With a ClockModel, times are on the run timeline (ns since run start, rank 0
     clock) and the launch's host span becomes a kind='host' row (phase = kernel name); without
     one, times are this buffer's globaltimer minus its earliest timestamp. Raises DecodeError
-    subclasses for unreadable buffers; recoverable problems come back in .warnings.
+    subclasses for unreadable buffers; recoverable problems come back in .warnings. engine: one of
+    ENGINES (default: EPSCOPE_DECODE, else "auto").
     """
     plan = _Plan(buf, info, _registry(registry), clock.sm_ghz if clock is not None else NOMINAL_SM_GHZ)
-    events, launches = _decode([plan], clock)
+    events, launches = _decode([plan], clock, engine)
     return DecodedLaunch(events, launches[0], plan.warnings)
 
 
@@ -731,17 +784,23 @@ def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def launches_frame(rows: list[dict]) -> pd.DataFrame:
-    df = pd.DataFrame(rows, columns=list(LAUNCH_COLUMNS))
-    return df.astype(LAUNCH_COLUMNS)
+    # column by column: DataFrame(rows).astype() cost 2-3 ms more on the first call of a process
+    # (a tenth of a cold 1 M-record decode's budget)
+    cols = {}
+    for c, t in LAUNCH_COLUMNS.items():
+        v = [r[c] for r in rows]
+        cols[c] = pd.Categorical(v) if t == "category" else np.array(v, dtype=t)
+    return pd.DataFrame(cols, copy=False)
 
 
-def decode_launches(items, registries, clocks: ClockModel | None = None) -> Decoded:
+def decode_launches(items, registries, clocks: ClockModel | None = None, *, engine: str | None = None) -> Decoded:
     """Decode many launches (of any ranks and kernel families) into one table.
 
     items: iterable of (buf, LaunchInfo); registries: {family: Registry | to_json dict}. Without
     a clock model every rank's times are its own globaltimer minus the earliest raw timestamp of
     the whole decode (only meaningful across ranks that share one clock). Warnings are
-    aggregated: one per type, counts summed.
+    aggregated: one per type, counts summed. engine: the record loop, one of ENGINES (default:
+    EPSCOPE_DECODE, else "auto": the compiled one when numba is importable).
     """
     regs = {fam: _registry(r) for fam, r in registries.items()}
     plans = []
@@ -749,6 +808,6 @@ def decode_launches(items, registries, clocks: ClockModel | None = None) -> Deco
         if info.family not in regs:
             raise KeyError(f"no registry for kernel family {info.family!r} (have {sorted(regs)})")
         plans.append(_Plan(buf, info, regs[info.family], clocks.sm_ghz if clocks is not None else NOMINAL_SM_GHZ))
-    events, launches = _decode(plans, clocks)
+    events, launches = _decode(plans, clocks, engine)
     return Decoded(events, launches_frame(launches), aggregate_warnings([w for p in plans for w in p.warnings]),
                    conversion_summary(plans, clocks))

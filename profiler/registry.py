@@ -165,7 +165,7 @@ class Registry:
             "barriers": [vars(b).copy() for b in sorted(self.barriers, key=lambda b: b.id)],
         }
 
-    @property
+    @functools.cached_property   # frozen: computed once (the decoder reads it per launch; ~0.1 ms a JSON dump)
     def hash(self) -> int:
         """crc32 of the canonical JSON; stored in every buffer header of this family."""
         blob = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()

@@ -14,7 +14,6 @@ PACKAGES = ("ep_core", "profiler", "viewer")
 # Circles that other branches are removing while this test lands; each must be deleted from here
 # when its fix is merged (this set must end up empty). Anything else fails.
 KNOWN_ELSEWHERE = {
-    frozenset({"profiler.perfetto_export", "profiler.runstore"}),                       # helper i19
 }
 
 

@@ -30,6 +30,31 @@ def test_core_dependencies_have_no_torch_and_the_gpu_extra_has_it():
     assert {"torch", "ninja"} <= {_name(r) for r in p["optional-dependencies"]["gpu"]}
 
 
+def test_numba_is_the_fast_extra_only():
+    """The compiled decode loop is optional: the viewer's install never pulls numba (and LLVM)."""
+    p = _pyproject()
+    assert "numba" not in {_name(r) for r in p["dependencies"]}
+    assert "numba" in {_name(r) for r in p["optional-dependencies"]["fast"]}
+
+
+def test_decode_without_numba_takes_the_numpy_loop(tmp_path):
+    """The GPU machine has no numba: `auto` decodes with numpy there (HOME is empty: no AOT build)."""
+    code = ("sys.modules['numba'] = None\n"
+            "import numpy as np\n"
+            "from profiler import decode as D\n"
+            "from profiler.registry import load_all\n"
+            "from tests.profiler.bufbuild import random_buffer\n"
+            "reg = load_all()['selftest']\n"
+            "buf = random_buffer(np.random.default_rng(0), reg, n_regions=4, capacity=16)\n"
+            "items = [(buf, D.LaunchInfo(0, 0, 'k', 0, 'selftest'))]\n"
+            "assert D._engine('auto') is None\n"
+            "d = D.decode_launches(items, {'selftest': reg})\n"
+            "assert len(d.events) and d.events.equals(D.decode_launches(items, {'selftest': reg}, engine='numpy').events)\n"
+            "print('numpy ok')\n")
+    p = _run_without_torch(code, tmp_path)
+    assert p.returncode == 0 and "numpy ok" in p.stdout, p.stderr[-3000:]
+
+
 def _run_without_torch(code: str, tmp_path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", NO_TORCH + code], cwd=REPO, capture_output=True, text=True,
                           timeout=600, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})

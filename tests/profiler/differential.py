@@ -1,7 +1,9 @@
 """Differential decoding: profiler.decode against the record-by-record reference decoder.
 
-`check(items)` decodes the same launches with both and asserts the same table, launches, warning
-counts, or the same error (type and byte offset), plus what must hold for any input: schema
+`check(items)` decodes the same launches with the reference and with each of profiler.decode's
+record loops (ENGINES: numpy, and when numba is importable the compiled one, ahead of time and
+under the JIT) and asserts the
+same table, launches, warning counts, or the same error (type and byte offset), plus what must hold for any input: schema
 dtypes, no numpy warning, end >= begin, every time inside its launch's bounds, launches no
 longer than twice the time window. `random_case(rng)` draws inputs from a numpy Generator: valid
 buffers with byte flips and cuts, and buffers built field by field with plausible and extreme
@@ -27,16 +29,21 @@ REG = load_all()["selftest"]
 REGISTRIES = {"selftest": REG}
 T0 = 1_764_000_000_000_000_000
 _VERSION_AT = L.BUFFERHEADER_DTYPE.fields["version"][1]
+try:
+    import numba  # noqa: F401  (the `fast` extra; CI installs it with `dev`)
+    ENGINES = ("numpy", "numba", "numba-jit")
+except ImportError:
+    ENGINES = ("numpy",)
 PHASE_IDS = [p.id for p in REG.phases] + [77]          # 77: not in the registry
 BARRIER_IDS = [b.id for b in REG.barriers] + [9]
 
 
-def fast(items):
+def fast(items, engine: str = "numpy"):
     """profiler.decode's answer in the reference's shape; numpy warnings are errors."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            d = D.decode_launches(items, REGISTRIES)
+            d = D.decode_launches(items, REGISTRIES, engine=engine)
     except E.DecodeError as e:
         return R.RefError(type(e).__name__, e.offset)
     ev = d.events
@@ -55,9 +62,11 @@ def reference(items):
 
 
 def check(items) -> None:
-    got, want = fast(items), reference(items)
-    if got != want:
-        raise AssertionError(f"decoders differ on {describe(items)}:\n{_diff(got, want)}")
+    want = reference(items)
+    for engine in ENGINES:
+        got = fast(items, engine)
+        if got != want:
+            raise AssertionError(f"decoders differ ({engine} record loop) on {describe(items)}:\n{_diff(got, want)}")
     if isinstance(got, R.RefError):
         assert got.offset >= 0
         return

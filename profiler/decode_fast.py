@@ -1,0 +1,403 @@
+"""A launch's records -> its rows of the event table, one compiled loop (optional: the `fast` extra).
+
+profiler.decode plans each launch with numpy (headers, region states, the time window, the clock
+conversion of every region and its anchor segments) and then hands the whole launch either to
+profiler.decode_records (numpy, chunk by chunk) or to `decode_launch` here: one loop over each
+region's candidate records that applies the decoder rules of docs/design.md record by record, the
+way tests/profiler/reference_decoder.py does, writing the rows straight into the preallocated
+columns. The differential tests hold every path equal to the reference decoder
+(tests/profiler/differential.py).
+
+Why compiled: the numpy path makes ~45 array passes over each chunk and tops out near 10-24 M
+records/s a core (benchmarks/results/decode-cpu-2026-11-30.md); this loop reads each record once.
+
+How it is compiled, and why not only numba's JIT: a fresh process pays ~0.15 s CPU to import
+numba and ~0.4 s more for its first call of any function, even one loaded from numba's on-disk
+cache (LLVM and numba's typing are set up on first use; dev VM, benchmarks/NOTES.md): more than
+the whole budget of a cold 1 M-record decode at 50 M records/s (20 ms). So `_launch` is compiled
+ahead of time with numba.pycc into a small extension module kept in a per-user cache directory
+(`aot_dir()`), built on the first decode after installing or changing this file and loaded by
+every later process in under a millisecond without importing numba. Where that build cannot run
+(no C compiler, a numba without pycc) the same function runs under numba's JIT with its on-disk
+cache (`cache=True`).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .generated import layout as L
+
+# Record as two u64 words: t, then id (bits 0-15) | kind (16-23) | reserved (24-31) | payload (32-63)
+_RF = L.RECORD_DTYPE.fields
+assert L.RECORD_SIZE == 16 and _RF["t"][1] == 0 and _RF["id"][1] == 8, "the loop reads records as two u64 words"
+assert _RF["kind"][1] == 10 and _RF["payload"][1] == 12, "kind at bits 16-23 and payload at 32-63 of the second word"
+# (u64 constants: numba types a u64 mixed with an i64 as float64)
+_KIND_SHIFT, _PAYLOAD_SHIFT = np.uint64(8 * (_RF["kind"][1] - 8)), np.uint64(8 * (_RF["payload"][1] - 8))
+_ID_MASK, _BYTE, _KEY_SHIFT = np.uint64(0xFFFF), np.uint64(0xFF), np.uint64(16)
+# What the loop returns, by index of its result array
+R_EVENTS, R_CORRUPT, R_BADTIME, R_UNMATCHED_END, R_UNMATCHED_BEGIN, R_REVERSED, R_UNKNOWN, R_TMIN, R_TMAX = range(9)
+_RESULTS = 9
+_IDS = 1 << 16
+_I64_MAX = np.iinfo(np.int64).max
+
+
+def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, seg_len, pcs, pgs, prates,
+            phase_lut, role_lut, kind_lut, blk, wrp, smv,
+            o_begin, o_end, o_payload, o_phase, o_role, o_kind, o_open, o_block, o_warp, o_sm,
+            o, unk_pos, unk_key, stamp, prev, gen0, res):
+    """Rows of every region of one launch from row `o` on; counts and time bounds into `res`.
+
+    One pass over each region's records: a BEGIN's row is written open, ending where it begins;
+    the END that closes it (the next END of its id) sets its end (and its payload when the BEGIN
+    carried 0); BEGINs still open at the region's end end at its last kept record. stamp and prev
+    (one entry per id) hold each id's open BEGIN: row prev of the region numbered stamp; regions
+    are numbered gen0 + 1, gen0 + 2, ... so the arrays are zeroed once per decode, not per launch.
+    Nothing is allocated here, so the AOT build needs no numba runtime."""
+    ulo, uhi = np.uint64(lo), np.uint64(hi)
+    ev = o
+    corrupt = badtime = unmatched_end = unmatched_begin = reversed_ = unknown = 0
+    tmin, tmax = _I64_MAX, -_I64_MAX
+    for r in range(n.shape[0]):
+        m = n[r]
+        if m == 0:
+            continue
+        b0 = base[r]
+        gen = gen0 + r + 1
+        sa, sl = seg_at[r], seg_len[r]
+        last_t = np.int64(0)
+        r_start = ev
+        still_open = 0
+        first_role = 0
+        barriers = False
+        blk_r, wrp_r, sm_r = blk[r], wrp[r], smv[r]
+        for j in range(m):
+            w0, w1 = slots[b0 + j, 0], slots[b0 + j, 1]
+            kind = np.uint8((w1 >> _KIND_SHIFT) & _BYTE)
+            if v2 and kind == 6:   # an ANCHOR: a conversion point (profiler.decode plans it), not an event
+                continue
+            if kind < 1 or kind > 5:
+                corrupt += 1
+                continue
+            if not hires:
+                ok = w0 >= ulo and w0 <= uhi
+                t = np.int64(w0)
+            else:
+                if sa >= 0:   # the segment of the last anchor point at or before this clock
+                    off = np.int64(w0 - pcs[sa])
+                    k = 0
+                    for q in range(1, sl - 1):
+                        if np.int64(pcs[sa + q] - pcs[sa]) <= off:
+                            k += 1
+                    c0, g0, rt = pcs[sa + k], pgs[sa + k], prates[sa + k]
+                    yl, yh = np.float64(lo - g0), np.float64(hi - g0)
+                else:
+                    c0, g0, rt, yl, yh = cs[r], gs[r], rate[r], ylo[r], yhi[r]
+                y = np.float64(np.int64(w0 - c0)) * rt
+                ok = y >= yl and y <= yh
+                t = g0 + np.int64(np.rint(y)) if ok else np.int64(0)
+            if not ok:
+                badtime += 1
+                continue
+            last_t = t
+            pid = w1 & _ID_MASK
+            if kind == 2:
+                if stamp[pid] == gen:
+                    q = prev[pid]
+                    stamp[pid] = 0
+                    e = t
+                    if e < o_begin[q]:
+                        e = o_begin[q]
+                        reversed_ += 1
+                    o_end[q] = e
+                    o_open[q] = False
+                    if o_payload[q] == 0:   # counts known only at the end ride on the END
+                        o_payload[q] = np.int64(w1 >> _PAYLOAD_SHIFT)
+                    still_open -= 1
+                    tmax = max(tmax, e)
+                else:
+                    unmatched_end += 1
+                continue
+            key = pid | (np.uint64(kind & 7) << _KEY_SHIFT)
+            o_begin[ev] = t
+            o_end[ev] = t
+            o_payload[ev] = np.int64(w1 >> _PAYLOAD_SHIFT)
+            ph = phase_lut[key]
+            o_phase[ev] = ph
+            if ph < 0:
+                unk_pos[unknown] = ev
+                unk_key[unknown] = np.int64(key)
+                unknown += 1
+            ro = role_lut[key]
+            o_role[ev] = ro
+            if ro < 0:
+                barriers = True
+            elif ro > 0 and first_role == 0:
+                first_role = ro
+            o_kind[ev] = kind_lut[key]
+            o_block[ev] = blk_r
+            o_warp[ev] = wrp_r
+            o_sm[ev] = sm_r
+            if kind == 1:   # open until its END (a BEGIN it replaces in prev stays open)
+                o_open[ev] = True
+                still_open += 1
+                stamp[pid] = gen
+                prev[pid] = ev
+            else:
+                o_open[ev] = False
+            tmin = min(tmin, t)
+            tmax = max(tmax, t)
+            ev += 1
+        if still_open:   # BEGINs without END end at the warp's last kept record
+            for q in range(r_start, ev):
+                if o_open[q]:
+                    unmatched_begin += 1
+                    e = last_t
+                    if e < o_begin[q]:
+                        e = o_begin[q]
+                        reversed_ += 1
+                    o_end[q] = e
+                    tmax = max(tmax, e)
+        if barriers:   # a barrier event takes the role of its warp's first role-bearing event
+            for q in range(r_start, ev):
+                if o_role[q] < 0:
+                    o_role[q] = first_role
+    res[R_EVENTS], res[R_CORRUPT], res[R_BADTIME] = ev - o, corrupt, badtime
+    res[R_UNMATCHED_END], res[R_UNMATCHED_BEGIN], res[R_REVERSED], res[R_UNKNOWN] = \
+        unmatched_end, unmatched_begin, reversed_, unknown
+    res[R_TMIN], res[R_TMAX] = tmin, tmax
+
+
+# Exported variants: the phase and role code widths decode._code_dtype picks (int8 up to 126
+# names, int16 past); any other combination (over 32 k phase names or 126 roles) runs the JIT.
+_CODES = {(np.dtype(np.int8), np.dtype(np.int8)): "i8_i8", (np.dtype(np.int16), np.dtype(np.int8)): "i16_i8"}
+_AOT_MODULE = "_epscope_decode_aot"
+
+
+def _signature(phase: str, role: str) -> str:
+    a = "{}[::1]".format
+    return "void(" + ", ".join([
+        "uint64[:, ::1]", a("int64"), a("int64"), "boolean", "boolean", "int64", "int64",
+        a("uint64"), a("float64"), a("int64"), a("float64"), a("float64"),
+        a("int64"), a("int64"), a("uint64"), a("int64"), a("float64"),
+        a(phase), a(role), a("int8"), a("int32"), a("int16"), a("int16"),
+        a("int64"), a("int64"), a("int64"), a(phase), a(role), a("int8"), a("boolean"), a("int32"), a("int16"), a("int16"),
+        "int64", a("int64"), a("int64"), a("int64"), a("int64"), "int64", a("int64")]) + ")"
+
+
+def aot_dir() -> Path:
+    """Where the ahead-of-time build of this file lives: keyed by this file's bytes and the Python,
+    numpy and platform it was built for ($EPSCOPE_CACHE_DIR, else ~/.cache/epscope)."""
+    key = hashlib.sha256(Path(__file__).read_bytes())
+    key.update(f"{sys.implementation.cache_tag} {np.__version__} {platform.machine()} {sys.platform}".encode())
+    root = Path(os.environ.get("EPSCOPE_CACHE_DIR") or Path.home() / ".cache" / "epscope")
+    return root / "decode" / key.hexdigest()[:16]
+
+
+def _load_aot(where: Path):
+    paths = sorted(where.glob(f"{_AOT_MODULE}*.so")) + sorted(where.glob(f"{_AOT_MODULE}*.pyd"))
+    if not paths:
+        return None
+    spec = importlib.util.spec_from_file_location(_AOT_MODULE, paths[0])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def build_aot(where: Path | None = None) -> Path:
+    """Compile `_launch` ahead of time (numba.pycc) into `where` (default aot_dir()); its path.
+    Built in a temporary directory beside it and renamed into place, so concurrent first decodes
+    never load a half-written module."""
+    import warnings
+    with warnings.catch_warnings():   # pycc is pending deprecation since numba 0.57, still shipped (0.68)
+        warnings.simplefilter("ignore")
+        from numba.pycc import CC
+    where = where or aot_dir()
+    where.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=where.parent))
+    cc = CC(_AOT_MODULE)
+    cc.output_dir = str(tmp)
+    cc.verbose = False
+    for (p, r), name in _CODES.items():
+        cc.export(name, _signature(p.name, r.name))(_launch)
+    cc.compile()
+    try:
+        os.replace(tmp, where)
+    except OSError:   # another process got there first: use its build
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return where
+
+
+class Kernels:
+    """The compiled `_launch` for each (phase, role) code width: the AOT module's, else the JIT's."""
+
+    def __init__(self, jit_only: bool = False):
+        self.aot, self.how = None, "jit"
+        if not jit_only:
+            where = aot_dir()
+            self.aot = _load_aot(where)
+            failed = where.parent / (where.name + ".failed")   # tried once per machine and source version
+            if self.aot is None and failed.exists():
+                self.build_error = failed.read_text()
+            elif self.aot is None:
+                try:
+                    self.aot = _load_aot(build_aot(where))
+                except Exception as e:  # noqa: BLE001  (no C compiler, no pycc: the JIT still works)
+                    self.build_error = f"{type(e).__name__}: {e}"
+                    try:
+                        failed.parent.mkdir(parents=True, exist_ok=True)
+                        failed.write_text(self.build_error)
+                    except OSError:
+                        pass
+            if self.aot is not None:
+                self.how = "aot"
+            else:
+                import warnings
+                warnings.warn(f"epscope decode: no ahead-of-time build of the record loop ({self.build_error}); numba's "
+                              "JIT runs it instead, ~0.5 s more per fresh process", RuntimeWarning, stacklevel=3)
+        self._jit = None
+
+    def get(self, phase: np.dtype, role: np.dtype):
+        name = _CODES.get((np.dtype(phase), np.dtype(role)))
+        if self.aot is not None and name is not None:
+            return getattr(self.aot, name)
+        if self._jit is None:
+            import numba
+            self._jit = numba.njit(cache=True, nogil=True, boundscheck=False)(_launch)
+        return self._jit
+
+
+_KERNELS: dict[bool, Kernels] = {}
+
+
+def kernels(jit_only: bool = False) -> Kernels:
+    k = _KERNELS.get(jit_only)
+    if k is None:
+        k = _KERNELS[jit_only] = Kernels(jit_only)
+    return k
+
+
+def available() -> bool:
+    """Can this process run the compiled loop (an AOT build on disk, or numba to make one)?"""
+    try:
+        if _load_aot(aot_dir()) is not None:
+            return True
+    except (OSError, RuntimeError, ImportError):   # no home directory, an unreadable cache: numba decides
+        pass
+    return importlib.util.find_spec("numba") is not None
+
+
+def _segments(plan, nreg: int):
+    """The anchor segments of plan.segments as flat arrays: (first point of each region or -1,
+    points of each region, point clocks, point ns, rate of the segment from each point)."""
+    seg_at, seg_len = np.full(nreg, -1, np.int64), np.zeros(nreg, np.int64)
+    pcs, pgs, prates = [np.zeros(0, np.uint64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float64)]
+    at = 0
+    for r, (pc, pg, rates) in plan.segments.items():
+        seg_at[r], seg_len[r] = at, len(pc)
+        pcs.append(pc)
+        pgs.append(pg)
+        prates.append(np.r_[rates, 0.0])   # one rate per segment; the last point starts none
+        at += len(pc)
+    return seg_at, seg_len, np.concatenate(pcs), np.concatenate(pgs), np.concatenate(prates)
+
+
+class Scratch:
+    """Work arrays of one decode, shared by its launches (see _launch)."""
+
+    def __init__(self):
+        self.stamp, self.prev = np.zeros(_IDS, np.int64), np.zeros(_IDS, np.int64)
+        self.regions = 0   # regions numbered so far (stamp values in use)
+        # reused by every launch: a fresh array per launch cost a page fault per 4 kB of it (the
+        # sys time of a 30 M-record sparse decode was 2.3 s of 3.5)
+        self._cand = np.empty((0, 2), np.uint64)
+        self._unk = np.empty((2, 0), np.int64)
+
+    def candidates(self, records: int) -> np.ndarray:
+        """(records, 2) u64 for a launch's candidate records copied together."""
+        if len(self._cand) < records:
+            self._cand = np.empty((records, 2), np.uint64)
+        return self._cand[:records]
+
+    def unknown(self, records: int) -> tuple[np.ndarray, np.ndarray]:
+        """Room for the row and LUT key of every unnamed event of a launch (pages touched only if used)."""
+        if self._unk.shape[1] < records:
+            self._unk = np.empty((2, records), np.int64)
+        return self._unk[0, :records], self._unk[1, :records]
+
+
+def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch, jit_only: bool = False):
+    """Decode every record of `plan` into out[column][o:]; a decode_records.ChunkResult."""
+    from .decode_records import ChunkResult
+    phase_lut, role_lut = codes.phase_lut(plan.family), codes.role_lut(plan.family)
+    assert phase_lut.dtype == out["phase"].dtype and role_lut.dtype == out["role"].dtype, "LUT and column widths differ"
+    launch = kernels(jit_only).get(phase_lut.dtype, role_lut.dtype)
+    nreg = len(plan.n)
+    n = plan.n.astype(np.int64)
+    w = int(n.max()) if nreg else 0
+    if 2 * w <= plan.cap:
+        # Sparse regions (the recorded EP runs: 16-64 records at capacity 512-4096): copy the
+        # candidates together first. Each region's first record costs a TLB and cache miss; a
+        # plain copy overlaps those misses, the branchy loop does not (1 M records in 30 launches of
+        # 2112 regions x 16 at capacity 128: loop 49 ns a record in place, ~15 with the copy).
+        slots = scratch.candidates(nreg * w)
+        np.copyto(slots.reshape(nreg, w, 2), plan.slots[:, :w])
+        base = np.arange(nreg, dtype=np.int64) * w
+    else:
+        slots = plan.all_slots
+        base = np.arange(nreg, dtype=np.int64) * (rh_slots + plan.cap) + rh_slots
+    if plan.hires:
+        cs, rate, gs = (np.ascontiguousarray(a, dt) for a, dt in ((plan.cs, np.uint64), (plan.rate, np.float64),
+                                                                  (plan.gs, np.int64)))
+        ylo, yhi = np.ascontiguousarray(plan.ylo, np.float64), np.ascontiguousarray(plan.yhi, np.float64)
+    else:   # unused: times are raw globaltimer ns checked against the window
+        cs, gs = np.zeros(nreg, np.uint64), np.zeros(nreg, np.int64)
+        rate, ylo, yhi = (np.zeros(nreg, np.float64) for _ in range(3))
+    seg_at, seg_len, pcs, pgs, prates = _segments(plan, nreg)
+    lo, hi = plan.window
+    unk_pos, unk_key = scratch.unknown(plan.n_records)
+    r = np.zeros(_RESULTS, np.int64)
+    sc = scratch
+    assert slots.dtype == np.uint64 and slots.flags.c_contiguous, "records are read as C-contiguous u64 pairs"
+    launch(slots, base, n, bool(plan.hires), plan.version >= 2, np.int64(lo), np.int64(hi),
+           cs, rate, gs, ylo, yhi, seg_at, seg_len, pcs, pgs, prates,
+           phase_lut, role_lut, codes.kind_lut,
+           np.ascontiguousarray(plan.block, np.int32), np.ascontiguousarray(plan.warp, np.int16),
+           np.ascontiguousarray(plan.sm, np.int16),
+           out["begin_ns"], out["end_ns"], out["payload"], out["phase"], out["role"], out["kind"], out["open"],
+           out["block"], out["warp"], out["sm"], np.int64(o), unk_pos, unk_key, sc.stamp, sc.prev,
+           np.int64(sc.regions), r)
+    sc.regions += nreg
+    res = ChunkResult()
+    res.events = int(r[R_EVENTS])
+    res.counts = {"CorruptRecords": int(r[R_CORRUPT]), "BadTimestamps": int(r[R_BADTIME]),
+                  "UnmatchedEnd": int(r[R_UNMATCHED_END]), "UnmatchedBegin": int(r[R_UNMATCHED_BEGIN]),
+                  "ReversedSpans": int(r[R_REVERSED])}
+    if res.events:
+        res.tmin, res.tmax = int(r[R_TMIN]), int(r[R_TMAX])
+    k = int(r[R_UNKNOWN])
+    if k:
+        res.unknown = (unk_pos[:k].copy(), unk_key[:k].copy())   # the scratch is the next launch's
+    return res
+
+
+class Loop:
+    """The compiled record loop as profiler.decode drives it: one Scratch per decode, then
+    decode() per launch."""
+
+    def __init__(self, jit_only: bool = False):
+        self.jit_only = jit_only
+
+    def scratch(self, plans: list) -> Scratch:
+        return Scratch()
+
+    def decode(self, plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch):
+        return decode_launch(plan, out, o, codes, rh_slots, scratch, self.jit_only)

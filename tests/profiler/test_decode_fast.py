@@ -1,0 +1,98 @@
+"""profiler.decode_fast: the compiled record loop, how it is chosen, built and loaded.
+
+Its results are held equal to the reference decoder by the differential tests (every engine in
+tests/profiler/differential.ENGINES); these tests cover what those cannot see: engine choice,
+the wider code variants, the JIT fallback and the cold load without numba.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profiler import decode as D
+from profiler.generated import layout as L
+
+from .bufbuild import Region, build
+from .differential import ENGINES, REG, REGISTRIES, T0, check
+
+numba = pytest.importorskip("numba", reason="the compiled loop needs the `fast` extra (numba)")
+from profiler import decode_fast as F  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _unknown_ids_buffer(first_id: int, count: int) -> bytes:
+    """One region of `count` INSTANTs with ids the selftest registry does not declare."""
+    recs = [(T0 + 10 * k, L.KIND_INSTANT, first_id + k, k) for k in range(count)]
+    return build([Region(recs)], registry_hash=REG.hash, capacity=count)
+
+
+def test_engines_are_checked_against_the_reference():
+    assert ENGINES == ("numpy", "numba", "numba-jit")
+
+
+def test_unknown_engine_names_the_choices():
+    buf = _unknown_ids_buffer(1000, 2)
+    with pytest.raises(ValueError, match="numba-jit"):
+        D.decode_launches([(buf, D.LaunchInfo(0, 0, "k", 0, "selftest"))], REGISTRIES, engine="fast")
+
+
+def test_phase_codes_past_int8():
+    """130 unknown names widen the phase column to int16 after the first launch: the next launch
+    is decoded by the int16 variant, and every engine agrees with the reference."""
+    items = [(_unknown_ids_buffer(1000, 130), D.LaunchInfo(0, 0, "k", 0, "selftest")),
+             (_unknown_ids_buffer(2000, 3), D.LaunchInfo(0, 1, "k", 1, "selftest"))]
+    check(items)
+    d = D.decode_launches(items, REGISTRIES, engine="numba")
+    assert d.events["phase"].cat.codes.dtype == np.int16
+    assert d.events["phase"].iloc[-1] == "phase_2002"
+
+
+def test_jit_runs_when_the_ahead_of_time_build_cannot(monkeypatch, tmp_path):
+    """A failed build is tried once per machine and source version, then the JIT runs."""
+    tries = []
+
+    def no_compiler(where=None):
+        tries.append(where)
+        raise OSError("no C compiler")
+    monkeypatch.setenv("EPSCOPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(F, "build_aot", no_compiler)
+    for _ in range(2):
+        with pytest.warns(RuntimeWarning, match="no C compiler"):
+            k = F.Kernels()
+        assert (k.how, k.build_error) == ("jit", "OSError: no C compiler")
+    assert len(tries) == 1
+    assert k.get(np.int8, np.int8) is k.get(np.int16, np.int8)  # one dispatcher, compiled per width
+
+
+def test_a_fresh_process_decodes_without_importing_numba():
+    """With the ahead-of-time build on disk, the cold decode does not pay numba's import and
+    first-call setup (~0.5 s CPU on the dev VM, benchmarks/NOTES.md)."""
+    F.kernels()  # builds it if this machine has none yet
+    code = "\n".join([
+        "import sys",
+        "from profiler import decode as D",
+        "from profiler.generated import layout as L",
+        "from profiler.registry import load_all",
+        "from tests.profiler.bufbuild import Region, build",
+        "reg = load_all()['selftest']",
+        f"buf = build([Region([({T0} + k, L.KIND_INSTANT, 1000 + k, 0) for k in range(4)])], registry_hash=reg.hash, capacity=4)",
+        "d = D.decode_launches([(buf, D.LaunchInfo(0, 0, 'k', 0, 'selftest'))], {'selftest': reg}, engine='numba')",
+        "assert len(d.events) == 4",
+        "print('numba' in sys.modules)"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_build_is_keyed_on_this_file(monkeypatch, tmp_path):
+    monkeypatch.setenv("EPSCOPE_CACHE_DIR", str(tmp_path))
+    a = F.aot_dir()
+    assert a.parent == tmp_path / "decode"
+    monkeypatch.setattr(F, "__file__", str(ROOT / "profiler" / "decode_records.py"))
+    assert F.aot_dir() != a
