@@ -20,11 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from profiler import atomic
 
 from . import chunked
 from . import late_entry as LE
@@ -90,20 +90,15 @@ def summarize(run) -> dict:
 
 
 def store(run) -> Path:
-    """Compute and write RUN/analysis-summary.json atomically (a unique temporary file renamed into
-    place); returns its path."""
+    """Compute and write RUN/analysis-summary.json atomically (profiler.atomic: an exclusive,
+    locked temporary beside it, renamed into place; never through a link, never over a file that
+    is not a regular one); returns its path."""
     data = summarize(run)
-    d = Path(run.path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{FILE}.", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, d / FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return d / FILE
+    dest = Path(run.path) / FILE
+    with atomic.TempFile(dest) as t:
+        t.file.write((json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+        t.place(replace=True)
+    return dest
 
 
 def load(run_dir: Path, *, check_data: bool = True) -> dict | None:
