@@ -42,6 +42,9 @@ def _page(entry, run):
         C.run_header(entry),
         *([C.note(timeout, className="msg msg-warn")] if timeout else []),
         dcc.Store(id=Ids.RUN, data=entry.run_id),
+        # the window on screen, for the rows' callbacks to keep: read instead of the figure, whose
+        # hundreds of KB a State would upload with every zoom (benchmarks/NOTES.md, issue 20)
+        dcc.Store(id=Ids.WINDOW, data=None),
         # the critical path is computed in the background: the figure is drawn without it first
         # and again with it when this turns true (callbacks.py)
         dcc.Store(id=Ids.CP_READY, data=cp_ready),
