@@ -206,3 +206,15 @@ def test_critical_overlay_merges_many_segments_per_row_and_pixel():
     xs = [x for x in merged["x"] if x is not None]
     assert xs == pytest.approx([0.0, 0.4, 0.6, 1.0])                # µs: the runs' bins (10 ns each)
     assert "20 segments" in merged["text"][0] and "longest r0 b0 w0 send_chunk" in merged["text"][0]
+
+
+def test_aggregate_figure_draws_no_trace_per_phase_and_the_page_names_the_colours():
+    """The heatmap's colours are named by an HTML legend (phase_legend), not by a dummy scatter
+    trace a phase: each trace made every full redraw of a zoom longer (issue 20)."""
+    ix = L.build_index(_events(), MANIFEST)
+    view = L.compute_view(ix, "rank", detail_limit=0)
+    assert view.mode == "aggregate"
+    fig = L.figure(view, ix)
+    assert [t["type"] for t in fig["data"]] == ["heatmap"]
+    assert [n for n, _ in L.phase_legend(ix)] == ix.phases
+    assert all(c.startswith("#") or c.startswith("rgb") for _, c in L.phase_legend(ix))

@@ -51,6 +51,8 @@ def _page(entry, run):
         dcc.Interval(id=Ids.CP_TICK, interval=CP_TICK_MS, disabled=cp_ready),
         controls,
         html.Div(id=Ids.INFO, className="info-line"),
+        html.Div([html.Span([html.Span(className="swatch", style={"background": colour}), name], className="legend-item")
+                  for name, colour in logic.phase_legend(ix)], className="phase-legend"),
         dcc.Loading(dcc.Graph(id=Ids.GRAPH, config={"displaylogo": False, "scrollZoom": True},
                               className="timeline-graph"), type="dot", delay_show=300),
         html.Div("Drag to zoom in time (server re-aggregates the window), double-click to reset. "

@@ -665,12 +665,8 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
                     text=[f"{l} · payload {v}" for l, v in zip(p["label"], p["payload"])],
                     hovertemplate="%{text}<br>%{x:.3f} µs<extra></extra>",
                 ))
-    if view.mode == "aggregate":
-        # legend entries for the heatmap's phase colours
-        for name in ix.phases:
-            traces.append(dict(type="scatter", mode="markers", x=[None], y=[None], name=name,
-                               marker=dict(symbol="square", size=10, color=theme.phase_colour(name)),
-                               hoverinfo="skip"))
+    # the heatmap's phase colours are named by the page's HTML legend (phase_legend), not by a
+    # dummy trace a phase: those made every full redraw of a zoom 1.5-2x as long (issue 20)
     crit = critical_overlay(critical, view.rows, ix, view.t0, view.t1)
     if crit:
         traces.append(crit)
@@ -691,6 +687,11 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
         hoverdistance=HOVER_PX,
     )
     return dict(data=traces, layout=layout)
+
+
+def phase_legend(ix: TimelineIndex) -> list[tuple[str, str]]:
+    """(phase, colour) for each phase the timeline draws, in the figure's order."""
+    return [(name, theme.phase_colour(name)) for name in ix.phases]
 
 
 def describe(view: View) -> str:
