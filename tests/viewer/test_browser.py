@@ -366,7 +366,8 @@ if __name__ == "__main__":
 def test_timeline_mouse_zoom_sends_no_figure_and_keeps_its_window(server, page):
     """A mouse drag-zoom asks the server with a small request (the window is read from a Store,
     never the figure: issue 20 measured 395 KB uploaded per zoom at 10 M events), and changing
-    the rows afterwards keeps the zoomed window. The critical path is a line without marker nodes."""
+    the rows afterwards keeps the zoomed window, through the resize that follows (an autosize
+    relayout reset it to the whole run). The critical path is a line without marker nodes."""
     app, base = server
     rid = _run_id(app, _timeline_run(app))
     _goto(page, base, "/timeline", rid)
@@ -396,6 +397,9 @@ def test_timeline_mouse_zoom_sends_no_figure_and_keeps_its_window(server, page):
     before = info.inner_text()
     page.click("#tl-level input[value=block]")
     page.wait_for_function("document.querySelector('#tl-info').innerText.startsWith('block level')")
+    _settled(page)
+    # the taller figure is resized, and plotly reports {"autosize": true}: the window must survive it
+    page.wait_for_timeout(1000)
     _settled(page)
     kept = page.evaluate("document.querySelector('#tl-graph .js-plotly-plot').layout.xaxis.range.slice()")
     assert kept == pytest.approx(zoomed, rel=1e-6), (zoomed, kept)

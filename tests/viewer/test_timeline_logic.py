@@ -158,6 +158,7 @@ def test_critical_overlay_maps_segments_to_rows():
 def test_parse_relayout():
     assert L.parse_relayout(None) is None
     assert L.parse_relayout({"yaxis.range[0]": 1}) is None
+    assert L.parse_relayout({"autosize": True}) is None          # a resize keeps the window
     assert L.parse_relayout({"xaxis.autorange": True}) == (None, None)
     assert L.parse_relayout({"xaxis.range[0]": 2.0, "xaxis.range[1]": 1.0}) == (1000.0, 2000.0)
     assert L.parse_relayout({"xaxis.range": [0.5, 1.5]}) == (500.0, 1500.0)

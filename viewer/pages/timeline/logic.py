@@ -741,8 +741,10 @@ def parse_relayout(relayout: dict | None) -> tuple[float | None, float | None] |
     """(t0_ns, t1_ns) from a plotly relayoutData, (None, None) for a reset, None if no x change."""
     if not relayout:
         return None
-    if relayout.get("xaxis.autorange") or relayout.get("autosize"):
+    if relayout.get("xaxis.autorange"):
         return (None, None)
+    # {"autosize": true} is a resize (a new figure's height after the rows change), not the user:
+    # taken as a reset it threw the zoom away whenever the rows changed (issue 20's browser test)
     if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
         a, b = float(relayout["xaxis.range[0]"]), float(relayout["xaxis.range[1]"])
         return (min(a, b) * 1e3, max(a, b) * 1e3)
