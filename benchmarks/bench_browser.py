@@ -10,9 +10,13 @@ Debian's /usr/bin/chromium through Playwright's Python API (never a downloaded b
       - first paint: the run header and either the page's content or its progress state drawn,
       - complete: the page's content drawn, no progress state left, no callback in flight;
   * warm (one server, the run's analyses computed): page switches by clicking the navigation
-    links, timeline zooms (a plotly relayout of the x axis, as a drag does), drill-downs (a click
-    on a rank row, then back to ranks), what-if projections (a new percentage each time), and the
-    Runs page;
+    links; timeline zooms driven as a person does (`drags`: a mouse drag across the plot from the
+    whole run, then the "reset zoom" button, each timed from the mouse-up to the new figure
+    painted); the same zooms through `Plotly.relayout` (`zooms`, the older measurement, kept for
+    comparison: it skips the drag, the browser's own redraw of the dragged range and dcc.Graph's
+    re-plot of its synced figure); drill-downs (a mouse click on a rank row, timed to the block
+    level painted, then the radio back to ranks); what-if projections (a new percentage each
+    time), and the Runs page;
 each as the browser's end-to-end time and the part of it spent waiting on the server (the union
 of the Dash callback requests' request-to-response intervals, from the Resource Timing API).
 Beside the wall times: the CPU seconds the server process and the browser's processes used (the
@@ -49,6 +53,7 @@ INTERACT_P95_S = 1.0     # ... and 95th percentile
 COLD_TIMEOUT_S = 600     # a cold page of the old viewer on a loaded machine took minutes
 INTERACT_TIMEOUT_S = 60  # one zoom or click; what-if gets COLD_TIMEOUT_S
 retries = 0
+notes: list[str] = []   # lines for the header (the server's memory)
 TICK = os.sysconf("SC_CLK_TCK")
 
 # What "drawn" means per page, as JavaScript predicates on the document (the same in the
@@ -142,6 +147,13 @@ class Server:
     def cpu(self) -> float:
         return cpu_seconds([self.proc.pid])
 
+    def peak_rss_gb(self) -> float:
+        try:
+            kb = next(int(x.split()[1]) for x in open(f"/proc/{self.proc.pid}/status") if x.startswith("VmHWM"))
+        except (OSError, StopIteration, ValueError):
+            return float("nan")
+        return kb / 2**20
+
     def close(self):
         self.proc.terminate()
         self.proc.wait(timeout=30)
@@ -157,6 +169,8 @@ class Sample:
     first_paint_s: float | None = None
     renderer_task_s: float = 0.0     # the page's renderer main thread busy (CDP Performance.TaskDuration)
     renderer_script_s: float = 0.0   # ... of it running JavaScript (ScriptDuration: Dash, React, Plotly)
+    gesture_s: float | None = None   # mouse rows: mouse-down to mouse-up as driven (the drag itself)
+    redraws: int = 0                 # mouse rows: plotly redraws (afterplot events) after the mouse-up
 
 
 @dataclass
@@ -261,7 +275,7 @@ def cold_visits(args, browser, run_id, rows):
         rows.append(row)
 
 
-WARM_SECTIONS = ("switches", "zooms", "drill", "whatif")
+WARM_SECTIONS = ("switches", "drags", "zooms", "drill", "whatif")
 
 # Where to click to drill down: the middle of the drawn x range on a row labelled "rank N" (rank
 # level also has a "rank N host" row under each rank, which opens nothing), in pixels inside the
@@ -286,12 +300,14 @@ def warm_interactions(args, browser, run_id, rows):
         pg.goto(url(server.base, "/", run_id))
         settled(pg, CONTENT["/"])
         print("  warmed", flush=True)
-        for name, section in (("switches", switches), ("zooms", zooms), ("drill", drills), ("whatif", what_ifs)):
+        for name, section in (("switches", switches), ("drags", drags), ("zooms", zooms), ("drill", drills),
+                              ("whatif", what_ifs)):
             if name in args.sections:
                 section(args, pg, server, browser, run_id, rows)
                 print(f"  {name} done", flush=True)
         assert not pg.errors, pg.errors
     finally:
+        notes.append(f"warm server's peak RSS: {server.peak_rss_gb():.2f} GB")
         server.close()
 
 
@@ -312,12 +328,116 @@ def _relayout(pg, server, browser, arg_js, arg=None) -> Sample:
                    CONTENT["/timeline"] + f" && {TL_INFO} !== {json.dumps(before)}", timeout_s=INTERACT_TIMEOUT_S)
 
 
+# Timestamps in the page (performance.now() ms) for the mouse rows: the last mouse-down and
+# mouse-up, when #tl-info last changed (the callback's answer applied), and each plotly redraw:
+# its afterplot event and the end of the task after the next frame (the redraw painted).
+MOUSE_HOOK_JS = """() => {
+  if (!window.__tl) {
+    window.__tl = {down: null, up: null, info: null, painted: [], last: performance.now()};
+    document.addEventListener('mousedown', () => { window.__tl.down = performance.now(); }, true);
+    document.addEventListener('mouseup', () => { window.__tl.up = performance.now(); }, true);
+  }
+  const info = document.querySelector('#tl-info');
+  if (info && !info.__tlObserved) {
+    info.__tlObserved = true;
+    new MutationObserver(() => { window.__tl.info = performance.now(); })
+      .observe(info, {childList: true, characterData: true, subtree: true});
+  }
+  const gd = document.querySelector('#tl-graph .js-plotly-plot');
+  if (gd && !gd.__tlHooked) {
+    gd.__tlHooked = true;
+    window.__tl.last = performance.now();
+    gd.on('plotly_afterplot', () => { const t = window.__tl.last = performance.now();
+      requestAnimationFrame(() => setTimeout(() => window.__tl.painted.push([t, performance.now()]))); });
+  }
+  window.__tl.down = window.__tl.up = window.__tl.info = null;
+  window.__tl.painted = [];
+}"""
+# done: the answer applied (#tl-info changed and matches `done`), nothing loading, and a redraw
+# that began after it has been painted
+MOUSE_DONE_JS = ("(done) => window.__tl.info !== null && window.__tl.up !== null && (new Function('return ' + done))()"
+                 " && !document.querySelector('[data-dash-is-loading=\"true\"]')"
+                 " && window.__tl.painted.some(p => p[0] >= window.__tl.info)")
+
+
+QUIET_MS = 300
+
+
+def mouse(pg, server, browser, press, release, done: str, timeout_s: float = INTERACT_TIMEOUT_S) -> Sample:
+    """A mouse gesture on the timeline: `press()` (moves, mouse-down, the drag's moves), then
+    `release()` (the mouse-up). Times from the mouse-up to the new figure painted (browser clock);
+    the renderer's and the processes' CPU over the same interval; the gesture's own time apart."""
+    pg.evaluate(MOUSE_HOOK_JS)
+    # a gesture on a figure being replaced is lost (a late resize redraw after a page load took
+    # a click in ~1 of 3 tries): start when plotly has not redrawn for QUIET_MS
+    pg.wait_for_function(f"performance.now() - window.__tl.last > {QUIET_MS}", polling="raf")
+    pg.evaluate(MOUSE_HOOK_JS)
+    press()
+    t_js = _now(pg)
+    c_srv, c_br, c_rt = server.cpu(), browser.cpu(), renderer_times(pg)
+    release()
+    try:
+        pg.wait_for_function(MOUSE_DONE_JS, arg=done, timeout=timeout_s * 1000, polling="raf")
+    except Exception as e:   # name what the page showed: the gesture's events, the info line
+        raise RuntimeError(f"no answer to the gesture within {timeout_s} s: {pg.evaluate('window.__tl')}, "
+                           f"info {pg.inner_text('#tl-info')!r}") from e
+    tl = pg.evaluate("window.__tl")
+    end = min(p[1] for p in tl["painted"] if p[0] >= tl["info"])
+    task, script = renderer_times(pg)
+    waited, n = pg.evaluate(SERVER_WAIT_JS, t_js)
+    gesture = (tl["up"] - tl["down"]) / 1e3 if tl["down"] is not None else None
+    return Sample((end - tl["up"]) / 1e3, waited / 1e3, server.cpu() - c_srv, browser.cpu() - c_br, n, None,
+                  task - c_rt[0], script - c_rt[1], gesture, sum(p[0] >= tl["up"] for p in tl["painted"]))
+
+
+CP_DRAWN = ("(() => { const gd = document.querySelector('#tl-graph .js-plotly-plot');"
+            " return !!(gd && gd.data && gd.data.some(d => d.name === 'critical path')); })()")
+
+
+def _timeline_whole_run(pg, server, run_id):
+    """The Timeline of the whole run, all ranks, its critical path drawn (as a user finds it)."""
+    pg.goto(url(server.base, "/timeline", run_id))
+    settled(pg, CONTENT["/timeline"])
+    pg.wait_for_function(CP_DRAWN, timeout=COLD_TIMEOUT_S * 1000)
+    settled(pg, CONTENT["/timeline"])
+
+
+def drags(args, pg, server, browser, run_id, rows):
+    """Mouse drag-zooms from the whole run, as a person zooms: press inside the plot, drag a fifth
+    of its width in 10 moves, release; then the "reset zoom" button (a mouse click) back."""
+    _timeline_whole_run(pg, server, run_id)
+    drag = Row("mouse drag-zoom from the whole run (a fifth of the plot; mouse-up to the new figure painted)")
+    back = Row("'reset zoom' button back to the whole run (mouse-up to painted)")
+    for i in range(args.repeat):
+        box = pg.locator("#tl-graph .nsewdrag").first.bounding_box()
+        y = box["y"] + box["height"] * (0.2 + 0.6 * (i % 3) / 2)
+        x0 = box["x"] + box["width"] * (0.1 + 0.15 * (i % 5))
+        x1 = x0 + box["width"] * 0.2
+        before = pg.inner_text("#tl-info")
+
+        def press():
+            pg.mouse.move(x0, y)
+            pg.mouse.down()
+            pg.mouse.move(x1, y, steps=10)
+        s = mouse(pg, server, browser, press, pg.mouse.up, f"{TL_INFO} !== {json.dumps(before)}")
+        drag.samples.append(s)
+        print(f"  drag-zoom: {_line(s)}", flush=True)
+        zoomed = pg.inner_text("#tl-info")
+        b = pg.locator("#tl-reset").bounding_box()
+        bx, by = b["x"] + b["width"] / 2, b["y"] + b["height"] / 2
+        s = mouse(pg, server, browser, lambda: (pg.mouse.move(bx, by), pg.mouse.down()), pg.mouse.up,
+                  f"{TL_INFO} !== {json.dumps(zoomed)}")
+        back.samples.append(s)
+        print(f"  reset zoom: {_line(s)}", flush=True)
+    rows += [drag, back]
+
+
 def zooms(args, pg, server, browser, run_id, rows):
     pg.goto(url(server.base, "/timeline", run_id))
     settled(pg, CONTENT["/timeline"])
     full = pg.evaluate("document.querySelector('#tl-graph .js-plotly-plot').layout.xaxis.range.slice()")
-    zoom = Row("timeline zoom (x-axis window 1/2 … 1/10,000 of the run, rank level)")
-    back = Row("timeline zoom back out (double-click = autorange)")
+    zoom = Row("Plotly.relayout zoom, no mouse (x-axis window 1/2 … 1/10,000 of the run, rank level)")
+    back = Row("Plotly.relayout autorange, no mouse (what a double-click asks)")
     span = full[1] - full[0]
     for i in range(args.repeat):
         for frac in (0.5, 0.1, 0.01, 0.001, 0.0001):
@@ -329,20 +449,20 @@ def zooms(args, pg, server, browser, run_id, rows):
 
 
 def drills(args, pg, server, browser, run_id, rows):
-    """A click on a rank row (its blocks drawn), then the radio back to the rank rows; on the
-    Timeline as the zooms left it (whole run), or a fresh one when the zooms were not run."""
-    drill = Row("drill-down (click a rank row of the whole run: its blocks)")
+    """A mouse click on a rank row (its blocks drawn), then the radio back to the rank rows; each
+    click on a freshly loaded Timeline of the whole run, all ranks (a drill keeps its rank in the
+    ranks filter)."""
+    drill = Row("drill-down (mouse click on a rank row of the whole run: mouse-up to its blocks painted)")
     up = Row("back to the rank rows (radio; the ranks filter keeps the drilled rank)")
     graph = pg.locator("#tl-graph .nsewdrag").first
     for i in range(args.repeat):
-        # a drill keeps its rank in the ranks filter: each sample starts again from the whole run
-        if i or "zooms" not in args.sections:
-            pg.goto(url(server.base, "/timeline", run_id))
-            settled(pg, CONTENT["/timeline"])
+        _timeline_whole_run(pg, server, run_id)
         targets = pg.evaluate(DRILL_TARGETS_JS)
         t = targets[i % len(targets)]
-        s = measure(pg, server, browser, lambda: graph.click(position={"x": t["x"], "y": t["y"]}),
-                    CONTENT["/timeline"] + f" && {TL_INFO}.startsWith('block level')", timeout_s=INTERACT_TIMEOUT_S)
+        box = graph.bounding_box()
+        px, py = box["x"] + t["x"], box["y"] + t["y"]
+        s = mouse(pg, server, browser, lambda: (pg.mouse.move(px, py), pg.mouse.down()), pg.mouse.up,
+                  f"{TL_INFO}.startsWith('block level')")
         drill.samples.append(s)
         print(f"  drill into {t['label']}: {_line(s)}", flush=True)
         s = measure(pg, server, browser, lambda: pg.click("#tl-level input[value=rank]"),
@@ -352,7 +472,9 @@ def drills(args, pg, server, browser, run_id, rows):
 
 
 def _line(s: Sample) -> str:
-    return (f"{s.wall_s:.2f} s (server wait {s.server_wait_s:.2f} s in {s.requests} requests, server cpu "
+    mouse_part = (f"gesture {s.gesture_s:.2f} s, {s.redraws} redraws after the mouse-up; "
+                  if s.gesture_s is not None else "")
+    return (f"{s.wall_s:.2f} s ({mouse_part}server wait {s.server_wait_s:.2f} s in {s.requests} requests, server cpu "
             f"{s.server_cpu_s:.2f} s, browser cpu {s.browser_cpu_s:.2f} s, renderer main thread "
             f"{s.renderer_task_s:.2f} s of which script {s.renderer_script_s:.2f} s; load {os.getloadavg()[0]:.1f})")
 
@@ -406,6 +528,10 @@ def table(rows) -> tuple[list[str], bool]:
             lines.append(f"| {r.name}: complete | {len(w)} | {_fmt(med)} | {_fmt(max(w))} (worst) | {_fmt(srv)} | "
                          f"{sc:.1f} s | {bc:.1f} s | {rt} | — | |")
         else:
+            gs = [s.gesture_s for s in r.samples if s.gesture_s is not None]
+            if gs:
+                r.name += (f" [gesture {statistics.median(gs):.2f} s; "
+                           f"{statistics.median(s.redraws for s in r.samples):.0f} redraws after the mouse-up]")
             ok = med <= INTERACT_MEDIAN_S and hi <= INTERACT_P95_S
             ok_all &= ok
             lines.append(f"| {r.name} | {len(w)} | {_fmt(med)} | {_fmt(hi)} | {_fmt(srv)} | {sc:.2f} s | {bc:.2f} s | {rt} | "
@@ -483,12 +609,15 @@ def main() -> int:
         + "; ".join("/".join(f"{x:.1f}" for x in la) for la in load)
         + f" (2 cores shared with other engineers' jobs); {time.perf_counter() - t_start:.0f} s in all; "
         f"{retries} action(s) repeated after showing no effect within {INTERACT_TIMEOUT_S} s",
+        *notes,
         "",
         *body,
         *(["", *(f"**{f}** (rows after it were not measured)" for f in failures)] if failures else []),
         "",
         "Browser end-to-end: from the click (or navigation start) until the page's content is drawn with no "
-        "progress state and no callback in flight. Waiting on the server: the union of the Dash callback "
+        "progress state and no callback in flight; rows driven by the mouse (a drag-zoom, a button, a click on "
+        "a row): from the mouse-up to the end of the frame after the last plotly redraw of the server's answer "
+        "(its afterplot event), in the page's own clock, the gesture (mouse-down to mouse-up) beside it. Waiting on the server: the union of the Dash callback "
         "requests' request-to-response intervals within it. CPU columns: seconds of CPU the server process and "
         "the browser's processes used during the measurement (wall time on this shared machine is longer); the "
         "renderer main thread: how long the page's main thread ran tasks, and JavaScript of it (Chrome's "

@@ -121,12 +121,12 @@ def test_unknown_page(app):
 
 
 def _timeline(app, relayout=None, level="rank", changed=None, ranks=None, current=None):
-    return call(app, [(TlIds.GRAPH, "figure"), (TlIds.INFO, "children")],
+    return call(app, [(TlIds.GRAPH, "figure"), (TlIds.INFO, "children"), (TlIds.WINDOW, "data")],
                 [(TlIds.RUN, "data", "late"), (TlIds.LEVEL, "value", level), (TlIds.RANKS, "value", ranks or []),
                  (TlIds.BLOCK_LO, "value", 0), (TlIds.BLOCK_HI, "value", 3), (TlIds.CRITICAL, "value", ["on"]),
                  (TlIds.GRAPH, "relayoutData", relayout), (TlIds.RESET, "n_clicks", None),
                  (TlIds.CP_READY, "data", True)],
-                state=[(TlIds.GRAPH, "figure", current)], changed=changed or [f"{TlIds.RUN}.data"])
+                state=[(TlIds.WINDOW, "data", current)], changed=changed or [f"{TlIds.RUN}.data"])
 
 
 def test_timeline_zoom_goes_from_aggregate_to_detail(app):
@@ -146,7 +146,8 @@ def test_timeline_zoom_goes_from_aggregate_to_detail(app):
     # a y-only relayout changes nothing on the server
     assert _timeline(app, {"yaxis.range[0]": 1}, changed=[f"{TlIds.GRAPH}.relayoutData"]) is None
     # changing rows keeps the zoomed window
-    kept = _timeline(app, level="block", changed=[f"{TlIds.LEVEL}.value"], current=zf)
+    assert zoom[TlIds.WINDOW]["data"] == pytest.approx([mid, mid + 1.0])
+    kept = _timeline(app, level="block", changed=[f"{TlIds.LEVEL}.value"], current=zoom[TlIds.WINDOW]["data"])
     assert kept[TlIds.GRAPH]["figure"]["layout"]["xaxis"]["range"] == pytest.approx([mid, mid + 1.0])
 
 
@@ -211,7 +212,7 @@ def test_timeline_click_drills_down(app):
 
 # -- what a client may send ---------------------------------------------------------------------
 WRONG = ["abc", "zzz", {}, [{}], [1, "x"], -1, 10**30, float("nan"), True, "x" * 5000, {"a": [{}]}]
-TL_OUT = [(TlIds.GRAPH, "figure"), (TlIds.INFO, "children")]
+TL_OUT = [(TlIds.GRAPH, "figure"), (TlIds.INFO, "children"), (TlIds.WINDOW, "data")]
 TL_IN = [(TlIds.RUN, "data", "late"), (TlIds.LEVEL, "value", "rank"), (TlIds.RANKS, "value", []),
          (TlIds.BLOCK_LO, "value", 0), (TlIds.BLOCK_HI, "value", 3), (TlIds.CRITICAL, "value", ["on"]),
          (TlIds.GRAPH, "relayoutData", None), (TlIds.RESET, "n_clicks", None), (TlIds.CP_READY, "data", True)]
@@ -219,7 +220,7 @@ DRILL_OUT = [(TlIds.LEVEL, "value"), (TlIds.RANKS, "value"), (TlIds.BLOCK_LO, "v
 # every callback with valid values: (outputs, inputs, state)
 CALLBACKS = {
     "route": (ROUTE_OUT, [(URL, "pathname", "/idle"), (URL, "search", "?run=late"), (RUN_SELECT, "value", None)], []),
-    "timeline": (TL_OUT, TL_IN, [(TlIds.GRAPH, "figure", None)]),
+    "timeline": (TL_OUT, TL_IN, [(TlIds.WINDOW, "data", None)]),
     "drill": (DRILL_OUT, [(TlIds.GRAPH, "clickData", {"points": [{"y": 0}]})],
               [(TlIds.RUN, "data", "late"), (TlIds.LEVEL, "value", "rank"), (TlIds.RANKS, "value", []),
                (TlIds.BLOCK_LO, "value", 0), (TlIds.BLOCK_HI, "value", 3)]),

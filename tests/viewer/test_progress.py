@@ -117,11 +117,11 @@ def test_a_run_that_cannot_load_says_so_through_the_progress_state(app):
 
 
 def _figure(app, run, cp_ready):
-    return call(app, [(TlIds.GRAPH, "figure"), (TlIds.INFO, "children")],
+    return call(app, [(TlIds.GRAPH, "figure"), (TlIds.INFO, "children"), (TlIds.WINDOW, "data")],
                 [(TlIds.RUN, "data", run), (TlIds.LEVEL, "value", "rank"), (TlIds.RANKS, "value", []),
                  (TlIds.BLOCK_LO, "value", 0), (TlIds.BLOCK_HI, "value", 3), (TlIds.CRITICAL, "value", ["on"]),
                  (TlIds.GRAPH, "relayoutData", None), (TlIds.RESET, "n_clicks", None),
-                 (TlIds.CP_READY, "data", cp_ready)], state=[(TlIds.GRAPH, "figure", None)],
+                 (TlIds.CP_READY, "data", cp_ready)], state=[(TlIds.WINDOW, "data", None)],
                 changed=[f"{TlIds.RUN}.data"])[TlIds.GRAPH]["figure"]
 
 

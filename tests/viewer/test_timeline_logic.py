@@ -158,6 +158,7 @@ def test_critical_overlay_maps_segments_to_rows():
 def test_parse_relayout():
     assert L.parse_relayout(None) is None
     assert L.parse_relayout({"yaxis.range[0]": 1}) is None
+    assert L.parse_relayout({"autosize": True}) is None          # a resize keeps the window
     assert L.parse_relayout({"xaxis.autorange": True}) == (None, None)
     assert L.parse_relayout({"xaxis.range[0]": 2.0, "xaxis.range[1]": 1.0}) == (1000.0, 2000.0)
     assert L.parse_relayout({"xaxis.range": [0.5, 1.5]}) == (500.0, 1500.0)
@@ -186,3 +187,35 @@ def test_drill_down_rank_to_blocks_to_warps():
     assert L.drill_down(ix, "block", [0], (0, 7), brows.labels.index("r0 b1")) == ("warp", [0], (1, 1))
     assert L.drill_down(ix, "warp", [0], (0, 0), 1) is None
     assert L.drill_down(ix, "rank", None, (0, 7), 99) is None
+
+
+def test_critical_overlay_merges_many_segments_per_row_and_pixel():
+    """Over L.PATH_SEGMENTS segments, the path is drawn as runs of time bins per row: as many
+    pieces as runs, each naming how many segments it holds (the browser's cost is per piece)."""
+    ix = L.build_index(_events(), MANIFEST)
+    rows = L.make_rows(ix, "rank")
+    n = 40
+    # rank 0 in [0, 400) as 20 touching segments, then rank 1 in [600, 1000) as 20
+    begin = np.r_[np.arange(20) * 20, 600 + np.arange(20) * 20]
+    seg = pd.DataFrame({"rank": [0] * 20 + [1] * 20, "block": 0, "warp": 0, "phase": "send_chunk",
+                        "begin_ns": begin, "end_ns": begin + 20, "duration_ns": 20})
+    exact = L.critical_overlay(seg, rows, ix, 0, 1000, limit=n)
+    assert sum(y is not None for y in exact["y"]) == 2 * n            # one piece a segment
+    merged = L.critical_overlay(seg, rows, ix, 0, 1000, limit=n - 1, bins=100)
+    ys = [y for y in merged["y"] if y is not None]
+    assert ys == [rows.labels.index("rank 0")] * 2 + [rows.labels.index("rank 1")] * 2
+    xs = [x for x in merged["x"] if x is not None]
+    assert xs == pytest.approx([0.0, 0.4, 0.6, 1.0])                # µs: the runs' bins (10 ns each)
+    assert "20 segments" in merged["text"][0] and "longest r0 b0 w0 send_chunk" in merged["text"][0]
+
+
+def test_aggregate_figure_draws_no_trace_per_phase_and_the_page_names_the_colours():
+    """The heatmap's colours are named by an HTML legend (phase_legend), not by a dummy scatter
+    trace a phase: each trace made every full redraw of a zoom longer (issue 20)."""
+    ix = L.build_index(_events(), MANIFEST)
+    view = L.compute_view(ix, "rank", detail_limit=0)
+    assert view.mode == "aggregate"
+    fig = L.figure(view, ix)
+    assert [t["type"] for t in fig["data"]] == ["heatmap"]
+    assert [n for n, _ in L.phase_legend(ix)] == ix.phases
+    assert all(c.startswith("#") or c.startswith("rgb") for _, c in L.phase_legend(ix))

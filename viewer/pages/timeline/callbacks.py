@@ -38,14 +38,14 @@ def register(app, catalog) -> None:
         lvl, rk, (lo, hi) = to
         return lvl, rk, lo, hi
 
-    @app.callback(Output(Ids.GRAPH, "figure"), Output(Ids.INFO, "children"),
+    @app.callback(Output(Ids.GRAPH, "figure"), Output(Ids.INFO, "children"), Output(Ids.WINDOW, "data"),
                   Input(Ids.RUN, "data"), Input(Ids.LEVEL, "value"), Input(Ids.RANKS, "value"),
                   Input(Ids.BLOCK_LO, "value"), Input(Ids.BLOCK_HI, "value"), Input(Ids.CRITICAL, "value"),
                   Input(Ids.GRAPH, "relayoutData"), Input(Ids.RESET, "n_clicks"), Input(Ids.CP_READY, "data"),
-                  State(Ids.GRAPH, "figure"))
-    @checked(lambda msg: (no_update, msg), run_id=RUN_ID, crit=opt(list_of(text(16), 4)), _reset=CLICKS,
+                  State(Ids.WINDOW, "data"))
+    @checked(lambda msg: (no_update, msg, no_update), run_id=RUN_ID, crit=opt(list_of(text(16), 4)), _reset=CLICKS,
              relayout=opt(mapping(**{"xaxis.range[0]": number(), "xaxis.range[1]": number(), "xaxis.range": X_RANGE})),
-             current=opt(mapping(layout=mapping(xaxis=mapping(range=X_RANGE)))), **ROWS)
+             current=opt(X_RANGE), **ROWS)
     def update(run_id, level, ranks, blo, bhi, crit, relayout, _reset, _cp_ready, current):
         t0 = t1 = None
         if ctx.triggered_id == Ids.GRAPH:
@@ -54,16 +54,11 @@ def register(app, catalog) -> None:
                 raise PreventUpdate          # a y-only zoom or a hover: the browser handles it
             t0, t1 = win
         elif ctx.triggered_id != Ids.RESET and current:
-            # keep the time window when the rows change
-            try:
-                r = current["layout"]["xaxis"]["range"]
-                t0, t1 = float(r[0]) * 1e3, float(r[1]) * 1e3
-            except (KeyError, TypeError, IndexError, ValueError):
-                t0 = t1 = None
+            t0, t1 = float(current[0]) * 1e3, float(current[1]) * 1e3   # keep the time window when the rows change
         try:
             run = catalog.load(run_id)
         except ViewerError as e:
-            return no_update, str(e)
+            return no_update, str(e), no_update
         ix = analyses.timeline_index(run)
         blocks = (int(blo or 0), int(bhi if bhi is not None else blo or 0))
         view = logic.compute_view(ix, level or "rank", ranks or None, blocks, t0, t1)
@@ -73,7 +68,7 @@ def register(app, catalog) -> None:
                 segs = analyses.critical(run).segments
             else:   # drawn without it now; the tick below redraws when it is computed
                 analyses.request(catalog, run_id, ("critical",))
-        return logic.figure(view, ix, segs), logic.describe(view)
+        return logic.figure(view, ix, segs), logic.describe(view), [view.t0 / 1e3, view.t1 / 1e3]
 
     @app.callback(Output(Ids.CP_READY, "data"), Output(Ids.CP_TICK, "disabled"), Output(Ids.CP_STATE, "children"),
                   Output(Ids.CP_STATE, "className"),

@@ -14,3 +14,4 @@ class Ids(StrEnum):
     CP_READY = "tl-cp-ready"    # whether the critical path is computed (it is drawn when it is)
     CP_TICK = "tl-cp-tick"
     CP_STATE = "tl-cp-state"    # what the critical path's job is doing, while it runs
+    WINDOW = "tl-window"        # the drawn time window [t0, t1] in µs (kept when the rows change)

@@ -42,12 +42,17 @@ def _page(entry, run):
         C.run_header(entry),
         *([C.note(timeout, className="msg msg-warn")] if timeout else []),
         dcc.Store(id=Ids.RUN, data=entry.run_id),
+        # the window on screen, for the rows' callbacks to keep: read instead of the figure, whose
+        # hundreds of KB a State would upload with every zoom (benchmarks/NOTES.md, issue 20)
+        dcc.Store(id=Ids.WINDOW, data=None),
         # the critical path is computed in the background: the figure is drawn without it first
         # and again with it when this turns true (callbacks.py)
         dcc.Store(id=Ids.CP_READY, data=cp_ready),
         dcc.Interval(id=Ids.CP_TICK, interval=CP_TICK_MS, disabled=cp_ready),
         controls,
         html.Div(id=Ids.INFO, className="info-line"),
+        html.Div([html.Span([html.Span(className="swatch", style={"background": colour}), name], className="legend-item")
+                  for name, colour in logic.phase_legend(ix)], className="phase-legend"),
         dcc.Loading(dcc.Graph(id=Ids.GRAPH, config={"displaylogo": False, "scrollZoom": True},
                               className="timeline-graph"), type="dot", delay_show=300),
         html.Div("Drag to zoom in time (server re-aggregates the window), double-click to reset. "

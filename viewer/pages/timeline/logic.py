@@ -511,10 +511,21 @@ def _lane_of(ix: TimelineIndex, r: np.ndarray, b: np.ndarray, w: np.ndarray) -> 
     return out
 
 
+PATH_SEGMENTS = 300   # critical-path segments drawn one by one at most; more are merged per pixel
+PATH_BINS = 1000      # ... into runs of these time bins per row: about one per pixel of a 1000 px plot
+
+
 def critical_overlay(segments: pd.DataFrame | None, rows: Rows, ix: TimelineIndex, t0: float,
-                     t1: float, limit: int = 2000) -> dict | None:
+                     t1: float, limit: int = PATH_SEGMENTS, bins: int = PATH_BINS) -> dict | None:
     """A line trace over the lanes of the critical path's segments inside the window.
-    `segments` needs rank, begin_ns, end_ns and optionally block, warp, phase, duration_ns."""
+    `segments` needs rank, begin_ns, end_ns and optionally block, warp, phase, duration_ns.
+
+    Up to `limit` segments, one line piece each. More (the whole run of a 10 M-event run has
+    3,867, and the path changes rows 1,692 times) are merged: per row, the time bins (`bins`
+    across the window) the path passes through, one piece per run of consecutive bins, its hover
+    naming how many segments it holds and the longest. A gap in the line is a separate SVG
+    path, and 2,000 of them cost 0.2-0.3 s of the browser's main thread per redraw, three
+    redraws a zoom (benchmarks/NOTES.md, issue 20); merged, the whole run draws 21-321 pieces."""
     if segments is None or len(segments) == 0:
         return None
     b_ns = segments["begin_ns"].to_numpy(np.int64)
@@ -522,9 +533,6 @@ def critical_overlay(segments: pd.DataFrame | None, rows: Rows, ix: TimelineInde
     keep = np.flatnonzero((e_ns >= t0) & (b_ns <= t1))
     if keep.size == 0:
         return None
-    if keep.size > limit:   # the longest segments carry the story; order along time again
-        d = (e_ns - b_ns)[keep]
-        keep = np.sort(keep[np.argsort(-d, kind="stable")[:limit]])
     seg = segments.iloc[keep]
     r = seg["rank"].to_numpy(np.int64)
     b = seg["block"].to_numpy(np.int64) if "block" in seg else np.full(keep.size, -1)
@@ -534,20 +542,56 @@ def critical_overlay(segments: pd.DataFrame | None, rows: Rows, ix: TimelineInde
     ok = row >= 0
     if not ok.any():
         return None
-    bs, es, row = b_ns[keep][ok] / 1e3, e_ns[keep][ok] / 1e3, row[ok]
+    bs, es, row = b_ns[keep][ok].astype(np.float64), e_ns[keep][ok].astype(np.float64), row[ok]
+    r, b, w = r[ok], b[ok], w[ok]
     phases = seg["phase"].astype(str).to_numpy()[ok] if "phase" in seg else np.full(ok.sum(), "")
+    if "kind" in seg:   # a launch gap or a host segment has no phase: name its kind
+        phases = np.where(phases == "", seg["kind"].astype(str).to_numpy()[ok], phases)
+    texts = [f"critical: r{a} b{c} w{d} {p} {_fmt_us(e - s_)}" for a, c, d, p, s_, e in zip(r, b, w, phases, bs, es)]
+    if row.size > limit:
+        bs, es, row, texts = _merge_path(bs, es, row, texts, len(rows.labels), float(t0), float(t1), bins)
+    bs, es = bs / 1e3, es / 1e3
     n = row.size
     xs = np.empty((n, 3), dtype=object)
     xs[:, 0], xs[:, 1], xs[:, 2] = bs, es, None
     ys = np.empty((n, 3), dtype=object)
     ys[:, 0], ys[:, 1], ys[:, 2] = row, row, None
-    texts = [f"critical: r{a} b{c} w{d} {p} {_fmt_us((e - s) * 1e3)}"
-             for a, c, d, p, s, e in zip(r[ok], b[ok], w[ok], phases, bs, es)]
     tx = np.empty((n, 3), dtype=object)
     tx[:, 0], tx[:, 1], tx[:, 2] = texts, texts, None
-    return dict(type="scatter", mode="lines+markers", x=xs.ravel().tolist(), y=ys.ravel().tolist(),
+    # lines only: one SVG path per piece. With markers each point was an SVG node of its own
+    # (4,000 at 2,000 segments), restyled on every redraw. Hover and click still find the
+    # pieces' ends (plotly hovers on a line's points).
+    return dict(type="scatter", mode="lines", x=xs.ravel().tolist(), y=ys.ravel().tolist(),
                 text=tx.ravel().tolist(), hoverinfo="text", name="critical path",
-                line=dict(color=theme.CRITICAL, width=3), marker=dict(size=4, color=theme.CRITICAL), showlegend=True)
+                line=dict(color=theme.CRITICAL, width=3), showlegend=True)
+
+
+def _merge_path(bs: np.ndarray, es: np.ndarray, row: np.ndarray, texts: list[str], n_rows: int,
+                t0: float, t1: float, bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Segments -> runs of consecutive time bins per row that the path passes through:
+    (begin_ns, end_ns, row, hover text) per run."""
+    bw = (t1 - t0) / bins
+    a = np.clip(np.floor((bs - t0) / bw), 0, bins - 1).astype(np.int64)
+    z = np.maximum(a, np.clip(np.ceil((es - t0) / bw) - 1, 0, bins - 1).astype(np.int64))   # last bin it enters
+    cover = np.zeros((n_rows, bins + 1), dtype=np.int64)    # +1 where a segment starts, -1 past its end
+    np.add.at(cover, (row, a), 1)
+    np.add.at(cover, (row, z + 1), -1)
+    occ = np.cumsum(cover[:, :bins], axis=1) > 0
+    edge = np.diff(np.pad(occ, ((0, 0), (1, 1))).astype(np.int8), axis=1)
+    run_row, run_a = np.nonzero(edge[:, :bins] == 1)             # row-major: runs in row, then time order
+    _, run_z = np.nonzero(edge[:, 1:] == -1)                      # last bin of each run, same order
+    run_of = np.cumsum(edge[:, :bins] == 1, axis=None).reshape(n_rows, bins) - 1
+    rid = run_of[row, a]                                          # the run holding each segment's start
+    n_run = run_row.size
+    count = np.bincount(rid, minlength=n_run)
+    dur = es - bs
+    total = np.bincount(rid, weights=dur, minlength=n_run)
+    order = np.lexsort((dur, rid))
+    longest = np.full(n_run, -1, dtype=np.int64)
+    longest[rid[order]] = order                                   # the last write per run is its longest
+    out_texts = [f"critical path: {int(k)} segment{'s' if k != 1 else ''}, {_fmt_us(tot)} · longest "
+                 f"{texts[j][len('critical: '):]}" for k, tot, j in zip(count, total, longest)]
+    return t0 + run_a * bw, t0 + (run_z + 1) * bw, run_row, out_texts
 
 
 # How near (px) the cursor must be to a marker (a critical-path point, an instant) for it to take
@@ -621,12 +665,8 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
                     text=[f"{l} · payload {v}" for l, v in zip(p["label"], p["payload"])],
                     hovertemplate="%{text}<br>%{x:.3f} µs<extra></extra>",
                 ))
-    if view.mode == "aggregate":
-        # legend entries for the heatmap's phase colours
-        for name in ix.phases:
-            traces.append(dict(type="scatter", mode="markers", x=[None], y=[None], name=name,
-                               marker=dict(symbol="square", size=10, color=theme.phase_colour(name)),
-                               hoverinfo="skip"))
+    # the heatmap's phase colours are named by the page's HTML legend (phase_legend), not by a
+    # dummy trace a phase: those made every full redraw of a zoom 1.5-2x as long (issue 20)
     crit = critical_overlay(critical, view.rows, ix, view.t0, view.t1)
     if crit:
         traces.append(crit)
@@ -647,6 +687,11 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
         hoverdistance=HOVER_PX,
     )
     return dict(data=traces, layout=layout)
+
+
+def phase_legend(ix: TimelineIndex) -> list[tuple[str, str]]:
+    """(phase, colour) for each phase the timeline draws, in the figure's order."""
+    return [(name, theme.phase_colour(name)) for name in ix.phases]
 
 
 def describe(view: View) -> str:
@@ -696,8 +741,10 @@ def parse_relayout(relayout: dict | None) -> tuple[float | None, float | None] |
     """(t0_ns, t1_ns) from a plotly relayoutData, (None, None) for a reset, None if no x change."""
     if not relayout:
         return None
-    if relayout.get("xaxis.autorange") or relayout.get("autosize"):
+    if relayout.get("xaxis.autorange"):
         return (None, None)
+    # {"autosize": true} is a resize (a new figure's height after the rows change), not the user:
+    # taken as a reset it threw the zoom away whenever the rows changed (issue 20's browser test)
     if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
         a, b = float(relayout["xaxis.range[0]"]), float(relayout["xaxis.range[1]"])
         return (min(a, b) * 1e3, max(a, b) * 1e3)
