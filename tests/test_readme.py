@@ -27,6 +27,8 @@ NOT_RUN = {
     "epscope trace ": "records on the local GPUs",
     "epscope selftest ": "records on a GPU",
     "epscope calibrate": "measures the local GPU's clocks",
+    "pip install -e '.[fast]'": "an optional extra (numba, the compiled decode loop); CI's dev extra installs it "
+                                "and tests/profiler/test_decode_fast.py covers both loops",
 }
 FIRST_LINE = "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && epscope view"
 # the venv takes pip and setuptools from the system too (--without-pip): the venv's own setuptools
