@@ -142,8 +142,10 @@ def serve(roots, host: str = "127.0.0.1", port: int = 8050) -> None:
     n, bad = len(app.catalog.entries()), sum(e.problem is not None for e in app.catalog.entries())
     print(f"epscope viewer: {n} runs under {', '.join(map(str, app.catalog.roots))}"
           + (f" ({bad} cannot be read: see the Runs page)" if bad else "")
-          + (f"; {len(app.catalog.notes)} directories skipped" if app.catalog.notes else ""))
-    print(f"open http://{host}:{port}/")
+          + (f"; {len(app.catalog.notes)} directories skipped" if app.catalog.notes else ""), flush=True)
+    # flushed: with stdout piped (a service's log, a test) the lines would wait in the buffer for
+    # as long as the server runs
+    print(f"open http://{host}:{port}/", flush=True)
     try:
         srv.serve_forever()
     except KeyboardInterrupt:
