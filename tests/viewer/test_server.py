@@ -21,11 +21,26 @@ def _hello(environ, start_response):
     return [b"hello"]
 
 
-@pytest.fixture()
-def srv():
-    s = S.make_server(_hello, "127.0.0.1", 0, max_connections=2, idle_timeout_s=0.5)
+def _serving(idle_timeout_s: float):
+    s = S.make_server(_hello, "127.0.0.1", 0, max_connections=2, idle_timeout_s=idle_timeout_s)
     th = threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     th.start()
+    return s
+
+
+@pytest.fixture()
+def srv():
+    s = _serving(0.5)
+    yield s
+    s.shutdown()
+    s.server_close()
+
+
+@pytest.fixture()
+def patient_srv():
+    # idle connections are kept long enough for the test to hold both slots on a loaded machine
+    # (with 0.5 s, a slow CI box had closed the held ones before the third request came)
+    s = _serving(T)
     yield s
     s.shutdown()
     s.server_close()
@@ -36,10 +51,14 @@ def _idle_connection(port) -> socket.socket:
     return c
 
 
-def test_connections_past_the_cap_get_a_busy_answer(srv):
+def test_connections_past_the_cap_get_a_busy_answer(patient_srv):
+    srv = patient_srv
     port = srv.server_port
     held = [_idle_connection(port) for _ in range(2)]   # two clients that hold their connections open
-    time.sleep(0.1)
+    deadline = time.monotonic() + T
+    while srv._active < 2:                                # both accepted and holding a slot
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=T)
     assert e.value.code == 503 and b"busy" in e.value.read() and srv.refused >= 1
