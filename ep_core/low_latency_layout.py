@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .config import MAX_HIDDEN, MAX_RANKS, MAX_TOPK
+from .config import MAX_HIDDEN, MAX_RANKS, MAX_TOPK, _align, _check_int
 
 FAMILY = "ep_low_latency"   # the phase registry: ep_core/phases/ep_low_latency.toml
 
@@ -38,16 +38,6 @@ LINE = 128
 CONTROL_BYTES = 4096
 META_BYTES = MAX_TOPK * 4    # routing record of one token: int32 (pos << 16 | local expert) per top-k slot
 HEADER_BYTES = 16            # {num_tokens, pad[3]} before the per-expert counts
-
-
-def _align(n: int, a: int) -> int:
-    return (n + a - 1) // a * a
-
-
-def _check_int(owner: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner}.{name} must be an int, got {type(value).__name__} {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
