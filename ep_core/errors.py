@@ -56,6 +56,19 @@ class ErrorReport:
 _ERROR_KINDS = {1: "timeout", 2: "capacity", 3: "overflow", 4: "staged_copy", 5: "launch_plan"}
 
 
+
+def save_partial_profile(session, msg: str) -> str:
+    """Save the profile recorded so far as a timed-out run (once), so a kernel that gave up leaves
+    its trace; returns `msg`, with why there is no trace when saving failed (the kernel error
+    matters more than the save's)."""
+    if session is not None and not getattr(session, "_saved", False):
+        try:
+            session.note("KernelTimeout", msg)
+            session.save(status="timeout", error=msg)
+        except Exception as e:
+            msg += f" (saving the partial profile failed: {type(e).__name__}: {e})"
+    return msg
+
 class BufferErrors:
     """How ep_core.Buffer turns its host-mapped error record into a message and a typed error."""
 
@@ -95,11 +108,5 @@ class BufferErrors:
         if msg is None:
             return
         self._broken = msg
-        session = session if session is not None else self._session
-        if session is not None and not getattr(session, "_saved", False):
-            try:
-                session.note("KernelTimeout", msg)
-                session.save(status="timeout", error=msg)
-            except Exception as e:  # the kernel error matters more; say why there is no trace
-                msg += f" (saving the partial profile failed: {type(e).__name__}: {e})"
+        msg = save_partial_profile(session if session is not None else self._session, msg)
         raise (EPTimeoutError if self._err.flag() == 1 else EPCapacityError)(msg)

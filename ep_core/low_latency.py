@@ -134,19 +134,13 @@ class LowLatency(LowLatencyChecks, LowLatencyLaunches):
         return f"ep_core {kname} on rank {e.rank}: device error flag {e.flag} (phase {what}, peer {e.peer})"
 
     def _raise_device_error(self, session=None) -> None:
-        from .errors import EPTimeoutError
+        from .errors import EPTimeoutError, save_partial_profile
 
         msg = self.error_message()
         if msg is None:
             return
         self._broken = msg
-        session = session if session is not None else self.buffer._session
-        if session is not None and not getattr(session, "_saved", False):
-            try:
-                session.note("KernelTimeout", msg)
-                session.save(status="timeout", error=msg)
-            except Exception as e:  # the kernel error matters more; say why there is no trace
-                msg += f" (saving the partial profile failed: {type(e).__name__}: {e})"
+        msg = save_partial_profile(session if session is not None else self.buffer._session, msg)
         raise (EPTimeoutError if self._err.flag() == 1 else RuntimeError)(msg)
 
     def synchronize(self) -> None:
