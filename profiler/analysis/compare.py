@@ -59,50 +59,69 @@ class Comparison:
     samples: pd.DataFrame = field(default=None, repr=False)   # [side, run, iteration, kernel, phase, value_ns]
 
 
-@dataclass
-class _Run:
-    events: pd.DataFrame
-    manifest: dict
+SAMPLE_COLUMNS = ["iteration", "kernel", "phase", "value_ns"]
+PATH_COLUMNS = ["kernel", "phase", "duration_ns"]
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a comparison reads of one run, computed once per run from one dependency graph (or
+    from its chunks' tables) and small enough to store beside the run (issue 20: compare of 3 runs
+    a side reads these instead of 3 event tables and 3 graphs a side).
+
+    samples: SAMPLE_COLUMNS, one row per (iteration, kernel, phase) sample (see the module
+    docstring); per-rank rows have kernel '' and phase 'rank N'. path: PATH_COLUMNS, the critical
+    path's time per (kernel, phase) summed over the run's iterations (phase '' rows excluded);
+    path_total_ns: the iterations' total time it is a share of. ranks / kernels: the workload as
+    recorded (None / () for a run without events). waits: the phases its registry declares as
+    waits or idle (they never headline a comparison on their own)."""
     name: str
+    manifest: dict
+    ranks: int | None
+    kernels: tuple
+    samples: pd.DataFrame
+    path: pd.DataFrame
+    path_total_ns: int
+    waits: frozenset
+
+    def __post_init__(self):
+        for what, df, cols in (("samples", self.samples, SAMPLE_COLUMNS), ("path", self.path, PATH_COLUMNS)):
+            if list(df.columns) != cols:
+                raise ValueError(f"RunInputs.{what} of {self.name!r}: columns {list(df.columns)}, expected {cols}")
+        if self.path_total_ns < 0:
+            raise ValueError(f"RunInputs of {self.name!r}: negative path_total_ns {self.path_total_ns}")
 
 
-def _runs(x) -> list[_Run]:
+def _run_name(x, m: dict) -> str:
+    return str(getattr(x, "name", None) or getattr(getattr(x, "entry", None), "name", None) or m.get("name", ""))
+
+
+def _inputs(x, registry) -> list[RunInputs]:
+    """One RunInputs per run of `x`: an event table, a run (anything with .events, and .launches /
+    .manifest when it has them), a RunInputs, or a list of those."""
+    if isinstance(x, RunInputs):
+        return [x]
     if isinstance(x, pd.DataFrame):
-        return [_Run(x, {}, "")]
+        return [run_inputs(x, registry=registry)]
     if hasattr(x, "events"):
-        ev = x.events
-        la = getattr(x, "launches", None)
-        ev = unfinished.close(ev, la if isinstance(la, pd.DataFrame) else None)
         m = getattr(x, "manifest", None) or {}
-        name = getattr(x, "name", None) or getattr(getattr(x, "entry", None), "name", None) or m.get("name", "")
-        return [_Run(ev, m, str(name))]
+        la = getattr(x, "launches", None)
+        return [run_inputs(x.events, manifest=m, name=_run_name(x, m), registry=registry,
+                           launches=la if isinstance(la, pd.DataFrame) else None)]
     out = []
     for r in x:
-        out.extend(_runs(r))
+        out.extend(_inputs(r, registry))
     return out
 
 
 # -- samples ------------------------------------------------------------------------------------
-def gpu_times(ev: pd.DataFrame) -> pd.DataFrame:
-    """[iteration, rank, kernel, gpu_ns]: per (iteration, rank, kernel) the sum over its launches of
-    first warp begin to last warp end (a rank's kernel time, its wait for a late peer included)."""
-    gpu = ev[ev["block"].to_numpy() >= 0]
-    if gpu.empty:
-        return pd.DataFrame(columns=["iteration", "rank", "kernel", "gpu_ns"])
-    la = gpu.groupby(["iteration", "rank", "launch"], sort=True, observed=True).agg(
-        kernel=("kernel", "first"), b=("begin_ns", "min"), e=("end_ns", "max")).reset_index()
-    la["gpu_ns"] = la["e"] - la["b"]
-    la["kernel"] = la["kernel"].astype(str)
-    return la.groupby(["iteration", "rank", "kernel"], sort=True)["gpu_ns"].sum().reset_index()
-
-
-def _clipped_waits(ev: pd.DataFrame, g: G.Graph, tm: TM.TimeModel) -> np.ndarray:
+def _clipped_waits(ev: pd.DataFrame, sem, tm: TM.TimeModel) -> np.ndarray:
     """Span durations with the time before their op occurrence's last entry removed from the spans
     of waits a peer releases (registry `waits_for`): the wait for a late peer is the entry skew
     row's, not the phase's. A wait no peer releases (a pipeline stall) keeps its time."""
     dur = (ev["end_ns"] - ev["begin_ns"]).to_numpy().astype(float)
     pr = tm.per_rank
-    peer_waits = [w for w, rel in g.sem.waits.items() if rel]
+    peer_waits = [w for w, rel in sem.waits.items() if rel]
     if pr.empty or not peer_waits:
         return dur
     names = ev["phase"].astype(str).to_numpy()
@@ -119,12 +138,9 @@ def _clipped_waits(ev: pd.DataFrame, g: G.Graph, tm: TM.TimeModel) -> np.ndarray
     return np.where(waitish, clipped, dur)
 
 
-def _run_samples(ev: pd.DataFrame, g: G.Graph) -> list[pd.DataFrame]:
-    """[iteration, kernel, phase, value_ns] parts of one run's samples, from the time model
-    (profiler.analysis.timemodel): end-to-end, kernel and rank rows are op latency after entry;
-    each kernel's entry skew is a row of its own; wait phases lose their wait for a late peer."""
+def _model_samples(tm: TM.TimeModel) -> list[pd.DataFrame]:
+    """End-to-end, rank, kernel and entry-skew samples: the time model's (op latency after entry)."""
     parts = []
-    tm = TM.time_model(g)
     it = tm.iterations.dropna(subset=["op_latency_ns"])
     if len(it):
         parts.append(pd.DataFrame({"iteration": it["iteration"], "kernel": "", "phase": E2E,
@@ -138,6 +154,13 @@ def _run_samples(ev: pd.DataFrame, g: G.Graph) -> list[pd.DataFrame]:
         if tm.ranks > 1:
             parts.append(pd.DataFrame({"iteration": k["iteration"], "kernel": k["kernel"], "phase": ENTRY_SKEW,
                                        "value_ns": k["entry_skew_ns"]}))
+    return parts
+
+
+def _event_samples(ev: pd.DataFrame, sem, tm: TM.TimeModel) -> list[pd.DataFrame]:
+    """Host-call and phase samples of the events of whole iterations (a chunk gives its iterations'
+    rows: every sample is a mean within one iteration); tm: the whole run's time model."""
+    parts = []
     hs = ev[(ev["kind"] == "host").to_numpy()]
     if len(hs):
         # the host calls that launch each kernel (a host row's phase is its kernel): what a host-side
@@ -151,17 +174,69 @@ def _run_samples(ev: pd.DataFrame, g: G.Graph) -> list[pd.DataFrame]:
         sp = ev[span]
         # grouped on the categorical columns; names become strings on the few grouped rows only
         d = pd.DataFrame({"iteration": sp["iteration"].to_numpy(), "kernel": sp["kernel"].to_numpy(),
-                          "phase": sp["phase"].to_numpy(), "value_ns": _clipped_waits(sp, g, tm)})
+                          "phase": sp["phase"].to_numpy(), "value_ns": _clipped_waits(sp, sem, tm)})
         m = d.groupby(["iteration", "kernel", "phase"], sort=True, observed=True)["value_ns"].mean().reset_index()
         parts.append(m.assign(kernel=m["kernel"].astype(str), phase=m["phase"].astype(str)))
     return parts
 
 
-def samples(runs: list[_Run], side: str, registry=None) -> pd.DataFrame:
+def _frame(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    if not parts:
+        return pd.DataFrame({"iteration": pd.Series([], dtype="int64"), "kernel": pd.Series([], dtype=object),
+                             "phase": pd.Series([], dtype=object), "value_ns": pd.Series([], dtype=float)})
+    out = pd.concat(parts, ignore_index=True)[SAMPLE_COLUMNS]
+    return out.astype({"iteration": "int64", "kernel": object, "phase": object, "value_ns": float})
+
+
+def path_per_phase(cp) -> tuple[pd.DataFrame, int]:
+    """(PATH_COLUMNS, total): a critical path's time per (kernel, phase) summed over its iterations,
+    and the iterations' total time (the shares' denominator)."""
+    seg = cp.segments[cp.segments["phase"] != ""]
+    s = seg.groupby(["kernel", "phase"])["duration_ns"].sum()
+    path = pd.DataFrame({"kernel": [str(k) for k, _ in s.index], "phase": [str(p) for _, p in s.index],
+                         "duration_ns": s.to_numpy(np.int64)}, columns=PATH_COLUMNS)
+    return path, int(cp.total_ns["total_ns"].sum())
+
+
+def inputs_from(*, tm: TM.TimeModel, cp, chunks, sem, manifest: dict | None = None, name: str = "") -> RunInputs:
+    """A run's RunInputs from its time model and critical path (computed whole or in chunks of
+    iterations: profiler.analysis.chunked) and its events given as an iterable of tables of whole
+    iterations (unfinished waits closed: profiler.analysis.unfinished). Equal to run_inputs on the
+    whole table (tests/analysis/test_compare_inputs.py)."""
+    parts, ranks, kernels, any_rows = _model_samples(tm), set(), set(), False
+    for ev in chunks:
+        if not len(ev):
+            continue
+        any_rows = True
+        parts.extend(_event_samples(ev, sem, tm))
+        ranks.update(int(r) for r in pd.unique(ev["rank"]))
+        kernels.update(str(k) for k in pd.unique(ev["kernel"]))
+    path, total = path_per_phase(cp)
+    return RunInputs(name=name, manifest=dict(manifest or {}), ranks=len(ranks) if any_rows else None,
+                     kernels=tuple(sorted(kernels)), samples=_frame(parts), path=path, path_total_ns=total,
+                     waits=frozenset(set(sem.waits) | set(sem.idle)))
+
+
+def run_inputs(events: pd.DataFrame, *, manifest: dict | None = None, name: str = "", registry=None,
+               launches: pd.DataFrame | None = None) -> RunInputs:
+    """A run's RunInputs from its whole event table (one dependency graph). registry: the phase
+    registry to read it with (default: the manifest's)."""
+    m = manifest or {}
+    ev = unfinished.close(events, launches)
+    g = G.build(ev, registry or m.get("registry"))
+    if not len(ev):
+        empty = pd.DataFrame({"kernel": pd.Series([], dtype=object), "phase": pd.Series([], dtype=object),
+                              "duration_ns": pd.Series([], dtype="int64")})
+        return RunInputs(name=name, manifest=dict(m), ranks=None, kernels=(), samples=_frame([]), path=empty,
+                         path_total_ns=0, waits=frozenset(set(g.sem.waits) | set(g.sem.idle)))
+    return inputs_from(tm=TM.time_model(g), cp=from_graph(g, verdict=False), chunks=[ev], sem=g.sem,
+                       manifest=m, name=name)
+
+
+def samples(runs: list[RunInputs], side: str) -> pd.DataFrame:
     """[side, run, iteration, kernel, phase, value_ns]: every sample the comparison uses (per-rank
     samples have kernel '' and phase 'rank N')."""
-    parts = [p.assign(run=i) for i, r in enumerate(runs) if len(r.events)
-             for p in _run_samples(r.events, _graph(r, registry))]
+    parts = [r.samples.assign(run=i) for i, r in enumerate(runs) if len(r.samples)]
     if not parts:
         return pd.DataFrame(columns=["side", "run", "iteration", "kernel", "phase", "value_ns"])
     out = pd.concat(parts, ignore_index=True)
@@ -170,20 +245,15 @@ def samples(runs: list[_Run], side: str, registry=None) -> pd.DataFrame:
     return out[["side", "run", "iteration", "kernel", "phase", "value_ns"]]
 
 
-def _graph(r: _Run, registry) -> G.Graph:
-    return G.build(r.events, registry or (r.manifest or {}).get("registry"))
-
-
 # -- workloads ----------------------------------------------------------------------------------
-def _workload(r: _Run) -> dict:
+def _workload(r: RunInputs) -> dict:
     w = dict((r.manifest or {}).get("workload") or {})
-    w["ranks"] = int(r.events["rank"].nunique()) if len(r.events) else w.get("ranks")
-    # the kernels recorded (the categories in use: no string per row)
-    w["kernels"] = tuple(sorted(str(k) for k in pd.unique(r.events["kernel"]))) if len(r.events) else ()
+    w["ranks"] = r.ranks if r.ranks is not None else w.get("ranks")
+    w["kernels"] = r.kernels     # the kernels recorded
     return w
 
 
-def check_workloads(ra: list[_Run], rb: list[_Run]) -> tuple[list[str], list[str]]:
+def check_workloads(ra: list[RunInputs], rb: list[RunInputs]) -> tuple[list[str], list[str]]:
     """(reasons to refuse, differences to flag): one message per workload field whose values
     differ between or within the sides, naming each side's values."""
     if not ra or not rb:
@@ -225,21 +295,17 @@ def _row(kernel: str, phase: str, sa: pd.DataFrame, sb: pd.DataFrame, n_boot: in
     return _as_row(kernel, phase, c)
 
 
-def _path_shares(runs: list[_Run], registry) -> pd.Series:
-    parts, total = [], 0
-    for r in runs:
-        cp = from_graph(_graph(r, registry), verdict=False)
-        seg = cp.segments[cp.segments["phase"] != ""]
-        parts.append(seg.groupby(["kernel", "phase"])["duration_ns"].sum())
-        total += int(cp.total_ns["total_ns"].sum())
+def _path_shares(runs: list[RunInputs]) -> pd.Series:
+    parts = [r.path.set_index(["kernel", "phase"])["duration_ns"] for r in runs]
+    total = sum(r.path_total_ns for r in runs)
     if not parts or total == 0:
         return pd.Series(dtype=float)
     s = pd.concat(parts).groupby(level=[0, 1]).sum()
     return s / total
 
 
-def _path_changes(ra, rb, registry) -> pd.DataFrame:
-    pa, pb = _path_shares(ra, registry), _path_shares(rb, registry)
+def _path_changes(ra, rb) -> pd.DataFrame:
+    pa, pb = _path_shares(ra), _path_shares(rb)
     idx = pa.index.union(pb.index)
     cpc = pd.DataFrame({"share_a": pa.reindex(idx).fillna(0.0), "share_b": pb.reindex(idx).fillna(0.0)})
     cpc["in_a"] = cpc["share_a"] >= ON_PATH_SHARE
@@ -267,7 +333,7 @@ def _flatten(d, prefix="") -> dict:
     return out
 
 
-def manifest_diff(ra: list[_Run], rb: list[_Run]) -> pd.DataFrame:
+def manifest_diff(ra: list[RunInputs], rb: list[RunInputs]) -> pd.DataFrame:
     """DIFF_COLUMNS: every manifest field (flattened: 'workload.dtype', 'config.dispatch.num_sms')
     whose values differ between the sides, each side's values joined by ' / '."""
     fa, fb = [_flatten(r.manifest) for r in ra], [_flatten(r.manifest) for r in rb]
@@ -294,7 +360,7 @@ def _row_bytes(w: dict) -> dict | None:
     return {"dispatch": h + 4 * (-(-h // 128)) if fp8 else 2 * h, "combine": 2 * h}
 
 
-def _consequences(ra: list[_Run], rb: list[_Run]) -> str:
+def _consequences(ra: list[RunInputs], rb: list[RunInputs]) -> str:
     """What a flagged workload difference changes: bytes moved per row and rows per op per kernel."""
     wa, wb = _workload(ra[0]), _workload(rb[0])
     ba, bb = _row_bytes(wa), _row_bytes(wb)
@@ -317,7 +383,7 @@ def compare(a, b, *, n_boot: int = S.N_BOOT, seed: int = S.SEED, alpha: float = 
     a, b: an event table, a run (anything with .events, and .launches / .manifest when it has
     them: a run's manifest gives its workload), or a list of those per side.
     """
-    ra, rb = _runs(a), _runs(b)
+    ra, rb = _inputs(a, registry), _inputs(b, registry)
     refuse, flags = check_workloads(ra, rb)
     diff = manifest_diff(ra, rb)
     empty = pd.DataFrame(columns=COLUMNS)
@@ -329,7 +395,7 @@ def compare(a, b, *, n_boot: int = S.N_BOOT, seed: int = S.SEED, alpha: float = 
     if flags:
         c = _consequences(ra, rb)
         flags = flags + [c] if c else flags
-    sa, sb = samples(ra, "A", registry), samples(rb, "B", registry)
+    sa, sb = samples(ra, "A"), samples(rb, "B")
     allk = pd.concat([sa, sb], ignore_index=True)
     keys = list(allk[["kernel", "phase"]].drop_duplicates().sort_values(["kernel", "phase"]).itertuples(index=False))
     # every row (end-to-end, per rank, per kernel, per phase) is one test of a family decided at one
@@ -348,21 +414,11 @@ def compare(a, b, *, n_boot: int = S.N_BOOT, seed: int = S.SEED, alpha: float = 
     pr.insert(0, "rank", pr["phase"].str[5:].astype(int))
     per_rank = pr[PER_RANK_COLUMNS].sort_values("rank").reset_index(drop=True)
     per_phase = table[~is_e2e & ~is_rank].reset_index(drop=True)
-    cpc = _path_changes(ra, rb, registry)
-    waits = _wait_phases(ra, rb, registry)
+    cpc = _path_changes(ra, rb)
+    waits = set().union(*(r.waits for r in ra + rb if r.ranks is not None))
     v = _verdict(per_phase, e2e.iloc[0], flags, alpha, waits)
     return Comparison(per_phase=per_phase, end_to_end=e2e, per_rank=per_rank, critical_path_changes=cpc, verdict=v,
                       refused=(), flags=tuple(flags), samples=allk, manifest_diff=diff)
-
-
-def _wait_phases(ra, rb, registry) -> set:
-    """Phases the runs' registries declare as waits or idle (they never headline on their own)."""
-    out = set()
-    for r in ra + rb:
-        if len(r.events):
-            sem = _graph(r, registry).sem
-            out |= set(sem.waits) | set(sem.idle)
-    return out
 
 
 def _name(r) -> str:

@@ -46,11 +46,10 @@ def test_pages_read_one_time_model(name):
     defined = it["op_latency_ns"].dropna()
     assert np.allclose(op.reindex(defined.index).to_numpy(float), defined.to_numpy(float), atol=1)
     # Compare's end-to-end samples of this run are the same numbers
-    run = C._runs(r)[0]                         # as Compare reads a run: unfinished waits closed
-    s = C._run_samples(run.events, C._graph(run, None))
-    e2e = [p for p in s if (p["phase"] == C.E2E).all()]
+    s = C._inputs(r, None)[0].samples            # as Compare reads a run: unfinished waits closed
+    e2e = s[s["phase"] == C.E2E]
     if len(defined):
-        got = e2e[0].set_index("iteration")["value_ns"]
+        got = e2e.set_index("iteration")["value_ns"]
         assert np.allclose(got.reindex(defined.index).to_numpy(float), defined.to_numpy(float), atol=1)
     # a late entry named by one page is named the same (rank and side) by every page that names one
     late = {(v.rank, v.late_entry) for v in (cp, iw, bc) if v.alarm and v.late_entry}
