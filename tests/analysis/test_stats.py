@@ -148,3 +148,33 @@ def test_same_code_families_call_nothing_at_the_nominal_rate():
                  for _ in range(8)]
         calls += any(not c.within_noise for c in S.compare_family(pairs, n_boot=300))
     assert calls <= 5
+
+
+def test_runs_needed_is_the_smallest_count_that_suffices():
+    """power() bisects over the run count; it must find what trying each count finds."""
+    import math
+
+    def linear(ra, rb, level, med):
+        _, _, df, se = S._run_medians(ra, rb)
+        mde = (S.t_quantile(1 - level / 2, df) + S.t_quantile(S.POWER, df)) * se
+        target = S.DETECT_SHARE * abs(med)
+        if mde <= target:
+            return 0
+        s = se / math.sqrt(1 / len(ra) + 1 / len(rb))
+        for n in range(max(len(ra), len(rb)) + 1, S.MAX_RUNS_NEEDED + 1):
+            if (S.t_quantile(1 - level / 2, 2 * n - 2) + S.t_quantile(S.POWER, 2 * n - 2)) * s * math.sqrt(2 / n) <= target:
+                return n
+        return S.MAX_RUNS_NEEDED + 1
+
+    rng = np.random.default_rng(7)
+    seen = set()
+    for _ in range(300):
+        na, nb = rng.integers(2, 6, 2)
+        sd = float(rng.choice([0.001, 0.01, 0.05, 0.1, 0.3, 1.0]))
+        ra = [1 + rng.normal(0, sd, 5) for _ in range(na)]
+        rb = [1 + rng.normal(0, sd, 5) for _ in range(nb)]
+        level = float(rng.choice([0.05, 0.01, 0.002]))
+        got = S.power(ra, rb, level, 1.0)[1]
+        assert got == linear(ra, rb, level, 1.0)
+        seen.add(0 if got == 0 else (S.MAX_RUNS_NEEDED + 1 if got > S.MAX_RUNS_NEEDED else 1))
+    assert seen == {0, 1, S.MAX_RUNS_NEEDED + 1}    # every branch was exercised
