@@ -10,15 +10,22 @@ are drawn, counted and named the same way everywhere.
 """
 from __future__ import annotations
 
+import importlib
+
+import numpy as np
 import pandas as pd
 
 from profiler import analysis
 from profiler.analysis import chunked, unfinished
+from profiler.analysis import timemodel as TM
 from profiler.analysis.whatif import saving_bound
 
 from . import jobs
+from .cache import MISSING
 from .catalog import LoadedRun
 from .pages.timeline import logic as timeline_logic
+
+CMP = importlib.import_module("profiler.analysis.compare")   # the module (the package re-exports its function)
 
 
 def registry(run: LoadedRun):
@@ -97,6 +104,68 @@ def what_if_bound(run: LoadedRun, phase: str, speedup: float, rank) -> pd.DataFr
     """The what-if's instant first answer (profiler.analysis.whatif.saving_bound) from the critical
     path already computed: per iteration the most the faster phase can save."""
     return saving_bound(critical(run), phase=phase, speedup=speedup, rank=rank)
+
+
+def _compare_inputs(run: LoadedRun):
+    """What Compare reads of the run (profiler.analysis.compare.RunInputs), from the analyses the
+    pages share: the critical path's graph and time model, or, for a run analysed in chunks, the
+    combined time model and path plus the events chunk by chunk (equal: tests/analysis/
+    test_compare_inputs.py). Each run is read with its own phase registry."""
+    name = run.entry.name
+    if _big(run):
+        res = _chunked(run)
+        ev = events(run)
+        its = ev["iteration"].to_numpy()
+        groups = chunked.iteration_chunks(pd.Series(its).value_counts(), chunked.MAX_EVENTS)
+        parts = (ev.iloc[np.flatnonzero(np.isin(its, g))] for g in groups)
+        return CMP.inputs_from(tm=res.time_model, cp=res.critical, chunks=parts, sem=res.critical.graph.sem,
+                               manifest=run.manifest, name=name)
+    cp = critical(run)
+    g = cp.graph
+    return CMP.inputs_from(tm=TM.time_model(g), cp=cp, chunks=[events(run)], sem=g.sem, manifest=run.manifest,
+                           name=name)
+
+
+def _inputs_key(catalog, run_id: str) -> tuple:
+    return ("compare_inputs", run_id, catalog.entry(run_id).signature)
+
+
+def compare_inputs(catalog, run_id: str):
+    """The run's RunInputs, kept in the catalog's per-run cache (not the loaded run's: Compare
+    asks for more runs than the catalog keeps loaded)."""
+    key = _inputs_key(catalog, run_id)
+    got = catalog.per_run.get(key, MISSING)
+    if got is MISSING:
+        got = _compare_inputs(catalog.load(run_id))
+        catalog.per_run.put(key, got)
+    return got
+
+
+def compare_inputs_ready(catalog, run_ids) -> bool:
+    return all(catalog.per_run.get(_inputs_key(catalog, r), MISSING) is not MISSING for r in run_ids)
+
+
+def request_compare_inputs(catalog, run_ids, retry: bool = False) -> list[jobs.Job]:
+    """Each run's RunInputs as a background job (one per run not computed yet; asking again returns
+    the job in flight; runs beyond the queue's room are asked for on a later call, so a comparison
+    of many runs fills the queue, never overflows it). retry: a failed job is tried again (a new
+    click) instead of reported."""
+    out = []
+    for r in run_ids:
+        if compare_inputs_ready(catalog, [r]):
+            continue          # nothing to compute (a finished job's record may be gone: never re-run it)
+        key = (r, "compare_inputs")
+        old = catalog.jobs.get(key)
+        if old is not None and old.state == jobs.FAILED:
+            if not retry:
+                out.append(old)
+                continue
+            catalog.jobs.forget(key)
+        try:
+            out.append(catalog.jobs.submit(key, lambda r=r: compare_inputs(catalog, r), "compare samples"))
+        except jobs.Busy:
+            break             # the queue is full: the rest are asked for by the page's next poll
+    return out
 
 
 # name -> (what the progress state calls it, the accessor, its key in the run's cache)

@@ -186,6 +186,9 @@ class Catalog:
         self._entries: dict[str, RunEntry] = {}
         self._loaded: "OrderedDict[str, LoadedRun]" = OrderedDict()
         self._params = SizedLRU(param_cache_bytes)
+        # results of one run kept whether or not it is loaded, keyed by (what, run id, the run's file
+        # signature): small per-run tables Compare reads of many runs at once (viewer.analyses)
+        self.per_run = SizedLRU(param_cache_bytes)
         self._lock = threading.Lock()
         self._load_locks: dict[str, threading.Lock] = {}
         # loads and analyses computed in the background (viewer.jobs); ready_wait_s: how long a page

@@ -164,9 +164,13 @@ def test_what_if_reports_projected_change(app):
     assert "less than 100" in text_of(bad[CpIds.RESULT]["children"])
 
 
+CMP_OUT = [(CmpIds.RESULT, "children"), (CmpIds.TICK, "disabled")]
+
+
 def _compare(app, a, b):
-    r = call(app, [(CmpIds.RESULT, "children")], [(CmpIds.GO, "n_clicks", 1)],
+    r = call(app, CMP_OUT, [(CmpIds.GO, "n_clicks", 1), (CmpIds.TICK, "n_intervals", None)],
              state=[(CmpIds.A, "value", a), (CmpIds.B, "value", b)])
+    assert r[CmpIds.TICK]["disabled"] is True       # done: the page stops polling
     return text_of(r[CmpIds.RESULT]["children"])
 
 
@@ -229,7 +233,7 @@ CALLBACKS = {
                  (CpIds.PERCENT, "value", 20)]),
     "idle-kernel": ([(IdleIds.HEATMAP, "figure")], [(IdleIds.KERNEL, "value", "dispatch")],
                     [(IdleIds.RUN, "data", "late")]),
-    "compare": ([(CmpIds.RESULT, "children")], [(CmpIds.GO, "n_clicks", 1)],
+    "compare": (CMP_OUT, [(CmpIds.GO, "n_clicks", 1), (CmpIds.TICK, "n_intervals", None)],
                 [(CmpIds.A, "value", ["ab~a1"]), (CmpIds.B, "value", ["ab~b1"])]),
 }
 CASES = [(cb, part, i, v) for cb, (_, ins, st) in CALLBACKS.items()

@@ -215,3 +215,50 @@ def test_a_what_if_in_progress_shows_the_bound_from_the_critical_path_at_once(ap
         assert "the exact re-timing follows" in text_of(r[CpIds.RESULT]["children"])
     finally:
         go.set()
+
+
+def test_compare_polls_while_each_runs_samples_are_computed(app, monkeypatch):
+    """Compare asks for each run's samples as background jobs: a click answers at once with one
+    progress line per run and a running poll; the poll fills the comparison in and stops."""
+    from viewer.pages.compare.ids import Ids as Cmp
+
+    go = threading.Event()
+    real = analyses._compare_inputs
+
+    def held(run):
+        assert go.wait(T)
+        return real(run)
+    monkeypatch.setattr(analyses, "_compare_inputs", held)
+    outs = [(Cmp.RESULT, "children"), (Cmp.TICK, "disabled")]
+    state = [(Cmp.A, "value", ["ab~a1"]), (Cmp.B, "value", ["ab~b1"])]
+    r = call(app, outs, [(Cmp.GO, "n_clicks", 1), (Cmp.TICK, "n_intervals", None)], state=state)
+    assert r[Cmp.TICK]["disabled"] is False
+    text = text_of(r[Cmp.RESULT]["children"])
+    assert "in the background" in text and text.count("compare samples") == 2, text
+    go.set()
+    for n in range(1, 200):
+        r = call(app, outs, [(Cmp.GO, "n_clicks", 1), (Cmp.TICK, "n_intervals", n)], state=state,
+                 changed=[f"{Cmp.TICK}.n_intervals"])
+        if r[Cmp.TICK]["disabled"]:
+            break
+    assert r[Cmp.TICK]["disabled"] is True
+    assert "end-to-end" in text_of(r[Cmp.RESULT]["children"])
+
+
+def test_compare_of_more_runs_than_the_queue_holds_fills_it_and_finishes(app, monkeypatch):
+    """More runs than the job queue's room (viewer.jobs MAX_QUEUED): the rest are asked for by
+    later polls, never a Busy error."""
+    from viewer.pages.compare.ids import Ids as Cmp
+
+    monkeypatch.setattr(app.catalog.jobs, "max_queued", 1)
+    outs = [(Cmp.RESULT, "children"), (Cmp.TICK, "disabled")]
+    state = [(Cmp.A, "value", ["ab~a1", "balanced"]), (Cmp.B, "value", ["ab~b1", "late"])]
+    r = call(app, outs, [(Cmp.GO, "n_clicks", 1), (Cmp.TICK, "n_intervals", None)], state=state)
+    for n in range(1, 400):
+        assert "busy" not in text_of(r[Cmp.RESULT]["children"]).lower()
+        if r[Cmp.TICK]["disabled"]:
+            break
+        r = call(app, outs, [(Cmp.GO, "n_clicks", 1), (Cmp.TICK, "n_intervals", n)], state=state,
+                 changed=[f"{Cmp.TICK}.n_intervals"])
+    assert r[Cmp.TICK]["disabled"] is True
+    assert "end-to-end" in text_of(r[Cmp.RESULT]["children"])

@@ -1,14 +1,16 @@
 from __future__ import annotations
 
-from dash import Input, Output, State, html
+from dash import Input, Output, State, ctx, html
 from dash.exceptions import PreventUpdate
 
 from profiler import analysis
 
-from ... import components as C
+from ... import analyses, components as C
 from ...catalog import ViewerError
 from ...format import ns, pct, share
-from ...inputs import CLICKS, RUN_ID, checked, list_of, opt
+from ...inputs import CLICKS, RUN_ID, checked, integer, list_of, opt
+from ..progress import logic as progress
+from ..progress.layout import POLL_WAIT_S
 from . import logic
 from .ids import Ids
 
@@ -36,32 +38,57 @@ def _tone(rec):
     return {"faster": "row-good", "slower": "row-bad"}.get(rec.get("verdict"))
 
 
+def _pending(wanted) -> html.Div:
+    p = progress.progress(wanted, [])
+    return html.Div([
+        html.Div([html.Span(className="spinner"),
+                  html.Span("Computing each run's samples in the background (once per run: the "
+                            "comparison fills in when they are done).", className="pending-title")],
+                 className="pending-head"),
+        html.Ul([html.Li(f"{i + 1}. " + progress.line(st), className=f"pending-step step-{st.state}")
+                 for i, st in enumerate(p.steps)]),
+    ], className="pending msg msg-note", role="status")
+
+
 def register(app, catalog) -> None:
-    @app.callback(Output(Ids.RESULT, "children"), Input(Ids.GO, "n_clicks"),
-                  State(Ids.A, "value"), State(Ids.B, "value"))
-    @checked(lambda msg: C.error_box(msg, title="Cannot compare these runs"), n=CLICKS,
-             a_ids=opt(list_of(RUN_ID, 64)), b_ids=opt(list_of(RUN_ID, 64)))
-    def run_compare(n, a_ids, b_ids):
+    @app.callback(Output(Ids.RESULT, "children"), Output(Ids.TICK, "disabled"), Input(Ids.GO, "n_clicks"),
+                  Input(Ids.TICK, "n_intervals"), State(Ids.A, "value"), State(Ids.B, "value"))
+    @checked(lambda msg: (C.error_box(msg, title="Cannot compare these runs"), True), n=CLICKS,
+             tick=opt(integer(0)), a_ids=opt(list_of(RUN_ID, 64)), b_ids=opt(list_of(RUN_ID, 64)))
+    def run_compare(n, tick, a_ids, b_ids):
         if not n:
             raise PreventUpdate
         msg = logic.sides_ok(a_ids, b_ids)
         if msg:
-            return C.note(msg)
+            return C.note(msg), True
+        # each run's samples once, in the background (a 10 M-event run takes its analyses' time;
+        # a run whose samples are cached or stored is ready at once); the page polls until done
+        ids = list(dict.fromkeys(a_ids + b_ids))
+        polling = ctx.triggered_id == Ids.TICK
         try:
-            a_runs = [catalog.load(r) for r in a_ids]
-            b_runs = [catalog.load(r) for r in b_ids]
+            for r in ids:
+                catalog.entry(r)
+            wanted = analyses.request_compare_inputs(catalog, ids, retry=not polling)
         except ViewerError as e:
-            return C.error_box(str(e))
-        reg = {}
-        for r in a_runs + b_runs:   # union of the registries: branches may differ in phases
-            reg.update(r.manifest.get("registry") or {})
+            return C.error_box(str(e)), True
+        if not analyses.compare_inputs_ready(catalog, ids):
+            catalog.jobs.wait([j.key for j in wanted], POLL_WAIT_S if polling else catalog.jobs.wait_s)
+        if not analyses.compare_inputs_ready(catalog, ids):
+            err = progress.progress(wanted, []).error
+            if err:
+                return C.error_box(err, title="Cannot compare these runs"), True
+            return _pending(wanted), False
         try:
-            cmp = analysis.compare(a_runs, b_runs, registry=reg or None)
+            a_in = [analyses.compare_inputs(catalog, r) for r in a_ids]
+            b_in = [analyses.compare_inputs(catalog, r) for r in b_ids]
+            cmp = analysis.compare(a_in, b_in)
+        except ViewerError as e:
+            return C.error_box(str(e)), True
         except Exception as e:   # a message in the page, never a 500
-            return C.error_box(f"{type(e).__name__}: {e}", title="Cannot compare these runs")
+            return C.error_box(f"{type(e).__name__}: {e}", title="Cannot compare these runs"), True
         if cmp.refused:
             return html.Div([C.verdict_box(cmp.verdict, id=Ids.VERDICT),
-                             C.note("Compare refuses runs whose workloads differ: " + "; ".join(cmp.refused))])
+                             C.note("Compare refuses runs whose workloads differ: " + "; ".join(cmp.refused))]), True
         sa, sb = logic.side_samples(cmp.samples, "A"), logic.side_samples(cmp.samples, "B")
         e2e = cmp.end_to_end.iloc[0].to_dict() if len(cmp.end_to_end) else {}
         tone = {"faster": "good", "slower": "bad"}.get(e2e.get("verdict"), "")
@@ -79,8 +106,8 @@ def register(app, catalog) -> None:
             C.card("verdict", str(e2e.get("verdict", "—")), tone=tone, tip="within noise"),
         ], className="cards")
         traces = html.Div([html.Span("Perfetto traces: ", className="help")] + [
-            html.A(f"⤓ {side} {r.entry.name}", href=C.download_href(r.entry.run_id), className="mini-link")
-            for side, runs in (("A", a_runs), ("B", b_runs)) for r in runs], className="info-line")
+            html.A(f"⤓ {side} {catalog.entry(r).name}", href=C.download_href(r), className="mini-link")
+            for side, runs in (("A", a_ids), ("B", b_ids)) for r in runs], className="info-line")
         return html.Div([
             C.verdict_box(cmp.verdict, id=Ids.VERDICT),
             traces,
@@ -101,4 +128,4 @@ def register(app, catalog) -> None:
                            "its mean span duration per iteration (waits on a peer from the last rank's entry on); "
                            "MDE: the smallest change the row could have seen"),
             C.section("Critical path changes", C.df_table(cmp.critical_path_changes, CP_COLS, FMT, tips=CP_TIPS)),
-        ])
+        ]), True

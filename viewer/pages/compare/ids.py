@@ -8,3 +8,4 @@ class Ids(StrEnum):
     GO = "cmp-go"
     RESULT = "cmp-result"
     VERDICT = "cmp-verdict"
+    TICK = "cmp-tick"          # polls while the runs' samples are computed in the background
