@@ -133,10 +133,12 @@ class _Writer:
         self.tables: dict = {}
         self._by_id: dict = {}
 
-    def table(self, name: str, df: pd.DataFrame) -> str:
-        """Write df as table `name` (a DataFrame already written under another name is named, not
-        written twice: a report's evidence is often its verdict's)."""
-        if id(df) in self._by_id:
+    def table(self, name: str, df: pd.DataFrame, share: bool = False) -> str:
+        """Write df as table `name`; returns the name it is stored under. share: a DataFrame
+        already written (a verdict's evidence is often rows its report holds) is named, not
+        written twice. A report's own field is always written under its own name (the reader
+        finds it there)."""
+        if share and id(df) in self._by_id:
             return self._by_id[id(df)]
         buf = io.BytesIO()
         # no column statistics and no copy of the Arrow schema (the pandas metadata restores the
@@ -148,7 +150,7 @@ class _Writer:
         with atomic.create_exclusive(self.where / file) as f:
             f.write(b)
         self.tables[name] = {"file": file, "sha256": _sha(b), "rows": int(len(df))}
-        self._by_id[id(df)] = name
+        self._by_id.setdefault(id(df), name)
         return name
 
     def verdict(self, name: str, v: Verdict) -> dict:
@@ -156,7 +158,7 @@ class _Writer:
         for f in dataclasses.fields(Verdict):
             x = getattr(v, f.name)
             if f.name == "evidence":
-                out[f.name] = None if x is None else self.table(f"{name}.evidence", x)
+                out[f.name] = None if x is None else self.table(f"{name}.evidence", x, share=True)
             elif f.name in ("cause", "direction"):
                 out[f.name] = None if x is None else x.value
             elif f.name == "where":

@@ -167,3 +167,12 @@ def test_store_analyses_after_a_save_warns_instead_of_losing_the_run(tmp_path):
     with pytest.warns(UserWarning, match="could not store its analyses"):
         assert store_analyses(d) is None
     assert (d / "manifest.json").is_file()
+
+
+def test_a_table_shared_by_a_report_and_its_verdict_reads_back_in_both_places(run_copy):
+    run = load_run(run_copy)
+    res = summary.analyze(run)
+    v = next(x for x in (res.idle.verdict, res.barriers.verdict, res.critical.verdict) if x.evidence is not None)
+    res.idle.evidence = v.evidence                 # one object in two places (written once per field)
+    stored.store(run, res, events=run.events)
+    assert_results_equal(res, stored.load(run_copy))
