@@ -255,24 +255,36 @@ def url(base, path, run_id):
     return base + path + ("?" + urlencode({"run": run_id}) if run_id else "")
 
 
+COLD_PAGES = ("/timeline", "/critical-path", "/idle", "/barriers")
+
+
 def cold_visits(args, browser, run_id, rows):
     fp_js = f"({HEADER}) && (({PENDING}) || %s)"
-    for path in ("/timeline", "/critical-path", "/idle", "/barriers"):
-        row = Row(f"cold first visit {path}", kind="cold")
+    for path in args.cold_pages:
+        content = CONTENT[path] + (f" && !!document.querySelector('#page .main-svg')" if args.cold_figure else "")
+        row = Row(f"cold first visit {path}" + (", its first figure drawn" if args.cold_figure else ""), kind="cold")
+        peaks = []
         for i in range(args.cold_repeat or args.repeat):
             server = Server(args.app_root, args.run.parent)
             try:
                 pg = browser.new_page()
                 s = measure(pg, server, browser, lambda: pg.goto(url(server.base, path, run_id), wait_until="commit"),
-                            CONTENT[path], fp_js % CONTENT[path])
+                            content, fp_js % CONTENT[path])
                 row.samples.append(s)
+                # the fresh server's peak RSS once the page is complete (issue 20: with one run open);
+                # its background warming of the other results may still be running
+                peaks.append(server.peak_rss_gb())
                 print(f"  {row.name} #{i}: first paint {s.first_paint_s:.2f} s, complete {s.wall_s:.2f} s, "
-                      f"server cpu {s.server_cpu_s:.1f} s, load {os.getloadavg()[0]:.1f}", flush=True)
+                      f"server cpu {s.server_cpu_s:.1f} s, peak RSS {peaks[-1]:.2f} GB, "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
                 assert not pg.errors, pg.errors
                 pg.context.close()
             finally:
                 server.close()
         rows.append(row)
+        if peaks:
+            notes.append(f"cold {path}: the fresh server's peak RSS when the page was complete: "
+                         + ", ".join(f"{p:.2f}" for p in peaks) + " GB")
 
 
 WARM_SECTIONS = ("switches", "drags", "zooms", "drill", "whatif")
@@ -547,6 +559,11 @@ def main() -> int:
     ap.add_argument("--whatif-repeat", type=int, default=5)
     ap.add_argument("--app-root", type=Path, default=ROOT, help="checkout whose viewer is served")
     ap.add_argument("--skip-cold", action="store_true")
+    ap.add_argument("--cold-pages", default=",".join(COLD_PAGES),
+                    help="the pages whose cold first visit is measured (default: %(default)s)")
+    ap.add_argument("--cold-figure", action="store_true",
+                    help="a cold page is complete only once its first plotly figure is drawn too (the idle page's "
+                         "content already waits for its heatmap; the others' does not)")
     ap.add_argument("--skip-warm", action="store_true")
     ap.add_argument("--sections", default=",".join(WARM_SECTIONS),
                     help=f"which warm measurements, comma-separated, of {','.join(WARM_SECTIONS)}")
@@ -555,6 +572,9 @@ def main() -> int:
     args = ap.parse_args()
     args.app_root = args.app_root.resolve()
     args.sections = [x for x in args.sections.split(",") if x]
+    args.cold_pages = [x for x in args.cold_pages.split(",") if x]
+    if set(args.cold_pages) - set(COLD_PAGES):
+        ap.error(f"unknown --cold-pages {sorted(set(args.cold_pages) - set(COLD_PAGES))}")
     unknown = set(args.sections) - set(WARM_SECTIONS)
     if unknown:
         ap.error(f"unknown --sections {sorted(unknown)}; known: {','.join(WARM_SECTIONS)}")

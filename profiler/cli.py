@@ -3,7 +3,7 @@
     epscope export RUN [-o OUT [--force]]  write RUN's Perfetto trace (default RUN/trace.perfetto-trace)
     epscope report RUN [RUN ...]           text summary of runs
     epscope check RUN|ROOT [...]           verify runs (checksums, every field and row); exit 1 if any is damaged
-    epscope analyze RUN [RUN ...]          compute and store each run's headline numbers (RUN/analysis-summary.json)
+    epscope analyze RUN [RUN ...]          compute and store each run's analyses (RUN/analysis/, RUN/analysis-summary.json)
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
     epscope trace ...                      record a profiled EP workload (profiler.workflows.trace)
     epscope selftest ...                   record the recorder self-test kernels (profiler.record.selftest)
@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("check", help="verify runs: checksums, manifest, every row; say what is wrong with each")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory, or a directory of runs")
-    p = sub.add_parser("analyze", help="compute and store runs' headline numbers (the Runs page shows them)")
+    p = sub.add_parser("analyze", help="compute and store runs' analyses (the viewer reads them instead of computing)")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("view", help="serve the web viewer")
     p.add_argument("roots", type=Path, nargs="*", metavar="RUN_DIR", help="run directories or roots (default: traces/)")
@@ -204,16 +204,13 @@ def _report(args) -> int:
 
 
 def _analyze(args) -> int:
-    from .analysis import summary
+    from .analysis import stored, summary
     from .progress import Activity
-    from .runstore import load_run
     with Activity("epscope analyze") as act:
         for r in args.runs:
             act.step(f"{r}: loading")
-            run = load_run(r)
-            act.step(f"{r}: analysing {run.num_events:,} events")
-            out = summary.store(run)
-            print(f"wrote {out}")
+            out = stored.store_run(r, step=lambda label, r=r: act.step(f"{r}: {label}"))
+            print(f"wrote {out} and {Path(r) / summary.FILE}")
     return 0
 
 

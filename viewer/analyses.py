@@ -7,6 +7,12 @@ state until `ready` says all are in the cache, and `warm` asks for the rest ahea
 Every page sees the same table: the run's events with unfinished waits ended where their kernel
 stopped (profiler.analysis.unfinished, using the run's launch table), so a timed-out run's waits
 are drawn, counted and named the same way everywhere.
+
+Stored results first (issue 20): a run saved or analysed by `epscope analyze` carries its
+analyses (profiler.analysis.stored, RUN/analysis/); when they are current (this analysis version,
+the run's data unchanged) the critical path, idle and barriers accessors return them without
+reading the event table; else they are computed as before (in the background job, with its
+progress). Only what needs the dependency graph (the exact what-if) builds it from the events then.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from profiler import analysis
-from profiler.analysis import chunked, unfinished
+from profiler.analysis import chunked, stored, unfinished
 from profiler.analysis import timemodel as TM
 from profiler.analysis.whatif import saving_bound
 
@@ -35,7 +41,31 @@ def registry(run: LoadedRun):
 
 def events(run: LoadedRun):
     """The run's event table with unfinished waits closed (the same object on every call)."""
-    return run.cached("events_closed", lambda: unfinished.close(run.events, run.launches))
+    job = jobs.current()
+    if job is not None and not run.events_read:
+        job.step = f"reading {run.run.num_events:,} events"
+    try:
+        return run.cached("events_closed", lambda: unfinished.close(run.events, run.launches))
+    finally:
+        if job is not None:
+            job.step = ""
+
+
+def stored_results(run: LoadedRun) -> stored.Stored | None:
+    """The run's stored analyses when they are current, else None (read once per loaded run: a
+    run rewritten on disk is loaded again, with a new cache)."""
+    return run.cached("stored", lambda: stored.load(run.entry.path))
+
+
+def span_phases(run: LoadedRun) -> list[str]:
+    """The run's span phases (the what-if's choices): stored, else read from the events."""
+    s = stored_results(run)
+    return run.cached("span_phases", lambda: list(s.span_phases) if s is not None else stored.span_phases(run.events))
+
+
+def ranks(run: LoadedRun) -> list[int]:
+    s = stored_results(run)
+    return run.cached("ranks", lambda: list(s.ranks) if s is not None else stored.ranks_of(run.events))
 
 
 def timeline_index(run: LoadedRun) -> timeline_logic.TimelineIndex:
@@ -50,7 +80,7 @@ def timeline_index(run: LoadedRun) -> timeline_logic.TimelineIndex:
 # (profiler.analysis.chunked: the same results; the analyses hold one chunk's graph at a time
 # instead of the run's, which cost about 260 bytes per event on top of the table, issue 20).
 def _big(run: LoadedRun) -> bool:
-    return len(run.events) > chunked.MAX_EVENTS
+    return run.run.num_events > chunked.MAX_EVENTS
 
 
 def _chunked(run: LoadedRun) -> chunked.Results:
@@ -59,28 +89,52 @@ def _chunked(run: LoadedRun) -> chunked.Results:
 
 
 def run_chunks(run: LoadedRun) -> int:
-    """How many chunks of iterations the run's analyses were computed in (1: the whole run)."""
+    """How many chunks of iterations the run's analyses are computed in (1: the whole run)."""
     return _chunked(run).chunks if _big(run) else 1
 
 
-def critical(run: LoadedRun) -> analysis.CriticalPath:
+def _computed_critical(run: LoadedRun) -> analysis.CriticalPath:
     if _big(run):
-        return run.cached("critical_path", lambda: _chunked(run).critical)
-    return run.cached("critical_path", lambda: analysis.critical_path(events(run), registry=registry(run),
-                                                                      launches=run.launches))
+        return run.cached("computed_critical_path", lambda: _chunked(run).critical)
+    return run.cached("computed_critical_path", lambda: analysis.critical_path(
+        events(run), registry=registry(run), launches=run.launches))
+
+
+def critical(run: LoadedRun) -> analysis.CriticalPath:
+    """The critical path: stored (without its graph), else computed (with it)."""
+    def get():
+        s = stored_results(run)
+        return s.critical if s is not None else _computed_critical(run)
+    return run.cached("critical_path", get)
+
+
+def graph(run: LoadedRun):
+    """The dependency graph the critical path was found on (a chunked.Summaries for a run analysed
+    in chunks); built from the events when the critical path came from storage."""
+    g = critical(run).graph
+    return g if g is not None else _computed_critical(run).graph
 
 
 def idle(run: LoadedRun) -> analysis.IdleReport:
-    if _big(run):
-        return run.cached("idle", lambda: _chunked(run).idle)
-    return run.cached("idle", lambda: analysis.idle_warps(events(run), registry=registry(run), launches=run.launches))
+    def get():
+        s = stored_results(run)
+        if s is not None:
+            return s.idle
+        if _big(run):
+            return _chunked(run).idle
+        return analysis.idle_warps(events(run), registry=registry(run), launches=run.launches)
+    return run.cached("idle", get)
 
 
 def barriers(run: LoadedRun) -> analysis.BarrierReport:
-    if _big(run):
-        return run.cached("barriers", lambda: _chunked(run).barriers)
-    return run.cached("barriers", lambda: analysis.barrier_contention(events(run), registry=registry(run),
-                                                                      launches=run.launches))
+    def get():
+        s = stored_results(run)
+        if s is not None:
+            return s.barriers
+        if _big(run):
+            return _chunked(run).barriers
+        return analysis.barrier_contention(events(run), registry=registry(run), launches=run.launches)
+    return run.cached("barriers", get)
 
 
 def what_if_key(phase: str, speedup: float, rank) -> tuple:
@@ -90,8 +144,9 @@ def what_if_key(phase: str, speedup: float, rank) -> tuple:
 def what_if(run: LoadedRun, phase: str, speedup: float, rank) -> pd.DataFrame:
     """The what-if's summary per iteration (what the page shows), re-timing the graph the
     critical path was found on, without the re-timed run's own path or a re-timed copy of the table
-    (0.5 GB at 10 M events): only the summary is kept."""
-    g = critical(run).graph
+    (0.5 GB at 10 M events): only the summary is kept. A critical path read from storage has no
+    graph: it is built here (in the what-if's background job)."""
+    g = graph(run)
     if isinstance(g, chunked.Summaries):      # a run analysed in chunks re-times chunk by chunk
         return run.cached(what_if_key(phase, speedup, rank), lambda: g.what_if_summary(
             phase=phase, speedup=speedup, rank=rank))
@@ -188,8 +243,7 @@ def ready(catalog, run_id: str, names) -> LoadedRun | None:
 def _compute(catalog, run_id: str, accessor) -> None:
     job = jobs.current()
     if job is not None and catalog.loaded(run_id) is None:
-        n = catalog.entry(run_id).num_events
-        job.step = f"reading {n:,} events" if n else "reading the events"
+        job.step = "opening the run"
     run = catalog.load(run_id)
     if job is not None:
         job.step = ""
@@ -223,9 +277,17 @@ def request_what_if(catalog, run_id: str, phase: str, speedup: float, rank) -> j
                                f"what-if: {phase} {100 * speedup:g}% faster")
 
 
+# results that read the whole event table: not warmed for a run whose analyses are stored (opening
+# it then reads no events at all: 10 M events are 0.5 GB of table and 0.3 GB of timeline index,
+# read on the visit of the page that draws them)
+READS_EVENTS = ("timeline_index",)
+
+
 def warm(catalog, run_id: str) -> None:
-    """Ask for every result of the run ahead of the user (after what the page needs)."""
+    """Ask for every result of the run ahead of the user (after what the page needs); for a run
+    with stored results, only those that read no events."""
     run = catalog.loaded(run_id)
-    names = [n for n, (_, _, ck) in RESULTS.items() if run is None or not run.has(ck)]
+    skip = READS_EVENTS if run is not None and run.has("stored") and stored_results(run) is not None else ()
+    names = [n for n, (_, _, ck) in RESULTS.items() if (run is None or not run.has(ck)) and n not in skip]
     if names:
         request(catalog, run_id, names, priority=jobs.AHEAD)

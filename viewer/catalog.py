@@ -44,6 +44,7 @@ MAX_DEPTH = 4
 # synthetic run holds ~40 MB (its retimed graph); 256 MB keeps the last few per run.
 PARAM_CACHE_BYTES = 256 << 20
 MAX_NAME = 200   # characters of a run's name shown (a manifest may hold a longer one)
+EVENTS_KEY = "events"   # LoadedRun's cache key of the event table
 
 
 class ViewerError(Exception):
@@ -88,21 +89,33 @@ class RunEntry:
 
 @dataclass
 class LoadedRun:
-    """A run with its event table in memory and a cache of things derived from it.
+    """A run whose manifest and launch table are in memory, its event table read on first use
+    (`events`: a page drawn from stored results never reads it, issue 20), and a cache of things
+    derived from it.
 
     cached(key, compute): a str key names one fixed result per run (an analysis, a built page)
     and is kept while the run is loaded; any other key carries parameters, often a client's
     (("what_if", phase, speedup, rank)), and lives in the catalog's byte-bounded LRU."""
     entry: RunEntry
     run: Any                      # profiler.runstore.Run
-    events: pd.DataFrame
     launches: pd.DataFrame | None
     signature: tuple = ()
     params: SizedLRU | None = None
+    read_events: Callable[[], pd.DataFrame] | None = field(default=None, repr=False)
     _token: object = field(default_factory=object)   # this load's part of its keys in `params`
     _derived: dict = field(default_factory=dict)
     _locks: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """The run's event table, read (and checked) on first access; ViewerError when it cannot be."""
+        return self.cached(EVENTS_KEY, self.read_events or (lambda: self.run.events))
+
+    @property
+    def events_read(self) -> bool:
+        """Whether the event table has been read into memory."""
+        return self.has(EVENTS_KEY)
 
     @property
     def manifest(self) -> dict:
@@ -316,7 +329,7 @@ class Catalog:
         return hit
 
     def load(self, run_id: str | None) -> LoadedRun:
-        """The run with its events in memory (cached, LRU, reloaded when rewritten on disk);
+        """The run, its event table read when first used (cached, LRU, reloaded when rewritten on disk);
         ViewerError with a clear message."""
         entry = self.entry(run_id)
         sig = _signature(entry.path)
@@ -346,13 +359,13 @@ class Catalog:
             return loaded
 
     def _load_uncached(self, entry: RunEntry) -> LoadedRun:
-        with Activity(f"epscope view: loading {entry.name}") as progress:
+        """The run's manifest and launches now (and its events' footer: their count); the event
+        table itself when a page first reads `LoadedRun.events`."""
+        with Activity(f"epscope view: loading {entry.name}"):
             for attempt in (1, 2):   # a rewrite racing this read: once more, then say so
                 sig = _signature(entry.path)
                 try:
                     run = runstore.load_run(entry.path, within=self.roots)
-                    progress.step(f"reading {run.num_events:,} events")
-                    events = run.events
                     break
                 except RunChanged as e:
                     if attempt == 2:
@@ -360,12 +373,27 @@ class Catalog:
                 except Exception as e:  # every failure becomes a sentence in the page, never a traceback
                     self._mark_damaged(entry, e)
                     raise ViewerError(self.shown(describe_load_error(entry.name, e))) from e
-        if len(events) == 0:
+        if run.num_events == 0:
             raise ViewerError(f"Run '{entry.name}' has no events to show (the event table is empty).")
         if run.manifest is not entry.manifest:
             entry = RunEntry(entry.run_id, entry.path, entry.root, run.manifest, None, run.status,
                              run.num_events, entry.signature)
-        return LoadedRun(entry, run, events, run.launches, sig, self._params)
+        return LoadedRun(entry, run, run.launches, sig, self._params,
+                         read_events=lambda: self._read_events(entry, run))
+
+    def _read_events(self, entry: RunEntry, run) -> pd.DataFrame:
+        """run.events, its failures as the sentence a page shows (the Runs list learns of damage)."""
+        with Activity(f"epscope view: reading {run.num_events:,} events of {entry.name}"):
+            try:
+                events = run.events
+            except RunChanged as e:
+                raise ViewerError(self.shown(describe_load_error(entry.name, e))) from e
+            except Exception as e:
+                self._mark_damaged(entry, e)
+                raise ViewerError(self.shown(describe_load_error(entry.name, e))) from e
+        if len(events) == 0:
+            raise ViewerError(f"Run '{entry.name}' has no events to show (the event table is empty).")
+        return events
 
     def _mark_damaged(self, entry: RunEntry, e: BaseException) -> None:
         """The Runs list shows what loading found (the list's own check reads footers only: a

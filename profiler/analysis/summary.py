@@ -20,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -37,16 +39,41 @@ ANALYSIS_VERSION = 1
 DATA_FILES = ("events.parquet", "launches.parquet")
 
 
+# (real path, device, inode, size, mtime ns) of a data file -> its SHA-256: a process that asks
+# again (the viewer, each cold open and each visit of the Runs page) hashes a file once per version
+# of it (a 10 M-event events.parquet: about 0.1-0.3 s of hashing, issue 20)
+_HASHES: dict = {}
+_HASHES_MAX = 4096
+
+
+def _file_hash(p: Path) -> str | None:
+    try:
+        st = os.stat(p)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    key = (os.path.realpath(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    got = _HASHES.get(key)
+    if got is not None:
+        return got
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(8 << 20), b""):
+            h.update(block)
+    if len(_HASHES) >= _HASHES_MAX:
+        _HASHES.clear()
+    _HASHES[key] = got = h.hexdigest()
+    return got
+
+
 def data_hashes(run_dir: Path) -> dict:
+    """{data file: SHA-256 hex} of the run's data files that exist."""
     out = {}
     for name in DATA_FILES:
-        p = Path(run_dir) / name
-        if p.is_file():
-            h = hashlib.sha256()
-            with open(p, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-            out[name] = h.hexdigest()
+        h = _file_hash(Path(run_dir) / name)
+        if h is not None:
+            out[name] = h
     return out
 
 
@@ -55,14 +82,19 @@ def _num(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def summarize(run) -> dict:
-    """The summary of a loaded run (profiler.runstore.Run), computed by the functions the pages
-    call. A run of more than chunked.MAX_EVENTS events is analysed in chunks of iterations read
+def analyze(run) -> chunked.Results:
+    """The analyses of a loaded run (profiler.runstore.Run), as `epscope analyze` and the session
+    save compute them: a run of more than chunked.MAX_EVENTS events in chunks of iterations read
     one at a time (profiler.analysis.chunked: the same results, memory bounded by a chunk)."""
     if run.num_events > chunked.MAX_EVENTS:
-        res = chunked.analyze_run(run)
-    else:
-        res = chunked.analyze(run.events, registry=run.manifest.get("registry"), launches=run.launches)
+        return chunked.analyze_run(run)
+    return chunked.analyze(run.events, registry=run.manifest.get("registry"), launches=run.launches)
+
+
+def summarize(run, res: chunked.Results | None = None) -> dict:
+    """The summary of a loaded run (profiler.runstore.Run), computed by the functions the pages
+    call; res: its analyses when computed already (`analyze(run)`: their graph is read)."""
+    res = analyze(run) if res is None else res
     g = res.critical.graph
     tm = res.time_model
     ki = tm.kernel_iterations()
@@ -89,11 +121,11 @@ def summarize(run) -> dict:
     }
 
 
-def store(run) -> Path:
-    """Compute and write RUN/analysis-summary.json atomically (profiler.atomic: an exclusive,
+def store(run, res: chunked.Results | None = None) -> Path:
+    """Compute (or take `res`, analyze(run)) and write RUN/analysis-summary.json atomically (profiler.atomic: an exclusive,
     locked temporary beside it, renamed into place; never through a link, never over a file that
     is not a regular one); returns its path."""
-    data = summarize(run)
+    data = summarize(run, res)
     dest = Path(run.path) / FILE
     with atomic.TempFile(dest) as t:
         t.file.write((json.dumps(data, indent=1, sort_keys=True) + "\n").encode())

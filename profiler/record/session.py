@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import gzip
+import os
 import pickle
 import time
 import warnings as _warnings
@@ -58,7 +59,7 @@ class Session(SessionBuffers, SessionClocks, SessionSave):
     def __init__(self, out_dir, *, name: str, description: str, rank: int = 0, world_size: int = 1, group=None,
                  capacity: int = 4096, hires: bool = False, workload: dict | None = None, config: dict | None = None,
                  device=None, host_pairs: int = 64, max_device_bytes: int = DEFAULT_MAX_DEVICE_BYTES,
-                 raw_dir=None, overwrite: bool = False):
+                 raw_dir=None, overwrite: bool = False, analyze: bool = True):
         import torch
 
         if not name or "/" in name or name.startswith("."):
@@ -101,6 +102,10 @@ class Session(SessionBuffers, SessionClocks, SessionSave):
         # An existing run of this name is replaced only when asked; otherwise the run is written
         # as <name>-2, ... (profiler.runstore.write_run). `path` is where it went (rank 0, saved).
         self.overwrite = bool(overwrite)
+        # Saving computes the run's analyses and stores them in it (profiler.analysis.stored: the
+        # viewer then opens it without analysing); analyze=False or EPSCOPE_NO_ANALYZE=1 skips it
+        # (`epscope analyze RUN` does it later).
+        self.analyze = bool(analyze) and os.environ.get("EPSCOPE_NO_ANALYZE", "") in ("", "0")
         self.path: Path | None = None
 
     # -- context manager ------------------------------------------------------------------------
@@ -171,7 +176,7 @@ class Session(SessionBuffers, SessionClocks, SessionSave):
         self._notes.append({"type": type_, "count": int(count), "detail": detail})
 
 
-def write_from_raw(raw_path, out_dir=None, overwrite: bool = False) -> Path:
+def write_from_raw(raw_path, out_dir=None, overwrite: bool = False, analyze: bool = True) -> Path:
     """Re-decode a run kept with Session(raw_dir=...) and write its run directory (on any machine;
     no GPU needed). out_dir defaults to the session's."""
     with gzip.open(raw_path, "rb") as f:
@@ -182,6 +187,6 @@ def write_from_raw(raw_path, out_dir=None, overwrite: bool = False) -> Path:
     s.name, s.description, s.world_size = m["name"], m["description"], m["world_size"]
     s.capacity, s.hires, s.workload, s.config = m["capacity"], m["hires"], m["workload"], m["config"]
     s.created, s.headline_extra = m["created"], m.get("headline_extra", {})
-    s.overwrite, s.path = overwrite, None
+    s.overwrite, s.path, s.analyze = overwrite, None, analyze
     return s._write(d["payloads"], d["status"], d["error"])
 

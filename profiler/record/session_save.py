@@ -148,7 +148,22 @@ class SessionSave:
         }
         self.path = write_run(self.out_dir / self.name, events, launches, manifest, perfetto=None,
                               overwrite=self.overwrite)
+        del events, decoded
+        if getattr(self, "analyze", True):
+            store_analyses(self.path)
         return self.path
+
+
+def store_analyses(path: Path) -> Path | None:
+    """Compute the saved run's analyses and store them in it (profiler.analysis.stored); a failure
+    is a warning, never the loss of the run just saved (`epscope analyze RUN` can do it later)."""
+    from ..analysis.stored import store_run
+    try:
+        return store_run(path)
+    except Exception as e:  # noqa: BLE001 (the run is saved; its analyses can be made again)
+        _warnings.warn(f"epscope: saved {path} but could not store its analyses "
+                       f"({type(e).__name__}: {e}); run `epscope analyze {path}`")
+        return None
 
 
 def host_span_rows(payloads: list[dict], model: ClockModel):

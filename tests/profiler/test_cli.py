@@ -42,6 +42,17 @@ def test_report(run_dir, capsys):
     assert "slowest rank" in out and "dropped records: 0" in out
 
 
+def test_analyze_stores_the_analyses_and_the_summary(run_dir, tmp_path, capsys):
+    import shutil
+
+    from profiler.analysis import stored, summary
+    d = tmp_path / "run"
+    shutil.copytree(run_dir, d)
+    assert cli.main(["analyze", str(d)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert stored.load(d) is not None and summary.load(d) is not None
+
+
 def test_export_default_and_explicit_out(run_dir, tmp_path, capsys):
     pytest.importorskip("perfetto", reason="perfetto package not installed")
     assert cli.main(["export", str(run_dir)]) == 0
@@ -69,7 +80,7 @@ def _bad_runs(tmp_path, run_dir):
     return {"missing": tmp_path / "missing", "corrupt": corrupt, "newer": newer, "empty": empty}
 
 
-@pytest.mark.parametrize("cmd", ["report", "export"])
+@pytest.mark.parametrize("cmd", ["report", "export", "analyze"])
 @pytest.mark.parametrize("which, words", [("missing", "no such run"), ("corrupt", "parquet"),
                                           ("newer", "newer"), ("empty", "no events")])
 def test_bad_runs_one_line_exit_2(run_dir, tmp_path, capsys, cmd, which, words):

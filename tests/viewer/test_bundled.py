@@ -32,16 +32,25 @@ def test_every_page_on_every_bundled_trace(app):
     assert not failures, "\n".join(failures)
 
 
-def test_one_graph_per_run(app):
+@pytest.mark.parametrize("stored_results", ["current", "stale"])
+def test_one_graph_per_run(monkeypatch, stored_results):
     """issue 20: the critical path and idle built separate dependency graphs of one run (the graph
     cache keys on the launch table, and only idle was given it): every page's analysis of a run
-    reads the same graph, and so the same time model."""
-    from viewer import analyses
-    e = next(x for x in app.catalog.entries() if x.name == "ep-host-late")
-    run = app.catalog.load(e.run_id)
-    cp, iw, bc = analyses.critical(run), analyses.idle(run), analyses.barriers(run)
+    reads the same graph, and so the same time model. With current stored results no page builds
+    one; the what-if's graph (analyses.graph) is then built once, the same the analyses build."""
     from profiler.analysis import graph as G
+    from profiler.analysis import summary
+    from viewer import analyses
+    from viewer.catalog import Catalog
+    if stored_results == "stale":
+        monkeypatch.setattr(summary, "ANALYSIS_VERSION", summary.ANALYSIS_VERSION + 1)
+    cat = Catalog([TRACES / "ep-host-late"])
+    run = cat.load(cat.ids()[0])
+    cp, iw, bc = analyses.critical(run), analyses.idle(run), analyses.barriers(run)
+    assert (analyses.stored_results(run) is None) == (stored_results == "stale")
+    assert run.events_read == (stored_results == "stale")
     g = G.build(analyses.events(run), analyses.registry(run), run.launches)
-    assert cp.graph is g
+    assert cp.graph is (g if stored_results == "stale" else None)
+    assert analyses.graph(run) is g
     assert G.build(analyses.events(run), analyses.registry(run), run.launches) is g
     assert g.derived.get("time_model") is not None           # read by the pages, computed once

@@ -79,7 +79,7 @@ def test_the_viewer_starts_and_serves_every_other_run(root, unreadable, tmp_path
     for rid in ("good-a", "good-b", "pandas-meta"):
         assert cat.load(rid).events.shape[0] > 0
     with pytest.raises(ViewerError, match="flipped/events.parquet: content does not match"):
-        cat.load("flipped")
+        cat.load("flipped").events        # read (and checked) on first use, not on opening the run
     runs_page = text_of(route(app, "/")[PAGE]["children"])
     assert "Skipped (could not be read): unreadable" in runs_page and "no-launches" in runs_page
     for path in PAGES:
@@ -107,5 +107,5 @@ def test_error_messages_name_paths_relative_to_their_root(root, tmp_path):
     assert "outside the allowed roots" in problem and "linked/events.parquet" in problem
     assert str(r2) not in problem and "secret-place" not in problem
     with pytest.raises(ViewerError) as e:
-        cat.load("flipped")
+        cat.load("flipped").events
     assert str(root) not in str(e.value) and "flipped/events.parquet" in str(e.value)

@@ -4,7 +4,7 @@ from dash import dcc, html
 
 from profiler.analysis import glossary
 
-from ... import components as C
+from ... import analyses, components as C
 from ..analysis_page import analysis_page
 from ...format import ns, pct, share
 from . import logic
@@ -32,8 +32,8 @@ def _kind_legend() -> html.Div:
 
 def _page(entry, run, cp):
     h = logic.headline(cp)
-    phases = run.cached("span_phases", lambda: logic.phase_options(run.events))
-    ranks = run.cached("ranks", lambda: sorted(int(r) for r in run.events["rank"].unique()))
+    phases = analyses.span_phases(run)
+    ranks = analyses.ranks(run)
     default_phase = next((p for p in ("copy_out", "send_chunk", "work", "reduce") if p in phases), phases[0] if phases else None)
     whatif = html.Div([
         html.Label("what if"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from profiler.analysis.stored import span_phases
+
 from ... import theme
 from ...format import ns, pct, signed_ns
 
@@ -106,17 +108,8 @@ def slack_table(cp, limit: int = 100) -> pd.DataFrame:
 
 
 def phase_options(events: pd.DataFrame) -> list[str]:
-    """Names of the span phases of a run, read from category codes (no string per row: a
-    10 M-event table would take seconds)."""
-    kind = events["kind"].astype("category")
-    phase = events["phase"].astype("category")
-    cats = list(kind.cat.categories)
-    if "span" not in cats:
-        return []
-    m = kind.cat.codes.to_numpy() == cats.index("span")
-    codes = np.unique(phase.cat.codes.to_numpy()[m])
-    names = phase.cat.categories
-    return sorted(str(names[c]) for c in codes if c >= 0)
+    """Names of the span phases of a run (profiler.analysis.stored.span_phases: what stored results hold)."""
+    return span_phases(events)
 
 
 def what_if_sentence(summary: pd.DataFrame, phase: str, rank, percent: float) -> str:

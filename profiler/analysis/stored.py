@@ -1,0 +1,423 @@
+"""A run's analyses stored with it (RUN/analysis/) and read back instead of computed again.
+
+Saving a run (profiler.record's session save) and `epscope analyze RUN...` compute the critical
+path, idle, barriers and the time model once and write their full outputs here; the viewer reads
+them on a cold open without reading the event table (10 M events: 35-73 s of analyses per cold
+page before, issue 20). Layout, one directory placed in one rename (profiler.atomic):
+
+    RUN/analysis/results.json                 the index below
+    RUN/analysis/<report>.<field>.parquet     one DataFrame field of a report (zstd)
+    RUN/analysis/<report>.<...>.evidence.parquet   a verdict's evidence rows
+
+    {"format": "epscope-analysis-results", "format_version": 1,
+     "analysis_version": summary.ANALYSIS_VERSION,
+     "data": {"events.parquet": "<sha256>", "launches.parquet": "<sha256>"},   # summary.data_hashes
+     "run": {"span_phases": ["copy_out", ...], "ranks": [0, 1]},
+     "tables": {"critical_path.segments": {"file": "critical_path.segments.parquet",
+                                           "sha256": "<hex>", "rows": 123}, ...},
+     "reports": {"critical_path": {"pacing_rank": 1, "verdict": {<Verdict fields by name>},
+                                   "warnings": [{"type": "UndeclaredPhases", "count": 2, "detail": ""}]},
+                 "idle": {"verdict": {...}, "warnings": [...], "findings": [{...}, ...]},
+                 "barriers": {...}, "time_model": {"ranks": 8}}}
+
+Every object is read by name and checked (exactly the dataclass' fields, each of its type); a
+verdict's evidence and a report's DataFrames name their table. A result of other data (the data
+files' SHA-256 differ), of another analysis version, of another format, damaged (a table's
+SHA-256 differs, a field missing or of the wrong type) or half replaced is not served: `load`
+returns None and the caller computes. The critical path comes back without its dependency graph
+(`graph=None`): what needs the graph (the exact what-if) builds it again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from profiler import atomic, errors
+from profiler.errors import RunExists
+from profiler.expect import Cause, Direction
+
+from . import chunked
+from . import summary
+from .barriers import BarrierReport
+from .critical_path import CriticalPath
+from .idle import IdleReport
+from .timemodel import TimeModel
+from .verdict import Verdict
+
+DIR = "analysis"
+INDEX = "results.json"
+FORMAT = "epscope-analysis-results"
+FORMAT_VERSION = 1
+REPORTS = {"critical_path": CriticalPath, "idle": IdleReport, "barriers": BarrierReport, "time_model": TimeModel}
+# fields a report keeps in memory only: the critical path's dependency graph (rebuilt on demand)
+NOT_STORED = {"critical_path": ("graph",)}
+ZSTD_LEVEL = 9
+
+
+@dataclass
+class Stored:
+    """A run's analyses as stored: the same dataclasses the analyses return (critical.graph None)."""
+    critical: CriticalPath
+    idle: IdleReport
+    barriers: BarrierReport
+    time_model: TimeModel
+    span_phases: tuple          # names of the run's span phases (the what-if's choices)
+    ranks: tuple                # the ranks that recorded events
+
+
+class Invalid(ValueError):
+    """A stored result that does not read as one (a field missing, of the wrong type, a damaged table)."""
+
+
+# -- computing ---------------------------------------------------------------------------------
+def span_phases(events: pd.DataFrame) -> list[str]:
+    """Names of the span phases of an event table, read from category codes (no string per row: a
+    10 M-event table would take seconds)."""
+    kind = events["kind"].astype("category")
+    phase = events["phase"].astype("category")
+    cats = list(kind.cat.categories)
+    if "span" not in cats:
+        return []
+    m = kind.cat.codes.to_numpy() == cats.index("span")
+    codes = np.unique(phase.cat.codes.to_numpy()[m])
+    names = phase.cat.categories
+    return sorted(str(names[c]) for c in codes if c >= 0)
+
+
+def ranks_of(events: pd.DataFrame) -> list[int]:
+    return sorted(int(r) for r in pd.unique(events["rank"]))
+
+
+def _run_columns(run) -> pd.DataFrame:
+    """The kind, phase and rank columns of the run (what span_phases and ranks_of read), without
+    reading the other columns of a run whose events are not in memory."""
+    from profiler import runstore
+    p = run.files.events if run.files else Path(run.path) / runstore.EVENTS
+    return pq.read_table(p, columns=["kind", "phase", "rank"]).to_pandas()
+
+
+# -- writing -----------------------------------------------------------------------------------
+def _sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def _num(x):
+    """A JSON number of a numpy or Python scalar (NaN and inf kept: json writes them)."""
+    if x is None:
+        return None
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    return float(x)
+
+
+def _warning_json(w) -> dict:
+    return w.to_json()
+
+
+class _Writer:
+    def __init__(self, where: Path):
+        self.where = where
+        self.tables: dict = {}
+        self._by_id: dict = {}
+
+    def table(self, name: str, df: pd.DataFrame, share: bool = False) -> str:
+        """Write df as table `name`; returns the name it is stored under. share: a DataFrame
+        already written (a verdict's evidence is often rows its report holds) is named, not
+        written twice. A report's own field is always written under its own name (the reader
+        finds it there)."""
+        if share and id(df) in self._by_id:
+            return self._by_id[id(df)]
+        buf = io.BytesIO()
+        # no column statistics and no copy of the Arrow schema (the pandas metadata restores the
+        # dtypes): a bundled run's 19 small tables took 192 KB with them, mostly footers
+        pq.write_table(pa.Table.from_pandas(df), buf, compression="zstd", compression_level=ZSTD_LEVEL,
+                       write_statistics=False, store_schema=False)
+        b = buf.getvalue()
+        file = f"{name}.parquet"
+        with atomic.create_exclusive(self.where / file) as f:
+            f.write(b)
+        self.tables[name] = {"file": file, "sha256": _sha(b), "rows": int(len(df))}
+        self._by_id.setdefault(id(df), name)
+        return name
+
+    def verdict(self, name: str, v: Verdict) -> dict:
+        out = {}
+        for f in dataclasses.fields(Verdict):
+            x = getattr(v, f.name)
+            if f.name == "evidence":
+                out[f.name] = None if x is None else self.table(f"{name}.evidence", x, share=True)
+            elif f.name in ("cause", "direction"):
+                out[f.name] = None if x is None else x.value
+            elif f.name == "where":
+                out[f.name] = [{"kernel": None if k is None else str(k), "phase": None if p is None else str(p)}
+                               for k, p in x]
+            elif f.name == "notes":
+                out[f.name] = [str(n) for n in x]
+            elif f.name == "warnings":
+                out[f.name] = [_warning_json(w) for w in x]
+            elif f.name in ("page", "reference", "detail", "kernel", "phase", "late_entry"):
+                out[f.name] = None if x is None else str(x)
+            else:
+                out[f.name] = _num(x)
+        return out
+
+    def report(self, name: str, rep) -> dict:
+        out = {}
+        for f in dataclasses.fields(rep):
+            if f.name in NOT_STORED.get(name, ()):
+                continue
+            x = getattr(rep, f.name)
+            if isinstance(x, pd.DataFrame):
+                self.table(f"{name}.{f.name}", x)
+            elif f.name == "verdict":
+                out[f.name] = None if x is None else self.verdict(f"{name}.verdict", x)
+            elif f.name == "findings":
+                out[f.name] = [self.verdict(f"{name}.findings.{i}", v) for i, v in enumerate(x)]
+            elif f.name == "warnings":
+                out[f.name] = [_warning_json(w) for w in x]
+            else:
+                out[f.name] = _num(x)
+        return out
+
+
+def _place_dir(tmp: Path, dest: Path) -> None:
+    """Rename the finished directory tmp to dest in one step: a new one, or swapped with the
+    stored results there (renameat2 RENAME_EXCHANGE; else the old one moved aside first)."""
+    if atomic.rename_noreplace(tmp, dest):
+        return
+    if dest.is_symlink() or not dest.is_dir():
+        raise RunExists(f"{dest}: exists and is not a directory of stored results; not replacing it")
+    if not atomic.rename_exchange(tmp, dest):
+        old = atomic.temp_name(dest)
+        os.rename(dest, old)
+        os.rename(tmp, dest)
+        tmp = old
+    shutil.rmtree(tmp, ignore_errors=True)     # the results replaced
+
+
+def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None) -> Path:
+    """Write the run's results (chunked.Results of `summary.analyze(run)`) into RUN/analysis/ in one rename;
+    returns the directory. events: the run's table when it is in memory (else its kind, phase and
+    rank columns are read from the file)."""
+    dest = Path(run.path) / DIR
+    atomic.clean_leftovers(dest)
+    cols = events if events is not None else _run_columns(run)
+    index = {"format": FORMAT, "format_version": FORMAT_VERSION, "analysis_version": summary.ANALYSIS_VERSION,
+             "data": summary.data_hashes(run.path),
+             "run": {"span_phases": span_phases(cols), "ranks": ranks_of(cols)}}
+    del cols
+    tmp, fd = atomic.make_temp_dir(dest)
+    try:
+        w = _Writer(tmp)
+        reports = {"critical_path": w.report("critical_path", results.critical),
+                   "idle": w.report("idle", results.idle),
+                   "barriers": w.report("barriers", results.barriers),
+                   "time_model": w.report("time_model", results.time_model)}
+        index["tables"] = w.tables
+        index["reports"] = reports
+        with atomic.create_exclusive(tmp / INDEX) as f:
+            f.write((json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
+            f.flush()
+            os.fsync(f.fileno())
+        _place_dir(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        os.close(fd)
+    return dest
+
+
+def store_run(path, *, step=None) -> Path:
+    """Load the run at path, compute its analyses once and store them: RUN/analysis/ and the
+    headline summary RUN/analysis-summary.json (the Runs page and earlier viewers read it).
+    step(label): progress. Returns the stored results' directory."""
+    from profiler.runstore import load_run
+    step = step or (lambda label: None)
+    run = load_run(path)
+    step(f"analysing {run.num_events:,} events")
+    res = summary.analyze(run)
+    step("storing the results")
+    summary.store(run, res)
+    small = run.num_events <= chunked.MAX_EVENTS
+    return store(run, res, events=run.events if small else None)
+
+
+# -- reading -----------------------------------------------------------------------------------
+def _need(cond: bool, what: str) -> None:
+    if not cond:
+        raise Invalid(what)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _opt(check):
+    return lambda x: x is None or check(x)
+
+
+def _str(x) -> bool:
+    return isinstance(x, str)
+
+
+def _warnings(items, where: str) -> tuple:
+    _need(isinstance(items, list), f"{where}: not a list")
+    out = []
+    for w in items:
+        _need(isinstance(w, dict) and set(w) == {"type", "count", "detail"}, f"{where}: a warning's fields")
+        cls = getattr(errors, str(w["type"]), None)
+        _need(isinstance(cls, type) and issubclass(cls, errors.CountedWarning)
+              and cls.__init__ is errors.CountedWarning.__init__, f"{where}: unknown warning {w['type']!r}")
+        _need(_is_int(w["count"]) and _str(w["detail"]), f"{where}: a warning's count or detail")
+        out.append(cls(w["count"], w["detail"]))
+    return tuple(out)
+
+
+_VERDICT_CHECKS = {
+    "page": _str, "alarm": lambda x: isinstance(x, bool), "cause": _str, "rank": _opt(_is_int),
+    "peer": _opt(_is_int), "kernel": _opt(_str), "phase": _opt(_str), "direction": _opt(_str),
+    "magnitude_ns": _opt(_is_num), "reference_ns": _opt(_is_num), "reference": _str, "n": _is_int,
+    "iteration": _opt(_is_int), "ratio": _opt(_is_num), "late_entry": _opt(_str), "detail": _str,
+}
+
+
+class _Reader:
+    def __init__(self, where: Path, tables: dict):
+        _need(isinstance(tables, dict), "tables: not an object")
+        self.where, self.tables, self._read = where, tables, {}
+
+    def table(self, name) -> pd.DataFrame:
+        _need(isinstance(name, str) and name in self.tables, f"no table {name!r}")
+        if name in self._read:
+            return self._read[name]
+        t = self.tables[name]
+        _need(isinstance(t, dict) and set(t) == {"file", "sha256", "rows"}, f"table {name}: its fields")
+        _need(isinstance(t["file"], str) and "/" not in t["file"] and not t["file"].startswith("."),
+              f"table {name}: file name")
+        fd = os.open(self.where / t["file"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            b = f.read()
+        _need(_sha(b) == t["sha256"], f"table {name}: content differs from its checksum")
+        df = pq.read_table(pa.BufferReader(b)).to_pandas()
+        _need(len(df) == t["rows"], f"table {name}: rows")
+        self._read[name] = df
+        return df
+
+    def verdict(self, d, where: str) -> Verdict:
+        fields = {f.name for f in dataclasses.fields(Verdict)}
+        _need(isinstance(d, dict) and set(d) == fields, f"{where}: a verdict's fields")
+        for k, check in _VERDICT_CHECKS.items():
+            _need(check(d[k]), f"{where}.{k}: type")
+        _need(isinstance(d["where"], list) and all(
+            isinstance(x, dict) and set(x) == {"kernel", "phase"} and _opt(_str)(x["kernel"]) and _opt(_str)(x["phase"])
+            for x in d["where"]), f"{where}.where")
+        _need(isinstance(d["notes"], list) and all(map(_str, d["notes"])), f"{where}.notes")
+        kw = {k: d[k] for k in _VERDICT_CHECKS}
+        kw["cause"] = Cause(d["cause"])
+        kw["direction"] = None if d["direction"] is None else Direction(d["direction"])
+        kw["where"] = tuple((x["kernel"], x["phase"]) for x in d["where"])
+        kw["notes"] = tuple(d["notes"])
+        kw["warnings"] = _warnings(d["warnings"], f"{where}.warnings")
+        kw["evidence"] = None if d["evidence"] is None else self.table(d["evidence"])
+        return Verdict(**kw)
+
+    def report(self, name: str, d):
+        cls = REPORTS[name]
+        skip = NOT_STORED.get(name, ())
+        fields = [f for f in dataclasses.fields(cls) if f.name not in skip]
+        kw = {}
+        scalar = set()
+        for f in fields:
+            t = f"{name}.{f.name}"
+            if t in self.tables:
+                kw[f.name] = self.table(t)
+            else:
+                scalar.add(f.name)
+        _need(isinstance(d, dict) and set(d) == scalar, f"{name}: its fields ({sorted(scalar)})")
+        for k in scalar:
+            x = d[k]
+            if k == "verdict":
+                kw[k] = None if x is None else self.verdict(x, f"{name}.verdict")
+            elif k == "findings":
+                _need(isinstance(x, list), f"{name}.findings")
+                kw[k] = tuple(self.verdict(v, f"{name}.findings.{i}") for i, v in enumerate(x))
+            elif k == "warnings":
+                kw[k] = _warnings(x, f"{name}.warnings")
+            else:
+                _need(_is_int(x), f"{name}.{k}: not an integer")
+                kw[k] = x
+        return cls(**kw)
+
+
+def _read_index(d: Path) -> dict | None:
+    try:
+        fd = os.open(d / INDEX, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            index = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    return index if isinstance(index, dict) else None
+
+
+def current(run_dir, *, check_data: bool = True) -> bool:
+    """Whether RUN/analysis/ holds results of this format and analysis version for the run's data
+    as it is now (reads the index only)."""
+    index = _read_index(Path(run_dir) / DIR)
+    return index is not None and _is_current(index, Path(run_dir), check_data)
+
+
+def _is_current(index: dict, run_dir: Path, check_data: bool) -> bool:
+    if (index.get("format"), index.get("format_version"), index.get("analysis_version")) != (
+            FORMAT, FORMAT_VERSION, summary.ANALYSIS_VERSION):
+        return False
+    return not check_data or index.get("data") == summary.data_hashes(run_dir)
+
+
+def load(run_dir, *, check_data: bool = True) -> Stored | None:
+    """The run's stored results when they are current (this format and analysis version, the
+    run's data unchanged) and read whole and intact; else None (the caller computes them).
+    check_data=False skips comparing the data files' hashes (the caller did)."""
+    run_dir = Path(run_dir)
+    d = run_dir / DIR
+    if d.is_symlink():
+        return None
+    for _ in range(2):                  # a write swapping the directory mid-read: once more
+        index = _read_index(d)
+        if index is None or not _is_current(index, run_dir, check_data):
+            return None
+        try:
+            return _load(d, index)
+        except (Invalid, OSError, ValueError, TypeError, KeyError, pa.ArrowException):
+            continue
+    return None
+
+
+def _load(d: Path, index: dict) -> Stored:
+    r = _Reader(d, index.get("tables"))
+    reps = index.get("reports")
+    _need(isinstance(reps, dict) and set(reps) == set(REPORTS), "reports")
+    got = {name: r.report(name, reps[name]) for name in REPORTS}
+    run = index.get("run")
+    _need(isinstance(run, dict) and set(run) == {"span_phases", "ranks"}, "run")
+    _need(isinstance(run["span_phases"], list) and all(map(_str, run["span_phases"])), "run.span_phases")
+    _need(isinstance(run["ranks"], list) and all(map(_is_int, run["ranks"])), "run.ranks")
+    return Stored(critical=got["critical_path"], idle=got["idle"], barriers=got["barriers"],
+                  time_model=got["time_model"], span_phases=tuple(run["span_phases"]), ranks=tuple(run["ranks"]))

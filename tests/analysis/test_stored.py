@@ -1,0 +1,178 @@
+"""profiler/analysis/stored.py: a run's analyses stored with it read back equal to the in-memory
+ones (every table with its dtypes, every verdict and finding with its evidence, the warnings), on
+every bundled run; a stored result of other data, another analysis version or format, damaged or
+half-written is never served as current."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profiler.analysis import stored, summary
+from profiler.analysis.verdict import Verdict
+from profiler.runstore import load_run
+
+TRACES = Path(__file__).resolve().parents[2] / "traces"
+RUNS = sorted(p.name for p in TRACES.iterdir() if (p / "manifest.json").is_file())
+
+
+def _warnings(ws) -> list:
+    return [w.to_json() for w in ws]
+
+
+def assert_verdicts_equal(a: Verdict | None, b: Verdict | None, where: str) -> None:
+    if a is None or b is None:
+        assert a is b, where
+        return
+    # warnings are exceptions (equal only to themselves): compared by their fields
+    assert dataclasses.replace(a, warnings=()) == dataclasses.replace(b, warnings=()), where
+    assert _warnings(a.warnings) == _warnings(b.warnings), where
+    assert (a.evidence is None) == (b.evidence is None), where
+    if a.evidence is not None:
+        pd.testing.assert_frame_equal(a.evidence, b.evidence, obj=f"{where}.evidence")
+
+
+def assert_reports_equal(a, b, where: str) -> None:
+    assert type(a) is type(b)
+    for f in dataclasses.fields(a):
+        if f.name in stored.NOT_STORED.get(where, ()):
+            continue
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        w = f"{where}.{f.name}"
+        if isinstance(x, pd.DataFrame):
+            pd.testing.assert_frame_equal(x, y, obj=w)          # dtypes and categories included
+        elif f.name == "verdict":
+            assert_verdicts_equal(x, y, w)
+        elif f.name == "findings":
+            assert len(x) == len(y), w
+            for i, (u, v) in enumerate(zip(x, y)):
+                assert_verdicts_equal(u, v, f"{w}.{i}")
+        elif f.name == "warnings":
+            assert _warnings(x) == _warnings(y), w
+        else:
+            assert x == y, w
+
+
+def assert_results_equal(res, got: stored.Stored) -> None:
+    assert got.critical.graph is None
+    for name, a, b in (("critical_path", res.critical, got.critical), ("idle", res.idle, got.idle),
+                       ("barriers", res.barriers, got.barriers), ("time_model", res.time_model, got.time_model)):
+        assert_reports_equal(a, b, name)
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_every_bundled_run_carries_current_stored_results_equal_to_the_analyses(name):
+    got = stored.load(TRACES / name)
+    assert got is not None, f"{name}: stale or missing {stored.DIR}/: run `epscope analyze traces/{name}`"
+    run = load_run(TRACES / name)
+    assert_results_equal(summary.analyze(run), got)
+    assert list(got.span_phases) == stored.span_phases(run.events)
+    assert list(got.ranks) == stored.ranks_of(run.events)
+
+
+@pytest.fixture
+def run_copy(tmp_path):
+    """A bundled run with a timeout (unfinished waits, warnings) copied, its results stored."""
+    d = tmp_path / "run"
+    shutil.copytree(TRACES / "ep-timeout", d, ignore=shutil.ignore_patterns(stored.DIR, "*.perfetto-trace"))
+    assert stored.load(d) is None                      # a run without stored results
+    stored.store_run(d)
+    return d
+
+
+def test_store_run_writes_the_results_and_the_summary_and_they_read_back(run_copy):
+    got = stored.load(run_copy)
+    assert got is not None and summary.load(run_copy) is not None
+    assert_results_equal(summary.analyze(load_run(run_copy)), got)
+    # nothing but the two results is left beside the run's files (no temporaries)
+    assert sorted(p.name for p in run_copy.iterdir()) == sorted(
+        ["manifest.json", "events.parquet", "launches.parquet", summary.FILE, stored.DIR])
+
+
+def test_storing_again_replaces_the_results_in_one_piece(run_copy):
+    before = json.loads((run_copy / stored.DIR / stored.INDEX).read_text())
+    stored.store_run(run_copy)
+    after = json.loads((run_copy / stored.DIR / stored.INDEX).read_text())
+    assert after == before
+    assert [p.name for p in run_copy.iterdir() if p.name.startswith(".")] == []
+    assert stored.load(run_copy) is not None
+
+
+def test_results_of_other_data_are_stale(run_copy):
+    with open(run_copy / "launches.parquet", "ab") as f:     # any change of a data file's bytes
+        f.write(b"\0")
+    assert stored.load(run_copy) is None and not stored.current(run_copy)
+
+
+def test_results_of_another_analysis_version_or_format_are_stale(run_copy, monkeypatch):
+    assert stored.current(run_copy)
+    monkeypatch.setattr(summary, "ANALYSIS_VERSION", summary.ANALYSIS_VERSION + 1)
+    assert stored.load(run_copy) is None and not stored.current(run_copy)
+    monkeypatch.undo()
+    monkeypatch.setattr(stored, "FORMAT_VERSION", stored.FORMAT_VERSION + 1)
+    assert stored.load(run_copy) is None
+
+
+def _edit_index(d: Path, edit) -> None:
+    p = d / stored.DIR / stored.INDEX
+    index = json.loads(p.read_text())
+    edit(index)
+    p.write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("edit", [
+    lambda i: i["reports"]["critical_path"].pop("pacing_rank"),                       # a field missing
+    lambda i: i["reports"]["critical_path"].update(extra=1),                           # a field unknown
+    lambda i: i["reports"]["idle"]["verdict"].update(rank="1"),                        # a field's type
+    lambda i: i["reports"]["idle"]["verdict"].update(cause="no such cause"),
+    lambda i: i["reports"]["barriers"]["verdict"].update(where=[["k", "p"]]),          # a list read by position
+    lambda i: i["reports"]["critical_path"]["verdict"].update(warnings=[{"type": "OSError", "count": 1,
+                                                                         "detail": ""}]),
+    lambda i: i["tables"].pop("idle.per_warp"),                                        # a table missing
+    lambda i: i["tables"]["idle.per_warp"].update(file="../events.parquet"),           # a file elsewhere
+    lambda i: i["run"].update(ranks=["0"]),
+    lambda i: i.pop("data"),
+])
+def test_a_stored_result_that_does_not_validate_is_not_served(run_copy, edit):
+    _edit_index(run_copy, edit)
+    assert stored.load(run_copy) is None
+
+
+def test_a_damaged_or_replaced_table_is_not_served(run_copy):
+    p = run_copy / stored.DIR / "critical_path.segments.parquet"
+    b = bytearray(p.read_bytes())
+    b[len(b) // 2] ^= 0x10
+    p.write_bytes(bytes(b))
+    assert stored.load(run_copy) is None
+
+
+def test_a_linked_results_directory_is_not_followed(run_copy, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    (run_copy / stored.DIR).rename(elsewhere)
+    os.symlink(elsewhere, run_copy / stored.DIR)
+    assert stored.load(run_copy) is None
+
+
+def test_store_analyses_after_a_save_warns_instead_of_losing_the_run(tmp_path):
+    from profiler.record.session_save import store_analyses
+    d = tmp_path / "run"
+    shutil.copytree(TRACES / "ep-balanced", d, ignore=shutil.ignore_patterns(stored.DIR, "*.perfetto-trace"))
+    assert store_analyses(d) == d / stored.DIR and stored.load(d) is not None
+    (d / "events.parquet").write_bytes(b"not parquet")
+    with pytest.warns(UserWarning, match="could not store its analyses"):
+        assert store_analyses(d) is None
+    assert (d / "manifest.json").is_file()
+
+
+def test_a_table_shared_by_a_report_and_its_verdict_reads_back_in_both_places(run_copy):
+    run = load_run(run_copy)
+    res = summary.analyze(run)
+    v = next(x for x in (res.idle.verdict, res.barriers.verdict, res.critical.verdict) if x.evidence is not None)
+    res.idle.evidence = v.evidence                 # one object in two places (written once per field)
+    stored.store(run, res, events=run.events)
+    assert_results_equal(res, stored.load(run_copy))
