@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 
-import numpy as np
 import pandas as pd
 
 from profiler import analysis
@@ -162,20 +161,17 @@ def what_if_bound(run: LoadedRun, phase: str, speedup: float, rank) -> pd.DataFr
 
 
 def _compare_inputs(run: LoadedRun):
-    """What Compare reads of the run (profiler.analysis.compare.RunInputs), from the analyses the
-    pages share: the critical path's graph and time model, or, for a run analysed in chunks, the
-    combined time model and path plus the events chunk by chunk (equal: tests/analysis/
-    test_compare_inputs.py). Each run is read with its own phase registry."""
+    """What Compare reads of the run (profiler.analysis.compare.RunInputs): stored with its
+    analyses, else from the analyses the pages share (the critical path's graph and time model, or,
+    for a run analysed in chunks, their combined tables and the events read once more a chunk at a
+    time; equal: tests/analysis/test_compare_inputs.py). Each run is read with its own registry."""
     name = run.entry.name
+    s = stored_results(run)
+    if s is not None:
+        return s.compare_inputs(name=name, manifest=run.manifest)
     if _big(run):
-        res = _chunked(run)
-        ev = events(run)
-        its = ev["iteration"].to_numpy()
-        groups = chunked.iteration_chunks(pd.Series(its).value_counts(), chunked.MAX_EVENTS)
-        parts = (ev.iloc[np.flatnonzero(np.isin(its, g))] for g in groups)
-        return CMP.inputs_from(tm=res.time_model, cp=res.critical, chunks=parts, sem=res.critical.graph.sem,
-                               manifest=run.manifest, name=name)
-    cp = critical(run)
+        return CMP.inputs_of_results(_chunked(run), launches=run.launches, manifest=run.manifest, name=name)
+    cp = _computed_critical(run)
     g = cp.graph
     return CMP.inputs_from(tm=TM.time_model(g), cp=cp, chunks=[events(run)], sem=g.sem, manifest=run.manifest,
                            name=name)

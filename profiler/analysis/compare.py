@@ -182,10 +182,11 @@ def _event_samples(ev: pd.DataFrame, sem, tm: TM.TimeModel) -> list[pd.DataFrame
 
 def _frame(parts: list[pd.DataFrame]) -> pd.DataFrame:
     if not parts:
-        return pd.DataFrame({"iteration": pd.Series([], dtype="int64"), "kernel": pd.Series([], dtype=object),
-                             "phase": pd.Series([], dtype=object), "value_ns": pd.Series([], dtype=float)})
+        return pd.DataFrame({"iteration": pd.Series([], dtype="int64"), "kernel": pd.Series([], dtype=str),
+                             "phase": pd.Series([], dtype=str), "value_ns": pd.Series([], dtype=float)})
     out = pd.concat(parts, ignore_index=True)[SAMPLE_COLUMNS]
-    return out.astype({"iteration": "int64", "kernel": object, "phase": object, "value_ns": float})
+    # names as pandas' string dtype (what a stored copy reads back as: profiler.analysis.stored)
+    return out.astype({"iteration": "int64", "kernel": str, "phase": str, "value_ns": float})
 
 
 def path_per_phase(cp) -> tuple[pd.DataFrame, int]:
@@ -193,7 +194,8 @@ def path_per_phase(cp) -> tuple[pd.DataFrame, int]:
     and the iterations' total time (the shares' denominator)."""
     seg = cp.segments[cp.segments["phase"] != ""]
     s = seg.groupby(["kernel", "phase"])["duration_ns"].sum()
-    path = pd.DataFrame({"kernel": [str(k) for k, _ in s.index], "phase": [str(p) for _, p in s.index],
+    path = pd.DataFrame({"kernel": pd.Series([str(k) for k, _ in s.index], dtype=str),
+                         "phase": pd.Series([str(p) for _, p in s.index], dtype=str),
                          "duration_ns": s.to_numpy(np.int64)}, columns=PATH_COLUMNS)
     return path, int(cp.total_ns["total_ns"].sum())
 
@@ -217,6 +219,22 @@ def inputs_from(*, tm: TM.TimeModel, cp, chunks, sem, manifest: dict | None = No
                      waits=frozenset(set(sem.waits) | set(sem.idle)))
 
 
+def inputs_of_results(res, *, launches: pd.DataFrame | None = None, manifest: dict | None = None,
+                      name: str = "") -> RunInputs:
+    """A run's RunInputs from its analyses as profiler.analysis.chunked computes them (`Results`:
+    the time model, the critical path and, standing for its graph, the chunks' Summaries with the
+    semantics and a way to read the chunks again): the events are read once more, a chunk of whole
+    iterations at a time, for the host-call and phase samples. launches: the run's launch table
+    (unfinished waits are closed as the analyses closed them)."""
+    s = res.critical.graph
+
+    def chunks():
+        for item in s.rechunk():
+            ev = item[0] if isinstance(item, tuple) else item
+            yield unfinished.close(ev, launches)
+    return inputs_from(tm=res.time_model, cp=res.critical, chunks=chunks(), sem=s.sem, manifest=manifest, name=name)
+
+
 def run_inputs(events: pd.DataFrame, *, manifest: dict | None = None, name: str = "", registry=None,
                launches: pd.DataFrame | None = None) -> RunInputs:
     """A run's RunInputs from its whole event table (one dependency graph). registry: the phase
@@ -225,7 +243,7 @@ def run_inputs(events: pd.DataFrame, *, manifest: dict | None = None, name: str 
     ev = unfinished.close(events, launches)
     g = G.build(ev, registry or m.get("registry"))
     if not len(ev):
-        empty = pd.DataFrame({"kernel": pd.Series([], dtype=object), "phase": pd.Series([], dtype=object),
+        empty = pd.DataFrame({"kernel": pd.Series([], dtype=str), "phase": pd.Series([], dtype=str),
                               "duration_ns": pd.Series([], dtype="int64")})
         return RunInputs(name=name, manifest=dict(m), ranks=None, kernels=(), samples=_frame([]), path=empty,
                          path_total_ns=0, waits=frozenset(set(g.sem.waits) | set(g.sem.idle)))

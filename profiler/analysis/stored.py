@@ -18,7 +18,13 @@ page before, issue 20). Layout, one directory placed in one rename (profiler.ato
      "reports": {"critical_path": {"pacing_rank": 1, "verdict": {<Verdict fields by name>},
                                    "warnings": [{"type": "UndeclaredPhases", "count": 2, "detail": ""}]},
                  "idle": {"verdict": {...}, "warnings": [...], "findings": [{...}, ...]},
-                 "barriers": {...}, "time_model": {"ranks": 8}}}
+                 "barriers": {...}, "time_model": {"ranks": 8},
+                 "compare": {"ranks": 8, "kernels": ["combine", ...], "path_total_ns": 123,
+                             "waits": ["wait_recv", ...]}}}
+
+`compare` is what Compare reads of the run (profiler.analysis.compare.RunInputs: its samples and
+critical path per phase), so a comparison of many runs reads a few KB per run (format 2; format 1,
+without it, reads as not current).
 
 Every object is read by name and checked (exactly the dataclass' fields, each of its type); a
 verdict's evidence and a report's DataFrames name their table. A result of other data (the data
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -55,13 +62,20 @@ from .idle import IdleReport
 from .timemodel import TimeModel
 from .verdict import Verdict
 
+CMP = importlib.import_module(".compare", __package__)   # the module (the package re-exports its function)
+
 DIR = "analysis"
 INDEX = "results.json"
 FORMAT = "epscope-analysis-results"
-FORMAT_VERSION = 1
-REPORTS = {"critical_path": CriticalPath, "idle": IdleReport, "barriers": BarrierReport, "time_model": TimeModel}
-# fields a report keeps in memory only: the critical path's dependency graph (rebuilt on demand)
-NOT_STORED = {"critical_path": ("graph",)}
+FORMAT_VERSION = 2
+REPORTS = {"critical_path": CriticalPath, "idle": IdleReport, "barriers": BarrierReport, "time_model": TimeModel,
+           "compare": CMP.RunInputs}
+# fields a report keeps in memory only: the critical path's dependency graph (rebuilt on demand);
+# Compare's run name and manifest (the run's own, filled in by who reads it: `Stored.compare_inputs`)
+NOT_STORED = {"critical_path": ("graph",), "compare": ("name", "manifest")}
+# fields of names stored as JSON lists of strings: (report, field) -> the collection they come back as
+NAME_LISTS = {("compare", "kernels"): tuple, ("compare", "waits"): frozenset}
+OPTIONAL_INTS = {("compare", "ranks")}
 ZSTD_LEVEL = 9
 
 
@@ -72,8 +86,13 @@ class Stored:
     idle: IdleReport
     barriers: BarrierReport
     time_model: TimeModel
+    compare: object             # compare.RunInputs without the run's name and manifest
     span_phases: tuple          # names of the run's span phases (the what-if's choices)
     ranks: tuple                # the ranks that recorded events
+
+    def compare_inputs(self, *, name: str, manifest: dict):
+        """What Compare reads of the run, named as the run."""
+        return dataclasses.replace(self.compare, name=name, manifest=dict(manifest or {}))
 
 
 class Invalid(ValueError):
@@ -188,6 +207,8 @@ class _Writer:
                 out[f.name] = [self.verdict(f"{name}.findings.{i}", v) for i, v in enumerate(x)]
             elif f.name == "warnings":
                 out[f.name] = [_warning_json(w) for w in x]
+            elif (name, f.name) in NAME_LISTS:
+                out[f.name] = sorted(str(v) for v in x)
             else:
                 out[f.name] = _num(x)
         return out
@@ -208,10 +229,13 @@ def _place_dir(tmp: Path, dest: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)     # the results replaced
 
 
-def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None) -> Path:
+def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None, compare=None) -> Path:
     """Write the run's results (chunked.Results of `summary.analyze(run)`) into RUN/analysis/ in one rename;
     returns the directory. events: the run's table when it is in memory (else its kind, phase and
-    rank columns are read from the file)."""
+    rank columns are read from the file). compare: the run's compare.RunInputs when computed
+    already (else computed here from `results`, reading the run's chunks once more)."""
+    if compare is None:
+        compare = CMP.inputs_of_results(results, launches=run.launches, manifest=run.manifest)
     dest = Path(run.path) / DIR
     atomic.clean_leftovers(dest)
     cols = events if events is not None else _run_columns(run)
@@ -225,7 +249,8 @@ def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None) 
         reports = {"critical_path": w.report("critical_path", results.critical),
                    "idle": w.report("idle", results.idle),
                    "barriers": w.report("barriers", results.barriers),
-                   "time_model": w.report("time_model", results.time_model)}
+                   "time_model": w.report("time_model", results.time_model),
+                   "compare": w.report("compare", compare)}
         index["tables"] = w.tables
         index["reports"] = reports
         with atomic.create_exclusive(tmp / INDEX) as f:
@@ -361,9 +386,17 @@ class _Reader:
                 kw[k] = tuple(self.verdict(v, f"{name}.findings.{i}") for i, v in enumerate(x))
             elif k == "warnings":
                 kw[k] = _warnings(x, f"{name}.warnings")
+            elif (name, k) in NAME_LISTS:
+                _need(isinstance(x, list) and all(map(_str, x)), f"{name}.{k}: not a list of names")
+                kw[k] = NAME_LISTS[(name, k)](x)
+            elif (name, k) in OPTIONAL_INTS:
+                _need(_opt(_is_int)(x), f"{name}.{k}: not an integer or null")
+                kw[k] = x
             else:
                 _need(_is_int(x), f"{name}.{k}: not an integer")
                 kw[k] = x
+        if name == "compare":
+            kw.update(name="", manifest={})
         return cls(**kw)
 
 
@@ -420,4 +453,4 @@ def _load(d: Path, index: dict) -> Stored:
     _need(isinstance(run["span_phases"], list) and all(map(_str, run["span_phases"])), "run.span_phases")
     _need(isinstance(run["ranks"], list) and all(map(_is_int, run["ranks"])), "run.ranks")
     return Stored(critical=got["critical_path"], idle=got["idle"], barriers=got["barriers"],
-                  time_model=got["time_model"], span_phases=tuple(run["span_phases"]), ranks=tuple(run["ranks"]))
+                  time_model=got["time_model"], compare=got["compare"], span_phases=tuple(run["span_phases"]), ranks=tuple(run["ranks"]))

@@ -80,3 +80,20 @@ def test_inputs_refuse_unnamed_columns():
     with pytest.raises(ValueError, match="columns"):
         C.RunInputs(name="x", manifest={}, ranks=2, kernels=(), samples=empty.samples.rename(columns={"value_ns": "v"}),
                     path=empty.path, path_total_ns=0, waits=frozenset())
+
+
+@pytest.mark.parametrize("name", ["ep-host-late", "ll-host-b1"])
+def test_inputs_of_the_stored_analyses_equal_the_whole_table(name):
+    """What `epscope analyze` stores (compare.inputs_of_results over summary.analyze's chunks)."""
+    from profiler.analysis import summary
+    r = load_run(TRACES / name)
+    whole = C.run_inputs(r.events, manifest=r.manifest, launches=r.launches)
+    _assert_same(whole, C.inputs_of_results(summary.analyze(r), launches=r.launches, manifest=r.manifest))
+
+
+def test_inputs_of_results_in_several_chunks_equal_the_whole_table():
+    ev, la, man = make_events(ranks=4, events=40_000, scenario="slow_rank", seed=5)
+    per_it = int(pd.Series(ev["iteration"]).value_counts().max())
+    res = chunked.analyze(ev, registry=man.get("registry"), launches=la, max_events=per_it)
+    assert res.chunks > 1
+    _assert_same(C.run_inputs(ev, manifest=man, launches=la), C.inputs_of_results(res, launches=la, manifest=man))

@@ -58,11 +58,16 @@ def assert_reports_equal(a, b, where: str) -> None:
             assert x == y, w
 
 
-def assert_results_equal(res, got: stored.Stored) -> None:
+def assert_results_equal(res, got: stored.Stored, run=None) -> None:
     assert got.critical.graph is None
     for name, a, b in (("critical_path", res.critical, got.critical), ("idle", res.idle, got.idle),
                        ("barriers", res.barriers, got.barriers), ("time_model", res.time_model, got.time_model)):
         assert_reports_equal(a, b, name)
+    if run is not None:     # what Compare reads of the run, computed from the same analyses
+        want = stored.CMP.inputs_of_results(res, launches=run.launches, manifest=run.manifest, name=run.name)
+        assert_reports_equal(want, got.compare, "compare")
+        assert got.compare_inputs(name=run.name, manifest=run.manifest) == dataclasses.replace(
+            got.compare, name=run.name, manifest=run.manifest)
 
 
 @pytest.mark.parametrize("name", RUNS)
@@ -70,7 +75,7 @@ def test_every_bundled_run_carries_current_stored_results_equal_to_the_analyses(
     got = stored.load(TRACES / name)
     assert got is not None, f"{name}: stale or missing {stored.DIR}/: run `epscope analyze traces/{name}`"
     run = load_run(TRACES / name)
-    assert_results_equal(summary.analyze(run), got)
+    assert_results_equal(summary.analyze(run), got, run)
     assert list(got.span_phases) == stored.span_phases(run.events)
     assert list(got.ranks) == stored.ranks_of(run.events)
 
