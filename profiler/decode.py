@@ -17,6 +17,7 @@ No torch / perfetto / dash imports: this runs on the recording path of the GPU m
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -364,8 +365,20 @@ class _Plan:
         self.segments: dict[int, tuple] = {}   # region -> (point clocks u64, point ns i64, rates) of anchored regions
         self.anchors_used = self.bad_anchors = self.clock_changes = 0
         self.clock_change_ns = 0.0
-        self._clocks(rh, finished, used)
         self.chunks = self._chunks()
+        # the clocks (and format 2's anchor search through the candidate records) are planned by
+        # finish(), right before the launch is decoded: its records are then still in cache when the
+        # record loop reads them (planned all first, a 30 M-record sparse decode read each region's
+        # records from memory twice)
+        self._pending = (rh, finished, used)
+
+    def finish(self) -> "_Plan":
+        """Plan the clocks: the time window, each region's conversion, anchors (once)."""
+        if self._pending is not None:
+            rh, finished, used = self._pending
+            self._pending = None
+            self._clocks(rh, finished, used)
+        return self
 
     # -- time window and clocks --------------------------------------------------------------
     def _clocks(self, rh, finished, used) -> None:
@@ -615,6 +628,27 @@ def _host_span(info: LaunchInfo, clock: ClockModel | None):
     return ((hb, he) if 0 <= info.host_begin_ns <= info.host_end_ns else None), hb, he
 
 
+@contextmanager
+def _small_pages():
+    """Allocate without numpy's transparent-huge-page advice (it madvises arrays of 4 MiB and up).
+
+    The table's first touch is most of a cold decode's system time. On the dev VM (benchmarks/NOTES.md,
+    issue 20 round 2) a fresh huge page cost 2.7 ms a MB to fault in (0.74-2.2 s for 808 MB, no
+    compaction involved) against 0.6 ms a MB for 4 kB pages (0.48 s): a dense 30 M-record decode
+    spent 1.9-2.2 s of sys with it, 0.40-0.46 s without. The switch is numpy's, process-wide: another
+    thread allocating meanwhile just goes without the advice too."""
+    mod = getattr(getattr(np, "_core", None), "multiarray", None)
+    toggle = getattr(mod, "_set_madvise_hugepage", None)
+    if toggle is None:   # another numpy: allocate as it does
+        yield
+        return
+    was = toggle(False)
+    try:
+        yield
+    finally:
+        toggle(was)
+
+
 class _Table:
     """The output columns of one decode, allocated once (sized by the record count, an upper bound
     of the event count: ENDs make no row) and trimmed at the end; untouched pages cost nothing."""
@@ -623,7 +657,8 @@ class _Table:
         self.codes = codes
         dt = {"kernel": _code_dtype(len(codes.kernels)), "role": codes.role_dtype, "phase": codes.phase_dtype,
               "kind": np.int8}
-        self.out = {c: np.empty(rows, dt.get(c, t)) for c, t in COLUMNS.items()}
+        with _small_pages():
+            self.out = {c: np.empty(rows, dt.get(c, t)) for c, t in COLUMNS.items()}
 
     def name_unknown(self, plan, unknown: list) -> None:
         """Name ids the registry does not declare phase_<id> / barrier_<id>, code them."""
@@ -691,7 +726,7 @@ def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) ->
     launches, off = [], 0
     for p, (host, hb, he) in zip(plans, hosts):
         info = p.info
-        k, gb, ge = _decode_launch(p, table, off, scratch, fast)
+        k, gb, ge = _decode_launch(p.finish(), table, off, scratch, fast)
         out = table.out
         if clock is not None:
             for c in ("begin_ns", "end_ns"):
