@@ -372,16 +372,31 @@ class _Plan:
         # records from memory twice)
         self._pending = (rh, finished, used)
 
-    def finish(self) -> "_Plan":
-        """Plan the clocks: the time window, each region's conversion, anchors (once)."""
+    def finish(self, anchors: bool = True) -> "_Plan":
+        """Plan the clocks (once): the time window, each region's conversion and, unless `anchors`
+        is False, format 2's anchor search. Without it the plan holds while no candidate record is
+        an ANCHOR: the compiled loop counts them and calls with_anchors() when it met one."""
         if self._pending is not None:
             rh, finished, used = self._pending
             self._pending = None
-            self._clocks(rh, finished, used)
+            self._clock_inputs = (rh, finished, used, len(self.warnings))
+            self.anchors_searched = anchors or self.version < 2
+            self._clocks(rh, finished, used, self.anchors_searched)
+        return self
+
+    def with_anchors(self) -> "_Plan":
+        """Plan the clocks again, this time with the anchor search (what finish() found is dropped)."""
+        rh, finished, used, warned = self._clock_inputs
+        del self.warnings[warned:]
+        self.segments = {}
+        self.anchors_used = self.bad_anchors = self.clock_changes = 0
+        self.clock_change_ns = 0.0
+        self.anchors_searched = True
+        self._clocks(rh, finished, used, True)
         return self
 
     # -- time window and clocks --------------------------------------------------------------
-    def _clocks(self, rh, finished, used) -> None:
+    def _clocks(self, rh, finished, used, anchors: bool) -> None:
         gs, ge = rh["gt_start"], rh["gt_end"]
         in_range = used & (gs >= 1) & (gs < TIME_LIMIT_NS)
         if in_range.any():
@@ -419,7 +434,8 @@ class _Plan:
         self.yhi = np.where(gs_ok, (hi - np.where(gs_ok, gsi, 0)).astype(np.float64), -np.inf)
         end_ok = pair.copy()   # a finish clock that fails its pair's rate check is not trusted either
         if self.version >= 2:
-            self._anchored(gs_ok, ge_ok, gsi, cs, ce, ge, end_ok)
+            if anchors:
+                self._anchored(gs_ok, ge_ok, gsi, cs, ce, ge, end_ok)
             if self.bad_anchors:
                 self.warnings.append(E.BadAnchors(self.bad_anchors, f"{self.where}: anchors that cannot anchor ignored"))
             self._clock_change(pair, gsi, ge)
@@ -679,9 +695,11 @@ class _Table:
 def _results(plan: _Plan, table: _Table, off: int, scratch, fast):
     """The decoded chunks of one launch: the whole launch at once with the compiled loop."""
     if fast is not None:
+        plan.finish(anchors=False)   # the compiled loop looks for ANCHORs as it goes
         if plan.n_records:
             yield fast.decode(plan, table.out, off, table.codes, _RH_SLOTS, scratch)
         return
+    plan.finish()
     for r0, r1 in plan.chunks:
         res = decode_chunk(plan, r0, r1, table.out, off, table.codes, scratch)
         off += res.events
@@ -693,7 +711,7 @@ def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast) -> tuple
     counts = dict.fromkeys([c for c, _, _ in _COUNT_WARNINGS], 0)
     unknown = []
     o = off
-    spans = [plan.header_span] if plan.header_span else []
+    spans = []
     for res in _results(plan, table, off, scratch, fast):
         o += res.events
         for k, v in res.counts.items():
@@ -702,6 +720,8 @@ def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast) -> tuple
             spans.append((res.tmin, res.tmax))
         if res.unknown is not None:
             unknown.append(res.unknown)
+    if plan.header_span:   # known once the clocks are planned (in _results)
+        spans.append(plan.header_span)
     for c, cls, what in _COUNT_WARNINGS:
         if counts[c]:
             plan.warnings.append(cls(counts[c], f"{plan.where}: {what}"))
@@ -726,7 +746,7 @@ def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) ->
     launches, off = [], 0
     for p, (host, hb, he) in zip(plans, hosts):
         info = p.info
-        k, gb, ge = _decode_launch(p.finish(), table, off, scratch, fast)
+        k, gb, ge = _decode_launch(p, table, off, scratch, fast)
         out = table.out
         if clock is not None:
             for c in ("begin_ns", "end_ns"):
