@@ -193,9 +193,14 @@ def _child_env(env: dict | None) -> dict:
 PYCACHE = Path(os.environ.get("TMPDIR", "/tmp")) / "epscope-bench-pycache"
 
 
+IDLE_S = 0.0   # --idle: seconds to sleep before each timed process
+
+
 def run_child(shape: str, records: int, what: str, repeats: int, version: int, env: dict | None = None,
               script: Path | None = None) -> dict:
     """One fresh process of `script` (this file, or the same benchmark in a baseline tree)."""
+    if IDLE_S:
+        time.sleep(IDLE_S)
     p = subprocess.run([sys.executable, str(script or __file__), "--child", shape, str(records), what, str(repeats),
                         str(version)], capture_output=True, text=True, env=_child_env(env))
     if p.returncode:
@@ -288,7 +293,8 @@ def report(results: list[dict], once: dict | None, a, commit: str, load0, load1,
              f"numpy {np.__version__}",
              f"- command: `python3 benchmarks/bench_decode.py --sizes {a.sizes} --shapes {a.shapes} --engines {a.engines} "
              f"--format {a.format} --runs {a.runs} --repeats {a.repeats}"
-             + (f" --against {a.against.split('=', 1)[0]}=TREE" if a.against else "") + " --out ...`",
+             + (f" --against {a.against.split('=', 1)[0]}=TREE" if a.against else "")
+             + (f" --idle {a.idle:g}" if a.idle else "") + " --out ...`",
              "- children: bytecode cached (PYTHONPYCACHEPREFIX, as an installed package has its .pyc); a warm-up child "
              "per engine builds the AOT loop and the .pyc before any timing",
              f"- load average at start / end: {load0[0]:.1f} / {load1[0]:.1f} on {os.cpu_count()} cores (shared machine: wall "
@@ -345,12 +351,18 @@ def main() -> None:
     ap.add_argument("--against", metavar="LABEL=TREE",
                     help="also run every engine from another checkout of the project (e.g. `git archive` of main "
                          "unpacked in TREE), interleaved with this one: ratios to earlier code under the same load")
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="seconds to sleep before each timed process: memory another process just freed makes a fresh "
+                         "page cheap to fault in on a VM (huge pages 0.1 ms a MB back to back, 2.4-3.1 after 12 s "
+                         "idle on the dev VM: benchmarks/NOTES.md); a user's cold start meets the idle case")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         print(json.dumps(child(a.child[0], int(a.child[1]), a.child[2], int(a.child[3]), int(a.child[4]))))
         return
+    global IDLE_S
+    IDLE_S = a.idle
     started = dt.datetime.now(dt.timezone.utc)
     commit, load0 = machine_commit(("profiler", "benchmarks")), os.getloadavg()
     engines = a.engines.split(",")
