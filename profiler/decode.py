@@ -16,6 +16,7 @@ No torch / perfetto / dash imports: this runs on the recording path of the GPU m
 """
 from __future__ import annotations
 
+import functools
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -365,7 +366,6 @@ class _Plan:
         self.segments: dict[int, tuple] = {}   # region -> (point clocks u64, point ns i64, rates) of anchored regions
         self.anchors_used = self.bad_anchors = self.clock_changes = 0
         self.clock_change_ns = 0.0
-        self.chunks = self._chunks()
         # the clocks (and format 2's anchor search through the candidate records) are planned by
         # finish(), right before the launch is decoded: its records are then still in cache when the
         # record loop reads them (planned all first, a 30 M-record sparse decode read each region's
@@ -601,8 +601,10 @@ class _Plan:
         _, _, ok = self._converted(t, per, r0, r1)
         return (km1 < 5) & ~ok
 
-    def _chunks(self) -> list[tuple[int, int]]:
-        """Runs of whole regions of about CHUNK_RECORDS candidate records (empty runs left out)."""
+    @functools.cached_property
+    def chunks(self) -> list[tuple[int, int]]:
+        """Runs of whole regions of about CHUNK_RECORDS candidate records (empty runs left out): the
+        numpy loop's unit (0.1 ms a launch of numpy calls the compiled loop has no use for)."""
         if not self.n_records:
             return []
         start = np.cumsum(self.n) - self.n
