@@ -366,10 +366,8 @@ class _Plan:
         self.segments: dict[int, tuple] = {}   # region -> (point clocks u64, point ns i64, rates) of anchored regions
         self.anchors_used = self.bad_anchors = self.clock_changes = 0
         self.clock_change_ns = 0.0
-        # the clocks (and format 2's anchor search through the candidate records) are planned by
-        # finish(), right before the launch is decoded: its records are then still in cache when the
-        # record loop reads them (planned all first, a 30 M-record sparse decode read each region's
-        # records from memory twice)
+        # the clocks are planned by finish(), right before the launch is decoded (the numpy engine's
+        # anchor search then leaves the records in cache for its loop; the compiled one skips it)
         self._pending = (rh, finished, used)
 
     def finish(self, anchors: bool = True) -> "_Plan":
