@@ -4,7 +4,7 @@ peak memory, for each record loop (profiler.decode ENGINES: numpy, numba) side b
 structured-view copy of the same bytes.
 
     python3 benchmarks/bench_decode.py [--sizes 1e6,30e6] [--engines numpy,numba] [--format 2] [--runs 5]
-                                       [--out benchmarks/results/decode-cpu-DATE.md]
+                                       [--idle 12] [--against main=TREE] [--out benchmarks/results/decode-cpu-DATE.md]
 
 Every measurement is a fresh process (`--child`): it builds its buffers, returns freed memory to
 the OS (malloc_trim) and resets its peak RSS (/proc/self/clear_refs), then times decode_launches
