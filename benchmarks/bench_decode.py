@@ -4,7 +4,7 @@ peak memory, for each record loop (profiler.decode ENGINES: numpy, numba) side b
 structured-view copy of the same bytes.
 
     python3 benchmarks/bench_decode.py [--sizes 1e6,30e6] [--engines numpy,numba] [--format 2] [--runs 5]
-                                       [--out benchmarks/results/decode-cpu-DATE.md]
+                                       [--idle 12] [--against main=TREE] [--out benchmarks/results/decode-cpu-DATE.md]
 
 Every measurement is a fresh process (`--child`): it builds its buffers, returns freed memory to
 the OS (malloc_trim) and resets its peak RSS (/proc/self/clear_refs), then times decode_launches
@@ -180,9 +180,29 @@ def child(shape: str, records: int, what: str, repeats: int, version: int) -> di
             "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}}
 
 
-def run_child(shape: str, records: int, what: str, repeats: int, version: int, env: dict | None = None) -> dict:
-    p = subprocess.run([sys.executable, __file__, "--child", shape, str(records), what, str(repeats), str(version)],
-                       capture_output=True, text=True, env={**os.environ, **(env or {})})
+def _child_env(env: dict | None) -> dict:
+    """The children's environment: bytecode cached in a directory of its own (PYCACHE) even where
+    PYTHONDONTWRITEBYTECODE is set (the dev VM sets it: every child then compiled the lazily
+    imported profiler.decode_fast from source, 3-4 ms of a cold 1 M decode that an installed
+    package, shipped with its .pyc, never pays), without writing into the checkout."""
+    out = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    return {**out, **(env or {})}
+
+
+PYCACHE = Path(os.environ.get("TMPDIR", "/tmp")) / "epscope-bench-pycache"
+
+
+IDLE_S = 0.0   # --idle: seconds to sleep before each timed process
+
+
+def run_child(shape: str, records: int, what: str, repeats: int, version: int, env: dict | None = None,
+              script: Path | None = None) -> dict:
+    """One fresh process of `script` (this file, or the same benchmark in a baseline tree)."""
+    if IDLE_S:
+        time.sleep(IDLE_S)
+    p = subprocess.run([sys.executable, str(script or __file__), "--child", shape, str(records), what, str(repeats),
+                        str(version)], capture_output=True, text=True, env=_child_env(env))
     if p.returncode:
         raise RuntimeError(p.stderr)
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -208,13 +228,17 @@ def _summary(dec: list[dict]) -> dict:
 
 
 def measure(shape: str, records: int, runs: int, repeats: int, engines: list[str], version: int,
-            env: dict | None = None) -> dict:
-    """Every engine's decode and the baseline, `runs` fresh processes each, interleaved."""
-    dec = {e: [] for e in engines}
+            env: dict | None = None, against: tuple[str, Path] | None = None) -> dict:
+    """Every engine's decode and the baseline, `runs` fresh processes each, interleaved; with
+    `against` (label, tree), each engine also as that tree's code runs it ("ENGINE@label")."""
+    todo = [(e, e, None) for e in engines]
+    if against:
+        todo += [(f"{e}@{against[0]}", e, against[1] / "benchmarks" / "bench_decode.py") for e in engines]
+    dec = {name: [] for name, _, _ in todo}
     base = []
     for _ in range(runs):
-        for e in engines:
-            dec[e].append(run_child(shape, records, f"decode:{e}", repeats, version, env))
+        for name, e, script in todo:
+            dec[name].append(run_child(shape, records, f"decode:{e}", repeats, version, env, script))
         base.append(run_child(shape, records, "baseline", 2, version))
     first = dec[engines[0]][0]
     n = first["records"]
@@ -268,7 +292,11 @@ def report(results: list[dict], once: dict | None, a, commit: str, load0, load1,
              f"- commit: {commit}, date: {started:%Y-%m-%d %H:%M}-{now:%H:%M} UTC, Python {platform.python_version()}, "
              f"numpy {np.__version__}",
              f"- command: `python3 benchmarks/bench_decode.py --sizes {a.sizes} --shapes {a.shapes} --engines {a.engines} "
-             f"--format {a.format} --runs {a.runs} --repeats {a.repeats} --out ...`",
+             f"--format {a.format} --runs {a.runs} --repeats {a.repeats}"
+             + (f" --against {a.against.split('=', 1)[0]}=TREE" if a.against else "")
+             + (f" --idle {a.idle:g}" if a.idle else "") + " --out ...`",
+             "- children: bytecode cached (PYTHONPYCACHEPREFIX, as an installed package has its .pyc); a warm-up child "
+             "per engine builds the AOT loop and the .pyc before any timing",
              f"- load average at start / end: {load0[0]:.1f} / {load1[0]:.1f} on {os.cpu_count()} cores (shared machine: wall "
              "time includes waiting for a core; CPU time = user + sys is the cost on one core).",
              "- each row: medians of fresh processes; cold = the first decode_launches call of a process (loading the "
@@ -288,6 +316,15 @@ def report(results: list[dict], once: dict | None, a, commit: str, load0, load1,
                          f"{c['cpu_rate'] / ref['cold']['cpu_rate']:.1f}x, {w['cpu_rate'] / ref['warm']['cpu_rate']:.1f}x | "
                          f"{r['baseline_cpu_rate'] / 1e6:.0f} | {r['buffers_MB']:.0f} | {s['table_MB']:.0f} | "
                          f"{s['peak_over_start_MB']:.0f} | {s['import_s']:.2f} | {s['numba_imported']} |")
+    if a.against:
+        label = a.against.split("=", 1)[0]
+        lines += ["", f"This tree against {label} (the same engine, its processes interleaved with this tree's), "
+                      "CPU-time rate ratio cold, warm:", ""]
+        for r in results:
+            for e in engines:
+                s, b = r["engines"][e], r["engines"][f"{e}@{label}"]
+                lines.append(f"- {r['shape']} {r['records'] / 1e6:.1f} M {e}: {s['cold']['cpu_rate'] / b['cold']['cpu_rate']:.2f}x, "
+                             f"{s['warm']['cpu_rate'] / b['warm']['cpu_rate']:.2f}x")
     warn = {f"{r['shape']} {r['records'] / 1e6:.1f} M": r["engines"][engines[0]]["warnings"] for r in results}
     lines += ["", f"Decoder warnings (every engine the same event count): {warn}"]
     if once:
@@ -311,22 +348,39 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3, help="decodes per process (the first is cold)")
     ap.add_argument("--no-one-off", action="store_true", help="skip the AOT build and JIT cold measurements")
+    ap.add_argument("--against", metavar="LABEL=TREE",
+                    help="also run every engine from another checkout of the project (e.g. `git archive` of main "
+                         "unpacked in TREE), interleaved with this one: ratios to earlier code under the same load")
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="seconds to sleep before each timed process: memory another process just freed makes a fresh "
+                         "page cheap to fault in on a VM (huge pages 0.1 ms a MB back to back, 2.4-3.1 after 12 s "
+                         "idle on the dev VM: benchmarks/NOTES.md); a user's cold start meets the idle case")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         print(json.dumps(child(a.child[0], int(a.child[1]), a.child[2], int(a.child[3]), int(a.child[4]))))
         return
+    global IDLE_S
+    IDLE_S = a.idle
     started = dt.datetime.now(dt.timezone.utc)
     commit, load0 = machine_commit(("profiler", "benchmarks")), os.getloadavg()
     engines = a.engines.split(",")
+    against = None
+    if a.against:
+        label, tree = a.against.split("=", 1)
+        against = (label, Path(tree).resolve())
     if any(e.startswith("numba") for e in engines):
         from profiler import decode_fast
         print(f"numba engine: {decode_fast.kernels().how} (build in {decode_fast.aot_dir()})", flush=True)
+    for e in engines:   # builds what a first decode builds (the AOT loop, the .pyc files) before any timing
+        run_child("dense", 10_000, f"decode:{e}", 1, a.format)
+        if against:
+            run_child("dense", 10_000, f"decode:{e}", 1, a.format, script=against[1] / "benchmarks" / "bench_decode.py")
     results = []
     for shape in a.shapes.split(","):
         for size in a.sizes.split(","):
-            r = measure(shape, int(float(size)), a.runs, a.repeats, engines, a.format)
+            r = measure(shape, int(float(size)), a.runs, a.repeats, engines, a.format, against=against)
             results.append(r)
             for e, s in r["engines"].items():
                 print(f"{shape} {r['records'] / 1e6:.1f} M {e}: cold {s['cold']['cpu_rate'] / 1e6:.1f} M/s CPU "

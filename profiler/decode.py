@@ -16,7 +16,9 @@ No torch / perfetto / dash imports: this runs on the recording path of the GPU m
 """
 from __future__ import annotations
 
+import functools
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -364,11 +366,35 @@ class _Plan:
         self.segments: dict[int, tuple] = {}   # region -> (point clocks u64, point ns i64, rates) of anchored regions
         self.anchors_used = self.bad_anchors = self.clock_changes = 0
         self.clock_change_ns = 0.0
-        self._clocks(rh, finished, used)
-        self.chunks = self._chunks()
+        # the clocks are planned by finish(), right before the launch is decoded (the numpy engine's
+        # anchor search then leaves the records in cache for its loop; the compiled one skips it)
+        self._pending = (rh, finished, used)
+
+    def finish(self, anchors: bool = True) -> "_Plan":
+        """Plan the clocks (once): the time window, each region's conversion and, unless `anchors`
+        is False, format 2's anchor search. Without it the plan holds while no candidate record is
+        an ANCHOR: the compiled loop counts them and calls with_anchors() when it met one."""
+        if self._pending is not None:
+            rh, finished, used = self._pending
+            self._pending = None
+            self._clock_inputs = (rh, finished, used, len(self.warnings))
+            self.anchors_searched = anchors or self.version < 2
+            self._clocks(rh, finished, used, self.anchors_searched)
+        return self
+
+    def with_anchors(self) -> "_Plan":
+        """Plan the clocks again, this time with the anchor search (what finish() found is dropped)."""
+        rh, finished, used, warned = self._clock_inputs
+        del self.warnings[warned:]
+        self.segments = {}
+        self.anchors_used = self.bad_anchors = self.clock_changes = 0
+        self.clock_change_ns = 0.0
+        self.anchors_searched = True
+        self._clocks(rh, finished, used, True)
+        return self
 
     # -- time window and clocks --------------------------------------------------------------
-    def _clocks(self, rh, finished, used) -> None:
+    def _clocks(self, rh, finished, used, anchors: bool) -> None:
         gs, ge = rh["gt_start"], rh["gt_end"]
         in_range = used & (gs >= 1) & (gs < TIME_LIMIT_NS)
         if in_range.any():
@@ -406,7 +432,8 @@ class _Plan:
         self.yhi = np.where(gs_ok, (hi - np.where(gs_ok, gsi, 0)).astype(np.float64), -np.inf)
         end_ok = pair.copy()   # a finish clock that fails its pair's rate check is not trusted either
         if self.version >= 2:
-            self._anchored(gs_ok, ge_ok, gsi, cs, ce, ge, end_ok)
+            if anchors:
+                self._anchored(gs_ok, ge_ok, gsi, cs, ce, ge, end_ok)
             if self.bad_anchors:
                 self.warnings.append(E.BadAnchors(self.bad_anchors, f"{self.where}: anchors that cannot anchor ignored"))
             self._clock_change(pair, gsi, ge)
@@ -572,8 +599,10 @@ class _Plan:
         _, _, ok = self._converted(t, per, r0, r1)
         return (km1 < 5) & ~ok
 
-    def _chunks(self) -> list[tuple[int, int]]:
-        """Runs of whole regions of about CHUNK_RECORDS candidate records (empty runs left out)."""
+    @functools.cached_property
+    def chunks(self) -> list[tuple[int, int]]:
+        """Runs of whole regions of about CHUNK_RECORDS candidate records (empty runs left out): the
+        numpy loop's unit (0.1 ms a launch of numpy calls the compiled loop has no use for)."""
         if not self.n_records:
             return []
         start = np.cumsum(self.n) - self.n
@@ -615,6 +644,28 @@ def _host_span(info: LaunchInfo, clock: ClockModel | None):
     return ((hb, he) if 0 <= info.host_begin_ns <= info.host_end_ns else None), hb, he
 
 
+@contextmanager
+def _small_pages():
+    """Allocate without numpy's transparent-huge-page advice (it madvises arrays of 4 MiB and up).
+
+    The table's first touch is most of a cold decode's system time. On the dev VM (benchmarks/NOTES.md,
+    issue 20 round 2) a fresh huge page cost 2.7 ms a MB to fault in (0.74-2.2 s for 808 MB, no
+    compaction involved) against 0.6 ms a MB for 4 kB pages (0.48 s): a dense 30 M-record decode
+    spent 1.9-2.2 s of sys with it, 0.40-0.46 s without; the analyses reading the table ran no slower
+    on 4 kB pages. The switch is numpy's, process-wide: another thread allocating meanwhile just goes
+    without the advice too."""
+    mod = getattr(getattr(np, "_core", None), "multiarray", None)
+    toggle = getattr(mod, "_set_madvise_hugepage", None)
+    if toggle is None:   # another numpy: allocate as it does
+        yield
+        return
+    was = toggle(False)
+    try:
+        yield
+    finally:
+        toggle(was)
+
+
 class _Table:
     """The output columns of one decode, allocated once (sized by the record count, an upper bound
     of the event count: ENDs make no row) and trimmed at the end; untouched pages cost nothing."""
@@ -623,7 +674,8 @@ class _Table:
         self.codes = codes
         dt = {"kernel": _code_dtype(len(codes.kernels)), "role": codes.role_dtype, "phase": codes.phase_dtype,
               "kind": np.int8}
-        self.out = {c: np.empty(rows, dt.get(c, t)) for c, t in COLUMNS.items()}
+        with _small_pages():
+            self.out = {c: np.empty(rows, dt.get(c, t)) for c, t in COLUMNS.items()}
 
     def name_unknown(self, plan, unknown: list) -> None:
         """Name ids the registry does not declare phase_<id> / barrier_<id>, code them."""
@@ -644,9 +696,11 @@ class _Table:
 def _results(plan: _Plan, table: _Table, off: int, scratch, fast):
     """The decoded chunks of one launch: the whole launch at once with the compiled loop."""
     if fast is not None:
+        plan.finish(anchors=False)   # the compiled loop looks for ANCHORs as it goes
         if plan.n_records:
             yield fast.decode(plan, table.out, off, table.codes, _RH_SLOTS, scratch)
         return
+    plan.finish()
     for r0, r1 in plan.chunks:
         res = decode_chunk(plan, r0, r1, table.out, off, table.codes, scratch)
         off += res.events
@@ -658,7 +712,7 @@ def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast) -> tuple
     counts = dict.fromkeys([c for c, _, _ in _COUNT_WARNINGS], 0)
     unknown = []
     o = off
-    spans = [plan.header_span] if plan.header_span else []
+    spans = []
     for res in _results(plan, table, off, scratch, fast):
         o += res.events
         for k, v in res.counts.items():
@@ -667,6 +721,8 @@ def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast) -> tuple
             spans.append((res.tmin, res.tmax))
         if res.unknown is not None:
             unknown.append(res.unknown)
+    if plan.header_span:   # known once the clocks are planned (in _results)
+        spans.append(plan.header_span)
     for c, cls, what in _COUNT_WARNINGS:
         if counts[c]:
             plan.warnings.append(cls(counts[c], f"{plan.where}: {what}"))

@@ -43,8 +43,9 @@ assert _RF["kind"][1] == 10 and _RF["payload"][1] == 12, "kind at bits 16-23 and
 _KIND_SHIFT, _PAYLOAD_SHIFT = np.uint64(8 * (_RF["kind"][1] - 8)), np.uint64(8 * (_RF["payload"][1] - 8))
 _ID_MASK, _BYTE, _KEY_SHIFT = np.uint64(0xFFFF), np.uint64(0xFF), np.uint64(16)
 # What the loop returns, by index of its result array
-R_EVENTS, R_CORRUPT, R_BADTIME, R_UNMATCHED_END, R_UNMATCHED_BEGIN, R_REVERSED, R_UNKNOWN, R_TMIN, R_TMAX = range(9)
-_RESULTS = 9
+R_EVENTS, R_CORRUPT, R_BADTIME, R_UNMATCHED_END, R_UNMATCHED_BEGIN, R_REVERSED, R_UNKNOWN, R_TMIN, R_TMAX, \
+    R_ANCHORS = range(10)
+_RESULTS = 10
 _IDS = 1 << 16
 _I64_MAX = np.iinfo(np.int64).max
 
@@ -60,10 +61,12 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
     carried 0); BEGINs still open at the region's end end at its last kept record. stamp and prev
     (one entry per id) hold each id's open BEGIN: row prev of the region numbered stamp; regions
     are numbered gen0 + 1, gen0 + 2, ... so the arrays are zeroed once per decode, not per launch.
+    ANCHORs of regions without anchor segments are counted (R_ANCHORS): the plan was made without
+    looking for them (profiler.decode _Plan.finish) and must be made again if there are any.
     Nothing is allocated here, so the AOT build needs no numba runtime."""
     ulo, uhi = np.uint64(lo), np.uint64(hi)
     ev = o
-    corrupt = badtime = unmatched_end = unmatched_begin = reversed_ = unknown = 0
+    corrupt = badtime = unmatched_end = unmatched_begin = reversed_ = unknown = anchors = 0
     tmin, tmax = _I64_MAX, -_I64_MAX
     for r in range(n.shape[0]):
         m = n[r]
@@ -82,6 +85,8 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
             w0, w1 = slots[b0 + j, 0], slots[b0 + j, 1]
             kind = np.uint8((w1 >> _KIND_SHIFT) & _BYTE)
             if v2 and kind == 6:   # an ANCHOR: a conversion point (profiler.decode plans it), not an event
+                if sa < 0:
+                    anchors += 1
                 continue
             if kind < 1 or kind > 5:
                 corrupt += 1
@@ -172,7 +177,7 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
     res[R_EVENTS], res[R_CORRUPT], res[R_BADTIME] = ev - o, corrupt, badtime
     res[R_UNMATCHED_END], res[R_UNMATCHED_BEGIN], res[R_REVERSED], res[R_UNKNOWN] = \
         unmatched_end, unmatched_begin, reversed_, unknown
-    res[R_TMIN], res[R_TMAX] = tmin, tmax
+    res[R_TMIN], res[R_TMAX], res[R_ANCHORS] = tmin, tmax, anchors
 
 
 # Exported variants: the phase and role code widths decode._code_dtype picks (int8 up to 126
@@ -335,7 +340,9 @@ class Scratch:
 
 
 def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch, jit_only: bool = False):
-    """Decode every record of `plan` into out[column][o:]; a decode_records.ChunkResult."""
+    """Decode every record of `plan` into out[column][o:]; a decode_records.ChunkResult. A plan made
+    without the anchor search is made again with it, and the launch decoded again, when the loop
+    meets an ANCHOR record (optional in format 2: only kernels that call rec.anchor() write them)."""
     from .decode_records import ChunkResult
     phase_lut, role_lut = codes.phase_lut(plan.family), codes.role_lut(plan.family)
     assert phase_lut.dtype == out["phase"].dtype and role_lut.dtype == out["role"].dtype, "LUT and column widths differ"
@@ -354,28 +361,32 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratc
     else:
         slots = plan.all_slots
         base = np.arange(nreg, dtype=np.int64) * (rh_slots + plan.cap) + rh_slots
-    if plan.hires:
-        cs, rate, gs = (np.ascontiguousarray(a, dt) for a, dt in ((plan.cs, np.uint64), (plan.rate, np.float64),
-                                                                  (plan.gs, np.int64)))
-        ylo, yhi = np.ascontiguousarray(plan.ylo, np.float64), np.ascontiguousarray(plan.yhi, np.float64)
-    else:   # unused: times are raw globaltimer ns checked against the window
-        cs, gs = np.zeros(nreg, np.uint64), np.zeros(nreg, np.int64)
-        rate, ylo, yhi = (np.zeros(nreg, np.float64) for _ in range(3))
-    seg_at, seg_len, pcs, pgs, prates = _segments(plan, nreg)
-    lo, hi = plan.window
+    assert slots.dtype == np.uint64 and slots.flags.c_contiguous, "records are read as C-contiguous u64 pairs"
+    blk, wrp, smv = (np.ascontiguousarray(a, dt) for a, dt in ((plan.block, np.int32), (plan.warp, np.int16),
+                                                               (plan.sm, np.int16)))
     unk_pos, unk_key = scratch.unknown(plan.n_records)
     r = np.zeros(_RESULTS, np.int64)
     sc = scratch
-    assert slots.dtype == np.uint64 and slots.flags.c_contiguous, "records are read as C-contiguous u64 pairs"
-    launch(slots, base, n, bool(plan.hires), plan.version >= 2, np.int64(lo), np.int64(hi),
-           cs, rate, gs, ylo, yhi, seg_at, seg_len, pcs, pgs, prates,
-           phase_lut, role_lut, codes.kind_lut,
-           np.ascontiguousarray(plan.block, np.int32), np.ascontiguousarray(plan.warp, np.int16),
-           np.ascontiguousarray(plan.sm, np.int16),
-           out["begin_ns"], out["end_ns"], out["payload"], out["phase"], out["role"], out["kind"], out["open"],
-           out["block"], out["warp"], out["sm"], np.int64(o), unk_pos, unk_key, sc.stamp, sc.prev,
-           np.int64(sc.regions), r)
-    sc.regions += nreg
+    while True:
+        if plan.hires:
+            cs, rate, gs = (np.ascontiguousarray(a, dt) for a, dt in ((plan.cs, np.uint64), (plan.rate, np.float64),
+                                                                      (plan.gs, np.int64)))
+            ylo, yhi = np.ascontiguousarray(plan.ylo, np.float64), np.ascontiguousarray(plan.yhi, np.float64)
+        else:   # unused: times are raw globaltimer ns checked against the window
+            cs, gs = np.zeros(nreg, np.uint64), np.zeros(nreg, np.int64)
+            rate, ylo, yhi = (np.zeros(nreg, np.float64) for _ in range(3))
+        seg_at, seg_len, pcs, pgs, prates = _segments(plan, nreg)
+        lo, hi = plan.window
+        launch(slots, base, n, bool(plan.hires), plan.version >= 2, np.int64(lo), np.int64(hi),
+               cs, rate, gs, ylo, yhi, seg_at, seg_len, pcs, pgs, prates,
+               phase_lut, role_lut, codes.kind_lut, blk, wrp, smv,
+               out["begin_ns"], out["end_ns"], out["payload"], out["phase"], out["role"], out["kind"], out["open"],
+               out["block"], out["warp"], out["sm"], np.int64(o), unk_pos, unk_key, sc.stamp, sc.prev,
+               np.int64(sc.regions), r)
+        sc.regions += nreg
+        if not r[R_ANCHORS] or plan.anchors_searched:
+            break
+        plan.with_anchors()   # the rows written are written again
     res = ChunkResult()
     res.events = int(r[R_EVENTS])
     res.counts = {"CorruptRecords": int(r[R_CORRUPT]), "BadTimestamps": int(r[R_BADTIME]),

@@ -17,7 +17,7 @@ import pytest
 from profiler import decode as D
 from profiler.generated import layout as L
 
-from .bufbuild import Region, build
+from .bufbuild import Region, anchor, build
 from .differential import ENGINES, REG, REGISTRIES, T0, check
 
 numba = pytest.importorskip("numba", reason="the compiled loop needs the `fast` extra (numba)")
@@ -51,6 +51,32 @@ def test_phase_codes_past_int8():
     d = D.decode_launches(items, REGISTRIES, engine="numba")
     assert d.events["phase"].cat.codes.dtype == np.int16
     assert d.events["phase"].iloc[-1] == "phase_2002"
+
+
+def _format_2_launch(anchors: bool) -> bytes:
+    """One format-2 region of two spans at 1.98 GHz, with an ANCHOR between them or without."""
+    c0, work = 9_000_000_000, REG.phase("work").id
+    recs = [(c0 + c, L.KIND_BEGIN if k % 2 == 0 else L.KIND_END, work, 0) for k, c in enumerate((0, 198, 990, 1980))]
+    if anchors:
+        recs.insert(2, anchor(T0 + 505, c0 + 1000))
+    r = Region(recs, gt_start=T0, clk_start=c0, gt_end=T0 + round(2000 / 1.98), clk_end=c0 + 2000)
+    return build([r], registry_hash=REG.hash, capacity=8, version=2)
+
+
+def test_the_anchor_search_runs_only_for_launches_whose_loop_met_an_anchor(monkeypatch):
+    """The compiled engine plans a launch's clocks without format 2's anchor search; a launch where
+    the loop met an ANCHOR is planned again with it and decoded again (the numpy engine searches
+    every launch). Both agree with the reference decoder either way."""
+    items = [(_format_2_launch(anchors=k == 1), D.LaunchInfo(0, k, "k", k, "selftest")) for k in range(3)]
+    searched = []
+    real = D._Plan._anchored
+    monkeypatch.setattr(D._Plan, "_anchored", lambda self, *a: (searched.append(self.info.launch), real(self, *a))[1])
+    d = D.decode_launches(items, REGISTRIES, engine="numba")
+    assert searched == [1] and d.conversion["anchors"] == 1
+    searched.clear()
+    assert D.decode_launches(items, REGISTRIES, engine="numpy").conversion["anchors"] == 1
+    assert searched == [0, 1, 2]
+    check(items)
 
 
 def test_jit_runs_when_the_ahead_of_time_build_cannot(monkeypatch, tmp_path):
