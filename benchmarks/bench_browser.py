@@ -126,8 +126,8 @@ def descendants(root: int) -> list[int]:
 class Server:
     """`viewer.app.serve` in a fresh process, from `app_root`'s code."""
 
-    def __init__(self, app_root: Path, runs_root: Path):
-        self.port = free_port()
+    def __init__(self, app_root: Path, runs_root: Path, port: int | None = None):
+        self.port = port or free_port()
         code = ("import sys; sys.path.insert(0, %r); from viewer.app import serve; serve([%r], port=%d)"
                 % (str(app_root), str(runs_root), self.port))
         env = dict(os.environ, PYTHONPATH=str(app_root))
@@ -189,8 +189,12 @@ class Browser:
     def cpu(self) -> float:
         return cpu_seconds([p for p in descendants(self.driver) if "chrom" in _comm(p)])
 
-    def new_page(self):
-        ctx = self.browser.new_context(viewport={"width": 1440, "height": 900})
+    def new_context(self):
+        return self.browser.new_context(viewport={"width": 1440, "height": 900})
+
+    def new_page(self, ctx=None):
+        """A page in a fresh context, or a new tab of `ctx` (sharing its caches)."""
+        ctx = ctx or self.new_context()
         pg = ctx.new_page()
         pg.set_default_timeout(COLD_TIMEOUT_S * 1000)
         pg.errors = []
@@ -262,12 +266,27 @@ def cold_visits(args, browser, run_id, rows):
     fp_js = f"({HEADER}) && (({PENDING}) || %s)"
     for path in args.cold_pages:
         content = CONTENT[path] + (f" && !!document.querySelector('#page .main-svg')" if args.cold_figure else "")
-        row = Row(f"cold first visit {path}" + (", its first figure drawn" if args.cold_figure else ""), kind="cold")
+        row = Row(f"cold first visit {path}" + (", its first figure drawn" if args.cold_figure else "")
+                  + (", browser cache warm" if args.browser_cache == "warm" else ""), kind="cold")
         peaks = []
-        for i in range(args.cold_repeat or args.repeat):
-            server = Server(args.app_root, args.run.parent)
+        # --browser-cache warm: a user who opened the viewer before (its scripts in the browser's
+        # HTTP and code caches): one browser context for every sample, each fresh server on the same
+        # port (one origin), and one unmeasured visit first. Default: a fresh context each sample.
+        port = free_port() if args.browser_cache == "warm" else None
+        shared = browser.new_context() if port else None
+        if shared is not None:
+            first = Server(args.app_root, args.run.parent, port)
             try:
-                pg = browser.new_page()
+                pg = browser.new_page(shared)
+                pg.goto(url(first.base, path, run_id))
+                settled(pg, content)
+                pg.close()
+            finally:
+                first.close()
+        for i in range(args.cold_repeat or args.repeat):
+            server = Server(args.app_root, args.run.parent, port)
+            try:
+                pg = browser.new_page(shared)
                 s = measure(pg, server, browser, lambda: pg.goto(url(server.base, path, run_id), wait_until="commit"),
                             content, fp_js % CONTENT[path])
                 row.samples.append(s)
@@ -278,9 +297,11 @@ def cold_visits(args, browser, run_id, rows):
                       f"server cpu {s.server_cpu_s:.1f} s, peak RSS {peaks[-1]:.2f} GB, "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
                 assert not pg.errors, pg.errors
-                pg.context.close()
+                pg.close() if shared is not None else pg.context.close()
             finally:
                 server.close()
+        if shared is not None:
+            shared.close()
         rows.append(row)
         if peaks:
             notes.append(f"cold {path}: the fresh server's peak RSS when the page was complete: "
@@ -564,6 +585,9 @@ def main() -> int:
     ap.add_argument("--cold-figure", action="store_true",
                     help="a cold page is complete only once its first plotly figure is drawn too (the idle page's "
                          "content already waits for its heatmap; the others' does not)")
+    ap.add_argument("--browser-cache", choices=("cold", "warm"), default="cold",
+                    help="cold visits in a fresh browser context each (cold, the default) or in one context "
+                         "whose HTTP and code caches hold the viewer's scripts from an earlier visit (warm)")
     ap.add_argument("--skip-warm", action="store_true")
     ap.add_argument("--sections", default=",".join(WARM_SECTIONS),
                     help=f"which warm measurements, comma-separated, of {','.join(WARM_SECTIONS)}")
