@@ -25,8 +25,8 @@ whose idle verdict names a straggler's phase pay it).
 
 `analyze(events, ...)` splits a table in memory; `analyze_chunks(chunks, ...)` takes any iterable
 of event tables of whole iterations (a reader of a run laid out by iteration feeds it without
-ever holding the run); `analyze_run(run)` reads a run directory chunk by chunk (pyarrow filters
-on `iteration`). The results equal critical_path / idle_warps / barrier_contention / time_model
+ever holding the run); `analyze_run(run)` reads a run directory chunk by chunk
+(runreader.EventReader: row groups chosen by their `iteration` statistics). The results equal critical_path / idle_warps / barrier_contention / time_model
 on the whole table (tests/analysis/test_chunked.py holds them equal on every bundled run and on
 synthetic runs).
 """
@@ -290,39 +290,23 @@ def analyze(events: pd.DataFrame, *, registry=None, launches=None, max_events: i
 
 def analyze_run(run, *, max_events: int = MAX_EVENTS) -> Results:
     """The analyses of a run directory (profiler.runstore.Run) without reading its whole event
-    table: one pass over the `iteration` and `rank` columns to cut the chunks, then per chunk one
-    pass over the file's record batches keeping that chunk's rows. Memory stays bounded by a chunk
-    plus a record batch; the file is decoded once per chunk, so a layout with row groups by
-    iteration (read with filters) would make this one pass (the storage layout's business)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-    from profiler import runstore, validate
+    table: the `iteration` and `rank` columns cut the chunks, then each chunk's events are read
+    through runreader.EventReader (row groups pruned on their iteration statistics, rows filtered,
+    checked as a whole read is). A run written since issue 20 has row groups cut at (rank,
+    iteration) boundaries, so each row group is decoded about once (twice for a run whose idle
+    verdict re-times it); an older run's bigger row groups are decoded once per chunk they hold
+    rows of. Memory stays bounded by a chunk plus a row group."""
+    from profiler.runreader import EventReader
 
-    p = run.files.events if run.files else run.path / runstore.EVENTS
-    keys = pq.read_table(p, columns=["iteration", "rank"])
-    its = keys.column("iteration").to_numpy()
+    with EventReader(run) as r:
+        its, rks = r.keys()
     counts = pd.Series(its).value_counts()
-    ranks = int(pd.unique(keys.column("rank").to_numpy()).size)
-    del keys, its
+    ranks = int(pd.unique(rks).size)
+    del its, rks
     groups = iteration_chunks(counts, max_events)
-    cols = list(runstore.COLUMNS)
 
     def chunks():
-        pf = pq.ParquetFile(p)
-        for grp in groups:
-            batches, rows, off = [], [], 0
-            want = pa.array(grp.tolist())
-            for b in pf.iter_batches(batch_size=1 << 20, columns=cols):
-                m = pc.is_in(b.column(cols.index("iteration")), value_set=want)
-                sel = np.flatnonzero(m.to_numpy(zero_copy_only=False))
-                if len(sel):
-                    batches.append(b.filter(m))
-                    rows.append(off + sel)
-                off += b.num_rows
-            df = pa.Table.from_batches(batches).to_pandas(split_blocks=True, self_destruct=True)
-            del batches
-            df = validate.events(df, str(p))
-            df.index = np.concatenate(rows)   # row numbers in the whole table (occurrence order)
-            yield df
+        with EventReader(run) as r:
+            for grp in groups:
+                yield r.read(iterations=grp)   # indexed by row number in the whole table (occurrence order)
     return analyze_chunks(chunks, registry=run.manifest.get("registry"), launches=run.launches, ranks=ranks)
