@@ -41,6 +41,7 @@ import pandas as pd
 
 from . import barriers as B
 from . import graph as G
+from . import heap
 from . import idle as I
 from . import imbalance as IM
 from . import path_verdict as PV
@@ -241,7 +242,13 @@ def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=No
     its rows' numbers in the whole table (barrier occurrences are numbered in that order), or of
     (events, the chunk's launch table) pairs when the run's launch table is made chunk by chunk
     too (then `launches` is None); called again only for the idle page's balancing what-if on a
-    run of several chunks. ranks: the run's rank count."""
+    run of several chunks. ranks: the run's rank count. Freed memory stays in the process while
+    it runs (heap.kept: the chunks' temporaries are not faulted in again for each chunk)."""
+    with heap.kept():
+        return _analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks)
+
+
+def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
     sem = semantics(registry)
     per, largest, la_parts, g = [], 0, [], None
     for item in chunks():
