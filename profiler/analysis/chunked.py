@@ -78,6 +78,8 @@ class Summaries:
     registry: object = field(default=None, repr=False)
     launches: pd.DataFrame | None = field(default=None, repr=False)
     graph: G.Graph | None = field(default=None, repr=False)   # the graph of a run of one chunk
+    # the whole run's recorded critical path (what-if's path_phase_ns reads it, not a new walk)
+    path: object = field(default=None, repr=False)
 
     def what_if_summary(self, *, phase: str, speedup: float, rank) -> pd.DataFrame:
         """whatif.what_if(...).summary over the whole run, chunk by chunk (iterations are
@@ -89,7 +91,7 @@ class Summaries:
         parts = []
         for g in ([self.graph] if self.graph is not None else self._graphs()):
             parts.append(what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
-                                 missing_ok=True, keep_retimed=False).summary)
+                                 missing_ok=True, keep_retimed=False, path=self.path).summary)
         return _concat(parts).reset_index(drop=True)
 
     def _graphs(self) -> Iterator[G.Graph]:
@@ -264,7 +266,7 @@ def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
     if la_parts:
         launches = pd.concat(la_parts, ignore_index=True)
     s, cp = _combine(per, sem, ranks)
-    s.rechunk, s.registry, s.launches = chunks, registry, launches
+    s.rechunk, s.registry, s.launches, s.path = chunks, registry, launches, cp
     s.graph = g if len(per) == 1 else None
     if s.graph is not None:
         g.derived["time_model"] = s.derived["time_model"]
