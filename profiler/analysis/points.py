@@ -59,10 +59,11 @@ def points(t: Table, lanes: Lanes) -> Points:
     inv[o] = rank_of_sorted
     del o, new, rank_of_sorted
     pt_lane = pkey >> t.tb
-    n_lanes = lanes.n
+    # pt_lane is sorted: each lane's first and last point by counting (what searchsorted of every
+    # lane would give, lanes without points included, at a fraction of its cost)
+    ends = np.cumsum(np.bincount(pt_lane, minlength=lanes.n))
     return Points(pt_t=(pkey & ((1 << t.tb) - 1)) + t.t0, pt_lane=pt_lane, row_pb=inv[:n], row_pe=inv[n:],
-                  lane_first=np.searchsorted(pt_lane, np.arange(n_lanes), side="left"),
-                  lane_last=np.searchsorted(pt_lane, np.arange(n_lanes), side="right") - 1)
+                  lane_first=np.r_[np.zeros(min(lanes.n, 1), ends.dtype), ends[:-1]], lane_last=ends - 1)
 
 
 def owners(iv_pb: np.ndarray, iv_pe: np.ndarray, P: int) -> np.ndarray:
