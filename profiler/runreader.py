@@ -237,17 +237,7 @@ def _read_event_columns(pf: pq.ParquetFile, file: str, groups: Sequence[int] | N
     whole = groups is None and keep is None
     groups = range(pf.num_row_groups) if groups is None else list(groups)
     if not _stored_as_written(pf.schema_arrow):
-        t = pf.read_row_groups(list(groups), columns=list(COLUMNS)) if len(groups) else \
-            pf.schema_arrow.empty_table().select(list(COLUMNS))
-        df = to_frame(t, list(COLUMNS), file)
-        if whole:
-            return df, None
-        rows = np.concatenate([np.arange(offsets[g], offsets[g + 1]) for g in groups]) if len(groups) else \
-            np.zeros(0, np.int64)
-        if keep is not None:
-            m = keep.mask(df["iteration"].to_numpy(), df["rank"].to_numpy())
-            df, rows = df[m], rows[m]
-        return df.reset_index(drop=True), rows
+        return _read_other_types(pf, file, groups, keep, offsets, whole)
     n = n_file if whole else None
     out: dict[str, object] = {c: np.empty(n, t) if whole else [] for c, t in COLUMNS.items() if t != "category"}
     dict_chunks: dict[str, list] = {c: [] for c, t in COLUMNS.items() if t == "category"}
@@ -300,18 +290,40 @@ def _read_event_columns(pf: pq.ParquetFile, file: str, groups: Sequence[int] | N
             for c in dict_chunks:
                 dict_chunks[c] = [ch.slice(0, 0) for ch in first.column(c).chunks]
     for c, chunks in dict_chunks.items():
-        arr = pa.chunked_array(chunks, type=pf.schema_arrow.field(c).type).unify_dictionaries()
-        cats = arr.chunk(0).dictionary.to_pylist() if arr.num_chunks else []
-        codes = [ch.indices.fill_null(-1).to_numpy(zero_copy_only=False) for ch in arr.chunks]
-        codes = np.concatenate(codes).astype(np.int32, copy=False) if codes else np.zeros(0, np.int32)
-        if len(set(cats)) != len(cats) or any(x is None for x in cats):
-            raise validate.InvalidEvents(f"{file}: column {c!r}: its dictionary holds repeated or missing values")
-        if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= len(cats)):
-            # parquet readers do not check dictionary indices: a damaged page can point past the end
-            raise validate.InvalidEvents(f"{file}: column {c!r}: dictionary indices outside its {len(cats)} values")
-        out[c] = pd.Categorical.from_codes(codes, categories=cats, validate=False)
+        out[c] = _categorical(c, pa.chunked_array(chunks, type=pf.schema_arrow.field(c).type), file)
     df = pd.DataFrame(out, copy=False)[list(COLUMNS)]
     return df, None if whole else (np.concatenate(rows) if rows else np.zeros(0, np.int64))
+
+
+def _categorical(c: str, col: pa.ChunkedArray, file: str) -> pd.Categorical:
+    """A dictionary-encoded column as a pandas Categorical, its dictionary and indices checked."""
+    arr = col.unify_dictionaries()
+    cats = arr.chunk(0).dictionary.to_pylist() if arr.num_chunks else []
+    codes = [ch.indices.fill_null(-1).to_numpy(zero_copy_only=False) for ch in arr.chunks]
+    codes = np.concatenate(codes).astype(np.int32, copy=False) if codes else np.zeros(0, np.int32)
+    if len(set(cats)) != len(cats) or any(x is None for x in cats):
+        raise validate.InvalidEvents(f"{file}: column {c!r}: its dictionary holds repeated or missing values")
+    if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= len(cats)):
+        # parquet readers do not check dictionary indices: a damaged page can point past the end
+        raise validate.InvalidEvents(f"{file}: column {c!r}: dictionary indices outside its {len(cats)} values")
+    return pd.Categorical.from_codes(codes, categories=cats, validate=False)
+
+
+def _read_other_types(pf: pq.ParquetFile, file: str, groups, keep: RowFilter | None, offsets: np.ndarray,
+                      whole: bool) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """_read_event_columns for a file of other types than write_run's: through pyarrow's own
+    conversion (profiler.validate then says what is wrong with it)."""
+    t = pf.read_row_groups(list(groups), columns=list(COLUMNS)) if len(groups) else \
+        pf.schema_arrow.empty_table().select(list(COLUMNS))
+    df = to_frame(t, list(COLUMNS), file)
+    if whole:
+        return df, None
+    rows = np.concatenate([np.arange(offsets[g], offsets[g + 1]) for g in groups]) if len(groups) else \
+        np.zeros(0, np.int64)
+    if keep is not None:
+        m = keep.mask(df["iteration"].to_numpy(), df["rank"].to_numpy())
+        df, rows = df[m], rows[m]
+    return df.reset_index(drop=True), rows
 
 
 def _row_group_offsets(meta: pq.FileMetaData, file: str) -> np.ndarray:

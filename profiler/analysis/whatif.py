@@ -80,9 +80,8 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     unchanged instead of refused (a chunk of a run whose other chunks have it: chunked.py).
     keep_retimed=False (with new_path=False): no re-timed copy of the table (.retimed is None),
     for a caller that reads the summary only (a copy of the events: 0.5 GB at 10 M events).
-    path: the recorded critical path of these events when the caller has it (path_phase_ns reads
-    its segments of the reported iterations; chunked.py passes the whole run's), instead of
-    walking the graph again (0.2 s a 2.5 M-event chunk).
+    path: the events' recorded critical path, when the caller has it (chunked.py passes the whole
+    run's; path_phase_ns reads its reported iterations), instead of walking the graph again.
     """
     if not speedup < 1:
         raise ValueError(f"what_if: speedup must be < 1 (a fraction of the phase's time), got {speedup}")

@@ -316,3 +316,24 @@ def test_a_filtered_read_checks_the_checksum_and_the_rows(run):
         r.events
     with EventReader(r) as er, pytest.raises(InvalidEvents):
         er.read(iterations=[0])
+
+
+def test_a_filtered_read_of_a_file_of_other_types_equals_the_full_read_filtered(run):
+    """Plain strings instead of dictionaries (a file another writer made): pyarrow's own conversion,
+    the same rows as the full read's."""
+    from profiler.runreader import EventReader
+
+    def plain(t, m):
+        for c in ("kernel", "role", "kind", "phase"):
+            t = _set_column(t, c, t.column(c).cast(pa.string()))
+        return t, m
+    _rewrite(run, "events.parquet", plain)
+    r = RS.load_run(run)
+    full = r.events
+    with EventReader(r) as er:
+        for it, rk in (([0], None), (None, [1]), ([1], [0])):
+            got = er.read(iterations=it, ranks=rk)
+            want = _filtered(full, it, rk)
+            np.testing.assert_array_equal(got.index.to_numpy(), want.index.to_numpy())
+            pd.testing.assert_frame_equal(got.astype({c: str for c in ("kernel", "role", "kind", "phase")}),
+                                          want.astype({c: str for c in ("kernel", "role", "kind", "phase")}))
