@@ -1,7 +1,7 @@
 """CPU seconds and peak RSS of a run's analyses, each measurement in a fresh process (issue 20).
 
     python benchmarks/bench_analysis_memory.py make --events 10000000 --iterations 4 DIR
-    python benchmarks/bench_analysis_memory.py measure DIR [--code PATH] [--mode whole|chunked] [--repeat 2]
+    python benchmarks/bench_analysis_memory.py measure DIR [--code PATH] [--mode whole|chunked|cli] [--repeat 2]
     python benchmarks/bench_analysis_memory.py big --iterations 100 --per-iteration 1000000
 
 `make` writes a synthetic run of 8 ranks (profiler.synthetic, scenario slow_rank) as a run
@@ -14,6 +14,9 @@ peak RSS of the whole process, and the RSS after the read (the event table itsel
 verdicts (so two codes are checked to agree). `--code` imports profiler/ from another checkout
 (`git worktree add /tmp/base <commit>`), so the code before a change is measured beside it in one
 session. `--mode chunked` calls profiler.analysis.chunked.analyze_run (per-iteration chunks).
+`--mode cli` runs `python -m profiler analyze DIR` (the `epscope analyze` command: open the run,
+analyse it, store RUN/analysis-summary.json) and reports the whole process's CPU (user + system,
+imports included) and peak RSS from os.wait4, and the verdicts it stored.
 `big` analyses a synthetic run made one iteration at a time and never held whole (chunked.
 analyze_chunks), reporting the generator's CPU apart from the analyses'.
 """
@@ -24,7 +27,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,7 +154,30 @@ def make(a) -> None:
     print(p)
 
 
+def measure_cli(run_dir: str, code: str) -> dict:
+    """`epscope analyze run_dir` of the checkout `code`, a fresh process: its rusage."""
+    env = dict(os.environ, PYTHONPATH=code)
+    with tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        # -P: profiler/ comes from PYTHONPATH (`code`), not from the current directory
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", "profiler", "analyze", run_dir], env,
+                             file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                                           (os.POSIX_SPAWN_DUP2, err.fileno(), 2)])
+        _, status, ru = os.wait4(pid, 0)   # the child's own rusage (RUSAGE_CHILDREN's peak is a max over all)
+        wall = time.perf_counter() - t
+        if os.waitstatus_to_exitcode(status) != 0:
+            err.seek(0)
+            raise SystemExit(f"child failed ({code}, cli):\n{err.read().decode()[-3000:]}")
+    summ = json.loads((Path(run_dir) / "analysis-summary.json").read_text())
+    return dict(mode="cli", cpu_s=ru.ru_utime + ru.ru_stime, user_s=ru.ru_utime, sys_s=ru.ru_stime,
+                peak_rss=ru.ru_maxrss * 1024, wall_s=wall, minor_faults=ru.ru_minflt,
+                verdicts={k: v["headline"] for k, v in summ["verdicts"].items()},
+                load1=os.getloadavg()[0], code=code)
+
+
 def measure_once(run_dir: str, code: str, mode: str, budget: int) -> dict:
+    if mode == "cli":
+        return measure_cli(run_dir, code)
     env = dict(os.environ, PYTHONPATH=code)
     r = subprocess.run([sys.executable, "-c", CHILD, mode, run_dir, str(budget)], env=env, cwd=code,
                        capture_output=True, text=True)
@@ -173,7 +201,7 @@ def main(argv=None) -> int:
     s = sub.add_parser("measure")
     s.add_argument("dir")
     s.add_argument("--code", default=str(ROOT))
-    s.add_argument("--mode", choices=("whole", "chunked"), default="whole")
+    s.add_argument("--mode", choices=("whole", "chunked", "cli"), default="whole")
     s.add_argument("--budget", type=int, default=2_000_000, help="chunked: most events per chunk")
     s.add_argument("--repeat", type=int, default=1)
     b = sub.add_parser("big", help="analyse a synthetic run generated chunk by chunk (one iteration each)")

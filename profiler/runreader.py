@@ -167,7 +167,7 @@ class Run:
                     missing = [c for c in COLUMNS if c not in pf.schema_arrow.names]
                     if missing:
                         raise CorruptRun(f"{label}: lacks event columns {missing}")
-                    df = _read_event_columns(pf, label)
+                    df, _ = _read_event_columns(pf, label)
                 except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
                     # ValueError and friends: what pyarrow raises for some malformed footers
                     # and schema metadata besides its own exception types
@@ -215,54 +215,200 @@ def _stored_as_written(schema: pa.Schema) -> bool:
     return True
 
 
-def _read_event_columns(pf: pq.ParquetFile, file: str) -> pd.DataFrame:
-    """The event columns as a DataFrame, read one row group at a time into arrays allocated once.
+def _read_event_columns(pf: pq.ParquetFile, file: str, groups: Sequence[int] | None = None,
+                        keep: RowFilter | None = None, stats: Sequence[GroupStats] | None = None
+                        ) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """The event columns as a DataFrame, read one row group at a time.
 
-    Against pq.read_table(...).to_pandas() on 10 M events (benchmarks/bench_load.py): half the
-    CPU time and 0.7 instead of 1.1 GB peak, since only one row group of Arrow buffers is alive
-    at a time. A file of other types (nulls, other widths, plain strings) takes the general
-    path, and profiler.validate then says what is wrong with it."""
+    All row groups and no filter (the whole table): into arrays allocated once. Against
+    pq.read_table(...).to_pandas() on 10 M events (benchmarks/bench_load.py): half the CPU time
+    and 0.7 instead of 1.1 GB peak, since only one row group of Arrow buffers is alive at a time.
+    Otherwise (EventReader): the row groups `groups`, of each the rows `keep` selects (checked
+    against the groups' `stats`), and the rows' numbers in the whole table (second value; None
+    for the whole table). A file of other
+    types (nulls, other widths, plain strings) takes the general path, and profiler.validate then
+    says what is wrong with it."""
     names = pf.schema_arrow.names
     dup = sorted({c for c in COLUMNS if names.count(c) > 1})
     if dup:
         raise CorruptRun(f"{file}: event columns {dup} appear more than once")
+    n_file = pf.metadata.num_rows
+    offsets = _row_group_offsets(pf.metadata, file)
+    whole = groups is None and keep is None
+    groups = range(pf.num_row_groups) if groups is None else list(groups)
     if not _stored_as_written(pf.schema_arrow):
-        return to_frame(pf.read(columns=list(COLUMNS)), list(COLUMNS), file)
-    n = pf.metadata.num_rows
-    out: dict[str, object] = {c: np.empty(n, t) for c, t in COLUMNS.items() if t != "category"}
+        return _read_other_types(pf, file, groups, keep, offsets, whole)
+    n = n_file if whole else None
+    out: dict[str, object] = {c: np.empty(n, t) if whole else [] for c, t in COLUMNS.items() if t != "category"}
     dict_chunks: dict[str, list] = {c: [] for c, t in COLUMNS.items() if t == "category"}
+    rows: list[np.ndarray] = []
     off = 0
-    for i in range(pf.num_row_groups):
+    for i in groups:
         rg = pf.read_row_group(i, columns=list(COLUMNS))
-        if off + rg.num_rows > n:
-            raise CorruptRun(f"{file}: row groups hold more rows than the footer says ({n:,})")
+        if rg.num_rows != offsets[i + 1] - offsets[i]:
+            raise CorruptRun(f"{file}: row group {i} holds {rg.num_rows:,} rows, the footer says "
+                             f"{offsets[i + 1] - offsets[i]:,}")
+        for c in ("iteration", "rank"):
+            if rg.column(c).null_count:
+                raise validate.InvalidEvents(f"{file}: column {c!r}: {rg.column(c).null_count:,} rows are missing")
+        sel = None
+        if keep is not None:
+            it, rk = rg.column("iteration").to_numpy(), rg.column("rank").to_numpy()
+            if stats is not None:
+                stats[i].check(i, it, rk, file)
+            m = keep.mask(it, rk)
+            if not m.all():
+                sel = np.flatnonzero(m)
+        if not whole:
+            rows.append(offsets[i] + (np.arange(rg.num_rows, dtype=np.int64) if sel is None else sel))
         for c in COLUMNS:
             col = rg.column(c)
             if c in dict_chunks:
-                dict_chunks[c].extend(col.chunks)
+                dict_chunks[c].extend(col.chunks if sel is None else col.take(sel).chunks)
                 continue
             if col.null_count:
                 raise validate.InvalidEvents(f"{file}: column {c!r}: {col.null_count:,} rows are missing")
+            if not whole:
+                v = col.to_numpy()
+                out[c].append(v if sel is None else v[sel])
+                continue
             o = off
             for ch in col.chunks:
                 out[c][o:o + len(ch)] = ch.to_numpy(zero_copy_only=False)
                 o += len(ch)
         off += rg.num_rows
         del rg
-    if off != n:
+    if whole and off != n:
         raise CorruptRun(f"{file}: row groups hold {off:,} rows, the footer says {n:,}")
+    if not whole:
+        for c, t in COLUMNS.items():
+            if t != "category":
+                out[c] = np.concatenate(out[c]).astype(t, copy=False) if out[c] else np.zeros(0, t)
+        if not any(dict_chunks.values()) and pf.num_row_groups:
+            # nothing selected: the categories still come from the file (as the whole table's do)
+            first = pf.read_row_group(0, columns=list(dict_chunks))
+            for c in dict_chunks:
+                dict_chunks[c] = [ch.slice(0, 0) for ch in first.column(c).chunks]
     for c, chunks in dict_chunks.items():
-        arr = pa.chunked_array(chunks, type=pf.schema_arrow.field(c).type).unify_dictionaries()
-        cats = arr.chunk(0).dictionary.to_pylist() if arr.num_chunks else []
-        codes = [ch.indices.fill_null(-1).to_numpy(zero_copy_only=False) for ch in arr.chunks]
-        codes = np.concatenate(codes).astype(np.int32, copy=False) if codes else np.zeros(0, np.int32)
-        if len(set(cats)) != len(cats) or any(x is None for x in cats):
-            raise validate.InvalidEvents(f"{file}: column {c!r}: its dictionary holds repeated or missing values")
-        if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= len(cats)):
-            # parquet readers do not check dictionary indices: a damaged page can point past the end
-            raise validate.InvalidEvents(f"{file}: column {c!r}: dictionary indices outside its {len(cats)} values")
-        out[c] = pd.Categorical.from_codes(codes, categories=cats, validate=False)
-    return pd.DataFrame(out, copy=False)[list(COLUMNS)]
+        out[c] = _categorical(c, pa.chunked_array(chunks, type=pf.schema_arrow.field(c).type), file)
+    df = pd.DataFrame(out, copy=False)[list(COLUMNS)]
+    return df, None if whole else (np.concatenate(rows) if rows else np.zeros(0, np.int64))
+
+
+def _categorical(c: str, col: pa.ChunkedArray, file: str) -> pd.Categorical:
+    """A dictionary-encoded column as a pandas Categorical, its dictionary and indices checked."""
+    arr = col.unify_dictionaries()
+    cats = arr.chunk(0).dictionary.to_pylist() if arr.num_chunks else []
+    codes = [ch.indices.fill_null(-1).to_numpy(zero_copy_only=False) for ch in arr.chunks]
+    codes = np.concatenate(codes).astype(np.int32, copy=False) if codes else np.zeros(0, np.int32)
+    if len(set(cats)) != len(cats) or any(x is None for x in cats):
+        raise validate.InvalidEvents(f"{file}: column {c!r}: its dictionary holds repeated or missing values")
+    if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= len(cats)):
+        # parquet readers do not check dictionary indices: a damaged page can point past the end
+        raise validate.InvalidEvents(f"{file}: column {c!r}: dictionary indices outside its {len(cats)} values")
+    return pd.Categorical.from_codes(codes, categories=cats, validate=False)
+
+
+def _read_other_types(pf: pq.ParquetFile, file: str, groups, keep: RowFilter | None, offsets: np.ndarray,
+                      whole: bool) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """_read_event_columns for a file of other types than write_run's: through pyarrow's own
+    conversion (profiler.validate then says what is wrong with it)."""
+    t = pf.read_row_groups(list(groups), columns=list(COLUMNS)) if len(groups) else \
+        pf.schema_arrow.empty_table().select(list(COLUMNS))
+    df = to_frame(t, list(COLUMNS), file)
+    if whole:
+        return df, None
+    rows = np.concatenate([np.arange(offsets[g], offsets[g + 1]) for g in groups]) if len(groups) else \
+        np.zeros(0, np.int64)
+    if keep is not None:
+        m = keep.mask(df["iteration"].to_numpy(), df["rank"].to_numpy())
+        df, rows = df[m], rows[m]
+    return df.reset_index(drop=True), rows
+
+
+def _row_group_offsets(meta: pq.FileMetaData, file: str) -> np.ndarray:
+    """Each row group's first row in the whole table, and the table's length last."""
+    sizes = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], np.int64)
+    if (sizes < 0).any() or int(sizes.sum()) != meta.num_rows:
+        raise CorruptRun(f"{file}: row groups hold {int(sizes.sum()):,} rows, the footer says {meta.num_rows:,}")
+    return np.concatenate([[0], np.cumsum(sizes)])
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """Which events a filtered read keeps: those of the given iterations and ranks (None: all).
+    Row groups whose min/max statistics of `iteration` and `rank` exclude them are not read."""
+    iterations: np.ndarray | None = None
+    ranks: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, iterations=None, ranks=None) -> "RowFilter":
+        """From any iterables of integers (sorted and deduplicated here)."""
+        def arr(x):
+            return None if x is None else np.unique(np.fromiter(x, np.int64))
+        return cls(arr(iterations), arr(ranks))
+
+    def mask(self, iteration: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        m = np.ones(len(iteration), bool)
+        for want, v in ((self.iterations, iteration), (self.ranks, rank)):
+            if want is None:
+                continue
+            lo, hi = int(want[0]) if len(want) else 0, int(want[-1]) if len(want) else -1
+            if len(want) == hi - lo + 1:   # a range (a chunk of consecutive iterations): two compares
+                m &= (v >= lo) & (v <= hi)
+            else:
+                m &= np.isin(v, want)
+        return m
+
+    def may_hold(self, stats: GroupStats) -> bool:
+        for want, lo, hi in ((self.iterations, stats.iteration_min, stats.iteration_max),
+                             (self.ranks, stats.rank_min, stats.rank_max)):
+            if want is None or lo is None:
+                continue
+            i = np.searchsorted(want, lo, "left")
+            if i == len(want) or want[i] > hi:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """A row group of events.parquet: its first row in the whole table, its rows, and the
+    footer's min/max of `iteration` and `rank` (None where the file carries no statistics)."""
+    first_row: int
+    rows: int
+    iteration_min: int | None
+    iteration_max: int | None
+    rank_min: int | None
+    rank_max: int | None
+
+    def check(self, group: int, iteration: np.ndarray, rank: np.ndarray, file: str) -> None:
+        """The rows read agree with the statistics that chose them to be read (those that pruned
+        the other row groups are then as trustworthy as the file; a run with checksums verified it)."""
+        if not len(iteration):
+            return
+        for name, v, lo, hi in (("iteration", iteration, self.iteration_min, self.iteration_max),
+                                ("rank", rank, self.rank_min, self.rank_max)):
+            if lo is not None and (int(v.min()) < lo or int(v.max()) > hi):
+                raise CorruptRun(f"{file}: row group {group}: {name} values outside the footer's statistics "
+                                 f"[{lo}, {hi}]")
+
+
+def _group_stats(meta: pq.FileMetaData, file: str) -> list[GroupStats]:
+    offsets = _row_group_offsets(meta, file)
+    names = [meta.schema.column(j).name for j in range(meta.num_columns)]
+    where = {c: names.index(c) for c in ("iteration", "rank") if names.count(c) == 1}
+    out = []
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        mm = {}
+        for c in ("iteration", "rank"):
+            st = rg.column(where[c]).statistics if c in where else None
+            ok = st is not None and st.has_min_max and isinstance(st.min, int) and isinstance(st.max, int) \
+                and st.min <= st.max
+            mm[c] = (int(st.min), int(st.max)) if ok else (None, None)
+        out.append(GroupStats(int(offsets[i]), int(offsets[i + 1] - offsets[i]), *mm["iteration"], *mm["rank"]))
+    return out
 
 
 def _file_version(p: Path) -> str | None:
@@ -522,6 +668,96 @@ def iter_event_batches(path, batch_rows: int = 1_000_000, columns: list[str] | N
             raise
         except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
             raise CorruptRun(f"{label}: not a readable parquet file ({type(e).__name__}: {_line(e)})") from None
+
+
+class EventReader:
+    """A run's events read by iteration and/or rank, without reading the rest of the file.
+
+        with EventReader(run) as r:
+            ev = r.read(iterations=[3, 4])      # indexed by row number in the whole table
+
+    Opened once: the file's checksum (runs that carry one) and version id are checked as
+    `Run.events` checks them, and the one open file serves every read. A read keeps the row groups
+    whose footer statistics may hold the wanted iterations and ranks (runs written since issue 20
+    cut row groups at (rank, iteration) boundaries: runstore.row_group_bounds; older runs have
+    fewer, bigger row groups, so less is pruned, and the result is the same), reads them one at a
+    time, keeps the wanted rows and checks them as the whole table is checked (types, dictionary
+    indices, profiler.validate). The frame equals `run.events` restricted to those rows (values,
+    dtypes, categories: every row group of a run written by write_run holds the whole table's
+    dictionaries), indexed by their row numbers in it."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.label = str(run.path / EVENTS)
+        p = run.files.events if run.files else run.path / EVENTS
+        self._f = _open_of_version(p, (run.checksums or {}).get(EVENTS), self.label, run.version_id,
+                                   f"{run.path}: the run was rewritten since it was opened")
+        try:
+            self._pf = pq.ParquetFile(self._f)
+            got = _version_of(self._pf.schema_arrow)
+            if run.version_id is not None and got != run.version_id:
+                raise RunChanged(f"{run.path}: the run was rewritten since it was opened (events of "
+                                 f"version {got}, manifest of {run.version_id}); open it again")
+            missing = [c for c in COLUMNS if c not in self._pf.schema_arrow.names]
+            if missing:
+                raise CorruptRun(f"{self.label}: lacks event columns {missing}")
+            self.groups = _group_stats(self._pf.metadata, self.label)
+        except BaseException as e:
+            self._f.close()
+            if isinstance(e, (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError)) \
+                    and not isinstance(e, RunError):
+                raise CorruptRun(f"{self.label}: cannot read events: {type(e).__name__}: {_line(e)}") from None
+            raise
+
+    def __enter__(self) -> "EventReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole table's `iteration` and `rank` columns (what a reader cuts chunks by)."""
+        try:
+            t = self._pf.read(columns=["iteration", "rank"])
+        except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
+            raise CorruptRun(f"{self.label}: cannot read events: {type(e).__name__}: {_line(e)}") from None
+        out = []
+        for c in ("iteration", "rank"):
+            col = t.column(c)
+            if col.null_count:
+                raise validate.InvalidEvents(f"{self.label}: column {c!r}: {col.null_count:,} rows are missing")
+            v = col.to_numpy()
+            if len(v) and int(v.min()) < 0:
+                raise validate.InvalidEvents(f"{self.label}: column {c!r}: negative values")
+            out.append(v)
+        return out[0], out[1]
+
+    def row_groups(self, keep: RowFilter) -> list[int]:
+        """The row groups a read of `keep` opens."""
+        return [i for i, st in enumerate(self.groups) if keep.may_hold(st)]
+
+    def read(self, *, iterations=None, ranks=None) -> pd.DataFrame:
+        """The events of the given iterations and ranks (None: all), in table order, indexed by
+        their row numbers in the whole table."""
+        keep = RowFilter.of(iterations, ranks)
+        try:
+            df, rows = _read_event_columns(self._pf, self.label, self.row_groups(keep), keep, self.groups)
+        except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
+            if isinstance(e, RunError):
+                raise
+            raise CorruptRun(f"{self.label}: cannot read events: {type(e).__name__}: {_line(e)}") from None
+        df = validate.events(df, self.label)
+        df.index = pd.Index(rows, dtype=np.int64)
+        return df
+
+
+def read_events(run: Run, *, iterations=None, ranks=None) -> pd.DataFrame:
+    """One filtered read (EventReader.read) of a run's events."""
+    with EventReader(run) as r:
+        return r.read(iterations=iterations, ranks=ranks)
 
 
 def check_events(run: Run) -> None:

@@ -25,8 +25,8 @@ whose idle verdict names a straggler's phase pay it).
 
 `analyze(events, ...)` splits a table in memory; `analyze_chunks(chunks, ...)` takes any iterable
 of event tables of whole iterations (a reader of a run laid out by iteration feeds it without
-ever holding the run); `analyze_run(run)` reads a run directory chunk by chunk (pyarrow filters
-on `iteration`). The results equal critical_path / idle_warps / barrier_contention / time_model
+ever holding the run); `analyze_run(run)` reads a run directory chunk by chunk
+(runreader.EventReader: row groups chosen by their `iteration` statistics). The results equal critical_path / idle_warps / barrier_contention / time_model
 on the whole table (tests/analysis/test_chunked.py holds them equal on every bundled run and on
 synthetic runs).
 """
@@ -41,6 +41,7 @@ import pandas as pd
 
 from . import barriers as B
 from . import graph as G
+from . import heap
 from . import idle as I
 from . import imbalance as IM
 from . import path_verdict as PV
@@ -77,6 +78,8 @@ class Summaries:
     registry: object = field(default=None, repr=False)
     launches: pd.DataFrame | None = field(default=None, repr=False)
     graph: G.Graph | None = field(default=None, repr=False)   # the graph of a run of one chunk
+    # the whole run's recorded critical path (what-if's path_phase_ns reads it, not a new walk)
+    path: object = field(default=None, repr=False)
 
     def what_if_summary(self, *, phase: str, speedup: float, rank) -> pd.DataFrame:
         """whatif.what_if(...).summary over the whole run, chunk by chunk (iterations are
@@ -88,16 +91,20 @@ class Summaries:
         parts = []
         for g in ([self.graph] if self.graph is not None else self._graphs()):
             parts.append(what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
-                                 missing_ok=True, keep_retimed=False).summary)
+                                 missing_ok=True, keep_retimed=False, path=self.path).summary)
+            del g            # before the next chunk is read (as in analyze_chunks)
         return _concat(parts).reset_index(drop=True)
 
     def _graphs(self) -> Iterator[G.Graph]:
         for item in self.rechunk():
             ev, _ = _split(item)
+            del item
             g = _graph(ev, self.sem, self.launches, self.derived["run_ranks"])
+            del ev
             # the run's time model serves every chunk (what_if reads its rows of the chunk's launches)
             g.derived["time_model"] = self.derived["time_model"]
             yield g
+            del g
 
 
 @dataclass
@@ -241,14 +248,24 @@ def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=No
     its rows' numbers in the whole table (barrier occurrences are numbered in that order), or of
     (events, the chunk's launch table) pairs when the run's launch table is made chunk by chunk
     too (then `launches` is None); called again only for the idle page's balancing what-if on a
-    run of several chunks. ranks: the run's rank count."""
+    run of several chunks. ranks: the run's rank count. Freed memory stays in the process while
+    it runs (heap.kept: the chunks' temporaries are not faulted in again for each chunk)."""
+    with heap.kept():
+        return _analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks)
+
+
+def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
     sem = semantics(registry)
     per, largest, la_parts, g = [], 0, [], None
     for item in chunks():
         ev, la = _split(item)
+        del item
         if la is not None:
             la_parts.append(la)
         largest = max(largest, len(ev))
+        # the previous chunk's graph is kept only for a run of one chunk: dropped before this one's is
+        # built (held, it raised the peak by a graph and its events: 1.61 -> 1.2 GB at 4 x 2.5 M events)
+        g = None
         g = _graph(ev, sem, launches if la is None else la, ranks)
         per.append(_tables(g, ev.index.to_numpy()))
         del ev
@@ -257,7 +274,7 @@ def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=No
     if la_parts:
         launches = pd.concat(la_parts, ignore_index=True)
     s, cp = _combine(per, sem, ranks)
-    s.rechunk, s.registry, s.launches = chunks, registry, launches
+    s.rechunk, s.registry, s.launches, s.path = chunks, registry, launches, cp
     s.graph = g if len(per) == 1 else None
     if s.graph is not None:
         g.derived["time_model"] = s.derived["time_model"]
@@ -285,44 +302,29 @@ def analyze(events: pd.DataFrame, *, registry=None, launches=None, max_events: i
             ev = events.iloc[rows]
             ev.index = rows              # row numbers in the whole table (occurrence order)
             yield ev
+            del ev
     return analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks)
 
 
 def analyze_run(run, *, max_events: int = MAX_EVENTS) -> Results:
     """The analyses of a run directory (profiler.runstore.Run) without reading its whole event
-    table: one pass over the `iteration` and `rank` columns to cut the chunks, then per chunk one
-    pass over the file's record batches keeping that chunk's rows. Memory stays bounded by a chunk
-    plus a record batch; the file is decoded once per chunk, so a layout with row groups by
-    iteration (read with filters) would make this one pass (the storage layout's business)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-    from profiler import runstore, validate
+    table: the `iteration` and `rank` columns cut the chunks, then each chunk's events are read
+    through runreader.EventReader (row groups pruned on their iteration statistics, rows filtered,
+    checked as a whole read is). A run written since issue 20 has row groups cut at (rank,
+    iteration) boundaries, so each row group is decoded about once (twice for a run whose idle
+    verdict re-times it); an older run's bigger row groups are decoded once per chunk they hold
+    rows of. Memory stays bounded by a chunk plus a row group."""
+    from profiler.runreader import EventReader
 
-    p = run.files.events if run.files else run.path / runstore.EVENTS
-    keys = pq.read_table(p, columns=["iteration", "rank"])
-    its = keys.column("iteration").to_numpy()
+    with EventReader(run) as r:
+        its, rks = r.keys()
     counts = pd.Series(its).value_counts()
-    ranks = int(pd.unique(keys.column("rank").to_numpy()).size)
-    del keys, its
+    ranks = int(pd.unique(rks).size)
+    del its, rks
     groups = iteration_chunks(counts, max_events)
-    cols = list(runstore.COLUMNS)
 
     def chunks():
-        pf = pq.ParquetFile(p)
-        for grp in groups:
-            batches, rows, off = [], [], 0
-            want = pa.array(grp.tolist())
-            for b in pf.iter_batches(batch_size=1 << 20, columns=cols):
-                m = pc.is_in(b.column(cols.index("iteration")), value_set=want)
-                sel = np.flatnonzero(m.to_numpy(zero_copy_only=False))
-                if len(sel):
-                    batches.append(b.filter(m))
-                    rows.append(off + sel)
-                off += b.num_rows
-            df = pa.Table.from_batches(batches).to_pandas(split_blocks=True, self_destruct=True)
-            del batches
-            df = validate.events(df, str(p))
-            df.index = np.concatenate(rows)   # row numbers in the whole table (occurrence order)
-            yield df
+        with EventReader(run) as r:
+            for grp in groups:
+                yield r.read(iterations=grp)   # indexed by row number in the whole table (occurrence order)
     return analyze_chunks(chunks, registry=run.manifest.get("registry"), launches=run.launches, ranks=ranks)

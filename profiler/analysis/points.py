@@ -59,10 +59,11 @@ def points(t: Table, lanes: Lanes) -> Points:
     inv[o] = rank_of_sorted
     del o, new, rank_of_sorted
     pt_lane = pkey >> t.tb
-    n_lanes = lanes.n
+    # pt_lane is sorted: each lane's first and last point by counting (what searchsorted of every
+    # lane would give, lanes without points included, at a fraction of its cost)
+    ends = np.cumsum(np.bincount(pt_lane, minlength=lanes.n))
     return Points(pt_t=(pkey & ((1 << t.tb) - 1)) + t.t0, pt_lane=pt_lane, row_pb=inv[:n], row_pe=inv[n:],
-                  lane_first=np.searchsorted(pt_lane, np.arange(n_lanes), side="left"),
-                  lane_last=np.searchsorted(pt_lane, np.arange(n_lanes), side="right") - 1)
+                  lane_first=np.r_[np.zeros(min(lanes.n, 1), ends.dtype), ends[:-1]], lane_last=ends - 1)
 
 
 def owners(iv_pb: np.ndarray, iv_pe: np.ndarray, P: int) -> np.ndarray:
@@ -87,20 +88,23 @@ def owners(iv_pb: np.ndarray, iv_pe: np.ndarray, P: int) -> np.ndarray:
     CE = np.cumsum(np.bincount(iv_pe, minlength=P))
     A = np.where(pb_s > 0, CB[np.maximum(pb_s - 1, 0)], 0) - CE[pb_s]
     depth_s = np.maximum(A + rank_in_grp, 0)
-    kk = np.arange(P)
     for lvl in range(int(depth_s.max()) + 1):
         sel = order[depth_s == lvl]                 # in (begin, -end) order
         if len(sel) == 0:
             continue
-        mark = np.full(P, -1, dtype=np.int64)
-        mark[iv_pb[sel]] = np.arange(len(sel))
-        ff = np.maximum.accumulate(mark)
-        has = ff >= 0
-        np.maximum(ff, 0, out=ff)
-        cand = sel[ff]
-        cover = iv_pe[cand] > kk
-        cover &= has
-        owner[cover] = cand[cover]
+        # interval j owns the points from its begin up to its end or the next begin of its level,
+        # whichever comes first (overlapping intervals: the latest begun wins; of two with one
+        # begin, the later in this order, the shorter): disjoint ranges, painted over the points
+        # they hold only (a pass over all P points per level cost 0.29 s a 2.5 M-event chunk)
+        b = iv_pb[sel]
+        ln = np.minimum(iv_pe[sel], np.r_[b[1:], P]) - b
+        np.maximum(ln, 0, out=ln)
+        tot = int(ln.sum())
+        if tot == 0:
+            continue
+        base = np.repeat(b - (np.cumsum(ln) - ln), ln)
+        base += np.arange(tot)
+        owner[base] = np.repeat(sel, ln)
     return owner
 
 

@@ -49,9 +49,13 @@ def retime(g: Graph, d: np.ndarray, iterations=None) -> np.ndarray:
     nt = len(tgt)
     kpos = np.full(P, -1, np.int64)
     kpos[tgt] = np.arange(nt)
+    # the target at or before each point (same lane: a lane's first point is a target), by a
+    # running count of targets (a searchsorted of every point into tgt cost 0.2 s a 2.5 M-event chunk)
+    kx = np.cumsum(kpos >= 0)
+    kx -= 1
 
-    def k_of(x):                                          # the target at or before point x, same lane
-        return np.searchsorted(tgt, x, side="right") - 1
+    def k_of(x):
+        return kx[x]
 
     def off(x, k):                                        # value(x) = Tt[k] + off
         return S[x] - S[tgt[k]]
@@ -123,5 +127,4 @@ def retime(g: Graph, d: np.ndarray, iterations=None) -> np.ndarray:
 
     for lo in range(0, n_solve, RETIME_WINDOW):
         solve(lo, min(lo + RETIME_WINDOW, n_solve))
-    kx = k_of(np.arange(P))
     return T[kx] + S - S[tgt[kx]]

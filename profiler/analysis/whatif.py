@@ -65,7 +65,7 @@ def _path_phase_time(cp: CriticalPath, phase: str, rank) -> pd.Series:
 
 def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iteration=None,
             registry=None, launches=None, graph: G.Graph | None = None, new_path: bool = True,
-            missing_ok: bool = False, keep_retimed: bool = True) -> WhatIf:
+            missing_ok: bool = False, keep_retimed: bool = True, path: CriticalPath | None = None) -> WhatIf:
     """Projected end-to-end change when `phase` gets `speedup` faster (columns: package docstring).
 
     phase: a phase name, or 'kernel/phase' to pick one kernel's phase. speedup: 0.2 = 20% faster;
@@ -80,6 +80,8 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     unchanged instead of refused (a chunk of a run whose other chunks have it: chunked.py).
     keep_retimed=False (with new_path=False): no re-timed copy of the table (.retimed is None),
     for a caller that reads the summary only (a copy of the events: 0.5 GB at 10 M events).
+    path: the events' recorded critical path, when the caller has it (chunked.py passes the whole
+    run's; path_phase_ns reads its reported iterations), instead of walking the graph again.
     """
     if not speedup < 1:
         raise ValueError(f"what_if: speedup must be < 1 (a fraction of the phase's time), got {speedup}")
@@ -138,7 +140,8 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
         new_path = from_graph(G.build(sub, registry), iteration, verdict=False)
     else:
         new_path = None
-    s["path_phase_ns"] = _path_phase_time(from_graph(g, iteration, verdict=False), phase, rank).reindex(s["iteration"]).fillna(0).to_numpy().astype(np.int64)
+    cp = from_graph(g, iteration, verdict=False) if path is None else path
+    s["path_phase_ns"] = _path_phase_time(cp, phase, rank).reindex(s["iteration"]).fillna(0).to_numpy().astype(np.int64)
     return WhatIf(summary=s[SUMMARY_COLUMNS].reset_index(drop=True), new_path=new_path, retimed=retimed)
 
 

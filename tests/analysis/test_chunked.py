@@ -111,3 +111,17 @@ def test_epscope_analyze_of_a_big_run_reads_it_in_chunks_and_stores_the_same_sum
     monkeypatch.setattr(chunked, "MAX_EVENTS", len(ev) // 4)
     assert summary.summarize(load_run(tmp_path / "r")) == whole
     assert read == [1]
+
+
+def test_what_if_over_chunks_equals_the_whole_table_what_if():
+    from profiler.analysis.whatif import what_if
+    ev, la, man = make_events(ranks=4, events=60_000, scenario="slow_rank", iterations=5, seed=3)
+    reg = man["registry"]
+    res = chunked.analyze(ev, registry=reg, launches=la, max_events=1)
+    assert res.chunks == 5
+    s = res.critical.graph
+    phase = next(p for p in ("dispatch/send_chunk", "combine/send_chunk") if p.split("/")[1] in s.derived["phase_names"])
+    for rank in (None, 3):
+        whole = what_if(ev, phase=phase, speedup=0.3, rank=rank, registry=reg, launches=la, new_path=False,
+                        keep_retimed=False).summary
+        _frame_equal(whole, s.what_if_summary(phase=phase, speedup=0.3, rank=rank), f"what_if {phase} rank {rank}")

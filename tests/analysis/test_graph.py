@@ -169,3 +169,45 @@ def test_graph_cache_follows_the_table_lifetime():
     del ev
     gc.collect()
     assert key not in G._CACHE
+
+
+def _owners_reference(iv_pb, iv_pe, P):
+    """points.owners as it was before issue 20 (one pass over every point per nesting level):
+    the reference the range painter must equal, overlapping intervals included."""
+    owner = np.full(P, -1, dtype=np.int64)
+    n_iv = len(iv_pb)
+    if n_iv == 0:
+        return owner
+    pbits = max(P, 1).bit_length()
+    order = np.argsort((iv_pb << pbits) | (P - iv_pe), kind="stable")
+    pb_s = iv_pb[order]
+    grp_first = np.flatnonzero(np.r_[True, pb_s[1:] != pb_s[:-1]])
+    start_mark = np.zeros(n_iv, np.int64)
+    start_mark[grp_first] = grp_first
+    rank_in_grp = np.arange(n_iv) - np.maximum.accumulate(start_mark)
+    CB = np.cumsum(np.bincount(iv_pb, minlength=P))
+    CE = np.cumsum(np.bincount(iv_pe, minlength=P))
+    depth_s = np.maximum(np.where(pb_s > 0, CB[np.maximum(pb_s - 1, 0)], 0) - CE[pb_s] + rank_in_grp, 0)
+    kk = np.arange(P)
+    for lvl in range(int(depth_s.max()) + 1):
+        sel = order[depth_s == lvl]
+        if len(sel) == 0:
+            continue
+        mark = np.full(P, -1, dtype=np.int64)
+        mark[iv_pb[sel]] = np.arange(len(sel))
+        ff = np.maximum.accumulate(mark)
+        cand = sel[np.maximum(ff, 0)]
+        cover = (iv_pe[cand] > kk) & (ff >= 0)
+        owner[cover] = cand[cover]
+    return owner
+
+
+def test_owners_equal_the_per_level_painter_on_random_intervals():
+    from profiler.analysis.points import owners
+    rng = np.random.default_rng(20)
+    for _ in range(2000):
+        P = int(rng.integers(1, 60))
+        n = int(rng.integers(0, 25))
+        pb = rng.integers(0, P, n).astype(np.int64)
+        pe = np.maximum(np.minimum(pb + rng.integers(0, 12, n), P - 1), pb).astype(np.int64)
+        np.testing.assert_array_equal(owners(pb, pe, P), _owners_reference(pb, pe, P), err_msg=f"{pb} {pe}")

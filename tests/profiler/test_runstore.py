@@ -124,15 +124,15 @@ def test_overwrite_refuses_what_is_not_a_run(tmp_path, decoded):
 def test_a_save_that_fails_halfway_leaves_the_old_run(tmp_path, decoded, monkeypatch):
     p = write_ok(tmp_path, decoded, "f", manifest={"name": "old"})
     old = RS.load_run(p)
-    real = pq.write_table
+    real = RS._write_file
     calls = []
 
-    def fail_second(table, where, **kw):   # the events are written, then the launches fail
-        calls.append(where)
+    def fail_second(path, write):   # the events are written, then the launches fail
+        calls.append(path)
         if len(calls) == 2:
             raise OSError(28, "No space left on device")
-        return real(table, where, **kw)
-    monkeypatch.setattr(RS.pq, "write_table", fail_second)
+        return real(path, write)
+    monkeypatch.setattr(RS, "_write_file", fail_second)
     half = decoded.events.assign(payload=decoded.events["payload"] + 1)
     with pytest.raises(OSError, match="No space"):
         RS.write_run(p, half, decoded.launches, {"name": "new"}, perfetto=False, overwrite=True)
@@ -403,3 +403,51 @@ def test_update_manifest_sets_fields_and_keeps_the_rest(tmp_path, decoded):
     assert RS.load_run(p).manifest["expect"]["cause"] == "none"
     with pytest.raises(RunNotFound):
         RS.update_manifest(tmp_path / "missing", {"expect": None})
+
+
+# -- layout: row groups at (rank, iteration) boundaries (issue 20) ------------------------------
+def _segments(rank, iteration) -> np.ndarray:
+    change = (rank[1:] != rank[:-1]) | (iteration[1:] != iteration[:-1])
+    return np.append(np.flatnonzero(change) + 1, len(rank))
+
+
+@pytest.mark.parametrize("floor,ceiling", [(1, 10), (3, 10), (7, 7), (12, 40), (1000, 1000)])
+def test_row_groups_end_on_segment_ends_within_floor_and_ceiling(floor, ceiling):
+    rng = np.random.default_rng(floor * 100 + ceiling)
+    sizes = rng.integers(1, 25, 60)
+    rank = np.repeat(np.arange(60) // 10, sizes)
+    iteration = np.repeat(np.arange(60) % 10, sizes)
+    b = RS.row_group_bounds(rank, iteration, floor=floor, ceiling=ceiling)
+    ends = _segments(rank, iteration)
+    n = len(rank)
+    assert b[0] == 0 and b[-1] == n and (np.diff(b) > 0).all() and (np.diff(b) <= ceiling).all()
+    for a, e in zip(b[:-1], b[1:]):
+        seg_end = ends[np.searchsorted(ends, e, "left")]
+        if e != seg_end:   # cut inside a segment: only a segment longer than the ceiling is
+            assert e - a == ceiling
+        # a group below the floor is the last one, or the next segment end lies past the ceiling
+        if e - a < floor and e != n:
+            assert ends[min(np.searchsorted(ends, a + floor, "left"), len(ends) - 1)] - a > ceiling
+
+
+def test_write_run_cuts_row_groups_at_rank_iteration_boundaries(tmp_path, monkeypatch):
+    from profiler.synthetic import make_events
+    ev, la, man = make_events(ranks=4, events=20_000, scenario="slow_rank", iterations=3, seed=3)
+    monkeypatch.setattr(RS, "ROW_GROUP_MIN_ROWS", 1)
+    monkeypatch.setattr(RS, "ROW_GROUP_ROWS", 2000)
+    p = RS.write_run(tmp_path / "r", ev, la, man, perfetto=False)
+    meta = pq.ParquetFile(p / RS.EVENTS).metadata
+    segs = ev.groupby(["rank", "iteration"], sort=False).size()
+    # every segment is cut into pieces of at most the ceiling, none shared with another segment
+    assert meta.num_row_groups == int(sum(-(-s // 2000) for s in segs))
+    names = [meta.schema.column(j).name for j in range(meta.num_columns)]
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        st = {c: rg.column(names.index(c)).statistics for c in ("rank", "iteration")}
+        assert all(s.has_min_max and s.min == s.max for s in st.values()) and rg.num_rows <= 2000
+    run = RS.load_run(p)   # the table reads back as written, rows in their order
+    pd.testing.assert_frame_equal(run.events, RS.validate.events(ev.reset_index(drop=True)))
+    # the default floor merges small segments: this 20 k-event run stays one row group
+    monkeypatch.undo()
+    p2 = RS.write_run(tmp_path / "r2", ev, la, man, perfetto=False)
+    assert pq.ParquetFile(p2 / RS.EVENTS).metadata.num_row_groups == 1
