@@ -16,6 +16,7 @@ progress). Only what needs the dependency graph (the exact what-if) builds it fr
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import pandas as pd
@@ -170,11 +171,12 @@ def _compare_inputs(run: LoadedRun):
     if s is not None:
         return s.compare_inputs(name=name, manifest=run.manifest)
     if _big(run):
-        return CMP.inputs_of_results(_chunked(run), launches=run.launches, manifest=run.manifest, name=name)
+        return dataclasses.replace(_chunked(run).compare, name=name, manifest=dict(run.manifest))
     cp = _computed_critical(run)
     g = cp.graph
-    return CMP.inputs_from(tm=TM.time_model(g), cp=cp, chunks=[events(run)], sem=g.sem, manifest=run.manifest,
-                           name=name)
+    tm = TM.time_model(g)
+    return CMP.inputs_from(tm=tm, cp=cp, parts=[CMP.event_samples(events(run), g.sem, CMP.entry_cuts(
+        TM.launch_rows(g)))], sem=g.sem, manifest=run.manifest, name=name)
 
 
 def _inputs_key(catalog, run_id: str) -> tuple:

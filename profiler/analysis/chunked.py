@@ -55,6 +55,7 @@ from .whatif import what_if
 
 # the module (the package re-exports its function under the module's name)
 CP = importlib.import_module(".critical_path", __package__)
+CMP = importlib.import_module(".compare", __package__)
 
 # Events per chunk by default. The analyses peak near 230-270 bytes per event of a chunk above the
 # table itself (RSS and tracemalloc, 1 M-event synthetic run, benchmarks/bench_analysis_memory.py),
@@ -115,6 +116,7 @@ class Results:
     time_model: TimeModel
     chunks: int                       # how many chunks the run was analysed in
     largest_chunk: int                # events in the largest
+    compare: object = None            # compare.RunInputs (no name, no manifest): what Compare reads of the run
 
 
 # -- chunking ----------------------------------------------------------------------------------
@@ -155,6 +157,9 @@ def _tables(g: G.Graph, rows: np.ndarray) -> dict:
     out = {"cp": cp}
     out["iteration_totals"] = CP.iteration_totals(g)
     out["time_model_rows"] = TM.launch_rows(g)
+    # Compare's host-call and phase samples: means within an iteration, the waits clipped at their
+    # occurrence's last entry, which the chunk's own launch rows give (timemodel.launch_rows)
+    out["compare"] = CMP.event_samples(g.table_ref, g.sem, CMP.entry_cuts(out["time_model_rows"]))
     out["rank_lateness"] = RV.rank_lateness(g)
     out["arrivals"] = RV.arrivals(g)
     out["occurrence_info"] = RV.occurrence_info(g)
@@ -282,8 +287,9 @@ def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
     cp.verdict = PV.headline(cp)
     idle = I.from_graph(s, launches)
     bar = B.from_graph(s)
+    cmp = CMP.inputs_from(tm=s.derived["time_model"], cp=cp, parts=[p["compare"] for p in per], sem=sem)
     return Results(critical=cp, idle=idle, barriers=bar, time_model=s.derived["time_model"], chunks=len(per),
-                   largest_chunk=largest)
+                   largest_chunk=largest, compare=cmp)
 
 
 def analyze(events: pd.DataFrame, *, registry=None, launches=None, max_events: int = MAX_EVENTS) -> Results:

@@ -115,27 +115,49 @@ def _inputs(x, registry) -> list[RunInputs]:
 
 
 # -- samples ------------------------------------------------------------------------------------
-def _clipped_waits(ev: pd.DataFrame, sem, tm: TM.TimeModel) -> np.ndarray:
-    """Span durations with the time before their op occurrence's last entry removed from the spans
-    of waits a peer releases (registry `waits_for`): the wait for a late peer is the entry skew
-    row's, not the phase's. A wait no peer releases (a pipeline stall) keeps its time."""
-    dur = (ev["end_ns"] - ev["begin_ns"]).to_numpy().astype(float)
-    pr = tm.per_rank
+def entry_cuts(rows: pd.DataFrame | None) -> pd.Series:
+    """Per GPU (rank, launch): its op occurrence's last entry (NaN when a rank is missing from it),
+    from the time model's launch rows (timemodel.launch_rows: each a function of its own iteration,
+    so a chunk of whole iterations gives its launches' cuts) or its per_rank + ops tables."""
+    if rows is None or rows.empty:
+        return pd.Series([], dtype=float, index=pd.MultiIndex.from_arrays([[], []], names=["rank", "launch"]))
+    return pd.Series(rows["last_entry_ns"].to_numpy(float),
+                     index=pd.MultiIndex.from_arrays([rows["rank"].to_numpy(), rows["launch"].to_numpy()]))
+
+
+def _model_cuts(tm: TM.TimeModel) -> pd.Series:
+    if tm.per_rank.empty:
+        return entry_cuts(None)
+    return entry_cuts(tm.per_rank.merge(tm.ops[["iteration", "kernel", "occurrence", "last_entry_ns"]],
+                                        on=["iteration", "kernel", "occurrence"]))
+
+
+def _codes_of(col: pd.Series, names) -> np.ndarray:
+    """Rows whose (categorical) value is one of `names`, read from the category codes."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        want = [i for i, c in enumerate(col.cat.categories) if c in set(names)]
+        return np.isin(col.cat.codes.to_numpy(), want)
+    return np.isin(col.astype(str).to_numpy(), list(names))
+
+
+def _clipped_waits(sp: pd.DataFrame, sem, cuts: pd.Series) -> np.ndarray:
+    """Span durations with the time before their op occurrence's last entry (cuts: entry_cuts)
+    removed from the spans of waits a peer releases (registry `waits_for`): the wait for a late
+    peer is the entry skew row's, not the phase's. A wait no peer releases (a pipeline stall)
+    keeps its time."""
+    b = sp["begin_ns"].to_numpy()
+    e = sp["end_ns"].to_numpy()
+    dur = (e - b).astype(float)
     peer_waits = [w for w, rel in sem.waits.items() if rel]
-    if pr.empty or not peer_waits:
+    if cuts.empty or not peer_waits:
         return dur
-    names = ev["phase"].astype(str).to_numpy()
-    waitish = np.isin(names, peer_waits)
-    if not waitish.any():
+    rows = np.flatnonzero(_codes_of(sp["phase"], peer_waits))
+    if not len(rows):
         return dur
-    last = pr.merge(tm.ops[["iteration", "kernel", "occurrence", "last_entry_ns"]], on=["iteration", "kernel", "occurrence"])
-    cut = pd.Series(last["last_entry_ns"].to_numpy(float),
-                    index=pd.MultiIndex.from_arrays([last["rank"].to_numpy(), last["launch"].to_numpy()]))
-    c = cut.reindex(pd.MultiIndex.from_arrays([ev["rank"].to_numpy(), ev["launch"].to_numpy()])).to_numpy(float)
-    b = ev["begin_ns"].to_numpy().astype(float)
-    e = ev["end_ns"].to_numpy().astype(float)
-    clipped = np.where(np.isfinite(c), e - np.clip(c, b, e), e - b)
-    return np.where(waitish, clipped, dur)
+    c = cuts.reindex(pd.MultiIndex.from_arrays([sp["rank"].to_numpy()[rows], sp["launch"].to_numpy()[rows]])).to_numpy(float)
+    bw, ew = b[rows].astype(float), e[rows].astype(float)
+    dur[rows] = np.where(np.isfinite(c), ew - np.clip(c, bw, ew), ew - bw)
+    return dur
 
 
 def _model_samples(tm: TM.TimeModel) -> list[pd.DataFrame]:
@@ -157,27 +179,38 @@ def _model_samples(tm: TM.TimeModel) -> list[pd.DataFrame]:
     return parts
 
 
-def _event_samples(ev: pd.DataFrame, sem, tm: TM.TimeModel) -> list[pd.DataFrame]:
-    """Host-call and phase samples of the events of whole iterations (a chunk gives its iterations'
-    rows: every sample is a mean within one iteration); tm: the whole run's time model."""
+@dataclass(frozen=True)
+class EventSamples:
+    """The host-call and phase samples of the events of whole iterations (every sample is a mean
+    within one iteration, so a chunk of whole iterations gives its iterations' samples whole), and
+    the ranks and kernels those events record."""
+    samples: pd.DataFrame            # SAMPLE_COLUMNS
+    ranks: frozenset
+    kernels: frozenset
+
+
+def event_samples(ev: pd.DataFrame, sem, cuts: pd.Series) -> EventSamples:
+    """EventSamples of `ev` (unfinished waits closed); cuts: entry_cuts of its launches."""
     parts = []
-    hs = ev[(ev["kind"] == "host").to_numpy()]
-    if len(hs):
+    kind = ev["kind"]
+    hs = _codes_of(kind, ["host"])
+    if hs.any():
         # the host calls that launch each kernel (a host row's phase is its kernel): what a host-side
         # knob (buffers and plans cached or rebuilt per call) moves while the kernels' times stay
-        d = pd.DataFrame({"iteration": hs["iteration"].to_numpy(), "kernel": hs["kernel"].to_numpy(),
-                          "value_ns": (hs["end_ns"] - hs["begin_ns"]).to_numpy()})
+        d = pd.DataFrame({"iteration": ev["iteration"].to_numpy()[hs], "kernel": ev["kernel"].to_numpy()[hs],
+                          "value_ns": (ev["end_ns"].to_numpy()[hs] - ev["begin_ns"].to_numpy()[hs])})
         m = d.groupby(["iteration", "kernel"], sort=True, observed=True)["value_ns"].mean().reset_index()
         parts.append(m.assign(kernel=m["kernel"].astype(str), phase=HOST_CALL))
-    span = (ev["kind"] == "span").to_numpy()
-    if span.any():
-        sp = ev[span]
+    span = np.flatnonzero(_codes_of(kind, ["span"]))
+    if len(span):
+        sp = ev[["iteration", "kernel", "phase", "rank", "launch", "begin_ns", "end_ns"]].iloc[span]
         # grouped on the categorical columns; names become strings on the few grouped rows only
         d = pd.DataFrame({"iteration": sp["iteration"].to_numpy(), "kernel": sp["kernel"].to_numpy(),
-                          "phase": sp["phase"].to_numpy(), "value_ns": _clipped_waits(sp, sem, tm)})
+                          "phase": sp["phase"].to_numpy(), "value_ns": _clipped_waits(sp, sem, cuts)})
         m = d.groupby(["iteration", "kernel", "phase"], sort=True, observed=True)["value_ns"].mean().reset_index()
         parts.append(m.assign(kernel=m["kernel"].astype(str), phase=m["phase"].astype(str)))
-    return parts
+    return EventSamples(samples=_frame(parts), ranks=frozenset(int(r) for r in pd.unique(ev["rank"])),
+                        kernels=frozenset(str(k) for k in pd.unique(ev["kernel"])))
 
 
 def _frame(parts: list[pd.DataFrame]) -> pd.DataFrame:
@@ -200,39 +233,19 @@ def path_per_phase(cp) -> tuple[pd.DataFrame, int]:
     return path, int(cp.total_ns["total_ns"].sum())
 
 
-def inputs_from(*, tm: TM.TimeModel, cp, chunks, sem, manifest: dict | None = None, name: str = "") -> RunInputs:
+def inputs_from(*, tm: TM.TimeModel, cp, parts, sem, manifest: dict | None = None, name: str = "") -> RunInputs:
     """A run's RunInputs from its time model and critical path (computed whole or in chunks of
-    iterations: profiler.analysis.chunked) and its events given as an iterable of tables of whole
-    iterations (unfinished waits closed: profiler.analysis.unfinished). Equal to run_inputs on the
-    whole table (tests/analysis/test_compare_inputs.py)."""
-    parts, ranks, kernels, any_rows = _model_samples(tm), set(), set(), False
-    for ev in chunks:
-        if not len(ev):
-            continue
-        any_rows = True
-        parts.extend(_event_samples(ev, sem, tm))
-        ranks.update(int(r) for r in pd.unique(ev["rank"]))
-        kernels.update(str(k) for k in pd.unique(ev["kernel"]))
+    iterations: profiler.analysis.chunked) and the EventSamples of its chunks (event_samples of
+    each chunk of whole iterations). Equal to run_inputs on the whole table
+    (tests/analysis/test_compare_inputs.py)."""
+    parts = [p for p in parts if p.ranks]
+    ranks = set().union(*(p.ranks for p in parts)) if parts else set()
+    kernels = set().union(*(p.kernels for p in parts)) if parts else set()
     path, total = path_per_phase(cp)
-    return RunInputs(name=name, manifest=dict(manifest or {}), ranks=len(ranks) if any_rows else None,
-                     kernels=tuple(sorted(kernels)), samples=_frame(parts), path=path, path_total_ns=total,
+    samples = _frame(_model_samples(tm) + [p.samples for p in parts if len(p.samples)])
+    return RunInputs(name=name, manifest=dict(manifest or {}), ranks=len(ranks) if parts else None,
+                     kernels=tuple(sorted(kernels)), samples=samples, path=path, path_total_ns=total,
                      waits=frozenset(set(sem.waits) | set(sem.idle)))
-
-
-def inputs_of_results(res, *, launches: pd.DataFrame | None = None, manifest: dict | None = None,
-                      name: str = "") -> RunInputs:
-    """A run's RunInputs from its analyses as profiler.analysis.chunked computes them (`Results`:
-    the time model, the critical path and, standing for its graph, the chunks' Summaries with the
-    semantics and a way to read the chunks again): the events are read once more, a chunk of whole
-    iterations at a time, for the host-call and phase samples. launches: the run's launch table
-    (unfinished waits are closed as the analyses closed them)."""
-    s = res.critical.graph
-
-    def chunks():
-        for item in s.rechunk():
-            ev = item[0] if isinstance(item, tuple) else item
-            yield unfinished.close(ev, launches)
-    return inputs_from(tm=res.time_model, cp=res.critical, chunks=chunks(), sem=s.sem, manifest=manifest, name=name)
 
 
 def run_inputs(events: pd.DataFrame, *, manifest: dict | None = None, name: str = "", registry=None,
@@ -247,8 +260,9 @@ def run_inputs(events: pd.DataFrame, *, manifest: dict | None = None, name: str 
                               "duration_ns": pd.Series([], dtype="int64")})
         return RunInputs(name=name, manifest=dict(m), ranks=None, kernels=(), samples=_frame([]), path=empty,
                          path_total_ns=0, waits=frozenset(set(g.sem.waits) | set(g.sem.idle)))
-    return inputs_from(tm=TM.time_model(g), cp=from_graph(g, verdict=False), chunks=[ev], sem=g.sem,
-                       manifest=m, name=name)
+    tm = TM.time_model(g)
+    return inputs_from(tm=tm, cp=from_graph(g, verdict=False), parts=[event_samples(ev, g.sem, _model_cuts(tm))],
+                       sem=g.sem, manifest=m, name=name)
 
 
 def samples(runs: list[RunInputs], side: str) -> pd.DataFrame:

@@ -232,10 +232,10 @@ def _place_dir(tmp: Path, dest: Path) -> None:
 def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None, compare=None) -> Path:
     """Write the run's results (chunked.Results of `summary.analyze(run)`) into RUN/analysis/ in one rename;
     returns the directory. events: the run's table when it is in memory (else its kind, phase and
-    rank columns are read from the file). compare: the run's compare.RunInputs when computed
-    already (else computed here from `results`, reading the run's chunks once more)."""
+    rank columns are read from the file). compare: the run's compare.RunInputs (default: the one
+    `results` carries, computed with the analyses' chunks)."""
     if compare is None:
-        compare = CMP.inputs_of_results(results, launches=run.launches, manifest=run.manifest)
+        compare = results.compare
     dest = Path(run.path) / DIR
     atomic.clean_leftovers(dest)
     cols = events if events is not None else _run_columns(run)

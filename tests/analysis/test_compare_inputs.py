@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from profiler.analysis import chunked, unfinished
-from profiler.analysis.semantics import semantics
+from profiler.analysis import graph as G
 from profiler.runstore import load_run
 from profiler.synthetic import make_events
 
@@ -36,14 +36,10 @@ def _assert_same(a: C.RunInputs, b: C.RunInputs):
 
 
 def _chunked_inputs(events, launches, manifest, max_events):
-    reg = manifest.get("registry")
-    res = chunked.analyze(events, registry=reg, launches=launches, max_events=max_events)
-    closed = unfinished.close(events, launches)
-    its = closed["iteration"].to_numpy()
-    groups = chunked.iteration_chunks(pd.Series(its).value_counts(), max_events)
-    assert len(groups) > 1, "the test wants a run cut into several chunks"
-    parts = (closed.iloc[np.flatnonzero(np.isin(its, g))] for g in groups)
-    return C.inputs_from(tm=res.time_model, cp=res.critical, chunks=parts, sem=semantics(reg), manifest=manifest)
+    """RunInputs as chunked.analyze computes them, a chunk of whole iterations at a time."""
+    res = chunked.analyze(events, registry=manifest.get("registry"), launches=launches, max_events=max_events)
+    assert res.chunks > 1, "the test wants a run cut into several chunks"
+    return res.compare
 
 
 @pytest.mark.parametrize("name", RUNS)
@@ -84,16 +80,22 @@ def test_inputs_refuse_unnamed_columns():
 
 @pytest.mark.parametrize("name", ["ep-host-late", "ll-host-b1"])
 def test_inputs_of_the_stored_analyses_equal_the_whole_table(name):
-    """What `epscope analyze` stores (compare.inputs_of_results over summary.analyze's chunks)."""
+    """What `epscope analyze` stores (summary.analyze's chunks)."""
     from profiler.analysis import summary
     r = load_run(TRACES / name)
-    whole = C.run_inputs(r.events, manifest=r.manifest, launches=r.launches)
-    _assert_same(whole, C.inputs_of_results(summary.analyze(r), launches=r.launches, manifest=r.manifest))
+    _assert_same(C.run_inputs(r.events, manifest=r.manifest, launches=r.launches), summary.analyze(r).compare)
 
 
-def test_inputs_of_results_in_several_chunks_equal_the_whole_table():
-    ev, la, man = make_events(ranks=4, events=40_000, scenario="slow_rank", seed=5)
-    per_it = int(pd.Series(ev["iteration"]).value_counts().max())
-    res = chunked.analyze(ev, registry=man.get("registry"), launches=la, max_events=per_it)
-    assert res.chunks > 1
-    _assert_same(C.run_inputs(ev, manifest=man, launches=la), C.inputs_of_results(res, launches=la, manifest=man))
+def test_a_late_peers_wait_is_clipped_at_the_last_entry():
+    """The waits a peer releases lose their time before the occurrence's last entry (the entry
+    skew row's); the test fails if they were taken whole."""
+    r = load_run(TRACES / "ep-host-late")
+    got = C.run_inputs(r.events, manifest=r.manifest, launches=r.launches)
+    g = G.build(unfinished.close(r.events, r.launches), r.manifest.get("registry"))
+    peer_waits = [w for w, rel in g.sem.waits.items() if rel]
+    ev = r.events[(r.events["kind"] == "span").to_numpy() & r.events["phase"].isin(peer_waits).to_numpy()]
+    assert len(ev)
+    whole = ev.assign(d=ev["end_ns"] - ev["begin_ns"]).groupby(["iteration", "kernel", "phase"], observed=True)["d"].mean()
+    s = got.samples[got.samples["phase"].isin(peer_waits)].set_index(["iteration", "kernel", "phase"])["value_ns"]
+    assert len(s) and (s <= whole.reindex(s.index).to_numpy() + 1e-9).all()
+    assert (s < whole.reindex(s.index).to_numpy() - 1e3).any()      # the late host's peers waited > 1 µs less
