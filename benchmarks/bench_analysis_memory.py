@@ -3,6 +3,7 @@
     python benchmarks/bench_analysis_memory.py make --events 10000000 --iterations 4 DIR
     python benchmarks/bench_analysis_memory.py measure DIR [--code PATH] [--mode whole|chunked|cli] [--repeat 2]
     python benchmarks/bench_analysis_memory.py big --iterations 100 --per-iteration 1000000
+    python benchmarks/bench_analysis_memory.py make-long --iterations 100 --per-iteration 1000000 DIR
 
 `make` writes a synthetic run of 8 ranks (profiler.synthetic, scenario slow_rank) as a run
 directory. `measure` starts a fresh Python for each repeat (cold: nothing imported, nothing
@@ -85,32 +86,21 @@ BIG = textwrap.dedent("""
     import json, resource, sys, time
     import numpy as np
     from profiler.analysis import chunked
-    from profiler.synthetic import make_events
+    from profiler.synthetic import make_events, make_iterations
     iterations, per_it, ranks, scenario = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     gen = {"cpu": 0.0, "events": 0}
     reg = {}
     def chunks():
-        # one iteration per chunk, each simulated with its own seed and moved after the previous
-        # one on the timeline (iteration, launch numbers and times shifted): a run of
-        # `iterations` iterations that never exists whole in memory
-        t_off, row_off, la_off = 0, 0, 0
-        for i in range(iterations):
+        # one iteration per chunk (profiler.synthetic.make_iterations: each simulated with its own
+        # seed and moved after the previous one): a run that never exists whole in memory
+        it = make_iterations(ranks=ranks, per_iteration=per_it, iterations=iterations, scenario=scenario)
+        while True:
             c = time.process_time()
-            ev, la, man = make_events(ranks=ranks, events=per_it, iterations=1, scenario=scenario, seed=i)
+            try:
+                ev, la, man = next(it)
+            except StopIteration:
+                return
             reg["registry"] = man["registry"]
-            ev["iteration"] = (ev["iteration"].to_numpy() + i).astype(ev["iteration"].dtype)
-            la["iteration"] = (la["iteration"].to_numpy() + i).astype(la["iteration"].dtype)
-            ev["launch"] = (ev["launch"].to_numpy() + la_off).astype(ev["launch"].dtype)
-            la["launch"] = (la["launch"].to_numpy() + la_off).astype(la["launch"].dtype)
-            for c_ in ("begin_ns", "end_ns"):
-                ev[c_] = ev[c_].to_numpy() + t_off
-            for c_ in ("host_begin_ns", "host_end_ns", "gpu_begin_ns", "gpu_end_ns"):
-                v = la[c_].to_numpy()
-                la[c_] = np.where(v >= 0, v + t_off, v)
-            ev.index = np.arange(row_off, row_off + len(ev))
-            t_off = int(ev["end_ns"].max()) + 1_000_000
-            row_off += len(ev)
-            la_off = int(la["launch"].max()) + 1
             gen["cpu"] += time.process_time() - c
             gen["events"] += len(ev)
             yield ev, la
@@ -144,6 +134,18 @@ def big(a) -> None:
     out = json.loads([x for x in r.stdout.splitlines() if x.startswith("RESULT ")][-1][7:])
     out["load1"] = os.getloadavg()[0]
     print(json.dumps(out), flush=True)
+
+
+def make_long(a) -> None:
+    """A long run written one iteration at a time (synthetic.make_long_run): never whole in memory."""
+    import resource
+    sys.path.insert(0, str(ROOT))
+    from profiler.synthetic import make_long_run
+    t = time.perf_counter()
+    p = make_long_run(Path(a.dir), ranks=a.ranks, per_iteration=a.per_iteration, iterations=a.iterations)
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"run": str(p), "cpu_s": r.ru_utime + r.ru_stime, "peak_rss": r.ru_maxrss * 1024,
+                      "wall_s": time.perf_counter() - t}), flush=True)
 
 
 def make(a) -> None:
@@ -209,7 +211,15 @@ def main(argv=None) -> int:
     b.add_argument("--per-iteration", type=int, default=1_000_000)
     b.add_argument("--ranks", type=int, default=8)
     b.add_argument("--scenario", default="slow_rank")
+    m = sub.add_parser("make-long", help="write a synthetic run one iteration at a time (never whole in memory)")
+    m.add_argument("dir")
+    m.add_argument("--iterations", type=int, default=100)
+    m.add_argument("--per-iteration", type=int, default=1_000_000)
+    m.add_argument("--ranks", type=int, default=8)
     a = ap.parse_args(argv)
+    if a.cmd == "make-long":
+        make_long(a)
+        return 0
     if a.cmd == "big":
         big(a)
         return 0

@@ -95,19 +95,55 @@ def row_group_bounds(rank: np.ndarray, iteration: np.ndarray, *, floor: int | No
     return np.asarray(cuts, np.int64)
 
 
-def _write_events(f, table: pa.Table) -> None:
-    bounds = row_group_bounds(table.column("rank").to_numpy(), table.column("iteration").to_numpy())
+def _write_events(f, table: pa.Table) -> int:
+    return _write_event_parts(f, [table])
+
+
+def _event_writer(f, schema: pa.Schema) -> pq.ParquetWriter:
     # min/max statistics of every column (pyarrow's default): rank and iteration prune row groups.
     # The int64 columns (times, payload) delta-encoded instead of dictionary-encoded: in row groups
     # of one rank's iteration their 1 MB dictionary covers more of the rows, which made the file
     # 37 % larger than with 1 M-row groups (57 against 42 MB at 10 M events); delta-encoded, 2.5 M
     # rows take 9.3 instead of 14.3 MB and read in 0.18 instead of 0.46 s (benchmarks/NOTES.md).
     wide = [c for c, t in COLUMNS.items() if t == "int64"]
-    with pq.ParquetWriter(f, table.schema, compression="zstd", compression_level=ZSTD_LEVEL,
-                          use_dictionary=[c for c in COLUMNS if c not in wide],
-                          column_encoding={c: "DELTA_BINARY_PACKED" for c in wide}) as w:
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            w.write_table(table.slice(a, b - a), row_group_size=b - a)
+    return pq.ParquetWriter(f, schema, compression="zstd", compression_level=ZSTD_LEVEL,
+                            use_dictionary=[c for c in COLUMNS if c not in wide],
+                            column_encoding={c: "DELTA_BINARY_PACKED" for c in wide})
+
+
+def _dictionaries(table: pa.Table) -> dict:
+    """Each dictionary-encoded column's values (one list: a table from pandas has one per column)."""
+    out = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if pa.types.is_dictionary(col.type):
+            ds = {tuple(c.dictionary.to_pylist()) for c in col.chunks}
+            out[name] = ds.pop() if len(ds) == 1 else tuple(sorted(ds))
+    return out
+
+
+def _write_event_parts(f, tables) -> int:
+    """Write the tables one after the other (row groups never span two); returns the rows written.
+    Every table must have the first one's schema: the categorical columns' dictionaries included
+    (a reader takes one dictionary per column)."""
+    w, n, cats = None, 0, None
+    try:
+        for table in tables:
+            if w is None:
+                w, cats = _event_writer(f, table.schema), _dictionaries(table)
+            elif not table.schema.equals(w.schema, check_metadata=False) or _dictionaries(table) != cats:
+                raise ValueError("write_run_parts: a part's columns differ from the first part's (types or "
+                                 "categories: give every part the same categories)")
+            bounds = row_group_bounds(table.column("rank").to_numpy(), table.column("iteration").to_numpy())
+            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+                w.write_table(table.slice(a, b - a), row_group_size=b - a)
+            n += table.num_rows
+    finally:
+        if w is not None:
+            w.close()
+    if w is None:
+        raise ValueError("write_run_parts: no parts")
+    return n
 
 
 def _launches_frame(launches, file: str = "launches") -> pd.DataFrame:
@@ -169,22 +205,49 @@ def write_run(path, events: pd.DataFrame, launches, manifest: dict, *, perfetto:
     trace.perfetto-trace; None writes it when the perfetto package imports and the run has at
     most TRACE_KEEP_MAX_EVENTS events.
     """
-    path = Path(path)
     table = _events_table(events)
-    launches = _launches_frame(launches, "launches to write")
+    if perfetto is None:
+        perfetto = importlib.util.find_spec("perfetto") is not None and table.num_rows <= TRACE_KEEP_MAX_EVENTS
+    return _write_run(Path(path), lambda f, vid: _write_events(f, _with_version(table, vid)), launches, manifest,
+                      perfetto=perfetto, overwrite=overwrite)
+
+
+def write_run_parts(path, parts, launches, manifest: dict, *, overwrite: bool = False) -> Path:
+    """write_run for a run too large to hold whole: its events as consecutive parts in row order
+    (an iterable of event tables, each validated as write_run validates a table, all with the same
+    categories), written as they come; only one part is in memory at a time. launches: the launch
+    table, or a callable returning it once the parts are written (parts made as they are written
+    make their launches too). No Perfetto trace (`epscope export RUN` writes one). The file reads
+    as write_run's would."""
+    def events(f, vid):
+        return _write_event_parts(f, (_with_version(_events_table(p), vid) for p in parts))
+    return _write_run(Path(path), events, launches, manifest, perfetto=False, overwrite=overwrite)
+
+
+def _new_manifest(manifest: dict, launches: pd.DataFrame, vid: str) -> dict:
     man = {k: v for k, v in manifest.items() if k != "checksums"}
     man["format"] = FORMAT
     man["format_version"] = FORMAT_VERSION
-    man["version_id"] = vid = uuid.uuid4().hex
+    man["version_id"] = vid
     man.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     if "drops" not in man:
         per_rank = launches.groupby("rank")["dropped"].sum() if len(launches) else pd.Series(dtype="int64")
         nr = int(per_rank.index.max()) + 1 if len(per_rank) else 0
         man["drops"] = {"total": int(launches["dropped"].sum()),
                         "per_rank": [int(per_rank.get(r, 0)) for r in range(nr)]}
-    man["num_events"] = table.num_rows
-    # refused before anything is written (the checksums, known once the files are, stand in)
-    _manifest_text({**man, "checksums": {f: "sha256:" + "0" * 64 for f in DATA_FILES}}, f"manifest of {path}")
+    return man
+
+
+def _write_run(path: Path, write_events, launches, manifest: dict, *, perfetto: bool, overwrite: bool) -> Path:
+    """The directory write of write_run / write_run_parts; write_events(file, version_id) writes
+    events.parquet and returns its row count; launches: a table, or a callable that gives it after
+    the events are written."""
+    vid = uuid.uuid4().hex
+    if not callable(launches):
+        launches = _launches_frame(launches, "launches to write")
+        # refused before anything is written (the checksums and the count, known once the files are, stand in)
+        _manifest_text({**_new_manifest(manifest, launches, vid), "num_events": 0,
+                        "checksums": {f: "sha256:" + "0" * 64 for f in DATA_FILES}}, f"manifest of {path}")
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic.clean_leftovers(path)   # temporaries of earlier writes of this run that died
@@ -192,17 +255,20 @@ def write_run(path, events: pd.DataFrame, launches, manifest: dict, *, perfetto:
     # rename is atomic), locked while this write lives
     tmp, lock = atomic.make_temp_dir(path)
     try:
-        sums = {
-            EVENTS: _write_file(tmp / EVENTS, lambda f: _write_events(f, _with_version(table, vid))),
+        n = [0]
+        sums = {EVENTS: _write_file(tmp / EVENTS, lambda f: n.__setitem__(0, write_events(f, vid)))}
+        if callable(launches):
+            launches = _launches_frame(launches(), "launches to write")
+        man = _new_manifest(manifest, launches, vid)
+        sums |= {
             LAUNCHES: _write_file(tmp / LAUNCHES, lambda f: pq.write_table(
                 _with_version(pa.Table.from_pandas(launches, preserve_index=False), vid), f, compression="zstd")),
         }
+        man["num_events"] = n[0]
         man["checksums"] = sums
         text = _manifest_text(man, f"manifest of {path}")
         with atomic.create_exclusive(tmp / MANIFEST) as f:
             f.write(text.encode())
-        if perfetto is None:
-            perfetto = importlib.util.find_spec("perfetto") is not None and table.num_rows <= TRACE_KEEP_MAX_EVENTS
         if perfetto:
             from .perfetto_export import export_perfetto
             export_perfetto(load_run(tmp), tmp / TRACE)

@@ -409,3 +409,51 @@ def make_run(path, *, ranks: int = 8, events: int = 200_000, scenario: str = "ba
 
     ev, launches, manifest = make_events(ranks=ranks, events=events, scenario=scenario, **kw)
     return write_run(Path(path), ev, launches, manifest, perfetto=perfetto)
+
+
+def make_iterations(*, ranks: int = 8, per_iteration: int = 1_000_000, iterations: int = 100,
+                    scenario: str = "slow_rank"):
+    """A run too long to simulate whole, one iteration at a time: yields (events, launches,
+    manifest) of each iteration, simulated with its own seed (make_events) and moved after the
+    previous one (iteration and launch numbers and times shifted on; the events indexed by their
+    row numbers in the whole run). Categories are the first iteration's (every iteration records
+    the same kernels and phases), so the parts can be written as one file (runstore.write_run_parts)."""
+    t_off, row_off, la_off, dtypes = 0, 0, 0, None
+    for i in range(iterations):
+        ev, la, man = make_events(ranks=ranks, events=per_iteration, iterations=1, scenario=scenario, seed=i)
+        if dtypes is None:
+            dtypes = {c: ev[c].dtype for c in ev.columns if isinstance(ev[c].dtype, pd.CategoricalDtype)}
+        ev = ev.astype(dtypes)
+        ev["iteration"] = (ev["iteration"].to_numpy() + i).astype(ev["iteration"].dtype)
+        la["iteration"] = (la["iteration"].to_numpy() + i).astype(la["iteration"].dtype)
+        ev["launch"] = (ev["launch"].to_numpy() + la_off).astype(ev["launch"].dtype)
+        la["launch"] = (la["launch"].to_numpy() + la_off).astype(la["launch"].dtype)
+        for c in ("begin_ns", "end_ns"):
+            ev[c] = ev[c].to_numpy() + t_off
+        for c in ("host_begin_ns", "host_end_ns", "gpu_begin_ns", "gpu_end_ns"):
+            v = la[c].to_numpy()
+            la[c] = np.where(v >= 0, v + t_off, v)
+        ev.index = np.arange(row_off, row_off + len(ev))
+        t_off = int(ev["end_ns"].max()) + 1_000_000
+        row_off += len(ev)
+        la_off = int(la["launch"].max()) + 1
+        yield ev, la, man
+
+
+def make_long_run(path, *, ranks: int = 8, per_iteration: int = 1_000_000, iterations: int = 100,
+                  scenario: str = "slow_rank") -> Path:
+    """make_iterations written as one run directory without ever holding it whole
+    (runstore.write_run_parts); returns the path."""
+    from .runstore import write_run_parts
+
+    launches, manifest = [], {}
+
+    def parts():
+        for ev, la, man in make_iterations(ranks=ranks, per_iteration=per_iteration, iterations=iterations,
+                                           scenario=scenario):
+            launches.append(la)
+            manifest.update(man)
+            yield ev.reset_index(drop=True)
+    first = next(iter(make_iterations(ranks=ranks, per_iteration=1000, iterations=1, scenario=scenario)))
+    manifest.update(first[2])      # the manifest (registry, workload) before any part is written
+    return write_run_parts(Path(path), parts(), lambda: pd.concat(launches, ignore_index=True), manifest)

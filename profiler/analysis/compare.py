@@ -219,8 +219,10 @@ def _frame(parts: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.DataFrame({"iteration": pd.Series([], dtype="int64"), "kernel": pd.Series([], dtype=str),
                              "phase": pd.Series([], dtype=str), "value_ns": pd.Series([], dtype=float)})
     out = pd.concat(parts, ignore_index=True)[SAMPLE_COLUMNS]
-    # names as pandas' string dtype (what a stored copy reads back as: profiler.analysis.stored)
-    return out.astype({"iteration": "int64", "kernel": str, "phase": str, "value_ns": float})
+    # names as pandas' string dtype (what a stored copy reads back as: profiler.analysis.stored),
+    # rows in one order whatever grouped them (categorical group keys come in category order)
+    out = out.astype({"iteration": "int64", "kernel": str, "phase": str, "value_ns": float})
+    return out.sort_values(["iteration", "kernel", "phase"], kind="stable", ignore_index=True)
 
 
 def path_per_phase(cp) -> tuple[pd.DataFrame, int]:

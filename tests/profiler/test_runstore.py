@@ -451,3 +451,52 @@ def test_write_run_cuts_row_groups_at_rank_iteration_boundaries(tmp_path, monkey
     monkeypatch.undo()
     p2 = RS.write_run(tmp_path / "r2", ev, la, man, perfetto=False)
     assert pq.ParquetFile(p2 / RS.EVENTS).metadata.num_row_groups == 1
+
+
+def _parts_of(ev: pd.DataFrame, n: int) -> list[pd.DataFrame]:
+    cuts = np.linspace(0, len(ev), n + 1).astype(int)
+    return [ev.iloc[a:b].reset_index(drop=True) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def test_a_run_written_in_parts_reads_as_written_whole(tmp_path):
+    """write_run_parts (a run too large to hold whole) writes the file write_run would: the same
+    table, count and row groups by (rank, iteration); a filtered read works on it."""
+    from profiler.synthetic import make_events
+    ev, la, man = make_events(ranks=4, events=30_000, scenario="slow_rank", seed=2)
+    whole = RS.load_run(RS.write_run(tmp_path / "whole", ev, la, man, perfetto=False))
+    parts = RS.load_run(RS.write_run_parts(tmp_path / "parts", _parts_of(ev, 5), la, man))
+    assert parts.manifest["num_events"] == len(ev) == whole.manifest["num_events"]
+    pd.testing.assert_frame_equal(parts.events, whole.events)
+    assert RS.check_run(parts.path, deep=True).ok
+    from profiler.runreader import EventReader
+    with EventReader(parts) as r:
+        got = r.read(iterations=[1])
+    want = whole.events[whole.events["iteration"] == 1]
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
+
+
+def test_parts_with_other_categories_or_none_are_refused(tmp_path):
+    from profiler.synthetic import make_events
+    ev, la, man = make_events(ranks=2, events=4_000, seed=1)
+    a, b = _parts_of(ev, 2)
+    b = b.assign(phase=b["phase"].cat.add_categories(["not_in_the_first_part"]))
+    with pytest.raises(ValueError, match="same categories"):
+        RS.write_run_parts(tmp_path / "mixed", [a, b], la, man)
+    assert not (tmp_path / "mixed").exists()           # nothing placed
+    with pytest.raises(ValueError, match="no parts"):
+        RS.write_run_parts(tmp_path / "none", [], la, man)
+
+
+def test_a_long_synthetic_run_written_one_iteration_at_a_time(tmp_path):
+    """synthetic.make_long_run (the 100 M-event benchmark's run): its parts and launch table come as
+    the iterations are simulated; it reads back as those iterations written whole."""
+    from profiler.synthetic import make_iterations, make_long_run
+    its = list(make_iterations(ranks=2, per_iteration=3_000, iterations=3, scenario="slow_rank"))
+    ev = pd.concat([e for e, _, _ in its], ignore_index=True)
+    la = pd.concat([x for _, x, _ in its], ignore_index=True)
+    whole = RS.load_run(RS.write_run(tmp_path / "whole", ev, la, its[0][2], perfetto=False))
+    long = RS.load_run(make_long_run(tmp_path / "long", ranks=2, per_iteration=3_000, iterations=3))
+    pd.testing.assert_frame_equal(long.events, whole.events)
+    pd.testing.assert_frame_equal(long.launches, whole.launches)
+    assert sorted(long.events["iteration"].unique()) == [0, 1, 2]
+    assert long.manifest["num_events"] == len(ev)
