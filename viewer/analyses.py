@@ -115,26 +115,27 @@ def graph(run: LoadedRun):
     return g if g is not None else _computed_critical(run).graph
 
 
-def idle(run: LoadedRun) -> analysis.IdleReport:
+def _report(run: LoadedRun, name: str, compute):
+    """A page's report (`name`: its field in stored.Stored and chunked.Results): stored, else from
+    the chunked analyses of a big run, else compute() on the whole table; cached on the run."""
     def get():
         s = stored_results(run)
         if s is not None:
-            return s.idle
+            return getattr(s, name)
         if _big(run):
-            return _chunked(run).idle
-        return analysis.idle_warps(events(run), registry=registry(run), launches=run.launches)
-    return run.cached("idle", get)
+            return getattr(_chunked(run), name)
+        return compute()
+    return run.cached(name, get)
+
+
+def idle(run: LoadedRun) -> analysis.IdleReport:
+    return _report(run, "idle", lambda: analysis.idle_warps(events(run), registry=registry(run),
+                                                            launches=run.launches))
 
 
 def barriers(run: LoadedRun) -> analysis.BarrierReport:
-    def get():
-        s = stored_results(run)
-        if s is not None:
-            return s.barriers
-        if _big(run):
-            return _chunked(run).barriers
-        return analysis.barrier_contention(events(run), registry=registry(run), launches=run.launches)
-    return run.cached("barriers", get)
+    return _report(run, "barriers", lambda: analysis.barrier_contention(events(run), registry=registry(run),
+                                                                        launches=run.launches))
 
 
 def what_if_key(phase: str, speedup: float, rank) -> tuple:
