@@ -23,7 +23,6 @@ import pandas as pd
 
 from profiler import analysis
 from profiler.analysis import chunked, stored, unfinished
-from profiler.analysis import timemodel as TM
 from profiler.analysis.whatif import saving_bound
 
 from . import jobs
@@ -174,10 +173,7 @@ def _compare_inputs(run: LoadedRun):
     if _big(run):
         return dataclasses.replace(_chunked(run).compare, name=name, manifest=dict(run.manifest))
     cp = _computed_critical(run)
-    g = cp.graph
-    tm = TM.time_model(g)
-    return CMP.inputs_from(tm=tm, cp=cp, parts=[CMP.event_samples(events(run), g.sem, CMP.entry_cuts(
-        TM.launch_rows(g)))], sem=g.sem, manifest=run.manifest, name=name)
+    return CMP.inputs_of_graph(cp.graph, cp, events(run), manifest=run.manifest, name=name)
 
 
 def _inputs_key(catalog, run_id: str) -> tuple:
@@ -208,15 +204,9 @@ def request_compare_inputs(catalog, run_ids, retry: bool = False) -> list[jobs.J
     for r in run_ids:
         if compare_inputs_ready(catalog, [r]):
             continue          # nothing to compute (a finished job's record may be gone: never re-run it)
-        key = (r, "compare_inputs")
-        old = catalog.jobs.get(key)
-        if old is not None and old.state == jobs.FAILED:
-            if not retry:
-                out.append(old)
-                continue
-            catalog.jobs.forget(key)
         try:
-            out.append(catalog.jobs.submit(key, lambda r=r: compare_inputs(catalog, r), "compare samples"))
+            out.append(_ask(catalog, (r, "compare_inputs"), lambda r=r: compare_inputs(catalog, r), "compare samples",
+                            jobs.WANTED, retry))
         except jobs.Busy:
             break             # the queue is full: the rest are asked for by the page's next poll
     return out
@@ -249,22 +239,24 @@ def _compute(catalog, run_id: str, accessor) -> None:
     accessor(run)
 
 
+def _ask(catalog, key, fn, label: str, priority: int, retry: bool) -> jobs.Job:
+    """The job of `key`: the one in flight, a failed one (reported, or with retry forgotten and
+    tried again), or a new one running fn()."""
+    old = catalog.jobs.get(key)
+    if old is not None and old.state == jobs.FAILED:
+        if not retry:
+            return old
+        catalog.jobs.forget(key)
+    return catalog.jobs.submit(key, fn, label, priority)
+
+
 def request(catalog, run_id: str, names, priority: int = jobs.WANTED, retry: bool = False) -> list[jobs.Job]:
     """Ask for `names` as background jobs (one per run and result: asking again returns the job
     in flight). retry: a failed job is tried again (a new visit of the page) instead of reported."""
     out = []
     for n in names:
         label, accessor, _ = RESULTS[n]
-        key = (run_id, n)
-        if retry:
-            old = catalog.jobs.get(key)
-            if old is not None and old.state == jobs.FAILED:
-                catalog.jobs.forget(key)
-        old = catalog.jobs.get(key)
-        if old is not None and old.state == jobs.FAILED:
-            out.append(old)
-            continue
-        out.append(catalog.jobs.submit(key, lambda a=accessor: _compute(catalog, run_id, a), label, priority))
+        out.append(_ask(catalog, (run_id, n), lambda a=accessor: _compute(catalog, run_id, a), label, priority, retry))
     return out
 
 

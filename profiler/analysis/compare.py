@@ -28,6 +28,7 @@ from profiler.expect import Cause
 
 from . import stats as S
 from . import unfinished
+from .keys import isin_names
 from . import graph as G
 from . import timemodel as TM
 from .critical_path import from_graph
@@ -132,14 +133,6 @@ def _model_cuts(tm: TM.TimeModel) -> pd.Series:
                                         on=["iteration", "kernel", "occurrence"]))
 
 
-def _codes_of(col: pd.Series, names) -> np.ndarray:
-    """Rows whose (categorical) value is one of `names`, read from the category codes."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        want = [i for i, c in enumerate(col.cat.categories) if c in set(names)]
-        return np.isin(col.cat.codes.to_numpy(), want)
-    return np.isin(col.astype(str).to_numpy(), list(names))
-
-
 def _clipped_waits(sp: pd.DataFrame, sem, cuts: pd.Series) -> np.ndarray:
     """Span durations with the time before their op occurrence's last entry (cuts: entry_cuts)
     removed from the spans of waits a peer releases (registry `waits_for`): the wait for a late
@@ -151,7 +144,7 @@ def _clipped_waits(sp: pd.DataFrame, sem, cuts: pd.Series) -> np.ndarray:
     peer_waits = [w for w, rel in sem.waits.items() if rel]
     if cuts.empty or not peer_waits:
         return dur
-    rows = np.flatnonzero(_codes_of(sp["phase"], peer_waits))
+    rows = np.flatnonzero(isin_names(sp["phase"], peer_waits))
     if not len(rows):
         return dur
     c = cuts.reindex(pd.MultiIndex.from_arrays([sp["rank"].to_numpy()[rows], sp["launch"].to_numpy()[rows]])).to_numpy(float)
@@ -193,7 +186,7 @@ def event_samples(ev: pd.DataFrame, sem, cuts: pd.Series) -> EventSamples:
     """EventSamples of `ev` (unfinished waits closed); cuts: entry_cuts of its launches."""
     parts = []
     kind = ev["kind"]
-    hs = _codes_of(kind, ["host"])
+    hs = isin_names(kind, ["host"])
     if hs.any():
         # the host calls that launch each kernel (a host row's phase is its kernel): what a host-side
         # knob (buffers and plans cached or rebuilt per call) moves while the kernels' times stay
@@ -201,7 +194,7 @@ def event_samples(ev: pd.DataFrame, sem, cuts: pd.Series) -> EventSamples:
                           "value_ns": (ev["end_ns"].to_numpy()[hs] - ev["begin_ns"].to_numpy()[hs])})
         m = d.groupby(["iteration", "kernel"], sort=True, observed=True)["value_ns"].mean().reset_index()
         parts.append(m.assign(kernel=m["kernel"].astype(str), phase=HOST_CALL))
-    span = np.flatnonzero(_codes_of(kind, ["span"]))
+    span = np.flatnonzero(isin_names(kind, ["span"]))
     if len(span):
         sp = ev[["iteration", "kernel", "phase", "rank", "launch", "begin_ns", "end_ns"]].iloc[span]
         # grouped on the categorical columns (.array keeps them categorical: .to_numpy() would make a
@@ -251,6 +244,15 @@ def inputs_from(*, tm: TM.TimeModel, cp, parts, sem, manifest: dict | None = Non
                      waits=frozenset(set(sem.waits) | set(sem.idle)))
 
 
+def inputs_of_graph(g: G.Graph, cp, events: pd.DataFrame, *, manifest: dict | None = None,
+                    name: str = "") -> RunInputs:
+    """A run's RunInputs from the dependency graph of its whole table (`events`, unfinished waits
+    closed) and the critical path found on it."""
+    tm = TM.time_model(g)
+    return inputs_from(tm=tm, cp=cp, parts=[event_samples(events, g.sem, _model_cuts(tm))], sem=g.sem,
+                       manifest=manifest, name=name)
+
+
 def run_inputs(events: pd.DataFrame, *, manifest: dict | None = None, name: str = "", registry=None,
                launches: pd.DataFrame | None = None) -> RunInputs:
     """A run's RunInputs from its whole event table (one dependency graph). registry: the phase
@@ -263,9 +265,7 @@ def run_inputs(events: pd.DataFrame, *, manifest: dict | None = None, name: str 
                               "duration_ns": pd.Series([], dtype="int64")})
         return RunInputs(name=name, manifest=dict(m), ranks=None, kernels=(), samples=_frame([]), path=empty,
                          path_total_ns=0, waits=frozenset(set(g.sem.waits) | set(g.sem.idle)))
-    tm = TM.time_model(g)
-    return inputs_from(tm=tm, cp=from_graph(g, verdict=False), parts=[event_samples(ev, g.sem, _model_cuts(tm))],
-                       sem=g.sem, manifest=m, name=name)
+    return inputs_of_graph(g, from_graph(g, verdict=False), ev, manifest=m, name=name)
 
 
 def samples(runs: list[RunInputs], side: str) -> pd.DataFrame:

@@ -72,3 +72,12 @@ def ranges(values) -> str:
         if x is not None:
             start = prev = x
     return ", ".join(out)
+
+
+def isin_names(col: pd.Series, names) -> np.ndarray:
+    """Rows whose value is one of `names`; a categorical column is read from its codes (comparing
+    its values would make a string per row: seconds at 10 M events)."""
+    names = set(names)
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return np.isin(col.cat.codes.to_numpy(), [i for i, c in enumerate(col.cat.categories) if c in names])
+    return np.isin(col.astype(str).to_numpy(), list(names))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .keys import pack
+from .keys import isin_names, pack
 
 
 def stop_times(events: pd.DataFrame, launches: pd.DataFrame | None = None) -> pd.Series:
@@ -31,11 +31,7 @@ def stop_times(events: pd.DataFrame, launches: pd.DataFrame | None = None) -> pd
 
 
 def _kind_mask(events: pd.DataFrame, kind: str) -> np.ndarray:
-    k = events["kind"]
-    if isinstance(k.dtype, pd.CategoricalDtype):
-        cats = list(k.cat.categories)
-        return k.cat.codes.to_numpy() == cats.index(kind) if kind in cats else np.zeros(len(k), bool)
-    return (k == kind).to_numpy()
+    return isin_names(events["kind"], [kind])
 
 
 def _unmatched_arrivals(events: pd.DataFrame) -> np.ndarray:
