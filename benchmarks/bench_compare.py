@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import statistics
 import sys
@@ -105,7 +106,7 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
     from profiler.analysis import summary
     run_dir = Path(a.dir).resolve()
-    n_events = sum(int(__import__("json").loads((p / "manifest.json").read_text())["num_events"])
+    n_events = sum(int(json.loads((p / "manifest.json").read_text())["num_events"])
                    for p in sorted(run_dir.iterdir()) if (p / "manifest.json").is_file())
     stored = sum(summary.load(p) is not None for p in run_dir.iterdir() if (p / "manifest.json").is_file())
     load0 = os.getloadavg()[0]

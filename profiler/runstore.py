@@ -217,7 +217,7 @@ def write_run_parts(path, parts, launches, manifest: dict, *, overwrite: bool = 
     (an iterable of event tables, each validated as write_run validates a table, all with the same
     categories), written as they come; only one part is in memory at a time. launches: the launch
     table, or a callable returning it once the parts are written (parts made as they are written
-    make their launches too). No Perfetto trace (`epscope export RUN` writes one). The file reads
+    make their launches too; the manifest is then read after the parts as well). No Perfetto trace (`epscope export RUN` writes one). The file reads
     as write_run's would."""
     def events(f, vid):
         return _write_event_parts(f, (_with_version(_events_table(p), vid) for p in parts))

@@ -454,6 +454,5 @@ def make_long_run(path, *, ranks: int = 8, per_iteration: int = 1_000_000, itera
             launches.append(la)
             manifest.update(man)
             yield ev.reset_index(drop=True)
-    first = next(iter(make_iterations(ranks=ranks, per_iteration=1000, iterations=1, scenario=scenario)))
-    manifest.update(first[2])      # the manifest (registry, workload) before any part is written
+    # launches and manifest are filled as the parts are made: write_run_parts reads them after the parts
     return write_run_parts(Path(path), parts(), lambda: pd.concat(launches, ignore_index=True), manifest)
