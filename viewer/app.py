@@ -7,6 +7,7 @@ callback checks its arguments (viewer.inputs), answering a wrong one with a mess
 """
 from __future__ import annotations
 
+import gc
 import inspect
 import logging
 from pathlib import Path
@@ -29,6 +30,15 @@ from .pages.runs import callbacks as runs_cb, layout as runs_layout
 from .pages.timeline import callbacks as timeline_cb, layout as timeline_layout
 
 ASSETS = Path(__file__).parent / "assets"
+# plotly.js for dcc.Graph: the cartesian partial bundle (scatter, bar, box, heatmap: every trace
+# the pages draw), vendored with its licence (viewer/plotlyjs/README.md): 1.5 MB against the full
+# bundle's 4.8 MB that Dash serves from the plotly package, the first plotly figure of a fresh page
+# waited ~1.1 s of the renderer compiling the full one (benchmarks/NOTES.md, cold pages round 2).
+PLOTLY_JS = Path(__file__).parent / "plotlyjs" / "plotly-cartesian.min.js"
+PLOTLY_JS_VERSION = "4.1.1"
+# The URL dcc.Graph loads plotly.js from when window.Plotly is not defined yet (dash-renderer sets
+# window._dashPlotlyJSURL to it when serving locally, Dash 2.13+); served here instead of Dash's file.
+PLOTLY_JS_URL = "/_dash-component-suites/plotly/package_data/plotly.min.js"
 
 # path -> (nav label, layout module, callbacks module)
 PAGES = {
@@ -62,8 +72,12 @@ def _nav(pathname: str, run_id: str | None) -> list:
 
 def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.Dash:
     catalog = Catalog([Path(r) for r in roots], cache_dir=cache_dir, **catalog_options)
+    # plotly.js preloaded from the page's head (it downloads beside Dash's scripts); assets/
+    # plotly_early.js runs it once the first callback request is sent, while the page waits on the
+    # server, instead of after the page's first figure asked for it (then dcc.Graph finds window.Plotly)
     app = dash.Dash(__name__, assets_folder=str(ASSETS), title="epscope",
-                    suppress_callback_exceptions=True, update_title=None)
+                    suppress_callback_exceptions=True, update_title=None,
+                    external_stylesheets=[{"rel": "preload", "as": "script", "href": PLOTLY_JS_URL}])
     app.catalog = catalog   # tests and the benchmark reach the catalog through the app
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES   # larger bodies get HTTP 413
 
@@ -119,6 +133,10 @@ def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.
     progress_cb.register(app, catalog, {path: mod.layout for path, (_, mod, _) in PAGES.items()
                                          if "retry" in inspect.signature(mod.layout).parameters})
 
+    @app.server.route(PLOTLY_JS_URL)   # a static rule: werkzeug matches it before Dash's component route
+    def plotly_js():
+        return flask.send_file(PLOTLY_JS, mimetype="text/javascript", max_age=0)
+
     @app.server.route("/download/<run_file>")
     def download(run_file: str):
         run_id = run_file.removesuffix(".perfetto-trace")
@@ -139,6 +157,10 @@ def serve(roots, host: str = "127.0.0.1", port: int = 8050) -> None:
     limit_malloc_arenas()   # before the job and request threads start
     app = create_app(roots)
     srv = make_server(app.server, host, port)   # binds now: a port in use is an OSError, one line in the CLI
+    # what importing Dash, pandas and pyarrow made lives as long as the server: out of the collector's
+    # way (a full collection, as release_memory makes, went through ~150 k such objects: 70-90 ms)
+    gc.collect()
+    gc.freeze()
     n, bad = len(app.catalog.entries()), sum(e.problem is not None for e in app.catalog.entries())
     print(f"epscope viewer: {n} runs under {', '.join(map(str, app.catalog.roots))}"
           + (f" ({bad} cannot be read: see the Runs page)" if bad else "")

@@ -9,7 +9,11 @@ a thread per connection, idle connections kept forever):
     keep-alive connection left open, or a client that stops mid-request, frees its thread);
   * glibc's malloc keeps at most MALLOC_ARENAS arenas (`limit_malloc_arenas`, called before any
     thread starts): with one arena per busy thread (up to 8 per core), memory a flood's threads
-    freed stayed in their arenas.
+    freed stayed in their arenas;
+  * what the requests freed goes back to the system (jobs.release_memory) once the server has been
+    quiet for QUIET_S, not at each moment its last connection closes: a page load has several such
+    moments, and each release (a full gc.collect holding the GIL) took 0.1-0.5 s, 1.5 s in all on
+    one cold page of a 10 k-event run (load 2.8; benchmarks/NOTES.md, "cold pages round 2").
 """
 from __future__ import annotations
 
@@ -27,6 +31,9 @@ MAX_BUSY_REPLIES = 4
 # Dash's polls come every 0.4 s and a page's callbacks within a second; a connection quiet for
 # 15 s belongs to a closed tab or a stalled client.
 IDLE_TIMEOUT_S = 15.0
+# A page's requests come in bursts a few hundred ms apart (scripts, layout, callbacks, plotly.js);
+# a second without a connection is the page done.
+QUIET_S = 1.0
 BUSY_BODY = b"epscope viewer: busy (too many connections at once); try again in a moment\n"
 BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
                  b"Retry-After: 1\r\nConnection: close\r\nContent-Length: " + str(len(BUSY_BODY)).encode()
@@ -41,7 +48,7 @@ class BoundedServer(ThreadedWSGIServer):
     daemon_threads = True
 
     def __init__(self, host: str, port: int, app, *, max_connections: int = MAX_CONNECTIONS,
-                 idle_timeout_s: float = IDLE_TIMEOUT_S):
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, quiet_s: float = QUIET_S):
         handler = type("Handler", (_Handler,), {"timeout": idle_timeout_s})
         super().__init__(host, port, app, handler=handler)
         self._slots = threading.BoundedSemaphore(max_connections)
@@ -49,6 +56,9 @@ class BoundedServer(ThreadedWSGIServer):
         self.refused = 0   # connections answered "busy" (tests and the benchmark read it)
         self._active = 0
         self._count_lock = threading.Lock()
+        self.quiet_s = quiet_s
+        self._epoch = 0      # counts connections opened: a release timer sees whether one came since
+        self.releases = 0    # memory releases done (tests read it)
 
     def process_request(self, request, client_address):
         if self._slots.acquire(blocking=False):
@@ -67,15 +77,25 @@ class BoundedServer(ThreadedWSGIServer):
     def process_request_thread(self, request, client_address):
         with self._count_lock:
             self._active += 1
+            self._epoch += 1
         try:
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
             with self._count_lock:
                 self._active -= 1
-                last = self._active == 0
-            if last:   # the server goes quiet: what the requests freed goes back to the system
-                release_memory()
+                epoch = self._epoch if self._active == 0 else None
+            if epoch is not None:   # the server goes quiet: release once it has stayed so for quiet_s
+                t = threading.Timer(self.quiet_s, self._release_if_quiet, args=(epoch,))
+                t.daemon = True
+                t.start()
+
+    def _release_if_quiet(self, epoch: int) -> None:
+        with self._count_lock:
+            if self._active or self._epoch != epoch:   # a connection came since: its own end re-arms
+                return
+        self.releases += 1
+        release_memory()
 
     def _answer_busy(self, request) -> None:
         try:

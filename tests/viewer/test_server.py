@@ -101,3 +101,32 @@ def test_serve_uses_the_bounded_server(monkeypatch, tmp_path):
     monkeypatch.setattr(S, "make_server", lambda app, host, port: Fake(app, host, port))
     A.serve([tmp_path], "127.0.0.1", 8123)
     assert made == {"args": ("127.0.0.1", 8123), "served": True, "closed": True}
+
+
+def test_memory_is_released_once_the_server_stays_quiet_not_at_each_quiet_moment(monkeypatch):
+    """A page load's requests come in bursts; releasing memory (a full gc.collect holding the GIL)
+    each time the last connection closed cost 0.1-0.5 s a time, several times per cold page."""
+    calls = []
+    monkeypatch.setattr(S, "release_memory", lambda: calls.append(time.monotonic()))
+    s = S.make_server(_hello, "127.0.0.1", 0, max_connections=4, idle_timeout_s=5, quiet_s=0.6)
+    th = threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    th.start()
+    try:
+        port = s.server_port
+        t0 = time.monotonic()
+        for _ in range(4):   # four bursts, each a closed connection, 0.1 s apart: no release between
+            r = urllib.request.Request(f"http://127.0.0.1:{port}/", headers={"Connection": "close"})
+            assert urllib.request.urlopen(r, timeout=T).read() == b"hello"
+            time.sleep(0.1)
+        burst_s = time.monotonic() - t0
+        deadline = time.monotonic() + T
+        while not calls:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(1.0)
+        if burst_s < 0.6:    # the machine kept up: the bursts were closer than quiet_s
+            assert len(calls) == 1 and s.releases == 1
+        assert calls[0] - t0 >= 0.6
+    finally:
+        s.shutdown()
+        s.server_close()
