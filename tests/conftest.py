@@ -44,3 +44,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         elif wants_multi and gpus < 2:
             item.add_marker(pytest.mark.skip(reason=f"needs 2 or more CUDA GPUs, {gpus} visible"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _hash_cache_in_tmp(tmp_path_factory):
+    """profiler.hashcache remembers data files' hashes in the user's cache directory: the suite's
+    goes to a temporary one (subprocesses inherit it through the environment)."""
+    os.environ["EPSCOPE_HASH_CACHE"] = str(tmp_path_factory.mktemp("hashcache") / "file-hashes.json")
+    yield

@@ -17,16 +17,13 @@ shown as current (`load` returns None and the page says the run is not analysed)
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
-import stat
 from pathlib import Path
 
 import numpy as np
 
-from profiler import atomic
+from profiler import atomic, hashcache
 
 from . import chunked
 from . import late_entry as LE
@@ -39,32 +36,10 @@ ANALYSIS_VERSION = 1
 DATA_FILES = ("events.parquet", "launches.parquet")
 
 
-# (real path, device, inode, size, mtime ns) of a data file -> its SHA-256: a process that asks
-# again (the viewer, each cold open and each visit of the Runs page) hashes a file once per version
-# of it (a 10 M-event events.parquet: about 0.1-0.3 s of hashing, issue 20)
-_HASHES: dict = {}
-_HASHES_MAX = 4096
-
-
 def _file_hash(p: Path) -> str | None:
-    try:
-        st = os.stat(p)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    key = (os.path.realpath(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    got = _HASHES.get(key)
-    if got is not None:
-        return got
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for block in iter(lambda: f.read(8 << 20), b""):
-            h.update(block)
-    if len(_HASHES) >= _HASHES_MAX:
-        _HASHES.clear()
-    _HASHES[key] = got = h.hexdigest()
-    return got
+    # remembered across processes by the file's identity and change times (profiler.hashcache:
+    # a 10 M-event events.parquet took 0.1-0.3 s to hash on each cold open, issue 20)
+    return hashcache.sha256(p)
 
 
 def data_hashes(run_dir: Path) -> dict:

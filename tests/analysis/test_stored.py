@@ -180,3 +180,25 @@ def test_a_table_shared_by_a_report_and_its_verdict_reads_back_in_both_places(ru
     res.idle.evidence = v.evidence                 # one object in two places (written once per field)
     stored.store(run, res, events=run.events)
     assert_results_equal(res, stored.load(run_copy))
+
+
+def test_a_data_file_replaced_with_the_same_size_and_mtime_is_hashed_again(run_copy, monkeypatch):
+    """The data files' hashes are remembered across processes (profiler.hashcache) by their
+    identity and change times: a file put back with the old size and mtime still makes the stored
+    results stale (its ctime moved), whatever the cache held."""
+    from profiler import hashcache
+    monkeypatch.setattr(hashcache, "RACY_S", 0.0)   # remember the just-written files
+    hashcache.forget()
+    assert stored.load(run_copy) is not None        # hashed, remembered (in the cache file too)
+    hashcache.forget()                               # a new process: from the cache file
+    assert stored.load(run_copy) is not None
+    p = run_copy / "events.parquet"
+    st = p.stat()
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0xFF                     # other bytes, the same length
+    tmp = run_copy / "events.new"
+    tmp.write_bytes(bytes(data))
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp, p)
+    assert (p.stat().st_size, p.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert stored.load(run_copy) is None and not stored.current(run_copy)
