@@ -23,7 +23,9 @@ from tests.needs import needs
 
 PACKAGE_DATA = ("ep_core/tuned.json", "ep_core/csrc/bindings.cpp", "ep_core/csrc/generated/ep_intranode_phases.cuh",
                 "ep_core/phases/ep_intranode.toml", "profiler/layout.toml", "profiler/csrc/recorder.cuh",
-                "profiler/phases/selftest.toml", "viewer/assets/epscope.css", "profiler/workflows/ab_worker.py")
+                "profiler/phases/selftest.toml", "viewer/assets/epscope.css", "profiler/workflows/ab_worker.py",
+                "viewer/assets/plotly_early.js", "viewer/plotlyjs/plotly-cartesian.min.js", "viewer/plotlyjs/LICENSE",
+                "viewer/plotlyjs/README.md")
 
 
 def _run(cmd, cwd, env=None, timeout=600) -> subprocess.CompletedProcess:

@@ -300,3 +300,20 @@ def test_results_keyed_by_client_values_stay_under_a_ceiling(app):
         outs, ins, st = _with("idle-kernel", "inputs", 0, f"{n}" * 300)
         call(app, outs, ins, st)
     assert params.nbytes <= max(before, PARAM_CACHE_BYTES)
+
+
+def test_plotly_js_is_the_vendored_partial_bundle_preloaded_by_the_page(app):
+    """dcc.Graph loads plotly.js from Dash's URL for the plotly package's file (4.8 MB, every trace
+    type); the viewer serves its vendored cartesian bundle there (viewer/plotlyjs/README.md) and
+    the page preloads it and runs it early (assets/plotly_early.js)."""
+    from viewer.app import PLOTLY_JS, PLOTLY_JS_URL, PLOTLY_JS_VERSION
+    c = app.server.test_client()
+    r = c.get(PLOTLY_JS_URL)
+    assert r.status_code == 200 and r.data == PLOTLY_JS.read_bytes()
+    assert r.mimetype in ("text/javascript", "application/javascript")
+    assert f"plotly.js (cartesian - minified) v{PLOTLY_JS_VERSION}".encode() in r.data[:200]
+    assert (PLOTLY_JS.parent / "LICENSE").read_text().startswith("MIT License")
+    assert PLOTLY_JS_VERSION in (PLOTLY_JS.parent / "README.md").read_text()
+    index = c.get("/").data.decode()
+    assert f'<link rel="preload" as="script" href="{PLOTLY_JS_URL}">' in index
+    assert "/assets/plotly_early.js" in index and PLOTLY_JS_URL in c.get("/assets/plotly_early.js").data.decode()

@@ -110,9 +110,23 @@ def _shot(page, name):
     page.screenshot(path=str(page.shots / f"{name}.png"), full_page=True)
 
 
+# The trace types of every figure on the page that the page's plotly.js does not have (the viewer
+# serves a partial bundle, viewer/plotlyjs/: an unknown type is not an error, just not drawn).
+MISSING_TRACES_JS = """() => {
+  if (!window.Plotly) { return []; }
+  const have = new Set(Object.keys(window.Plotly.PlotSchema.get().traces));
+  const missing = [];
+  document.querySelectorAll('.js-plotly-plot').forEach(gd => (gd.data || []).forEach(t => {
+    if (!have.has(t.type || 'scatter')) { missing.push(t.type); }
+  }));
+  return missing;
+}"""
+
+
 def _no_error(page):
     assert page.locator(".msg-error").count() == 0, page.locator(".msg-error").first.inner_text()
     assert not page.errors, page.errors
+    assert page.evaluate(MISSING_TRACES_JS) == []
 
 
 def _timeline_run(app) -> Path:
