@@ -17,8 +17,6 @@ import dash
 import flask
 from dash import Input, Output, ctx, dcc, html, no_update
 
-from profiler.analysis import stored
-
 from . import components as C
 from .catalog import Catalog, ViewerError
 from .inputs import checked, opt, text
@@ -28,7 +26,6 @@ from .pages.compare import callbacks as compare_cb, layout as compare_layout
 from .pages.critical_path import callbacks as critical_cb, layout as critical_layout
 from .pages.idle import callbacks as idle_cb, layout as idle_layout
 from .pages.progress import callbacks as progress_cb
-from .pages.progress.layout import wait_override
 from .pages.runs import callbacks as runs_cb, layout as runs_layout
 from .pages.timeline import callbacks as timeline_cb, layout as timeline_layout
 
@@ -54,13 +51,6 @@ PAGES = {
 }
 
 URL, PAGE, NAV, RUN_SELECT = "url", "page", "nav", "run-select"
-# The analysis pages drawn from stored results: a page request for one waits up to STORED_WAIT_S
-# for them (reading them and the run's small tables took 0.3-0.6 s on the loaded 2-core VM at 10-100 M
-# events) instead of the catalog's wait (0.25 s): past it the page was a progress state, and the
-# page itself came with the next poll, 0.4-0.6 s later (benchmarks/NOTES.md, cold pages round 2).
-# A run whose stored results turn out stale shows its progress state that much later.
-STORED_PAGES = ("/critical-path", "/idle", "/barriers")
-STORED_WAIT_S = 1.0
 # Largest legitimate request: the timeline sends its current figure back as state, up to 2.1 MB
 # (160 rows x 320 bins heatmap of an 8-rank 1 M-event synthetic run, measured); 8 MB leaves room.
 MAX_REQUEST_BYTES = 8 << 20
@@ -78,15 +68,6 @@ def _nav(pathname: str, run_id: str | None) -> list:
     return [dcc.Link(label, href=path + q, className="nav-link active" if path == pathname else "nav-link",
                      id=f"nav-{label.lower().replace(' ', '-')}")
             for path, (label, _, _) in PAGES.items()]
-
-
-def _has_stored(catalog, run_id) -> bool:
-    """Whether the run directory holds stored results (their index; current or not is decided
-    where they are read)."""
-    try:
-        return (catalog.entry(run_id).path / stored.DIR / stored.INDEX).is_file()
-    except (ViewerError, OSError):
-        return False
 
 
 def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.Dash:
@@ -135,9 +116,6 @@ def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.
         if run_id is None and pathname != "/":
             run_id = catalog.default_id()
         _, layout_mod, _ = PAGES[pathname]
-        token = None
-        if pathname in STORED_PAGES and _has_stored(catalog, run_id):
-            token = wait_override.set(max(STORED_WAIT_S, catalog.jobs.wait_s))
         try:
             page = layout_mod.layout(catalog, run_id)
         except ViewerError as e:
@@ -147,9 +125,6 @@ def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.
         except Exception as e:   # a page bug must still not show a stack trace to the user
             logging.getLogger("epscope.viewer").exception("page %s failed", pathname)
             page = C.error_box(f"{type(e).__name__}: {e}", title="This page failed")
-        finally:
-            if token is not None:
-                wait_override.reset(token)
         return page, _nav(pathname, run_id), run_id, new_search
 
     for _, _, cb in PAGES.values():
