@@ -26,6 +26,7 @@ ignored, and the hash is computed.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -44,9 +45,15 @@ RACY_S = 2.0           # coarser than any Linux file system's timestamps (FAT's 
 BLOCK = 8 << 20
 _HEX = re.compile(r"[0-9a-f]{64}")
 
+# The cache file is written at most once per WRITE_EVERY_S (and at exit): a fresh viewer's Runs
+# page hashing a few thousand runs' files must not rewrite a growing file once per file.
+WRITE_EVERY_S = 1.0
+
 _lock = threading.Lock()
 _mem: dict[str, tuple] = {}          # real path -> (dev, ino, size, mtime_ns, ctime_ns, hex)
+_unsaved: set[str] = set()           # paths remembered here and not yet in the cache file
 _disk_seen: tuple | None = None      # (ino, size, mtime_ns) of the cache file when last read
+_writer: threading.Timer | None = None
 
 
 def cache_path() -> Path:
@@ -84,8 +91,8 @@ def _read_disk() -> None:
     if not (isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("version") == VERSION
             and isinstance(doc.get("files"), dict)):
         return
-    for path, v in doc["files"].items():   # the file's entry wins: it is what was written last
-        if isinstance(path, str) and _valid(v):
+    for path, v in doc["files"].items():   # the file's entry wins, but for ours not yet written
+        if isinstance(path, str) and _valid(v) and path not in _unsaved:
             _mem[path] = tuple(v)
 
 
@@ -96,6 +103,7 @@ def _write_disk() -> None:
     p = cache_path()
     while len(_mem) > MAX_ENTRIES:
         del _mem[next(iter(_mem))]
+    _unsaved.clear()
     doc = {"format": FORMAT, "version": VERSION, "files": {k: list(v) for k, v in _mem.items()}}
     tmp = None
     try:
@@ -149,16 +157,42 @@ def sha256(path) -> str | None:
     settled = max(after[3], after[4]) < began - int(RACY_S * 1e9)
     if before == after == ident and settled:
         with _lock:
-            _read_disk()
             _mem.pop(real, None)
             _mem[real] = (*ident, hexd)
-            _write_disk()
+            _unsaved.add(real)
+            _schedule_write()
     return hexd
 
 
+def _schedule_write() -> None:
+    """Write what is unsaved WRITE_EVERY_S from now, once (caller holds _lock)."""
+    global _writer
+    if _writer is None:
+        _writer = threading.Timer(WRITE_EVERY_S, flush)
+        _writer.daemon = True
+        _writer.start()
+
+
+def flush() -> None:
+    """Merge the remembered hashes into the cache file now (also run at exit)."""
+    global _writer
+    with _lock:
+        if _writer is not None:
+            _writer.cancel()   # a no-op when it is the timer itself calling
+            _writer = None
+        if _unsaved:
+            _read_disk()
+            _write_disk()
+
+
+atexit.register(flush)
+
+
 def forget() -> None:
-    """Drop what this process remembers (tests: the next lookup reads the cache file again)."""
+    """Write what is unsaved, then drop what this process remembers (tests: the next lookup reads
+    the cache file again, as a new process would)."""
     global _disk_seen
+    flush()
     with _lock:
         _mem.clear()
         _disk_seen = None

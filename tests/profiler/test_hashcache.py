@@ -138,4 +138,29 @@ def test_the_cache_keeps_at_most_max_entries(cache, tmp_path, monkeypatch):
         f.write_bytes(bytes([i]))
         hashcache.sha256(f)
         files.append(os.path.realpath(f))
+    hashcache.flush()
     assert list(json.loads(cache.read_text())["files"]) == files[2:]
+
+
+def test_the_cache_file_is_written_once_for_many_files_not_once_per_file(cache, tmp_path, monkeypatch):
+    """A fresh viewer's Runs page hashes every run's files: the cache file is written at most once
+    per WRITE_EVERY_S (and at exit), not rewritten whole once per file."""
+    monkeypatch.setattr(hashcache, "WRITE_EVERY_S", 3600.0)
+    files = []
+    for i in range(5):
+        f = tmp_path / f"g{i}"
+        f.write_bytes(bytes([i]) * 10)
+        hashcache.sha256(f)
+        files.append(os.path.realpath(f))
+    assert not cache.exists()
+    hashcache.flush()
+    assert list(json.loads(cache.read_text())["files"]) == files
+    # a write by another process meanwhile is merged, not lost
+    other = dict(json.loads(cache.read_text()))
+    other["files"]["/elsewhere/events.parquet"] = [1, 2, 3, 4, 5, "a" * 64]
+    cache.write_text(json.dumps(other))
+    f = tmp_path / "g5"
+    f.write_bytes(b"x")
+    hashcache.sha256(f)
+    hashcache.flush()
+    assert set(json.loads(cache.read_text())["files"]) == {*files, os.path.realpath(f), "/elsewhere/events.parquet"}
