@@ -18,6 +18,7 @@ _REAL_SHA256 = hashlib.sha256   # the test's own hashing, not counted
 @pytest.fixture()
 def cache(tmp_path, monkeypatch):
     p = tmp_path / "cache" / "file-hashes.json"
+    hashcache.forget()          # what earlier tests' lookups remembered goes to their cache, not this one
     monkeypatch.setenv(hashcache.ENV, str(p))
     monkeypatch.setattr(hashcache, "RACY_S", 0.0)   # files written by the test count as settled
     hashcache.forget()
@@ -113,6 +114,7 @@ def test_no_file_or_not_a_regular_file_has_no_hash(cache, tmp_path):
 def test_an_unwritable_cache_directory_still_gives_the_hash(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("")
+    hashcache.forget()
     monkeypatch.setenv(hashcache.ENV, str(blocker / "sub" / "file-hashes.json"))   # parent is a file
     monkeypatch.setattr(hashcache, "RACY_S", 0.0)
     hashcache.forget()
