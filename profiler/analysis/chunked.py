@@ -19,9 +19,10 @@ whole run are combined as such, before anything reads them:
   - the time model (timemodel.launch_rows per chunk, concatenated, then timemodel.from_rows: a
     late rank's GPU may still run the previous iteration's kernels when the others enter);
   - the run's rank count (the time model's missing ranks): from the whole table's ranks.
-Only the idle page's balancing projection (a what-if) needs a graph after the chunks are done:
-`Summaries.what_if_summary` rebuilds each chunk's graph once more and re-times it (only runs
-whose idle verdict names a straggler's phase pay it).
+Only the idle page's balancing projection (a what-if) needs more than tables after the chunks are
+done: it re-times each chunk (`Summaries.what_if_summary`) from the chunk's whatif.WhatIfInput,
+kept in the first pass (the re-timing input at the scale of the graph's targets, and the segments
+a what-if can shorten: ~45 MB a 2.5 M-event chunk), so no chunk is read or built twice.
 
 `analyze(events, ...)` splits a table in memory; `analyze_chunks(chunks, ...)` takes any iterable
 of event tables of whole iterations (a reader of a run laid out by iteration feeds it without
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import importlib
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -51,7 +52,7 @@ from . import timeouts
 from . import unfinished
 from .semantics import semantics
 from .timemodel import TimeModel
-from .whatif import what_if
+from .whatif import WhatIfInput, what_if
 
 # the module (the package re-exports its function under the module's name)
 CP = importlib.import_module(".critical_path", __package__)
@@ -75,37 +76,27 @@ class Summaries:
     derived: dict
     warnings: tuple
     sem: object
-    rechunk: Callable[[], Iterator[pd.DataFrame]] | None = field(default=None, repr=False)
-    registry: object = field(default=None, repr=False)
-    launches: pd.DataFrame | None = field(default=None, repr=False)
     graph: G.Graph | None = field(default=None, repr=False)   # the graph of a run of one chunk
     # the whole run's recorded critical path (what-if's path_phase_ns reads it, not a new walk)
     path: object = field(default=None, repr=False)
+    # per chunk of a run of several: what its what-if needs, kept from the first pass
+    what_if_inputs: list = field(default_factory=list, repr=False)
 
     def what_if_summary(self, *, phase: str, speedup: float, rank) -> pd.DataFrame:
         """whatif.what_if(...).summary over the whole run, chunk by chunk (iterations are
         independent: each chunk's rows are the whole run's for its iterations). A run of one chunk
-        re-times the graph it kept; a run of several builds each chunk's graph again."""
+        re-times the graph it kept; a run of several re-times each chunk's WhatIfInput (kept in
+        the first pass instead of reading and building each chunk's graph again: 2.5 s of 12 at
+        10 M events, benchmarks/NOTES.md)."""
         name = phase.split("/", 1)[-1]
         if name not in self.derived["phase_names"]:
             raise ValueError(f"what_if: the run records no phase {name!r}")
-        parts = []
-        for g in ([self.graph] if self.graph is not None else self._graphs()):
-            parts.append(what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
-                                 missing_ok=True, keep_retimed=False, path=self.path).summary)
-            del g            # before the next chunk is read (as in analyze_chunks)
+        if self.graph is not None:
+            g = self.graph
+            return what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
+                           missing_ok=True, keep_retimed=False, path=self.path).summary
+        parts = [w.summary(phase=phase, speedup=speedup, rank=rank, path=self.path) for w in self.what_if_inputs]
         return _concat(parts).reset_index(drop=True)
-
-    def _graphs(self) -> Iterator[G.Graph]:
-        for item in self.rechunk():
-            ev, _ = _split(item)
-            del item
-            g = _graph(ev, self.sem, self.launches, self.derived["run_ranks"])
-            del ev
-            # the run's time model serves every chunk (what_if reads its rows of the chunk's launches)
-            g.derived["time_model"] = self.derived["time_model"]
-            yield g
-            del g
 
 
 @dataclass
@@ -249,11 +240,10 @@ def _split(item) -> tuple[pd.DataFrame, pd.DataFrame | None]:
 def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=None, ranks: int) -> Results:
     """The analyses of a run given as chunks of whole iterations (no iteration in two chunks).
 
-    chunks: a callable returning a fresh iterable of the chunks' event tables, each indexed by
-    its rows' numbers in the whole table (barrier occurrences are numbered in that order), or of
+    chunks: a callable returning an iterable of the chunks' event tables, each indexed by its
+    rows' numbers in the whole table (barrier occurrences are numbered in that order), or of
     (events, the chunk's launch table) pairs when the run's launch table is made chunk by chunk
-    too (then `launches` is None); called again only for the idle page's balancing what-if on a
-    run of several chunks. ranks: the run's rank count. Freed memory stays in the process while
+    too (then `launches` is None); called once. ranks: the run's rank count. Freed memory stays in the process while
     it runs (heap.kept: the chunks' temporaries are not faulted in again for each chunk)."""
     with heap.kept():
         return _analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks)
@@ -261,7 +251,7 @@ def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=No
 
 def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
     sem = semantics(registry)
-    per, largest, la_parts, g = [], 0, [], None
+    per, largest, la_parts, g, wif = [], 0, [], None, []
     for item in chunks():
         ev, la = _split(item)
         del item
@@ -274,13 +264,21 @@ def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
         g = _graph(ev, sem, launches if la is None else la, ranks)
         per.append(_tables(g, ev.index.to_numpy()))
         del ev
+        # what the balancing what-if needs of the chunk (a run of one chunk re-times its graph instead)
+        wif.append(WhatIfInput.from_graph(g, None))
     if not per:
         raise ValueError("analyze_chunks: no chunks")
+    if len(per) > 1:
+        g = None
+    else:
+        wif = []
     if la_parts:
         launches = pd.concat(la_parts, ignore_index=True)
     s, cp = _combine(per, sem, ranks)
-    s.rechunk, s.registry, s.launches, s.path = chunks, registry, launches, cp
-    s.graph = g if len(per) == 1 else None
+    s.path, s.graph, s.what_if_inputs = cp, g, wif
+    for w in wif:
+        # the run's time model serves every chunk (what_if reads its rows of the chunk's launches)
+        w.ends.derived["time_model"] = s.derived["time_model"]
     if s.graph is not None:
         g.derived["time_model"] = s.derived["time_model"]
     del g
