@@ -196,30 +196,32 @@ def _solve(inp: RetimeInput, own_off, ks, src_off, aoff, moff) -> np.ndarray:
     prev_k = np.maximum(np.arange(nt) - 1, 0)
     bw_any, pf_any = bool(len(ak)), bool(len(mk))
 
-    def evaluate(idx):
-        v = np.where(first_t[idx], NEG, T[prev_k[idx]] + own_off[idx])
-        hs = has_src[idx]
-        v = np.where(hs, np.maximum(v, T[np.maximum(ks[idx], 0)] + src_off[idx]), v)
-        if bw_any:
-            o = occ_of_t[idx]
-            m = o >= 0
-            if m.any():
-                om = np.maximum.reduceat(T[ak] + aoff, occ_starts)
-                v[m] = np.maximum(v[m], om[o[m]] + lat_bw[idx[m]])
-        if pf_any:
-            q = grp_of_t[idx]
-            m = q >= 0
-            if m.any():
-                gm = np.maximum.reduceat(T[mk] + moff, prev_starts)
-                v[m] = np.maximum(v[m], gm[q[m]] + lat_pf[idx[m]])
-        return np.where(fixed[idx], fixed_val[idx], v)
-
     def solve(lo, hi):
         """Targets order[lo:hi] in time order: everything before lo is final. Jacobi sweeps over
-        the window settle its internal chains; a window whose chains are too long is halved."""
+        the window settle its internal chains; a window whose chains are too long is halved. What
+        a sweep reads of the targets' own arrays is gathered once a window (half the sweep's cost)."""
         idx = order[lo:hi]
+        ft, pk, oo = first_t[idx], prev_k[idx], own_off[idx]
+        hs, ksi, so = has_src[idx], np.maximum(ks[idx], 0), src_off[idx]
+        fx, fv = fixed[idx], fixed_val[idx]
+        mb = occ_of_t[idx] >= 0 if bw_any else None
+        bw = bool(bw_any and mb.any())
+        if bw:
+            ob, lb = occ_of_t[idx[mb]], lat_bw[idx[mb]]
+        mp = grp_of_t[idx] >= 0 if pf_any else None
+        pf = bool(pf_any and mp.any())
+        if pf:
+            qp, lp = grp_of_t[idx[mp]], lat_pf[idx[mp]]
         for _ in range(WINDOW_SWEEPS):
-            v = evaluate(idx)
+            v = np.where(ft, NEG, T[pk] + oo)
+            v = np.where(hs, np.maximum(v, T[ksi] + so), v)
+            if bw:
+                om = np.maximum.reduceat(T[ak] + aoff, occ_starts)
+                v[mb] = np.maximum(v[mb], om[ob] + lb)
+            if pf:
+                gm = np.maximum.reduceat(T[mk] + moff, prev_starts)
+                v[mp] = np.maximum(v[mp], gm[qp] + lp)
+            v = np.where(fx, fv, v)
             if np.array_equal(v, T[idx]):
                 return
             T[idx] = v

@@ -41,7 +41,7 @@ def _eligible(g: G.Graph) -> np.ndarray:
     P = g.n_points
     is_first = np.zeros(P, bool)
     is_first[g.lane_first[g.lane_first < P]] = True
-    return ~is_first & np.isin(g.seg_kind, (G.WORK, G.WAIT, G.IDLE, G.HOST))
+    return ~is_first & G.kind_mask(g.seg_kind, (G.WORK, G.WAIT, G.IDLE, G.HOST))
 
 
 def _chosen(phase_names: np.ndarray, lane: pd.DataFrame, phase: str, rank) -> tuple[np.ndarray, np.ndarray]:
