@@ -22,7 +22,7 @@ whole run are combined as such, before anything reads them:
 Only the idle page's balancing projection (a what-if) needs more than tables after the chunks are
 done: it re-times each chunk (`Summaries.what_if_summary`) from the chunk's whatif.WhatIfInput,
 kept in the first pass (the re-timing input at the scale of the graph's targets, and the segments
-a what-if can shorten: ~45 MB a 2.5 M-event chunk), so no chunk is read or built twice.
+a what-if can shorten: 61 MB a 2.5 M-event chunk), so no chunk is read or built twice.
 
 `analyze(events, ...)` splits a table in memory; `analyze_chunks(chunks, ...)` takes any iterable
 of event tables of whole iterations (a reader of a run laid out by iteration feeds it without
@@ -86,8 +86,8 @@ class Summaries:
         """whatif.what_if(...).summary over the whole run, chunk by chunk (iterations are
         independent: each chunk's rows are the whole run's for its iterations). A run of one chunk
         re-times the graph it kept; a run of several re-times each chunk's WhatIfInput (kept in
-        the first pass instead of reading and building each chunk's graph again: 2.5 s of 12 at
-        10 M events, benchmarks/NOTES.md)."""
+        the first pass: reading and building each chunk's graph again was a quarter of the CPU of
+        `epscope analyze` at 10 M events, benchmarks/NOTES.md)."""
         name = phase.split("/", 1)[-1]
         if name not in self.derived["phase_names"]:
             raise ValueError(f"what_if: the run records no phase {name!r}")
@@ -243,8 +243,9 @@ def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=No
     chunks: a callable returning an iterable of the chunks' event tables, each indexed by its
     rows' numbers in the whole table (barrier occurrences are numbered in that order), or of
     (events, the chunk's launch table) pairs when the run's launch table is made chunk by chunk
-    too (then `launches` is None); called once. ranks: the run's rank count. Freed memory stays in the process while
-    it runs (heap.kept: the chunks' temporaries are not faulted in again for each chunk)."""
+    too (then `launches` is None); called once. ranks: the run's rank count. Freed memory stays
+    in the process while it runs (heap.kept: the chunks' temporaries are not faulted in again for
+    each chunk)."""
     with heap.kept():
         return _analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks)
 

@@ -152,7 +152,7 @@ def _prepare(g: Graph, d: np.ndarray, iterations=None, out_pt: np.ndarray | None
 
 def retime_input(g: Graph, out_pt: np.ndarray) -> RetimeInput:
     """The graph's RetimeInput with its recorded durations, answering for the points `out_pt`
-    (integers narrowed: about 45 bytes a target)."""
+    (integers narrowed: about 50 bytes a target)."""
     inp, _, _ = _prepare(g, g.d, out_pt=out_pt)
     for k, v in vars(inp).items():
         if isinstance(v, np.ndarray):
