@@ -95,8 +95,9 @@ def _prepare(g: Graph, d: np.ndarray, iterations=None, out_pt: np.ndarray | None
     is_first = np.zeros(g.n_points, bool)
     is_first[g.lane_first] = True
     dd = np.where(is_first, 0, d).astype(np.int64)
+    # prefix sums over all points: only differences within a lane are read (a point and the target
+    # at or before it, a lane's first point being one), so they need not restart at each lane
     S = np.cumsum(dd)
-    S -= S[g.lane_first[g.pt_lane]]                      # prefix sums restart at each lane
     del dd
     is_bw = np.zeros(g.n_points, bool)
     is_bw[g.bw_end_pt] = True
