@@ -103,13 +103,13 @@ def _prepare(g: Graph, d: np.ndarray, iterations=None, out_pt: np.ndarray | None
     is_bw[g.bw_end_pt] = True
     is_pf = np.zeros(g.n_points, bool)
     is_pf[g.prev_first_pt] = True
-    tgt = np.flatnonzero(is_first | (g.src >= 0) | is_bw | is_pf)   # sorted by point index
+    is_tgt = is_first | (g.src >= 0) | is_bw | is_pf
+    tgt = np.flatnonzero(is_tgt)                          # sorted by point index
     nt = len(tgt)
-    kpos = np.full(g.n_points, -1, np.int64)
-    kpos[tgt] = np.arange(nt)
     # the target at or before each point (same lane: a lane's first point is a target), by a
-    # running count of targets (a searchsorted of every point into tgt cost 0.2 s a 2.5 M-event chunk)
-    kx = np.cumsum(kpos >= 0)
+    # running count of targets (a searchsorted of every point into tgt cost 0.2 s a 2.5 M-event
+    # chunk); at a target, its own number
+    kx = np.cumsum(is_tgt, dtype=np.int64)
     kx -= 1
 
     def off(x, k):                                        # value(x) = Tt[k] + off
@@ -126,16 +126,16 @@ def _prepare(g: Graph, d: np.ndarray, iterations=None, out_pt: np.ndarray | None
     # barrier occurrences: arrivals as (k, offset) grouped by occurrence
     occ_of_t = np.full(nt, -1, np.int64)
     lat_bw = np.zeros(nt, np.int64)
-    occ_of_t[kpos[g.bw_end_pt]] = g.bw_occ
-    lat_bw[kpos[g.bw_end_pt]] = g.lat[g.bw_end_pt]
+    occ_of_t[kx[g.bw_end_pt]] = g.bw_occ
+    lat_bw[kx[g.bw_end_pt]] = g.lat[g.bw_end_pt]
     ak = kx[g.occ_arr_pt]
     # previous-launch groups: last points of the previous launch's lanes
     grp_of_t = np.full(nt, -1, np.int64)
     lat_pf = np.zeros(nt, np.int64)
-    grp_of_t[kpos[g.prev_first_pt]] = g.prev_grp
-    lat_pf[kpos[g.prev_first_pt]] = g.prev_lat
+    grp_of_t[kx[g.prev_first_pt]] = g.prev_grp
+    lat_pf[kx[g.prev_first_pt]] = g.prev_lat
     mk = kx[g.prev_member_pt]
-    del kpos, is_first, is_bw, is_pf
+    del is_tgt, is_first, is_bw, is_pf
 
     order = np.lexsort((tgt, g.pt_t[tgt]))
     if iterations is not None:
