@@ -19,9 +19,11 @@ whole run are combined as such, before anything reads them:
   - the time model (timemodel.launch_rows per chunk, concatenated, then timemodel.from_rows: a
     late rank's GPU may still run the previous iteration's kernels when the others enter);
   - the run's rank count (the time model's missing ranks): from the whole table's ranks.
-Only the idle page's balancing projection (a what-if) needs a graph after the chunks are done:
-`Summaries.what_if_summary` rebuilds each chunk's graph once more and re-times it (only runs
-whose idle verdict names a straggler's phase pay it).
+Only the idle page's balancing projection (a what-if) needs more than tables after the chunks are
+done: it re-times each chunk (`Summaries.what_if_summary`) from the chunk's whatif.WhatIfInput,
+kept in the first pass (the re-timing input at the scale of the graph's targets, and the segments
+a what-if can shorten: 61 MB a 2.5 M-event chunk) while the chunks so far leave a balancing
+what-if possible (WHAT_IF_KEEP_RATIO); a chunk without one is read and built again.
 
 `analyze(events, ...)` splits a table in memory; `analyze_chunks(chunks, ...)` takes any iterable
 of event tables of whole iterations (a reader of a run laid out by iteration feeds it without
@@ -51,7 +53,7 @@ from . import timeouts
 from . import unfinished
 from .semantics import semantics
 from .timemodel import TimeModel
-from .whatif import what_if
+from .whatif import WhatIfInput, what_if
 
 # the module (the package re-exports its function under the module's name)
 CP = importlib.import_module(".critical_path", __package__)
@@ -75,32 +77,53 @@ class Summaries:
     derived: dict
     warnings: tuple
     sem: object
-    rechunk: Callable[[], Iterator[pd.DataFrame]] | None = field(default=None, repr=False)
-    registry: object = field(default=None, repr=False)
-    launches: pd.DataFrame | None = field(default=None, repr=False)
     graph: G.Graph | None = field(default=None, repr=False)   # the graph of a run of one chunk
     # the whole run's recorded critical path (what-if's path_phase_ns reads it, not a new walk)
     path: object = field(default=None, repr=False)
+    # per chunk of a run of several: what its what-if needs, kept from the first pass (None for a
+    # chunk after which no balancing what-if looked possible: _what_if_possible)
+    what_if_inputs: list = field(default_factory=list, repr=False)
+    # to read and build again a chunk without an input (analyze_chunks's `chunks`, launch table)
+    rechunk: Callable[[], Iterable] | None = field(default=None, repr=False)
+    launches: pd.DataFrame | None = field(default=None, repr=False)
 
     def what_if_summary(self, *, phase: str, speedup: float, rank) -> pd.DataFrame:
         """whatif.what_if(...).summary over the whole run, chunk by chunk (iterations are
         independent: each chunk's rows are the whole run's for its iterations). A run of one chunk
-        re-times the graph it kept; a run of several builds each chunk's graph again."""
+        re-times the graph it kept; a run of several re-times each chunk's WhatIfInput (kept in
+        the first pass: reading and building each chunk's graph again was a quarter of the CPU of
+        `epscope analyze` at 10 M events, benchmarks/NOTES.md), and reads and builds again only
+        the chunks kept without one."""
         name = phase.split("/", 1)[-1]
         if name not in self.derived["phase_names"]:
             raise ValueError(f"what_if: the run records no phase {name!r}")
+        if self.graph is not None:
+            g = self.graph
+            return what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
+                           missing_ok=True, keep_retimed=False, path=self.path).summary
+        again = self._graphs({i for i, w in enumerate(self.what_if_inputs) if w is None})
         parts = []
-        for g in ([self.graph] if self.graph is not None else self._graphs()):
+        for w in self.what_if_inputs:
+            if w is not None:
+                parts.append(w.summary(phase=phase, speedup=speedup, rank=rank, path=self.path))
+                continue
+            g = next(again)
             parts.append(what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
                                  missing_ok=True, keep_retimed=False, path=self.path).summary)
             del g            # before the next chunk is read (as in analyze_chunks)
         return _concat(parts).reset_index(drop=True)
 
-    def _graphs(self) -> Iterator[G.Graph]:
-        for item in self.rechunk():
-            ev, _ = _split(item)
+    def _graphs(self, which: set) -> Iterator[G.Graph]:
+        """The graphs of the chunks numbered `which`, in order (read and built again)."""
+        if not which:
+            return
+        for i, item in enumerate(self.rechunk()):
+            if i not in which:
+                del item
+                continue
+            ev, la = _split(item)
             del item
-            g = _graph(ev, self.sem, self.launches, self.derived["run_ranks"])
+            g = _graph(ev, self.sem, self.launches if la is None else la, self.derived["run_ranks"])
             del ev
             # the run's time model serves every chunk (what_if reads its rows of the chunk's launches)
             g.derived["time_model"] = self.derived["time_model"]
@@ -167,6 +190,8 @@ def _tables(g: G.Graph, rows: np.ndarray) -> dict:
     out["waited_on"] = IM.waited_on(g)
     out["critical_busy"] = IM.critical_busy(g)
     out["per_lane"] = IM.per_lane(g)
+    out["ran"] = pd.DataFrame({"kernel": out["per_lane"]["kernel"].to_numpy(),
+                               "rank": out["per_lane"]["rank"].to_numpy()}).drop_duplicates()
     out["phase_busy"] = IM.phase_busy(g)
     out["kernel_first"] = IM.kernel_first(g)
     out["stalls"] = timeouts.stalls(g).table
@@ -184,6 +209,32 @@ def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
     if not full:
         return parts[0] if parts else pd.DataFrame()
     return full[0].copy() if len(full) == 1 else pd.concat(full, ignore_index=True)
+
+
+def _phase_busy(per: list[dict]) -> pd.DataFrame:
+    """imbalance.phase_busy of the chunks `per` together: busy time per (kernel, phase, rank)
+    summed, its ratio to the median rank's (over the ranks that ran the kernel)."""
+    pb = _concat([p["phase_busy"] for p in per])
+    if not len(pb):
+        return pb
+    sums = pb.groupby(["kernel", "phase", "rank"], sort=True)[["busy_ns", "spans"]].sum().reset_index()
+    sums = sums[sums["busy_ns"] > 0]
+    ran = pd.concat([p["ran"] for p in per], ignore_index=True).drop_duplicates()
+    return IM.phase_ratios(sums, ran)
+
+
+# A chunk's what-if input is kept while the phase ratios of the chunks so far reach this: the idle
+# page's balancing what-if needs a phase of the straggler at imbalance.RANK_IMBALANCE_RATIO (1.2)
+# or more (imbalance.straggler's `where`), which the last chunk's ratios (the run's) decide
+# exactly; the margin keeps the inputs of earlier chunks of a run whose imbalance grows late.
+# A run that keeps none (a balanced one: 1.04 at most on the 10 M-event starvation run) saves
+# 0.14 s and 61 MB a 2.5 M-event chunk.
+WHAT_IF_KEEP_RATIO = 1.1
+
+
+def _what_if_possible(per: list[dict]) -> bool:
+    r = _phase_busy(per)
+    return bool(len(r) and (r["busy_ratio"].to_numpy(float) >= WHAT_IF_KEEP_RATIO).any())
 
 
 def _combine(per: list[dict], sem, run_ranks: int) -> tuple[Summaries, CP.CriticalPath]:
@@ -217,15 +268,7 @@ def _combine(per: list[dict], sem, run_ranks: int) -> tuple[Summaries, CP.Critic
     d["occurrence_info"] = info
     d["arrivals"] = RV.classify(a.drop(columns=["useless", "idle_warp"]), top).reset_index(drop=True)
     d["kernel_first"] = pd.concat([p["kernel_first"] for p in per]).groupby(level=0).min()
-    pb = _concat([p["phase_busy"] for p in per])
-    if len(pb):
-        sums = pb.groupby(["kernel", "phase", "rank"], sort=True)[["busy_ns", "spans"]].sum().reset_index()
-        sums = sums[sums["busy_ns"] > 0]
-        pl = d["per_lane"]
-        ran = pd.DataFrame({"kernel": pl["kernel"].to_numpy(), "rank": pl["rank"].to_numpy()}).drop_duplicates()
-        d["phase_busy"] = IM.phase_ratios(sums, ran)
-    else:
-        d["phase_busy"] = pb
+    d["phase_busy"] = _phase_busy(per)
     st = _concat([p["stalls"] for p in per])
     d["stalls"] = st.sort_values(["begin_ns", "rank"], kind="stable").reset_index(drop=True) if len(st) else st
     warns = tuple(dict.fromkeys(w for p in per for w in p["warnings"]))
@@ -252,16 +295,17 @@ def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=No
     chunks: a callable returning a fresh iterable of the chunks' event tables, each indexed by
     its rows' numbers in the whole table (barrier occurrences are numbered in that order), or of
     (events, the chunk's launch table) pairs when the run's launch table is made chunk by chunk
-    too (then `launches` is None); called again only for the idle page's balancing what-if on a
-    run of several chunks. ranks: the run's rank count. Freed memory stays in the process while
-    it runs (heap.kept: the chunks' temporaries are not faulted in again for each chunk)."""
+    too (then `launches` is None); called again only when the idle page's balancing what-if needs
+    a chunk whose what-if input was not kept (_what_if_possible). ranks: the run's rank count. Freed memory stays
+    in the process while it runs (heap.kept: the chunks' temporaries are not faulted in again for
+    each chunk)."""
     with heap.kept():
         return _analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks)
 
 
 def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
     sem = semantics(registry)
-    per, largest, la_parts, g = [], 0, [], None
+    per, largest, la_parts, g, wif = [], 0, [], None, []
     for item in chunks():
         ev, la = _split(item)
         del item
@@ -274,13 +318,22 @@ def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
         g = _graph(ev, sem, launches if la is None else la, ranks)
         per.append(_tables(g, ev.index.to_numpy()))
         del ev
+        # what the balancing what-if needs of the chunk, while the chunks so far leave one possible
+        # (a run of one chunk re-times its graph instead)
+        wif.append(WhatIfInput.from_graph(g, None) if _what_if_possible(per) else None)
     if not per:
         raise ValueError("analyze_chunks: no chunks")
+    if len(per) > 1:
+        g = None
+    else:
+        wif = []
     if la_parts:
         launches = pd.concat(la_parts, ignore_index=True)
     s, cp = _combine(per, sem, ranks)
-    s.rechunk, s.registry, s.launches, s.path = chunks, registry, launches, cp
-    s.graph = g if len(per) == 1 else None
+    s.path, s.graph, s.what_if_inputs, s.rechunk, s.launches = cp, g, wif, chunks, launches
+    for w in filter(None, wif):
+        # the run's time model serves every chunk (what_if reads its rows of the chunk's launches)
+        w.ends.derived["time_model"] = s.derived["time_model"]
     if s.graph is not None:
         g.derived["time_model"] = s.derived["time_model"]
     del g

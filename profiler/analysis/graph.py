@@ -217,6 +217,14 @@ def cum_work(g: Graph) -> np.ndarray:
     return c
 
 
+def kind_mask(seg_kind: np.ndarray, kinds) -> np.ndarray:
+    """seg_kind is one of `kinds` (a look-up of the int8 codes: np.isin made several passes over
+    the points, 18 ms a call at 2.4 M points, 65 calls at 10 M events)."""
+    lut = np.zeros(len(SEG_KINDS), bool)
+    lut[list(kinds)] = True
+    return lut[seg_kind]
+
+
 def lane_sums(g: Graph, kinds, dur: np.ndarray | None = None) -> np.ndarray:
     """Per lane: total time of the segments whose kind is in `kinds` (memoised per graph)."""
     if dur is None:
@@ -225,5 +233,5 @@ def lane_sums(g: Graph, kinds, dur: np.ndarray | None = None) -> np.ndarray:
             g.derived[key] = lane_sums(g, kinds, segment_durations(g))
             g.derived[key].flags.writeable = False
         return g.derived[key]
-    sel = np.isin(g.seg_kind, kinds) & (dur > 0)
+    sel = kind_mask(g.seg_kind, kinds) & (dur > 0)
     return np.bincount(g.pt_lane[sel], weights=dur[sel], minlength=len(g.lane)).astype(np.int64)

@@ -6,6 +6,8 @@ documents the model). With the recorded durations it reproduces the recorded tim
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .graph import Graph
@@ -15,6 +17,148 @@ from .graph import Graph
 # so that a window spans a short slice of time in which each warp has only a few targets
 RETIME_WINDOW = 4096
 WINDOW_SWEEPS = 12
+
+
+@dataclass
+class RetimeInput:
+    """What re-timing a graph needs, at the scale of its targets (about a third of its points), kept
+    without the graph: chunked.py keeps one a chunk for the idle page's balancing what-if, so that
+    re-timing a chunk needs no second read and no second graph build.
+
+    Offsets are those of the recorded durations; `solve` takes the shortening of some segments
+    and subtracts, from each offset between two points of a lane, the shortening between them
+    (exact integer sums: the same offsets as the prefix sums of the new durations that `retime`
+    takes). Integer arrays are stored int32 where their values fit (the arithmetic is int64)."""
+    tgt: np.ndarray              # target points, ascending
+    t: np.ndarray                # their recorded times
+    first: np.ndarray            # a lane's first point
+    fixed: np.ndarray            # a first point without any source: stays at its recorded time
+    own_off: np.ndarray          # offset from the lane's previous target (0 at a first point)
+    has_src: np.ndarray          # a cross source other than a barrier's (src_pt, its target ks)
+    src_pt: np.ndarray
+    ks: np.ndarray
+    src_off: np.ndarray          # the source's offset from its target plus the recorded latency
+    occ_of_t: np.ndarray         # barrier departure: its occurrence (-1 otherwise), and latency
+    lat_bw: np.ndarray
+    a_pt: np.ndarray             # arrivals grouped by occurrence (graph.occ_arr_pt), their target and offset
+    ak: np.ndarray
+    aoff: np.ndarray
+    occ_starts: np.ndarray
+    grp_of_t: np.ndarray         # a lane's first point after a previous launch: its group (-1), latency
+    lat_pf: np.ndarray
+    m_pt: np.ndarray             # last points of the previous launch's lanes (graph.prev_member_pt)
+    mk: np.ndarray
+    moff: np.ndarray
+    prev_starts: np.ndarray
+    order: np.ndarray            # targets to solve, in recorded-time order
+    out_pt: np.ndarray           # points whose new time `solve` returns, their target and offset
+    out_k: np.ndarray
+    out_off: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray))
+
+    def solve(self, pts: np.ndarray | None = None, shorter: np.ndarray | None = None) -> np.ndarray:
+        """New times of `out_pt` when the segments ending at points `pts` (ascending, none a
+        lane's first) are `shorter` (ns) than recorded; None: the recorded durations."""
+        if pts is None or len(pts) == 0:
+            def D(x):
+                return np.zeros(len(x), np.int64)
+        else:
+            cum = np.r_[np.int64(0), np.cumsum(shorter, dtype=np.int64)]
+
+            def D(x):                                  # shortening at or before each point
+                return cum[np.searchsorted(pts, x, side="right")]
+        dt = D(self.tgt)
+        nt = len(self.tgt)
+        prev = np.maximum(np.arange(nt) - 1, 0)
+        own = np.where(self.first, 0, self.own_off - (dt - dt[prev]))
+        ks = self.ks.astype(np.int64)
+        src = np.where(self.has_src, self.src_off - (D(self.src_pt) - dt[np.maximum(ks, 0)]), 0)
+        ak, mk = self.ak.astype(np.int64), self.mk.astype(np.int64)
+        aoff = self.aoff - (D(self.a_pt) - dt[ak])
+        moff = self.moff - (D(self.m_pt) - dt[mk])
+        T = _solve(self, own, ks, src, aoff, moff)
+        k = self.out_k.astype(np.int64)
+        return T[k] + (self.out_off - (D(self.out_pt) - dt[k]))
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "i" and a.itemsize > 4 and len(a) and a.min() >= -2**31 and a.max() < 2**31:
+        return a.astype(np.int32)
+    return a
+
+
+def _prepare(g: Graph, d: np.ndarray, iterations=None, out_pt: np.ndarray | None = None):
+    """(RetimeInput of durations d, the target at or before each point, the prefix sums S)."""
+    is_first = np.zeros(g.n_points, bool)
+    is_first[g.lane_first] = True
+    dd = np.where(is_first, 0, d).astype(np.int64)
+    # prefix sums over all points: only differences within a lane are read (a point and the target
+    # at or before it, a lane's first point being one), so they need not restart at each lane
+    S = np.cumsum(dd)
+    del dd
+    is_bw = np.zeros(g.n_points, bool)
+    is_bw[g.bw_end_pt] = True
+    is_pf = np.zeros(g.n_points, bool)
+    is_pf[g.prev_first_pt] = True
+    is_tgt = is_first | (g.src >= 0) | is_bw | is_pf
+    tgt = np.flatnonzero(is_tgt)                          # sorted by point index
+    nt = len(tgt)
+    # the target at or before each point (same lane: a lane's first point is a target), by a
+    # running count of targets (a searchsorted of every point into tgt cost 0.2 s a 2.5 M-event
+    # chunk); at a target, its own number
+    kx = np.cumsum(is_tgt, dtype=np.int64)
+    kx -= 1
+
+    def off(x, k):                                        # value(x) = Tt[k] + off
+        return S[x] - S[tgt[k]]
+
+    first_t = is_first[tgt]
+    own_off = np.where(first_t, 0, off(tgt, np.maximum(np.arange(nt) - 1, 0)))
+    srcp = g.src[tgt]
+    has_src = (srcp >= 0) & ~is_bw[tgt]                  # departures use the occurrence max instead
+    src_pt = np.where(has_src, srcp, 0)
+    ks = np.where(has_src, kx[src_pt], -1)
+    src_off = np.where(has_src, off(src_pt, np.maximum(ks, 0)) + g.lat[tgt], 0)
+    fixed = first_t & (srcp < 0) & ~is_pf[tgt]
+    # barrier occurrences: arrivals as (k, offset) grouped by occurrence
+    occ_of_t = np.full(nt, -1, np.int64)
+    lat_bw = np.zeros(nt, np.int64)
+    occ_of_t[kx[g.bw_end_pt]] = g.bw_occ
+    lat_bw[kx[g.bw_end_pt]] = g.lat[g.bw_end_pt]
+    ak = kx[g.occ_arr_pt]
+    # previous-launch groups: last points of the previous launch's lanes
+    grp_of_t = np.full(nt, -1, np.int64)
+    lat_pf = np.zeros(nt, np.int64)
+    grp_of_t[kx[g.prev_first_pt]] = g.prev_grp
+    lat_pf[kx[g.prev_first_pt]] = g.prev_lat
+    mk = kx[g.prev_member_pt]
+    del is_tgt, is_first, is_bw, is_pf
+
+    order = np.lexsort((tgt, g.pt_t[tgt]))
+    if iterations is not None:
+        it_of_t = g.lane["iteration"].to_numpy()[g.pt_lane[tgt]]
+        order = order[np.isin(it_of_t[order], np.atleast_1d(iterations))]
+    out_pt = np.zeros(0, np.int64) if out_pt is None else out_pt
+    out_k = kx[out_pt]
+    inp = RetimeInput(tgt=tgt, t=g.pt_t[tgt], first=first_t, fixed=fixed, own_off=own_off, has_src=has_src,
+                      src_pt=src_pt, ks=ks, src_off=src_off, occ_of_t=occ_of_t, lat_bw=lat_bw, a_pt=g.occ_arr_pt,
+                      ak=ak, aoff=off(g.occ_arr_pt, ak), occ_starts=g.occ_starts, grp_of_t=grp_of_t, lat_pf=lat_pf,
+                      m_pt=g.prev_member_pt, mk=mk, moff=off(g.prev_member_pt, mk), prev_starts=g.prev_starts,
+                      order=order, out_pt=out_pt, out_k=out_k, out_off=off(out_pt, out_k))
+    return inp, kx, S
+
+
+def retime_input(g: Graph, out_pt: np.ndarray) -> RetimeInput:
+    """The graph's RetimeInput with its recorded durations, answering for the points `out_pt`
+    (integers narrowed: about 50 bytes a target)."""
+    inp, _, _ = _prepare(g, g.d, out_pt=out_pt)
+    for k, v in vars(inp).items():
+        if isinstance(v, np.ndarray):
+            setattr(inp, k, _narrow(v))
+    return inp
 
 
 def retime(g: Graph, d: np.ndarray, iterations=None) -> np.ndarray:
@@ -32,90 +176,53 @@ def retime(g: Graph, d: np.ndarray, iterations=None) -> np.ndarray:
     chains); a window that needs more than WINDOW_SWEEPS sweeps is split in halves.
     iterations: solve only these (d must equal g.d elsewhere; other points keep their times).
     """
-    P = g.n_points
-    if P == 0:
+    if g.n_points == 0:
         return g.pt_t.copy()
+    inp, kx, S = _prepare(g, d, iterations)
+    T = _solve(inp, inp.own_off, inp.ks, inp.src_off, inp.aoff, inp.moff)
+    return T[kx] + S - S[inp.tgt[kx]]
+
+
+def _solve(inp: RetimeInput, own_off, ks, src_off, aoff, moff) -> np.ndarray:
+    """New times of the targets (retime's docstring), the offsets given."""
     NEG = np.iinfo(np.int64).min // 4
-    is_first = np.zeros(P, bool)
-    is_first[g.lane_first] = True
-    dd = np.where(is_first, 0, d).astype(np.int64)
-    S = np.cumsum(dd)
-    S -= S[g.lane_first[g.pt_lane]]                      # prefix sums restart at each lane
-    is_bw = np.zeros(P, bool)
-    is_bw[g.bw_end_pt] = True
-    is_pf = np.zeros(P, bool)
-    is_pf[g.prev_first_pt] = True
-    tgt = np.flatnonzero(is_first | (g.src >= 0) | is_bw | is_pf)   # sorted by point index
-    nt = len(tgt)
-    kpos = np.full(P, -1, np.int64)
-    kpos[tgt] = np.arange(nt)
-    # the target at or before each point (same lane: a lane's first point is a target), by a
-    # running count of targets (a searchsorted of every point into tgt cost 0.2 s a 2.5 M-event chunk)
-    kx = np.cumsum(kpos >= 0)
-    kx -= 1
-
-    def k_of(x):
-        return kx[x]
-
-    def off(x, k):                                        # value(x) = Tt[k] + off
-        return S[x] - S[tgt[k]]
-
-    first_t = is_first[tgt]
-    own_off = np.where(first_t, 0, off(tgt, np.maximum(np.arange(nt) - 1, 0)))
-    srcp = g.src[tgt]
-    has_src = (srcp >= 0) & ~is_bw[tgt]                  # departures use the occurrence max instead
-    ks = np.where(has_src, k_of(np.maximum(srcp, 0)), -1)
-    src_off = np.where(has_src, off(np.maximum(srcp, 0), np.maximum(ks, 0)) + g.lat[tgt], 0)
-    fixed = first_t & (srcp < 0) & ~is_pf[tgt]
-    # barrier occurrences: arrivals as (k, offset) grouped by occurrence
-    occ_of_t = np.full(nt, -1, np.int64)
-    lat_bw = np.zeros(nt, np.int64)
-    occ_of_t[kpos[g.bw_end_pt]] = g.bw_occ
-    lat_bw[kpos[g.bw_end_pt]] = g.lat[g.bw_end_pt]
-    ak = k_of(g.occ_arr_pt)
-    aoff = off(g.occ_arr_pt, ak)
-    # previous-launch groups: last points of the previous launch's lanes
-    grp_of_t = np.full(nt, -1, np.int64)
-    lat_pf = np.zeros(nt, np.int64)
-    grp_of_t[kpos[g.prev_first_pt]] = g.prev_grp
-    lat_pf[kpos[g.prev_first_pt]] = g.prev_lat
-    mk = k_of(g.prev_member_pt)
-    moff = off(g.prev_member_pt, mk)
-
-    order = np.lexsort((tgt, g.pt_t[tgt]))
-    if iterations is not None:
-        it_of_t = g.lane["iteration"].to_numpy()[g.pt_lane[tgt]]
-        order = order[np.isin(it_of_t[order], np.atleast_1d(iterations))]
+    nt = len(inp.tgt)
+    first_t, has_src, fixed = inp.first, inp.has_src, inp.fixed
+    occ_of_t, lat_bw, grp_of_t, lat_pf = inp.occ_of_t, inp.lat_bw, inp.grp_of_t, inp.lat_pf
+    ak, mk, occ_starts, prev_starts = inp.ak, inp.mk, inp.occ_starts, inp.prev_starts
+    order = inp.order
     n_solve = len(order)
-    T = g.pt_t[tgt].copy()
-    fixed_val = g.pt_t[tgt]
+    T = inp.t.astype(np.int64)                           # a copy
+    fixed_val = inp.t
     prev_k = np.maximum(np.arange(nt) - 1, 0)
     bw_any, pf_any = bool(len(ak)), bool(len(mk))
 
-    def evaluate(idx):
-        v = np.where(first_t[idx], NEG, T[prev_k[idx]] + own_off[idx])
-        hs = has_src[idx]
-        v = np.where(hs, np.maximum(v, T[np.maximum(ks[idx], 0)] + src_off[idx]), v)
-        if bw_any:
-            o = occ_of_t[idx]
-            m = o >= 0
-            if m.any():
-                om = np.maximum.reduceat(T[ak] + aoff, g.occ_starts)
-                v[m] = np.maximum(v[m], om[o[m]] + lat_bw[idx[m]])
-        if pf_any:
-            q = grp_of_t[idx]
-            m = q >= 0
-            if m.any():
-                gm = np.maximum.reduceat(T[mk] + moff, g.prev_starts)
-                v[m] = np.maximum(v[m], gm[q[m]] + lat_pf[idx[m]])
-        return np.where(fixed[idx], fixed_val[idx], v)
-
     def solve(lo, hi):
         """Targets order[lo:hi] in time order: everything before lo is final. Jacobi sweeps over
-        the window settle its internal chains; a window whose chains are too long is halved."""
+        the window settle its internal chains; a window whose chains are too long is halved. What
+        a sweep reads of the targets' own arrays is gathered once a window (half the sweep's cost)."""
         idx = order[lo:hi]
+        ft, pk, oo = first_t[idx], prev_k[idx], own_off[idx]
+        hs, ksi, so = has_src[idx], np.maximum(ks[idx], 0), src_off[idx]
+        fx, fv = fixed[idx], fixed_val[idx]
+        mb = occ_of_t[idx] >= 0 if bw_any else None
+        bw = bool(bw_any and mb.any())
+        if bw:
+            ob, lb = occ_of_t[idx[mb]], lat_bw[idx[mb]]
+        mp = grp_of_t[idx] >= 0 if pf_any else None
+        pf = bool(pf_any and mp.any())
+        if pf:
+            qp, lp = grp_of_t[idx[mp]], lat_pf[idx[mp]]
         for _ in range(WINDOW_SWEEPS):
-            v = evaluate(idx)
+            v = np.where(ft, NEG, T[pk] + oo)
+            v = np.where(hs, np.maximum(v, T[ksi] + so), v)
+            if bw:
+                om = np.maximum.reduceat(T[ak] + aoff, occ_starts)
+                v[mb] = np.maximum(v[mb], om[ob] + lb)
+            if pf:
+                gm = np.maximum.reduceat(T[mk] + moff, prev_starts)
+                v[mp] = np.maximum(v[mp], gm[qp] + lp)
+            v = np.where(fx, fv, v)
             if np.array_equal(v, T[idx]):
                 return
             T[idx] = v
@@ -127,4 +234,4 @@ def retime(g: Graph, d: np.ndarray, iterations=None) -> np.ndarray:
 
     for lo in range(0, n_solve, RETIME_WINDOW):
         solve(lo, min(lo + RETIME_WINDOW, n_solve))
-    return T[kx] + S - S[tgt[kx]]
+    return T

@@ -162,7 +162,7 @@ def _waits(g: G.Graph, ext: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
     lane_row = key.get_indexer(pd.MultiIndex.from_arrays([L["rank"].to_numpy(), L["launch"].to_numpy()]))
     lane_row = np.where(L["host"].to_numpy(), -1, lane_row)
     first = g.first_mask()
-    p = np.flatnonzero(np.isin(g.seg_kind, (G.WAIT, G.IDLE, G.BARRIER)) & ~first)
+    p = np.flatnonzero(G.kind_mask(g.seg_kind, (G.WAIT, G.IDLE, G.BARRIER)) & ~first)
     row = lane_row[g.pt_lane[p]]
     p, row = p[row >= 0], row[row >= 0]
     b, e = g.pt_t[p - 1], g.pt_t[p]

@@ -19,9 +19,10 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
-from .critical_path import CriticalPath, critical_path, from_graph, iteration_totals
-from .retime import retime
-from .timemodel import op_latency
+from .critical_path import CriticalPath, critical_path, from_graph
+from .path_walk import _iteration_totals
+from .retime import RetimeInput, _narrow, retime, retime_input
+from .timemodel import op_latency, time_model
 
 SUMMARY_COLUMNS = ["iteration", "before_ns", "after_ns", "change_ns", "change_pct", "local_saving_ns", "absorbed_pct",
                    "path_phase_ns", "op_before_ns", "op_after_ns", "op_change_ns", "op_change_pct"]
@@ -34,21 +35,126 @@ class WhatIf:
     retimed: pd.DataFrame | None     # None when asked for without it (keep_retimed=False)
 
 
-def _target_points(g: G.Graph, phase: str, rank) -> np.ndarray:
-    kernel = None
-    if "/" in phase:
-        kernel, phase = phase.split("/", 1)
-    codes = np.flatnonzero(g.phase_names == phase)
+def _eligible(g: G.Graph) -> np.ndarray:
+    """Points whose incoming segment a what-if can shorten: a phase's work, wait, idle or host
+    time, never a lane's first (the launch pseudo-segment)."""
     P = g.n_points
     is_first = np.zeros(P, bool)
     is_first[g.lane_first[g.lane_first < P]] = True
-    sel = np.isin(g.seg_phase, codes) & ~is_first & np.isin(g.seg_kind, (G.WORK, G.WAIT, G.IDLE, G.HOST))
+    return ~is_first & G.kind_mask(g.seg_kind, (G.WORK, G.WAIT, G.IDLE, G.HOST))
+
+
+def _chosen(phase_names: np.ndarray, lane: pd.DataFrame, phase: str, rank) -> tuple[np.ndarray, np.ndarray]:
+    """(phase codes, per lane: of the kernel and ranks asked for) of `phase` ('kernel/phase')."""
+    kernel = None
+    if "/" in phase:
+        kernel, phase = phase.split("/", 1)
+    codes = np.flatnonzero(phase_names == phase)
+    ok = np.ones(len(lane), bool)
     if kernel is not None:
-        sel &= (g.lane["kernel"].to_numpy() == kernel)[g.pt_lane]
+        ok &= lane["kernel"].to_numpy() == kernel
     if rank is not None:
-        ranks = np.atleast_1d(rank).astype(np.int64)
-        sel &= np.isin(g.lane["rank"].to_numpy()[g.pt_lane], ranks)
-    return np.flatnonzero(sel)
+        ok &= np.isin(lane["rank"].to_numpy(), np.atleast_1d(rank).astype(np.int64))
+    return codes, ok
+
+
+def _target_points(g: G.Graph, phase: str, rank) -> np.ndarray:
+    codes, lane_ok = _chosen(g.phase_names, g.lane, phase, rank)
+    return np.flatnonzero(np.isin(g.seg_phase, codes) & _eligible(g) & lane_ok[g.pt_lane])
+
+
+@dataclass
+class LaneEnds:
+    """The part of a graph that iteration_totals and op_latency read (its lanes' first and last
+    points: here numbered 0..L-1 and L..2L-1), for times given at those points only."""
+    lane: pd.DataFrame
+    n_points: int                # the graph's (0: a graph without points)
+    derived: dict                # {"time_model": the run's time model}
+
+    @property
+    def lane_first(self) -> np.ndarray:
+        return np.arange(len(self.lane))
+
+    @property
+    def lane_last(self) -> np.ndarray:
+        return np.arange(len(self.lane), 2 * len(self.lane))
+
+
+@dataclass
+class WhatIfInput:
+    """What the what-if summary of one graph needs, kept without the graph (chunked.py keeps one
+    per chunk for the idle page's balancing what-if; 61 MB for a 2.5 M-event chunk of 2.4 M
+    points): its re-timing input (answering for the lanes' ends), the lanes, and the segments a
+    what-if can shorten (point, duration, phase, lane)."""
+    retime: RetimeInput
+    ends: LaneEnds
+    lane_t: np.ndarray           # recorded times at the lanes' first then last points
+    phase_names: np.ndarray
+    seg_pt: np.ndarray
+    seg_d: np.ndarray
+    seg_phase: np.ndarray
+    seg_lane: np.ndarray
+
+    @classmethod
+    def from_graph(cls, g: G.Graph, time_model) -> "WhatIfInput":
+        out = np.concatenate([g.lane_first, g.lane_last]) if g.n_points else np.zeros(0, np.int64)
+        el = np.flatnonzero(_eligible(g) & (g.seg_phase >= 0))
+        return cls(retime=retime_input(g, out), ends=LaneEnds(g.lane, g.n_points, {"time_model": time_model}),
+                   lane_t=g.pt_t[out], phase_names=g.phase_names, seg_pt=_narrow(el), seg_d=_narrow(g.d[el]),
+                   seg_phase=_narrow(g.seg_phase[el].astype(np.int64)), seg_lane=_narrow(g.pt_lane[el]))
+
+    @property
+    def nbytes(self) -> int:
+        return self.retime.nbytes + sum(a.nbytes for a in (self.lane_t, self.seg_pt, self.seg_d, self.seg_phase,
+                                                           self.seg_lane))
+
+    def summary(self, *, phase: str, speedup: float, rank, path: CriticalPath) -> pd.DataFrame:
+        """what_if(...).summary of the graph this was made from (its iterations all re-timed)."""
+        if not speedup < 1:
+            raise ValueError(f"what_if: speedup must be < 1 (a fraction of the phase's time), got {speedup}")
+        codes, lane_ok = _chosen(self.phase_names, self.ends.lane, phase, rank)
+        sel = np.flatnonzero(np.isin(self.seg_phase, codes) & lane_ok[self.seg_lane])
+        d = self.seg_d[sel].astype(np.int64)
+        shorter = d - np.round(d * (1.0 - speedup)).astype(np.int64)
+        after = self.retime.solve(self.seg_pt[sel].astype(np.int64), shorter)
+        return _summary(self.ends, self.lane_t, after, self.seg_lane[sel].astype(np.int64), shorter,
+                        path, phase, rank, None)
+
+
+def _summary(ends: LaneEnds, before_t: np.ndarray, after_t: np.ndarray, tgt_lane: np.ndarray, shorter: np.ndarray,
+             cp: CriticalPath, phase: str, rank, iteration) -> pd.DataFrame:
+    """The what-if's summary (columns SUMMARY_COLUMNS) from the times of the lanes' ends before and
+    after, and the shortened segments' lanes and shortening."""
+    before = _iteration_totals(ends, before_t)
+    after = _iteration_totals(ends, after_t).set_index("iteration")["total_ns"]
+    # local saving: what the chosen phase's shortening removes from one warp's own timeline (the
+    # largest over warps of a launch), i.e. how much sooner the rank would finish on its own;
+    # summing over warps that run in parallel would overstate it
+    # (kernels of a rank run one after another: per rank, the launches' savings add up)
+    lanes = ends.lane.iloc[tgt_lane]
+    per_lane = pd.DataFrame({"it": lanes["iteration"].to_numpy(), "rank": lanes["rank"].to_numpy(),
+                             "launch": lanes["launch"].to_numpy(), "lane": tgt_lane, "s": shorter})
+    saving = (per_lane.groupby(["it", "rank", "launch", "lane"])["s"].sum()
+              .groupby(level=[0, 1, 2]).max().groupby(level=[0, 1]).sum().groupby(level=0).max())
+    s = before[["iteration", "total_ns"]].rename(columns={"total_ns": "before_ns"})
+    s["after_ns"] = after.reindex(s["iteration"]).to_numpy().astype(np.int64)
+    s["change_ns"] = s["after_ns"] - s["before_ns"]
+    s["change_pct"] = np.where(s["before_ns"] > 0, 100.0 * s["change_ns"] / s["before_ns"].where(s["before_ns"] > 0, 1), 0.0)
+    s["local_saving_ns"] = saving.reindex(s["iteration"]).fillna(0).to_numpy().astype(np.int64)
+    ls = s["local_saving_ns"].to_numpy().astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s["absorbed_pct"] = np.where(ls != 0, 100.0 * (1.0 - (-s["change_ns"].to_numpy()) / ls), np.nan)
+    # the op's own time (profiler.analysis.timemodel: op latency after entry), recorded and re-timed:
+    # the quantity the idle page's "costs the op" and Compare's kernel rows state
+    ob = op_latency(ends, before_t).set_index("iteration")["op_latency_ns"].reindex(s["iteration"]).to_numpy(float)
+    oa = op_latency(ends, after_t).set_index("iteration")["op_latency_ns"].reindex(s["iteration"]).to_numpy(float)
+    s["op_before_ns"], s["op_after_ns"], s["op_change_ns"] = ob, oa, oa - ob
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s["op_change_pct"] = np.where(ob > 0, 100.0 * (oa - ob) / ob, np.nan)
+    if iteration is not None:
+        s = s[s["iteration"].isin(np.atleast_1d(iteration))]
+    s["path_phase_ns"] = _path_phase_time(cp, phase, rank).reindex(s["iteration"]).fillna(0).to_numpy().astype(np.int64)
+    return s[SUMMARY_COLUMNS].reset_index(drop=True)
 
 
 def _path_phase_time(cp: CriticalPath, phase: str, rank) -> pd.Series:
@@ -104,35 +210,6 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
         retimed["begin_ns"] = T[g.row_pb]
         retimed["end_ns"] = T[g.row_pe]
 
-    before = iteration_totals(g)
-    it_of_pt = g.lane["iteration"].to_numpy()[g.pt_lane]
-    after = iteration_totals(g, T).set_index("iteration")["total_ns"]
-    # local saving: what the chosen phase's shortening removes from one warp's own timeline (the
-    # largest over warps of a launch), i.e. how much sooner the rank would finish on its own;
-    # summing over warps that run in parallel would overstate it
-    # (kernels of a rank run one after another: per rank, the launches' savings add up)
-    lanes = g.lane.iloc[g.pt_lane[tgt]]
-    per_lane = pd.DataFrame({"it": it_of_pt[tgt], "rank": lanes["rank"].to_numpy(), "launch": lanes["launch"].to_numpy(),
-                             "lane": g.pt_lane[tgt], "s": g.d[tgt] - d_new[tgt]})
-    saving = (per_lane.groupby(["it", "rank", "launch", "lane"])["s"].sum()
-              .groupby(level=[0, 1, 2]).max().groupby(level=[0, 1]).sum().groupby(level=0).max())
-    s = before[["iteration", "total_ns"]].rename(columns={"total_ns": "before_ns"})
-    s["after_ns"] = after.reindex(s["iteration"]).to_numpy().astype(np.int64)
-    s["change_ns"] = s["after_ns"] - s["before_ns"]
-    s["change_pct"] = np.where(s["before_ns"] > 0, 100.0 * s["change_ns"] / s["before_ns"].where(s["before_ns"] > 0, 1), 0.0)
-    s["local_saving_ns"] = saving.reindex(s["iteration"]).fillna(0).to_numpy().astype(np.int64)
-    ls = s["local_saving_ns"].to_numpy().astype(float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        s["absorbed_pct"] = np.where(ls != 0, 100.0 * (1.0 - (-s["change_ns"].to_numpy()) / ls), np.nan)
-    # the op's own time (profiler.analysis.timemodel: op latency after entry), recorded and re-timed:
-    # the quantity the idle page's "costs the op" and Compare's kernel rows state
-    ob = op_latency(g, g.pt_t).set_index("iteration")["op_latency_ns"].reindex(s["iteration"]).to_numpy(float)
-    oa = op_latency(g, T).set_index("iteration")["op_latency_ns"].reindex(s["iteration"]).to_numpy(float)
-    s["op_before_ns"], s["op_after_ns"], s["op_change_ns"] = ob, oa, oa - ob
-    with np.errstate(divide="ignore", invalid="ignore"):
-        s["op_change_pct"] = np.where(ob > 0, 100.0 * (oa - ob) / ob, np.nan)
-    if iteration is not None:
-        s = s[s["iteration"].isin(np.atleast_1d(iteration))]
     # iterations are independent in the graph: the new path of some needs only their rows
     if new_path:
         sub = retimed if iteration is None else retimed[retimed["iteration"].isin(np.atleast_1d(iteration))]
@@ -141,8 +218,10 @@ def what_if(events: pd.DataFrame, *, phase: str, speedup: float, rank=None, iter
     else:
         new_path = None
     cp = from_graph(g, iteration, verdict=False) if path is None else path
-    s["path_phase_ns"] = _path_phase_time(cp, phase, rank).reindex(s["iteration"]).fillna(0).to_numpy().astype(np.int64)
-    return WhatIf(summary=s[SUMMARY_COLUMNS].reset_index(drop=True), new_path=new_path, retimed=retimed)
+    ends = LaneEnds(g.lane, g.n_points, {"time_model": time_model(g)})
+    lf_ll = np.concatenate([g.lane_first, g.lane_last]) if g.n_points else np.zeros(0, np.int64)
+    s = _summary(ends, g.pt_t[lf_ll], T[lf_ll], g.pt_lane[tgt], g.d[tgt] - d_new[tgt], cp, phase, rank, iteration)
+    return WhatIf(summary=s, new_path=new_path, retimed=retimed)
 
 
 BOUND_COLUMNS = ["iteration", "path_phase_ns", "max_saving_ns"]

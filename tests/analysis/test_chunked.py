@@ -113,13 +113,19 @@ def test_epscope_analyze_of_a_big_run_reads_it_in_chunks_and_stores_the_same_sum
     assert read == [1]
 
 
-def test_what_if_over_chunks_equals_the_whole_table_what_if():
+@pytest.mark.parametrize("keep_ratio,kept", [(chunked.WHAT_IF_KEEP_RATIO, None), (0.0, 5), (np.inf, 0)])
+def test_what_if_over_chunks_equals_the_whole_table_what_if(keep_ratio, kept, monkeypatch):
+    """Chunks re-timed from the inputs kept in the first pass, read and built again (none kept),
+    or as the run's ratios decide: the same summary as the whole table's what-if."""
     from profiler.analysis.whatif import what_if
+    monkeypatch.setattr(chunked, "WHAT_IF_KEEP_RATIO", keep_ratio)
     ev, la, man = make_events(ranks=4, events=60_000, scenario="slow_rank", iterations=5, seed=3)
     reg = man["registry"]
     res = chunked.analyze(ev, registry=reg, launches=la, max_events=1)
     assert res.chunks == 5
     s = res.critical.graph
+    if kept is not None:
+        assert sum(w is not None for w in s.what_if_inputs) == kept
     phase = next(p for p in ("dispatch/send_chunk", "combine/send_chunk") if p.split("/")[1] in s.derived["phase_names"])
     for rank in (None, 3):
         whole = what_if(ev, phase=phase, speedup=0.3, rank=rank, registry=reg, launches=la, new_path=False,

@@ -160,6 +160,24 @@ def test_retime_matches_the_reference_solution(speedup, seed, monkeypatch):
     np.testing.assert_array_equal(RT.retime(g, d), _reference_retime(g, d))
 
 
+@pytest.mark.parametrize("speedup,seed", [(0.3, 0), (0.6, 1), (-0.4, 2)])
+def test_retime_input_solves_as_retime_of_the_graph(speedup, seed):
+    """RetimeInput (kept without the graph, offsets corrected by the shortening between two
+    points) gives retime's times at the points it answers for."""
+    from profiler.synthetic import make_events
+    ev, _, man = make_events(ranks=3, blocks=2, chunks=4, iterations=2, scenario="slow_rank", seed=seed)
+    g = G.build(ev, man["registry"])
+    rng = np.random.default_rng(seed)
+    out = np.unique(np.r_[g.lane_first, g.lane_last, rng.integers(0, g.n_points, 50)])
+    inp = RT.retime_input(g, out)
+    np.testing.assert_array_equal(inp.solve(), g.pt_t[out])
+    first = g.first_mask()
+    pick = np.flatnonzero((rng.random(g.n_points) < 0.5) & ~first)
+    d = g.d.copy()
+    d[pick] = np.round(d[pick] * (1 - speedup)).astype(np.int64)
+    np.testing.assert_array_equal(inp.solve(pick, g.d[pick] - d[pick]), RT.retime(g, d)[out])
+
+
 def test_graph_cache_follows_the_table_lifetime():
     import gc
     ev = table([span(0, 0, 0, "copy_out", 0, 10)])

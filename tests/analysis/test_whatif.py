@@ -137,3 +137,21 @@ def test_the_instant_bound_is_never_below_the_exact_saving(scenario, rank):
         saving = -w["change_ns"].reindex(b.index).to_numpy()
         assert (saving <= b["max_saving_ns"].to_numpy() + 1).all(), (phase, saving, b["max_saving_ns"].to_numpy())
         np.testing.assert_array_equal(b["path_phase_ns"].to_numpy(), w["path_phase_ns"].reindex(b.index).to_numpy())
+
+
+@pytest.mark.parametrize("scenario,rank", [("slow_rank", 3), ("late_arriver", None)])
+def test_what_if_input_kept_without_the_graph_gives_the_graphs_summary(scenario, rank):
+    """whatif.WhatIfInput (what chunked.py keeps a chunk instead of the graph) answers as what_if
+    on the graph, for several phases and speedups (a negative one: slower)."""
+    from profiler.analysis.timemodel import time_model
+    from profiler.analysis.whatif import WhatIfInput
+    ev, la, man = make_events(ranks=4, events=40_000, scenario=scenario, iterations=3, seed=5)
+    reg = man["registry"]
+    cp = critical_path(ev, registry=reg, launches=la)
+    g = cp.graph
+    inp = WhatIfInput.from_graph(g, time_model(g))
+    for phase, s in (("send_chunk", 0.3), ("dispatch/copy_out", 0.5), ("wait_data", 0.9), ("combine/send_chunk", -0.4)):
+        w = what_if(ev, phase=phase, speedup=s, rank=rank, registry=reg, launches=la, graph=g, new_path=False,
+                    keep_retimed=False, path=cp).summary
+        got = inp.summary(phase=phase, speedup=s, rank=rank, path=cp)
+        assert got.equals(w), (phase, s)
