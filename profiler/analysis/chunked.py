@@ -47,6 +47,7 @@ from . import imbalance as IM
 from . import path_verdict as PV
 from . import rendezvous as RV
 from . import timemodel as TM
+from . import timeline_overview as TLO
 from . import timeouts
 from . import unfinished
 from .semantics import semantics
@@ -117,6 +118,7 @@ class Results:
     chunks: int                       # how many chunks the run was analysed in
     largest_chunk: int                # events in the largest
     compare: object = None            # compare.RunInputs (no name, no manifest): what Compare reads of the run
+    timeline: object = None           # timeline_overview.Overview: what the viewer's timeline draws zoomed out
 
 
 # -- chunking ----------------------------------------------------------------------------------
@@ -262,6 +264,7 @@ def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=No
 def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
     sem = semantics(registry)
     per, largest, la_parts, g = [], 0, [], None
+    tl = TLO.Builder()                    # the timeline's overview, from each chunk's closed table
     for item in chunks():
         ev, la = _split(item)
         del item
@@ -273,6 +276,7 @@ def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
         g = None
         g = _graph(ev, sem, launches if la is None else la, ranks)
         per.append(_tables(g, ev.index.to_numpy()))
+        tl.add(g.table_ref)
         del ev
     if not per:
         raise ValueError("analyze_chunks: no chunks")
@@ -289,7 +293,7 @@ def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
     bar = B.from_graph(s)
     cmp = CMP.inputs_from(tm=s.derived["time_model"], cp=cp, parts=[p["compare"] for p in per], sem=sem)
     return Results(critical=cp, idle=idle, barriers=bar, time_model=s.derived["time_model"], chunks=len(per),
-                   largest_chunk=largest, compare=cmp)
+                   largest_chunk=largest, compare=cmp, timeline=tl.finish())
 
 
 def analyze(events: pd.DataFrame, *, registry=None, launches=None, max_events: int = MAX_EVENTS) -> Results:
