@@ -95,26 +95,35 @@ def _event_reader(run: LoadedRun) -> tuple[EventReader, threading.Lock]:
     return run.cached("event_reader", lambda: (EventReader(run.run), threading.Lock()))
 
 
-def timeline_window(run: LoadedRun, iterations, ranks) -> timeline_logic.TimelineIndex:
-    """The timeline index of the events of some iterations of some ranks (their row groups only),
-    unfinished waits closed as the whole table's are (a launch's events are all in its rank's
-    iteration), numbered as the run's index. Kept in the catalog's bounded parameter cache."""
-    key = ("timeline_window", tuple(int(i) for i in iterations), tuple(int(r) for r in ranks))
+# the event columns the timeline's index reads (profiler.schema.COLUMNS less launch, kernel, sm, iteration)
+_TIMELINE_COLUMNS = ["rank", "block", "warp", "role", "kind", "phase", "begin_ns", "end_ns", "payload", "open"]
 
+
+def _window_events(run: LoadedRun, iterations: tuple, ranks: tuple) -> pd.DataFrame:
+    """The events of some iterations of some ranks (their row groups only), unfinished waits closed
+    as the whole table's are (a launch's events are all in its rank's iteration); kept in the
+    catalog's bounded parameter cache, so the next zoom inside them reads nothing."""
     def build():
         reader, lock = _event_reader(run)
         with lock:
-            ev = reader.read(iterations=key[1], ranks=key[2])
-        wix = timeline_logic.build_index(unfinished.close(ev, run.launches), run.manifest)
-        del ev
-        return timeline_logic.conform(wix, timeline_index(run))
-    return run.cached(key, build)
+            ev = reader.read(iterations=iterations, ranks=ranks)
+        return unfinished.close(ev, run.launches)[_TIMELINE_COLUMNS]
+    return run.cached(("timeline_events", iterations, ranks), build)
+
+
+def timeline_window(run: LoadedRun, iterations, ranks, t0: float, t1: float) -> timeline_logic.TimelineIndex:
+    """The timeline index of the events of [t0, t1] of some iterations of some ranks, numbered as
+    the run's index (a window's index holds its own events only: building it costs what is on
+    screen, not the iteration's 2.5 M events of a 10 M-event run)."""
+    ev = _window_events(run, tuple(int(i) for i in iterations), tuple(int(r) for r in ranks))
+    m = (ev["end_ns"].to_numpy() >= t0) & (ev["begin_ns"].to_numpy() <= t1)
+    return timeline_logic.conform(timeline_logic.build_index(ev[m], run.manifest), timeline_index(run))
 
 
 def timeline_view(run: LoadedRun, level: str, ranks, blocks, t0, t1) -> timeline_logic.View:
     """The timeline's view of a window (what the page draws), from whichever index the run has."""
     return timeline_logic.compute_view(timeline_index(run), level, ranks, blocks, t0, t1,
-                                       read=lambda its, rks: timeline_window(run, its, rks))
+                                       read=lambda its, rks, a, b: timeline_window(run, its, rks, a, b))
 
 
 # Every analysis of a run is given the same table, registry and launch table, so they share one

@@ -53,9 +53,10 @@ def _pair(events, manifest):
     rks = events["rank"].to_numpy()
     reads = []
 
-    def read(iterations, ranks):
+    def read(iterations, ranks, t0, t1):
         reads.append((list(map(int, iterations)), list(map(int, ranks))))
         m = np.isin(its, iterations) & np.isin(rks, ranks)
+        m &= (events["end_ns"].to_numpy() >= t0) & (events["begin_ns"].to_numpy() <= t1)
         return L.conform(L.build_index(events[m], manifest), oix)
     return full, oix, read, reads
 
@@ -180,7 +181,7 @@ def test_a_big_run_with_stored_results_draws_its_timeline_without_reading_its_ev
     e = ext[(ext["iteration"] == 3) & (ext["rank"] == 2)].iloc[0]
     t0 = (int(e["begin_ns"]) + int(e["end_ns"])) / 2
     got = analyses.timeline_view(run, "block", [2], (0, 1), t0, t0 + 5_000)
-    assert not run.events_read and run.has(("timeline_window", (3,), (2,)))
+    assert not run.events_read and run.has(("timeline_events", (3,), (2,)))
     full = L.build_index(analyses.events(run), run.manifest)
     assert_views_equal(got, L.compute_view(full, "block", [2], (0, 1), t0, t0 + 5_000))
 
