@@ -11,8 +11,9 @@ row groups of a narrow window (profiler.runreader.EventReader):
   - `tiles`: one per iteration, over the time its events cover (all ranks). Each tile holds busy
     time per (group, phase, bin) at two resolutions: `fine` per (rank, host) group at
     `tiles.bins` bins (the rank rows the page opens on), `coarse` per (rank, block) group at
-    `tiles.bins // BLOCK_DIV` bins (the block rows of a drill-down). Busy time is in units of a
-    bin's width (1.0: one lane busy the whole bin), exactly binned_busy's.
+    `tiles.coarse_bins` bins (the block rows of a drill-down: one rank's events a bin, so a
+    tenth of the fine bins' at 8 ranks). Busy time is in units of a bin's width (1.0: one lane
+    busy the whole bin), exactly binned_busy's.
   - `extents`: per (rank, iteration) its time span, events, spans and unfinished spans: which row
     groups a window needs, and how many events reading them costs.
   - `lanes`: every (rank, block, warp) lane and its role (host events: block = warp = -1).
@@ -20,8 +21,8 @@ row groups of a narrow window (profiler.runreader.EventReader):
     phase's colour), in the order the viewer's full index numbers them.
 
 Bins per tile follow the iteration's events (BIN_EVENTS events a bin, clamped to
-[MIN_BINS, MAX_BINS]): the tiles resolve a window down to about one iteration, below which a read
-costs one iteration's row groups anyway. Pure: numpy and pandas, no viewer imports.
+[MIN_BINS, MAX_BINS]; coarse bins the same of one rank's share of them): the tiles resolve a
+window down to about one iteration, below which a read costs one iteration's row groups anyway. Pure: numpy and pandas, no viewer imports.
 """
 from __future__ import annotations
 
@@ -32,11 +33,11 @@ import pandas as pd
 
 # Events a fine bin covers at most. 100 M events in 100 iterations (1 M each): 512 bins a tile, 16
 # (rank, host) rows x 7 phases x 512 x 100 tiles = 5.7 M cells (23 MB); the page draws 320 bins,
-# so tiles alone serve any window of 0.6 iteration or more.
+# so tiles alone serve any window of 0.6 iteration or more. Coarse (per block) bins: one rank's
+# 125 k events / 2000 -> 64 bins, 136 groups x 7 x 64 x 100 = 6.1 M cells (24 MB).
 BIN_EVENTS = 2000
 MIN_BINS = 64
 MAX_BINS = 4096
-BLOCK_DIV = 16          # coarse (per block) bins = fine bins / 16: 144 groups x 7 x 32 x 100 = 3.2 M cells at 100 M
 
 
 def binned_busy(begin: np.ndarray, end: np.ndarray, key: np.ndarray, n_keys: int,
@@ -79,8 +80,7 @@ def binned_busy(begin: np.ndarray, end: np.ndarray, key: np.ndarray, n_keys: int
 
 
 def tile_bins(events: int) -> int:
-    """Fine bins of a tile of `events` events: a power of two near events / BIN_EVENTS, a multiple
-    of BLOCK_DIV."""
+    """Bins of a tile of `events` events: a power of two near events / BIN_EVENTS."""
     want = max(events / BIN_EVENTS, 1.0)
     return int(min(MAX_BINS, max(MIN_BINS, 2 ** int(np.ceil(np.log2(want))))))
 
@@ -132,8 +132,8 @@ class Overview:
     """A run's timeline overview (module docstring). Tables, all sorted as described:
     lanes (rank, block, warp, role) by lane; groups (rank, block) by group, block -1 the rank's host
     group; extents (rank, iteration, begin_ns, end_ns, events, spans, open) by (iteration, rank);
-    tiles (iteration, begin_ns, end_ns, bins) by iteration. fine[i]: float32 [rank groups, phases,
-    tiles.bins[i]]; coarse[i]: float32 [groups, phases, tiles.bins[i] // BLOCK_DIV]."""
+    tiles (iteration, begin_ns, end_ns, bins, coarse_bins) by iteration. fine[i]: float32 [rank
+    groups, phases, tiles.bins[i]]; coarse[i]: float32 [groups, phases, tiles.coarse_bins[i]]."""
     t_min: int
     t_max: int
     phases: tuple
@@ -162,7 +162,7 @@ class Overview:
         sharp as the events'; above, the tiles smear it). level: "rank" (rank_groups rows, the fine
         grids) or "block" (groups rows, the coarse grids). Within a tile bin, time is spread
         evenly (a linear cumulative sum)."""
-        grids, div = (self.fine, 1) if level == "rank" else (self.coarse, BLOCK_DIV)
+        grids = self.fine if level == "rank" else self.coarse
         n_g = len(self.rank_groups) if level == "rank" else len(self.groups)
         out = np.zeros((n_g, len(self.phases), bins), dtype=np.float64)
         width = (t1 - t0) / bins
@@ -246,12 +246,14 @@ class Builder:
             ph = np.searchsorted(used, a.phase[s])
             grid = binned_busy(begin[s], end[s], g_of.reshape(-1) * used.size + ph, ug.size * used.size,
                                float(t0), float(max(t1, t0 + 1)), nb).reshape(ug.size, used.size, nb)
-            # kept per tile: the (rank, host) sums at full resolution and the groups' at 1/BLOCK_DIV
-            # (a [groups, phases, bins] grid a tile held 390 MB at 100 M events, these 35 MB)
+            # kept per tile: the (rank, host) sums at full resolution and the groups' at one rank's
+            # share (a [groups, phases, bins] grid a tile held 390 MB at 100 M events, these 50 MB)
             rg, rg_of = np.unique((ug >> 32) * 2 + ((ug & 0xFFFFFFFF) == 0), return_inverse=True)
             fine = np.zeros((rg.size, used.size, nb), dtype=np.float64)
             np.add.at(fine, rg_of.reshape(-1), grid)
-            coarse = grid.reshape(ug.size, used.size, nb // BLOCK_DIV, BLOCK_DIV).mean(axis=3)
+            n_ranks = np.unique(a.rank[rows]).size
+            nc = min(nb, tile_bins(rows.size // max(n_ranks, 1)))      # both powers of two: nc divides nb
+            coarse = grid.reshape(ug.size, used.size, nc, nb // nc).mean(axis=3)
             self._tiles.append((int(iteration), t0, t1, nb, ug, rg, used, fine.astype(np.float32),
                                 coarse.astype(np.float32)))
 
@@ -276,12 +278,12 @@ class Builder:
             p = np.searchsorted(keep, used)
             full_f = np.zeros((urg.size, keep.size, nb), dtype=np.float32)
             full_f[np.ix_(np.searchsorted(urg, rg), p)] = f
-            full_c = np.zeros((all_g.size, keep.size, nb // BLOCK_DIV), dtype=np.float32)
+            full_c = np.zeros((all_g.size, keep.size, c.shape[2]), dtype=np.float32)
             full_c[np.ix_(np.searchsorted(all_g, ug), p)] = c
             fine.append(full_f)
             coarse.append(full_c)
-            tiles.append((it, t0, t1, nb))
-        tiles = pd.DataFrame(tiles, columns=["iteration", "begin_ns", "end_ns", "bins"]).astype(np.int64)
+            tiles.append((it, t0, t1, nb, c.shape[2]))
+        tiles = pd.DataFrame(tiles, columns=["iteration", "begin_ns", "end_ns", "bins", "coarse_bins"]).astype(np.int64)
         return Overview(
             t_min=int(extents["begin_ns"].min()), t_max=int(extents["end_ns"].max()), phases=phases,
             lanes=lanes, groups=pd.DataFrame({"rank": g_rank.astype(np.int64), "block": g_block.astype(np.int64)}),
@@ -299,8 +301,7 @@ def overview(events: pd.DataFrame) -> Overview:
 def to_stored(ov: Overview) -> tuple[dict, dict[str, pd.DataFrame]]:
     """(meta: JSON-able, tables: name -> DataFrame). The grids go as one float32 column each,
     tile after tile, in C order; their shapes follow from the tables."""
-    meta = {"t_min": int(ov.t_min), "t_max": int(ov.t_max), "phases": [str(p) for p in ov.phases],
-            "block_div": BLOCK_DIV}
+    meta = {"t_min": int(ov.t_min), "t_max": int(ov.t_max), "phases": [str(p) for p in ov.phases]}
     flat = lambda arrs: pd.DataFrame({"busy": np.concatenate([a.reshape(-1) for a in arrs]) if arrs
                                       else np.zeros(0, np.float32)})
     return meta, {"lanes": ov.lanes, "groups": ov.groups, "extents": ov.extents, "tiles": ov.tiles,
@@ -310,7 +311,7 @@ def to_stored(ov: Overview) -> tuple[dict, dict[str, pd.DataFrame]]:
 TABLES = ("lanes", "groups", "extents", "tiles", "fine", "coarse")
 _COLUMNS = {"lanes": ("rank", "block", "warp", "role"), "groups": ("rank", "block"),
             "extents": ("iteration", "rank", "begin_ns", "end_ns", "events", "spans", "open"),
-            "tiles": ("iteration", "begin_ns", "end_ns", "bins"), "fine": ("busy",), "coarse": ("busy",)}
+            "tiles": ("iteration", "begin_ns", "end_ns", "bins", "coarse_bins"), "fine": ("busy",), "coarse": ("busy",)}
 
 
 def from_stored(meta: dict, tables: dict[str, pd.DataFrame]) -> Overview:
@@ -318,17 +319,16 @@ def from_stored(meta: dict, tables: dict[str, pd.DataFrame]) -> Overview:
     def need(cond, what):
         if not cond:
             raise ValueError(f"timeline overview: {what}")
-    need(isinstance(meta, dict) and set(meta) == {"t_min", "t_max", "phases", "block_div"}, "meta fields")
-    need(all(isinstance(meta[k], int) and not isinstance(meta[k], bool) for k in ("t_min", "t_max", "block_div")),
-         "meta types")
-    need(meta["block_div"] == BLOCK_DIV, "block_div")
+    need(isinstance(meta, dict) and set(meta) == {"t_min", "t_max", "phases"}, "meta fields")
+    need(all(isinstance(meta[k], int) and not isinstance(meta[k], bool) for k in ("t_min", "t_max")), "meta types")
     need(isinstance(meta["phases"], list) and all(isinstance(p, str) for p in meta["phases"]), "phases")
     need(set(tables) == set(TABLES), "tables")
     for k, cols in _COLUMNS.items():
         need(tuple(tables[k].columns) == cols, f"{k}: columns")
     tiles = tables["tiles"]
     nb = tiles["bins"].to_numpy(np.int64)
-    need(bool(np.all(nb >= BLOCK_DIV)) and bool(np.all(nb % BLOCK_DIV == 0)), "tile bins")
+    nc = tiles["coarse_bins"].to_numpy(np.int64)
+    need(bool(np.all(nc >= 1)) and bool(np.all(nb % np.maximum(nc, 1) == 0)), "tile bins")
     n_ph = len(meta["phases"])
     groups = tables["groups"]
     n_g = len(groups)
@@ -336,12 +336,11 @@ def from_stored(meta: dict, tables: dict[str, pd.DataFrame]) -> Overview:
     fine_flat = tables["fine"]["busy"].to_numpy(np.float32)
     coarse_flat = tables["coarse"]["busy"].to_numpy(np.float32)
     need(fine_flat.size == int(nb.sum()) * n_rg * n_ph, "fine grid size")
-    need(coarse_flat.size == int((nb // BLOCK_DIV).sum()) * n_g * n_ph, "coarse grid size")
+    need(coarse_flat.size == int(nc.sum()) * n_g * n_ph, "coarse grid size")
     fine, coarse, a, b = [], [], 0, 0
-    for n in nb:
+    for n, m in zip(nb, nc):
         fine.append(fine_flat[a:a + n_rg * n_ph * n].reshape(n_rg, n_ph, n))
         a += n_rg * n_ph * n
-        m = n // BLOCK_DIV
         coarse.append(coarse_flat[b:b + n_g * n_ph * m].reshape(n_g, n_ph, m))
         b += n_g * n_ph * m
     return Overview(t_min=meta["t_min"], t_max=meta["t_max"], phases=tuple(meta["phases"]), lanes=tables["lanes"],

@@ -68,9 +68,10 @@ def test_each_tile_is_its_iterations_exact_busy_time(multi):
     rg = ov.rank_groups
     for i in range(len(ov.tiles)):
         want = _reference_tile(multi, ov, i)
-        nb = int(ov.tiles["bins"].iloc[i])
-        np.testing.assert_allclose(ov.coarse[i], want.reshape(len(ov.groups), len(ov.phases), nb // TO.BLOCK_DIV,
-                                                              TO.BLOCK_DIV).mean(axis=3), rtol=1e-5, atol=1e-4)
+        nb, nc = int(ov.tiles["bins"].iloc[i]), int(ov.tiles["coarse_bins"].iloc[i])
+        assert nc == min(nb, TO.tile_bins(int(ov.extents["events"][ov.extents["iteration"] == i].mean())))
+        np.testing.assert_allclose(ov.coarse[i], want.reshape(len(ov.groups), len(ov.phases), nc, nb // nc).mean(axis=3),
+                                   rtol=1e-5, atol=1e-4)
         for k, (r, h) in enumerate(zip(rg["rank"], rg["host"])):
             m = (ov.groups["rank"].to_numpy() == r) & ((ov.groups["block"].to_numpy() < 0) == h)
             np.testing.assert_allclose(ov.fine[i][k], want[m].sum(axis=0), rtol=1e-5, atol=1e-4)
@@ -108,7 +109,7 @@ def test_tile_bins_follow_the_iterations_events():
     assert TO.tile_bins(10) == TO.MIN_BINS
     assert TO.tile_bins(1_000_000) == 512          # 100 M events in 100 iterations
     assert TO.tile_bins(10 ** 9) == TO.MAX_BINS
-    assert all(TO.tile_bins(n) % TO.BLOCK_DIV == 0 for n in (1, 5_000, 300_000, 2_500_000))
+    assert all(TO.tile_bins(n) & (TO.tile_bins(n) - 1) == 0 for n in (1, 5_000, 300_000, 2_500_000))   # powers of 2
 
 
 def test_the_chunked_analyses_carry_the_overview_of_their_closed_tables():

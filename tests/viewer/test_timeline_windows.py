@@ -131,7 +131,7 @@ def test_the_tiles_at_their_own_resolution_are_the_exact_busy_time(multi):
     ov = oix.overview
     t = ov.tiles.iloc[1]
     t0, t1, nb = float(t["begin_ns"]), float(t["end_ns"]), int(t["bins"])
-    for level, (tile_level, bins) in {"rank": ("rank", nb), "block": ("block", nb // TO.BLOCK_DIV)}.items():
+    for level, (tile_level, bins) in {"rank": ("rank", nb), "block": ("block", int(t["coarse_bins"]))}.items():
         rows = L.make_rows(full, level)
         got, worst = L._from_tiles(oix, tile_level, rows, t0, t1, bins)
         assert worst == pytest.approx(1.0)
