@@ -2,7 +2,7 @@
 synthetic 10-million-event run of 8 ranks (issue 14's targets).
 
     python benchmarks/bench_browser.py [--run RUN_DIR] [--repeat 5] [--app-root DIR] [--out FILE]
-        [--skip-cold] [--skip-warm] [--sections switches,zooms,drill,whatif]
+        [--skip-cold] [--skip-warm] [--sections switches,drags,deepdrags,zooms,drill,whatif]
 
 Debian's /usr/bin/chromium through Playwright's Python API (never a downloaded browser). Measures:
   * cold: each page's first visit in a fresh server process (a new `viewer.app.serve` per sample),
@@ -12,7 +12,8 @@ Debian's /usr/bin/chromium through Playwright's Python API (never a downloaded b
   * warm (one server, the run's analyses computed): page switches by clicking the navigation
     links; timeline zooms driven as a person does (`drags`: a mouse drag across the plot from the
     whole run, then the "reset zoom" button, each timed from the mouse-up to the new figure
-    painted); the same zooms through `Plotly.relayout` (`zooms`, the older measurement, kept for
+    painted; `deepdrags`: five such drags in a row, 1/5 to 1/3,125 of the run, one row a depth);
+    the same zooms through `Plotly.relayout` (`zooms`, the older measurement, kept for
     comparison: it skips the drag, the browser's own redraw of the dragged range and dcc.Graph's
     re-plot of its synced figure); drill-downs (a mouse click on a rank row, timed to the block
     level painted, then the radio back to ranks); what-if projections (a new percentage each
@@ -308,7 +309,7 @@ def cold_visits(args, browser, run_id, rows):
                          + ", ".join(f"{p:.2f}" for p in peaks) + " GB")
 
 
-WARM_SECTIONS = ("switches", "drags", "zooms", "drill", "whatif")
+WARM_SECTIONS = ("switches", "drags", "deepdrags", "zooms", "drill", "whatif")
 
 # Where to click to drill down: the middle of the drawn x range on a row labelled "rank N" (rank
 # level also has a "rank N host" row under each rank, which opens nothing), in pixels inside the
@@ -327,14 +328,14 @@ def warm_interactions(args, browser, run_id, rows):
     try:
         pg = browser.new_page()
         # warm: every page once, until complete (the run loaded, its analyses computed)
-        for path in ("/timeline", "/critical-path", "/idle", "/barriers", "/"):
+        for path in args.warm_pages:
             pg.goto(url(server.base, path, run_id))
             settled(pg, CONTENT[path])
         pg.goto(url(server.base, "/", run_id))
         settled(pg, CONTENT["/"])
         print("  warmed", flush=True)
-        for name, section in (("switches", switches), ("drags", drags), ("zooms", zooms), ("drill", drills),
-                              ("whatif", what_ifs)):
+        for name, section in (("switches", switches), ("drags", drags), ("deepdrags", deep_drags), ("zooms", zooms),
+                              ("drill", drills), ("whatif", what_ifs)):
             if name in args.sections:
                 section(args, pg, server, browser, run_id, rows)
                 print(f"  {name} done", flush=True)
@@ -463,6 +464,38 @@ def drags(args, pg, server, browser, run_id, rows):
         back.samples.append(s)
         print(f"  reset zoom: {_line(s)}", flush=True)
     rows += [drag, back]
+
+
+DEEP_LEVELS = 5   # drags in a row, each a fifth of the plot: 1/5 ... 1/3,125 of the run
+
+
+def deep_drags(args, pg, server, browser, run_id, rows):
+    """Mouse drag-zooms in a row from the whole run, each a fifth of the plot (issue 20: a narrow
+    window of a big run reads its events, a wide one is drawn from the stored overview): one row a
+    depth, then the "reset zoom" button back (not timed)."""
+    _timeline_whole_run(pg, server, run_id)
+    levels = [Row(f"mouse drag-zoom, {k + 1} in a row (window 1/{5 ** (k + 1):,} of the run; mouse-up to painted)")
+              for k in range(DEEP_LEVELS)]
+    for i in range(args.repeat):
+        for k in range(DEEP_LEVELS):
+            box = pg.locator("#tl-graph .nsewdrag").first.bounding_box()
+            y = box["y"] + box["height"] * 0.3
+            x0 = box["x"] + box["width"] * (0.2 + 0.15 * ((i + k) % 4))
+            x1 = x0 + box["width"] * 0.2
+            before = pg.inner_text("#tl-info")
+
+            def press():
+                pg.mouse.move(x0, y)
+                pg.mouse.down()
+                pg.mouse.move(x1, y, steps=10)
+            s = mouse(pg, server, browser, press, pg.mouse.up, f"{TL_INFO} !== {json.dumps(before)}")
+            levels[k].samples.append(s)
+            print(f"  drag {k + 1} in a row: {_line(s)} · {pg.inner_text('#tl-info')[:160]}", flush=True)
+        zoomed = pg.inner_text("#tl-info")
+        pg.click("#tl-reset")
+        pg.wait_for_function(f"{TL_INFO} !== {json.dumps(zoomed)}", timeout=INTERACT_TIMEOUT_S * 1000)
+        settled(pg, CONTENT["/timeline"])
+    rows += levels
 
 
 def zooms(args, pg, server, browser, run_id, rows):
@@ -602,11 +635,15 @@ def main() -> int:
     ap.add_argument("--skip-warm", action="store_true")
     ap.add_argument("--sections", default=",".join(WARM_SECTIONS),
                     help=f"which warm measurements, comma-separated, of {','.join(WARM_SECTIONS)}")
+    ap.add_argument("--warm-pages", default="/timeline,/critical-path,/idle,/barriers,/",
+                    help="pages visited once before the warm measurements (default: %(default)s; a 100 M-event run "
+                         "without stored results computes for long on the analysis pages)")
     ap.add_argument("--label", default="", help="a line saying what this measures (e.g. 'before: main at ...')")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / f"browser-cpu-{dt.date.today()}.md")
     args = ap.parse_args()
     args.app_root = args.app_root.resolve()
     args.sections = [x for x in args.sections.split(",") if x]
+    args.warm_pages = [x for x in args.warm_pages.split(",") if x]
     args.cold_pages = [x for x in args.cold_pages.split(",") if x]
     if set(args.cold_pages) - set(COLD_PAGES):
         ap.error(f"unknown --cold-pages {sorted(set(args.cold_pages) - set(COLD_PAGES))}")

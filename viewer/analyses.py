@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import threading
 
 import pandas as pd
 
 from profiler import analysis
 from profiler.analysis import chunked, stored, unfinished
 from profiler.analysis.whatif import saving_bound
+from profiler.runreader import EventReader
 
 from . import jobs
 from .cache import MISSING
@@ -67,9 +69,61 @@ def ranks(run: LoadedRun) -> list[int]:
     return run.cached("ranks", lambda: list(s.ranks) if s is not None else stored.ranks_of(run.events))
 
 
+def _overview_backed(run: LoadedRun) -> bool:
+    """Whether the run's timeline is drawn from its stored overview (a big run with current stored
+    results) rather than from a full index of its events."""
+    if run.run.num_events <= timeline_logic.FULL_INDEX_EVENTS:
+        return False
+    s = stored_results(run)
+    return s is not None and s.timeline is not None
+
+
 def timeline_index(run: LoadedRun) -> timeline_logic.TimelineIndex:
-    return run.cached("timeline_index", lambda: timeline_logic.add_base(
-        timeline_logic.build_index(events(run), run.manifest)))
+    """The timeline's index: of a big run with stored results, its lanes and phases from the stored
+    overview (no events read: views read their window's row groups, timeline_window); else built
+    from the whole event table (47 bytes an event and 0.3 GB of grid at 10 M events, issue 20)."""
+    def get():
+        if _overview_backed(run):
+            return timeline_logic.index_from_overview(stored_results(run).timeline, run.manifest)
+        return timeline_logic.add_base(timeline_logic.build_index(events(run), run.manifest))
+    return run.cached("timeline_index", get)
+
+
+def _event_reader(run: LoadedRun) -> tuple[EventReader, threading.Lock]:
+    """One open reader of the run's events (its checksum checked once: 0.9 s for 400 MB) and the
+    lock its reads take turns on (one open file)."""
+    return run.cached("event_reader", lambda: (EventReader(run.run), threading.Lock()))
+
+
+# the event columns the timeline's index reads (profiler.schema.COLUMNS less launch, kernel, sm, iteration)
+_TIMELINE_COLUMNS = ["rank", "block", "warp", "role", "kind", "phase", "begin_ns", "end_ns", "payload", "open"]
+
+
+def _window_events(run: LoadedRun, iterations: tuple, ranks: tuple) -> pd.DataFrame:
+    """The events of some iterations of some ranks (their row groups only), unfinished waits closed
+    as the whole table's are (a launch's events are all in its rank's iteration); kept in the
+    catalog's bounded parameter cache, so the next zoom inside them reads nothing."""
+    def build():
+        reader, lock = _event_reader(run)
+        with lock:
+            ev = reader.read(iterations=iterations, ranks=ranks)
+        return unfinished.close(ev, run.launches)[_TIMELINE_COLUMNS]
+    return run.cached(("timeline_events", iterations, ranks), build)
+
+
+def timeline_window(run: LoadedRun, iterations, ranks, t0: float, t1: float) -> timeline_logic.TimelineIndex:
+    """The timeline index of the events of [t0, t1] of some iterations of some ranks, numbered as
+    the run's index (a window's index holds its own events only: building it costs what is on
+    screen, not the iteration's 2.5 M events of a 10 M-event run)."""
+    ev = _window_events(run, tuple(int(i) for i in iterations), tuple(int(r) for r in ranks))
+    m = (ev["end_ns"].to_numpy() >= t0) & (ev["begin_ns"].to_numpy() <= t1)
+    return timeline_logic.conform(timeline_logic.build_index(ev[m], run.manifest), timeline_index(run))
+
+
+def timeline_view(run: LoadedRun, level: str, ranks, blocks, t0, t1) -> timeline_logic.View:
+    """The timeline's view of a window (what the page draws), from whichever index the run has."""
+    return timeline_logic.compute_view(timeline_index(run), level, ranks, blocks, t0, t1,
+                                       read=lambda its, rks, a, b: timeline_window(run, its, rks, a, b))
 
 
 # Every analysis of a run is given the same table, registry and launch table, so they share one
@@ -270,7 +324,8 @@ def request_what_if(catalog, run_id: str, phase: str, speedup: float, rank) -> j
 
 # results that read the whole event table: not warmed for a run whose analyses are stored (opening
 # it then reads no events at all: 10 M events are 0.5 GB of table and 0.3 GB of timeline index,
-# read on the visit of the page that draws them)
+# read on the visit of the page that draws them); a big run's timeline index from its stored
+# overview reads none, and is warmed
 READS_EVENTS = ("timeline_index",)
 
 
@@ -278,7 +333,8 @@ def warm(catalog, run_id: str) -> None:
     """Ask for every result of the run ahead of the user (after what the page needs); for a run
     with stored results, only those that read no events."""
     run = catalog.loaded(run_id)
-    skip = READS_EVENTS if run is not None and run.has("stored") and stored_results(run) is not None else ()
+    stored_now = run is not None and run.has("stored") and stored_results(run) is not None
+    skip = READS_EVENTS if stored_now and not _overview_backed(run) else ()
     names = [n for n, (_, _, ck) in RESULTS.items() if (run is None or not run.has(ck)) and n not in skip]
     if names:
         request(catalog, run_id, names, priority=jobs.AHEAD)

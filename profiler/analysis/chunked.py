@@ -49,6 +49,7 @@ from . import imbalance as IM
 from . import path_verdict as PV
 from . import rendezvous as RV
 from . import timemodel as TM
+from . import timeline_overview as TLO
 from . import timeouts
 from . import unfinished
 from .semantics import semantics
@@ -140,6 +141,7 @@ class Results:
     chunks: int                       # how many chunks the run was analysed in
     largest_chunk: int                # events in the largest
     compare: object = None            # compare.RunInputs (no name, no manifest): what Compare reads of the run
+    timeline: object = None           # timeline_overview.Overview: what the viewer's timeline draws zoomed out
 
 
 # -- chunking ----------------------------------------------------------------------------------
@@ -306,6 +308,7 @@ def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=No
 def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
     sem = semantics(registry)
     per, largest, la_parts, g, wif = [], 0, [], None, []
+    tl = TLO.Builder()                    # the timeline's overview, from each chunk's closed table
     for item in chunks():
         ev, la = _split(item)
         del item
@@ -317,6 +320,7 @@ def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
         g = None
         g = _graph(ev, sem, launches if la is None else la, ranks)
         per.append(_tables(g, ev.index.to_numpy()))
+        tl.add(g.table_ref)
         del ev
         # what the balancing what-if needs of the chunk, while the chunks so far leave one possible
         # (a run of one chunk re-times its graph instead)
@@ -342,7 +346,7 @@ def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
     bar = B.from_graph(s)
     cmp = CMP.inputs_from(tm=s.derived["time_model"], cp=cp, parts=[p["compare"] for p in per], sem=sem)
     return Results(critical=cp, idle=idle, barriers=bar, time_model=s.derived["time_model"], chunks=len(per),
-                   largest_chunk=largest, compare=cmp)
+                   largest_chunk=largest, compare=cmp, timeline=tl.finish())
 
 
 def analyze(events: pd.DataFrame, *, registry=None, launches=None, max_events: int = MAX_EVENTS) -> Results:

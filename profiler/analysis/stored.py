@@ -9,7 +9,7 @@ page before, issue 20). Layout, one directory placed in one rename (profiler.ato
     RUN/analysis/<report>.<field>.parquet     one DataFrame field of a report (zstd)
     RUN/analysis/<report>.<...>.evidence.parquet   a verdict's evidence rows
 
-    {"format": "epscope-analysis-results", "format_version": 1,
+    {"format": "epscope-analysis-results", "format_version": 3,
      "analysis_version": summary.ANALYSIS_VERSION,
      "data": {"events.parquet": "<sha256>", "launches.parquet": "<sha256>"},   # summary.data_hashes
      "run": {"span_phases": ["copy_out", ...], "ranks": [0, 1]},
@@ -24,7 +24,10 @@ page before, issue 20). Layout, one directory placed in one rename (profiler.ato
 
 `compare` is what Compare reads of the run (profiler.analysis.compare.RunInputs: its samples and
 critical path per phase), so a comparison of many runs reads a few KB per run (format 2; format 1,
-without it, reads as not current).
+without it, reads as not current). `timeline` is the timeline's overview
+(profiler.analysis.timeline_overview: {"meta": {...}, "tables": {"lanes": "timeline.lanes", ...}}),
+so the viewer draws the whole run without reading events (format 3; older formats read as not
+current and are computed again).
 
 Every object is read by name and checked (exactly the dataclass' fields, each of its type); a
 verdict's evidence and a report's DataFrames name their table. A result of other data (the data
@@ -56,6 +59,7 @@ from profiler.expect import Cause, Direction
 
 from . import chunked
 from . import summary
+from . import timeline_overview as TLO
 from .barriers import BarrierReport
 from .critical_path import CriticalPath
 from .idle import IdleReport
@@ -67,7 +71,7 @@ CMP = importlib.import_module(".compare", __package__)   # the module (the packa
 DIR = "analysis"
 INDEX = "results.json"
 FORMAT = "epscope-analysis-results"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 REPORTS = {"critical_path": CriticalPath, "idle": IdleReport, "barriers": BarrierReport, "time_model": TimeModel,
            "compare": CMP.RunInputs}
 # fields a report keeps in memory only: the critical path's dependency graph (rebuilt on demand);
@@ -89,6 +93,7 @@ class Stored:
     compare: object             # compare.RunInputs without the run's name and manifest
     span_phases: tuple          # names of the run's span phases (the what-if's choices)
     ranks: tuple                # the ranks that recorded events
+    timeline: object = None     # timeline_overview.Overview: the timeline's zoomed-out views
 
     def compare_inputs(self, *, name: str, manifest: dict):
         """What Compare reads of the run, named as the run."""
@@ -251,6 +256,8 @@ def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None, 
                    "barriers": w.report("barriers", results.barriers),
                    "time_model": w.report("time_model", results.time_model),
                    "compare": w.report("compare", compare)}
+        meta, tables = TLO.to_stored(results.timeline)
+        index["timeline"] = {"meta": meta, "tables": {k: w.table(f"timeline.{k}", df) for k, df in tables.items()}}
         index["tables"] = w.tables
         index["reports"] = reports
         with atomic.create_exclusive(tmp / INDEX) as f:
@@ -452,5 +459,13 @@ def _load(d: Path, index: dict) -> Stored:
     _need(isinstance(run, dict) and set(run) == {"span_phases", "ranks"}, "run")
     _need(isinstance(run["span_phases"], list) and all(map(_str, run["span_phases"])), "run.span_phases")
     _need(isinstance(run["ranks"], list) and all(map(_is_int, run["ranks"])), "run.ranks")
+    tl = index.get("timeline")
+    _need(isinstance(tl, dict) and set(tl) == {"meta", "tables"} and isinstance(tl["tables"], dict)
+          and set(tl["tables"]) == set(TLO.TABLES), "timeline")
+    try:
+        timeline = TLO.from_stored(tl["meta"], {k: r.table(v) for k, v in tl["tables"].items()})
+    except ValueError as e:
+        raise Invalid(str(e)) from None
     return Stored(critical=got["critical_path"], idle=got["idle"], barriers=got["barriers"],
-                  time_model=got["time_model"], compare=got["compare"], span_phases=tuple(run["span_phases"]), ranks=tuple(run["ranks"]))
+                  time_model=got["time_model"], compare=got["compare"], span_phases=tuple(run["span_phases"]),
+                  ranks=tuple(run["ranks"]), timeline=timeline)

@@ -16,6 +16,7 @@ import pytest
 from profiler.analysis import stored, summary
 from profiler.analysis.verdict import Verdict
 from profiler.runstore import load_run
+from tests.analysis.test_timeline_overview import assert_overviews_equal
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 RUNS = sorted(p.name for p in TRACES.iterdir() if (p / "manifest.json").is_file())
@@ -63,6 +64,7 @@ def assert_results_equal(res, got: stored.Stored, run=None) -> None:
     for name, a, b in (("critical_path", res.critical, got.critical), ("idle", res.idle, got.idle),
                        ("barriers", res.barriers, got.barriers), ("time_model", res.time_model, got.time_model)):
         assert_reports_equal(a, b, name)
+    assert_overviews_equal(got.timeline, res.timeline)     # the timeline's overview (format 3)
     if run is not None:     # what Compare reads of the run, computed from the same analyses
         assert_reports_equal(res.compare, got.compare, "compare")
         assert got.compare_inputs(name=run.name, manifest=run.manifest) == dataclasses.replace(

@@ -3,6 +3,8 @@ from __future__ import annotations
 from dash import Input, Output, State, ctx, no_update
 from dash.exceptions import PreventUpdate
 
+from profiler.errors import RunError
+
 from ... import analyses, jobs
 from ...catalog import ViewerError
 from ...inputs import (BLOCK, CLICKS, RANK, RUN_ID, X_RANGE, checked, list_of, mapping, number, one_of, opt,
@@ -61,7 +63,10 @@ def register(app, catalog) -> None:
             return no_update, str(e), no_update
         ix = analyses.timeline_index(run)
         blocks = (int(blo or 0), int(bhi if bhi is not None else blo or 0))
-        view = logic.compute_view(ix, level or "rank", ranks or None, blocks, t0, t1)
+        try:
+            view = analyses.timeline_view(run, level or "rank", ranks or None, blocks, t0, t1)
+        except RunError as e:     # a window's events unreadable (the run damaged or rewritten since it was opened)
+            return no_update, catalog.shown(str(e)), no_update
         segs = None
         if crit and "on" in crit:
             if run.has(analyses.RESULTS["critical"][2]):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from profiler.analysis.timeline_overview import Overview, binned_busy  # noqa: F401 (binned_busy: the page's binning)
 from profiler.registry import RegistryError, registries
 from viewer import theme
 
@@ -59,6 +60,9 @@ class TimelineIndex:
     ranks: list[int] = field(default_factory=list)
     # level -> (lane -> group, busy grid [groups, phases, bins] over [t_min, t_max]); see add_base
     base: dict = field(default_factory=dict)
+    # a run drawn from its stored overview (index_from_overview): no spans here; wide windows come
+    # from the overview's tiles, narrow ones from the events of their (rank, iteration) row groups
+    overview: Overview | None = None
 
     @property
     def n_spans(self) -> int:
@@ -73,6 +77,20 @@ def _parents_from_manifest(manifest: dict) -> dict[str, str]:
     except (RegistryError, TypeError, ValueError, KeyError):
         return {}
     return {p.name: p.parent for r in regs for p in r.phases if p.parent}
+
+
+def _nesting(names: list[str], manifest: dict | None) -> tuple[np.ndarray, np.ndarray]:
+    """(parent code, nesting depth) per phase name, from the run's registries."""
+    code_of = {n: i for i, n in enumerate(names)}
+    parents = _parents_from_manifest(manifest or {})
+    parent = np.array([code_of.get(parents.get(n, ""), -1) for n in names], dtype=np.int64)
+    depth = np.zeros(len(names), dtype=np.int64)
+    for i in range(len(names)):
+        d, p = 0, parent[i]
+        while p >= 0 and d < len(names):
+            d, p = d + 1, parent[p]
+        depth[i] = d
+    return parent, depth
 
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
@@ -128,15 +146,7 @@ def build_index(events: pd.DataFrame, manifest: dict | None = None) -> TimelineI
     names = [pnames[c] for c in used]
     remap = np.full(len(pnames) + 1, -1, dtype=np.int16)
     remap[used] = np.arange(used.size, dtype=np.int16)
-    code_of = {n: i for i, n in enumerate(names)}
-    parents = _parents_from_manifest(manifest or {})
-    parent = np.array([code_of.get(parents.get(n, ""), -1) for n in names], dtype=np.int64)
-    depth = np.zeros(len(names), dtype=np.int64)
-    for i in range(len(names)):
-        d, p = 0, parent[i]
-        while p >= 0 and d < len(names):
-            d, p = d + 1, parent[p]
-        depth[i] = d
+    parent, depth = _nesting(names, manifest)
 
     begin_all = events["begin_ns"].to_numpy(np.int64)
     end_all = events["end_ns"].to_numpy(np.int64)
@@ -248,6 +258,52 @@ def _from_base(ix: TimelineIndex, level: str, rows: "Rows", t0: float, t1: float
     return np.diff(at, axis=2) / ((t1 - t0) / bins / bw)            # in output-bin widths
 
 
+# -- a run drawn from its stored overview (issue 20: the views computed from what is on screen) --
+FULL_INDEX_EVENTS = 2_000_000   # runs up to this many events get the full index (one build, ~1 s)
+# events a window may read (its rows' (rank, iteration) row groups): one iteration of the 10 M-event
+# synthetic run (8 ranks x 312 k); 2.5 M events read in 1.3-2.5 s on this VM, then kept for the
+# next zooms inside them (analyses.timeline_window)
+WINDOW_EVENTS = 3_000_000
+
+
+def _empty(dtype) -> np.ndarray:
+    return np.zeros(0, dtype=dtype)
+
+
+def index_from_overview(ov: Overview, manifest: dict | None = None) -> TimelineIndex:
+    """The run's lanes, phases and time range from its overview, no spans: views of it come from
+    the overview's tiles or from a window's events (compute_view's `read`)."""
+    names = list(ov.phases)
+    parent, depth = _nesting(names, manifest)
+    ln = ov.lanes
+    rank = ln["rank"].to_numpy(np.int64)
+    block = ln["block"].to_numpy(np.int64)
+    return TimelineIndex(
+        t_min=int(ov.t_min), t_max=int(ov.t_max), phases=names, parent=parent, depth=depth,
+        lane_rank=rank, lane_block=block, lane_warp=ln["warp"].to_numpy(np.int64), lane_host=block < 0,
+        lane_role=[str(r) for r in ln["role"]],
+        s_lane=_empty(np.int32), s_phase=_empty(np.int16), s_begin=_empty(np.int64), s_end=_empty(np.int64),
+        s_payload=_empty(np.int64), s_open=_empty(bool), p_lane=_empty(np.int32), p_t=_empty(np.int64),
+        p_label=[], p_code=_empty(np.int32), p_kind=_empty(np.int8), p_payload=_empty(np.int64),
+        ranks=sorted(int(r) for r in np.unique(rank)), overview=ov)
+
+
+def conform(wix: TimelineIndex, ix: TimelineIndex) -> TimelineIndex:
+    """A window's index (build_index of some row groups' events) numbered as the run's: its lanes
+    and phase codes mapped onto ix's, the run's time range, so the run's rows apply to it."""
+    lane = _lane_of(ix, wix.lane_rank, wix.lane_block, wix.lane_warp)
+    code = {n: i for i, n in enumerate(ix.phases)}
+    ph = np.array([code.get(n, -1) for n in wix.phases] + [-1], dtype=np.int16)
+    wix.s_lane = lane[wix.s_lane].astype(np.int32)
+    wix.s_phase = ph[wix.s_phase]
+    wix.p_lane = lane[wix.p_lane].astype(np.int32)
+    for f in ("t_min", "t_max", "phases", "parent", "depth", "lane_rank", "lane_block", "lane_warp", "lane_host",
+              "lane_role", "ranks"):
+        setattr(wix, f, getattr(ix, f))
+    wix.base = {}
+    return wix
+
+
 # -- rows of a view ----------------------------------------------------------------------------
 @dataclass
 class Rows:
@@ -263,7 +319,7 @@ def _span_label(lo: int, hi: int, prefix: str) -> str:
 
 
 def make_rows(ix: TimelineIndex, level: str = "rank", ranks: list[int] | None = None,
-              blocks: tuple[int, int] | None = None, max_rows: int = MAX_ROWS) -> Rows:
+              blocks: tuple[int, int] | None = None, max_rows: int = MAX_ROWS, only_blocks: bool = False) -> Rows:
     """Rows for a level: 'rank' (one per rank, host spans apart), 'block' (per block of the
     selected ranks), 'warp' (per warp of the selected ranks and block range)."""
     if level not in LEVELS:
@@ -271,7 +327,7 @@ def make_rows(ix: TimelineIndex, level: str = "rank", ranks: list[int] | None = 
     keep = np.ones(ix.lane_rank.size, dtype=bool)
     if ranks:
         keep &= np.isin(ix.lane_rank, np.asarray(ranks, dtype=np.int64))
-    if blocks is not None and level == "warp":
+    if blocks is not None and (level == "warp" or only_blocks):
         lo, hi = blocks
         keep &= ix.lane_host | ((ix.lane_block >= lo) & (ix.lane_block <= hi))
     r, b, w, h = ix.lane_rank, ix.lane_block, ix.lane_warp, ix.lane_host
@@ -340,45 +396,6 @@ def window(ix: TimelineIndex, t0: float, t1: float) -> np.ndarray:
     return np.flatnonzero(ix.s_end[:hi] > t0)
 
 
-def binned_busy(begin: np.ndarray, end: np.ndarray, key: np.ndarray, n_keys: int,
-                t0: float, t1: float, bins: int) -> np.ndarray:
-    """Exact busy time of spans per (key, bin), in units of bin widths: out[k, j] = total
-    overlap of key k's spans with bin j divided by the bin width (so 1.0 = one lane fully busy).
-    Vectorised: each span adds its partial first and last bins, and its full bins in between
-    through a difference array."""
-    width = (t1 - t0) / bins
-    if begin.size == 0 or width <= 0:
-        return np.zeros((n_keys, bins), dtype=np.float64)
-    fb = (np.clip(begin, t0, t1) - t0) / width
-    fe = (np.clip(end, t0, t1) - t0) / width
-    ok = fe > fb
-    key = key.astype(np.int64)
-    if not ok.all():
-        fb, fe, key = fb[ok], fe[ok], key[ok]
-    ib = np.minimum(np.floor(fb).astype(np.int64), bins - 1)
-    ie = np.minimum(np.floor(fe).astype(np.int64), bins - 1)
-    size = n_keys * (bins + 1)
-    base = key * (bins + 1)
-    one = ib == ie
-    flat = np.zeros(size, dtype=np.float64)
-    if one.any():
-        flat += np.bincount(base[one] + ib[one], weights=fe[one] - fb[one], minlength=size)
-    m = ~one
-    if m.any():
-        if m.all():   # boolean selections of millions of rows cost ~0.2 s each: skip when trivial
-            bm, ibm, iem, fbm, fem = base, ib, ie, fb, fe
-        else:
-            bm, ibm, iem, fbm, fem = base[m], ib[m], ie[m], fb[m], fe[m]
-        flat += np.bincount(bm + ibm, weights=(ibm + 1) - fbm, minlength=size)
-        flat += np.bincount(bm + iem, weights=fem - iem, minlength=size)
-        full = iem - ibm > 1
-        if full.any():
-            diff = np.bincount(bm[full] + ibm[full] + 1, minlength=size).astype(np.float64)
-            diff -= np.bincount(bm[full] + iem[full], minlength=size)
-            flat += np.cumsum(diff.reshape(n_keys, bins + 1), axis=1).reshape(-1)
-    return flat.reshape(n_keys, bins + 1)[:, :bins]
-
-
 def exclusive(busy: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """busy[row, phase, bin] minus the time of child phases nested in each parent phase."""
     out = busy.copy()
@@ -403,6 +420,9 @@ class View:
     # detail mode
     spans: pd.DataFrame | None = None
     points: pd.DataFrame | None = None
+    # drawn from a stored overview: n_visible counts the spans of the window's (rank, iteration)s
+    approx: bool = False
+    note: str = ""                       # why the view is coarser than asked (describe says it)
 
 
 def _detail(ix: TimelineIndex, view: View, sel: np.ndarray, row: np.ndarray, limit: int) -> View:
@@ -435,13 +455,18 @@ def _detail(ix: TimelineIndex, view: View, sel: np.ndarray, row: np.ndarray, lim
 def compute_view(ix: TimelineIndex, level: str = "rank", ranks: list[int] | None = None,
                  blocks: tuple[int, int] | None = None, t0: float | None = None,
                  t1: float | None = None, bins: int = BINS, detail_limit: int = DETAIL_LIMIT,
-                 rows: Rows | None = None) -> View:
+                 rows: Rows | None = None, read=None, window_events: int = WINDOW_EVENTS) -> View:
+    """The view of a window. For an index from a stored overview, `read(iterations, ranks, t0, t1)`
+    gives the index of those row groups' events overlapping [t0, t1], conformed to ix
+    (analyses.timeline_window)."""
     lo, hi = float(ix.t_min), float(max(ix.t_max, ix.t_min + 1))
     t0 = lo if t0 is None else max(lo, float(t0))
     t1 = hi if t1 is None else min(hi, float(t1))
     if t1 <= t0:
         t1 = t0 + 1.0
     rows = rows or make_rows(ix, level, ranks, blocks)
+    if ix.overview is not None:
+        return _overview_view(ix, level, ranks, blocks, t0, t1, bins, detail_limit, rows, read, window_events)
     n_rows = len(rows.labels)
     n_ph = max(len(ix.phases), 1)
     hi = int(np.searchsorted(ix.s_begin, t1, side="left"))
@@ -460,13 +485,74 @@ def compute_view(ix: TimelineIndex, level: str = "rank", ranks: list[int] | None
             return _detail(ix, view, sel, row, detail_limit)
         busy = binned_busy(ix.s_begin[sel], ix.s_end[sel], row * n_ph + ix.s_phase[sel],
                            n_rows * n_ph, t0, t1, bins).reshape(n_rows, n_ph, bins)
-    ex = exclusive(busy, ix.parent)
+    return _aggregate(view, busy, ix.parent)
+
+
+def _aggregate(view: View, busy: np.ndarray, parent: np.ndarray) -> View:
+    ex = exclusive(busy, parent)
     total = ex.sum(axis=1)
     dom = ex.argmax(axis=1)
     dom[total <= 1e-9] = -1
     view.dominant = dom
-    view.occupancy = np.clip(total / np.maximum(rows.lanes_per_row, 1)[:, None], 0.0, 1.0)
+    view.occupancy = np.clip(total / np.maximum(view.rows.lanes_per_row, 1)[:, None], 0.0, 1.0)
     return view
+
+
+def _tile_rows(ix: TimelineIndex, level: str, rows: Rows) -> np.ndarray:
+    """Row of each group of the overview's grid at `level` ("rank": its (rank, host) groups,
+    "block": its (rank, block) groups), -1 for a group not drawn. Every lane of a group is on one
+    row at these levels: the row of any of its lanes is the group's."""
+    ov = ix.overview
+    if level == "rank":
+        g = ov.rank_groups
+        gk = g["rank"].to_numpy(np.int64) * 2 + g["host"].to_numpy(np.int64)
+        lk = ix.lane_rank * 2 + ix.lane_host
+    else:
+        g = ov.groups
+        gk = (g["rank"].to_numpy(np.int64) << 32) + g["block"].to_numpy(np.int64) + 1
+        lk = (ix.lane_rank << 32) + ix.lane_block + 1
+    pos = np.minimum(np.searchsorted(gk, lk), max(gk.size - 1, 0))
+    out = np.full(gk.size, -1, dtype=np.int64)
+    hit = (gk.size > 0) & (gk[pos] == lk) & (rows.lane_to_row >= 0)
+    out[pos[hit]] = rows.lane_to_row[hit]
+    return out
+
+
+def _from_tiles(ix: TimelineIndex, tile_level: str, rows: Rows, t0: float, t1: float, bins: int) -> tuple[np.ndarray, float]:
+    busy, worst = ix.overview.busy(tile_level, t0, t1, bins)
+    g_row = _tile_rows(ix, tile_level, rows)
+    out = np.zeros((len(rows.labels),) + busy.shape[1:], dtype=np.float64)
+    ok = g_row >= 0
+    np.add.at(out, g_row[ok], busy[ok])
+    return out, worst
+
+
+def _overview_view(ix, level, ranks, blocks, t0, t1, bins, detail_limit, rows, read, window_events) -> View:
+    """A view of a run drawn from its overview: the tiles when they resolve the window (every output
+    bin spans a tile bin), else the events of the window's (rank, iteration) row groups when they
+    are at most window_events, else the tiles all the same (coarser, said in the note). The warp
+    level has no tiles: past the budget it draws the selected blocks' rows from the block tiles."""
+    ov = ix.overview
+    row_ranks = np.unique(ix.lane_rank[rows.lane_to_row >= 0])
+    ext = ov.window_extents(t0, t1, row_ranks)
+    n_ev, n_spans = int(ext["events"].sum()), int(ext["spans"].sum())
+    tile_level = {"rank": "rank", "block": "block"}.get(level)
+    busy, worst = (None, np.inf)
+    if tile_level is not None:
+        busy, worst = _from_tiles(ix, tile_level, rows, t0, t1, bins)
+        if worst <= 1.0:
+            return _aggregate(View(level, t0, t1, "aggregate", rows, n_spans, approx=True), busy, ix.parent)
+    if read is not None and n_ev <= window_events:
+        wix = read(np.unique(ext["iteration"].to_numpy()), row_ranks, t0, t1)
+        return compute_view(wix, level, ranks, blocks, t0, t1, bins, detail_limit, rows=rows)
+    if busy is None:            # warps of a window too big to read: one row per selected block
+        lo, hi = blocks if blocks is not None else (0, int(ix.lane_block.max(initial=0)))
+        rows = make_rows(ix, "block", list(map(int, row_ranks)), (lo, hi), only_blocks=True)
+        busy, _ = _from_tiles(ix, "block", rows, t0, t1, bins)
+        level = "block"
+    view = View(level, t0, t1, "aggregate", rows, n_spans, approx=True,
+                note=f"{n_ev:,} events in this window: drawn from the run's overview; zoom in to read its events")
+    return _aggregate(view, busy, ix.parent)
 
 
 # -- plotly figure (plain dicts: fast to build, no figure validation on the server) -----------
@@ -702,17 +788,25 @@ def describe(view: View) -> str:
     unf = ""
     if view.mode == "detail" and view.spans is not None and view.spans["unfinished"].any():
         unf = f" · {int(view.spans['unfinished'].sum()):,} unfinished (hatched: the kernel never ended them)"
+    # from the overview the count is of the window's (rank, iteration)s, not of the window itself
+    visible = f"{view.n_visible:,} spans in its iterations" if view.approx else f"{view.n_visible:,} spans visible"
+    note = f" · {view.note}" if view.note else ""
     return (f"{view.level} level · window {_fmt_us(view.t0)} – {_fmt_us(view.t1)} ({_fmt_us(span)}) · "
-            f"{view.n_visible:,} spans visible{unf} · {how}{merged}")
+            f"{visible}{unf} · {how}{merged}{note}")
 
 
 def unfinished_note(ix: TimelineIndex) -> str:
     """A line for the page when the run has unfinished spans (a timeout), else ''."""
-    n = int(ix.s_open.sum())
+    if ix.overview is not None:
+        e = ix.overview.extents
+        per_rank = e.groupby("rank")["open"].sum()
+        n = int(per_rank.sum())
+        ranks = sorted(int(r) for r, k in per_rank.items() if k > 0)
+    else:
+        n = int(ix.s_open.sum())
+        ranks = sorted({int(r) for r in ix.lane_rank[np.unique(ix.s_lane[ix.s_open])]}) if n else []
     if not n:
         return ""
-    lanes = np.unique(ix.s_lane[ix.s_open])
-    ranks = sorted({int(r) for r in ix.lane_rank[lanes]})
     return (f"timeout: {n:,} unfinished span(s) on rank(s) {', '.join(map(str, ranks))}, drawn hatched up to where "
             f"their kernel stopped recording")
 

@@ -1,0 +1,347 @@
+"""A run's timeline overview: busy time per phase per lane group per time bin, one tile a iteration.
+
+The viewer's timeline draws, zoomed out, one heatmap cell per (row, time bin): the phase holding
+most of the cell's busy time, shaded by busy share. Building that from the event table needs the
+whole table (47 bytes an event of index plus the table at 10 M events; 100 M would need 5+ GB,
+issue 20). This module computes what those views need once, at analyze time, chunk by chunk
+(profiler.analysis.chunked feeds it each chunk's events, unfinished waits closed), so the viewer
+draws the whole run and wide windows without reading events, and reads only the (rank, iteration)
+row groups of a narrow window (profiler.runreader.EventReader):
+
+  - `tiles`: one per iteration, over the time its events cover (all ranks). Each tile holds busy
+    time per (group, phase, bin) at two resolutions: `fine` per (rank, host) group at
+    `tiles.bins` bins (the rank rows the page opens on), `coarse` per (rank, block) group at
+    `tiles.coarse_bins` bins (the block rows of a drill-down: one rank's events a bin, so a
+    tenth of the fine bins' at 8 ranks). Busy time is in units of a bin's width (1.0: one lane
+    busy the whole bin), exactly binned_busy's.
+  - `extents`: per (rank, iteration) its time span, events, spans and unfinished spans: which row
+    groups a window needs, and how many events reading them costs.
+  - `lanes`: every (rank, block, warp) lane and its role (host events: block = warp = -1).
+  - `phases`: the timeline's phase names (host spans "host <phase>", so they never share a device
+    phase's colour), in the order the viewer's full index numbers them.
+
+Bins per tile follow the iteration's events (BIN_EVENTS events a bin, clamped to
+[MIN_BINS, MAX_BINS]; coarse bins the same of one rank's share of them): the tiles resolve a
+window down to about one iteration, below which a read costs one iteration's row groups anyway. Pure: numpy and pandas, no viewer imports.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+# Events a fine bin covers at most. 100 M events in 100 iterations (1 M each): 512 bins a tile, 16
+# (rank, host) rows x 7 phases x 512 x 100 tiles = 5.7 M cells (23 MB); the page draws 320 bins,
+# so tiles alone serve any window of 0.6 iteration or more. Coarse (per block) bins: one rank's
+# 125 k events / 2000 -> 64 bins, 136 groups x 7 x 64 x 100 = 6.1 M cells (24 MB).
+BIN_EVENTS = 2000
+MIN_BINS = 64
+MAX_BINS = 4096
+
+
+def binned_busy(begin: np.ndarray, end: np.ndarray, key: np.ndarray, n_keys: int,
+                t0: float, t1: float, bins: int) -> np.ndarray:
+    """Exact busy time of spans per (key, bin), in units of bin widths: out[k, j] = total
+    overlap of key k's spans with bin j divided by the bin width (so 1.0 = one lane fully busy).
+    Vectorised: each span adds its partial first and last bins, and its full bins in between
+    through a difference array."""
+    width = (t1 - t0) / bins
+    if begin.size == 0 or width <= 0:
+        return np.zeros((n_keys, bins), dtype=np.float64)
+    fb = (np.clip(begin, t0, t1) - t0) / width
+    fe = (np.clip(end, t0, t1) - t0) / width
+    ok = fe > fb
+    key = key.astype(np.int64)
+    if not ok.all():
+        fb, fe, key = fb[ok], fe[ok], key[ok]
+    ib = np.minimum(np.floor(fb).astype(np.int64), bins - 1)
+    ie = np.minimum(np.floor(fe).astype(np.int64), bins - 1)
+    size = n_keys * (bins + 1)
+    base = key * (bins + 1)
+    one = ib == ie
+    flat = np.zeros(size, dtype=np.float64)
+    if one.any():
+        flat += np.bincount(base[one] + ib[one], weights=fe[one] - fb[one], minlength=size)
+    m = ~one
+    if m.any():
+        if m.all():   # boolean selections of millions of rows cost ~0.2 s each: skip when trivial
+            bm, ibm, iem, fbm, fem = base, ib, ie, fb, fe
+        else:
+            bm, ibm, iem, fbm, fem = base[m], ib[m], ie[m], fb[m], fe[m]
+        flat += np.bincount(bm + ibm, weights=(ibm + 1) - fbm, minlength=size)
+        flat += np.bincount(bm + iem, weights=fem - iem, minlength=size)
+        full = iem - ibm > 1
+        if full.any():
+            diff = np.bincount(bm[full] + ibm[full] + 1, minlength=size).astype(np.float64)
+            diff -= np.bincount(bm[full] + iem[full], minlength=size)
+            flat += np.cumsum(diff.reshape(n_keys, bins + 1), axis=1).reshape(-1)
+    return flat.reshape(n_keys, bins + 1)[:, :bins]
+
+
+def tile_bins(events: int) -> int:
+    """Bins of a tile of `events` events: a power of two near events / BIN_EVENTS."""
+    want = max(events / BIN_EVENTS, 1.0)
+    return int(min(MAX_BINS, max(MIN_BINS, 2 ** int(np.ceil(np.log2(want))))))
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    c = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
+    return c.cat.codes.to_numpy(), [str(x) for x in c.cat.categories]
+
+
+@dataclass
+class SpanArrays:
+    """An event table's spans as the timeline reads them (host spans apart, block = warp = -1)."""
+    rank: np.ndarray
+    block: np.ndarray
+    warp: np.ndarray
+    host: np.ndarray          # per event: a host event
+    span: np.ndarray          # per event: drawn as a span (a device span or a host span)
+    phase: np.ndarray         # per event: timeline phase code into `names` (-1 none)
+    names: list[str]          # device phase categories, then "host <category>" for each
+    role: np.ndarray
+    roles: list[str]
+
+
+def span_arrays(events: pd.DataFrame) -> SpanArrays:
+    """Per-event arrays of the timeline's reading of an event table: the lane (host events on a
+    lane of their own rank), the phase code in a name space of the table's categories (device
+    names first, then "host <name>"), and whether the event is drawn as a span."""
+    kcode, knames = _codes(events["kind"])
+    kc = {n: knames.index(n) if n in knames else -99 for n in ("span", "host")}
+    host = kcode == kc["host"]
+    rank = events["rank"].to_numpy(np.int64)
+    block = events["block"].to_numpy(np.int64)
+    warp = events["warp"].to_numpy(np.int64)
+    if host.any():
+        block = np.where(host, -1, block)
+        warp = np.where(host, -1, warp)
+    pcode, pnames = _codes(events["phase"])
+    n0 = len(pnames)
+    phase = pcode.astype(np.int64)
+    if host.any():
+        phase = np.where(host & (phase >= 0), phase + n0, phase)
+    rcode, rnames = _codes(events["role"])
+    return SpanArrays(rank, block, warp, host, (kcode == kc["span"]) | host, phase,
+                      pnames + [f"host {p}" for p in pnames], rcode.astype(np.int64), rnames)
+
+
+@dataclass
+class Overview:
+    """A run's timeline overview (module docstring). Tables, all sorted as described:
+    lanes (rank, block, warp, role) by lane; groups (rank, block) by group, block -1 the rank's host
+    group; extents (rank, iteration, begin_ns, end_ns, events, spans, open) by (iteration, rank);
+    tiles (iteration, begin_ns, end_ns, bins, coarse_bins) by iteration. fine[i]: float32 [rank
+    groups, phases, tiles.bins[i]]; coarse[i]: float32 [groups, phases, tiles.coarse_bins[i]]."""
+    t_min: int
+    t_max: int
+    phases: tuple
+    lanes: pd.DataFrame
+    groups: pd.DataFrame
+    extents: pd.DataFrame
+    tiles: pd.DataFrame
+    fine: list = field(repr=False)
+    coarse: list = field(repr=False)
+
+    @property
+    def rank_groups(self) -> pd.DataFrame:
+        """(rank, host) rows of the fine grids: each rank's device lanes, then its host lanes."""
+        g = self.groups
+        return pd.DataFrame({"rank": g["rank"].to_numpy(), "host": g["block"].to_numpy() < 0}).drop_duplicates(
+            ).sort_values(["rank", "host"]).reset_index(drop=True)
+
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in self.fine) + sum(a.nbytes for a in self.coarse))
+
+    # -- a view's busy time ------------------------------------------------------------------------
+    def busy(self, level: str, t0: float, t1: float, bins: int) -> tuple[np.ndarray, float]:
+        """Busy time [groups of the level, phases, bins] over [t0, t1) from the tiles, in units of
+        an output bin's width, and the coarsest tile bin overlapping the window divided by the
+        output bin's width (<= 1: every output bin spans at least one tile bin, the view is as
+        sharp as the events'; above, the tiles smear it). level: "rank" (rank_groups rows, the fine
+        grids) or "block" (groups rows, the coarse grids). Within a tile bin, time is spread
+        evenly (a linear cumulative sum)."""
+        grids = self.fine if level == "rank" else self.coarse
+        n_g = len(self.rank_groups) if level == "rank" else len(self.groups)
+        out = np.zeros((n_g, len(self.phases), bins), dtype=np.float64)
+        width = (t1 - t0) / bins
+        edges = t0 + width * np.arange(bins + 1)
+        worst = 0.0
+        tb, te, tn = (self.tiles[c].to_numpy() for c in ("begin_ns", "end_ns", "bins"))
+        for i in np.flatnonzero((te > t0) & (tb < t1)):
+            g = grids[i]
+            nb = g.shape[2]
+            lo, hi = float(tb[i]), float(max(te[i], tb[i] + 1))
+            bw = (hi - lo) / nb
+            worst = max(worst, bw / width)
+            pos = np.clip((edges - lo) / bw, 0, nb)        # output edges in tile bins
+            j = np.minimum(np.floor(pos).astype(np.int64), nb - 1)
+            cum = np.zeros(g.shape[:2] + (nb + 1,), dtype=np.float64)
+            np.cumsum(g, axis=2, out=cum[:, :, 1:])
+            at = cum[:, :, j] + (cum[:, :, j + 1] - cum[:, :, j]) * (pos - j)
+            out += np.diff(at, axis=2) * (bw / width)
+        return out, worst
+
+    def window_extents(self, t0: float, t1: float, ranks=None) -> pd.DataFrame:
+        """The (rank, iteration) rows whose events overlap [t0, t1] (of `ranks` when given)."""
+        e = self.extents
+        m = (e["end_ns"].to_numpy() >= t0) & (e["begin_ns"].to_numpy() <= t1)
+        if ranks is not None:
+            m &= np.isin(e["rank"].to_numpy(), np.asarray(list(ranks), dtype=np.int64))
+        return e[m]
+
+
+class Builder:
+    """Collects an Overview chunk by chunk: add(events) with each chunk's event table (whole
+    iterations, unfinished waits closed), then finish()."""
+
+    def __init__(self):
+        self._lanes: list[pd.DataFrame] = []
+        self._extents: list[pd.DataFrame] = []
+        self._tiles: list[tuple] = []      # (iteration, begin, end, bins, group keys, names, used, grid)
+        self._names: list[str] | None = None
+
+    def add(self, events: pd.DataFrame) -> None:
+        if not len(events):
+            return
+        a = span_arrays(events)
+        if self._names is None:
+            self._names = a.names
+        elif a.names != self._names:
+            # every chunk of one run carries the whole table's categories (runreader; iloc keeps them)
+            raise ValueError("timeline overview: chunks with different phase categories")
+        # lanes and (iteration, rank) extents through integer keys: DataFrames of 2 M rows (and one
+        # role string a row) cost 1-2 s a chunk of 2 M events, these ~0.2 s
+        lane_key = (a.rank << 40) + ((a.block + 1) << 20) + (a.warp + 1)
+        # a lane's role is its last event's (as the viewer's full index assigns it)
+        lk, first_rev = np.unique(lane_key[::-1], return_index=True)
+        role_names = np.asarray(a.roles + [""], dtype=object)
+        self._lanes.append(pd.DataFrame({"rank": lk >> 40, "block": ((lk >> 20) & 0xFFFFF) - 1, "warp": (lk & 0xFFFFF) - 1,
+                                         "role": role_names[a.role[lane_key.size - 1 - first_rev]]}))
+        it = events["iteration"].to_numpy(np.int64)
+        begin = events["begin_ns"].to_numpy(np.int64)
+        end = np.maximum(events["end_ns"].to_numpy(np.int64), begin)
+        opened = events["open"].to_numpy(bool) if "open" in events else np.zeros(len(events), bool)
+        codes, ek = pd.factorize((it << 24) + a.rank, sort=True)
+        n_e = ek.size
+        self._extents.append(pd.DataFrame({
+            "iteration": ek >> 24, "rank": ek & 0xFFFFFF,
+            "begin_ns": pd.Series(begin).groupby(codes).min().to_numpy(np.int64),
+            "end_ns": pd.Series(end).groupby(codes).max().to_numpy(np.int64),
+            "events": np.bincount(codes, minlength=n_e).astype(np.int64),
+            "spans": np.bincount(codes, weights=a.span, minlength=n_e).astype(np.int64),
+            "open": np.bincount(codes, weights=a.span & opened, minlength=n_e).astype(np.int64)}))
+        sp = np.flatnonzero(a.span & (a.phase >= 0))
+        gkey = a.rank[sp] * (1 << 32) + (a.block[sp] + 1)
+        n_ph = len(a.names)
+        for iteration in np.unique(it):
+            rows = np.flatnonzero(it == iteration)
+            t0, t1 = int(begin[rows].min()), int(end[rows].max())
+            nb = tile_bins(rows.size)
+            s = sp[it[sp] == iteration]
+            gk = gkey[it[sp] == iteration]
+            ug, g_of = np.unique(gk, return_inverse=True)
+            used = np.unique(a.phase[s])
+            ph = np.searchsorted(used, a.phase[s])
+            grid = binned_busy(begin[s], end[s], g_of.reshape(-1) * used.size + ph, ug.size * used.size,
+                               float(t0), float(max(t1, t0 + 1)), nb).reshape(ug.size, used.size, nb)
+            # kept per tile: the (rank, host) sums at full resolution and the groups' at one rank's
+            # share (a [groups, phases, bins] grid a tile held 390 MB at 100 M events, these 50 MB)
+            rg, rg_of = np.unique((ug >> 32) * 2 + ((ug & 0xFFFFFFFF) == 0), return_inverse=True)
+            fine = np.zeros((rg.size, used.size, nb), dtype=np.float64)
+            np.add.at(fine, rg_of.reshape(-1), grid)
+            n_ranks = np.unique(a.rank[rows]).size
+            nc = min(nb, tile_bins(rows.size // max(n_ranks, 1)))      # both powers of two: nc divides nb
+            coarse = grid.reshape(ug.size, used.size, nc, nb // nc).mean(axis=3)
+            self._tiles.append((int(iteration), t0, t1, nb, ug, rg, used, fine.astype(np.float32),
+                                coarse.astype(np.float32)))
+
+    def finish(self) -> Overview:
+        if self._names is None:
+            raise ValueError("timeline overview: no events")
+        lanes = pd.concat(self._lanes, ignore_index=True).drop_duplicates(["rank", "block", "warp"], keep="last").sort_values(
+            ["rank", "block", "warp"], kind="stable").reset_index(drop=True)
+        extents = pd.concat(self._extents, ignore_index=True)
+        # an iteration split over two chunks cannot happen (chunks are whole iterations); guard anyway
+        if extents.duplicated(["iteration", "rank"]).any():
+            raise ValueError("timeline overview: an iteration in two chunks")
+        extents = extents.sort_values(["iteration", "rank"], kind="stable").reset_index(drop=True)
+        keep = np.unique(np.concatenate([t[6] for t in self._tiles])) if self._tiles else np.zeros(0, np.int64)
+        # device spans' phases in category order, then the host spans' (the viewer's full index order)
+        phases = tuple(self._names[k] for k in keep)
+        all_g = np.unique(np.concatenate([t[4] for t in self._tiles])) if self._tiles else np.zeros(0, np.int64)
+        g_rank, g_block = all_g >> 32, (all_g & 0xFFFFFFFF) - 1
+        urg = np.unique(g_rank * 2 + (g_block < 0))
+        fine, coarse, tiles = [], [], []
+        for it, t0, t1, nb, ug, rg, used, f, c in sorted(self._tiles, key=lambda t: t[0]):
+            p = np.searchsorted(keep, used)
+            full_f = np.zeros((urg.size, keep.size, nb), dtype=np.float32)
+            full_f[np.ix_(np.searchsorted(urg, rg), p)] = f
+            full_c = np.zeros((all_g.size, keep.size, c.shape[2]), dtype=np.float32)
+            full_c[np.ix_(np.searchsorted(all_g, ug), p)] = c
+            fine.append(full_f)
+            coarse.append(full_c)
+            tiles.append((it, t0, t1, nb, c.shape[2]))
+        tiles = pd.DataFrame(tiles, columns=["iteration", "begin_ns", "end_ns", "bins", "coarse_bins"]).astype(np.int64)
+        return Overview(
+            t_min=int(extents["begin_ns"].min()), t_max=int(extents["end_ns"].max()), phases=phases,
+            lanes=lanes, groups=pd.DataFrame({"rank": g_rank.astype(np.int64), "block": g_block.astype(np.int64)}),
+            extents=extents, tiles=tiles, fine=fine, coarse=coarse)
+
+
+def overview(events: pd.DataFrame) -> Overview:
+    """The overview of a whole event table in memory (the chunked pass's result on one chunk)."""
+    b = Builder()
+    b.add(events)
+    return b.finish()
+
+
+# -- stored form (profiler.analysis.stored writes the tables and the meta beside the analyses) ----
+def to_stored(ov: Overview) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """(meta: JSON-able, tables: name -> DataFrame). The grids go as one float32 column each,
+    tile after tile, in C order; their shapes follow from the tables."""
+    meta = {"t_min": int(ov.t_min), "t_max": int(ov.t_max), "phases": [str(p) for p in ov.phases]}
+    flat = lambda arrs: pd.DataFrame({"busy": np.concatenate([a.reshape(-1) for a in arrs]) if arrs
+                                      else np.zeros(0, np.float32)})
+    return meta, {"lanes": ov.lanes, "groups": ov.groups, "extents": ov.extents, "tiles": ov.tiles,
+                  "fine": flat(ov.fine), "coarse": flat(ov.coarse)}
+
+
+TABLES = ("lanes", "groups", "extents", "tiles", "fine", "coarse")
+_COLUMNS = {"lanes": ("rank", "block", "warp", "role"), "groups": ("rank", "block"),
+            "extents": ("iteration", "rank", "begin_ns", "end_ns", "events", "spans", "open"),
+            "tiles": ("iteration", "begin_ns", "end_ns", "bins", "coarse_bins"), "fine": ("busy",), "coarse": ("busy",)}
+
+
+def from_stored(meta: dict, tables: dict[str, pd.DataFrame]) -> Overview:
+    """The Overview of to_stored's parts, checked (ValueError naming what does not fit)."""
+    def need(cond, what):
+        if not cond:
+            raise ValueError(f"timeline overview: {what}")
+    need(isinstance(meta, dict) and set(meta) == {"t_min", "t_max", "phases"}, "meta fields")
+    need(all(isinstance(meta[k], int) and not isinstance(meta[k], bool) for k in ("t_min", "t_max")), "meta types")
+    need(isinstance(meta["phases"], list) and all(isinstance(p, str) for p in meta["phases"]), "phases")
+    need(set(tables) == set(TABLES), "tables")
+    for k, cols in _COLUMNS.items():
+        need(tuple(tables[k].columns) == cols, f"{k}: columns")
+    tiles = tables["tiles"]
+    nb = tiles["bins"].to_numpy(np.int64)
+    nc = tiles["coarse_bins"].to_numpy(np.int64)
+    need(bool(np.all(nc >= 1)) and bool(np.all(nb % np.maximum(nc, 1) == 0)), "tile bins")
+    n_ph = len(meta["phases"])
+    groups = tables["groups"]
+    n_g = len(groups)
+    n_rg = len(pd.DataFrame({"r": groups["rank"], "h": groups["block"] < 0}).drop_duplicates())
+    fine_flat = tables["fine"]["busy"].to_numpy(np.float32)
+    coarse_flat = tables["coarse"]["busy"].to_numpy(np.float32)
+    need(fine_flat.size == int(nb.sum()) * n_rg * n_ph, "fine grid size")
+    need(coarse_flat.size == int(nc.sum()) * n_g * n_ph, "coarse grid size")
+    fine, coarse, a, b = [], [], 0, 0
+    for n, m in zip(nb, nc):
+        fine.append(fine_flat[a:a + n_rg * n_ph * n].reshape(n_rg, n_ph, n))
+        a += n_rg * n_ph * n
+        coarse.append(coarse_flat[b:b + n_g * n_ph * m].reshape(n_g, n_ph, m))
+        b += n_g * n_ph * m
+    return Overview(t_min=meta["t_min"], t_max=meta["t_max"], phases=tuple(meta["phases"]), lanes=tables["lanes"],
+                    groups=groups, extents=tables["extents"], tiles=tiles, fine=fine, coarse=coarse)
