@@ -26,7 +26,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from . import errors as E
-from .align import ANCHOR_SKEW_NS, GLOBALTIMER_STEP_NS, NOMINAL_SM_GHZ, ClockModel
+from .align import ANCHOR_SKEW_NS, GLOBALTIMER_STEP_NS, NOMINAL_SM_GHZ, ClockModel, RankClock
 from .decode_records import KEY_BITS, Scratch, decode_chunk
 from .generated import layout as L
 from .registry import Registry
@@ -693,12 +693,12 @@ class _Table:
                                                        f"{plan.registry.family!r}: {', '.join(extra)}"))
 
 
-def _results(plan: _Plan, table: _Table, off: int, scratch, fast):
+def _results(plan: _Plan, table: _Table, off: int, scratch, fast, tmap=None):
     """The decoded chunks of one launch: the whole launch at once with the compiled loop."""
     if fast is not None:
         plan.finish(anchors=False)   # the compiled loop looks for ANCHORs as it goes
         if plan.n_records:
-            yield fast.decode(plan, table.out, off, table.codes, _RH_SLOTS, scratch)
+            yield fast.decode(plan, table.out, off, table.codes, _RH_SLOTS, scratch, tmap)
         return
     plan.finish()
     for r0, r1 in plan.chunks:
@@ -707,13 +707,14 @@ def _results(plan: _Plan, table: _Table, off: int, scratch, fast):
         yield res
 
 
-def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast) -> tuple[int, int, int]:
-    """Decode one launch's records at table row `off`; (events, gpu_begin, gpu_end) in raw ns."""
+def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast, tmap=None) -> tuple[int, int, int]:
+    """Decode one launch's records at table row `off`; (events, gpu_begin, gpu_end) in raw ns. The
+    rows' times are raw too, or mapped by `tmap` (the compiled loop's decode_fast.time_map)."""
     counts = dict.fromkeys([c for c, _, _ in _COUNT_WARNINGS], 0)
     unknown = []
     o = off
     spans = []
-    for res in _results(plan, table, off, scratch, fast):
+    for res in _results(plan, table, off, scratch, fast, tmap):
         o += res.events
         for k, v in res.counts.items():
             counts[k] += v
@@ -733,6 +734,34 @@ def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast) -> tuple
     return o - off, gb, ge
 
 
+def _base(plans: list[_Plan], clock: ClockModel | None) -> int | None:
+    """Without a clock model, the raw time the compiled loop subtracts as it writes: the earliest
+    warp start clock of the decode, which is the decode's earliest time (the shift of _decode)
+    unless a record lies before every warp's start; _decode subtracts the difference then. Every
+    launch's clocks are planned for it (the compiled loop's plan needs no record: finish's anchor
+    search is off)."""
+    if clock is not None:
+        return None
+    spans = [p.finish(anchors=False).header_span for p in plans]
+    starts = [s[0] for s in spans if s is not None]
+    return min(starts) if starts else None
+
+
+def _time_map(fast, clock: ClockModel | None, rank: int, base: int | None):
+    """What the compiled loop does to each row's times (decode_fast.time_map), or None: raw times,
+    mapped afterwards by _decode (the numpy loop, or a clock model of another kind)."""
+    if fast is None:
+        return None
+    from . import decode_fast
+    if clock is None:
+        return decode_fast.time_map(-base) if base else None
+    rc = clock.clock(rank)
+    # the loop does RankClock.to_ref's arithmetic: only for those classes, as they are here
+    if type(clock).to_run_timeline is not ClockModel.to_run_timeline or type(rc).to_ref is not RankClock.to_ref:
+        return None
+    return decode_fast.time_map(-int(clock.t0_ns), rc)
+
+
 def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) -> tuple[pd.DataFrame, list[dict]]:
     """Decode planned launches into one event table, every column allocated once."""
     fast = _engine(engine)
@@ -744,14 +773,17 @@ def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) ->
         scratch = fast.scratch(plans)
     else:
         scratch = Scratch(max((p.chunk_slots(a, b) for p in plans for a, b in p.chunks), default=0))
+    base = _base(plans, clock) if fast is not None else None
     launches, off = [], 0
     for p, (host, hb, he) in zip(plans, hosts):
         info = p.info
-        k, gb, ge = _decode_launch(p, table, off, scratch, fast)
+        tmap = _time_map(fast, clock, info.rank, base)
+        k, gb, ge = _decode_launch(p, table, off, scratch, fast, tmap)
         out = table.out
         if clock is not None:
-            for c in ("begin_ns", "end_ns"):
-                out[c][off:off + k] = clock.to_run_timeline(info.rank, out[c][off:off + k])
+            if tmap is None:
+                for c in ("begin_ns", "end_ns"):
+                    out[c][off:off + k] = clock.to_run_timeline(info.rank, out[c][off:off + k])
             if gb >= 0:
                 gb, ge = (int(v) for v in clock.to_run_timeline(info.rank, np.array([gb, ge])))
         rows = slice(off, off + k + (1 if host else 0))
@@ -776,8 +808,9 @@ def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) ->
         starts = [la["gpu_begin_ns"] for la in launches if la["gpu_begin_ns"] >= 0]
         if starts:  # every time is in [1, 2^62): no wrap
             shift = np.int64(min(starts))
-            out["begin_ns"] -= shift
-            out["end_ns"] -= shift
+            if shift != (base or 0):   # the rows are `base` down already (the compiled loop's); the rest
+                out["begin_ns"] -= shift - np.int64(base or 0)
+                out["end_ns"] -= shift - np.int64(base or 0)
             for la in launches:
                 if la["gpu_begin_ns"] >= 0:
                     la["gpu_begin_ns"] -= int(shift)
