@@ -739,8 +739,9 @@ def _base(plans: list[_Plan], clock: ClockModel | None) -> int | None:
     warp start clock of the first launch that has one. It is the decode's shift (its earliest
     time, _decode) when launches come in time order and no record precedes its warp's start;
     otherwise _decode subtracts the difference afterwards. Only the launches up to that one are
-    planned ahead (planning every launch first cost ~0.3 s more CPU on a 30 M-record decode of
-    888 launches: each launch's plan was out of cache by its turn; NOTES, issue 20 round 3)."""
+    planned ahead: with every launch planned first, a cold 30 M-record decode of 888 launches
+    measured 0.15-0.3 s more CPU in 5 of 6 processes (cause not established; benchmarks/NOTES.md,
+    issue 20 round 3), and with only the first, the same as main."""
     if clock is not None:
         return None
     for p in plans:
