@@ -734,31 +734,16 @@ def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast, tmap=Non
     return o - off, gb, ge
 
 
-def _base(plans: list[_Plan], clock: ClockModel | None) -> int | None:
-    """Without a clock model, the raw time the compiled loop subtracts as it writes: the earliest
-    warp start clock of the first launch that has one. It is the decode's shift (its earliest
-    time, _decode) when launches come in time order and no record precedes its warp's start;
-    otherwise _decode subtracts the difference afterwards. Only the launches up to that one are
-    planned ahead: with every launch planned first, a cold 30 M-record decode of 888 launches
-    measured 0.15-0.3 s more CPU in 5 of 6 processes (cause not established; benchmarks/NOTES.md,
-    issue 20 round 3), and with only the first, the same as main."""
-    if clock is not None:
-        return None
-    for p in plans:
-        span = p.finish(anchors=False).header_span
-        if span is not None:
-            return span[0]
-    return None
-
-
-def _time_map(fast, clock: ClockModel | None, rank: int, base: int | None):
-    """What the compiled loop does to each row's times (decode_fast.time_map), or None: raw times,
-    mapped afterwards by _decode (the numpy loop, or a clock model of another kind)."""
-    if fast is None:
+def _time_map(fast, clock: ClockModel | None, rank: int):
+    """With a clock model, what the compiled loop does to each row's times (decode_fast.time_map):
+    ClockModel.to_run_timeline after the loop cost 23-27 ns an event on a 600 k-event launch (its
+    temporaries), the loop's pass over rows still in cache ~1. None: raw times, mapped afterwards
+    by _decode (the numpy loop; a clock model of another kind; no clock model, whose shift is a
+    plain subtraction, 0.2-0.7 ns an event, no cheaper in the loop: benchmarks/NOTES.md, issue 20
+    round 3)."""
+    if fast is None or clock is None:
         return None
     from . import decode_fast
-    if clock is None:
-        return decode_fast.time_map(-base) if base else None
     rc = clock.clock(rank)
     # the loop does RankClock.to_ref's arithmetic: only for those classes, as they are here
     if type(clock).to_run_timeline is not ClockModel.to_run_timeline or type(rc).to_ref is not RankClock.to_ref:
@@ -777,11 +762,10 @@ def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) ->
         scratch = fast.scratch(plans)
     else:
         scratch = Scratch(max((p.chunk_slots(a, b) for p in plans for a, b in p.chunks), default=0))
-    base = _base(plans, clock) if fast is not None else None
     launches, off = [], 0
     for p, (host, hb, he) in zip(plans, hosts):
         info = p.info
-        tmap = _time_map(fast, clock, info.rank, base)
+        tmap = _time_map(fast, clock, info.rank)
         k, gb, ge = _decode_launch(p, table, off, scratch, fast, tmap)
         out = table.out
         if clock is not None:
@@ -812,9 +796,8 @@ def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) ->
         starts = [la["gpu_begin_ns"] for la in launches if la["gpu_begin_ns"] >= 0]
         if starts:  # every time is in [1, 2^62): no wrap
             shift = np.int64(min(starts))
-            if shift != (base or 0):   # the rows are `base` down already (the compiled loop's); the rest
-                out["begin_ns"] -= shift - np.int64(base or 0)
-                out["end_ns"] -= shift - np.int64(base or 0)
+            out["begin_ns"] -= shift
+            out["end_ns"] -= shift
             for la in launches:
                 if la["gpu_begin_ns"] >= 0:
                     la["gpu_begin_ns"] -= int(shift)
