@@ -4,7 +4,8 @@ peak memory, for each record loop (profiler.decode ENGINES: numpy, numba) side b
 structured-view copy of the same bytes.
 
     python3 benchmarks/bench_decode.py [--sizes 1e6,30e6] [--engines numpy,numba] [--format 2] [--runs 5]
-                                       [--idle 12] [--against main=TREE] [--out benchmarks/results/decode-cpu-DATE.md]
+                                       [--clocks none,model] [--idle 12] [--against main=TREE]
+                                       [--out benchmarks/results/decode-cpu-DATE.md]
 
 Every measurement is a fresh process (`--child`): it builds its buffers, returns freed memory to
 the OS (malloc_trim) and resets its peak RSS (/proc/self/clear_refs), then times decode_launches
@@ -19,6 +20,10 @@ converted through each region's clock pair, what the recorder writes; 1: globalt
   sparse the recorded EP runs' shape: 16 records a warp at capacity 128 (the runs in traces/ use 512-4096: their
          buffers would not fit this machine at 10 M records) (flat send_chunk spans
          with a publish_tail instant between), the ep_intranode registry.
+Clocks: `none` decodes as `epscope` tests and this benchmark always did (each rank's own
+globaltimer minus the decode's earliest time); `model` with a clock model as a recording session
+saves (profiler.record.session_save: times put on the run timeline through a RankClock with a
+fractional offset and a drift of a few ppm).
 Baseline: a numpy structured view of the same buffers and a copy of the four record fields of
 the written records (what any numpy decoder reads at least).
 Targets (issue 20): >= 50 M records/s a core cold, at 1 M and at 30 M records (issue 14: cold
@@ -46,7 +51,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# --against runs this same file on another checkout's code: its children import from that tree
+sys.path.insert(0, os.environ.get("EPSCOPE_BENCH_TREE") or str(ROOT))
 
 from benchmarks.machine import commit as machine_commit, cpu_name  # noqa: E402
 from profiler.generated import layout as L  # noqa: E402
@@ -146,8 +152,18 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def clock_model(kind: str):
+    """None, or a one-rank clock model as a recording session builds (offset and drift of a real
+    rank pair's size, anchored at the buffers' start)."""
+    if kind == "none":
+        return None
+    from profiler.align import ClockModel, RankClock
+    return ClockModel({0: RankClock(0, offset_ns=-1234.25, drift_ppm=3.7, uncertainty_ns=40.0, anchor_ns=T0)},
+                      t0_ns=T0 - 10**6)
+
+
 def child(shape: str, records: int, what: str, repeats: int, version: int) -> dict:
-    """One fresh process: `what` is "decode:ENGINE" or "baseline"."""
+    """One fresh process: `what` is "decode:ENGINE[:CLOCK]" or "baseline"."""
     c0 = _cpu()
     import profiler.decode  # noqa: F401  (numpy, pandas: not part of the decode's time)
     import_s = _cpu() - c0
@@ -159,9 +175,10 @@ def child(shape: str, records: int, what: str, repeats: int, version: int) -> di
     runs = []
     if what.startswith("decode:"):
         from profiler.decode import decode_launches
-        engine = what.split(":", 1)[1]
+        engine, _, clock = what.split(":", 1)[1].partition(":")
+        clocks = clock_model(clock or "none")
         for _ in range(repeats):
-            r = _timed(lambda: decode_launches(items, regs, engine=engine))
+            r = _timed(lambda: decode_launches(items, regs, clocks, engine=engine))
             d = r.pop("result")
             r["events"] = len(d.events)
             r["warnings"] = {type(w).__name__: w.count for w in d.warnings}
@@ -197,11 +214,12 @@ IDLE_S = 0.0   # --idle: seconds to sleep before each timed process
 
 
 def run_child(shape: str, records: int, what: str, repeats: int, version: int, env: dict | None = None,
-              script: Path | None = None) -> dict:
-    """One fresh process of `script` (this file, or the same benchmark in a baseline tree)."""
+              tree: Path | None = None) -> dict:
+    """One fresh process of this file, importing the code of this checkout or of `tree` (--against)."""
     if IDLE_S:
         time.sleep(IDLE_S)
-    p = subprocess.run([sys.executable, str(script or __file__), "--child", shape, str(records), what, str(repeats),
+    env = {**(env or {}), **({"EPSCOPE_BENCH_TREE": str(tree)} if tree else {})}
+    p = subprocess.run([sys.executable, __file__, "--child", shape, str(records), what, str(repeats),
                         str(version)], capture_output=True, text=True, env=_child_env(env))
     if p.returncode:
         raise RuntimeError(p.stderr)
@@ -228,21 +246,21 @@ def _summary(dec: list[dict]) -> dict:
 
 
 def measure(shape: str, records: int, runs: int, repeats: int, engines: list[str], version: int,
-            env: dict | None = None, against: tuple[str, Path] | None = None) -> dict:
+            env: dict | None = None, against: tuple[str, Path] | None = None, clock: str = "none") -> dict:
     """Every engine's decode and the baseline, `runs` fresh processes each, interleaved; with
     `against` (label, tree), each engine also as that tree's code runs it ("ENGINE@label")."""
     todo = [(e, e, None) for e in engines]
     if against:
-        todo += [(f"{e}@{against[0]}", e, against[1] / "benchmarks" / "bench_decode.py") for e in engines]
+        todo += [(f"{e}@{against[0]}", e, against[1]) for e in engines]
     dec = {name: [] for name, _, _ in todo}
     base = []
     for _ in range(runs):
-        for name, e, script in todo:
-            dec[name].append(run_child(shape, records, f"decode:{e}", repeats, version, env, script))
+        for name, e, tree in todo:
+            dec[name].append(run_child(shape, records, f"decode:{e}:{clock}", repeats, version, env, tree))
         base.append(run_child(shape, records, "baseline", 2, version))
     first = dec[engines[0]][0]
     n = first["records"]
-    out = {"shape": shape, "records": n, "buffers_MB": first["buffers_MB"], "runs": runs, "format": version,
+    out = {"shape": shape, "clock": clock, "records": n, "buffers_MB": first["buffers_MB"], "runs": runs, "format": version,
            "engines": {e: _summary(d) for e, d in dec.items()}}
     out["baseline_cpu_rate"] = n / _med([r["user_s"] + r["sys_s"] for b in base for r in b["runs"][1:]])
     out["baseline_wall_rate"] = n / _med([r["wall_s"] for b in base for r in b["runs"][1:]])
@@ -292,7 +310,7 @@ def report(results: list[dict], once: dict | None, a, commit: str, load0, load1,
              f"- commit: {commit}, date: {started:%Y-%m-%d %H:%M}-{now:%H:%M} UTC, Python {platform.python_version()}, "
              f"numpy {np.__version__}",
              f"- command: `python3 benchmarks/bench_decode.py --sizes {a.sizes} --shapes {a.shapes} --engines {a.engines} "
-             f"--format {a.format} --runs {a.runs} --repeats {a.repeats}"
+             f"--format {a.format} --runs {a.runs} --repeats {a.repeats} --clocks {a.clocks}"
              + (f" --against {a.against.split('=', 1)[0]}=TREE" if a.against else "")
              + (f" --idle {a.idle:g}" if a.idle else "") + " --out ...`",
              "- children: bytecode cached (PYTHONPYCACHEPREFIX, as an installed package has its .pyc); a warm-up child "
@@ -303,14 +321,14 @@ def report(results: list[dict], once: dict | None, a, commit: str, load0, load1,
              "record loop included: the numba engine loads its ahead-of-time build from the disk cache), warm = its "
              "repeats; rates are records per second of CPU time (user + sys), wall in brackets; import s = CPU "
              "time to import profiler.decode (numpy, pandas) before the cold call, not in its rate.", "",
-             "| shape | records | events | engine | cold M rec/s | cold user / sys s | warm M rec/s | cold, warm vs "
+             "| shape | records | clock | events | engine | cold M rec/s | cold user / sys s | warm M rec/s | cold, warm vs "
              f"{engines[0]} | structured copy M rec/s | buffers MB | table MB | peak over start MB | import s | numba imported |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         ref = r["engines"][engines[0]]
         for e, s in r["engines"].items():
             c, w = s["cold"], s["warm"]
-            lines.append(f"| {r['shape']} | {r['records'] / 1e6:.1f} M | {s['events'] / 1e6:.2f} M | {e} | "
+            lines.append(f"| {r['shape']} | {r['records'] / 1e6:.1f} M | {r['clock']} | {s['events'] / 1e6:.2f} M | {e} | "
                          f"{c['cpu_rate'] / 1e6:.1f} ({c['wall_rate'] / 1e6:.1f}) | {c['user_s']:.3f} / {c['sys_s']:.3f} | "
                          f"{w['cpu_rate'] / 1e6:.1f} ({w['wall_rate'] / 1e6:.1f}) | "
                          f"{c['cpu_rate'] / ref['cold']['cpu_rate']:.1f}x, {w['cpu_rate'] / ref['warm']['cpu_rate']:.1f}x | "
@@ -323,9 +341,10 @@ def report(results: list[dict], once: dict | None, a, commit: str, load0, load1,
         for r in results:
             for e in engines:
                 s, b = r["engines"][e], r["engines"][f"{e}@{label}"]
-                lines.append(f"- {r['shape']} {r['records'] / 1e6:.1f} M {e}: {s['cold']['cpu_rate'] / b['cold']['cpu_rate']:.2f}x, "
+                lines.append(f"- {r['shape']} {r['records'] / 1e6:.1f} M clock {r['clock']} {e}: "
+                             f"{s['cold']['cpu_rate'] / b['cold']['cpu_rate']:.2f}x, "
                              f"{s['warm']['cpu_rate'] / b['warm']['cpu_rate']:.2f}x")
-    warn = {f"{r['shape']} {r['records'] / 1e6:.1f} M": r["engines"][engines[0]]["warnings"] for r in results}
+    warn = {f"{r['shape']} {r['records'] / 1e6:.1f} M {r['clock']}": r["engines"][engines[0]]["warnings"] for r in results}
     lines += ["", f"Decoder warnings (every engine the same event count): {warn}"]
     if once:
         b = once["aot_build"]
@@ -346,6 +365,8 @@ def main() -> None:
     ap.add_argument("--engines", default="numpy,numba", help="profiler.decode ENGINES, the first is the reference of the ratios")
     ap.add_argument("--format", type=int, default=L.VERSION, help="buffer format version to build (1 or 2)")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--clocks", default="none", help="none (raw globaltimer base) and/or model (a clock model, as a "
+                                                     "recording session saves), comma-separated")
     ap.add_argument("--repeats", type=int, default=3, help="decodes per process (the first is cold)")
     ap.add_argument("--no-one-off", action="store_true", help="skip the AOT build and JIT cold measurements")
     ap.add_argument("--against", metavar="LABEL=TREE",
@@ -376,16 +397,16 @@ def main() -> None:
     for e in engines:   # builds what a first decode builds (the AOT loop, the .pyc files) before any timing
         run_child("dense", 10_000, f"decode:{e}", 1, a.format)
         if against:
-            run_child("dense", 10_000, f"decode:{e}", 1, a.format, script=against[1] / "benchmarks" / "bench_decode.py")
+            run_child("dense", 10_000, f"decode:{e}", 1, a.format, tree=against[1])
     results = []
-    for shape in a.shapes.split(","):
-        for size in a.sizes.split(","):
-            r = measure(shape, int(float(size)), a.runs, a.repeats, engines, a.format, against=against)
-            results.append(r)
-            for e, s in r["engines"].items():
-                print(f"{shape} {r['records'] / 1e6:.1f} M {e}: cold {s['cold']['cpu_rate'] / 1e6:.1f} M/s CPU "
-                      f"({s['cold']['user_s']:.3f} user, {s['cold']['sys_s']:.3f} sys), warm {s['warm']['cpu_rate'] / 1e6:.1f} M/s, "
-                      f"copy {r['baseline_cpu_rate'] / 1e6:.0f} M/s, peak +{s['peak_over_start_MB']:.0f} MB", flush=True)
+    for shape, size, clock in ((sh, si, c) for sh in a.shapes.split(",") for si in a.sizes.split(",")
+                               for c in a.clocks.split(",")):
+        r = measure(shape, int(float(size)), a.runs, a.repeats, engines, a.format, against=against, clock=clock)
+        results.append(r)
+        for e, s in r["engines"].items():
+            print(f"{shape} {r['records'] / 1e6:.1f} M clock {clock} {e}: cold {s['cold']['cpu_rate'] / 1e6:.1f} M/s CPU "
+                  f"({s['cold']['user_s']:.3f} user, {s['cold']['sys_s']:.3f} sys), warm {s['warm']['cpu_rate'] / 1e6:.1f} M/s, "
+                  f"copy {r['baseline_cpu_rate'] / 1e6:.0f} M/s, peak +{s['peak_over_start_MB']:.0f} MB", flush=True)
     once = None if a.no_one_off or "numba" not in engines else one_off(a.format, a.runs)
     if once:
         print(once, flush=True)

@@ -26,7 +26,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from . import errors as E
-from .align import ANCHOR_SKEW_NS, GLOBALTIMER_STEP_NS, NOMINAL_SM_GHZ, ClockModel
+from .align import ANCHOR_SKEW_NS, GLOBALTIMER_STEP_NS, NOMINAL_SM_GHZ, ClockModel, RankClock
 from .decode_records import KEY_BITS, Scratch, decode_chunk
 from .generated import layout as L
 from .registry import Registry
@@ -693,12 +693,12 @@ class _Table:
                                                        f"{plan.registry.family!r}: {', '.join(extra)}"))
 
 
-def _results(plan: _Plan, table: _Table, off: int, scratch, fast):
+def _results(plan: _Plan, table: _Table, off: int, scratch, fast, tmap=None):
     """The decoded chunks of one launch: the whole launch at once with the compiled loop."""
     if fast is not None:
         plan.finish(anchors=False)   # the compiled loop looks for ANCHORs as it goes
         if plan.n_records:
-            yield fast.decode(plan, table.out, off, table.codes, _RH_SLOTS, scratch)
+            yield fast.decode(plan, table.out, off, table.codes, _RH_SLOTS, scratch, tmap)
         return
     plan.finish()
     for r0, r1 in plan.chunks:
@@ -707,13 +707,14 @@ def _results(plan: _Plan, table: _Table, off: int, scratch, fast):
         yield res
 
 
-def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast) -> tuple[int, int, int]:
-    """Decode one launch's records at table row `off`; (events, gpu_begin, gpu_end) in raw ns."""
+def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast, tmap=None) -> tuple[int, int, int]:
+    """Decode one launch's records at table row `off`; (events, gpu_begin, gpu_end) in raw ns. The
+    rows' times are raw too, or mapped by `tmap` (the compiled loop's decode_fast.time_map)."""
     counts = dict.fromkeys([c for c, _, _ in _COUNT_WARNINGS], 0)
     unknown = []
     o = off
     spans = []
-    for res in _results(plan, table, off, scratch, fast):
+    for res in _results(plan, table, off, scratch, fast, tmap):
         o += res.events
         for k, v in res.counts.items():
             counts[k] += v
@@ -733,6 +734,23 @@ def _decode_launch(plan: _Plan, table: _Table, off: int, scratch, fast) -> tuple
     return o - off, gb, ge
 
 
+def _time_map(fast, clock: ClockModel | None, rank: int):
+    """With a clock model, what the compiled loop does to each row's times (decode_fast.time_map):
+    ClockModel.to_run_timeline after the loop cost 23-27 ns an event on a 600 k-event launch (its
+    temporaries), the loop's pass over rows still in cache ~1. None: raw times, mapped afterwards
+    by _decode (the numpy loop; a clock model of another kind; no clock model, whose shift is a
+    plain subtraction, 0.2-0.7 ns an event, no cheaper in the loop: benchmarks/NOTES.md, issue 20
+    round 3)."""
+    if fast is None or clock is None:
+        return None
+    from . import decode_fast
+    rc = clock.clock(rank)
+    # the loop does RankClock.to_ref's arithmetic: only for those classes, as they are here
+    if type(clock).to_run_timeline is not ClockModel.to_run_timeline or type(rc).to_ref is not RankClock.to_ref:
+        return None
+    return decode_fast.time_map(-int(clock.t0_ns), rc)
+
+
 def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) -> tuple[pd.DataFrame, list[dict]]:
     """Decode planned launches into one event table, every column allocated once."""
     fast = _engine(engine)
@@ -747,11 +765,13 @@ def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) ->
     launches, off = [], 0
     for p, (host, hb, he) in zip(plans, hosts):
         info = p.info
-        k, gb, ge = _decode_launch(p, table, off, scratch, fast)
+        tmap = _time_map(fast, clock, info.rank)
+        k, gb, ge = _decode_launch(p, table, off, scratch, fast, tmap)
         out = table.out
         if clock is not None:
-            for c in ("begin_ns", "end_ns"):
-                out[c][off:off + k] = clock.to_run_timeline(info.rank, out[c][off:off + k])
+            if tmap is None:
+                for c in ("begin_ns", "end_ns"):
+                    out[c][off:off + k] = clock.to_run_timeline(info.rank, out[c][off:off + k])
             if gb >= 0:
                 gb, ge = (int(v) for v in clock.to_run_timeline(info.rank, np.array([gb, ge])))
         rows = slice(off, off + k + (1 if host else 0))
@@ -839,13 +859,22 @@ def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _categorical(v: list[str]) -> pd.Categorical:
+    """pd.Categorical(v) for strings (its sorted categories), from codes: pd.Categorical(list)
+    costs ~1.8 ms on the first call of a process, from_codes ~0.3 (dev VM, issue 20 round 3)."""
+    cats = sorted(set(v))
+    idx = {x: i for i, x in enumerate(cats)}
+    return pd.Categorical.from_codes(np.array([idx[x] for x in v], _code_dtype(len(cats))), categories=cats,
+                                     validate=False)
+
+
 def launches_frame(rows: list[dict]) -> pd.DataFrame:
     # column by column: DataFrame(rows).astype() cost 2-3 ms more on the first call of a process
     # (a tenth of a cold 1 M-record decode's budget)
     cols = {}
     for c, t in LAUNCH_COLUMNS.items():
         v = [r[c] for r in rows]
-        cols[c] = pd.Categorical(v) if t == "category" else np.array(v, dtype=t)
+        cols[c] = _categorical(v) if t == "category" else np.array(v, dtype=t)
     return pd.DataFrame(cols, copy=False)
 
 

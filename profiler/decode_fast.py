@@ -53,7 +53,7 @@ _I64_MAX = np.iinfo(np.int64).max
 def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, seg_len, pcs, pgs, prates,
             phase_lut, role_lut, kind_lut, blk, wrp, smv,
             o_begin, o_end, o_payload, o_phase, o_role, o_kind, o_open, o_block, o_warp, o_sm,
-            o, unk_pos, unk_key, stamp, prev, gen0, res):
+            o, unk_pos, unk_key, stamp, prev, gen0, tadd, tfrac, tdrift, tanchor, tmap, res):
     """Rows of every region of one launch from row `o` on; counts and time bounds into `res`.
 
     One pass over each region's records: a BEGIN's row is written open, ending where it begins;
@@ -63,6 +63,10 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
     are numbered gen0 + 1, gen0 + 2, ... so the arrays are zeroed once per decode, not per launch.
     ANCHORs of regions without anchor segments are counted (R_ANCHORS): the plan was made without
     looking for them (profiler.decode _Plan.finish) and must be made again if there are any.
+    With `tmap`, each region's rows, once complete (every rule above reads raw times), get their
+    times moved to the table's time base while they are still in cache: t + tadd, plus
+    rint(tfrac + tdrift * (t - tanchor)) where tdrift is not 0 (align.RankClock.to_ref's
+    arithmetic, in its order; see time_map). The counts and res's time bounds stay raw.
     Nothing is allocated here, so the AOT build needs no numba runtime."""
     ulo, uhi = np.uint64(lo), np.uint64(hi)
     ev = o
@@ -174,6 +178,16 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
             for q in range(r_start, ev):
                 if o_role[q] < 0:
                     o_role[q] = first_role
+        if tmap:   # raw times -> the table's time base (the region's rows are still in cache)
+            if tdrift != 0.0:
+                for q in range(r_start, ev):
+                    tb, te = o_begin[q], o_end[q]
+                    o_begin[q] = tb + tadd + np.int64(np.rint(tfrac + tdrift * np.float64(tb - tanchor)))
+                    o_end[q] = te + tadd + np.int64(np.rint(tfrac + tdrift * np.float64(te - tanchor)))
+            else:
+                for q in range(r_start, ev):
+                    o_begin[q] += tadd
+                    o_end[q] += tadd
     res[R_EVENTS], res[R_CORRUPT], res[R_BADTIME] = ev - o, corrupt, badtime
     res[R_UNMATCHED_END], res[R_UNMATCHED_BEGIN], res[R_REVERSED], res[R_UNKNOWN] = \
         unmatched_end, unmatched_begin, reversed_, unknown
@@ -194,7 +208,8 @@ def _signature(phase: str, role: str) -> str:
         a("int64"), a("int64"), a("uint64"), a("int64"), a("float64"),
         a(phase), a(role), a("int8"), a("int32"), a("int16"), a("int16"),
         a("int64"), a("int64"), a("int64"), a(phase), a(role), a("int8"), a("boolean"), a("int32"), a("int16"), a("int16"),
-        "int64", a("int64"), a("int64"), a("int64"), a("int64"), "int64", a("int64")]) + ")"
+        "int64", a("int64"), a("int64"), a("int64"), a("int64"), "int64",
+        "int64", "float64", "float64", "int64", "boolean", a("int64")]) + ")"
 
 
 def aot_dir() -> Path:
@@ -339,10 +354,27 @@ class Scratch:
         return self._unk[0, :records], self._unk[1, :records]
 
 
-def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch, jit_only: bool = False):
+def time_map(add: int = 0, clock=None) -> tuple:
+    """_launch's (tadd, tfrac, tdrift, tanchor, tmap) for raw time t -> t + add, or, with a rank's
+    align.RankClock, -> clock.to_ref(t) + add: the same int64 and float64 operations in the same
+    order (t + whole + rint(frac + drift_ppm * 1e-6 * (t - anchor))), so the table is the one
+    ClockModel.to_run_timeline gives, bit for bit (tests/profiler/test_decode_fast.py)."""
+    if clock is None:
+        return np.int64(add), 0.0, 0.0, np.int64(0), add != 0
+    whole = int(np.floor(clock.offset_ns))
+    frac, drift = clock.offset_ns - whole, clock.drift_ppm * 1e-6
+    if drift == 0.0:   # frac + 0.0 * x is frac for every finite x: a constant
+        return np.int64(whole + add + int(np.rint(frac))), 0.0, 0.0, np.int64(0), True
+    return np.int64(whole + add), float(frac), float(drift), np.int64(clock.anchor_ns), True
+
+
+def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch, jit_only: bool = False,
+                  tmap: tuple | None = None):
     """Decode every record of `plan` into out[column][o:]; a decode_records.ChunkResult. A plan made
     without the anchor search is made again with it, and the launch decoded again, when the loop
-    meets an ANCHOR record (optional in format 2: only kernels that call rec.anchor() write them)."""
+    meets an ANCHOR record (optional in format 2: only kernels that call rec.anchor() write them).
+    tmap: time_map()'s answer, the rows' times moved to the table's base as they are written
+    (default: raw)."""
     from .decode_records import ChunkResult
     phase_lut, role_lut = codes.phase_lut(plan.family), codes.role_lut(plan.family)
     assert phase_lut.dtype == out["phase"].dtype and role_lut.dtype == out["role"].dtype, "LUT and column widths differ"
@@ -382,7 +414,7 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratc
                phase_lut, role_lut, codes.kind_lut, blk, wrp, smv,
                out["begin_ns"], out["end_ns"], out["payload"], out["phase"], out["role"], out["kind"], out["open"],
                out["block"], out["warp"], out["sm"], np.int64(o), unk_pos, unk_key, sc.stamp, sc.prev,
-               np.int64(sc.regions), r)
+               np.int64(sc.regions), *(tmap or time_map()), r)
         sc.regions += nreg
         if not r[R_ANCHORS] or plan.anchors_searched:
             break
@@ -402,7 +434,7 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratc
 
 class Loop:
     """The compiled record loop as profiler.decode drives it: one Scratch per decode, then
-    decode() per launch."""
+    decode() per launch, its times moved to the table's base by the loop (time_map)."""
 
     def __init__(self, jit_only: bool = False):
         self.jit_only = jit_only
@@ -410,5 +442,5 @@ class Loop:
     def scratch(self, plans: list) -> Scratch:
         return Scratch()
 
-    def decode(self, plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch):
-        return decode_launch(plan, out, o, codes, rh_slots, scratch, self.jit_only)
+    def decode(self, plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch, tmap: tuple | None = None):
+        return decode_launch(plan, out, o, codes, rh_slots, scratch, self.jit_only, tmap)

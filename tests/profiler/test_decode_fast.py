@@ -122,3 +122,50 @@ def test_the_build_is_keyed_on_this_file(monkeypatch, tmp_path):
     assert a.parent == tmp_path / "decode"
     monkeypatch.setattr(F, "__file__", str(ROOT / "profiler" / "decode_records.py"))
     assert F.aot_dir() != a
+
+
+def _clock_model(rng: np.random.Generator):
+    """Ranks 0 and 1 with fractional offsets (ties of rint among them), and drifts of zero, of a
+    real GPU's size and far past it, anchored near the buffers' times."""
+    from profiler.align import ClockModel, RankClock
+    clocks = {}
+    for r in (0, 1):
+        offset = float(rng.choice([0.0, 0.5, -0.5, 1.5, -1234.25, float(rng.normal(0, 5e4))]))
+        drift = float(rng.choice([0.0, -0.0, 3.7, -12.5, 1e3, float(rng.normal(0, 50))]))
+        clocks[r] = RankClock(r, offset_ns=offset, drift_ppm=drift, uncertainty_ns=40.0,
+                              anchor_ns=T0 + int(rng.integers(-10**6, 10**6)))
+    return ClockModel(clocks, t0_ns=T0 - int(rng.integers(0, 10**9)))
+
+
+def _table(items, clock, engine):
+    from .differential import REGISTRIES
+    try:
+        d = D.decode_launches(items, REGISTRIES, clock, engine=engine)
+    except Exception as e:  # noqa: BLE001  (the same error from every engine)
+        return type(e).__name__
+    ev = d.events
+    return ({c: ev[c].astype(object).tolist() for c in ev.columns}, d.launches.astype(object).to_dict("records"),
+            sorted((type(w).__name__, w.count) for w in d.warnings))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_loop_maps_times_as_the_clock_model_does(seed):
+    """With a clock model the compiled loop writes run-timeline times itself (decode_fast.time_map);
+    the numpy loop's table maps raw times with ClockModel.to_run_timeline afterwards: equal."""
+    from .differential import random_case
+    rng = np.random.default_rng(seed)
+    items, clock = random_case(rng), _clock_model(rng)
+    want = _table(items, clock, "numpy")
+    for engine in ENGINES[1:]:
+        assert _table(items, clock, engine) == want, engine
+
+
+def test_time_map_is_rank_clock_arithmetic():
+    from profiler.align import RankClock
+    t = np.array([T0 - 7, T0, T0 + 1, T0 + 123_456_789, 1, 2**62 - 1], np.int64)
+    for off, drift in ((0.5, 0.0), (-0.5, 0.0), (2.5, 0.0), (-1234.75, 7.3), (0.25, -1e3)):
+        rc = RankClock(0, off, drift, 1.0, anchor_ns=T0 + 1000)
+        add, frac, k, anchor, on = F.time_map(-T0 + 5, rc)
+        got = t + add + np.rint(frac + k * (t - anchor).astype(np.float64)).astype(np.int64) if k else t + add
+        assert on and got.tolist() == (rc.to_ref(t) - np.int64(T0 - 5)).tolist()
+    assert F.time_map(0)[-1] is False and F.time_map(-5)[0] == -5
