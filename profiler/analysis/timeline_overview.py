@@ -49,32 +49,34 @@ def binned_busy(begin: np.ndarray, end: np.ndarray, key: np.ndarray, n_keys: int
     width = (t1 - t0) / bins
     if begin.size == 0 or width <= 0:
         return np.zeros((n_keys, bins), dtype=np.float64)
-    fb = (np.clip(begin, t0, t1) - t0) / width
-    fe = (np.clip(end, t0, t1) - t0) / width
-    ok = fe > fb
-    key = key.astype(np.int64)
-    if not ok.all():
-        fb, fe, key = fb[ok], fe[ok], key[ok]
-    ib = np.minimum(np.floor(fb).astype(np.int64), bins - 1)
-    ie = np.minimum(np.floor(fe).astype(np.int64), bins - 1)
+    fb = np.clip(begin, t0, t1)          # float64, in place from here: fresh arrays of millions of
+    fb -= t0                             # rows are most of the cost (issue 20, NOTES)
+    fb /= width
+    fe = np.clip(end, t0, t1)
+    fe -= t0
+    fe /= width
+    # fb, fe >= 0: truncation is floor
+    ib = np.minimum(fb.astype(np.int64), bins - 1)
+    ie = np.minimum(fe.astype(np.int64), bins - 1)
     size = n_keys * (bins + 1)
-    base = key * (bins + 1)
+    bi = np.asarray(key).astype(np.int64, copy=False) * (bins + 1)
+    ei = bi + ie
+    bi += ib
+    # Spans that add nothing (empty after clipping, or ending before they begin) and the other
+    # kind of span in each sum weigh 0 rather than being selected out: x + 0.0 == x, so every
+    # bin's sum is the same float as over the selected spans in table order, without copying
+    # most of the rows (87 % of a 10 M-event run's spans cross a bin edge).
     one = ib == ie
-    flat = np.zeros(size, dtype=np.float64)
-    if one.any():
-        flat += np.bincount(base[one] + ib[one], weights=fe[one] - fb[one], minlength=size)
-    m = ~one
-    if m.any():
-        if m.all():   # boolean selections of millions of rows cost ~0.2 s each: skip when trivial
-            bm, ibm, iem, fbm, fem = base, ib, ie, fb, fe
-        else:
-            bm, ibm, iem, fbm, fem = base[m], ib[m], ie[m], fb[m], fe[m]
-        flat += np.bincount(bm + ibm, weights=(ibm + 1) - fbm, minlength=size)
-        flat += np.bincount(bm + iem, weights=fem - iem, minlength=size)
-        full = iem - ibm > 1
+    flat = np.bincount(bi, weights=np.where(one & (fe > fb), fe - fb, 0.0), minlength=size)
+    multi = ie > ib                      # implies fe > fb
+    if multi.any():
+        flat += np.bincount(bi, weights=np.where(multi, (ib + 1) - fb, 0.0), minlength=size)
+        flat += np.bincount(ei, weights=np.where(multi, fe - ie, 0.0), minlength=size)
+        ie -= ib
+        full = ie > 1
         if full.any():
-            diff = np.bincount(bm[full] + ibm[full] + 1, minlength=size).astype(np.float64)
-            diff -= np.bincount(bm[full] + iem[full], minlength=size)
+            diff = np.bincount(bi + 1, weights=full, minlength=size)    # whole counts: exact
+            diff -= np.bincount(ei, weights=full, minlength=size)
             flat += np.cumsum(diff.reshape(n_keys, bins + 1), axis=1).reshape(-1)
     return flat.reshape(n_keys, bins + 1)[:, :bins]
 
