@@ -239,10 +239,13 @@ class Builder:
         n_b, n_w = int(b1.max()) - b0 + 1, int(w1.max()) - w0 + 1
         gcode = (a.rank - r0) * n_b + (b1 - b0)    # (rank, block) group, in (rank, block) order
         lcode = gcode * n_w + (w1 - w0)            # (rank, block, warp) lane
+        del b1, w1
         lpos, lane_of = _dense(lcode)
+        del lcode
         # a lane's role is its last event's (as the viewer's full index assigns it)
         last = np.full(lpos.size, -1, dtype=np.int64)
         np.maximum.at(last, lane_of, np.arange(n, dtype=np.int64))
+        del lane_of
         role_names = np.asarray(a.roles + [""], dtype=object)
         lg, lw = np.divmod(lpos, n_w)
         lr, lb = np.divmod(lg, n_b)
@@ -266,12 +269,13 @@ class Builder:
             "iteration": e_it, "rank": e_rank, "begin_ns": lo, "end_ns": hi, "events": events_n,
             "spans": np.bincount(codes, weights=a.span, minlength=n_e).astype(np.int64),
             "open": np.bincount(codes, weights=a.span & opened, minlength=n_e).astype(np.int64)}))
+        # the tiles need only these of the per-event arrays (the rest: 60 MB a chunk of 2.5 M events)
+        spanned, phase = a.span & (a.phase >= 0), a.phase
+        del codes, opened, a
         # a chunk holds whole iterations: one stable sort by iteration (none when sorted already,
         # as the graph's table is within a chunk of one iteration) gives each its rows as a slice,
         # in table order (binned_busy sums in that order)
         order = None if bool(np.all(it[1:] >= it[:-1])) else np.argsort(it, kind="stable")
-        spanned = a.span & (a.phase >= 0)
-        n_ph = len(a.names)
         e_ends = np.cumsum(np.bincount(e_it - i0))                  # extents rows per iteration
         cuts = np.concatenate([[0], np.cumsum(np.bincount(it - i0))])
         for iteration in np.unique(e_it):
@@ -284,7 +288,7 @@ class Builder:
             s = rows[spanned[rows]] if order is not None else np.flatnonzero(spanned[rows]) + rows.start
             gpos, g_of = _dense(gcode[s])
             ug = (gpos // n_b + r0) * (1 << 32) + (gpos % n_b + b0)     # (rank, block + 1) packed
-            used, ph = _dense(a.phase[s])
+            used, ph = _dense(phase[s])
             grid = binned_busy(begin[s], end[s], g_of * used.size + ph, ug.size * used.size,
                                float(t0), float(max(t1, t0 + 1)), nb).reshape(ug.size, used.size, nb)
             # kept per tile: the (rank, host) sums at full resolution and the groups' at one rank's
