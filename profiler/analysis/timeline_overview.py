@@ -49,32 +49,34 @@ def binned_busy(begin: np.ndarray, end: np.ndarray, key: np.ndarray, n_keys: int
     width = (t1 - t0) / bins
     if begin.size == 0 or width <= 0:
         return np.zeros((n_keys, bins), dtype=np.float64)
-    fb = (np.clip(begin, t0, t1) - t0) / width
-    fe = (np.clip(end, t0, t1) - t0) / width
-    ok = fe > fb
-    key = key.astype(np.int64)
-    if not ok.all():
-        fb, fe, key = fb[ok], fe[ok], key[ok]
-    ib = np.minimum(np.floor(fb).astype(np.int64), bins - 1)
-    ie = np.minimum(np.floor(fe).astype(np.int64), bins - 1)
+    fb = np.clip(begin, t0, t1)          # float64, in place from here: fresh arrays of millions of
+    fb -= t0                             # rows are most of the cost (issue 20, NOTES)
+    fb /= width
+    fe = np.clip(end, t0, t1)
+    fe -= t0
+    fe /= width
+    # fb, fe >= 0: truncation is floor
+    ib = np.minimum(fb.astype(np.int64), bins - 1)
+    ie = np.minimum(fe.astype(np.int64), bins - 1)
     size = n_keys * (bins + 1)
-    base = key * (bins + 1)
+    bi = np.asarray(key).astype(np.int64, copy=False) * (bins + 1)
+    ei = bi + ie
+    bi += ib
+    # Spans that add nothing (empty after clipping, or ending before they begin) and the other
+    # kind of span in each sum weigh 0 rather than being selected out: x + 0.0 == x, so every
+    # bin's sum is the same float as over the selected spans in table order, without copying
+    # most of the rows (87 % of a 10 M-event run's spans cross a bin edge).
     one = ib == ie
-    flat = np.zeros(size, dtype=np.float64)
-    if one.any():
-        flat += np.bincount(base[one] + ib[one], weights=fe[one] - fb[one], minlength=size)
-    m = ~one
-    if m.any():
-        if m.all():   # boolean selections of millions of rows cost ~0.2 s each: skip when trivial
-            bm, ibm, iem, fbm, fem = base, ib, ie, fb, fe
-        else:
-            bm, ibm, iem, fbm, fem = base[m], ib[m], ie[m], fb[m], fe[m]
-        flat += np.bincount(bm + ibm, weights=(ibm + 1) - fbm, minlength=size)
-        flat += np.bincount(bm + iem, weights=fem - iem, minlength=size)
-        full = iem - ibm > 1
+    flat = np.bincount(bi, weights=np.where(one & (fe > fb), fe - fb, 0.0), minlength=size)
+    multi = ie > ib                      # implies fe > fb
+    if multi.any():
+        flat += np.bincount(bi, weights=np.where(multi, (ib + 1) - fb, 0.0), minlength=size)
+        flat += np.bincount(ei, weights=np.where(multi, fe - ie, 0.0), minlength=size)
+        ie -= ib
+        full = ie > 1
         if full.any():
-            diff = np.bincount(bm[full] + ibm[full] + 1, minlength=size).astype(np.float64)
-            diff -= np.bincount(bm[full] + iem[full], minlength=size)
+            diff = np.bincount(bi + 1, weights=full, minlength=size)    # whole counts: exact
+            diff -= np.bincount(ei, weights=full, minlength=size)
             flat += np.cumsum(diff.reshape(n_keys, bins + 1), axis=1).reshape(-1)
     return flat.reshape(n_keys, bins + 1)[:, :bins]
 
@@ -88,6 +90,21 @@ def tile_bins(events: int) -> int:
 def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     c = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
     return c.cat.codes.to_numpy(), [str(x) for x in c.cat.categories]
+
+
+def _dense(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values of non-negative integer codes, ascending; each element's index into
+    them): np.unique(return_inverse=True) through a bincount over the codes' range when that range
+    is small beside the array (a chunk's lanes, groups and phases), no sort of the elements."""
+    if code.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    top = int(code.max()) + 1
+    if top > max(4 * code.size, 1 << 16):
+        u, inv = np.unique(code, return_inverse=True)
+        return u.astype(np.int64), inv.reshape(-1).astype(np.int64)
+    seen = np.bincount(code, minlength=top) > 0
+    ids = np.cumsum(seen) - 1
+    return np.flatnonzero(seen).astype(np.int64), ids[code]
 
 
 @dataclass
@@ -211,48 +228,76 @@ class Builder:
         elif a.names != self._names:
             # every chunk of one run carries the whole table's categories (runreader; iloc keeps them)
             raise ValueError("timeline overview: chunks with different phase categories")
-        # lanes and (iteration, rank) extents through integer keys: DataFrames of 2 M rows (and one
-        # role string a row) cost 1-2 s a chunk of 2 M events, these ~0.2 s
-        lane_key = (a.rank << 40) + ((a.block + 1) << 20) + (a.warp + 1)
+        n = len(events)
+        # Lanes, groups and (iteration, rank) extents through dense mixed-radix codes over the
+        # chunk's few values (ranks x blocks x warps: hundreds to thousands) counted with bincount
+        # and ufunc.at, not sorts of every event: np.unique(return_index / return_inverse) and
+        # pd.factorize(sort=True) were 0.3 of this method's 0.7 s a chunk of 2.5 M events (issue
+        # 20, NOTES). The codes order like the packed keys the tables keep, so rows come out sorted.
+        b1, w1 = a.block + 1, a.warp + 1           # host events: block = warp = -1 -> 0
+        r0, b0, w0 = int(a.rank.min()), int(b1.min()), int(w1.min())
+        n_b, n_w = int(b1.max()) - b0 + 1, int(w1.max()) - w0 + 1
+        gcode = (a.rank - r0) * n_b + (b1 - b0)    # (rank, block) group, in (rank, block) order
+        lcode = gcode * n_w + (w1 - w0)            # (rank, block, warp) lane
+        del b1, w1
+        lpos, lane_of = _dense(lcode)
+        del lcode
         # a lane's role is its last event's (as the viewer's full index assigns it)
-        lk, first_rev = np.unique(lane_key[::-1], return_index=True)
+        last = np.full(lpos.size, -1, dtype=np.int64)
+        np.maximum.at(last, lane_of, np.arange(n, dtype=np.int64))
+        del lane_of
         role_names = np.asarray(a.roles + [""], dtype=object)
-        self._lanes.append(pd.DataFrame({"rank": lk >> 40, "block": ((lk >> 20) & 0xFFFFF) - 1, "warp": (lk & 0xFFFFF) - 1,
-                                         "role": role_names[a.role[lane_key.size - 1 - first_rev]]}))
+        lg, lw = np.divmod(lpos, n_w)
+        lr, lb = np.divmod(lg, n_b)
+        self._lanes.append(pd.DataFrame({"rank": lr + r0, "block": lb + b0 - 1, "warp": lw + w0 - 1,
+                                         "role": role_names[a.role[last]]}))
         it = events["iteration"].to_numpy(np.int64)
         begin = events["begin_ns"].to_numpy(np.int64)
         end = np.maximum(events["end_ns"].to_numpy(np.int64), begin)
-        opened = events["open"].to_numpy(bool) if "open" in events else np.zeros(len(events), bool)
-        codes, ek = pd.factorize((it << 24) + a.rank, sort=True)
-        n_e = ek.size
+        opened = events["open"].to_numpy(bool) if "open" in events else np.zeros(n, bool)
+        i0, n_r = int(it.min()), int(a.rank.max()) - r0 + 1
+        epos, codes = _dense((it - i0) * n_r + (a.rank - r0))      # (iteration, rank) order
+        n_e = epos.size
+        lo = np.full(n_e, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(lo, codes, begin)
+        hi = np.full(n_e, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(hi, codes, end)
+        e_it, e_rank = np.divmod(epos, n_r)
+        e_it, e_rank = e_it + i0, e_rank + r0
+        events_n = np.bincount(codes, minlength=n_e).astype(np.int64)
         self._extents.append(pd.DataFrame({
-            "iteration": ek >> 24, "rank": ek & 0xFFFFFF,
-            "begin_ns": pd.Series(begin).groupby(codes).min().to_numpy(np.int64),
-            "end_ns": pd.Series(end).groupby(codes).max().to_numpy(np.int64),
-            "events": np.bincount(codes, minlength=n_e).astype(np.int64),
+            "iteration": e_it, "rank": e_rank, "begin_ns": lo, "end_ns": hi, "events": events_n,
             "spans": np.bincount(codes, weights=a.span, minlength=n_e).astype(np.int64),
             "open": np.bincount(codes, weights=a.span & opened, minlength=n_e).astype(np.int64)}))
-        sp = np.flatnonzero(a.span & (a.phase >= 0))
-        gkey = a.rank[sp] * (1 << 32) + (a.block[sp] + 1)
-        n_ph = len(a.names)
-        for iteration in np.unique(it):
-            rows = np.flatnonzero(it == iteration)
-            t0, t1 = int(begin[rows].min()), int(end[rows].max())
-            nb = tile_bins(rows.size)
-            s = sp[it[sp] == iteration]
-            gk = gkey[it[sp] == iteration]
-            ug, g_of = np.unique(gk, return_inverse=True)
-            used = np.unique(a.phase[s])
-            ph = np.searchsorted(used, a.phase[s])
-            grid = binned_busy(begin[s], end[s], g_of.reshape(-1) * used.size + ph, ug.size * used.size,
+        # the tiles need only these of the per-event arrays (the rest: 60 MB a chunk of 2.5 M events)
+        spanned, phase = a.span & (a.phase >= 0), a.phase
+        del codes, opened, a
+        # a chunk holds whole iterations: one stable sort by iteration (none when sorted already,
+        # as the graph's table is within a chunk of one iteration) gives each its rows as a slice,
+        # in table order (binned_busy sums in that order)
+        order = None if bool(np.all(it[1:] >= it[:-1])) else np.argsort(it, kind="stable")
+        e_ends = np.cumsum(np.bincount(e_it - i0))                  # extents rows per iteration
+        cuts = np.concatenate([[0], np.cumsum(np.bincount(it - i0))])
+        for iteration in np.unique(e_it):
+            k = int(iteration) - i0
+            ex = slice(int(e_ends[k - 1]) if k else 0, int(e_ends[k]))
+            t0, t1 = int(lo[ex].min()), int(hi[ex].max())
+            n_rows = int(cuts[k + 1] - cuts[k])
+            nb = tile_bins(n_rows)
+            rows = slice(int(cuts[k]), int(cuts[k + 1])) if order is None else order[cuts[k]:cuts[k + 1]]
+            s = rows[spanned[rows]] if order is not None else np.flatnonzero(spanned[rows]) + rows.start
+            gpos, g_of = _dense(gcode[s])
+            ug = (gpos // n_b + r0) * (1 << 32) + (gpos % n_b + b0)     # (rank, block + 1) packed
+            used, ph = _dense(phase[s])
+            grid = binned_busy(begin[s], end[s], g_of * used.size + ph, ug.size * used.size,
                                float(t0), float(max(t1, t0 + 1)), nb).reshape(ug.size, used.size, nb)
             # kept per tile: the (rank, host) sums at full resolution and the groups' at one rank's
             # share (a [groups, phases, bins] grid a tile held 390 MB at 100 M events, these 50 MB)
             rg, rg_of = np.unique((ug >> 32) * 2 + ((ug & 0xFFFFFFFF) == 0), return_inverse=True)
             fine = np.zeros((rg.size, used.size, nb), dtype=np.float64)
             np.add.at(fine, rg_of.reshape(-1), grid)
-            n_ranks = np.unique(a.rank[rows]).size
-            nc = min(nb, tile_bins(rows.size // max(n_ranks, 1)))      # both powers of two: nc divides nb
+            n_ranks = ex.stop - ex.start                                 # ranks with events in it
+            nc = min(nb, tile_bins(n_rows // max(n_ranks, 1)))      # both powers of two: nc divides nb
             coarse = grid.reshape(ug.size, used.size, nc, nb // nc).mean(axis=3)
             self._tiles.append((int(iteration), t0, t1, nb, ug, rg, used, fine.astype(np.float32),
                                 coarse.astype(np.float32)))

@@ -117,3 +117,58 @@ def test_the_chunked_analyses_carry_the_overview_of_their_closed_tables():
     res = chunked.analyze(run.events, registry=run.manifest.get("registry"), launches=run.launches, max_events=5_000)
     assert res.chunks > 1
     assert_overviews_equal(res.timeline, TO.overview(unfinished.close(run.events, run.launches)))
+
+
+def test_rows_sorted_by_iteration_or_not_give_the_same_overview_bit_for_bit(multi):
+    """A chunk's tiles come from slices of its rows in iteration order (no sort when sorted):
+    a stable sort keeps each iteration's rows in table order, so the sums are the same floats."""
+    assert not bool(np.all(np.diff(multi["iteration"].to_numpy()) >= 0))      # the sorting path
+    a = TO.overview(multi)
+    b = TO.overview(multi.iloc[np.argsort(multi["iteration"].to_numpy(), kind="stable")])   # the slicing path
+    assert_overviews_equal(a, b)
+    for x, y in zip(a.fine + a.coarse, b.fine + b.coarse):
+        assert x.tobytes() == y.tobytes()
+
+
+def _binned_busy_selecting(begin, end, key, n_keys, t0, t1, bins):
+    """binned_busy written by selecting each sum's spans (its first form): the reference."""
+    width = (t1 - t0) / bins
+    fb, fe = (np.clip(begin, t0, t1) - t0) / width, (np.clip(end, t0, t1) - t0) / width
+    ok = fe > fb
+    fb, fe, key = fb[ok], fe[ok], key[ok].astype(np.int64)
+    ib = np.minimum(np.floor(fb).astype(np.int64), bins - 1)
+    ie = np.minimum(np.floor(fe).astype(np.int64), bins - 1)
+    size, base, one = n_keys * (bins + 1), key * (bins + 1), ib == ie
+    flat = np.zeros(size, dtype=np.float64)
+    flat += np.bincount(base[one] + ib[one], weights=fe[one] - fb[one], minlength=size)
+    m = ~one
+    flat += np.bincount(base[m] + ib[m], weights=(ib[m] + 1) - fb[m], minlength=size)
+    flat += np.bincount(base[m] + ie[m], weights=fe[m] - ie[m], minlength=size)
+    full = m & (ie - ib > 1)
+    diff = np.bincount(base[full] + ib[full] + 1, minlength=size).astype(np.float64)
+    diff -= np.bincount(base[full] + ie[full], minlength=size)
+    flat += np.cumsum(diff.reshape(n_keys, bins + 1), axis=1).reshape(-1)
+    return flat.reshape(n_keys, bins + 1)[:, :bins]
+
+
+def test_binned_busy_sums_the_same_floats_as_selecting_the_spans():
+    """Zero weights in place of selected rows leave every sum the same float (x + 0.0 == x): the
+    stored overviews stay byte-identical. Windows clip spans; some end before they begin."""
+    rng = np.random.default_rng(7)
+    for case in range(200):
+        n, bins, nk = int(rng.integers(0, 2000)), int(rng.integers(1, 70)), int(rng.integers(1, 6))
+        b = rng.integers(-50, 1000, n)
+        e = b + rng.integers(-20, 400, n)
+        key = rng.integers(0, nk, n).astype((np.int64, np.int32, np.int16)[case % 3])
+        t0 = float(rng.integers(-100, 500))
+        t1 = t0 + float(rng.integers(1, 900)) + (0.5 if case % 5 == 0 else 0.0)
+        got = TO.binned_busy(b, e, key, nk, t0, t1, bins)
+        assert got.tobytes() == _binned_busy_selecting(b, e, key, nk, t0, t1, bins).tobytes(), case
+
+
+@pytest.mark.parametrize("top", [50, 10 ** 12])     # a bincount over the range; np.unique past it
+def test_dense_codes_are_np_unique(top):
+    code = np.random.default_rng(3).integers(0, top, 5_000)
+    u, inv = np.unique(code, return_inverse=True)
+    got_u, got_inv = TO._dense(code)
+    assert np.array_equal(got_u, u) and np.array_equal(got_inv, inv.reshape(-1))
