@@ -143,12 +143,26 @@ def test_timeline_zoom_goes_from_aggregate_to_detail(app):
     assert zf["layout"]["xaxis"]["range"] == pytest.approx([mid, mid + 1.0])
     assert "each span drawn" in zoom[TlIds.INFO]["children"]
     assert all(t["type"] != "heatmap" for t in zf["data"])
-    # a y-only relayout changes nothing on the server
-    assert _timeline(app, {"yaxis.range[0]": 1}, changed=[f"{TlIds.GRAPH}.relayoutData"]) is None
+    # once a view is drawn, a y-only relayout or a resize changes nothing on the server
+    win = zoom[TlIds.WINDOW]["data"]
+    assert _timeline(app, {"yaxis.range[0]": 1}, changed=[f"{TlIds.GRAPH}.relayoutData"], current=win) is None
+    assert _timeline(app, {"autosize": True}, changed=[f"{TlIds.GRAPH}.relayoutData"], current=win) is None
     # changing rows keeps the zoomed window
     assert zoom[TlIds.WINDOW]["data"] == pytest.approx([mid, mid + 1.0])
     kept = _timeline(app, level="block", changed=[f"{TlIds.LEVEL}.value"], current=zoom[TlIds.WINDOW]["data"])
     assert kept[TlIds.GRAPH]["figure"]["layout"]["xaxis"]["range"] == pytest.approx([mid, mid + 1.0])
+
+
+def test_timeline_autosize_before_the_first_view_draws_it(app):
+    """plotly's autosize on mounting the empty graph can come while the page's first request is in
+    flight; Dash keeps only the newest request's answer for the same outputs, so that answer must
+    be the first view (it was "no update": a blank timeline on a 100 M-event run)."""
+    first = _timeline(app)
+    again = _timeline(app, {"autosize": True}, changed=[f"{TlIds.GRAPH}.relayoutData"], current=None)
+    assert again is not None
+    assert again[TlIds.INFO]["children"] == first[TlIds.INFO]["children"]
+    assert again[TlIds.WINDOW]["data"] == pytest.approx(first[TlIds.WINDOW]["data"])
+    assert again[TlIds.GRAPH]["figure"]["data"][0]["type"] == first[TlIds.GRAPH]["figure"]["data"][0]["type"]
 
 
 def test_what_if_reports_projected_change(app):

@@ -52,9 +52,14 @@ def register(app, catalog) -> None:
         t0 = t1 = None
         if ctx.triggered_id == Ids.GRAPH:
             win = logic.parse_relayout(relayout)
-            if win is None:
-                raise PreventUpdate          # a y-only zoom or a hover: the browser handles it
-            t0, t1 = win
+            if win is not None:
+                t0, t1 = win
+            elif current:
+                raise PreventUpdate          # a y-only zoom or a resize: the browser handles it
+            # else no view drawn yet: plotly's autosize on mounting the empty graph came while the
+            # page's first request was in flight, and Dash keeps only the newest request's answer
+            # for the same outputs, so this one draws the first view (answering nothing left the
+            # timeline blank when the first answer was slow: 100 M events, after a drill-down)
         elif ctx.triggered_id != Ids.RESET and current:
             t0, t1 = float(current[0]) * 1e3, float(current[1]) * 1e3   # keep the time window when the rows change
         try:
