@@ -209,6 +209,20 @@ class Overview:
         return e[m]
 
 
+def _lane_table(lcode: np.ndarray, a, n_b: int, n_w: int, origin: tuple) -> pd.DataFrame:
+    """The chunk's lanes (rank, block, warp, role) from each event's dense lane code; a lane's
+    role is its last event's (as the viewer's full index assigns it)."""
+    r0, b0, w0 = origin
+    lpos, lane_of = _dense(lcode)
+    last = np.full(lpos.size, -1, dtype=np.int64)
+    np.maximum.at(last, lane_of, np.arange(lcode.size, dtype=np.int64))
+    role_names = np.asarray(a.roles + [""], dtype=object)
+    lg, lw = np.divmod(lpos, n_w)
+    lr, lb = np.divmod(lg, n_b)
+    return pd.DataFrame({"rank": lr + r0, "block": lb + b0 - 1, "warp": lw + w0 - 1,
+                         "role": role_names[a.role[last]]})
+
+
 class Builder:
     """Collects an Overview chunk by chunk: add(events) with each chunk's event table (whole
     iterations, unfinished waits closed), then finish()."""
@@ -240,17 +254,8 @@ class Builder:
         gcode = (a.rank - r0) * n_b + (b1 - b0)    # (rank, block) group, in (rank, block) order
         lcode = gcode * n_w + (w1 - w0)            # (rank, block, warp) lane
         del b1, w1
-        lpos, lane_of = _dense(lcode)
+        self._lanes.append(_lane_table(lcode, a, n_b, n_w, (r0, b0, w0)))
         del lcode
-        # a lane's role is its last event's (as the viewer's full index assigns it)
-        last = np.full(lpos.size, -1, dtype=np.int64)
-        np.maximum.at(last, lane_of, np.arange(n, dtype=np.int64))
-        del lane_of
-        role_names = np.asarray(a.roles + [""], dtype=object)
-        lg, lw = np.divmod(lpos, n_w)
-        lr, lb = np.divmod(lg, n_b)
-        self._lanes.append(pd.DataFrame({"rank": lr + r0, "block": lb + b0 - 1, "warp": lw + w0 - 1,
-                                         "role": role_names[a.role[last]]}))
         it = events["iteration"].to_numpy(np.int64)
         begin = events["begin_ns"].to_numpy(np.int64)
         end = np.maximum(events["end_ns"].to_numpy(np.int64), begin)
