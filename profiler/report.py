@@ -13,7 +13,9 @@ import pandas as pd
 
 from . import analysis
 from .analysis import graph as G
+from .analysis import late_entry as LE
 from .analysis import unfinished
+from .analysis.path_walk import iteration_totals
 from .analysis.timemodel import time_model
 from .analysis.verdict import fmt_ns
 from .runstore import Run, load_run
@@ -136,21 +138,47 @@ def _time_model(ev: pd.DataFrame, g) -> list[str]:
                else "-")
         rows.append({"kernel": str(k), "occurrences": len(o), "entry skew us": _us(o["entry_skew_ns"].median()),
                      "op latency after entry us": _us(o["op_latency_ns"].median()) if o["op_latency_ns"].notna().any() else "-",
-                     "others waited for entry us": _us(o["late_wait_ns"].median()), "late entry (side)": who,
+                     "late-entry wait us (median per occurrence)": _us(o["late_wait_ns"].median()), "late entry (side)": who,
                      "unfinished": int(o["unfinished"].sum())})
     return ["", "time model per kernel (medians over op occurrences; wall time, not summed over warps)",
             *_table(pd.DataFrame(rows))]
 
 
+def verdict_lines(page: str, v) -> list[str]:
+    """A page's verdict as the viewer's box states it, word for word: the headline, then its facts,
+    further findings (notes) and warnings, one line each."""
+    out = [f"  {page}: {'ALARM ' if v.alarm else ''}{v.headline}"]
+    out += [f"    - {f}" for f in v.facts]
+    out += [f"    note: {n}" for n in v.notes]
+    out += [f"    warning: {w}" for w in v.warnings]
+    return out
+
+
 def _verdicts(ev: pd.DataFrame, run: Run) -> list[str]:
-    """The pages' headline verdicts, computed by the same functions the viewer calls."""
+    """The pages' verdicts, computed by the same functions the viewer calls and printed whole."""
     reg = run.manifest.get("registry")
-    out = ["", "verdicts (the viewer's pages say the same)"]
+    out = ["", "verdicts (what the viewer's pages say, word for word)"]
     for page, fn in (("critical path", analysis.critical_path), ("idle warps", analysis.idle_warps),
                      ("barriers", analysis.barrier_contention)):
-        v = fn(ev, registry=reg, launches=run.launches).verdict
-        out.append(f"  {page}: {'ALARM ' if v.alarm else ''}{v.headline}")
+        out += verdict_lines(page, fn(ev, registry=reg, launches=run.launches).verdict)
     return out
+
+
+def _late_entry(g) -> list[str]:
+    """Per rank, the late-entry decision's quantities (profiler.analysis.late_entry: the numbers
+    every page states), means per iteration."""
+    totals = iteration_totals(g)
+    le = LE.decision(g, totals)
+    if le is None:
+        return []
+    its = totals["iteration"].to_numpy()
+    waited, own = LE.per_rank_waits(time_model(g), its)
+    top = {r: k for r, k in le.late_in.items()}
+    rows = [{"rank": int(r), f"{LE.LATE_WAIT} us": _us(waited[r].mean()), "its own wait for the others us": _us(own[r].mean()),
+             f"{LE.NET_WAIT} us": _us((waited[r] - own[r]).mean()), "late in iterations": f"{top.get(int(r), 0)} of {len(its)}"}
+            for r in waited.columns]
+    return ["", f"late entry per rank (means per iteration over {len(its)} iterations; the decision: {le.decision.band}, "
+                f"rank {le.rank}, {le.side} side)", *_table(pd.DataFrame(rows))]
 
 
 def _unfinished(ev: pd.DataFrame) -> list[str]:
@@ -218,6 +246,7 @@ def report(run, step: Callable[[str], None] | None = None) -> str:
     step("time model")
     g = G.build(ev, run.manifest.get("registry"), run.launches)
     lines += _time_model(ev, g)
+    lines += _late_entry(g)
     step("phases")
     lines += _phases(run, ev)
     step("verdicts")

@@ -32,6 +32,10 @@ Scenarios (the manifest's "synthetic" entry records the truth each one plants):
                 enqueue (drawn from the run's seed): a late entry per op, host side (issue 24)
   upstream_gpu  the stream of rank `late_rank` runs `late_ns` of unrecorded GPU work before every
                 dispatch (an upstream GEMM) while its host enqueues on time: a late entry, GPU side
+  host_jitter   before every kernel the hosts meet (as the host sync of an EP op on the peers' counts
+                makes them) and each rank's host is then held a random [0, late_ns), drawn per rank
+                and kernel: the late rank is random per op, as on real hosts (issue 29). No rank
+                is later than another in expectation: nothing is planted on a rank
 
 Size: `events` is a target; the chunk count per (pair, channel) is chosen to reach it (a 10 M
 event run of 8 ranks has about 200 chunks per pair and channel over 4 iterations).
@@ -49,7 +53,7 @@ from .registry import Registry
 from .schema import EVENT_KINDS, LAUNCH_COLUMNS
 
 SCENARIOS = ("balanced", "starvation", "late_arriver", "slow_rank", "ab", "late_host", "late_host_random",
-             "upstream_gpu")
+             "upstream_gpu", "host_jitter")
 KERNELS = ("notify", "dispatch", "combine")
 ROLES = ("notify", "sender", "receiver", "host")
 PHASES = ("notify", "send_chunk", "wait_space", "publish_tail", "wait_data", "copy_out",
@@ -198,6 +202,8 @@ def make_events(*, ranks: int = 8, events: int = 200_000, scenario: str = "balan
         truth.update(late_rank=late_rank, late_block=late_block, late_warp=late_warp, late_ns=late_ns)
     elif scenario in ("late_host", "late_host_random", "upstream_gpu"):
         truth.update(late_rank=late_rank, late_ns=late_ns)
+    elif scenario == "host_jitter":
+        truth.update(jitter_ns=late_ns)
     elif scenario == "slow_rank":
         truth.update(slow_rank=slow_rank, slow_factor=slow_factor)
     elif scenario == "ab":
@@ -220,6 +226,8 @@ def _simulate(sim: _Sim, iterations: int) -> list[dict]:
         for kernel in KERNELS:
             if sim.scenario == "late_host_random":
                 host_t[sim.planted["late_rank"]] += int(rng.uniform(0, sim.planted["late_ns"]))
+            if sim.scenario == "host_jitter":
+                host_t = host_t.max() + rng.uniform(0, sim.planted["late_ns"], R).astype(np.int64)
             if sim.scenario == "upstream_gpu" and kernel == "dispatch":
                 gpu_free[sim.planted["late_rank"]] += sim.planted["late_ns"]   # queued first, not recorded
             # host enqueue, kernel start

@@ -14,10 +14,6 @@ MAX_CLASS = 300
 
 # "path::name" -> why it is not split (yet)
 ALLOWED = {
-    "profiler/analysis/path_verdict.py::headline":
-        "the critical path's verdict in one reading order (timeout, late entry, candidates, sizes, the "
-        "sentence); issue 18 rewrote its inputs this session and its verdicts are pinned by the verdict "
-        "test: splitting it is the next change there, not made in the same session",
     "profiler/decode_fast.py::_launch":
         "the compiled (numba) record loop: the reference decoder's rules record by record in one function, "
         "so the per-warp state stays in locals across the loop; held equal to the oracle by the fuzz tests",

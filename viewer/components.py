@@ -6,6 +6,8 @@ attribute), the same text docs/glossary.md holds.
 """
 from __future__ import annotations
 
+import math
+
 from html import escape
 from urllib.parse import quote
 
@@ -69,13 +71,18 @@ def verdict_fields(v) -> list:
         chips.append(("where", "/".join(x for x in (v.kernel, v.phase) if x), None))
     if v.direction is not None:
         chips.append(("direction", v.direction.value, None))
-    if v.magnitude_ns is not None:
+    d = v.decisions[0] if v.decisions else None
+    if d is not None and math.isfinite(d.threshold):
+        # the decision the verdict is (its facts say it in words): quantity, mean share, interval, band
+        chips.append((d.quantity, f"{ns(d.mean_ns)} ({pct(100 * d.share, 0)})", d.quantity))
+        chips.append(("band", f"{d.band} · interval {d.interval()}", "band"))
+    elif v.magnitude_ns is not None:
         size = ns(v.magnitude_ns) + (f" ({pct(100 * v.share, 0)})" if v.share is not None else "")
         chips.append(("size", size, None))
     if v.iteration is not None:
         chips.append(("iteration", str(v.iteration), "iteration"))
     elif v.n:
-        chips.append(("n", str(v.n), "median over n iterations"))
+        chips.append(("n", str(v.n), "mean over n iterations"))
     return [html.Span([html.Span(k, className="chip-k"), " ", html.Span(val, className="chip-v")],
                       className="chip", title=glossary.TERMS.get(t) if t else None) for k, val, t in chips]
 
@@ -88,6 +95,8 @@ def verdict_box(v, id=None) -> html.Div:
                      html.Span(v.headline, className="verdict-text", title=glossary.TERMS.get(v.cause.value))],
                     className="verdict-line")
     parts = [head, html.Div(verdict_fields(v), className="verdict-fields")]
+    if v.facts:
+        parts.append(html.Ul([html.Li(f) for f in v.facts], className="verdict-facts"))
     if v.notes:
         parts.append(html.Ul([html.Li(n) for n in v.notes], className="verdict-notes"))
     if v.warnings:

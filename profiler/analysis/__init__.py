@@ -15,7 +15,10 @@ kernel stopped recording (profiler.analysis.unfinished) and are marked `unfinish
 
 Every report carries `.verdict`, a profiler.analysis.verdict.Verdict: the page's headline as
 fields (alarm, cause, rank, peer, kernel, phase, direction, magnitude_ns, n, ...); its sentence is
-`.verdict.headline`. docs/glossary.md defines every term (profiler.analysis.glossary).
+`.verdict.headline` (one short sentence), its evidence `.facts`, further findings `.notes`, and
+`.decisions` every decision (profiler.analysis.decision: a quantity per iteration, the interval of
+its mean share, the band against a threshold) those lines state. The decisions every page shares
+are computed once per run: the late entry (late_entry.py), the straggler (straggler.py). docs/glossary.md defines every term (profiler.analysis.glossary).
 Time columns are int64 ns on the run timeline. All functions accept an empty table and return
 empty frames with the documented columns.
 
@@ -40,9 +43,10 @@ critical_path(events, *, iteration=None, registry=None, launches=None) -> Critic
                host included, to the last end of its GPU warps)
     .pacing_rank int: the rank with the most non-wait path time over iterations; -1 when empty
     .path_ns   DataFrame [iteration, rank, kind, duration_ns, share]: the path summed per rank
-    .verdict   timeout (the stalled wait that began first) | host_bound / rank_imbalance (the rank
-               the others wait on at rendezvous, host or GPU side; profiler.analysis.path_verdict)
-               | none
+    .verdict   timeout (the stalled wait that began first) | a late entry (host_bound / rank_imbalance
+               with late_entry = its side: profiler.analysis.late_entry) | the straggler
+               (rank_imbalance: profiler.analysis.straggler) | host_bound with no rank (host time is
+               the majority of the path) | none (profiler.analysis.path_verdict)
 
 what_if(events, *, phase, speedup, rank=None, iteration=None, registry=None, launches=None) -> WhatIf
     Phase `phase` (name, or 'kernel/phase') on `rank` (int, list, or None = every rank) runs
@@ -69,9 +73,9 @@ idle_warps(events, *, registry=None, launches=None) -> IdleReport
         (busy / the median rank's)]
     .phases    across ranks per work phase: [kernel, phase, rank, busy_ns, spans, busy_ratio]
     .waited    [iteration, kernel, rank, waited_on_ns]
-    .verdict   timeout | rank_imbalance (a rank busy >= 1.2x the median rank's whose extra work
-               costs the op >= 5% of its latency: verdict.MATERIAL_SHARE; below, a note) |
-               starved_warps | none, the largest first
+    .verdict   timeout | rank_imbalance (the straggler decision: a rank busy >= 1.5x the other
+               ranks' whose straggler cost is >= 5% of the op latency after entry over its whole
+               interval; below, a note) | starved_warps | a late entry | none, the largest first
     .evidence  the rows the verdict names (warps of its rank and kernel, or the ranks of its kernel)
 
 barrier_contention(events, *, registry=None, launches=None) -> BarrierReport

@@ -34,7 +34,10 @@ from .verdict import MATERIAL_SHARE, Verdict, fmt_ns, fmt_pct, size
 
 OCC_COLUMNS = ["rank", "kernel", "iteration", "launch", "block", "barrier", "scope", "occurrence", "arrivals",
                "useless_arrivals", "unfinished", "first_arrive_ns", "last_arrive_ns", "spread_ns", "lateness_ns",
-               "depart_ns", "total_wait_ns", "last_rank", "last_block", "last_warp"]
+               "entry_ns", "held_ns", "depart_ns", "total_wait_ns", "last_rank", "last_block", "last_warp"]
+# the barrier's own quantity (one name, one computation: issue 29)
+LATENESS = "barrier lateness after entry"
+USELESS_WAIT = "useless wait"
 SUMMARY_COLUMNS = ["rank", "kernel", "barrier", "scope", "occurrences", "arrivals", "useless_arrivals", "useless_share",
                    "mean_spread_ns", "max_spread_ns", "total_wait_ns", "last_rank", "last_block", "last_warp",
                    "last_share"]
@@ -72,9 +75,13 @@ def _empty(cols):
 
 
 def _stragglers(occ: pd.DataFrame, totals: pd.DataFrame, g: G.Graph) -> list[Verdict]:
+    """One verdict per (kernel, barrier, last arriver): LATENESS (the occurrences' held_ns: at a
+    cross-rank barrier only what came after the last rank entered the op, the rest being the late
+    entry's) summed per iteration, decided against ALARM_SHARE of the iteration."""
     if occ.empty or totals.empty:
         return []
     its = totals["iteration"].to_numpy()
+    tot = totals["total_ns"].to_numpy(float)
     out = []
     # who: the last rank (cross-rank barriers) or the last warp (block / grid barriers)
     cross = occ["scope"].to_numpy() == "rank"
@@ -82,23 +89,25 @@ def _stragglers(occ: pd.DataFrame, totals: pd.DataFrame, g: G.Graph) -> list[Ver
                    occ["last_rank"].astype(str) + "/" + occ["last_block"].astype(str) + "/" + occ["last_warp"].astype(str))
     o = occ.assign(who=who)
     for (kernel, barrier, w), grp in o.groupby(["kernel", "barrier", "who"], sort=True):
-        per_it = grp.groupby("iteration")["lateness_ns"].sum().reindex(its).fillna(0).to_numpy(float)
-        sz = size(per_it, its, totals["total_ns"].to_numpy(float))
-        all_occ = occ[(occ["kernel"] == kernel) & (occ["barrier"] == barrier)]
+        per_it = grp.groupby("iteration")["held_ns"].sum().reindex(its).fillna(0).to_numpy(float)
         r = int(grp["last_rank"].iloc[0])
         scope = str(grp["scope"].iloc[0])
-        share_last = len(grp) / len(all_occ)
-        if scope == "rank":
-            detail = (f"rank {r} arrived last in {len(grp)} of {len(all_occ)} occurrences ({fmt_pct(share_last)}), "
-                      f"on average {fmt_ns(float(grp['lateness_ns'].mean()))} after the rank before it")
-        else:
-            detail = (f"block {int(grp['last_block'].iloc[0])} warp {int(grp['last_warp'].iloc[0])} arrived last in "
-                      f"{len(grp)} of {len(all_occ)} occurrences ({fmt_pct(share_last)}), on average "
-                      f"{fmt_ns(float(grp['lateness_ns'].mean()))} after the warp before it")
-        out.append(Verdict(page="barriers", alarm=sz.alarm, cause=Cause.BARRIER_STRAGGLER, rank=r,
-                           kernel=str(kernel), phase=str(barrier), magnitude_ns=sz.magnitude_ns,
-                           reference_ns=sz.reference_ns, n=len(its), iteration=sz.iteration, detail=detail,
-                           notes=(sz.note,) if sz.note else (), evidence=grp.drop(columns="who").reset_index(drop=True)))
+        subject = (f"rank {r} at {kernel}/{barrier}" if scope == "rank" else
+                   f"rank {r} block {int(grp['last_block'].iloc[0])} warp {int(grp['last_warp'].iloc[0])} at "
+                   f"{kernel}/{barrier}")
+        d = size(per_it, its, tot, quantity=LATENESS, subject=subject)
+        all_occ = occ[(occ["kernel"] == kernel) & (occ["barrier"] == barrier)]
+        who_words = (f"rank {r}" if scope == "rank" else
+                     f"block {int(grp['last_block'].iloc[0])} warp {int(grp['last_warp'].iloc[0])} of rank {r}")
+        detail = (f"{who_words} arrived last in {len(grp)} of {len(all_occ)} occurrences "
+                  f"({fmt_pct(len(grp) / len(all_occ))})")
+        out.append(Verdict(page="barriers", alarm=d.alarm, cause=Cause.BARRIER_STRAGGLER, rank=r,
+                           kernel=str(kernel), phase=str(barrier), magnitude_ns=d.mean_ns,
+                           reference_ns=d.reference_mean_ns, n=d.n, detail=detail,
+                           facts=(f"decision: {LATENESS} {fmt_ns(d.mean_ns)} per iteration, {d.describe()}",
+                                  detail + (" (at a cross-rank barrier, what the others waited before the last "
+                                            "rank entered the op is the late entry's)" if scope == "rank" else "")),
+                           decisions=(d,), evidence=grp.drop(columns="who").reset_index(drop=True)))
     out.sort(key=lambda v: -(v.share or 0))
     # a rank that arrives late at a cross-rank barrier because one of its own warps arrived late at
     # a grid / block barrier before: lead with that warp (the root) when it costs at least half as
@@ -117,85 +126,81 @@ def _scope(occ: pd.DataFrame, v: Verdict) -> str:
     return str(s.iloc[0]) if len(s) else ""
 
 
-def _useless(g: G.Graph, busy_kernels: set) -> list[Verdict]:
+def _useless(g: G.Graph, busy_kernels: set, totals: pd.DataFrame) -> list[Verdict]:
     """One verdict per (rank, kernel, barrier) with useless arrivals, in kernels with work (a
-    kernel that only synchronises has nothing for its warps to bring), largest held time first."""
+    kernel that only synchronises has nothing for its warps to bring): USELESS_WAIT per iteration
+    (the median over the iteration's occurrences of their useless arrivals' median wait) decided
+    against MATERIAL_SHARE of the op latency after entry, when the useless arrivals are
+    MATERIAL_SHARE of the barrier's arrivals or more; largest first."""
     a = arrivals(g)
     u = a[a["useless"].to_numpy()]
-    if u.empty:
+    if u.empty or totals.empty:
         return []
     info = occurrence_info(g)
     cross = info["cross"].to_numpy()
-    kernel = info["kernel"].to_numpy()
-    barrier = info["barrier"].to_numpy()
     n_arr = np.bincount(a["occ"].to_numpy(), minlength=len(info))
     per = u.groupby("occ", sort=True).agg(n=("row", "size"), wait=("wait_ns", "median"), rank=("rank", "first"))
     occ = per.index.to_numpy()
-    per = per.assign(kernel=kernel[occ], barrier=barrier[occ], arrivals=n_arr[occ],
+    per = per.assign(kernel=info["kernel"].to_numpy()[occ], barrier=info["barrier"].to_numpy()[occ],
+                     iteration=info["iteration"].to_numpy()[occ], arrivals=n_arr[occ],
                      rank=np.where(cross[occ], -1, per["rank"].to_numpy()))
     per = per[per["kernel"].isin(busy_kernels)]
-    op = IM.op_latency(g)
-    op_ns = float(op["op_ns"].median()) if len(op) else 0.0
+    its = totals["iteration"].to_numpy()
+    op = IM.op_latency(g).set_index("iteration")["op_ns"].reindex(its).to_numpy(float)
     out = []
     for (rank, k, b), grp in per.groupby(["rank", "kernel", "barrier"], sort=True):
-        held = float(grp["wait"].median())
+        held = grp.groupby("iteration")["wait"].median().reindex(its).fillna(0).to_numpy(float)
         n, tot = int(grp["n"].sum()), int(grp["arrivals"].sum())
-        alarm = bool(op_ns > 0 and held >= MATERIAL_SHARE * op_ns and n >= MATERIAL_SHARE * tot)
-        out.append(Verdict(page="barriers", alarm=alarm, cause=Cause.USELESS_ARRIVALS,
+        where = f"{k}/{b}" + ("" if int(rank) < 0 else f" on rank {int(rank)}")
+        d = size(held, its, op, MATERIAL_SHARE, quantity=USELESS_WAIT, subject=where,
+                 reference="the op latency after entry")
+        many = n >= MATERIAL_SHARE * tot
+        detail = (f"{n} of {tot} arrivals ({fmt_pct(n / max(tot, 1))}) come from warps that brought no work since "
+                  f"they last synchronised; held {fmt_ns(d.mean_ns)} per iteration ({fmt_pct(d.share)} of the op "
+                  f"latency after entry)")
+        out.append(Verdict(page="barriers", alarm=d.alarm and many, cause=Cause.USELESS_ARRIVALS,
                            rank=None if int(rank) < 0 else int(rank), kernel=str(k), phase=str(b),
-                           magnitude_ns=held, reference_ns=op_ns or None, reference="the op's latency",
-                           n=len(grp),
-                           detail=(f"{n} of {tot} arrivals ({fmt_pct(n / max(tot, 1))}) come from warps that brought "
-                                   f"no work since they last synchronised; they are held {fmt_ns(held)} there "
-                                   f"(median over {len(grp)} occurrences, {fmt_pct(held / op_ns if op_ns else None)} "
-                                   f"of the op's latency {fmt_ns(op_ns)})")))
+                           magnitude_ns=d.mean_ns, reference_ns=d.reference_mean_ns, reference=d.reference, n=d.n,
+                           detail=detail,
+                           facts=(f"decision: {USELESS_WAIT} {fmt_ns(d.mean_ns)} per iteration, {d.describe()}"
+                                  + ("" if many else f"; not material: under {fmt_pct(MATERIAL_SHARE)} of the "
+                                                     f"barrier's arrivals"),),
+                           decisions=(d,)))
     out.sort(key=lambda v: -(v.magnitude_ns or 0))
     return out
 
 
 def _with_late_entry(found: list[Verdict], occ: pd.DataFrame, le: LE.LateEntry | None) -> list[Verdict]:
-    """One decision about a late rank (late_entry.py): at a cross-rank barrier, the rank that
-    arrives last because it entered the op late is alarmed exactly when the late-entry decision
-    is, and named as late, not as a slow warp; with no cross-rank occurrence to point at, the
-    decision stands on its own at the place the others waited."""
-    if le is None:
+    """One decision about a late rank (late_entry.py): when it is an alarm and the run has
+    cross-rank barriers, the rank that entered late is named here as the rank the others waited
+    for, with the same sentences as every page; it leads, unless it entered late on the GPU side
+    because one of its own warps held its previous kernel at a grid / block barrier: that warp is
+    the root (ROOT_SHARE, as in _stragglers)."""
+    if le is None or not le.alarm or not bool((occ["scope"] == "rank").any()):
         return found
-    out, named = [], False
-    for v in found:
-        if v.rank == le.rank and _scope(occ, v) == "rank":
-            v = replace(v, alarm=le.alarm, late_entry=le.side, detail=f"{v.detail}; {le.clause()}")
-            named = named or v.alarm
-        out.append(v)
-    if le.alarm and not named and bool((occ["scope"] == "rank").any()):
-        sz = le.size
-        out.insert(0, Verdict(page="barriers", alarm=True, cause=Cause.BARRIER_STRAGGLER, rank=le.rank,
-                              peer=le.waiter, kernel=le.kernel, phase=le.phase, magnitude_ns=sz.magnitude_ns,
-                              reference_ns=sz.reference_ns, n=sz.n, iteration=sz.iteration, late_entry=le.side,
-                              detail=le.clause(), evidence=le.evidence))
-    if le.alarm:
-        # a late rank's warps arrive as soon as it launches: lead with it, not with a warp ...
-        out.sort(key=lambda v: not (v.late_entry and v.alarm))
-        # ... unless it entered late on the GPU side because one of its own warps held its previous
-        # kernel at a grid / block barrier: that warp is the root (ROOT_SHARE, as in _stragglers)
-        head = out[0]
-        own = [v for v in out[1:] if v.alarm and v.rank == le.rank and _scope(occ, v) != "rank"
-               and (v.share or 0) >= ROOT_SHARE * (head.share or 0)]
-        if le.side == GPU and own:
-            out.remove(own[0])
-            out.insert(0, replace(own[0], notes=tuple(own[0].notes) + (f"which is why {le.clause()}",)))
-    return out
+    head = Verdict(page="barriers", alarm=True, cause=Cause.BARRIER_STRAGGLER, rank=le.rank, peer=le.waiter,
+                   kernel=le.kernel or None, phase=le.phase, magnitude_ns=le.waited.mean_ns,
+                   reference_ns=le.waited.reference_mean_ns, n=le.n, late_entry=le.side, detail=le.headline(),
+                   facts=le.facts(), decisions=le.decisions(), evidence=le.evidence)
+    own = [v for v in found if v.alarm and v.rank == le.rank and _scope(occ, v) != "rank"
+           and (v.share or 0) >= ROOT_SHARE * le.decision.share]
+    if le.side == GPU and own:
+        root = replace(own[0], notes=tuple(own[0].notes) + (f"which is why late entry: {le.headline()}",))
+        return [root, head] + [v for v in found if v is not own[0]]
+    return [head] + found
 
 
 def headline(rep: BarrierReport, g: G.Graph) -> tuple[Verdict, tuple]:
     warns = tuple(g.warnings)
     totals = iteration_totals(g)
     found = _stragglers(rep.occurrences, totals, g)
+    le = LE.decision(g, totals)
     if len(rep.occurrences):
-        found = _with_late_entry(found, rep.occurrences, LE.decision(g, totals))
+        found = _with_late_entry(found, rep.occurrences, le)
     alarms = [v for v in found if v.alarm]
     top = kernel_busy_top(g)
     busy_kernels = set(top.index[top.to_numpy() > 0])
-    useless = _useless(g, busy_kernels) if len(rep.summary) else []
+    useless = _useless(g, busy_kernels, totals) if len(rep.summary) else []
     alarms += [v for v in useless if v.alarm]
     unf = rep.occurrences[rep.occurrences["unfinished"] > 0] if len(rep.occurrences) else rep.occurrences
     extra = ""
@@ -207,24 +212,39 @@ def headline(rep: BarrierReport, g: G.Graph) -> tuple[Verdict, tuple]:
     ordered = ([tv] if tv is not None else []) + alarms
     notes = [v.headline for v in ordered[1:4]]
     notes += [v.headline + " (not material)" for v in useless if not v.alarm][:2]
+    if le is not None and not le.alarm:
+        notes += le.notes()
+    decisions = tuple(dict.fromkeys([d for v in ordered + found[:1] for d in v.decisions]
+                                    + (list(le.decisions()) if le is not None else [])))
     if ordered:
-        return replace(ordered[0], notes=tuple(list(ordered[0].notes) + notes), warnings=warns), tuple(ordered)
+        return (replace(ordered[0], notes=tuple(list(ordered[0].notes) + notes), warnings=warns,
+                        decisions=decisions), tuple(ordered))
     if rep.occurrences.empty:
         v = Verdict(page="barriers", alarm=False, cause=Cause.NONE, detail="the run recorded no barrier events",
-                    warnings=warns)
+                    notes=tuple(notes), warnings=warns, decisions=decisions)
         return v, (v,)
     top = found[0] if found else None
     detail = "no barrier holds anyone up"
     if top is not None:
-        detail += (f": the longest wait on one last arriver is {fmt_ns(top.magnitude_ns)} per iteration at "
-                   f"{top.kernel}/{top.phase} ({top.detail.split(' arrived')[0]}; median over {top.n} iterations, "
-                   f"{fmt_pct(top.share)} of the median iteration {fmt_ns(top.reference_ns)})")
-        if top.notes:
-            detail += f"; {top.notes[0]}"
-    # (not an alarm, so the magnitude is the median: size() names one iteration only for alarms)
+        d = top.decisions[0]
+        detail += (f": the longest {LATENESS} is {fmt_ns(d.mean_ns)} per iteration at {top.kernel}/{top.phase} "
+                   f"({top.detail}; {fmt_pct(d.share)} of the iteration)")
     v = Verdict(page="barriers", alarm=False, cause=Cause.NONE, detail=detail, n=len(totals), warnings=warns,
-                notes=tuple(notes))
+                facts=top.facts if top is not None else (), notes=tuple(notes), decisions=decisions)
     return v, (v,)
+
+
+def held_after_entry(occ: pd.DataFrame) -> np.ndarray:
+    """Per occurrence, LATENESS: the last arrival minus the later of the arrival before it and, at a
+    cross-rank barrier, the last rank's entry into the op occurrence (entry_ns; unknown: the whole
+    lateness). At a barrier in a kernel's first steps a late rank arrives last because it entered
+    late: that part is the late-entry decision's, counted there once."""
+    late = occ["lateness_ns"].to_numpy(float)
+    last = occ["last_arrive_ns"].to_numpy(float)
+    entry = occ["entry_ns"].to_numpy(float)
+    prev = last - late
+    cut = np.where((occ["scope"].to_numpy() == "rank") & np.isfinite(entry), np.maximum(prev, entry), prev)
+    return np.clip(last - cut, 0, None).astype(np.int64)
 
 
 def barrier_contention(events: pd.DataFrame, *, registry=None, launches=None) -> BarrierReport:
@@ -263,12 +283,14 @@ def from_graph(g) -> BarrierReport:
         "first_arrive_ns": a["t"].to_numpy()[starts],
         "last_arrive_ns": a["t"].to_numpy()[ends],
         "lateness_ns": lateness(a, cross),
+        "entry_ns": grp["entry_ns"].max().to_numpy(),
         "depart_ns": grp["depart_ns"].max().to_numpy(),
         "total_wait_ns": grp["wait_ns"].sum().to_numpy().astype(np.int64),
         "last_rank": a["rank"].to_numpy()[ends], "last_block": a["block"].to_numpy()[ends],
         "last_warp": a["warp"].to_numpy()[ends],
     })
     occ["spread_ns"] = occ["last_arrive_ns"] - occ["first_arrive_ns"]
+    occ["held_ns"] = held_after_entry(occ)
     occ = occ[OCC_COLUMNS]
 
     keys = ["rank", "kernel", "barrier"]

@@ -171,8 +171,7 @@ def _graph(ev: pd.DataFrame, sem, launches, run_ranks: int) -> G.Graph:
 
 
 # per-chunk tables that the combined run reads through graph.memo, and how they combine
-_CONCAT = ("iteration_totals", "rank_lateness", "waited_on", "critical_busy", "per_lane", "path_crossings",
-           "launch_spans")
+_CONCAT = ("iteration_totals", "rank_lateness", "waited_on", "held_after_entry", "critical_busy", "per_lane")
 
 
 def _tables(g: G.Graph, rows: np.ndarray) -> dict:
@@ -190,6 +189,7 @@ def _tables(g: G.Graph, rows: np.ndarray) -> dict:
     out["occurrence_info"] = RV.occurrence_info(g)
     out["kernel_busy_top"] = RV.kernel_busy_top(g)
     out["waited_on"] = IM.waited_on(g)
+    out["held_after_entry"] = IM.held_after_entry(g)
     out["critical_busy"] = IM.critical_busy(g)
     out["per_lane"] = IM.per_lane(g)
     out["ran"] = pd.DataFrame({"kernel": out["per_lane"]["kernel"].to_numpy(),
@@ -197,8 +197,6 @@ def _tables(g: G.Graph, rows: np.ndarray) -> dict:
     out["phase_busy"] = IM.phase_busy(g)
     out["kernel_first"] = IM.kernel_first(g)
     out["stalls"] = timeouts.stalls(g).table
-    out["path_crossings"] = PV.path_crossings(g)
-    out["launch_spans"] = PV.launch_spans(g)
     out["phase_names"] = set(map(str, g.phase_names))
     out["lanes"] = int(len(g.lane))
     out["rows"] = rows
@@ -226,12 +224,12 @@ def _phase_busy(per: list[dict]) -> pd.DataFrame:
 
 
 # A chunk's what-if input is kept while the phase ratios of the chunks so far reach this: the idle
-# page's balancing what-if needs a phase of the straggler at imbalance.RANK_IMBALANCE_RATIO (1.2)
+# page's balancing what-if needs a phase of the straggler at imbalance.RANK_IMBALANCE_RATIO (1.5)
 # or more (imbalance.straggler's `where`), which the last chunk's ratios (the run's) decide
 # exactly; the margin keeps the inputs of earlier chunks of a run whose imbalance grows late.
 # A run that keeps none (a balanced one: 1.04 at most on the 10 M-event starvation run) saves
 # 0.14 s and 61 MB a 2.5 M-event chunk.
-WHAT_IF_KEEP_RATIO = 1.1
+WHAT_IF_KEEP_RATIO = 1.3
 
 
 def _what_if_possible(per: list[dict]) -> bool:
@@ -335,6 +333,7 @@ def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
         launches = pd.concat(la_parts, ignore_index=True)
     s, cp = _combine(per, sem, ranks)
     s.path, s.graph, s.what_if_inputs, s.rechunk, s.launches = cp, g, wif, chunks, launches
+    s.derived["launches"] = launches      # the straggler decision's silent warps (imbalance.silent_lanes)
     for w in filter(None, wif):
         # the run's time model serves every chunk (what_if reads its rows of the chunk's launches)
         w.ends.derived["time_model"] = s.derived["time_model"]

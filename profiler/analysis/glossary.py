@@ -14,31 +14,71 @@ SECTIONS: dict[str, dict[str, str]] = {
         "verdict": "The sentence a page leads with: what made the run slow, in the fields of profiler.expect "
                    "(cause, rank, peer, kernel, phase, direction) and the size of the effect. Tests check the "
                    "fields against recordings with a planted cause.",
-        "alarm": "The page says 'act on this': a timeout, a rank the others wait on, starved warps, a barrier "
-                 "straggler, a real difference between A and B. A wait at a rendezvous is an alarm when it "
-                 "costs at least 25% of the median iteration (host jitter between ranks reaches ~20% of an op "
-                 "in runs with nothing planted); an effect inside the op (a rank carrying 1.2x the median "
-                 "rank's work, warps held at a barrier they bring nothing to) when it costs at least 5% of "
-                 "the op's latency (half the 10% the catalogue counts as a knob's effect); below, the page "
-                 "states it as a note. A run with nothing planted raises none.",
+        "alarm": "The page says 'act on this'. Every alarm but a timeout and starved warps is a decision: the "
+                 "band of one measured interval against one threshold (see decision). A run with nothing planted "
+                 "raises none: late entry that moves between ranks (host jitter before the op) is a finding "
+                 "about the step, stated beside the kernel's verdict, never an alarm.",
+        "decision": "One quantity measured per iteration (ns), divided by a reference per iteration (the "
+                    "iteration's span, or the op latency after entry) into a share; the 80% Student t interval "
+                    "of the mean share over the iterations; and the band of that interval against the "
+                    "quantity's threshold (profiler.analysis.decision). Stated as: the mean per iteration, the "
+                    "share, the interval, the threshold and the band. Every page, the report and the Runs page "
+                    "state one decision with the same sentence and numbers.",
+        "band": "alarm: the whole interval is at or past the threshold; borderline: it straddles the threshold; "
+                "none: it is wholly below. Two runs whose intervals overlap cannot get alarm and none; with one "
+                "iteration the interval is unbounded (never an alarm).",
+        "borderline": "A decision whose interval straddles its threshold: no alarm; the page states the share "
+                      "and its interval as a note, so repeated runs of one config do not flip between alarm and "
+                      "silence.",
+        "late-entry wait": "Per iteration, what the other ranks waited for rank r to enter the op (per op "
+                           "occurrence in which r entered last, the longest-waiting rank's waits before r's "
+                           "entry; summed over the iteration). Stated beside the decision, no threshold of its "
+                           "own.",
+        "net late-entry wait": "Per iteration, rank r's late-entry wait minus what r itself waited for the "
+                               "others to enter. The late-entry decision: the rank with the largest mean, against "
+                               "25% of the iteration. Ranks that take turns being late have a net near zero; a "
+                               "rank late by construction (a host delay, an upstream GEMM) waits for nobody.",
+        "late-entry wait (all ranks)": "Per iteration, every rank's late-entry wait together: the step's late "
+                                       "entry, stated as a finding (from 5% of the iteration, or when its interval "
+                                       "reaches 25%) when no one rank is late by construction.",
+        "late rank per iteration": "In each iteration, the rank the others waited for most before it entered; "
+                                   "'rank 1 in 5 of 6 iterations'. When it changes between iterations the "
+                                   "lateness is not tied to one rank.",
+        "net held after entry": "Per iteration, what the other ranks were held waiting on rank r once every rank "
+                                "had entered the op occurrence (waits on r cut at the last rank's entry; per "
+                                "waiting launch its longest-waiting warp), minus what r was held on them.",
+        "straggler cost": "Per iteration, what a straggler costs the op: the largest of its net held after entry, "
+                          "its busiest warps' busy excess over the median rank's, and what balancing would save "
+                          "each of its warps of the role. The straggler decision: against 5% of the op latency "
+                          "after entry (half the 10% the catalogue counts as a knob's effect), for a rank whose "
+                          "role is busy 1.5x the other ranks' or more.",
+        "host time on the path": "Per iteration, the critical path's host segments (host calls and the host "
+                                 "between them). The host-bound decision with no rank named: against 50% of the "
+                                 "iteration (the GPUs wait for their hosts more than they work).",
+        "barrier lateness after entry": "Per iteration, at the occurrences where one rank (cross-rank barrier) or "
+                                        "warp (block, grid) arrived last: its arrival minus the later of the "
+                                        "arrival before it and, at a cross-rank barrier, the last rank's entry into "
+                                        "the op (what came before that is the late entry's). The barrier-straggler "
+                                        "decision: against 25% of the iteration.",
+        "useless wait": "Per iteration, the median over a barrier's occurrences of the median wait of its useless "
+                        "arrivals. The useless-arrivals decision: against 5% of the op latency after entry, for a "
+                        "barrier whose useless arrivals are 5% of its arrivals or more.",
         "op's latency": "The op latency after entry, per iteration (profiler.analysis.timemodel): what the op "
                         "took once every rank was in it, so neither host gaps between launches nor a rank's wait "
-                        "for a late peer count; a verdict uses its median over iterations.",
+                        "for a late peer count; a verdict states its mean over iterations.",
         "entry skew": "Per op occurrence (the k-th launch of a kernel in an iteration, across ranks): from the "
                       "first rank's first warp to the last rank's first warp, with the late rank named and the "
                       "side its lateness came from (host: its host had not yet launched the kernel; gpu: the "
                       "kernel was queued behind earlier GPU work, recorded or not). Wall time.",
         "op latency after entry": "Per op occurrence: from the last rank's first warp to the last warp end of "
                                   "any rank: the op's own time, which a kernel change can move and a late peer "
-                                  "cannot; summed over an iteration's occurrences. Wall time, not summed over "
+                                  "cannot; summed over an iteration's occurrences (undefined when a rank never "
+                                  "launched an occurrence: that rank is missing). Wall time, not summed over "
                                   "warps.",
-        "late entry": "A rank entered an op after the others, who waited for it before it launched (their "
-                      "waits before the last rank's entry). One decision shared by every page "
-                      "(profiler.analysis.late_entry): an alarm when the others' wait for it is at least 25% of "
-                      "the iteration over the whole interval of its median.",
-        "borderline": "A share whose interval (its median over iterations, 90% bootstrap; the range with 2-3 "
-                      "iterations) straddles its threshold: no alarm, and the verdict states both numbers, so "
-                      "repeated runs of one config do not flip between alarm and silence.",
+        "late entry": "A rank entered an op after the others, who waited for it before it launched. One "
+                      "decision shared by every page (profiler.analysis.late_entry), on the net late-entry wait; "
+                      "a rank that never launched an occurrence the others did is missing from it (side 'never "
+                      "launched').",
         "power": "The smallest change a comparison could have detected at its level with 80% probability, "
                  "given the run-to-run spread (its minimum detectable effect). When it is larger than 10% of A's "
                  "median, a row within noise reads 'cannot tell' with the runs a side it would need.",
@@ -48,31 +88,28 @@ SECTIONS: dict[str, dict[str, str]] = {
                  "barrier_straggler, useless_arrivals; on Compare same_code (within noise) or knob_change (a "
                  "real difference).",
         "none": "Nothing stands out beyond run-to-run jitter; the verdict says how large the largest effect was.",
-        "timeout": "A wait never ended: the kernel gave up at its timeout (or aborted). The verdict names the "
-                   "stalled wait that began first (rank, the peer it waited on, kernel/phase, how long); the "
-                   "others followed from it.",
+        "timeout": "A wait never ended: the kernel gave up at its timeout (or aborted): certain, not a decision "
+                   "on an interval. The verdict names the stalled wait that began first (rank, the peer it waited "
+                   "on, kernel/phase, how long); the others followed from it.",
         "rank_imbalance": "One rank (the straggler) carries more work than the others: a role of it is busy "
-                          "1.2x the median rank's or more (rows received, chunks sent); the verdict says what it "
-                          "costs the op: the larger of how long the others wait on it and what balancing would "
-                          "save each of its warps of that role, per iteration.",
-        "host_bound": "A rank's host was late: it entered the op (or launched a kernel) after the others, who "
-                      "waited for it at the next rendezvous; or, with no rank named, every rank's host: host calls "
-                      "and the host between them are the majority of the critical path (median over iterations), "
-                      "so the GPUs wait for their hosts more than they work.",
+                          "1.5x the other ranks' or more (rows received, chunks sent); decided on its straggler "
+                          "cost (see straggler cost). Also the cause of a late entry on the GPU side.",
+        "host_bound": "A rank's host was late: it entered the op after the others, who waited for it (the "
+                      "late-entry decision, host side); or, with no rank named, every rank's host: host time on "
+                      "the path is the majority of each iteration (see host time on the path).",
         "starved_warps": "Warps or blocks did no work in a kernel in which other warps did (too few tokens, a "
-                         "per-block split).",
+                         "per-block split): a count over the run, not an interval (a warp either brought work or "
+                         "not), an alarm whenever there is one.",
         "barrier_straggler": "One rank (cross-rank barriers) or one warp (block and grid barriers) arrives last "
-                             "and the others wait on it.",
-        "useless_arrivals": "Warps arrive at a barrier bringing no work (see useless), are at least 5% of its "
-                            "arrivals and are held there for at least 5% of the op's latency (the median over "
-                            "occurrences of their median wait): they only came to be released, and start their "
-                            "next work that much later.",
+                             "and the others wait on it: decided on its barrier lateness after entry; a late "
+                             "entry at a cross-rank barrier is named as such.",
+        "useless_arrivals": "Warps arrive at a barrier bringing no work (see useless): they only came to be "
+                            "released, and start their next work that much later; decided on the useless wait.",
         "same_code": "Compare: no kernel or phase of B differs from A beyond run-to-run noise.",
         "knob_change": "Compare: B differs from A beyond run-to-run noise; the verdict names what moved and in "
                        "which direction.",
-        "median over n iterations": "A per-iteration value's median; n says how many iterations it is over "
-                                    "(with 2 the median is their mean). A verdict names the iteration instead "
-                                    "when one iteration carries 75% or more of the effect.",
+        "mean over n iterations": "A per-iteration value's mean; n says how many iterations it is over. "
+                                  "A decision's interval is its mean's.",
     },
     "Critical path": {
         "critical path": "The chain of dependencies that ends each iteration: walking back from the last GPU "
@@ -139,10 +176,13 @@ SECTIONS: dict[str, dict[str, str]] = {
         "busy (role, all warps)": "The role's busy time summed over its warps and launches on that rank.",
         "work spans": "How many work spans the role recorded (chunks copied, rows sent): the units it worked "
                       "through.",
-        "busy ratio": "The rank's busy time over the median rank's, for the same kernel and role (across "
-                      "ranks; a rank that ran the kernel without that role counts 0). 1.2 or more is extra work.",
-        "waited on": "How long the other ranks were held waiting on this rank: per waiting launch, its "
-                     "longest-waiting warp's wait on the rank, summed over launches.",
+        "busy ratio": "The rank's busy time over the other ranks' (the median of the others; with 2 ranks, the "
+                      "other one), for the same kernel and role (a rank that ran the kernel without that role "
+                      "counts 0; inf: the others did none of it). 1.5 or more is extra work.",
+        "waited on": "How long the other ranks were held waiting on this rank, before and after its entry: per "
+                     "waiting launch, its longest-waiting warp's wait on the rank, summed over launches and "
+                     "iterations (a total, not a decision's quantity: see net held after entry and late-entry "
+                     "wait).",
         "-1 (rank, block, warp)": "-1 means 'not one': rank -1 is a cross-rank barrier (all ranks), block and "
                                   "warp -1 are host rows or a launch-level segment, launch -1 a host lane.",
     },

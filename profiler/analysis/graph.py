@@ -138,6 +138,7 @@ def build(events: pd.DataFrame, registry=None, launches: pd.DataFrame | None = N
         closed = unfinished.close(events, launches)
         g = _build(closed, semantics(registry))
         g.table_ref = weakref.ref(events) if closed is events else closed
+        g.derived["launches"] = launches      # the straggler decision's silent warps (imbalance.silent_lanes)
         while len(_CACHE) >= _CACHE_MAX:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = (weakref.ref(events), g)

@@ -24,12 +24,14 @@ from profiler.expect import Cause
 from . import graph as G
 from . import imbalance as IM
 from . import late_entry as LE
+from . import path_verdict as PV
+from . import straggler as ST
 from . import timeouts
 from .critical_path import iteration_totals
 from .whatif import what_if
 from .keys import ranges
-from .rendezvous import NO_WORK_SHARE, rank_lateness
-from .verdict import Verdict, fmt_ns, fmt_pct
+from .rendezvous import NO_WORK_SHARE
+from .verdict import Verdict, fmt_ns
 
 PER_WARP_COLUMNS = ["rank", "kernel", "block", "warp", "role", "launches", "kernel_ns", "busy_ns", "wait_ns",
                     "idle_ns", "busy_share", "did_work"]
@@ -100,84 +102,53 @@ def _statements(per_warp: pd.DataFrame, per_block: pd.DataFrame, order: list[str
 
 
 def balancing_projection(g: G.Graph, s: dict, rank: int) -> tuple[str, float, float] | None:
-    """(kernel/phase, speedup, median op-latency change in ns) of the what-if that makes the
-    straggler's most imbalanced work phase as fast as the median rank's (profiler.analysis.whatif:
-    the same function the what-if box calls); None when no phase is named."""
+    """(kernel/phase, speedup, mean op-latency change per iteration in ns) of the what-if that makes the
+    straggler's most imbalanced work phase as fast as the median rank's, the balancing target
+    (profiler.analysis.whatif: the same function the what-if box calls); None when no phase is named."""
     ph = [(k, p) for k, p in s["where"] if p]
     if not ph:
         return None
     k, p = ph[0]
     pb = IM.phase_busy(g)
-    row = pb[(pb["kernel"] == k) & (pb["phase"] == p) & (pb["rank"] == rank)]
-    if row.empty or not np.isfinite(row["busy_ratio"].iloc[0]) or row["busy_ratio"].iloc[0] <= 1:
+    grp = pb[(pb["kernel"] == k) & (pb["phase"] == p)]
+    row = grp[grp["rank"] == rank]
+    # balanced, every rank would carry the median rank's share (with 2 ranks their mean): the
+    # balancing target, not the other ranks' busy time the ratio is taken against
+    target = float(grp["busy_ns"].median()) if len(grp) else 0.0
+    if row.empty or target <= 0 or float(row["busy_ns"].iloc[0]) <= target:
         return None
-    speedup = round(1.0 - 1.0 / float(row["busy_ratio"].iloc[0]), 3)
+    speedup = round(1.0 - target / float(row["busy_ns"].iloc[0]), 3)
     if hasattr(g, "what_if_summary"):       # a run analysed in chunks re-times chunk by chunk
         w = g.what_if_summary(phase=f"{k}/{p}", speedup=speedup, rank=rank)
     else:
         w = what_if(g.events, phase=f"{k}/{p}", speedup=speedup, rank=rank, graph=g, new_path=False,
                     keep_retimed=False).summary
-    change = float(np.nanmedian(w["op_change_ns"].to_numpy(float))) if len(w) else float("nan")
+    change = float(np.nanmean(w["op_change_ns"].to_numpy(float))) if len(w) else float("nan")
     return f"{k}/{p}", speedup, change
 
 
-def _straggler(rep: IdleReport, totals: pd.DataFrame, late: pd.DataFrame,
-               excess: pd.DataFrame, order: list[str], op: pd.DataFrame, g: G.Graph) -> tuple[Verdict | None, list[str]]:
-    """The cross-rank finding: the rank that carries extra work (imbalance.straggler), what it
-    carries extra, and what it costs the op: how long the others wait on it (its lateness at
-    cross-rank barriers (rendezvous) or its busiest warps' extra work (imbalance.busy_excess),
-    whichever is larger, median over iterations) or what balancing would save its warps
-    (imbalance.straggler_cost), whichever is larger, against the op's latency (imbalance.op_latency).
-    An imbalance that costs the op less than imbalance.MATERIAL_SHARE of its latency is no alarm:
-    the verdict comes back with alarm False and the page states it as a note."""
-    notes = []
-    s = IM.straggler(rep.ranks, rep.phases, order)
-    if s is None or totals.empty:
-        return None, notes
-    its = totals["iteration"].to_numpy()
-    r = s["rank"]
-
-    def per_it(df, col):
-        if df.empty or r not in set(df["rank"]):
-            return np.zeros(len(its))
-        return df[df["rank"] == r].groupby("iteration")[col].sum().reindex(its).fillna(0).to_numpy(float)
-    held = np.maximum(per_it(late, "lateness_ns"), per_it(excess, "excess_ns"))
-    grp = s["group"]
-    waited, saving = IM.straggler_cost(grp[grp["role"] == s["role"]], r, held, len(its))
-    op_ns = float(op["op_ns"].median()) if len(op) else 0.0
-    cost = max(waited, saving)
-    material = bool(op_ns > 0 and cost >= IM.MATERIAL_SHARE * op_ns)
-    top = grp[grp["rank"] == r].iloc[0]
-    detail = (f"its {s['role']} warps in {s['kernel']} are busy {fmt_ns(float(top['busy_ns']))} against the median "
-              f"rank's {fmt_ns(float(grp['busy_ns'].median()))} (summed over warps and launches; work spans "
-              f"{int(top['spans'])} against {int(grp['spans'].median())}); the others waited {fmt_ns(waited)} on it "
-              f"per iteration (median), balancing would save each of its {s['role']} warps {fmt_ns(saving)} per "
-              f"iteration")
-    proj = balancing_projection(g, s, r)
+def _straggler(g: G.Graph, warns) -> tuple[Verdict | None, list[str]]:
+    """The shared straggler decision (profiler.analysis.straggler) as this page's verdict, with the
+    balancing what-if as a fact; an immaterial one comes back as a note only."""
+    st = ST.decision(g)
+    if st is None:
+        return None, []
+    if not st.alarm:
+        return None, [st.note()]
+    facts = []
+    proj = balancing_projection(g, {"where": list(st.where)}, st.rank)
     if proj is not None:
         phase, speedup, change = proj
-        detail += (f"; a what-if that makes its {phase} {100 * speedup:.0f}% faster (as fast as the median rank's) "
-                   f"changes the op latency after entry by {fmt_ns(change)} per iteration (median): that phase "
-                   f"alone{' barely' if -change < IM.MATERIAL_SHARE * op_ns else ''} moves the op, the figure above "
-                   f"bounds what balancing the whole role would")
-    if not material:
-        detail += (f"; not material: it costs the op at most {fmt_ns(cost)} per iteration, under "
-                   f"{fmt_pct(IM.MATERIAL_SHARE)} of its latency after entry")
-    v = Verdict(page="idle", alarm=material, cause=Cause.RANK_IMBALANCE, rank=r, kernel=s["where"][0][0],
-                phase=s["where"][0][1], where=tuple(s["where"]), magnitude_ns=cost, reference_ns=op_ns or None,
-                reference="the op latency after entry",
-                n=len(its), ratio=s["ratio"], detail=detail, evidence=grp.reset_index(drop=True))
-    return v, notes
+        facts.append(f"what-if: making its {phase} {100 * speedup:.0f}% faster (as fast as the median rank's) changes "
+                     f"the op latency after entry by {fmt_ns(change)} per iteration (mean): that "
+                     f"phase alone bounds what balancing the whole role would save")
+    return PV.straggler_verdict(st, "idle", warns, (), facts), []
 
 
 def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
     warns = tuple(g.warnings)
     totals = iteration_totals(g)
-    straggler, notes = _straggler(rep, totals, rank_lateness(g), IM.busy_excess(g), IM.kernel_order(g),
-                                  IM.op_latency(g), g)
-    if straggler is not None and not straggler.alarm:
-        notes.append(straggler.headline)       # an immaterial imbalance: a note, never the headline
-        straggler = None
+    straggler, notes = _straggler(g, warns)
     starving = _statements(rep.per_warp, rep.per_block, IM.kernel_order(g))
     findings = []
     if straggler is not None:
@@ -203,39 +174,46 @@ def headline(rep: IdleReport, g: G.Graph) -> tuple[Verdict, tuple]:
     if le is not None and le.alarm:
         # the other ranks' warps sat idle waiting for a late rank to enter: after the warps' own
         # findings (what the page is for), the same decision as the other pages (late_entry.py)
-        sz = le.size
-        findings.append((sz.magnitude_ns / sz.reference_ns if sz.reference_ns else 0.0,
-                         Verdict(page="idle", alarm=True, cause=le.cause, rank=le.rank, peer=le.waiter,
-                                 kernel=le.kernel, phase=le.phase, magnitude_ns=sz.magnitude_ns,
-                                 reference_ns=sz.reference_ns, n=sz.n, iteration=sz.iteration, late_entry=le.side,
-                                 detail=le.clause(), evidence=le.evidence)))
-    elif le is not None and le.size.borderline:
-        notes.append(f"borderline late entry: {le.clause()}; {le.size.note}")
+        findings.append((le.decision.share, Verdict(
+            page="idle", alarm=True, cause=le.cause, rank=le.rank, peer=le.waiter, kernel=le.kernel or None,
+            phase=le.phase, magnitude_ns=le.waited.mean_ns, reference_ns=le.waited.reference_mean_ns, n=le.n,
+            late_entry=le.side, detail=le.headline(), facts=le.facts(), decisions=le.decisions(),
+            evidence=le.evidence)))
+    elif le is not None:
+        notes += le.notes()
     tv = timeouts.verdict(g, "idle")
     ordered = [f[1] for f in findings]
     if tv is not None:
         # after a stall every rank's load looks unequal (the stalled rank received nothing): only
         # the starvation is worth a note
         ordered = [v for v in ordered if v.cause is Cause.STARVED_WARPS]
-        notes = [n for n in notes if "busy" not in n]
-    if tv is not None:
+        notes = [n for n in notes if "busy" not in n and "carries" not in n]
         ordered.insert(0, tv)
-    others = [v.headline for v in ordered[1:4]]
     if ordered:
         head = ordered[0]
-        head = replace(head, notes=tuple(others + notes + list(head.notes)), warnings=warns)
-        return head, tuple(ordered)
+        others = [v.headline for v in ordered[1:]]
+        return replace(head, notes=tuple(others + notes + list(head.notes)), warnings=warns,
+                       decisions=_decisions(ordered, g, totals)), tuple(ordered)
     worst = rep.ranks["busy_ratio"].replace([np.inf], np.nan).max() if len(rep.ranks) else np.nan
     balanced = ("one rank" if not len(rep.ranks) or rep.ranks["rank"].nunique() < 2 else
-                f"busy time across ranks: max/median per kernel and role ≤ {worst:.2f}"
+                f"busy time across ranks: each rank's over the other ranks' per kernel and role ≤ {worst:.2f}"
                 + (" (balanced)" if worst < RANK_IMBALANCE_RATIO else ""))
     lead = ("every warp did work" if rep.per_warp["did_work"].all()
             else "every warp of the kernels that record work did work")
     if not rep.per_warp["did_work"].any():
         lead = "no warp recorded any work (only waits, barriers or instants)"
     v = Verdict(page="idle", alarm=False, cause=Cause.NONE, detail=f"{lead}; {balanced}", notes=tuple(notes),
-                warnings=warns, n=len(totals))
+                warnings=warns, n=len(totals), decisions=_decisions([], g, totals))
     return v, (v,)
+
+
+def _decisions(ordered: list, g: G.Graph, totals: pd.DataFrame) -> tuple:
+    """Every decision the page states: its findings' and the shared ones its notes state."""
+    out = [d for v in ordered for d in v.decisions]
+    for o in (LE.decision(g, totals), ST.decision(g)):
+        if o is not None:
+            out += [d for d in o.decisions() if d not in out]
+    return tuple(out)
 
 
 def idle_warps(events: pd.DataFrame, *, registry=None, launches=None) -> IdleReport:

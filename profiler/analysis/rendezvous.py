@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
+from .timemodel import launch_rows
 
 NO_WORK_SHARE = 0.01   # idle.NO_WORK_SHARE documents it; a warp below it did no work
 
@@ -50,8 +51,22 @@ def _arrivals(g: G.Graph) -> pd.DataFrame:
                       "block": L["block"].to_numpy()[lane], "warp": L["warp"].to_numpy()[lane],
                       "t": g.pt_t[pa], "depart_ns": dep_t, "wait_ns": np.where(dep_t >= 0, dep_t - g.pt_t[pa], 0),
                       "kernel": kern[lane].astype(str) if n else np.zeros(0, object),
-                      "lane_busy_ns": busy[lane], "brought_ns": brought, "unfinished": unf})
+                      "lane_busy_ns": busy[lane], "brought_ns": brought, "unfinished": unf,
+                      "entry_ns": _entries(g, lane)})
     return classify(a, kernel_busy_top(g))
+
+
+def _entries(g: G.Graph, lane: np.ndarray) -> np.ndarray:
+    """Per arrival (its lane): the last rank's entry into the arrival's op occurrence
+    (timemodel.launch_rows), NaN where unknown (a rank never launched it): what came before it at a
+    cross-rank barrier is a late entry, not the barrier's own lateness."""
+    rows = launch_rows(g)
+    if rows is None or len(lane) == 0:
+        return np.full(len(lane), np.nan)
+    L = g.lane
+    key = pd.MultiIndex.from_arrays([rows["rank"].to_numpy(), rows["launch"].to_numpy()])
+    at = key.get_indexer(pd.MultiIndex.from_arrays([L["rank"].to_numpy()[lane], L["launch"].to_numpy()[lane]]))
+    return np.where(at >= 0, rows["last_entry_ns"].to_numpy(float)[np.maximum(at, 0)], np.nan)
 
 
 def kernel_busy_top(g: G.Graph) -> pd.Series:

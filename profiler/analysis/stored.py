@@ -64,6 +64,7 @@ from .barriers import BarrierReport
 from .critical_path import CriticalPath
 from .idle import IdleReport
 from .timemodel import TimeModel
+from .decision import from_json as decision_from_json, to_json as decision_json
 from .verdict import Verdict
 
 CMP = importlib.import_module(".compare", __package__)   # the module (the package re-exports its function)
@@ -71,7 +72,7 @@ CMP = importlib.import_module(".compare", __package__)   # the module (the packa
 DIR = "analysis"
 INDEX = "results.json"
 FORMAT = "epscope-analysis-results"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 REPORTS = {"critical_path": CriticalPath, "idle": IdleReport, "barriers": BarrierReport, "time_model": TimeModel,
            "compare": CMP.RunInputs}
 # fields a report keeps in memory only: the critical path's dependency graph (rebuilt on demand);
@@ -188,8 +189,10 @@ class _Writer:
             elif f.name == "where":
                 out[f.name] = [{"kernel": None if k is None else str(k), "phase": None if p is None else str(p)}
                                for k, p in x]
-            elif f.name == "notes":
+            elif f.name in ("notes", "facts"):
                 out[f.name] = [str(n) for n in x]
+            elif f.name == "decisions":
+                out[f.name] = [decision_json(d) for d in x]
             elif f.name == "warnings":
                 out[f.name] = [_warning_json(w) for w in x]
             elif f.name in ("page", "reference", "detail", "kernel", "phase", "late_entry"):
@@ -362,11 +365,19 @@ class _Reader:
             isinstance(x, dict) and set(x) == {"kernel", "phase"} and _opt(_str)(x["kernel"]) and _opt(_str)(x["phase"])
             for x in d["where"]), f"{where}.where")
         _need(isinstance(d["notes"], list) and all(map(_str, d["notes"])), f"{where}.notes")
+        _need(isinstance(d["facts"], list) and all(map(_str, d["facts"])), f"{where}.facts")
+        _need(isinstance(d["decisions"], list), f"{where}.decisions")
+        try:
+            decisions = tuple(decision_from_json(x, f"{where}.decisions.{i}") for i, x in enumerate(d["decisions"]))
+        except ValueError as e:
+            raise Invalid(str(e)) from None
         kw = {k: d[k] for k in _VERDICT_CHECKS}
         kw["cause"] = Cause(d["cause"])
         kw["direction"] = None if d["direction"] is None else Direction(d["direction"])
         kw["where"] = tuple((x["kernel"], x["phase"]) for x in d["where"])
         kw["notes"] = tuple(d["notes"])
+        kw["facts"] = tuple(d["facts"])
+        kw["decisions"] = decisions
         kw["warnings"] = _warnings(d["warnings"], f"{where}.warnings")
         kw["evidence"] = None if d["evidence"] is None else self.table(d["evidence"])
         return Verdict(**kw)

@@ -7,13 +7,18 @@ entry, and each page's verdict. The file names the analysis version and the SHA-
 files it was computed from: a summary of other data, or of an older analysis, is stale and never
 shown as current (`load` returns None and the page says the run is not analysed).
 
-    {"format": "epscope-analysis-summary", "analysis_version": 1,
+    {"format": "epscope-analysis-summary", "analysis_version": 2,
      "data": {"events.parquet": "<sha256>", "launches.parquet": "<sha256>"},
      "iterations": 2, "op_latency_ns": 561000.0, "entry_skew_ns": 20000000.0,
      "kernels": {"dispatch": {"op_latency_ns": ..., "entry_skew_ns": ...}, ...},
-     "late_entry": {"rank": 1, "side": "host", "state": "alarm"} | null,
+     "late_entry": {"rank": 1, "side": "host", "state": "alarm" | "borderline" | "none",
+                    "late_in": {"0": 0, "1": 2}, "decision": {<decision.to_json>}, "notes": ["..."]} | null,
      "verdicts": {"critical_path": {"alarm": true, "cause": "host_bound", "rank": 1, "kernel": ..., "phase": ...,
-                                    "headline": "..."}, "idle": {...}, "barriers": {...}}}
+                                    "headline": "...", "facts": [...], "notes": [...],
+                                    "decisions": [{<decision.to_json>}, ...]}, "idle": {...}, "barriers": {...}}}
+
+The late entry and every verdict are the pages' own objects (profiler.analysis.late_entry, the
+reports' verdicts): the Runs page shows the same sentences and numbers as the pages.
 """
 from __future__ import annotations
 
@@ -26,13 +31,14 @@ import numpy as np
 from profiler import atomic, hashcache
 
 from . import chunked
+from . import decision as D
 from . import late_entry as LE
 from .critical_path import iteration_totals
 
 FILE = "analysis-summary.json"
 FORMAT = "epscope-analysis-summary"
 # bump when anything a summary holds is computed differently (its stored copies then read as stale)
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2
 DATA_FILES = ("events.parquet", "launches.parquet")
 
 
@@ -81,7 +87,9 @@ def summarize(run, res: chunked.Results | None = None) -> dict:
     for page, rep in (("critical_path", res.critical), ("idle", res.idle), ("barriers", res.barriers)):
         v = rep.verdict
         verdicts[page] = {"alarm": bool(v.alarm), "cause": v.cause.value, "rank": v.rank, "kernel": v.kernel,
-                          "phase": v.phase, "late_entry": v.late_entry, "headline": v.headline}
+                          "phase": v.phase, "late_entry": v.late_entry, "headline": v.headline,
+                          "facts": list(v.facts), "notes": list(v.notes),
+                          "decisions": [D.to_json(d) for d in v.decisions]}
     return {
         "format": FORMAT, "analysis_version": ANALYSIS_VERSION, "data": data_hashes(run.path),
         "iterations": int(len(it)),
@@ -90,8 +98,8 @@ def summarize(run, res: chunked.Results | None = None) -> dict:
         "entry_skew_ns": _num(it["entry_skew_ns"].median()) if len(it) else None,
         "kernels": kernels,
         "late_entry": None if le is None else {
-            "rank": le.rank, "side": le.side,
-            "state": "alarm" if le.alarm else ("borderline" if le.size.borderline else "none")},
+            "rank": le.rank, "side": le.side, "state": le.decision.band, "late_in": {str(r): k for r, k in le.late_in.items()},
+            "decision": D.to_json(le.decision), "notes": list(le.notes())},
         "verdicts": verdicts,
     }
 

@@ -252,7 +252,12 @@ def launch_rows(g: G.Graph) -> pd.DataFrame | None:
     rows are made of; None without GPU lanes). Every column is a function of the launch's own
     iteration; the late-cause split (from_rows) reads other iterations' launches too (a late rank's
     GPU may still run the previous iteration's kernels), so a run analysed in chunks concatenates
-    these rows and builds the model once (chunked.py)."""
+    these rows and builds the model once (chunked.py). Memoised per graph (the waits after entry
+    of imbalance.held_after_entry cut at its last_entry_ns)."""
+    return G.memo(g, "launch_rows", lambda: _launch_rows(g))
+
+
+def _launch_rows(g: G.Graph) -> pd.DataFrame | None:
     ext = _launch_extents(g)
     if ext.empty:
         return None
@@ -264,8 +269,9 @@ def launch_rows(g: G.Graph) -> pd.DataFrame | None:
     ext["first_entry_ns"] = grp["entry_ns"].transform("min")
     ext["last_entry_ns"] = grp["entry_ns"].transform("max").astype(float)
     ext["n_ranks"] = grp["rank"].transform("nunique")
-    ranks_of_iteration = ext.groupby("iteration")["rank"].nunique()
-    ext["expected"] = ext["iteration"].map(ranks_of_iteration)
+    # every rank of the run is expected in every occurrence: a rank that launched nothing at all in
+    # an iteration is missing from each of its occurrences, not left out of them (issue 29)
+    ext["expected"] = int(g.derived.get("run_ranks") or g.lane["rank"].nunique())
     # a rank missing from an occurrence the others launched: its entry is unknown
     ext.loc[ext["n_ranks"] < ext["expected"], "last_entry_ns"] = np.nan
     late, peer, late_phase = _waits(g, ext)

@@ -82,4 +82,4 @@ def verdict(g: G.Graph, page: str, extra: str = "") -> Verdict | None:
     return Verdict(page=page, alarm=True, cause=Cause.TIMEOUT, rank=int(root["rank"]),
                    peer=peer if peer >= 0 else None, kernel=str(root["kernel"]), phase=str(root["phase"]),
                    magnitude_ns=float(root["duration_ns"]), n=int(root["warps"]), iteration=int(root["iteration"]),
-                   detail="; ".join(parts), evidence=s.table, warnings=tuple(g.warnings))
+                   facts=tuple(parts), evidence=s.table, warnings=tuple(g.warnings))

@@ -67,102 +67,13 @@ def fmt_pct(v) -> str:
     return "—" if v is None or not math.isfinite(v) else f"{100 * v:.0f}%"
 
 
-@dataclass(frozen=True)
-class Size:
-    """How big a per-iteration effect is, as a verdict states it."""
-    alarm: bool
-    magnitude_ns: float          # the median over iterations, or the one iteration's value
-    reference_ns: float          # the median iteration, or that iteration's span
-    n: int                       # iterations
-    iteration: int | None        # set when one iteration carries the effect
-    note: str                    # the median beside a one-iteration magnitude, or why it is borderline ('' otherwise)
-    share_low: float = float("nan")    # the interval of the median share over iterations (share_interval)
-    share_high: float = float("nan")
-    borderline: bool = False     # the interval straddles the threshold: no alarm, both numbers stated
-
-
-# Decisions on a share (an effect over its reference, per iteration) read the median share with
-# its interval, so that repeated runs of one config land on the same side (issue 18: a host-bound
-# alarm fired at 26-35 % and was silent at 20-24 % on three runs of one config). The interval is a
-# bootstrap of the median over iterations (fixed seed); with 2-3 iterations it is their range. An
-# alarm needs the whole interval past the threshold; an interval that straddles it is 'borderline':
-# no alarm, and the verdict states the median and the interval.
-SHARE_LEVEL = 0.90
-SHARE_BOOT = 1000
-
-
-def share_interval(shares) -> tuple[float, float, float]:
-    """(median, low, high) of the median of per-iteration shares (SHARE_LEVEL bootstrap interval)."""
-    x = np.asarray(shares, float)
-    x = x[np.isfinite(x)]
-    if len(x) == 0:
-        return float("nan"), float("nan"), float("nan")
-    med = float(np.median(x))
-    if len(x) <= 3:
-        return med, float(x.min()), float(x.max())
-    rng = np.random.default_rng(0)
-    boot = np.median(x[rng.integers(0, len(x), (SHARE_BOOT, len(x)))], axis=1)
-    a = (1 - SHARE_LEVEL) / 2
-    lo, hi = np.quantile(boot, [a, 1 - a])
-    return med, float(min(lo, med)), float(max(hi, med))
-
-
-@dataclass(frozen=True)
-class ShareDecision:
-    state: str                   # 'alarm' | 'borderline' | 'none'
-    median: float
-    low: float
-    high: float
-    threshold: float
-    n: int
-
-    @property
-    def alarm(self) -> bool:
-        return self.state == "alarm"
-
-    def describe(self, what: str) -> str:
-        return (f"{what} {fmt_pct(self.median)} (interval {fmt_pct(self.low)}-{fmt_pct(self.high)} over "
-                f"{self.n} iteration{'s' if self.n != 1 else ''}) against the {fmt_pct(self.threshold)} threshold")
-
-
-def decide_share(values, references, threshold: float) -> ShareDecision:
-    """Alarm when the whole interval of the median share values / references is >= threshold,
-    borderline when it straddles it, none below."""
-    v = np.asarray(values, float)
-    r = np.asarray(references, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        sh = np.where(r > 0, v / np.where(r > 0, r, 1), np.nan)
-    med, lo, hi = share_interval(sh)
-    n = int(np.isfinite(sh).sum())
-    if not np.isfinite(med):
-        state = "none"
-    elif lo >= threshold:
-        state = "alarm"
-    elif hi >= threshold:
-        state = "borderline"
-    else:
-        state = "none"
-    return ShareDecision(state, med, lo, hi, threshold, n)
-
-
-def size(per_iteration, iterations, totals, threshold: float = ALARM_SHARE) -> Size:
-    """Median over iterations; the alarm test is decide_share (the interval of the median share of
-    the iteration >= threshold); stated for the one iteration that carries the effect when one does
-    (>= ONE_ITERATION_SHARE of its sum). per_iteration, iterations, totals: aligned arrays (effect ns,
-    iteration number, iteration span or other reference)."""
-    v = np.asarray(per_iteration, float)
-    tot = np.asarray(totals, float)
-    n = len(v)
-    med, med_it = float(np.median(v)), float(np.median(tot))
-    d = decide_share(v, tot, threshold)
-    alarm = d.alarm
-    k = int(np.argmax(v))
-    border = d.describe("borderline: the share is") if d.state == "borderline" else ""
-    if n == 1 or (alarm and v.sum() > 0 and v[k] >= ONE_ITERATION_SHARE * v.sum()):
-        note = (f"median over the {n} iterations: {fmt_ns(med)} ({fmt_pct(med / med_it)} of the median "
-                f"iteration {fmt_ns(med_it)})") if n > 1 else border
-        return Size(alarm, float(v[k]), float(tot[k]), n, int(iterations[k]), note, d.low, d.high, d.state == "borderline")
-    return Size(alarm, med, med_it, n, None, border, d.low, d.high, d.state == "borderline")
+def size(per_iteration, iterations, references, threshold: float = ALARM_SHARE, *, quantity: str,
+         subject: str = "", reference: str = "the iteration"):
+    """The decision (decision.decide) on a per-iteration effect against `threshold` x `references`
+    (aligned arrays: effect ns, iteration number, iteration span or other reference)."""
+    from .decision import decide
+    return decide(quantity, subject, per_iteration, references, iterations, threshold=threshold,
+                  reference=reference)
 
 
 @dataclass(frozen=True)
@@ -184,7 +95,9 @@ class Verdict:
     where: tuple = ()                         # every (kernel, phase) the verdict names, the main one first
     late_entry: str | None = None             # 'host' | 'gpu': the cause is a rank entering the op late (late_entry.py)
     detail: str = ""                          # the analysis' own clause for the sentence
+    facts: tuple = ()                         # the evidence (and what-if) behind the headline, one line each
     notes: tuple = ()                         # further findings, one sentence each, largest first
+    decisions: tuple = ()                     # decision.Decision of every quantity the headline, facts and notes state
     warnings: tuple = ()                      # typed AnalysisWarnings the analysis ran with
     evidence: pd.DataFrame | None = field(default=None, compare=False, hash=False, repr=False)
 
@@ -218,47 +131,44 @@ def _kp(kernel, phase) -> str:
 
 
 def _over(v: Verdict) -> str:
-    """Where a magnitude comes from: one iteration, or a median over n (with its share)."""
-    share = v.share
+    """How much, per iteration: the headline decision's mean and share (decision.Decision), one
+    iteration's value when the verdict names one, else the bare magnitude."""
+    d = v.decisions[0] if v.decisions else None
     if v.iteration is not None:
-        tail = f", {fmt_pct(share)} of that iteration ({fmt_ns(v.reference_ns)})" if share is not None else ""
-        return f" in iteration {v.iteration}{tail}"
-    tail = f", {fmt_pct(share)} of {v.reference} ({fmt_ns(v.reference_ns)})" if share is not None else ""
-    if v.n > 1:
-        return f" (median over {v.n} iterations{tail})"
-    return f" ({tail[2:]})" if tail else ""
+        share = v.share
+        tail = f" ({fmt_pct(share)} of that iteration)" if share is not None else ""
+        return f"{fmt_ns(v.magnitude_ns)} in iteration {v.iteration}{tail}"
+    if d is not None:
+        return f"{fmt_ns(d.mean_ns)} per iteration ({fmt_pct(d.share)} of {d.reference})"
+    return fmt_ns(v.magnitude_ns)
 
 
 def sentence(v: Verdict) -> str:
+    """The headline: one short sentence (what, where, how much); the evidence is v.facts."""
     c = v.cause
     d = f"; {v.detail}" if v.detail else ""
-    if v.late_entry and v.rank is not None and c not in (Cause.TIMEOUT, Cause.NONE):
-        return f"late entry: {v.detail}{_over(v)}"
+    if v.late_entry and v.rank is not None and c not in (Cause.NONE,):
+        return f"late entry: {v.detail}"
     if c is Cause.TIMEOUT:
         on = f" on rank {v.peer}" if v.peer is not None else ""
         return (f"timeout: rank {v.rank} waited {fmt_ns(v.magnitude_ns)} in {_kp(v.kernel, v.phase)}{on}, "
                 f"which never released it (unfinished: the kernel gave up){d}")
-    if c is Cause.HOST_BOUND and v.rank is None and v.kernel is None:
-        return f"host-bound: the GPUs wait for every rank's host calls{_over(v)}{d}"
-    if c is Cause.HOST_BOUND:
-        who = f"rank {v.rank}'s host" if v.rank is not None else "every rank's host"
-        waiter = f"rank {v.peer}" if v.peer is not None else "the other ranks"
-        return (f"host-bound: {who} entered the op late; {waiter} waited {fmt_ns(v.magnitude_ns)} for it at "
-                f"{_kp(v.kernel, v.phase)}{_over(v)}{d}")
+    if c is Cause.HOST_BOUND and v.rank is None:
+        return f"host-bound: the GPUs wait for every rank's host; {v.detail}" if v.detail else \
+            "host-bound: the GPUs wait for every rank's host"
     if c is Cause.RANK_IMBALANCE:
-        ratio = f" ({v.ratio:.2f}× the median rank's busy time)" if v.ratio else ""
-        what = "it costs the op" if v.page == "idle" else "the other ranks wait"     # idle: imbalance.MATERIAL_SHARE
-        waited = (f"; {what} {fmt_ns(v.magnitude_ns)}{'' if v.page == 'idle' else ' on it'}{_over(v)}"
-                  if v.magnitude_ns is not None else "")
-        return f"rank {v.rank} is the straggler in {_kp(v.kernel, v.phase)}{ratio}{waited}{d}"
+        ratio = f" ({v.ratio:.2f}× the other ranks' busy time)" if v.ratio and math.isfinite(v.ratio) else (
+            " (the other ranks did none of that work)" if v.ratio else "")
+        cost = f"; it costs the op {_over(v)}" if v.magnitude_ns is not None else ""
+        return f"rank {v.rank} is the straggler in {_kp(v.kernel, v.phase)}{ratio}{cost}"
     if c is Cause.STARVED_WARPS:
         return f"starved warps: {v.detail or _kp(v.kernel, v.phase)}"
     if c is Cause.BARRIER_STRAGGLER:
-        who = f"rank {v.rank}"
-        return (f"{who} arrives last at {_kp(v.kernel, v.phase)}: the others wait {fmt_ns(v.magnitude_ns)} "
-                f"on it{_over(v)}{d}")
+        who = f"rank {v.rank}" if v.detail.startswith("rank") or not v.detail else v.detail.split(" arrived")[0]
+        return f"{who} arrives last at {_kp(v.kernel, v.phase)}: the others wait {_over(v)} on it"
     if c is Cause.USELESS_ARRIVALS:
-        return f"useless arrivals at {_kp(v.kernel, v.phase)}: {v.detail}"
+        on = f" on rank {v.rank}" if v.rank is not None else ""
+        return f"useless arrivals at {_kp(v.kernel, v.phase)}{on}: {v.detail}"
     if c is Cause.KNOB_CHANGE:
         word = v.direction.value if v.direction else "different"
         pct = f" ({100 * (v.ratio - 1):+.1f}%)" if v.ratio else ""

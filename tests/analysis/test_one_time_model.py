@@ -1,7 +1,8 @@
 """One quantity, one computation (style.md rule 16), on every bundled run: the pages, Compare and
 the report read their op latency, late entry and decisions from the one time model
-(profiler.analysis.timemodel / late_entry), so their numbers for the same quantity are equal; and
-repeated runs of one config get the same decision on every page."""
+(profiler.analysis.timemodel / late_entry / straggler / decision), so their numbers for the same
+quantity are equal, the report prints every line a page's verdict shows, and the stored summary
+holds the same; and repeated runs of one config get the same decision on every page."""
 from __future__ import annotations
 
 import functools
@@ -18,7 +19,10 @@ from profiler.analysis import graph as G
 from profiler.analysis import imbalance as IM
 from profiler.analysis import summary
 from profiler.analysis.timemodel import time_model
+from profiler.analysis.decision import from_json as decision_from_json
+from profiler.report import report
 from profiler.runstore import load_run
+from tests.analysis import one_number
 
 C = importlib.import_module("profiler.analysis.compare")   # the module (the package re-exports its function)
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -63,6 +67,25 @@ def test_pages_read_one_time_model(name):
         assert abs(sm["op_latency_ns"] - float(np.median(defined))) <= 1
 
 
+@pytest.mark.parametrize("name", RUNS)
+def test_every_page_the_report_and_the_summary_state_one_number_per_quantity(name):
+    r, g, cp, iw, bc = _analysed(name)
+    one_number.check((cp, iw, bc))
+    # the report prints every line the pages' verdict boxes show, word for word
+    text = report(r)
+    for v in (cp, iw, bc):
+        for line in (v.headline, *v.facts, *v.notes):
+            assert line in text, (v.page, line)
+    # and the stored summary (the Runs page) holds the same sentences and decisions
+    sm = summary.load(TRACES / name)
+    assert sm is not None, f"{name}: stale or missing {summary.FILE}: run `epscope analyze traces/{name}`"
+    for page, v in (("critical_path", cp), ("idle", iw), ("barriers", bc)):
+        s = sm["verdicts"][page]
+        assert (s["headline"], s["facts"], s["notes"]) == (v.headline, list(v.facts), list(v.notes)), page
+        stored = [decision_from_json(d) for d in s["decisions"]]
+        assert len(stored) == len(v.decisions) and all(map(one_number.same_decision, stored, v.decisions)), page
+
+
 def _groups():
     g = defaultdict(list)
     for n in RUNS:
@@ -78,3 +101,11 @@ def test_repeated_runs_of_one_config_get_the_same_decision(group):
     for page in range(3):
         decisions = {(_analysed(n)[2 + page].alarm, _analysed(n)[2 + page].cause) for n in runs}
         assert len(decisions) == 1, {n: _analysed(n)[2 + page].headline for n in runs}
+    # and no quantity's decision is "alarm" on one run of the config and "none" on another
+    bands = defaultdict(dict)
+    for n in runs:
+        for (quantity, _), d in one_number.check(_analysed(n)[2:]).items():
+            if np.isfinite(d.threshold):
+                bands[quantity][n] = d.band
+    for quantity, by_run in bands.items():
+        assert not {"alarm", "none"} <= set(by_run.values()), (quantity, by_run)

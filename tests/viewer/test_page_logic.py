@@ -105,11 +105,13 @@ def test_what_if_sentence():
     s = pd.DataFrame({"iteration": [0, 1], "before_ns": [1000, 1000], "after_ns": [990, 990], "change_ns": [-10, -10],
                       "change_pct": [-1.0, -1.0], "local_saving_ns": [100, 100], "absorbed_pct": [90.0, 90.0]})
     text = PL.what_if_sentence(s, "copy_out", 1, 20)
-    assert text.startswith("If copy_out on rank 1 were 20% faster: the iteration (wall time, host included) -20 ns "
-                           "(-1.00%) over 2 iteration(s)")
+    # per iteration, as the table beside it (issue 29: the sentence summed over iterations beside a
+    # per-iteration table)
+    assert text.startswith("If copy_out on rank 1 were 20% faster, per iteration (mean over 2 iterations): the "
+                           "iteration (wall time, host included) -10 ns (-1.00%)")
     s2 = s.assign(op_before_ns=[500, 500], op_after_ns=[490, 490], op_change_ns=[-10, -10])
     text2 = PL.what_if_sentence(s2, "copy_out", 1, 20)
-    assert "the op latency after entry -20 ns (-2.00%" in text2 and "the iteration (wall time" in text2
+    assert "the op latency after entry -10 ns (-2.00%)" in text2 and "the iteration (wall time" in text2
     assert "90.0% of the local saving is absorbed" in text
     assert "No iteration" in PL.what_if_sentence(s.iloc[0:0], "x", None, 5)
 

@@ -113,21 +113,24 @@ def phase_options(events: pd.DataFrame) -> list[str]:
 
 
 def what_if_sentence(summary: pd.DataFrame, phase: str, rank, percent: float) -> str:
+    """The what-if's answer per iteration (means over its iterations, as the table beside it and the
+    idle page's what-if fact state them)."""
     where = "every rank" if rank is None else f"rank {rank}"
     if summary.empty:
         return f"No iteration contains {phase} on {where}."
-    before = float(summary["before_ns"].sum())
-    change = float(summary["change_ns"].sum())
-    saving = float(summary["local_saving_ns"].sum())
+    n = len(summary)
+    before = float(summary["before_ns"].mean())
+    change = float(summary["change_ns"].mean())
+    saving = float(summary["local_saving_ns"].mean())
     verb = "faster" if percent >= 0 else "slower"
-    op_b = summary["op_before_ns"].sum(min_count=1) if "op_before_ns" in summary else float("nan")
-    op_c = summary["op_change_ns"].sum(min_count=1) if "op_change_ns" in summary else float("nan")
-    op = (f"the op latency after entry {signed_ns(op_c)} ({pct(100 * op_c / op_b if op_b else 0, 2, signed=True)}, "
-          f"the quantity the idle page's 'costs the op' and Compare's kernel rows use); "
+    op_b = float(summary["op_before_ns"].mean()) if "op_before_ns" in summary else float("nan")
+    op_c = float(summary["op_change_ns"].mean()) if "op_change_ns" in summary else float("nan")
+    op = (f"the op latency after entry {signed_ns(op_c)} ({pct(100 * op_c / op_b if op_b else 0, 2, signed=True)}); "
           if op_b == op_b and op_c == op_c else "")
-    s = (f"If {phase} on {where} were {abs(percent):g}% {verb}: {op}the iteration (wall time, host included) "
-         f"{signed_ns(change)} ({pct(100 * change / before if before else 0, 2, signed=True)}) over "
-         f"{len(summary)} iteration(s); the phase's own time changes by {signed_ns(-saving)}.")
+    s = (f"If {phase} on {where} were {abs(percent):g}% {verb}, per iteration (mean over {n} iteration"
+         f"{'s' if n != 1 else ''}): {op}the iteration (wall time, host included) {signed_ns(change)} "
+         f"({pct(100 * change / before if before else 0, 2, signed=True)}); the phase's own time changes by "
+         f"{signed_ns(-saving)}.")
     if saving > 0:
         absorbed = 100 * (1 - (-change) / saving)
         if absorbed > 100:
