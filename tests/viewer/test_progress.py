@@ -191,7 +191,8 @@ def test_a_what_if_still_computing_shows_its_progress_then_its_result(app, hold,
     assert app.catalog.jobs.wait([("late",) + analyses.what_if_key("send_chunk", 0.3, None)], T)
     done = call(app, [(Cp.WHATIF_BOX, "children")], [(Cp.WHATIF_TICK, "n_intervals", 1)],
                 state=[(Cp.WHATIF_ASKED, "data", asked)])[Cp.WHATIF_BOX]["children"]
-    assert "If send_chunk on every rank were 30% faster: the op latency after entry" in text_of(done)
+    assert "If send_chunk on every rank were 30% faster, per iteration (mean over" in text_of(done)
+    assert "the op latency after entry" in text_of(done)
     bad = call(app, [(Cp.WHATIF_BOX, "children")], [(Cp.WHATIF_TICK, "n_intervals", 1)],
                state=[(Cp.WHATIF_ASKED, "data", dict(asked, phase="no_such_phase"))])[Cp.WHATIF_BOX]["children"]
     if "Computing" in text_of(bad) or "what-if:" in text_of(bad):
