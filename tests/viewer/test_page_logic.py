@@ -189,12 +189,12 @@ def test_every_column_and_card_of_the_analysis_pages_is_in_the_glossary():
     from viewer.pages.critical_path import callbacks as PCb, layout as PLay
     from viewer.pages.idle import layout as ILay
     plain = {"rank", "kernel", "block", "warp", "role", "phase", "barrier", "begin", "duration", "change", "change %",
-             "before", "after", "warps", "occurrences", "critical path", "verdict", "iteration"}
+             "before", "after", "warps", "occurrences", "critical path", "verdict", "iteration", "side"}
     tables = [(PLay.SEG_COLS, PLay.SEG_TIPS), (PLay.SLACK_COLS, {}), (PCb.SUMMARY_COLS, PCb.SUMMARY_TIPS),
               (ILay.WARP_COLS, ILay.TIPS), (ILay.BLOCK_COLS, ILay.TIPS), (ILay.IMB_COLS, ILay.TIPS),
               (ILay.RANK_COLS, {}), (BLay.SUMMARY_COLS, BLay.TIPS), (BLay.RANK_COLS, BLay.TIPS),
               (BLay.OCC_COLS, BLay.TIPS), (CCb.PHASE_COLS, CCb.TIPS), (CCb.RANK_COLS, CCb.TIPS),
-              (CCb.CP_COLS, CCb.CP_TIPS)]
+              (CCb.CP_COLS, CCb.CP_TIPS), (CCb.WARM_COLS, CCb.WARM_TIPS)]
     missing = [h for cols, tips in tables for c, h in cols.items()
                if h not in plain and tips.get(c, h) not in glossary.TERMS]
     assert missing == []
@@ -210,9 +210,13 @@ def test_compare_side_samples_and_plot_phases():
     co = s[s["phase"] == "copy_out"].sort_values(["run", "iteration"])["value_ns"].tolist()
     assert e2e == [10, 30, 12, 28] and co == [10, 30, 12, 28]
     assert not s["phase"].str.startswith("rank ").any()
-    pp = pd.DataFrame({"kernel": ["d", "d", "d"], "phase": ["a", "b", "c"], "n_a": [3, 3, 0], "n_b": [3, 3, 3],
-                       "diff_pct": [1.0, -9.0, math.nan]})
-    assert CL.plot_phases(pp) == [("", "end-to-end"), ("d", "b"), ("d", "a")]
+    # the chart shows the rows that decided: the verdict's, in its order (issue 29: it showed the
+    # nine largest |B - A %| rows, noisy entry-skew and host rows), never the largest change
+    pp = pd.DataFrame({"kernel": ["d", "d", "d", "d"], "phase": ["", "a", "b", "entry skew"], "n_a": [3, 3, 3, 3],
+                       "n_b": [3, 3, 3, 3], "diff_pct": [1.0, 1.0, -9.0, 4000.0]})
+    assert CL.plot_phases((("", "end-to-end"), ("d", "b"), ("d", None)), pp) == [("", "end-to-end"), ("d", "b"), ("d", "")]
+    assert CL.plot_phases((("d", "a"),), pp) == [("", "end-to-end"), ("d", "a")]
+    assert CL.plot_phases((), pp) == [("", "end-to-end"), ("d", "")]          # within noise: end-to-end, kernels
     fig = CL.distribution_figure(s, s, [("", "end-to-end")])
     assert [t["name"] for t in fig["data"]] == ["A", "B"]
     assert np.allclose(sorted(fig["data"][0]["y"]), np.array([10, 12, 28, 30]) / 20)
