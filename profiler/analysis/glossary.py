@@ -214,6 +214,10 @@ SECTIONS: dict[str, dict[str, str]] = {
         "path share": "A phase's time on the critical path over the path's total, all runs of the side.",
     },
     "Timeline": {
+        "window (timeline)": "The time range drawn. Its axis reads time since the window's start, in one unit "
+                             "chosen by the window's width; the line above it says where the window starts, "
+                             "counted from the run's first record (a position 25 s into a run says nothing by "
+                             "itself). Hovers give positions in µs into the run.",
         "unfinished span": "Drawn hatched: a wait the kernel never ended, up to where the kernel stopped "
                            "recording.",
         "busy (timeline)": "Zoomed out, a cell's shade: the share of the row's warps busy in the cell "
