@@ -181,7 +181,7 @@ SECTIONS: dict[str, dict[str, str]] = {
         "warm-up": "A run's leading iterations whose op latency after entry is more than 5% above the median of "
                    "the iterations after it (at most half the run, at least 2 kept): set aside from every row "
                    "of the comparison, and listed. Bundled runs' warm-up iterations are 5-28% slower; later "
-                   "iterations stay within 3% of their run's median.",
+                   "iterations stay within 3% of their run's median, bar single outliers mid-run.",
         "run": "One recording; the unit of replication. With one run on a side run-to-run noise cannot be "
                "estimated and nothing is called faster or slower.",
         "runs": "Runs on the side.",
