@@ -634,10 +634,11 @@ def _verdict(per_phase: pd.DataFrame, e2e, flags: list[str], alpha: float, waits
                   reference_ns=float(e2e["median_a_ns"]) if np.isfinite(e2e["median_a_ns"]) else None)
     context = _context(e2e, alpha, flags, per_phase.iloc[0:0], warm)
     if min(n_runs) < 2:
-        return Verdict(alarm=False, cause=Cause.NONE, notes=tuple(context), **common,
-                       detail=(f"cannot tell with {n_runs[0]} run(s) of A and {n_runs[1]} of B: with one run on a "
-                               f"side run-to-run noise cannot be estimated, so nothing is called faster or slower "
-                               f"(need at least 2 runs a side, 3 to say how small a change is visible)"))
+        runs = f"{n_runs[0]} run{'s' if n_runs[0] != 1 else ''} of A and {n_runs[1]} of B"
+        return Verdict(alarm=False, cause=Cause.NONE, **common,
+                       notes=("nothing is called faster or slower with one run on a side; 2 runs a side estimate "
+                              "the noise, 3 say how small a change is visible",) + tuple(context),
+                       detail=f"cannot tell with {runs}: with one run on a side run-to-run noise cannot be estimated")
     rows = pd.concat([pd.DataFrame([e2e]), per_phase], ignore_index=True)
     sig = rows[rows["verdict"].isin([S.FASTER, S.SLOWER])].copy()
     is_wait = sig["phase"].isin(waits)
