@@ -17,7 +17,7 @@ import pandas as pd
 from dash import dcc, html
 
 from profiler.analysis import glossary
-from profiler.expect import Cause
+from profiler.expect import Cause, Direction
 
 from .format import ns, pct
 
@@ -54,10 +54,15 @@ def term(text: str, term_name: str | None = None, className: str = "term") -> ht
     return html.Span(text, title=t, className=className) if t else html.Span(text)
 
 
-def verdict_tone(v) -> str:
+def verdict_flag(v) -> tuple[str, str]:
+    """(flag, tone) of a verdict box. A difference between A and B (Compare's knob_change) is an
+    alarm by its fields, but B faster is an improvement: green, and named so; B slower a regression
+    (issue 29: an improvement was shown as a red ALARM)."""
+    if v.cause is Cause.KNOB_CHANGE and v.direction is not None:
+        return ("IMPROVEMENT", "good") if v.direction is Direction.FASTER else ("REGRESSION", "bad")
     if v.alarm:
-        return "bad"
-    return "good" if v.cause in (Cause.NONE, Cause.SAME_CODE) else ""
+        return "ALARM", "bad"
+    return "no alarm", "good" if v.cause in (Cause.NONE, Cause.SAME_CODE) else ""
 
 
 def verdict_fields(v) -> list:
@@ -81,6 +86,8 @@ def verdict_fields(v) -> list:
         chips.append(("size", size, None))
     if v.iteration is not None:
         chips.append(("iteration", str(v.iteration), "iteration"))
+    elif v.n and v.page == "compare":
+        chips.append(("runs a side", str(v.n), "run"))
     elif v.n:
         chips.append(("n", str(v.n), "mean over n iterations"))
     return [html.Span([html.Span(k, className="chip-k"), " ", html.Span(val, className="chip-v")],
@@ -90,8 +97,8 @@ def verdict_fields(v) -> list:
 def verdict_box(v, id=None) -> html.Div:
     """A page's headline: the structured verdict's sentence, its fields, further findings, warnings."""
     kw = {"id": id} if id else {}
-    head = html.Div([html.Span("ALARM" if v.alarm else "no alarm", className="verdict-flag",
-                               title=glossary.TERMS["alarm"]), " ",
+    flag, tone = verdict_flag(v)
+    head = html.Div([html.Span(flag, className="verdict-flag", title=glossary.TERMS["alarm"]), " ",
                      html.Span(v.headline, className="verdict-text", title=glossary.TERMS.get(v.cause.value))],
                     className="verdict-line")
     parts = [head, html.Div(verdict_fields(v), className="verdict-fields")]
@@ -101,7 +108,7 @@ def verdict_box(v, id=None) -> html.Div:
         parts.append(html.Ul([html.Li(n) for n in v.notes], className="verdict-notes"))
     if v.warnings:
         parts.append(html.Ul([html.Li(str(w), className="warn") for w in v.warnings], className="verdict-warnings"))
-    return html.Div(parts, className=f"verdict {verdict_tone(v)}".strip(), **kw)
+    return html.Div(parts, className=f"verdict {tone}".strip(), **kw)
 
 
 def card(label: str, value: str, sub: str = "", tone: str = "", tip: str | None = None) -> html.Div:

@@ -118,9 +118,13 @@ compare(a, b, *, n_boot=2000, seed=0, alpha=0.05, registry=None) -> Comparison
     .end_to_end  one row, same columns: per iteration the slowest rank's GPU time (no host gaps)
     .per_rank    [rank, runs_a, runs_b, median_a_ns, median_b_ns, diff_ns, diff_pct, verdict]
     .critical_path_changes [kernel, phase, share_a, share_b, in_a, in_b, change]
-    .samples     [side, run, iteration, kernel, phase, value_ns]
+    .samples     [side, run, iteration, kernel, phase, value_ns] (warm-up iterations set aside)
+    .warmup      [side, run, name, iteration, value_ns, rest_median_ns, excess_pct]: each run's leading
+        iterations more than compare.WARMUP_SHARE above the median of those after them, left out of
+        every row (the verdict's notes say so)
     .refused, .flags  workload differences
-    .verdict     same_code | knob_change (what moved, which direction) | none (refused, one run a side)
+    .verdict     same_code | knob_change (what moved, which direction) | none (refused, one run a side,
+        underpowered); its headline one sentence, the evidence in its notes
 """
 from .verdict import Verdict
 from .critical_path import CriticalPath, critical_path

@@ -213,14 +213,23 @@ SECTIONS: dict[str, dict[str, str]] = {
         "entry skew (compare)": "Per iteration, the kernel's entry skew (its occurrences summed): how late the "
                                 "last rank entered it.",
         "MDE": "Minimum detectable effect: the smallest |B - A| this row could have called at its level with "
-               "80% power (see power).",
-        "runs needed": "Runs a side for an MDE of 10% of A's median (0: enough already).",
+               "80% power under the rule that decides (see within noise): the noncentral t of the t-test on run "
+               "medians, with the bootstrap interval's half-width as a floor below which the bootstrap does not "
+               "call; checked by simulation (tests/analysis/test_stats.py).",
+        "runs needed": "Runs a side for an MDE of 10% of A's median (blank: enough already; 'more than 100' when "
+                       "no count up to 100 would do).",
+        "warm-up": "A run's leading iterations whose op latency after entry is more than 5% above the median of "
+                   "the iterations after it (at most half the run, at least 2 kept): set aside from every row "
+                   "of the comparison, and listed. Bundled runs' warm-up iterations are 5-28% slower; later "
+                   "iterations stay within 3% of their run's median, bar single outliers mid-run.",
         "run": "One recording; the unit of replication. With one run on a side run-to-run noise cannot be "
                "estimated and nothing is called faster or slower.",
         "runs": "Runs on the side.",
         "n": "Samples on the side: one per (run, iteration).",
         "median": "Median of the side's samples, all runs pooled.",
-        "B − A": "median(B) - median(A).",
+        "B − A": "median(B) - median(A); as a percentage of median(A) only where median(A) is at least 1% of "
+                 "the op's latency (end-to-end): a percentage of a near-zero base reads huge while the op "
+                 "hardly moves, so the change is stated in time.",
         "CI": "95% bootstrap interval of B - A: resample runs, then each drawn run's iterations (fixed seed).",
         "A-vs-A spread": "How far apart the medians of two groups of runs of the same code fall: the t quantile "
                          "at the comparison's level (see level) times the pooled standard deviation of the "
@@ -231,7 +240,8 @@ SECTIONS: dict[str, dict[str, str]] = {
                  "of the same code then call any row with probability <= 5%; a knob that moves many rows "
                  "lets a moderate change through that 5% / rows would hide.",
         "within noise": "The interval at the comparison's level contains 0, or |B - A| is below the A-vs-A "
-                        "spread.",
+                        "spread. A row is called faster or slower only when both tests reject (the bootstrap "
+                        "keeps rows of a few noisy iterations a run quiet that the t-test alone would call).",
         "host call (compare)": "Per kernel, the mean duration of the host calls that launched it in the "
                                "iteration (runs that record host rows): what a host-side knob moves while "
                                "kernel time stays.",
@@ -244,6 +254,10 @@ SECTIONS: dict[str, dict[str, str]] = {
         "path share": "A phase's time on the critical path over the path's total, all runs of the side.",
     },
     "Timeline": {
+        "window (timeline)": "The time range drawn. Its axis reads time since the window's start, in one unit "
+                             "chosen by the window's width; the line above it says where the window starts, "
+                             "counted from the run's first record (a position 25 s into a run says nothing by "
+                             "itself). Hovers give positions in µs into the run.",
         "unfinished span": "Drawn hatched: a wait the kernel never ended, up to where the kernel stopped "
                            "recording.",
         "busy (timeline)": "Zoomed out, a cell's shade: the share of the row's warps busy in the cell "

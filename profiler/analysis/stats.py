@@ -13,10 +13,16 @@ iterations vary (issue 8: an A/A pair called "+76% slower"). Hence:
   the per-run medians within each side (their pooled standard deviation s over runs_a + runs_b - 2
   degrees of freedom), t(1 - alpha/2, df) * s * sqrt(1/runs_a + 1/runs_b). With 3 runs a side the
   bootstrap alone is too narrow (it cannot see that 3 runs are 3 samples of the run-to-run
-  spread); the t quantile can (df = 4: 2.78 s-units at 95%).
+  spread); the t quantile can (df = 4: 2.78 s-units at 95%). The t-test alone is not enough
+  either: with 3 iterations a run, host-jitter rows (entry skew) have run medians that cluster by
+  chance, and the t-test on them called an A/A pair (ep-aa, layout entry skew, p = 0.0009) that the
+  bootstrap over the iterations keeps within noise.
   Each comparison also has a p-value: the larger of the t-test's on the run medians (the spread
   above is its critical difference) and the bootstrap's (twice the share of resampled
   differences on the far side of 0), since B is called different only when both reject.
+  Its power is that rule's (rule_power: the noncentral t, with the bootstrap's half-width as a
+  floor), not the t-test's alone (issue 29: the MDE stated was the t-test's normal approximation,
+  and the rule that decided had 69-77 % power at it, not 80 %).
 * many rows at once (every kernel and phase of a run, every metric of `epscope ab`):
   `compare_family` decides all of them at one level found by Benjamini-Hochberg over their
   p-values: the largest k with p_(k) <= k * alpha / m gives the level k * alpha / m (alpha / m,
@@ -61,10 +67,11 @@ NO_NOISE_ESTIMATE = "noise unknown (one run per side)"
 TOO_FEW, ONLY_A, ONLY_B = "too few samples", "only in A", "only in B"
 CANNOT_TELL = "cannot tell"
 # Power. The smallest change a comparison could have detected (its minimum detectable effect,
-# MDE) at its decision level with POWER probability: (t(1 - level/2, df) + t(POWER, df)) * the
-# standard error of the difference of run medians (the A-vs-A spread's). A change the project
-# would act on is DETECT_SHARE of A's median (the catalogue counts a knob as having an effect at
-# 10 %: verdict.MATERIAL_SHARE's note); a row within noise whose MDE is larger cannot tell.
+# MDE): the true difference the deciding rule (both tests, module docstring) calls at its level
+# with POWER probability (rule_power), in ns. A change the project would act on is DETECT_SHARE of
+# A's median (the catalogue counts a knob as having an effect at 10 %: verdict.MATERIAL_SHARE's
+# note); a row within noise whose MDE is larger cannot tell. tests/analysis/test_stats.py checks
+# the stated power by simulation.
 POWER = 0.80
 DETECT_SHARE = 0.10
 MAX_RUNS_NEEDED = 100
@@ -249,23 +256,90 @@ def _prepare(a, b, n_boot: int, seed: int, alpha: float) -> _Prepared:
     return _Prepared(ra, rb, base, d, None, p)
 
 
-def power(ra, rb, level: float, median_a: float) -> tuple[float, int]:
+def _phi(x: np.ndarray) -> np.ndarray:
+    """Standard normal CDF (Abramowitz & Stegun 7.1.26 for erf, |error| < 1.5e-7; numpy only)."""
+    z = np.abs(x) / math.sqrt(2)
+    t = 1 / (1 + 0.3275911 * z)
+    erf = 1 - t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) \
+        * np.exp(-z * z)
+    return 0.5 * (1 + np.sign(x) * erf)
+
+
+@functools.lru_cache(maxsize=256)
+def _s_grid(df: int) -> tuple[np.ndarray, np.ndarray]:
+    """Points and weights for E[g(S)], S = sqrt(V / df), V chi-square with df degrees of freedom
+    (density of S proportional to s^(df-1) exp(-df s^2 / 2); trapezoid on a grid covering it)."""
+    hi = 1 + 14 / math.sqrt(df)
+    s = np.linspace(0, hi, 2001)[1:]
+    logf = (df - 1) * np.log(s) - df * s * s / 2
+    w = np.exp(logf - logf.max())
+    return s, w / w.sum()
+
+
+def _rule_power_slope(delta: float, df: int, level: float, floor: float) -> tuple[float, float]:
+    """rule_power and its derivative in delta."""
+    c = t_quantile(1 - level / 2, df)
+    s, w = _s_grid(df)
+    thr = np.maximum(c * s, floor)
+    up, down = delta - thr, -delta - thr
+    p = float(np.sum(w * (_phi(up) + _phi(down))))
+    dens = float(np.sum(w * (np.exp(-up * up / 2) - np.exp(-down * down / 2)))) / math.sqrt(2 * math.pi)
+    return p, dens
+
+
+def rule_power(delta: float, df: int, level: float, floor: float = 0.0) -> float:
+    """Probability that the deciding rule (module docstring) calls a true difference of delta
+    standard errors: the estimate D = delta + Z (in standard errors) must pass the t-test, |D| >
+    t(1 - level/2, df) * S with S = sqrt(V / df) (the noncentral t), and the bootstrap, whose
+    interval at `level` excludes 0 when |D| > floor: its half-width, in standard errors, taken as
+    fixed (a shift moves the bootstrap's distribution, not its width). Integrated over S
+    (_s_grid). With no floor: the t-test's power. Checked by simulation in
+    tests/analysis/test_stats.py (with run-to-run or within-run noise dominating)."""
+    return _rule_power_slope(delta, df, level, floor)[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def mde_units(level: float, df: int, floor: float = 0.0) -> float:
+    """The MDE in standard errors: the delta at which rule_power(delta, ...) = POWER. Newton steps
+    from the normal approximation (threshold + z(POWER)), kept inside the bracket of the deltas seen
+    below and above POWER (the power rises with delta): bisection when a step leaves it."""
+    lo, hi = 0.0, math.inf
+    x = max(t_quantile(1 - level / 2, df), floor) + 0.8416      # z(0.80)
+    for _ in range(100):
+        p, slope = _rule_power_slope(x, df, level, floor)
+        if abs(p - POWER) < 1e-10:
+            break
+        lo, hi = (x, hi) if p < POWER else (lo, x)
+        if hi - lo < 1e-12 * x:
+            break
+        step = x + (POWER - p) / slope if slope > 0 else math.nan
+        x = step if lo < step < hi else (0.5 * (lo + hi) if math.isfinite(hi) else 2 * x)
+    return x
+
+
+def power(ra, rb, level: float, median_a: float, boot_half: float = 0.0) -> tuple[float, int]:
     """(MDE at `level` with POWER, runs a side needed for an MDE of DETECT_SHARE of median_a; 0
-    when the runs at hand suffice, MAX_RUNS_NEEDED + 1 when no count up to it does). NaN, 0 with
-    one run on a side."""
+    when the runs at hand suffice, MAX_RUNS_NEEDED + 1 (shown "more than MAX_RUNS_NEEDED") when no
+    count up to it does). NaN, 0 with one run on a side. boot_half: the bootstrap interval's
+    half-width at `level` (ns; rule_power's floor); with more runs it is taken to shrink as the
+    standard error does."""
     if len(ra) < 2 or len(rb) < 2:
         return float("nan"), 0
     _, _, df, se = _run_medians(ra, rb)
-    mde = (t_quantile(1 - level / 2, df) + t_quantile(POWER, df)) * se
+    if se == 0:           # identical run medians: the bootstrap alone limits what is seen
+        return max(0.0, float(boot_half)), 0
+    # the floor in standard errors, rounded so that rows with similar floors share mde_units' cache
+    floor = round(max(float(boot_half), 0.0) / se, 3)
+    mde = mde_units(level, df, floor) * se
     target = DETECT_SHARE * abs(median_a)
     if not math.isfinite(target) or mde <= target:
         return mde, 0
     s = se / math.sqrt(1 / len(ra) + 1 / len(rb))        # the pooled run-to-run sd
 
     def enough(n: int) -> bool:
-        return (t_quantile(1 - level / 2, 2 * n - 2) + t_quantile(POWER, 2 * n - 2)) * s * math.sqrt(2 / n) <= target
-    # the MDE with n runs a side falls as n grows (both quantiles fall with the degrees of freedom,
-    # and sqrt(2/n)): the smallest n that suffices is found by bisection, not by trying each
+        return mde_units(level, 2 * n - 2, floor) * s * math.sqrt(2 / n) <= target
+    # the MDE with n runs a side falls as n grows (the t quantile falls with the degrees of
+    # freedom, and sqrt(2/n)): the smallest n that suffices is found by bisection
     lo, hi = max(len(ra), len(rb)) + 1, MAX_RUNS_NEEDED
     if lo > hi or not enough(hi):
         return mde, MAX_RUNS_NEEDED + 1
@@ -292,7 +366,7 @@ def _decide(pr: _Prepared, alpha: float, level: float) -> SampleComparison:
         verdict = WITHIN_NOISE
     else:
         verdict = SLOWER if diff > 0 else FASTER
-    mde, need = power(pr.ra, pr.rb, level, pr.base["median_a"])
+    mde, need = power(pr.ra, pr.rb, level, pr.base["median_a"], (dhi - dlo) / 2)
     return SampleComparison(**pr.base, ci_low=lo, ci_high=hi, noise=noise, noise_estimable=noise_ok, verdict=verdict,
                             p_value=pr.p, level=level, mde=mde, runs_needed=need)
 
@@ -304,7 +378,8 @@ def compare_samples(a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, n_boot:
     The verdict: B is FASTER / SLOWER only with two or more runs per side, a bootstrap interval
     (over runs, then samples; level 1 - alpha / tests; fixed seed) that excludes 0, and |diff| above
     the A-vs-A spread; otherwise WITHIN_NOISE (or NO_NOISE_ESTIMATE with one run on a side).
-    ci_low / ci_high: the interval at level 1 - alpha. Several rows at once: compare_family.
+    ci_low / ci_high: the interval at level 1 - alpha. mde: that rule's (rule_power). Several rows
+    at once: compare_family.
     """
     return _decide(_prepare(a, b, n_boot, seed, alpha), alpha, alpha / max(int(tests), 1))
 

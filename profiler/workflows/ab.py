@@ -306,7 +306,8 @@ def critical_path_changes(record, out: Path) -> tuple[list, list]:
     if c.refused:
         return [], ["the profiled runs record different workloads: " + "; ".join(c.refused)]
     moved = c.per_phase[c.per_phase["verdict"].isin(["faster", "slower"])]
-    notes = []
+    # the profiled runs' warm-up iterations are set aside by compare; the record says so
+    notes = [n for n in c.verdict.notes if n.startswith("warm-up set aside")]
     if min(len(runs["A"]), len(runs["B"])) < 2:
         notes.append("one profiled round on a side: run-to-run noise cannot be estimated, so no phase is called "
                      "moved (profile two or more rounds: --profile-rounds)")

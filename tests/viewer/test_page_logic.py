@@ -98,7 +98,9 @@ def test_barrier_sentences_name_the_last_arriver():
     assert "useless arrival" in lines[0]           # block 1 did no work in the launch
     assert BL.who(-1, 3, -1) == "block 3" and BL.who(-1, -1, -1) == "?"
     fig = BL.occurrences_figure(rep)
-    assert fig["data"][0]["y"] == [0.095]           # spread 5 -> 100 ns, in µs
+    # spread 5 -> 100 ns: an axis of a few ns is in ns (issue 29: one unit per axis, chosen by its values)
+    assert fig["data"][0]["y"] == [95.0] and fig["layout"]["yaxis"]["title"]["text"] == "first → last arrival (ns)"
+    assert fig["data"][0]["x"] == [0.0]             # since the iteration's first barrier arrival, not the run's start
 
 
 def test_what_if_sentence():
@@ -191,12 +193,12 @@ def test_every_column_and_card_of_the_analysis_pages_is_in_the_glossary():
     from viewer.pages.critical_path import callbacks as PCb, layout as PLay
     from viewer.pages.idle import layout as ILay
     plain = {"rank", "kernel", "block", "warp", "role", "phase", "barrier", "begin", "duration", "change", "change %",
-             "before", "after", "warps", "occurrences", "critical path", "verdict", "iteration"}
+             "before", "after", "warps", "occurrences", "critical path", "verdict", "iteration", "side"}
     tables = [(PLay.SEG_COLS, PLay.SEG_TIPS), (PLay.SLACK_COLS, {}), (PCb.SUMMARY_COLS, PCb.SUMMARY_TIPS),
               (ILay.WARP_COLS, ILay.TIPS), (ILay.BLOCK_COLS, ILay.TIPS), (ILay.IMB_COLS, ILay.TIPS),
               (ILay.RANK_COLS, {}), (BLay.SUMMARY_COLS, BLay.TIPS), (BLay.RANK_COLS, BLay.TIPS),
               (BLay.OCC_COLS, BLay.TIPS), (CCb.PHASE_COLS, CCb.TIPS), (CCb.RANK_COLS, CCb.TIPS),
-              (CCb.CP_COLS, CCb.CP_TIPS)]
+              (CCb.CP_COLS, CCb.CP_TIPS), (CCb.WARM_COLS, CCb.WARM_TIPS)]
     missing = [h for cols, tips in tables for c, h in cols.items()
                if h not in plain and tips.get(c, h) not in glossary.TERMS]
     assert missing == []
@@ -212,9 +214,13 @@ def test_compare_side_samples_and_plot_phases():
     co = s[s["phase"] == "copy_out"].sort_values(["run", "iteration"])["value_ns"].tolist()
     assert e2e == [10, 30, 12, 28] and co == [10, 30, 12, 28]
     assert not s["phase"].str.startswith("rank ").any()
-    pp = pd.DataFrame({"kernel": ["d", "d", "d"], "phase": ["a", "b", "c"], "n_a": [3, 3, 0], "n_b": [3, 3, 3],
-                       "diff_pct": [1.0, -9.0, math.nan]})
-    assert CL.plot_phases(pp) == [("", "end-to-end"), ("d", "b"), ("d", "a")]
+    # the chart shows the rows that decided: the verdict's, in its order (issue 29: it showed the
+    # nine largest |B - A %| rows, noisy entry-skew and host rows), never the largest change
+    pp = pd.DataFrame({"kernel": ["d", "d", "d", "d"], "phase": ["", "a", "b", "entry skew"], "n_a": [3, 3, 3, 3],
+                       "n_b": [3, 3, 3, 3], "diff_pct": [1.0, 1.0, -9.0, 4000.0]})
+    assert CL.plot_phases((("", "end-to-end"), ("d", "b"), ("d", None)), pp) == [("", "end-to-end"), ("d", "b"), ("d", "")]
+    assert CL.plot_phases((("d", "a"),), pp) == [("", "end-to-end"), ("d", "a")]
+    assert CL.plot_phases((), pp) == [("", "end-to-end"), ("d", "")]          # within noise: end-to-end, kernels
     fig = CL.distribution_figure(s, s, [("", "end-to-end")])
     assert [t["name"] for t in fig["data"]] == ["A", "B"]
     assert np.allclose(sorted(fig["data"][0]["y"]), np.array([10, 12, 28, 30]) / 20)
@@ -261,3 +267,69 @@ def test_verdict_sentences_have_no_doubled_words():
     for f in traces.glob("*/analysis-summary.json"):
         for page, v in json.loads(f.read_text())["verdicts"].items():
             assert not pat.search(v["headline"]), (f.parent.name, page, v["headline"])
+
+
+# -- units (issue 29): one unit per axis and card, summed-over-warps said, relative positions ------
+def test_a_time_unit_is_chosen_per_axis_and_card():
+    assert [F.time_unit(v).name for v in (850, 12_300, 4_560_000, 30_000_000_000)] == ["ns", "µs", "ms", "s"]
+    # an axis takes its largest magnitude: 30,000,000 µs reads 30 s, never "30,000,000 µs"
+    assert F.time_unit([5, 800, 2_500_000]).name == "ms" and F.time_unit([float("nan")]).name == "ns"
+    assert F.time_unit(-124_000, 914).name == "µs"
+    u = F.time_unit(30_000_000_000)
+    assert u.of([30_000_000_000, 1_500_000_000]) == [30.0, 1.5] and F.in_unit(1_500_000_000, u) == "1.50"
+    # a card in one unit, named once (issue 29: "-9,882 to +914 ns" beside µs cards)
+    assert F.times(-9_882, 914, signed=True) == "-9.88 … +0.914 µs"
+    assert F.times(-124_050, -109_606) == "-124 … -110 µs" and F.times(float("nan")) == "—"
+    assert F.axis_title("wait", F.time_unit(3e9), "summed over warps") == "wait (s, summed over warps)"
+
+
+def test_a_position_far_into_a_run_is_stated_to_the_window_s_resolution():
+    # issue 29's "25,151,000 µs since run start": 25 s in, a 2 ms window resolves 20 µs
+    assert F.position(25_151_000_000, 20_000) == "25.15100 s"
+    assert F.position(1_876_841, 20_324) == "1.88 ms"
+
+
+def test_timeline_axis_reads_time_since_the_window_s_start():
+    from viewer.pages.timeline import logic as TL
+    ax = TL.time_axis(25_151_000_000, 25_153_000_000)          # a 2 ms window 25 s into the run
+    assert ax["ticktext"] == ["0.0", "0.5", "1.0", "1.5", "2.0"]     # 1, 2 or 5 x 10^k a step
+    assert ax["tickvals"][0] == 25_151_000.0                   # positions stay in µs since the run's start
+    assert ax["title"]["text"] == "time since the window's start, 25.15100 s into the run (ms)"
+    step = ax["tickvals"][1] - ax["tickvals"][0]
+    assert abs(float(ax["ticktext"][1]) * 1e3 - step) < 1e-6     # a label is its tick's distance from the start
+
+
+def test_figures_state_their_unit_and_what_they_sum():
+    cp = analysis.critical_path(_starved(), registry=SELFTEST_REGISTRY)
+    fig = PL.path_by_rank_figure(cp)
+    assert fig["layout"]["xaxis"]["title"]["text"] == "time on the critical path (ns, summed over iterations)"
+    g = PL.path_gantt_figure(cp)
+    assert g["layout"]["xaxis"]["title"]["text"].endswith("time since it began (ns)")
+    assert min(b for t in g["data"] for b in t["base"]) == 0.0             # from the iteration's start
+    assert PL.segments_table(cp)["begin_ns"].min() == 0                     # the table too
+    rep = analysis.barrier_contention(_starved(), registry=SELFTEST_REGISTRY)
+    w = BL.wait_by_arriver_figure(rep)
+    assert w["layout"]["xaxis"]["title"]["text"].endswith("summed over warps)")
+
+
+def test_compare_cards_flags_and_table_formatting():
+    from profiler.analysis.verdict import Verdict
+    from profiler.expect import Cause, Direction
+    from viewer import components as C
+    e2e = {"median_a_ns": 562_322.0, "median_b_ns": 447_000.0, "diff_ns": -115_322.0, "diff_pct": -20.5,
+           "ci_low_ns": -124_125.0, "ci_high_ns": -109_606.0, "noise_ns": 9_323.0, "mde_ns": 12_600.0}
+    k = CL.cards(e2e)
+    assert (k.median_a, k.median_b, k.diff) == ("562 µs", "447 µs", "-115 µs (-20.5%)")
+    assert k.ci == "-124 … -110 µs" and k.spread == "9.32 µs" and k.mde == "12.6 µs"
+    assert k.mde_sub.startswith("2.2% of A's median, 80% power")
+    assert CL.runs_needed(101) == "more than 100" and CL.runs_needed(7) == "7" and CL.runs_needed(0) == ""
+    pp = pd.DataFrame({"kernel": ["d", "d"], "phase": ["entry skew", "copy_out"], "median_a_ns": [200.0, 90_000.0],
+                       "diff_pct": [41_671.4, -20.0]})
+    shown = CL.phase_table(pp, 562_322.0)
+    assert math.isnan(shown["diff_pct"].iloc[0]) and shown["diff_pct"].iloc[1] == -20.0   # a near-zero base: no %
+    # an improvement is green and says so; a regression red (issue 29: an improvement was a red ALARM)
+    v = Verdict(page="compare", alarm=True, cause=Cause.KNOB_CHANGE, direction=Direction.FASTER)
+    assert C.verdict_flag(v) == ("IMPROVEMENT", "good")
+    assert C.verdict_flag(Verdict(page="compare", alarm=True, cause=Cause.KNOB_CHANGE,
+                                  direction=Direction.SLOWER)) == ("REGRESSION", "bad")
+    assert C.verdict_flag(Verdict(page="idle", alarm=True, cause=Cause.STARVED_WARPS)) == ("ALARM", "bad")

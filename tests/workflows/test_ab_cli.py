@@ -179,3 +179,24 @@ def test_build_caches_are_per_commit_and_this_checkout_keeps_its_own(tmp_path, m
     assert ab.build_dir(here, ROOT, root) == tmp_path / "usual"
     assert ab.build_dir(other, ROOT, root) == root / f"ab-{'b' * 16}" == ab.build_dir(same, ROOT, root)
     assert ab.build_dir(unknown, ROOT, root) == root / "ab-side-B"
+
+
+def test_the_record_says_when_warm_up_was_set_aside(tmp_path, monkeypatch):
+    # compare sets aside each run's warm-up iterations (profiler.analysis.compare.WARMUP_SHARE); the
+    # profiled rounds' phase comparison in the record says so. A negative share makes every run's
+    # leading iterations warm-up here: the wiring, not the rule, is under test
+    import importlib
+    from types import SimpleNamespace
+
+    from profiler.ab import RoundSamples
+    from profiler.synthetic import make_run
+
+    monkeypatch.setattr(importlib.import_module("profiler.analysis.compare"), "WARMUP_SHARE", -0.5)
+    rs = []
+    for side in "AB":
+        for i in range(2):
+            make_run(tmp_path / f"{side}{i}", ranks=2, events=3000, scenario="ab", variant=side.lower(), seed=i,
+                     perfetto=False)
+            rs.append(RoundSamples(side, i, True, {"op": [1.0]}, f"{side}{i}"))
+    _, notes = ab.critical_path_changes(SimpleNamespace(rounds=rs), tmp_path)
+    assert any(n.startswith("warm-up set aside: ") for n in notes), notes

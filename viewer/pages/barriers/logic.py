@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from ... import theme
-from ...format import ns, share
+from ...format import axis_title, ns, share, time_unit
 
 _PALETTE = ("#c77dff", "#4aa3ff", "#ff9f43", "#2ec4b6", "#ff6b6b", "#ffd166", "#7bd389")
 
@@ -43,24 +43,31 @@ def sentences(report) -> list[str]:
 
 
 def occurrences_figure(report, limit: int = 4000) -> dict:
+    """Spread against when the occurrence began, in time since its iteration's first barrier
+    arrival (iterations fold onto one axis; a position in the run says nothing: issue 29)."""
     occ = report.occurrences
     if occ.empty:
         return dict(data=[], layout=theme.figure_layout(height=200, title=dict(text="no barrier occurrences")))
     occ = occ.sort_values("first_arrive_ns")
+    occ = occ.assign(since_ns=occ["first_arrive_ns"] - occ.groupby("iteration")["first_arrive_ns"].transform("min"))
     if len(occ) > limit:
         occ = occ.iloc[np.linspace(0, len(occ) - 1, limit).astype(int)]
+    ux, uy = time_unit(occ["since_ns"].to_numpy()), time_unit(occ["spread_ns"].to_numpy())
     traces = []
     for i, ((k, b), g) in enumerate(occ.groupby(["kernel", "barrier"], observed=True, sort=True)):
-        lab = [f"last: {who(r, bl, w)}" for r, bl, w in zip(g["last_rank"], g["last_block"], g["last_warp"])]
+        lab = [f"iteration {it}, last: {who(r, bl, w)}"
+               for it, r, bl, w in zip(g["iteration"], g["last_rank"], g["last_block"], g["last_warp"])]
         traces.append(dict(
-            type="scatter", mode="markers", name=f"{k}/{b}", x=(g["first_arrive_ns"] / 1e3).tolist(),
-            y=(g["spread_ns"] / 1e3).tolist(), text=lab,
+            type="scatter", mode="markers", name=f"{k}/{b}", x=ux.of(g["since_ns"].to_numpy()),
+            y=uy.of(g["spread_ns"].to_numpy()), text=lab,
             marker=dict(color=_PALETTE[i % len(_PALETTE)], size=np.clip(4 + np.sqrt(g["arrivals"].to_numpy()), 4, 16).tolist(),
                         line=dict(width=0), opacity=0.85),
-            hovertemplate="%{text}<br>first arrival %{x:.3f} µs<br>spread %{y:.3f} µs<extra>" + f"{k}/{b}</extra>"))
+            hovertemplate=f"%{{text}}<br>first arrival %{{x:.4g}} {ux.name} into the iteration<br>spread "
+                          f"%{{y:.3g}} {uy.name}<extra>{k}/{b}</extra>"))
     return dict(data=traces, layout=theme.figure_layout(
-        height=320, xaxis=dict(title=dict(text="first arrival (µs since run start)"), gridcolor=theme.GRID),
-        yaxis=dict(title=dict(text="first → last arrival (µs)"), gridcolor=theme.GRID, rangemode="tozero")))
+        height=320, xaxis=dict(title=dict(text=axis_title("first arrival, since the iteration's first barrier arrival",
+                                                          ux)), gridcolor=theme.GRID),
+        yaxis=dict(title=dict(text=axis_title("first → last arrival", uy)), gridcolor=theme.GRID, rangemode="tozero")))
 
 
 def wait_by_arriver_figure(report) -> dict:
@@ -70,8 +77,14 @@ def wait_by_arriver_figure(report) -> dict:
         return dict(data=[], layout=theme.figure_layout(height=200))
     key = [who(r, b, w) for r, b, w in zip(occ["last_rank"], occ["last_block"], occ["last_warp"])]
     s = pd.Series(occ["total_wait_ns"].to_numpy(float), index=key).groupby(level=0).sum().sort_values().tail(20)
-    return dict(data=[dict(type="bar", orientation="h", x=(s / 1e3).tolist(), y=list(s.index),
+    unit = time_unit(s.to_numpy())
+    # total_wait_ns is each waiting warp's own wait, summed over the warps (barriers: "wait (sum over
+    # warps)"): warp time, larger than the wall time when many warps wait at once
+    return dict(data=[dict(type="bar", orientation="h", x=unit.of(s.to_numpy()), y=list(s.index),
                            marker=dict(color=theme.PHASE_COLOURS["barrier"]),
-                           hovertemplate="%{y}: %{x:.2f} µs of waiting caused<extra></extra>")],
+                           hovertemplate=f"%{{y}}: %{{x:.3g}} {unit.name} of warp time spent waiting, summed "
+                                         "over warps<extra></extra>")],
                 layout=theme.figure_layout(height=int(min(420, 90 + 22 * len(s))), margin=dict(l=170, r=16, t=30, b=36),
-                                           xaxis=dict(title=dict(text="wait caused as last arriver (µs)"), gridcolor=theme.GRID)))
+                                           xaxis=dict(title=dict(text=axis_title("wait caused as last arriver", unit,
+                                                                                 "summed over warps")),
+                                                      gridcolor=theme.GRID)))

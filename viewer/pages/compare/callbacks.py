@@ -4,6 +4,7 @@ from dash import Input, Output, State, ctx, html
 from dash.exceptions import PreventUpdate
 
 from profiler import analysis
+from profiler.analysis.compare import RELATIVE_BASE_SHARE, WARMUP_SHARE
 
 from ... import analyses, components as C
 from ...catalog import ViewerError
@@ -28,8 +29,12 @@ CP_COLS = {"kernel": "kernel", "phase": "phase", "share_a": "path share A", "sha
            "change": "critical path"}
 CP_TIPS = {"share_a": "path share", "share_b": "path share"}
 DIFF_COLS = {"field": "manifest field", "a": "A", "b": "B"}
+WARM_COLS = {"side": "side", "name": "run", "iteration": "iteration", "value_ns": "end-to-end",
+             "rest_median_ns": "median of the later iterations", "excess_pct": "slower by"}
+WARM_TIPS = {"value_ns": "end-to-end", "rest_median_ns": "end-to-end", "excess_pct": "warm-up"}
 FMT = {"median_a_ns": ns, "median_b_ns": ns, "diff_ns": ns, "ci_low_ns": ns, "ci_high_ns": ns, "noise_ns": ns,
-       "mde_ns": ns, "runs_needed": lambda v: str(int(v)) if v == v and int(v) > 0 else "",
+       "mde_ns": ns, "runs_needed": logic.runs_needed, "value_ns": ns, "rest_median_ns": ns,
+       "excess_pct": lambda v: pct(v, 0, True),
        "diff_pct": lambda v: pct(v, 1, True), "share_a": share, "share_b": share,
        "heavy_tail": lambda v: "heavy tail" if v else "", "phase": lambda v: v or "(op latency after entry)"}
 
@@ -89,43 +94,58 @@ def register(app, catalog) -> None:
         if cmp.refused:
             return html.Div([C.verdict_box(cmp.verdict, id=Ids.VERDICT),
                              C.note("Compare refuses runs whose workloads differ: " + "; ".join(cmp.refused))]), True
-        sa, sb = logic.side_samples(cmp.samples, "A"), logic.side_samples(cmp.samples, "B")
-        e2e = cmp.end_to_end.iloc[0].to_dict() if len(cmp.end_to_end) else {}
-        tone = {"faster": "good", "slower": "bad"}.get(e2e.get("verdict"), "")
-        cards = html.Div([
-            C.card("end-to-end A (median)", ns(e2e.get("median_a_ns")), tip="end-to-end",
-                   sub=f"{e2e.get('runs_a', 0)} run(s), n = {e2e.get('n_a', 0)}"),
-            C.card("end-to-end B (median)", ns(e2e.get("median_b_ns")), tip="end-to-end",
-                   sub=f"{e2e.get('runs_b', 0)} run(s), n = {e2e.get('n_b', 0)}"),
-            C.card("B − A", f"{ns(e2e.get('diff_ns'))} ({pct(e2e.get('diff_pct'), 1, True)})", tone=tone),
-            C.card("95% CI of B − A", f"{ns(e2e.get('ci_low_ns'))} … {ns(e2e.get('ci_high_ns'))}", tip="CI"),
-            C.card("A-vs-A spread", ns(e2e.get("noise_ns"))),
-            C.card("smallest detectable change", ns(e2e.get("mde_ns")), tip="power",
-                   sub=(f"{pct(100 * e2e['mde_ns'] / e2e['median_a_ns'], 1)} of A's median"
-                        if e2e.get("mde_ns") == e2e.get("mde_ns") and e2e.get("median_a_ns") else "one run a side: unknown")),
-            C.card("verdict", str(e2e.get("verdict", "—")), tone=tone, tip="within noise"),
-        ], className="cards")
-        traces = html.Div([html.Span("Perfetto traces: ", className="help")] + [
-            html.A(f"⤓ {side} {catalog.entry(r).name}", href=C.download_href(r), className="mini-link")
-            for side, runs in (("A", a_ids), ("B", b_ids)) for r in runs], className="info-line")
-        return html.Div([
-            C.verdict_box(cmp.verdict, id=Ids.VERDICT),
-            traces,
-            cards,
-            C.section("Distributions", C.graph(logic.distribution_figure(sa, sb, logic.plot_phases(cmp.per_phase))),
-                      help="one point per (run, iteration); boxes show median and quartiles"),
-            C.section("What differs between the sides",
-                      C.df_table(cmp.manifest_diff, DIFF_COLS, {}) if len(cmp.manifest_diff) else
-                      C.note("no manifest field differs between the sides"),
-                      help="every manifest field (workload, config, git, gpu) whose values differ between A and B"),
-            C.section("Per rank: time in the op after the last rank entered, per iteration",
-                      C.df_table(cmp.per_rank, RANK_COLS, FMT, row_class=_tone, tips=TIPS),
-                      help="each rank's kernel time from the last rank's entry (wall time), summed over the "
-                           "iteration's launches; a wait for a late peer is the entry skew rows'"),
-            C.section("Per phase and kernel", C.df_table(cmp.per_phase, PHASE_COLS, FMT, row_class=_tone, tips=TIPS),
-                      help="phase '(op latency after entry)': the kernel's occurrences from the last rank's entry to "
-                           "the last warp end (wall time); 'entry skew': how late the last rank entered; a phase: "
-                           "its mean span duration per iteration (waits on a peer from the last rank's entry on); "
-                           "MDE: the smallest change the row could have seen"),
-            C.section("Critical path changes", C.df_table(cmp.critical_path_changes, CP_COLS, FMT, tips=CP_TIPS)),
-        ]), True
+        return _result(catalog, cmp, a_ids, b_ids), True
+
+
+def _cards(e2e: dict) -> html.Div:
+    tone = {"faster": "good", "slower": "bad"}.get(e2e.get("verdict"), "")
+    k = logic.cards(e2e)
+    return html.Div([
+        C.card("end-to-end A (median)", k.median_a, tip="end-to-end",
+               sub=f"{e2e.get('runs_a', 0)} run(s), n = {e2e.get('n_a', 0)}"),
+        C.card("end-to-end B (median)", k.median_b, tip="end-to-end",
+               sub=f"{e2e.get('runs_b', 0)} run(s), n = {e2e.get('n_b', 0)}"),
+        C.card("B − A", k.diff, tone=tone),
+        C.card("95% CI of B − A", k.ci, tip="CI"),
+        C.card("A-vs-A spread", k.spread),
+        C.card("smallest detectable change", k.mde, tip="power", sub=k.mde_sub),
+        C.card("verdict", str(e2e.get("verdict", "—")), tone=tone, tip="within noise"),
+    ], className="cards")
+
+
+def _result(catalog, cmp, a_ids, b_ids) -> html.Div:
+    sa, sb = logic.side_samples(cmp.samples, "A"), logic.side_samples(cmp.samples, "B")
+    e2e = cmp.end_to_end.iloc[0].to_dict() if len(cmp.end_to_end) else {}
+    traces = html.Div([html.Span("Perfetto traces: ", className="help")] + [
+        html.A(f"⤓ {side} {catalog.entry(r).name}", href=C.download_href(r), className="mini-link")
+        for side, runs in (("A", a_ids), ("B", b_ids)) for r in runs], className="info-line")
+    warm = logic.warmup_table(cmp.warmup)
+    return html.Div([
+        C.verdict_box(cmp.verdict, id=Ids.VERDICT),
+        traces,
+        _cards(e2e),
+        C.section("Distributions: the rows that decided",
+                  C.graph(logic.distribution_figure(sa, sb, logic.plot_phases(cmp.verdict.where, cmp.per_phase))),
+                  help="end-to-end, then the rows the verdict names; one point per (run, iteration), warm-up set "
+                       "aside; boxes show median and quartiles"),
+        *([C.section("Warm-up set aside", C.df_table(warm, WARM_COLS, FMT, tips=WARM_TIPS),
+                     help=f"a run's leading iterations more than {100 * WARMUP_SHARE:.0f}% above the median of "
+                          f"those after them (op latency after entry): left out of every row")] if len(warm) else []),
+        C.section("What differs between the sides",
+                  C.df_table(cmp.manifest_diff, DIFF_COLS, {}) if len(cmp.manifest_diff) else
+                  C.note("no manifest field differs between the sides"),
+                  help="every manifest field (workload, config, git, gpu) whose values differ between A and B"),
+        C.section("Per rank: time in the op after the last rank entered, per iteration",
+                  C.df_table(cmp.per_rank, RANK_COLS, FMT, row_class=_tone, tips=TIPS),
+                  help="each rank's kernel time from the last rank's entry (wall time), summed over the "
+                       "iteration's launches; a wait for a late peer is the entry skew rows'"),
+        C.section("Per phase and kernel",
+                  C.df_table(logic.phase_table(cmp.per_phase, e2e.get("median_a_ns")), PHASE_COLS, FMT,
+                             row_class=_tone, tips=TIPS),
+                  help="phase '(op latency after entry)': the kernel's occurrences from the last rank's entry to "
+                       "the last warp end (wall time); 'entry skew': how late the last rank entered; a phase: "
+                       "its mean span duration per iteration (waits on a peer from the last rank's entry on); "
+                       "MDE: the smallest change the row could have seen; B − A % blank where A's median is under "
+                       f"{100 * RELATIVE_BASE_SHARE:.0f}% of the op's latency (read B − A)"),
+        C.section("Critical path changes", C.df_table(cmp.critical_path_changes, CP_COLS, FMT, tips=CP_TIPS)),
+    ])

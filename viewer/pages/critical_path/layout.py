@@ -73,7 +73,8 @@ def _page(entry, run, cp):
             {"begin_ns": ns, "duration_ns": ns, "share": share, "peer": lambda v: "" if v is None or v < 0 else str(v),
              "unfinished": lambda v: "unfinished" if v else ""}, id=Ids.SEGMENTS, tips=SEG_TIPS,
             row_class=lambda r: "row-bad" if r.get("unfinished") else None),
-            help="block and warp -1: a host segment or a rank's late entry (no warp of its own)"),
+            help="begin: from the start of the segment's iteration; block and warp -1: a host segment or a "
+                 "rank's late entry (no warp of its own)"),
         C.section("Slack per warp", C.df_table(
             run.cached("cp_slack_table", lambda: logic.slack_table(cp, limit=60)), SLACK_COLS,
             {"busy_ns": ns, "slack_ns": ns, "on_path": lambda v: "●" if v else ""},

@@ -7,7 +7,7 @@ import pandas as pd
 from profiler.analysis.stored import span_phases
 
 from ... import theme
-from ...format import ns, pct, signed_ns
+from ...format import axis_title, ns, pct, signed_ns, time_unit
 
 KIND_COLOURS = {"work": "#4aa3ff", "wait": "#ff6b6b", "barrier": "#c77dff", "gap": "#5c6b7a",
                 "launch": "#ffd166", "host": "#8d99ae"}
@@ -48,26 +48,36 @@ def largest_segments(cp, n: int = 3) -> str:
 
 def path_by_rank_figure(cp) -> dict:
     p = cp.path_ns.groupby(["rank", "kind"], observed=True)["duration_ns"].sum().reset_index()
+    unit = time_unit(p.groupby("rank")["duration_ns"].sum().to_numpy() if len(p) else [])
     traces = []
     for kind in [k for k in KIND_COLOURS if k in set(p["kind"])]:
         s = p[p["kind"] == kind]
         traces.append(dict(type="bar", orientation="h", name=kind, y=[f"rank {r}" for r in s["rank"]],
-                           x=(s["duration_ns"] / 1e3).tolist(), marker=dict(color=KIND_COLOURS[kind]),
-                           hovertemplate=f"{kind}: %{{x:.2f}} µs<extra>%{{y}}</extra>"))
+                           x=unit.of(s["duration_ns"].to_numpy()), marker=dict(color=KIND_COLOURS[kind]),
+                           hovertemplate=f"{kind}: %{{x:.3g}} {unit.name}<extra>%{{y}}</extra>"))
     n = max(p["rank"].nunique(), 1)
     return dict(data=traces, layout=theme.figure_layout(
         barmode="stack", height=int(min(420, 80 + 26 * n)), margin=dict(l=70, r=16, t=30, b=36),
-        xaxis=dict(title=dict(text="time on the critical path (µs, all iterations)"), gridcolor=theme.GRID),
+        xaxis=dict(title=dict(text=axis_title("time on the critical path", unit, "summed over iterations")),
+                   gridcolor=theme.GRID),
         yaxis=dict(autorange="reversed", gridcolor=theme.GRID)))
 
 
+def iteration_starts(seg: pd.DataFrame) -> pd.Series:
+    """Each iteration's start: its first path segment's begin (the segments tile the iteration)."""
+    return seg.groupby("iteration")["begin_ns"].min()
+
+
 def path_gantt_figure(cp, iteration=None, limit: int = 600) -> dict:
-    """The path of one iteration as a staircase of segments (rank/warp lanes on y)."""
+    """The path of one iteration as a staircase of segments (rank/warp lanes on y), in time since
+    the iteration began (its position in the run says nothing: issue 29's '25,151,000 µs')."""
     seg = cp.segments
     if seg.empty:
         return dict(data=[], layout=theme.figure_layout(height=200))
     it = seg["iteration"].iloc[0] if iteration is None else iteration
     s = seg[seg["iteration"] == it]
+    t0 = float(s["begin_ns"].min())
+    unit = time_unit(float((s["begin_ns"] + s["duration_ns"]).max()) - t0)
     if len(s) > limit:
         s = s.nlargest(limit, "duration_ns").sort_values("begin_ns")
     lane = [f"r{r} b{b} w{w}" if b >= 0 else f"r{r} host" for r, b, w in zip(s["rank"], s["block"], s["warp"])]
@@ -78,23 +88,29 @@ def path_gantt_figure(cp, iteration=None, limit: int = 600) -> dict:
         name = phase or "(gap)"
         colour = theme.phase_colour(phase) if phase else KIND_COLOURS["gap"]
         traces.append(dict(type="bar", orientation="h", name=name, y=[l for l, k in zip(lane, m) if k],
-                           base=(ss["begin_ns"] / 1e3).tolist(), x=(ss["duration_ns"] / 1e3).clip(lower=1e-3).tolist(),
+                           base=unit.of(ss["begin_ns"].to_numpy() - t0),
+                           x=unit.of(np.maximum(ss["duration_ns"].to_numpy(float), 1.0)),
                            marker=dict(color=colour),
                            customdata=np.stack([ss["kind"].astype(str), ss["share"] * 100], 1).tolist(),
-                           hovertemplate=f"{name} (%{{customdata[0]}})<br>%{{base:.3f}} µs + %{{x:.3f}} µs"
-                                         "<br>%{customdata[1]:.1f}% of the iteration<extra>%{y}</extra>"))
+                           hovertemplate=f"{name} (%{{customdata[0]}})<br>%{{base:.4g}} {unit.name} + "
+                                         f"%{{x:.3g}} {unit.name}<br>%{{customdata[1]:.1f}}% of the iteration"
+                                         "<extra>%{y}</extra>"))
     n = len(set(lane))
     return dict(data=traces, layout=theme.figure_layout(
         barmode="overlay", height=int(min(520, 90 + 20 * n)), margin=dict(l=110, r=16, t=30, b=36),
-        xaxis=dict(title=dict(text=f"iteration {it}: time since run start (µs)"), gridcolor=theme.GRID),
+        xaxis=dict(title=dict(text=axis_title(f"iteration {it}: time since it began", unit)), gridcolor=theme.GRID),
         yaxis=dict(type="category", categoryorder="category ascending", gridcolor=theme.GRID)))
 
 
 def segments_table(cp, limit: int = 200) -> pd.DataFrame:
+    """The longest segments; begin_ns from the segment's iteration's start (iteration_starts)."""
     seg = cp.segments
     cols = ["iteration", "rank", "kernel", "block", "warp", "role", "phase", "kind", "begin_ns", "duration_ns", "share",
             "peer", "unfinished"]
-    return seg.sort_values("duration_ns", ascending=False, kind="stable").head(limit)[cols]
+    out = seg.sort_values("duration_ns", ascending=False, kind="stable").head(limit)[cols].copy()
+    if len(out):
+        out["begin_ns"] = out["begin_ns"] - out["iteration"].map(iteration_starts(seg)).to_numpy()
+    return out
 
 
 def slack_table(cp, limit: int = 100) -> pd.DataFrame:

@@ -8,6 +8,7 @@ from profiler.analysis.idle import RANK_IMBALANCE_RATIO  # noqa: F401 (the table
 from profiler.expect import Cause
 
 from ... import theme
+from ...format import time_unit
 
 # busy share 0 -> the idle colour, 1 -> the work colour; a warp that did nothing stands out
 COLORSCALE = [[0.0, "#3a1d24"], [0.001, "#7a2f3a"], [0.25, "#b5533c"], [0.5, "#c9a227"],
@@ -56,19 +57,21 @@ def heatmap_figure(report, kernel: str | None) -> dict:
     ri = np.array([row_of[(int(r), int(b))] for r, b in zip(pw["rank"], pw["block"])])
     ci = np.array([col_of[int(w)] for w in pw["warp"]])
     z[ri, ci] = pw["busy_share"].to_numpy(float)
-    busy[ri, ci] = pw["busy_ns"].to_numpy(float) / 1e3
+    unit = time_unit(pw["busy_ns"].to_numpy(float))
+    busy[ri, ci] = pw["busy_ns"].to_numpy(float) / unit.ns
     labels = [f"r{r} b{b}" for r, b in zip(rows["rank"], rows["block"])]
     zl = z.astype(object)
     zl[np.isnan(z)] = None
     custom = np.dstack([np.broadcast_to(np.asarray(labels, dtype=object)[:, None], z.shape),
-                        np.where(np.isnan(busy), 0, np.round(busy, 2))]).tolist()
+                        np.where(np.isnan(busy), 0, np.round(busy, 3))]).tolist()
     n = len(rows)
     tick_step = max(1, n // 40)
     return dict(data=[dict(
         type="heatmap", z=zl.tolist(), x=[int(w) for w in warps], y=list(range(n)), zmin=0, zmax=1,
         colorscale=COLORSCALE, xgap=1, ygap=1 if n < 200 else 0, customdata=custom,
         colorbar=dict(title=dict(text="busy share"), thickness=10, tickformat=".0%"),
-        hovertemplate="%{customdata[0]} w%{x}<br>busy %{z:.1%} (%{customdata[1]} µs)<extra></extra>",
+        hovertemplate=f"%{{customdata[0]}} w%{{x}}<br>busy %{{z:.1%}} (%{{customdata[1]:.3g}} {unit.name}, summed "
+                      "over launches)<extra></extra>",
     )], layout=theme.figure_layout(
         height=int(min(900, max(260, 14 * n + 90))), margin=dict(l=80, r=16, t=30, b=40),
         xaxis=dict(title=dict(text="warp"), dtick=1 if len(warps) <= 48 else None, gridcolor=theme.GRID),

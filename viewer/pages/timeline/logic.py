@@ -22,6 +22,7 @@ import pandas as pd
 from profiler.analysis.timeline_overview import Overview, binned_busy  # noqa: F401 (binned_busy: the page's binning)
 from profiler.registry import RegistryError, registries
 from viewer import theme
+from viewer.format import ns, position, time_unit
 
 BINS = 320            # time bins across the plot: about one per 3 px of a 1000 px plot
 MAX_ROWS = 160        # rows drawn; more lanes are merged in runs of consecutive lanes
@@ -556,8 +557,27 @@ def _overview_view(ix, level, ranks, blocks, t0, t1, bins, detail_limit, rows, r
 
 
 # -- plotly figure (plain dicts: fast to build, no figure validation on the server) -----------
-def _fmt_us(ns: float) -> str:
-    return f"{ns / 1e3:,.3f} µs"
+def _nice_step(raw: float) -> float:
+    """1, 2 or 5 times a power of ten, at least `raw`."""
+    if raw <= 0 or not np.isfinite(raw):
+        return 1.0
+    e = 10 ** np.floor(np.log10(raw))
+    return float(next(m * e for m in (1, 2, 5, 10) if m * e >= raw))
+
+
+def time_axis(t0_ns: float, t1_ns: float, ticks: int = 8) -> dict:
+    """The x axis of a window [t0, t1] (ns): positions stay in µs since the run's start (what
+    zoom and the window store read back), the tick labels read time since the window's start in
+    one unit chosen by the window's width, and the title says where the window starts (issue 29:
+    "25,151,000 µs since run start" told nothing)."""
+    width = max(float(t1_ns) - float(t0_ns), 1.0)
+    unit = time_unit(width)
+    step = _nice_step(width / unit.ns / ticks)
+    rel = np.arange(0.0, width / unit.ns + step / 2, step)
+    decimals = max(0, -int(np.floor(np.log10(step))))       # as many as the step needs: 0, 0.5, 1.0
+    text = [f"{r:,.{decimals}f}" for r in rel]
+    return dict(tickmode="array", tickvals=((t0_ns + rel * unit.ns) / 1e3).tolist(), ticktext=text,
+                title=dict(text=f"time since the window's start, {position(t0_ns, width / 100)} into the run ({unit.name})"))
 
 
 def phase_colorscale(phases: list[str]) -> list:
@@ -633,7 +653,7 @@ def critical_overlay(segments: pd.DataFrame | None, rows: Rows, ix: TimelineInde
     phases = seg["phase"].astype(str).to_numpy()[ok] if "phase" in seg else np.full(ok.sum(), "")
     if "kind" in seg:   # a launch gap or a host segment has no phase: name its kind
         phases = np.where(phases == "", seg["kind"].astype(str).to_numpy()[ok], phases)
-    texts = [f"critical: r{a} b{c} w{d} {p} {_fmt_us(e - s_)}" for a, c, d, p, s_, e in zip(r, b, w, phases, bs, es)]
+    texts = [f"critical: r{a} b{c} w{d} {p} {ns(e - s_)}" for a, c, d, p, s_, e in zip(r, b, w, phases, bs, es)]
     if row.size > limit:
         bs, es, row, texts = _merge_path(bs, es, row, texts, len(rows.labels), float(t0), float(t1), bins)
     bs, es = bs / 1e3, es / 1e3
@@ -675,7 +695,7 @@ def _merge_path(bs: np.ndarray, es: np.ndarray, row: np.ndarray, texts: list[str
     order = np.lexsort((dur, rid))
     longest = np.full(n_run, -1, dtype=np.int64)
     longest[rid[order]] = order                                   # the last write per run is its longest
-    out_texts = [f"critical path: {int(k)} segment{'s' if k != 1 else ''}, {_fmt_us(tot)} · longest "
+    out_texts = [f"critical path: {int(k)} segment{'s' if k != 1 else ''}, {ns(tot)} · longest "
                  f"{texts[j][len('critical: '):]}" for k, tot, j in zip(count, total, longest)]
     return t0 + run_a * bw, t0 + (run_z + 1) * bw, run_row, out_texts
 
@@ -708,7 +728,7 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
             type="heatmap", x=xs.tolist(), y=list(range(n_rows)), z=zl.tolist(),
             zmin=0, zmax=max(len(ix.phases) * OCC_LEVELS, 1), colorscale=phase_colorscale(ix.phases),
             showscale=False, customdata=np.dstack([np.broadcast_to(np.asarray(view.rows.labels, dtype=object)[:, None], dom_name.shape), dom_name, occ_pct]).tolist(),
-            hovertemplate="%{customdata[0]}<br>%{x:.3f} µs<br>%{customdata[1]} · busy %{customdata[2]}%<extra></extra>",
+            hovertemplate="%{customdata[0]}<br>%{x:,.3f} µs into the run<br>%{customdata[1]} · busy %{customdata[2]}%<extra></extra>",
             xgap=0, ygap=1, name="activity", hoverongaps=True,   # a click anywhere in a row drills down
         ))
     else:
@@ -732,7 +752,7 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
                     marker=marker,
                     customdata=np.stack([dur / 1e3, s["payload"].to_numpy()], 1).tolist(),
                     hovertemplate=(f"<b>{name}</b>{' — unfinished: the kernel never ended it' if unf else ''}"
-                                   "<br>%{base:.3f} µs + %{customdata[0]:.3f} µs"
+                                   "<br>%{base:,.3f} µs into the run + %{customdata[0]:,.3f} µs"
                                    "<br>payload %{customdata[1]}<extra>%{y}</extra>"),
                 ))
         pts = view.points
@@ -749,7 +769,7 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
                     x=(p["t_ns"] / 1e3).tolist(), y=(p["row"] + (0.32 if k else 0.0)).tolist(),
                     marker=dict(symbol=sym[k], size=7, color=colours, line=dict(width=0)),
                     text=[f"{l} · payload {v}" for l, v in zip(p["label"], p["payload"])],
-                    hovertemplate="%{text}<br>%{x:.3f} µs<extra></extra>",
+                    hovertemplate="%{text}<br>%{x:,.3f} µs into the run<extra></extra>",
                 ))
     # the heatmap's phase colours are named by the page's HTML legend (phase_legend), not by a
     # dummy trace a phase: those made every full redraw of a zoom 1.5-2x as long (issue 20)
@@ -764,8 +784,8 @@ def figure(view: View, ix: TimelineIndex, critical: pd.DataFrame | None = None) 
         bargap=0,
         uirevision=None,
         margin=dict(l=150, r=16, t=34, b=40),
-        xaxis=dict(range=[x0, x1], title=dict(text="time since run start (µs)"), gridcolor=theme.GRID,
-                   zeroline=False, showspikes=True, spikemode="across", spikethickness=1),
+        xaxis=dict(range=[x0, x1], gridcolor=theme.GRID, zeroline=False, showspikes=True, spikemode="across",
+                   spikethickness=1, **time_axis(view.t0, view.t1)),
         yaxis=dict(tickmode="array", tickvals=list(range(n_rows)), ticktext=view.rows.labels,
                    range=[n_rows - 0.5, -0.5], gridcolor=theme.GRID, zeroline=False,
                    tickfont=dict(family="JetBrains Mono, Menlo, Consolas, monospace", size=10)),
@@ -791,7 +811,7 @@ def describe(view: View) -> str:
     # from the overview the count is of the window's (rank, iteration)s, not of the window itself
     visible = f"{view.n_visible:,} spans in its iterations" if view.approx else f"{view.n_visible:,} spans visible"
     note = f" · {view.note}" if view.note else ""
-    return (f"{view.level} level · window {_fmt_us(view.t0)} – {_fmt_us(view.t1)} ({_fmt_us(span)}) · "
+    return (f"{view.level} level · window of {ns(span)} from {position(view.t0, span / 100)} into the run · "
             f"{visible}{unf} · {how}{merged}{note}")
 
 
