@@ -70,9 +70,9 @@ from __future__ import annotations
 import os
 
 import torch
-import torch.distributed as dist
 
 from . import _ext
+from .buffer_compat import BufferCompat
 from .buffer_hook import BufferHookMode, RecvHook  # noqa: F401  (ep_core.buffer.RecvHook, as before the split)
 from .buffer_ops import BufferOps
 from .buffer_plans import (CHUNKS_PER_SENDER_BLOCK, COMBINE_SENDER_FRACTION, COMBINE_SPLIT,  # noqa: F401
@@ -85,25 +85,28 @@ from .errors import BufferErrors, EPCapacityError, EPTimeoutError, ErrorReport  
 from .handles import DispatchHandle, PlanCache, _Build  # noqa: F401
 from .low_latency import LowLatency
 from .low_latency_layout import size_hint as _ll_size_hint
-from .peer import PeerBuffers
+from .peer import Collective, PeerBuffers
 from .streams import _NO_EVENT, EventOverlap, _device_name, current_raw_stream, topk_idx_t  # noqa: F401
 
 DEFAULT_TIMEOUT_S = 10.0
 
 
-class Buffer(BufferOps, BufferHookMode, BufferPlans, BufferProfiling, BufferErrors):
+class Buffer(BufferOps, BufferHookMode, BufferPlans, BufferProfiling, BufferErrors, BufferCompat):
     """DeepEP's intranode `Buffer` (normal kernels). See the module docstring. Its parts, one seam
     a file: argument checks and plans (buffer_plans.py), launches (buffer_ops.py), hook mode
-    (buffer_hook.py), profiling (buffer_profile.py), device errors (errors.py); this file holds
-    construction, the builds, the static API and the lifecycle."""
+    (buffer_hook.py), profiling (buffer_profile.py), device errors (errors.py), the rest of DeepEP's
+    API and what each of its keywords does here (buffer_compat.py); this file holds construction,
+    the builds, the static API and the lifecycle."""
 
     num_sms: int = 20  # DeepEP's default; set_num_sms changes it for every Buffer
     _num_sms_set: bool = False  # set_num_sms was called: the caller chose the SMs, no tuned entry applies
 
     def __init__(self, group, num_nvl_bytes: int = 0, num_rdma_bytes: int = 0, low_latency_mode: bool = False,
                  num_qps_per_rank: int = 24, allow_nvlink_for_low_latency_mode: bool = True,
-                 allow_mnnvl: bool = False, use_fabric: bool = False, explicitly_destroy: bool = False, *,
+                 allow_mnnvl: bool = False, use_fabric: bool = False, explicitly_destroy: bool = False,
+                 enable_shrink: bool = False, comm=None, *,
                  timeout_s: float | None = None, _test_skip_send_rank: int | None = None):
+        """DeepEP's constructor, keyword for keyword; what each one does here: ep_core/buffer_compat.py."""
         if num_rdma_bytes > 0 and not low_latency_mode:
             raise NotImplementedError("ep_core: internode (num_rdma_bytes > 0) is not implemented; "
                                       "ep_core is intranode only (the GPUs of one NVLink node)")
@@ -114,11 +117,10 @@ class Buffer(BufferOps, BufferHookMode, BufferPlans, BufferProfiling, BufferErro
         if low_latency_mode and not allow_nvlink_for_low_latency_mode:
             raise NotImplementedError("ep_core: the low-latency kernels move data over NVLink only "
                                       "(allow_nvlink_for_low_latency_mode=False needs RDMA)")
-        self.group = group
-        rank = group.rank() if group is not None else 0
-        group_size = group.size() if group is not None else 1
-        if not 1 <= group_size <= MAX_RANKS:
-            raise ValueError(f"ep_core: 1..{MAX_RANKS} ranks (intranode), the group has {group_size}")
+        ranks = Collective(group, comm)
+        self.group = group if group is not None else comm  # DeepEP keeps the communicator here when no group
+        if not 1 <= ranks.size <= MAX_RANKS:
+            raise ValueError(f"ep_core: 1..{MAX_RANKS} ranks (intranode), the group has {ranks.size}")
         ext = _ext.load(profile=False)
         limits = dict(ext.limits())
         if low_latency_mode:  # decode-only Buffers size num_rdma_bytes alone: the normal map gets its minimum
@@ -134,18 +136,23 @@ class Buffer(BufferOps, BufferHookMode, BufferPlans, BufferProfiling, BufferErro
         if skip is None and os.environ.get("EPSCOPE_TEST_SKIP_SEND_RANK", "") != "":
             skip = int(os.environ["EPSCOPE_TEST_SKIP_SEND_RANK"])
         device = torch.device("cuda", torch.cuda.current_device())
-        peers = PeerBuffers(ext, group, int(num_nvl_bytes))
-        self._init_host_state(ext, rank=rank, group_size=group_size, num_nvl_bytes=int(num_nvl_bytes),
-                              timeout_s=timeout, skip_send=skip is not None and int(skip) == rank, device=device,
-                              comm_stream=torch.cuda.Stream(device=device), peers=peers)
+        peers = PeerBuffers(ext, ranks, int(num_nvl_bytes))
+        self._init_host_state(ext, rank=ranks.rank, group_size=ranks.size, num_nvl_bytes=int(num_nvl_bytes),
+                              timeout_s=timeout, skip_send=skip is not None and int(skip) == ranks.rank,
+                              device=device, comm_stream=torch.cuda.Stream(device=device), peers=peers, ranks=ranks)
+        self.num_rdma_bytes, self.low_latency_mode = int(num_rdma_bytes), bool(low_latency_mode)
+        self.enable_shrink = bool(enable_shrink)
         # low-latency mode: its own IPC-mapped buffer of num_rdma_bytes (ep_core/low_latency.py)
         self._ll = LowLatency(self, int(num_rdma_bytes)) if low_latency_mode else None
 
     def _init_host_state(self, ext, *, rank, group_size, num_nvl_bytes, timeout_s, skip_send, device, comm_stream,
-                         peers) -> None:
+                         peers, ranks: Collective | None = None) -> None:
         """Everything but the process group and the GPU allocations (the CPU tests build a Buffer
         around a fake extension with this)."""
         self.rank, self.group_size = rank, group_size
+        self._ranks = ranks if ranks is not None else Collective()
+        # DeepEP's attributes; the constructor sets them from its arguments
+        self.num_rdma_bytes, self.low_latency_mode, self.enable_shrink = 0, False, False
         self.ext = ext
         self.limits = dict(ext.limits())
         self.num_nvl_bytes = num_nvl_bytes
@@ -258,8 +265,7 @@ class Buffer(BufferOps, BufferHookMode, BufferPlans, BufferProfiling, BufferErro
         if self._destroyed:
             return
         torch.cuda.synchronize(self.device)
-        if self.group_size > 1:
-            dist.barrier(group=self.group)  # no peer may still write into a buffer we unmap
+        self._ranks.barrier()  # no peer may still write into a buffer we unmap
         self._pending_hook = None
         if getattr(self, "_ll", None) is not None:
             self._ll.destroy()
@@ -307,21 +313,21 @@ class Buffer(BufferOps, BufferHookMode, BufferPlans, BufferProfiling, BufferErro
         return ll
 
     def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank: int, num_experts: int,
-                             use_fp8: bool = True, round_scale: bool = False, use_ue8m0: bool = False,
-                             async_finish: bool = False, return_recv_hook: bool = False, *,
                              cumulative_local_expert_recv_stats=None, dispatch_wait_recv_cost_stats=None,
-                             config=None, profile=None):
-        """DeepEP's low_latency_dispatch -> (recv_x, recv_count, handle, event, hook); `config` (a
-        LowLatencyConfig) and `profile` are ep_core's additions."""
+                             use_fp8: bool = True, round_scale: bool = False, use_ue8m0: bool = False,
+                             async_finish: bool = False, return_recv_hook: bool = False, *, config=None, profile=None):
+        """DeepEP's low_latency_dispatch (its positional order) -> (recv_x, recv_count, handle, event,
+        hook); `config` (a LowLatencyConfig) and `profile` are ep_core's additions."""
         return self._low_latency().dispatch(x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
                                             cumulative_local_expert_recv_stats, dispatch_wait_recv_cost_stats,
                                             use_fp8, round_scale, use_ue8m0, async_finish, return_recv_hook,
                                             config=config, profile=profile)
 
-    def low_latency_combine(self, x, topk_idx, topk_weights, handle, zero_copy: bool = False,
-                            async_finish: bool = False, return_recv_hook: bool = False, out=None, *,
-                            use_logfmt: bool = False, combine_wait_recv_cost_stats=None, config=None, profile=None):
-        """DeepEP's low_latency_combine (weighted by topk_weights) -> (combined_x, event, hook)."""
+    def low_latency_combine(self, x, topk_idx, topk_weights, handle, use_logfmt: bool = False, zero_copy: bool = False,
+                            async_finish: bool = False, return_recv_hook: bool = False, out=None,
+                            combine_wait_recv_cost_stats=None, *, config=None, profile=None):
+        """DeepEP's low_latency_combine (its positional order; weighted by topk_weights) ->
+        (combined_x, event, hook)."""
         return self._low_latency().combine(x, topk_idx, topk_weights, handle, zero_copy, async_finish,
                                            return_recv_hook, out, use_logfmt=use_logfmt,
                                            combine_wait_recv_cost_stats=combine_wait_recv_cost_stats,
@@ -334,10 +340,3 @@ class Buffer(BufferOps, BufferHookMode, BufferPlans, BufferProfiling, BufferErro
     def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:
         """Zero the low-latency buffer's control block on every rank (collective)."""
         self._low_latency().clean()
-
-    def internode_dispatch(self, *args, **kwargs):
-        raise NotImplementedError("ep_core: internode is not implemented (intranode only)")
-
-    def internode_combine(self, *args, **kwargs):
-        raise NotImplementedError("ep_core: internode is not implemented (intranode only)")
-

@@ -47,7 +47,9 @@ class BufferOps:
             return EventOverlap(ev, tuple(t for t in tensors if isinstance(t, torch.Tensor)))
         return EventOverlap(None)
 
-    def capture(self) -> EventOverlap:
+    @staticmethod
+    def capture() -> EventOverlap:
+        """An event recorded on the current stream (DeepEP's static method)."""
         ev = torch.cuda.Event()
         ev.record(torch.cuda.current_stream())
         return EventOverlap(ev)
@@ -237,7 +239,9 @@ class BufferOps:
         R = self.group_size
         n = notified.recv_info.numel() + R * R
         if self._info_host is None or self._info_host.numel() < n:
-            self._info_host = torch.empty(max(n, 1024), dtype=torch.int32, pin_memory=self.device.type == "cuda")
+            # device="cpu" named: a caller's torch.set_default_device('cuda') must not move it (issue 35)
+            self._info_host = torch.empty(max(n, 1024), dtype=torch.int32, device="cpu",
+                                          pin_memory=self.device.type == "cuda")
         build.launcher.read_back(notified, self._info_host.data_ptr())
         self._raise_device_error()
         # .tolist(): iterating a tensor element by element costs ~2 µs per element (v1 spent

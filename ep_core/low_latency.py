@@ -73,12 +73,11 @@ class LowLatency(LowLatencyChecks, LowLatencyLaunches):
         self._check_limits(ext)
         num_sms = torch.cuda.get_device_properties(buffer.device).multi_processor_count
         self._check_size(num_bytes)
-        peers = PeerBuffers(ext, buffer.group, int(num_bytes))
+        peers = PeerBuffers(ext, buffer._ranks, int(num_bytes))
         self._init_state(buffer, num_bytes, config, peers, num_sms)
         ext.ll_clean(peers.local, CONTROL_BYTES, 0)
         torch.cuda.synchronize(buffer.device)
-        if buffer.group_size > 1:
-            torch.distributed.barrier(group=buffer.group)  # every control block is zero before anyone writes
+        buffer._ranks.barrier()  # every control block is zero before anyone writes
 
 
     def _init_state(self, buffer, num_bytes: int, config, peers, num_sms: int) -> None:
@@ -319,15 +318,12 @@ class LowLatency(LowLatencyChecks, LowLatencyLaunches):
         """Zero every rank's control block (collective): the epochs restart at 1 on every rank.
         Pending recv hooks are dropped."""
         import torch
-        import torch.distributed as dist
 
         torch.cuda.synchronize(self.buffer.device)
-        if self.buffer.group_size > 1:
-            dist.barrier(group=self.buffer.group)  # nobody still writes into a control block
+        self.buffer._ranks.barrier()  # nobody still writes into a control block
         self.buffer.ext.ll_clean(self.peers.local, CONTROL_BYTES, 0)
         torch.cuda.synchronize(self.buffer.device)
-        if self.buffer.group_size > 1:
-            dist.barrier(group=self.buffer.group)
+        self.buffer._ranks.barrier()
         self._pending.clear()
 
     def destroy(self) -> None:

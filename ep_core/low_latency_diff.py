@@ -83,7 +83,7 @@ def _ranges(values: Sequence[int]) -> str:
 def _row_keys(rows: torch.Tensor) -> torch.Tensor:
     """[N, B] uint8 -> [N] int64 checksums (position-weighted; equal rows, equal keys)."""
     g = torch.Generator(device="cpu").manual_seed(12345)
-    w = torch.randint(1, 1 << 30, (rows.size(1),), generator=g, dtype=torch.int64).to(rows.device)
+    w = torch.randint(1, 1 << 30, (rows.size(1),), generator=g, dtype=torch.int64, device="cpu").to(rows.device)
     return (rows.long() * w).sum(1)
 
 
@@ -142,7 +142,8 @@ def _rows(got: DispatchResult, want: LLRefDispatch, valid: torch.Tensor) -> list
         ex.append(f"expert {e} row {i} (rank {_source_of(lr, e, i)} token {int(src_info[e, i])}): groups "
                   f"{_ranges(groups)} of {H // GROUP} differ; {holds}")
     all_groups = diff[bad_rows[:, 0], bad_rows[:, 1]].sum(0)
-    srcs = torch.bincount(torch.tensor([_source_of(lr, e, i) + 1 for e, i in bad_rows[:256].tolist()]),
+    srcs = torch.bincount(torch.tensor([_source_of(lr, e, i) + 1 for e, i in bad_rows[:256].tolist()],
+                                   dtype=torch.int64, device="cpu"),
                           minlength=lr.size(1) + 1)
     by_source = {s - 1: int(c) for s, c in enumerate(srcs.tolist()) if c}
     summary = (f"groups with a difference: {_ranges(all_groups.nonzero().flatten().tolist())}; "
@@ -210,7 +211,7 @@ def dispatch_diff(got: DispatchResult, want: LLRefDispatch, tokens: Sequence[int
     if tuple(got.recv_x.shape) != tuple(want.recv_x.shape) or got.recv_x.dtype != want.recv_x.dtype:
         return [Finding("recv_x", 1, f"{got.recv_x.dtype} {tuple(got.recv_x.shape)} (want {want.recv_x.dtype} "
                                      f"{tuple(want.recv_x.shape)})")]
-    valid = torch.arange(RT).unsqueeze(0) < want.recv_count.cpu().long().unsqueeze(1)
+    valid = torch.arange(RT, dtype=torch.int64, device="cpu").unsqueeze(0) < want.recv_count.cpu().long().unsqueeze(1)
     return (_counts(got, want) + _rows(got, want, valid) + _scales(got, want, valid)
             + _handle(got, want, valid, tokens, rank))
 

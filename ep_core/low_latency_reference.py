@@ -117,7 +117,7 @@ def dispatch(xs: Sequence[torch.Tensor], topks: Sequence[torch.Tensor], num_expe
             T_s = loc.size(0)
             one = torch.zeros((T_s, El), dtype=torch.bool, device=dev)
             valid = loc >= 0
-            rows = torch.arange(T_s, device=dev).unsqueeze(1).expand_as(loc)
+            rows = torch.arange(T_s, dtype=torch.int64, device=dev).unsqueeze(1).expand_as(loc)
             one[rows[valid], loc[valid]] = True                   # a repeated expert is one row
             t_idx, e_idx = torch.nonzero(one, as_tuple=True)
             keys.append((e_idx.to(torch.int64) * R + si) * max_tokens + t_idx)
@@ -129,7 +129,7 @@ def dispatch(xs: Sequence[torch.Tensor], topks: Sequence[torch.Tensor], num_expe
         t_all = torch.cat([p[2] for p in payload])[order]
         count = torch.bincount(e_all, minlength=El).to(torch.int32)
         start = torch.cumsum(count, 0) - count
-        row = torch.arange(e_all.numel(), device=dev) - start[e_all]
+        row = torch.arange(e_all.numel(), dtype=torch.int64, device=dev) - start[e_all]
         rowid = e_all * RT + row
         # outputs
         recv_x = torch.zeros((El * RT, H), dtype=casts[0][0].dtype, device=dev)
@@ -156,7 +156,7 @@ def dispatch(xs: Sequence[torch.Tensor], topks: Sequence[torch.Tensor], num_expe
         for s in range(R):
             loc = _local_hits(topks[s], j, El)
             T_s = loc.size(0)
-            t_grid = torch.arange(T_s, device=dev).unsqueeze(1).expand_as(loc)
+            t_grid = torch.arange(T_s, dtype=torch.int64, device=dev).unsqueeze(1).expand_as(loc)
             ids = lookup[loc.clamp(min=0), s, t_grid]
             slot[s, :T_s] = torch.where(loc >= 0, ids, torch.full_like(ids, -1)).to(torch.int32)
         recv_scales = None
@@ -267,9 +267,9 @@ def expert_outputs(recv: LLRefDispatch, hidden: int, use_fp8: bool, seed: int, r
     else:
         y = recv.recv_x.clone()
     gen = torch.Generator(device="cpu").manual_seed(seed * 1000 + rank)
-    factor = (torch.rand((El, 1, 1), generator=gen) + 0.5).to(device=dev, dtype=torch.float32)
+    factor = (torch.rand((El, 1, 1), generator=gen, dtype=torch.float32, device="cpu") + 0.5).to(dev)
     y = (y.float() * factor).to(torch.bfloat16)
-    valid = torch.arange(RT, device=dev).unsqueeze(0) < recv.recv_count.unsqueeze(1).to(dev)
+    valid = torch.arange(RT, dtype=torch.int64, device=dev).unsqueeze(0) < recv.recv_count.unsqueeze(1).to(dev)
     dgen = torch.Generator(device=dev).manual_seed(seed * 1000 + rank)
     noise = torch.randn((El, RT, H), generator=dgen, device=dev, dtype=torch.float32).to(torch.bfloat16)
     return torch.where(valid.unsqueeze(2), y, noise)

@@ -59,7 +59,7 @@ def get_dispatch_layout(topk_idx: torch.Tensor, num_experts: int, num_ranks: int
     ranks = expert_rank(topk_idx, num_experts, num_ranks)
     is_token_in_rank = torch.zeros((t, num_ranks), dtype=torch.bool, device=dev)
     if topk_idx.numel():
-        rows = torch.arange(t, device=dev).unsqueeze(1).expand_as(ranks)
+        rows = torch.arange(t, dtype=torch.int64, device=dev).unsqueeze(1).expand_as(ranks)
         is_token_in_rank[rows[valid], ranks[valid]] = True
     per_rank = is_token_in_rank.sum(0).to(torch.int32)
     return per_rank, None, per_expert, is_token_in_rank
@@ -149,7 +149,7 @@ def dispatch(xs: Sequence[TensorOrPair],
     src_tokens = [[torch.nonzero(is_token_in_rank[i][:, j], as_tuple=False).flatten()
                    for j in range(num_ranks)] for i in range(num_ranks)]
     counts = torch.tensor([[src_tokens[i][j].numel() for j in range(num_ranks)] for i in range(num_ranks)],
-                          dtype=torch.int32)
+                          dtype=torch.int32, device="cpu")
     rank_prefix_matrix = counts.cumsum(0).to(torch.int32)
     per_rank = num_experts // num_ranks if with_topk else 0
 

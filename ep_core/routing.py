@@ -36,17 +36,17 @@ def expert_weights(kind: str, experts: int, topk: int, ranks: int, *, hot_fracti
                    hot_factor: float = 10.0, zipf_s: float = 1.2, zero_rank: int | None = None) -> torch.Tensor:
     """Relative probability of each expert under `kind` (float64 [E]; 0 = never chosen)."""
     if kind == "uniform":
-        return torch.ones(experts, dtype=torch.float64)
+        return torch.ones(experts, dtype=torch.float64, device="cpu")
     if kind == "skewed":
         if not 0 < hot_fraction <= 1 or hot_factor <= 0:
             raise ValueError("skewed routing needs 0 < hot_fraction <= 1 and hot_factor > 0")
-        w = torch.ones(experts, dtype=torch.float64)
+        w = torch.ones(experts, dtype=torch.float64, device="cpu")
         w[: max(1, math.ceil(hot_fraction * experts))] = hot_factor
         return w
     if kind == "zipf":
         if zipf_s <= 0:
             raise ValueError(f"zipf_s must be > 0, got {zipf_s}")
-        return 1.0 / torch.arange(1, experts + 1, dtype=torch.float64) ** zipf_s
+        return 1.0 / torch.arange(1, experts + 1, dtype=torch.float64, device="cpu") ** zipf_s
     if kind == "zero-rank":
         if ranks < 2:
             raise ValueError("zero-rank routing needs at least 2 ranks (one of them gets nothing)")
@@ -56,7 +56,7 @@ def expert_weights(kind: str, experts: int, topk: int, ranks: int, *, hot_fracti
         per = experts // ranks
         if topk > experts - per:
             raise ValueError(f"zero-rank routing: topk ({topk}) > experts left off rank {zr} ({experts - per})")
-        w = torch.ones(experts, dtype=torch.float64)
+        w = torch.ones(experts, dtype=torch.float64, device="cpu")
         w[zr * per:(zr + 1) * per] = 0
         return w
     raise ValueError(f"unknown routing {kind!r}; choose one of {ROUTINGS}")
@@ -70,13 +70,13 @@ def make_routing(kind: str, tokens: int, experts: int, topk: int, ranks: int, se
         raise ValueError(f"drop must be a probability in [0, 1], got {drop}")
     w = expert_weights(kind, experts, topk, ranks, **kind_args)
     gen = torch.Generator().manual_seed(int(seed))
-    u = torch.rand((tokens, experts), generator=gen, dtype=torch.float64).clamp_(1e-12, 1 - 1e-12)
+    u = torch.rand((tokens, experts), generator=gen, dtype=torch.float64, device="cpu").clamp_(1e-12, 1 - 1e-12)
     # log w + Gumbel noise; top-k of it samples k distinct experts without replacement ∝ w.
     scores = torch.log(w).unsqueeze(0) - torch.log(-torch.log(u))
     topk_idx = torch.topk(scores, topk, dim=1).indices.to(torch.int64)
-    weights = torch.rand((tokens, topk), generator=gen, dtype=torch.float32) + 0.1
+    weights = torch.rand((tokens, topk), generator=gen, dtype=torch.float32, device="cpu") + 0.1
     if drop > 0:
-        dropped = torch.rand((tokens, topk), generator=gen) < drop
+        dropped = torch.rand((tokens, topk), generator=gen, dtype=torch.float32, device="cpu") < drop
         topk_idx[dropped] = -1
         weights[dropped] = 0.0
     weights = weights / weights.sum(1, keepdim=True).clamp(min=1e-6)

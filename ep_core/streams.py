@@ -23,7 +23,7 @@ class EventOverlap:
     def __enter__(self):
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type, exc_val, exc_tb):
         self.current_stream_wait()
         return False
 

@@ -9,6 +9,7 @@ import types
 import torch
 
 from ep_core import low_latency as ll
+from ep_core.peer import Collective
 
 
 class _Named:
@@ -116,6 +117,7 @@ class FakeBuffer:
     def __init__(self, world=2, rank=0):
         self.ext = FakeExt()
         self.group, self.group_size, self.rank = None, world, rank
+        self._ranks = Collective()  # one process: its barriers return at once
         self.device = torch.device("cpu")
         self._device_index = 0
         self.timeout_s = 2.0

@@ -143,8 +143,10 @@ def test_internode_and_low_latency_refuse_before_touching_a_gpu():
     with pytest.raises(NotImplementedError, match="NVLink only"):
         B.Buffer(None, num_rdma_bytes=1 << 20, low_latency_mode=True, allow_nvlink_for_low_latency_mode=False)
     b = _bare_buffer(1 << 30)
-    with pytest.raises(NotImplementedError):
-        b.internode_dispatch()
+    with pytest.raises(NotImplementedError, match="internode"):  # DeepEP's signatures, refused
+        b.internode_dispatch(None)
+    with pytest.raises(NotImplementedError, match="internode"):
+        b.internode_combine(None, None)
     for call in (b.low_latency_dispatch, b.low_latency_combine):  # a Buffer made without low_latency_mode
         with pytest.raises(RuntimeError, match="low_latency_mode=True"):
             call(None, None, None, None)
