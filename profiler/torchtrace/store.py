@@ -1,0 +1,236 @@
+"""PyTorch traces stored in a run directory, and the merged view of the run's step.
+
+    RUN/torch/rank<r>.trace.json.gz     each rank's Kineto trace, gzipped as stored
+    manifest "torch_profiler": {"traces": [{"rank", "file", "sha256", "bytes", "events", "source"}],
+                                "alignment": [Alignment.to_json() | {"rank", "error"}]}
+
+`attach` (`epscope merge RUN TRACE...`, and a Session recorded with torch_profiler=True) reads each
+trace streaming, finds its rank (distributedInfo, else its launch labels), joins and aligns it to
+the run (align.py) and stores it: written beside its destination and renamed into place
+(profiler.atomic), its SHA-256 in the manifest (the run's own `checksums` cover the data files the
+decoder wrote; these are the same guarantee for the attached traces). `verify` is what
+`epscope check` adds for them; `load_merged` reads them back, each hashed before it is parsed.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .. import atomic
+from ..errors import EpscopeError
+from ..runreader import MANIFEST, load_run, read_manifest
+from ..runstore import update_manifest
+from . import kineto as K
+from .align import Alignment, AlignmentError, align, join, labels_of, trace_rank
+
+FIELD = "torch_profiler"
+DIR = "torch"
+# What a format-2 GPU time may be off by when the manifest does not say (timer step 32 ns + anchor
+# skew, benchmarks/results/recorder-h200-*: the bundled runs' clock.gpu_time.uncertainty_ns is 48-64)
+DEFAULT_GPU_SLACK_NS = 64.0
+
+
+class TorchTraceError(EpscopeError):
+    """A stored PyTorch trace that is missing, damaged or malformed in the manifest."""
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    """One rank's trace on the run timeline: events (kineto.COLUMNS + begin_ns, end_ns: run
+    timeline ns), joined (align.JOIN_COLUMNS + the same columns in run time: call_begin_ns,
+    call_end_ns, kernel_begin_ns, kernel_end_ns), and its alignment."""
+    rank: int
+    alignment: Alignment
+    events: pd.DataFrame
+    joined: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class MergedTrace:
+    """The run's stored traces that could be aligned (per rank), and why the others could not."""
+    ranks: dict
+    errors: dict
+
+    def rank(self, r: int) -> RankTrace | None:
+        return self.ranks.get(int(r))
+
+
+def file_name(rank: int) -> str:
+    return f"{DIR}/rank{int(rank)}.trace.json.gz"
+
+
+def _sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return f"sha256:{h.hexdigest()}"
+
+
+def _slack(man: dict) -> float:
+    u = ((man.get("clock") or {}).get("gpu_time") or {}).get("uncertainty_ns")
+    return float(u) if isinstance(u, (int, float)) and np.isfinite(u) and u >= 0 else DEFAULT_GPU_SLACK_NS
+
+
+def _prepare(src, run, name: str) -> tuple[int, K.KinetoTrace, Alignment | None, str | None]:
+    """Read one trace and align it to the run: (rank, trace, alignment or None, error or None)."""
+    trace = K.read_kineto(src)
+    rank = trace_rank(trace, labels_of(trace.events), run.manifest.get("name") or name)
+    try:
+        joined, unmatched = join(trace, rank, run.manifest.get("name") or name, run.launches)
+        return rank, trace, align(joined, run.launches, rank, _slack(run.manifest), unmatched, trace.path), None
+    except AlignmentError as e:
+        return rank, trace, None, str(e)
+
+
+def attach(run_path, sources, *, require_alignment: bool = True) -> list[dict]:
+    """Store the traces `sources` (paths or bytes) in the run, replacing the stored trace of the
+    same rank; returns the manifest's alignment entries of the attached ranks. With
+    require_alignment, a trace that cannot be aligned refuses the whole merge (AlignmentError)
+    and nothing is written."""
+    run_path = Path(run_path)
+    run = load_run(run_path)
+    prepared, seen = [], set()
+    for src in sources:
+        rank, trace, al, err = _prepare(src, run, run_path.name)
+        if err is not None and require_alignment:
+            raise AlignmentError(err)
+        if rank in seen:
+            raise AlignmentError(f"two traces of rank {rank} given")
+        seen.add(rank)
+        prepared.append((src, rank, trace, al, err))
+    (run_path / DIR).mkdir(exist_ok=True)
+    man = read_manifest(run_path)
+    old = man.get(FIELD) or {}
+    traces = {int(t["rank"]): t for t in old.get("traces", [])}
+    aligns = {int(a["rank"]): a for a in old.get("alignment", [])}
+    for src, rank, trace, al, err in prepared:
+        dest = run_path / file_name(rank)
+        atomic.clean_leftovers(dest)
+        with atomic.TempFile(dest) as t:
+            t.file.write(_gz_bytes(src))
+            t.place(replace=True)
+        traces[rank] = {"rank": rank, "file": file_name(rank), "sha256": _sha(dest), "bytes": dest.stat().st_size,
+                        "events": int(trace.read), "source": "<recorded>" if isinstance(src, (bytes, bytearray))
+                        else os.path.basename(str(src))}
+        aligns[rank] = al.to_json() if al is not None else {"rank": rank, "error": err}
+    update_manifest(run_path, {FIELD: {"traces": [traces[r] for r in sorted(traces)],
+                                       "alignment": [aligns[r] for r in sorted(aligns)]}})
+    _CACHE.clear()
+    return [aligns[r] for _, r, *_ in prepared]
+
+
+def attach_bytes(run_path, traces: dict, *, require_alignment: bool = False) -> list[dict]:
+    """attach() of in-memory traces (a recording session's, rank -> gzipped JSON bytes)."""
+    return attach(run_path, [traces[r] for r in sorted(traces)], require_alignment=require_alignment)
+
+
+def _gz_bytes(src) -> bytes:
+    raw = bytes(src) if isinstance(src, (bytes, bytearray)) else Path(src).read_bytes()
+    return raw if raw[:2] == b"\x1f\x8b" else gzip.compress(raw, compresslevel=6)
+
+
+def entries(man: dict) -> list[dict]:
+    """The manifest's stored traces, each checked (TorchTraceError naming the field otherwise)."""
+    field = man.get(FIELD)
+    if field is None:
+        return []
+    if not isinstance(field, dict) or not isinstance(field.get("traces", []), list):
+        raise TorchTraceError(f"manifest field '{FIELD}' is not an object with a 'traces' list")
+    out = []
+    for i, t in enumerate(field.get("traces", [])):
+        ok = (isinstance(t, dict) and isinstance(t.get("rank"), int) and t["rank"] >= 0
+              and t.get("file") == file_name(t["rank"]) and isinstance(t.get("sha256"), str))
+        if not ok:
+            raise TorchTraceError(f"manifest field '{FIELD}.traces[{i}]' is malformed (rank, file, sha256)")
+        out.append(t)
+    return out
+
+
+def verify(run_path) -> list[str]:
+    """Problems of the run's stored traces (missing, checksum mismatch, malformed manifest entry),
+    one line each; [] when they are intact or there are none."""
+    run_path = Path(run_path)
+    try:
+        items = entries(read_manifest(run_path))
+    except (TorchTraceError, EpscopeError) as e:
+        return [str(e)]
+    problems = []
+    for t in items:
+        p = run_path / t["file"]
+        if not p.is_file() or p.is_symlink():
+            problems.append(f"{p}: missing (the manifest lists rank {t['rank']}'s PyTorch trace)")
+        elif _sha(p) != t["sha256"]:
+            problems.append(f"{p}: checksum mismatch: the PyTorch trace of rank {t['rank']} changed after it was stored")
+    return problems
+
+
+def load_merged(run) -> MergedTrace | None:
+    """The run's stored traces on its timeline (None when it has none). `run`: a loaded Run.
+    Each file is hashed before it is parsed; a damaged one is an error of its rank. The last few
+    merged views are kept (by the run's path, the traces' checksums and the alignments)."""
+    man = run.manifest
+    if not man.get(FIELD):
+        return None
+    items = entries(man)
+    aligns = {int(a["rank"]): a for a in (man.get(FIELD) or {}).get("alignment", []) if isinstance(a, dict)}
+    name = man.get("name") or Path(run.path).name
+    key = (str(Path(run.path).resolve()), tuple((t["file"], t["sha256"]) for t in items), name,
+           json.dumps(aligns, sort_keys=True))
+    hit = _CACHE.get(key)
+    if hit is None:
+        hit = _merge(Path(run.path), items, name, aligns, run.launches)
+        _CACHE[key] = hit
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+    return hit
+
+
+_CACHE: dict = {}
+_CACHE_SIZE = 4
+
+
+def _merge(path: Path, items: list[dict], name: str, aligns: dict, launches: pd.DataFrame) -> MergedTrace:
+    ranks, errors = {}, {}
+    for t in items:
+        rank, p = int(t["rank"]), path / t["file"]
+        if not p.is_file() or _sha(p) != t["sha256"]:
+            errors[rank] = f"{p}: missing or changed since it was stored"
+            continue
+        a = aligns.get(rank)
+        if a is None or "error" in a:
+            errors[rank] = (a or {}).get("error", "no alignment stored")
+            continue
+        trace = K.read_kineto(p)
+        joined, _ = join(trace, rank, name, launches)
+        ranks[rank] = _on_run_timeline(rank, Alignment.from_json(a), trace.events, joined)
+    return MergedTrace(ranks, errors)
+
+
+def _on_run_timeline(rank: int, al: Alignment, events: pd.DataFrame, joined: pd.DataFrame) -> RankTrace:
+    ev = events.copy()
+    ev["begin_ns"] = al.to_run(ev["ts_ns"].to_numpy())
+    ev["end_ns"] = np.maximum(al.to_run((ev["ts_ns"] + ev["dur_ns"]).to_numpy()), ev["begin_ns"].to_numpy())
+    j = joined.copy()
+    for a, b in (("call_ts_ns", "call_begin_ns"), ("call_end_ns", "call_end_run_ns"),
+                 ("kernel_ts_ns", "kernel_begin_ns"), ("kernel_end_ns", "kernel_end_run_ns"),
+                 ("label_ts_ns", "label_begin_ns"), ("label_end_ns", "label_end_run_ns")):
+        j[b] = al.to_run(j[a].to_numpy())
+    return RankTrace(rank, al, ev, j)
+
+
+def has_traces(run_path) -> bool:
+    try:
+        return bool((read_manifest(Path(run_path)) or {}).get(FIELD))
+    except EpscopeError:
+        return False
+
+
+__all__ = ["attach", "attach_bytes", "verify", "load_merged", "MergedTrace", "RankTrace", "MANIFEST"]
