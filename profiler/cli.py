@@ -217,7 +217,7 @@ def _merge(args) -> int:
     """Attach the traces (profiler.torchtrace.store.attach: refused, nothing written, when one
     cannot be aligned); then the stored summary, when the run has one, gains the named op."""
     from .torchtrace.report import alignment_line
-    from .torchtrace.store import attach
+    from .torchtrace.attach import attach
     from .torchtrace.align import Alignment
     missing = [str(t) for t in args.traces if not t.is_file()]
     if missing:

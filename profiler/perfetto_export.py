@@ -487,8 +487,8 @@ def _write_trace(f, P, run: Run, ids: TrackIds, tmin, tracks, host_ranks, flows,
             _write_batch(f, P, ids, part, row0 + a, base, names, intern, flows, term)
         row0 += n
     if merged is not None:
-        TP.write_slices(f, P, ids, merged, base, intern, names, SEQ_ID)
-        TP.write_flows(f, P, ids, TP.wait_flows(run), base, intern, names, SEQ_ID)
+        TP.write_slices(f, P, ids, merged, base, intern, names, SEQ_ID, _frame, encode_events)
+        TP.write_flows(f, P, ids, TP.wait_flows(run), base, intern, names, SEQ_ID, _frame)
 
 
 def _write_batch(f, P, ids: TrackIds, c: dict, row0: int, base: int, names, intern, flows, term) -> None:

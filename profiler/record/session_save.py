@@ -166,7 +166,7 @@ def attach_recorded(path: Path, traces: dict[int, bytes]) -> None:
     """Store each rank's PyTorch profiler trace in the saved run (profiler.torchtrace.store); a
     trace that cannot be joined or aligned is kept with the reason in the manifest, and never costs
     the run just saved."""
-    from ..torchtrace.store import attach_bytes
+    from ..torchtrace.attach import attach_bytes
     try:
         attach_bytes(path, traces, require_alignment=False)
     except Exception as e:  # noqa: BLE001 (the run is saved; `epscope merge` can attach the traces later)

@@ -16,7 +16,7 @@ numbers + 1).
 
 Slices of one track are written in an order Perfetto's sorter keeps nested (it orders by
 timestamp, then file order): at one timestamp ends before begins, longer begins first, later-begun
-ends first; a zero-length range is an instant. Encoded by perfetto_export.encode_events.
+ends first; a zero-length range is an instant. Encoded by perfetto_export.encode_events (passed in by perfetto_export, which imports this module).
 """
 from __future__ import annotations
 
@@ -93,12 +93,12 @@ def _ordered(s: pd.DataFrame) -> pd.DataFrame:
     return allr.sort_values(["ts", "k1", "k2"], kind="stable")
 
 
-def write_slices(f, P, ids, merged, base: int, intern, names: dict, seq: int) -> None:
-    """Every merged rank's torch slices (encode_events, vectorised)."""
-    from ..perfetto_export import _frame, encode_events
+def write_slices(f, P, ids, merged, base: int, intern, names: dict, seq: int, frame, encode_events) -> None:
+    """Every merged rank's torch slices (perfetto_export's vectorised `encode_events`; `frame`: its
+    packet framing; both passed in: this module is perfetto_export's, one floor up)."""
     pk = P.TracePacket(trusted_packet_sequence_id=seq, sequence_flags=P.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
     pk.interned_data.debug_annotation_names.add(iid=CORRELATION_IID, name="correlation")
-    f.write(_frame(pk))
+    f.write(frame(pk))
     for r, rt in sorted(merged.ranks.items()):
         j = rt.joined
         joined_names = {int(c): f"epscope launch {int(la)} · {n}" for c, la, n in
@@ -128,9 +128,8 @@ def wait_flows(run) -> pd.DataFrame:
                          "dst_warp": L["warp"].to_numpy()[dl], "dst_t": g.pt_t[p]})
 
 
-def write_flows(f, P, ids, flows: pd.DataFrame, base: int, intern, names: dict, seq: int) -> None:
+def write_flows(f, P, ids, flows: pd.DataFrame, base: int, intern, names: dict, seq: int, frame) -> None:
     """One flow per wait edge: an instant 'send' on the sender's warp, 'received' on the receiver's."""
-    from ..perfetto_export import _frame
     if flows.empty:
         return
     intern(["send", "received"])
@@ -147,5 +146,5 @@ def write_flows(f, P, ids, flows: pd.DataFrame, base: int, intern, names: dict, 
             te.track_uuid = int(ids.warp(int(rank), int(block), int(warp)))
             te.name_iid = names[name]
             (te.flow_ids if start else te.terminating_flow_ids).append(fid)
-            chunks.append(_frame(pk))
+            chunks.append(frame(pk))
     f.write(b"".join(chunks))

@@ -10,7 +10,8 @@ from profiler.analysis.timemodel import time_model
 from profiler.runstore import load_run
 from profiler.torchtrace import blame as B
 from profiler.torchtrace.kineto import write_kineto
-from profiler.torchtrace.store import attach, load_merged
+from profiler.torchtrace.attach import attach
+from profiler.torchtrace.store import load_merged
 
 from .conftest import GEMM_NS
 from .fake import BASE, fake_events, plant_host_range

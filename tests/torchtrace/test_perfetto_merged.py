@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("perfetto")
 
 from profiler.perfetto_export import export_perfetto  # noqa: E402
-from profiler.torchtrace.store import attach  # noqa: E402
+from profiler.torchtrace.attach import attach  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 
 from profiler.runstore import load_run
 from profiler.torchtrace.report import run_blame
-from profiler.torchtrace.store import attach
+from profiler.torchtrace.attach import attach
 from viewer.pages.timeline import torch_logic as T
 
 
