@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import io
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,56 +126,67 @@ def _int(v, default: int = -1) -> int:
 
 
 class _Columns:
-    """The kept events' columns, appended one event at a time."""
+    """The kept events' columns, appended one event at a time into typed arrays (8 bytes a number,
+    4 a name code): what the reader holds is bounded by the events kept, not by the JSON's objects."""
 
     def __init__(self):
-        self.kind, self.name, self.pid, self.tid = [], [], [], []
-        self.ts, self.dur, self.corr, self.ext, self.stream, self.stack = [], [], [], [], [], []
+        self.kind, self.name, self.stack = array("b"), array("i"), array("i")
+        self.pid, self.tid, self.ts, self.dur = array("q"), array("q"), array("q"), array("q")
+        self.corr, self.ext, self.stream = array("q"), array("q"), array("q")
+        self.names: dict = {}
+        self.stacks: dict = {"": 0}
 
     def consume(self, items, keep_cat: dict) -> int:
         """Append the complete events of the kept categories from `items`; returns how many events
         were seen. One loop with bound appends: this is the reader's per-event cost."""
-        kind, name, pid, tid = self.kind.append, self.name.append, self.pid.append, self.tid.append
-        ts, dur, corr, ext = self.ts.append, self.dur.append, self.corr.append, self.ext.append
-        stream, stack = self.stream.append, self.stack.append
+        kind, name, stack = self.kind.append, self.name.append, self.stack.append
+        pid, tid, ts, dur = self.pid.append, self.tid.append, self.ts.append, self.dur.append
+        corr, ext, stream = self.corr.append, self.ext.append, self.stream.append
+        names, stacks = self.names, self.stacks
+        kinds = {k: i for i, k in enumerate(KINDS)}
+        keep = {c: kinds[k] for c, k in keep_cat.items()}
         seen = 0
         for e in items:
             seen += 1
-            k = keep_cat.get(e.get("cat"))
+            k = keep.get(e.get("cat"))
             if k is None or e.get("ph") != "X" or "ts" not in e:
                 continue
             a = e.get("args") or _NO_ARGS
+            n = e.get("name", "")
+            c = names.get(n)
+            if c is None:
+                c = names[n] = len(names)
+            st = a.get("Call stack", "")
+            sc = stacks.get(st)
+            if sc is None:
+                sc = stacks[st] = len(stacks)
             kind(k)
-            name(e.get("name", ""))
-            pid(e.get("pid", -1))
-            tid(e.get("tid", -1))
+            name(c)
+            stack(sc)
             ts(round(e["ts"] * 1000.0))
-            dur(round(e.get("dur", 0.0) * 1000.0))
-            corr(a.get("correlation", -1))
-            ext(a.get("External id", -1))
-            stream(a.get("stream", -1))
-            stack(a.get("Call stack", ""))
+            dur(max(round(e.get("dur", 0.0) * 1000.0), 0))
+            for col, v in ((pid, e.get("pid", -1)), (tid, e.get("tid", -1)), (corr, a.get("correlation", -1)),
+                           (ext, a.get("External id", -1)), (stream, a.get("stream", -1))):
+                try:
+                    col(v)
+                except (TypeError, OverflowError):   # Kineto writes pid "Spans", a string tid: not a number
+                    col(_int(v))
         return seen
 
     def frame(self, base_ns: int) -> pd.DataFrame:
+        def cat(codes, table):
+            cats = [str(x) for x in table]          # codes were given in insertion order
+            return pd.Categorical.from_codes(np.frombuffer(codes, np.int32), categories=pd.unique(np.array(
+                cats, dtype=object))) if len(set(cats)) == len(cats) else pd.Categorical(
+                np.array(cats, dtype=object)[np.frombuffer(codes, np.int32)])
+
+        q = lambda a: np.frombuffer(a, np.int64).copy() if len(a) else np.zeros(0, np.int64)  # noqa: E731
         return pd.DataFrame({
-            "kind": pd.Categorical(self.kind, categories=KINDS), "name": pd.Categorical(_strs(self.name)),
-            "pid": _ints(self.pid), "tid": _ints(self.tid),
-            "ts_ns": _ints(self.ts) + np.int64(base_ns), "dur_ns": np.clip(_ints(self.dur), 0, None),
-            "correlation": _ints(self.corr), "external_id": _ints(self.ext),
-            "stream": _ints(self.stream), "stack": pd.Categorical(_strs(self.stack))}, columns=COLUMNS)
-
-
-def _ints(values: list) -> np.ndarray:
-    """int64 of JSON values; what is not an integer (Kineto writes pid "Spans", a string tid) is -1."""
-    try:
-        return np.array(values, np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return np.array([_int(v) for v in values], np.int64)
-
-
-def _strs(values: list) -> list:
-    return [v if isinstance(v, str) else str(v) for v in values]
+            "kind": pd.Categorical.from_codes(np.frombuffer(self.kind, np.int8).astype(np.int16), categories=KINDS),
+            "name": cat(self.name, self.names), "pid": q(self.pid), "tid": q(self.tid),
+            "ts_ns": q(self.ts) + np.int64(base_ns), "dur_ns": q(self.dur), "correlation": q(self.corr),
+            "external_id": q(self.ext), "stream": q(self.stream), "stack": cat(self.stack, self.stacks)},
+            columns=COLUMNS)
 
 
 def read_kineto(src, *, keep=KINDS) -> KinetoTrace:
