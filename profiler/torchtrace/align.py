@@ -120,8 +120,12 @@ def join(trace: K.KinetoTrace, rank: int, run_name: str, run_launches: pd.DataFr
     have = set(run_launches.loc[run_launches["rank"] == rank, "launch"].astype(int).tolist())
     rows, unmatched = [], 0
     by_thread = {k: g for k, g in calls.groupby(["pid", "tid"], sort=False)}
+    # a trace whose launch calls carry other thread ids than its ranges (not seen; Kineto writes the
+    # OS thread id on both) is joined within the process instead
+    by_process = {k: g for k, g in calls.groupby("pid", sort=False)}
     for lb in lab.itertuples(index=False):
         g = by_thread.get((lb.pid, lb.tid))
+        g = by_process.get(lb.pid) if g is None else g
         if g is None:
             unmatched += 1
             continue

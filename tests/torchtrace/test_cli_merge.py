@@ -51,3 +51,16 @@ def test_check_finds_a_changed_trace(upstream, tmp_path, capsys):
     shutil.rmtree(run / "torch")
     assert main(["check", str(run)]) == 1
     assert "missing" in capsys.readouterr().out
+
+
+def test_the_stored_summary_names_the_op_after_merge(upstream, tmp_path, capsys):
+    from profiler.analysis import summary
+    run = _copy(upstream, tmp_path)
+    assert main(["analyze", str(run)]) == 0
+    assert summary.load(run)["op_before_entry"] is None          # no traces yet
+    assert main(["merge", str(run), *map(str, upstream["traces"])]) == 0
+    assert "updated" in capsys.readouterr().out                   # merge refreshed the stored summary
+    f = summary.load(run)["op_before_entry"]
+    assert (f["late_entry"]["rank"], f["late_entry"]["kernel"], f["late_entry"]["side"], f["late_entry"]["op"]) == \
+        (1, "dispatch", "gpu", "aten::mm")
+    assert f["late_entry"]["stack"] == "moe.py:112" and set(f["ranks"]) == {"0", "1"}
