@@ -71,7 +71,8 @@ def _rank(ctx, opts: dict) -> dict:
     upstream = (lambda: torch.matmul(g, g)) if ctx.rank == opts["upstream_gemm_rank"] else None
     for _ in range(2):                               # warm-up: the builds, the caches
         moe_forward(ctx, buffer, router, w1, w2, x, K, None, upstream)
-    ep_core._ext.load(profile=True)
+    from ep_core import _ext
+    _ext.load(profile=True)
     torch.cuda.synchronize()
     session = Session(opts["out"], name=opts["name"], rank=ctx.rank, world_size=R, group=ctx.group, overwrite=True,
                       description=f"examples/moe_step.py: {R} rank(s), T={T} H={H} E={E} top-{K}",
