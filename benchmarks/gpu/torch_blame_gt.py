@@ -21,7 +21,6 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 GEMM_N = 8192          # BF16 8192^3: ~1.4 ms at ~790 TFLOP/s (KINDS.md), long beside a 1-rank dispatch
 HOST_DELAY_S = 0.003   # 3 ms: well above time.sleep's ~50 µs overshoot (catalogue_record.py)

@@ -17,7 +17,7 @@ from ..runreader import load_run, read_manifest
 from ..runstore import update_manifest
 from . import kineto as K
 from .align import Alignment, AlignmentError, align, join, labels_of, trace_rank
-from .store import _CACHE, DIR, FIELD, _sha, file_name
+from .store import DIR, FIELD, file_name, forget_merged, sha256_of
 
 # What a format-2 GPU time may be off by when the manifest does not say (timer step 32 ns + anchor
 # skew, benchmarks/results/recorder-h200-*: the bundled runs' clock.gpu_time.uncertainty_ns is 48-64)
@@ -67,13 +67,13 @@ def attach(run_path, sources, *, require_alignment: bool = True) -> list[dict]:
         with atomic.TempFile(dest) as t:
             t.file.write(_gz_bytes(src))
             t.place(replace=True)
-        traces[rank] = {"rank": rank, "file": file_name(rank), "sha256": _sha(dest), "bytes": dest.stat().st_size,
+        traces[rank] = {"rank": rank, "file": file_name(rank), "sha256": sha256_of(dest), "bytes": dest.stat().st_size,
                         "events": int(trace.read), "source": "<recorded>" if isinstance(src, (bytes, bytearray))
                         else os.path.basename(str(src))}
         aligns[rank] = al.to_json() if al is not None else {"rank": rank, "error": err}
     update_manifest(run_path, {FIELD: {"traces": [traces[r] for r in sorted(traces)],
                                        "alignment": [aligns[r] for r in sorted(aligns)]}})
-    _CACHE.clear()   # the merged views of this run are stale
+    forget_merged()   # the merged views of this run are stale
     return [aligns[r] for _, r, *_ in prepared]
 
 

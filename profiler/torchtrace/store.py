@@ -57,7 +57,7 @@ def file_name(rank: int) -> str:
     return f"{DIR}/rank{int(rank)}.trace.json.gz"
 
 
-def _sha(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for b in iter(lambda: f.read(1 << 20), b""):
@@ -95,7 +95,7 @@ def verify(run_path) -> list[str]:
         p = run_path / t["file"]
         if not p.is_file() or p.is_symlink():
             problems.append(f"{p}: missing (the manifest lists rank {t['rank']}'s PyTorch trace)")
-        elif _sha(p) != t["sha256"]:
+        elif sha256_of(p) != t["sha256"]:
             problems.append(f"{p}: checksum mismatch: the PyTorch trace of rank {t['rank']} changed after it was stored")
     return problems
 
@@ -125,11 +125,16 @@ _CACHE: dict = {}
 _CACHE_SIZE = 4
 
 
+def forget_merged() -> None:
+    """Drop the kept merged views (attach.py, after it stored a trace)."""
+    _CACHE.clear()
+
+
 def _merge(path: Path, items: list[dict], name: str, aligns: dict, launches: pd.DataFrame) -> MergedTrace:
     ranks, errors = {}, {}
     for t in items:
         rank, p = int(t["rank"]), path / t["file"]
-        if not p.is_file() or _sha(p) != t["sha256"]:
+        if not p.is_file() or sha256_of(p) != t["sha256"]:
             errors[rank] = f"{p}: missing or changed since it was stored"
             continue
         a = aligns.get(rank)

@@ -6,7 +6,7 @@ from profiler.synthetic import make_events
 from profiler.runstore import write_run
 from profiler.torchtrace.kineto import write_kineto
 
-from .fake import BASE, fake_events, plant_gemm, plant_host_range
+from .fake import BASE, fake_events, plant_gemm
 
 GEMM_NS = 480_000
 
