@@ -4,9 +4,9 @@ combine, one process per GPU (1..N), then the PyTorch traces merged into the eps
     python examples/moe_step.py --ranks 2 --out runs/                 # record runs/moe-step + one trace per rank
     python examples/moe_step.py --ranks 2 --upstream-gemm-rank 1      # rank 1 runs an extra GEMM before dispatch
     epscope merge runs/moe-step runs/moe-step.rank*.pt.trace.json.gz   # (the script does this itself at the end)
-    epscope report runs/moe-step                                      # "rank 1 entered dispatch 1.4 ms late: its
-                                                                      #  GPU was running aten::mm (...), launched
-                                                                      #  from moe_step.py:..."
+    epscope report runs/moe-step                                      # "rank 1 entered dispatch <t> late: its
+                                                                      #  GPU was running aten::mm (<t>), launched
+                                                                      #  from moe_step.py:<line>"
 
 What a training script adds to see inside its EP collectives: a `profiler.record.Session` and
 `with buffer.profile(session)` around the profiled steps, inside its usual `torch.profiler.profile`
