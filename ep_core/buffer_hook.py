@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from time import perf_counter_ns
 
+from .buffer_profile import labelled
 from .errors import EPCapacityError
 from .handles import DispatchHandle, _Build, _Plan
 
@@ -65,7 +66,8 @@ class BufferHookMode:
             launch(*args, compute, 0)
             return
         t0, first = perf_counter_ns(), session.num_launches
-        launch(*args, compute, self._slot(session, geometry, iteration))
+        with labelled(session):
+            launch(*args, compute, self._slot(session, geometry, iteration))
         session.host_call(name, iteration, t0, perf_counter_ns(), first)
 
     def _dispatch_hook(self, build: _Build, plan: _Plan, x_data, x_scales, topk_idx, topk_weights, mode, session,
@@ -80,10 +82,11 @@ class BufferHookMode:
         else:
             it, t0, first = timing if timing is not None else (self._iteration(new=False), perf_counter_ns(),
                                                                 session.num_launches)
-            p_open = self._slot(session, plan.prof_open, it) if plan.prof_open is not None else 0
-            out = launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, p_open,
-                                    self._slot(session, plan.prof_kernel, it),
-                                    self._slot(session, plan.prof_signal, it))
+            with labelled(session):
+                p_open = self._slot(session, plan.prof_open, it) if plan.prof_open is not None else 0
+                out = launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, p_open,
+                                        self._slot(session, plan.prof_kernel, it),
+                                        self._slot(session, plan.prof_signal, it))
             session.host_call("dispatch", it, t0, perf_counter_ns(), first)
         return out, self._arm_hook("dispatch", lambda: self._receive(launcher.dispatch_receive, (plan.cpp, out),
                                                                      plan.prof_recv, "dispatch_hook", session, it))
@@ -99,8 +102,9 @@ class BufferHookMode:
         else:
             t0, first = perf_counter_ns(), session.num_launches
             it = self._iteration(new=False)
-            out = launcher.combine(plan.cpp, x, topk_weights, b0, b1, mode, self._slot(session, plan.prof_open, it), 0,
-                                   self._slot(session, plan.prof_signal, it))
+            with labelled(session):
+                out = launcher.combine(plan.cpp, x, topk_weights, b0, b1, mode, self._slot(session, plan.prof_open, it),
+                                       0, self._slot(session, plan.prof_signal, it))
             session.host_call("combine", it, t0, perf_counter_ns(), first)
         recv_hook = self._arm_hook("combine", lambda: self._receive(
             launcher.combine_receive, (plan.cpp, x, topk_weights, b0, b1, out), plan.prof_recv, "combine_hook",

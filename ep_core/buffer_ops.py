@@ -11,7 +11,7 @@ from time import perf_counter_ns
 
 import torch
 
-from .buffer_profile import FAMILY
+from .buffer_profile import FAMILY, labelled
 from .config import SCALE_BLOCK, Config
 from .errors import EPCapacityError
 from .handles import DispatchHandle, PlanCache, _Build, _Plan
@@ -72,8 +72,9 @@ class BufferOps:
             t0, first = perf_counter_ns(), session.num_launches
             it = self._iteration(new=True)
             grid = int(build.ext.layout_grid(topk_idx.size(0)))
-            out = build.launcher.layout(topk_idx, num_experts, mode,
-                                        self._slot(session, ("layout", FAMILY, grid, 8, None), it))
+            with labelled(session):
+                out = build.launcher.layout(topk_idx, num_experts, mode,
+                                            self._slot(session, ("layout", FAMILY, grid, 8, None), it))
             session.host_call("get_dispatch_layout", it, t0, perf_counter_ns(), first)
         per_rank, per_expert, in_rank = out.num_tokens_per_rank, out.num_tokens_per_expert, out.is_token_in_rank
         event = self._finish(async_finish, allocate_on_comm_stream, (topk_idx, per_rank, per_expert, in_rank), session)
@@ -145,9 +146,10 @@ class BufferOps:
             return build.launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, 0, 0)
         t0, first = perf_counter_ns(), session.num_launches
         it = self._iteration(new=new_iteration)
-        p_open = self._slot(session, plan.prof_open, it) if plan.prof_open is not None else 0
-        out = build.launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, p_open,
-                                      self._slot(session, plan.prof_kernel, it))
+        with labelled(session):
+            p_open = self._slot(session, plan.prof_open, it) if plan.prof_open is not None else 0
+            out = build.launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, p_open,
+                                          self._slot(session, plan.prof_kernel, it))
         session.host_call("dispatch", it, t0, perf_counter_ns(), first)
         return out
 
@@ -175,10 +177,13 @@ class BufferOps:
         first = session.num_launches if session is not None else 0
         it = self._iteration(new=True) if session is not None else 0
         chunk_size, num_chunks = self._chunking(T, num_senders, config)
-        prof = (self._slot(session, self._prof_geometry("notify", 1, self.limits["notify_threads"] // 32), it)
-                if session is not None else 0)
-        notified = build.launcher.notify(is_token_in_rank.contiguous(), num_tokens_per_expert.to(torch.int32).contiguous(),
-                                         E, chunk_size, num_chunks, int(expert_alignment), mode, prof)
+        # the conversions launch kernels of their own: outside the launch's profiler label
+        in_rank, per_expert = is_token_in_rank.contiguous(), num_tokens_per_expert.to(torch.int32).contiguous()
+        with labelled(session):
+            prof = (self._slot(session, self._prof_geometry("notify", 1, self.limits["notify_threads"] // 32), it)
+                    if session is not None else 0)
+            notified = build.launcher.notify(in_rank, per_expert, E, chunk_size, num_chunks, int(expert_alignment),
+                                             mode, prof)
         h = notified.handle
         num_recv, expert_list, rows, need, combine_rows, rpm_host = self._received_rows(build, notified,
                                                                                      num_worst_tokens, hook)
@@ -206,8 +211,9 @@ class BufferOps:
         elif session is None:
             out = self._launch_dispatch(build, plan, x_data, x_scales, topk_idx, topk_weights, mode, None, False)
         else:
-            out = build.launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, 0,
-                                          self._slot(session, plan.prof_kernel, it))
+            with labelled(session):
+                out = build.launcher.dispatch(plan.cpp, x_data, x_scales, topk_idx, topk_weights, mode, 0,
+                                              self._slot(session, plan.prof_kernel, it))
             session.host_call("dispatch", it, t0, perf_counter_ns(), first)
         event = self._finish(async_finish, allocate_on_comm_stream,
                              (x_data, x_scales, topk_idx, topk_weights, out.x, out.scales, out.topk_idx,
@@ -295,9 +301,10 @@ class BufferOps:
             else:
                 t0, first = perf_counter_ns(), session.num_launches
                 it = self._iteration(new=False)
-                out = build.launcher.combine(plan.cpp, x, topk_weights, b0, b1, mode,
-                                             self._slot(session, plan.prof_open, it),
-                                             self._slot(session, plan.prof_kernel, it))
+                with labelled(session):
+                    out = build.launcher.combine(plan.cpp, x, topk_weights, b0, b1, mode,
+                                                 self._slot(session, plan.prof_open, it),
+                                                 self._slot(session, plan.prof_kernel, it))
                 session.host_call("combine", it, t0, perf_counter_ns(), first)
         except RuntimeError:
             self._check_combine_args(handle, x, topk_weights, (b0, b1))

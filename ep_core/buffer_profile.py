@@ -15,6 +15,19 @@ import torch
 FAMILY = "ep_intranode"   # the phase registry of these kernels: ep_core/phases/ep_intranode.toml
 
 
+def labelled(session):
+    """While torch's profiler records, a `record_function` range around one launcher call naming
+    the profiled launches it takes from `session` (`session.launch_label(first launch)`: the run,
+    the rank and the launch index, profiler/torchtrace/labels.py), so that `epscope merge` joins
+    the PyTorch trace's kernels to the run's launches one for one. The range holds the launcher
+    call only (no torch op that launches a kernel of its own). Free when the profiler is off (one
+    C flag read); a session without `launch_label` (any duck-typed recorder) gets no range."""
+    label = getattr(session, "launch_label", None)
+    if label is None or not torch._C._autograd._profiler_enabled():
+        return contextlib.nullcontext()
+    return torch.profiler.record_function(label(session.num_launches))
+
+
 class BufferProfiling:
     """Profiling of ep_core.Buffer's calls into a profiler.record Session (see the module docstring)."""
 

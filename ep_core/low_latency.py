@@ -220,8 +220,10 @@ class LowLatency(LowLatencyChecks, LowLatencyLaunches):
         it = self.buffer._iteration(new=True) if session is not None else 0
 
         def launch(phases: int, kernel: str, stream: int):
-            prof = self._slot(session, kernel, cfg, layout, it) if session is not None else 0
-            launcher.dispatch(plan, x, topk_idx, phases, prof, stream)
+            from .buffer_profile import labelled   # torch: imported where the call runs
+            with labelled(session):
+                prof = self._slot(session, kernel, cfg, layout, it) if session is not None else 0
+                launcher.dispatch(plan, x, topk_idx, phases, prof, stream)
 
         event, hook = self._run(launch, "ll_dispatch", n, async_finish, return_recv_hook, cfg, (x, topk_idx),
                                 session, it, t0, undo)
@@ -287,8 +289,10 @@ class LowLatency(LowLatencyChecks, LowLatencyLaunches):
         it = self.buffer._iteration(new=False) if session is not None else 0
 
         def launch(phases: int, kernel: str, stream: int):
-            prof = self._slot(session, kernel, cfg, layout, it) if session is not None else 0
-            launcher.combine(plan, x, topk_idx, topk_weights, out, phases, prof, stream)
+            from .buffer_profile import labelled   # torch: imported where the call runs
+            with labelled(session):
+                prof = self._slot(session, kernel, cfg, layout, it) if session is not None else 0
+                launcher.combine(plan, x, topk_idx, topk_weights, out, phases, prof, stream)
 
         event, hook = self._run(launch, "ll_combine", n, async_finish, return_recv_hook, cfg,
                                 (x, topk_idx, topk_weights, out), session, it, t0, undo)

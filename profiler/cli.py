@@ -3,6 +3,7 @@
     epscope export RUN [-o OUT [--force]]  write RUN's Perfetto trace (default RUN/trace.perfetto-trace)
     epscope report RUN [RUN ...]           text summary of runs
     epscope check RUN|ROOT [...]           verify runs (checksums, every field and row); exit 1 if any is damaged
+    epscope merge RUN TRACE [TRACE ...]    attach PyTorch profiler (Kineto) traces to a run, one per rank, aligned
     epscope analyze RUN [RUN ...]          compute and store each run's analyses (RUN/analysis/, RUN/analysis-summary.json)
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
     epscope trace ...                      record a profiled EP workload (profiler.workflows.trace)
@@ -77,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("check", help="verify runs: checksums, manifest, every row; say what is wrong with each")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory, or a directory of runs")
+    p = sub.add_parser("merge", help="attach PyTorch profiler (Kineto) traces to a run: one per rank, JSON or .json.gz")
+    p.add_argument("run", type=Path, help="run directory")
+    p.add_argument("traces", type=Path, nargs="+", metavar="TRACE", help="Kineto trace (rank from distributedInfo "
+                   "or from the launch labels ep_core writes)")
     p = sub.add_parser("analyze", help="compute and store runs' analyses (the viewer reads them instead of computing)")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("view", help="serve the web viewer")
@@ -181,6 +186,11 @@ def _check(args) -> int:
     damaged = 0
     for r in runs:
         c = check_run(r, deep=True)
+        if not c.damaged:   # the attached PyTorch traces (issue 30): checksummed in the manifest too
+            from .torchtrace.store import verify
+            torch_problems = verify(r)
+            if torch_problems:
+                c = type(c)(c.path, c.manifest, "corrupt", "; ".join(torch_problems), c.num_events, c.note)
         if c.damaged:
             damaged += 1
             print(f"{r}: {c.status.upper()}: {c.problem}")
@@ -200,6 +210,26 @@ def _report(args) -> int:
         for r in args.runs:
             texts.append(report(r, step=lambda label, r=r: act.step(f"{r}: {label}")))
     sys.stdout.write("\n".join(texts))
+    return 0
+
+
+def _merge(args) -> int:
+    """Attach the traces (profiler.torchtrace.store.attach: refused, nothing written, when one
+    cannot be aligned); then the stored summary, when the run has one, gains the named op."""
+    from .torchtrace.report import alignment_line
+    from .torchtrace.attach import attach
+    from .torchtrace.align import Alignment
+    missing = [str(t) for t in args.traces if not t.is_file()]
+    if missing:
+        return _fail(f"no such trace file: {', '.join(missing)}")
+    done = attach(args.run, args.traces)
+    for a in done:
+        print(alignment_line(Alignment.from_json(a)))
+    from .analysis import summary
+    if summary.load(args.run) is not None:
+        from .runreader import load_run
+        summary.store(load_run(args.run))
+        print(f"updated {Path(args.run) / summary.FILE}")
     return 0
 
 
@@ -243,7 +273,8 @@ def main(argv=None) -> int:
         except EpscopeError as e:
             return _fail(str(e))
     args = _parser().parse_args(argv)
-    commands = {"export": _export, "report": _report, "check": _check, "analyze": _analyze, "view": _view}
+    commands = {"export": _export, "report": _report, "check": _check, "merge": _merge, "analyze": _analyze,
+                "view": _view}
     try:
         return commands[args.cmd](args)
     except EpscopeError as e:

@@ -12,6 +12,8 @@ never sentences.
         "rank": 0, "peer": null,            # the rank the cause is about, and the peer it involves
         "kernel": "dispatch", "phase": "recv_copy",
         "late_entry": null,                 # "host" | "gpu": the cause is `rank` entering ops late, from that side
+        "op_before_entry": null,            # {"scope", "rank", "kernel", "side", "op"}: the op the PyTorch-trace
+                                            #   blame names before that entry (issue 30; absent when null)
         "effect": {"metric": "rows_received_ratio", "value": 2.3, "unit": "x"},
         "comparison": {                     # only on runs that are one side of an A/A or A/B pair
             "group": "ab-num-sms", "side": "B", "replicate": 1,
@@ -117,6 +119,29 @@ class ComparisonExpect:
 
 
 @dataclass(frozen=True)
+class OpBeforeEntry:
+    """The op a recording planted before an op's entry (issue 30, profiler/torchtrace/blame.py):
+    in `scope` ('lead_in': the time before `kernel` started on `rank`; 'late_entry': the time
+    `rank` entered `kernel` late), the blame names `op` (an aten op or record_function range) on
+    `side` ('gpu': a kernel it launched ran then; 'host': the launching thread was inside it)."""
+
+    scope: str
+    rank: int
+    kernel: str
+    side: str
+    op: str
+
+    def __post_init__(self):
+        if self.scope not in ("lead_in", "late_entry"):
+            raise ExpectError(f"op_before_entry.scope must be 'lead_in' or 'late_entry', got {self.scope!r}")
+        if self.side not in LATE_ENTRY_SIDES:
+            raise ExpectError(f"op_before_entry.side must be one of {LATE_ENTRY_SIDES}, got {self.side!r}")
+        _need_int("op_before_entry.rank", self.rank, minimum=0)
+        _need_str("op_before_entry.kernel", self.kernel)
+        _need_str("op_before_entry.op", self.op)
+
+
+@dataclass(frozen=True)
 class Expect:
     cause: Cause
     rank: int | None = None
@@ -129,6 +154,7 @@ class Expect:
     note: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)  # planting details a person may want (seeds, knobs)
     late_entry: str | None = None       # LATE_ENTRY_SIDES: `rank` was planted to enter ops late, from this side
+    op_before_entry: OpBeforeEntry | None = None   # the op the PyTorch-trace blame must name (issue 30)
 
     def __post_init__(self):
         if self.cause in COMPARISON_OUTCOMES:
@@ -171,6 +197,8 @@ class Expect:
         d["extra"] = dict(self.extra)
         if d["late_entry"] is None:
             del d["late_entry"]       # blocks without one stay readable by versions that predate the field
+        if d["op_before_entry"] is None:
+            del d["op_before_entry"]  # likewise
         return {"schema": SCHEMA, **d}
 
     @classmethod
@@ -180,7 +208,7 @@ class Expect:
         if d.get("schema") != SCHEMA:
             raise ExpectError(f"expect.schema must be {SCHEMA}, got {d.get('schema')!r}")
         known = {"schema", "cause", "rank", "peer", "kernel", "phase", "effect", "comparison",
-                 "planted_by", "note", "extra", "late_entry"}
+                 "planted_by", "note", "extra", "late_entry", "op_before_entry"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ExpectError(f"expect has unknown fields {unknown}")
@@ -195,6 +223,8 @@ class Expect:
             note=_str_or_empty("note", d.get("note", "")),
             extra=dict(d.get("extra") or {}),
             late_entry=d.get("late_entry"),
+            op_before_entry=None if d.get("op_before_entry") is None else OpBeforeEntry(
+                **_fields(d["op_before_entry"], "op_before_entry", ("scope", "rank", "kernel", "side", "op"))),
         )
 
 

@@ -360,9 +360,19 @@ def _scan(run: Run, barrier_scope: dict[str, str]):
     return tmin, tracks, host_ranks, flows, term
 
 
+def _merged(run: Run):
+    """The run's merged PyTorch traces with at least one aligned rank (issue 30), else None."""
+    from .torchtrace.store import load_merged
+    m = load_merged(run)
+    return m if m is not None and m.ranks else None
+
+
 def export_perfetto(run_or_path, out_path=None, *, force: bool = False,
-                    opened: Callable[[TempFile], None] | None = None) -> Path:
+                    opened: Callable[[TempFile], None] | None = None, with_torch: bool = True) -> Path:
     """Write the run's Perfetto trace (default RUN/trace.perfetto-trace); returns its path.
+    A run with attached PyTorch traces (`epscope merge`) gets them in the same file: each rank's
+    CPU threads and CUDA streams, and flows from every sender warp to the receiver waiting on it
+    (profiler/torchtrace/perfetto.py); with_torch=False leaves them out.
 
     An existing out_path is replaced only with force (the run's own trace, derived from its
     data, always is), and only when it is a regular file: RunExists otherwise. opened(tmp) hears
@@ -378,6 +388,10 @@ def export_perfetto(run_or_path, out_path=None, *, force: bool = False,
             if isinstance(b, dict) and isinstance(b.get("name"), str):
                 scope[b["name"]] = b.get("scope", "grid")
     tmin, tracks, host_ranks, flows, term = _scan(run, scope)
+    merged = _merged(run) if with_torch else None
+    if merged is not None:   # the PyTorch ops may start before the first warp: the time base covers them
+        tmin = min(([tmin] if tmin is not None else []) + [int(rt.events["begin_ns"].min()) for rt in
+                                                            merged.ranks.values() if len(rt.events)])
     launches = run.launches
     lmins = [int(x) for x in (launches["gpu_begin_ns"][launches["gpu_begin_ns"] != -1].min(),) if pd.notna(x)] \
         if len(launches) else []
@@ -391,13 +405,13 @@ def export_perfetto(run_or_path, out_path=None, *, force: bool = False,
     with TempFile(out) as t:
         if opened is not None:
             opened(t)
-        _write_trace(t.file, P, run, ids, tmin, tracks, host_ranks, flows, term, base, ranks, unc)
+        _write_trace(t.file, P, run, ids, tmin, tracks, host_ranks, flows, term, base, ranks, unc, merged)
         t.place(replace)
     return out
 
 
 def _write_trace(f, P, run: Run, ids: TrackIds, tmin, tracks, host_ranks, flows, term, base: int, ranks,
-                 unc) -> None:
+                 unc, merged=None) -> None:
     names: dict[str, int] = {}
     launches = run.launches
     # first packet of the sequence: clears incremental state, interns the debug annotation name
@@ -441,6 +455,9 @@ def _write_trace(f, P, run: Run, ids: TrackIds, tmin, tracks, host_ranks, flows,
         role = "/".join(sorted(roles))
         desc(uuid=int(ids.warp(r, b, w)), parent_uuid=int(ids.block(r, b)),
              name=f"warp {w}" + (f" · {role}" if role else ""), sibling_order_rank=w)
+    if merged is not None:
+        from .torchtrace import perfetto as TP
+        TP.write_tracks(f, P, ids, merged, base, desc)
 
     # launches on the kernels track
     if len(launches):
@@ -469,6 +486,9 @@ def _write_trace(f, P, run: Run, ids: TrackIds, tmin, tracks, host_ranks, flows,
             part = {k: (v[0][a:a + WRITE_ROWS], v[1]) if isinstance(v, tuple) else v[a:a + WRITE_ROWS] for k, v in c.items()}
             _write_batch(f, P, ids, part, row0 + a, base, names, intern, flows, term)
         row0 += n
+    if merged is not None:
+        TP.write_slices(f, P, ids, merged, base, intern, names, SEQ_ID, _frame, encode_events)
+        TP.write_flows(f, P, ids, TP.wait_flows(run), base, intern, names, SEQ_ID, _frame)
 
 
 def _write_batch(f, P, ids: TrackIds, c: dict, row0: int, base: int, names, intern, flows, term) -> None:

@@ -251,4 +251,7 @@ def report(run, step: Callable[[str], None] | None = None) -> str:
     lines += _phases(run, ev)
     step("verdicts")
     lines += _verdicts(ev, run)
+    step("PyTorch traces")
+    from .torchtrace.report import torch_lines   # the op inside the step (issue 30): its own section
+    lines += torch_lines(run, time_model(g))
     return "\n".join(lines) + "\n"

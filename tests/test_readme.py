@@ -27,6 +27,10 @@ NOT_RUN = {
     "epscope trace ": "records on the local GPUs",
     "epscope selftest ": "records on a GPU",
     "epscope calibrate": "measures the local GPU's clocks",
+    "python examples/moe_step.py": "records on the local GPUs (issue 30's example)",
+    "epscope merge runs/moe-step": "merges the traces the example recorded on GPUs (tests/torchtrace/test_cli_merge.py "
+                                   "merges hand-made ones)",
+    "epscope report runs/moe-step": "the example's run, recorded on GPUs",
     "pip install -e '.[fast]'": "an optional extra (numba, the compiled decode loop); CI's dev extra installs it "
                                 "and tests/profiler/test_decode_fast.py covers both loops",
 }

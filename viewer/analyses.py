@@ -338,3 +338,16 @@ def warm(catalog, run_id: str) -> None:
     names = [n for n, (_, _, ck) in RESULTS.items() if (run is None or not run.has(ck)) and n not in skip]
     if names:
         request(catalog, run_id, names, priority=jobs.AHEAD)
+
+
+def torch_blame(run: LoadedRun):
+    """(MergedTrace, Blame) of a run with attached PyTorch traces (profiler.torchtrace.report.run_blame,
+    the function `epscope report` calls), (None, None) without; the time model stored, else the graph's."""
+    def get():
+        from profiler.analysis.timemodel import time_model
+        from profiler.torchtrace.report import run_blame
+        if not run.manifest.get("torch_profiler"):
+            return None, None
+        s = stored_results(run)
+        return run_blame(run.run, s.time_model if s is not None else time_model(graph(run)))
+    return run.cached("torch_blame", get)

@@ -101,7 +101,18 @@ def summarize(run, res: chunked.Results | None = None) -> dict:
             "rank": le.rank, "side": le.side, "state": le.decision.band, "late_in": {str(r): k for r, k in le.late_in.items()},
             "decision": D.to_json(le.decision), "notes": list(le.notes())},
         "verdicts": verdicts,
+        "op_before_entry": _op_before_entry(run, tm),
     }
+
+
+def _op_before_entry(run, tm) -> dict | None:
+    """The op the PyTorch-trace blame names (profiler.torchtrace.report.summary_field; issue 30),
+    None without attached traces. A trace that cannot be read costs the field, not the summary."""
+    from profiler.torchtrace.report import summary_field
+    try:
+        return summary_field(run, tm)
+    except Exception as e:  # noqa: BLE001 (the headline numbers matter more; say why the field is missing)
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def store(run, res: chunked.Results | None = None) -> Path:

@@ -36,6 +36,7 @@ import numpy as np
 from .pool import (_SLAB_SHIFT, SessionBuffers, SessionError, _Launch, _Pool, _Slab, buffer_bytes,  # noqa: F401
                    make_header, registry_module)
 from .session_clocks import SessionClocks, build_clock_model, first_gpu_start  # noqa: F401
+from ..torchtrace.labels import launch_label
 from .session_save import REPO_ROOT, SessionSave, git_info, gpu_info, headline, host_span_rows  # noqa: F401
 
 # Move finished buffers to host memory once the device holds more than this many bytes of them
@@ -59,7 +60,7 @@ class Session(SessionBuffers, SessionClocks, SessionSave):
     def __init__(self, out_dir, *, name: str, description: str, rank: int = 0, world_size: int = 1, group=None,
                  capacity: int = 4096, hires: bool = False, workload: dict | None = None, config: dict | None = None,
                  device=None, host_pairs: int = 64, max_device_bytes: int = DEFAULT_MAX_DEVICE_BYTES,
-                 raw_dir=None, overwrite: bool = False, analyze: bool = True):
+                 raw_dir=None, overwrite: bool = False, analyze: bool = True, torch_profiler: bool = False):
         import torch
 
         if not name or "/" in name or name.startswith("."):
@@ -107,12 +108,50 @@ class Session(SessionBuffers, SessionClocks, SessionSave):
         # (`epscope analyze RUN` does it later).
         self.analyze = bool(analyze) and os.environ.get("EPSCOPE_NO_ANALYZE", "") in ("", "0")
         self.path: Path | None = None
+        # torch_profiler=True: the PyTorch profiler (CPU ops, Python stacks, CUDA kernels) runs from
+        # the session's entry to its save; each rank's trace is stored in the run (torch/, checksummed
+        # in the manifest) and joined to the launches by the labels ep_core writes (launch_label).
+        self.torch_profiler = bool(torch_profiler)
+        self._torch_prof = None
 
     # -- context manager ------------------------------------------------------------------------
     def __enter__(self) -> "Session":
         if self.n_host_pairs and self.device.type == "cuda":
             self.pair_host_clock()
+        if self.torch_profiler:
+            self.start_torch_profiler()
         return self
+
+    def launch_label(self, first_launch: int) -> str:
+        """The record_function name of a launcher call whose launches start at `first_launch`
+        (profiler/torchtrace/labels.py; ep_core opens it while torch's profiler records)."""
+        return launch_label(self.name, self.rank, first_launch)
+
+    def start_torch_profiler(self) -> None:
+        """Run torch.profiler (CPU + CUDA activities, Python stacks) until save()."""
+        import torch
+
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        self._torch_prof = torch.profiler.profile(activities=acts, with_stack=True, record_shapes=False)
+        self._torch_prof.__enter__()
+
+    def stop_torch_profiler(self) -> bytes | None:
+        """Stop the PyTorch profiler and return its Kineto trace, gzipped (None when not running)."""
+        prof, self._torch_prof = self._torch_prof, None
+        if prof is None:
+            return None
+        import tempfile
+
+        if self.device.type == "cuda":
+            import torch
+            torch.cuda.synchronize(self.device)
+        prof.__exit__(None, None, None)
+        with tempfile.TemporaryDirectory(prefix="epscope-torch-") as d:
+            path = Path(d) / "trace.json"
+            prof.export_chrome_trace(str(path))
+            return gzip.compress(path.read_bytes(), compresslevel=6)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if not self._saved:

@@ -74,6 +74,11 @@ class SessionSave:
                 self.pair_host_clock()
             except Exception as e:  # a trace without end pairs is still a trace; say so
                 self.note("ClockFallback", f"rank {self.rank}: end-of-run host pairing failed: {e}")
+        torch_trace = None
+        try:
+            torch_trace = self.stop_torch_profiler() if hasattr(self, "stop_torch_profiler") else None
+        except Exception as e:  # noqa: BLE001 (the run matters more than the PyTorch trace; say why none)
+            self.note("TorchProfiler", f"rank {self.rank}: the PyTorch profiler's trace was not kept: {e}")
         self.collect()
         if self._host_spans and not self._host_pairs:
             self.note("ClockFallback", f"rank {self.rank}: {len(self._host_spans)} host spans without host clock "
@@ -84,7 +89,7 @@ class SessionSave:
             "clock": {k: {w: [a for a in v] for w, v in d.items()} for k, d in self._clock.items()},
             "host_pairs": list(self._host_pairs), "host_spans": list(self._host_spans),
             "families": sorted(self._families), "notes": list(self._notes),
-            "start_host_ns": self.start_host_ns,
+            "start_host_ns": self.start_host_ns, "torch_trace": torch_trace,
         }
 
     def save(self, *, status: str = "ok", error: str | None = None) -> Path | None:
@@ -149,9 +154,23 @@ class SessionSave:
         self.path = write_run(self.out_dir / self.name, events, launches, manifest, perfetto=None,
                               overwrite=self.overwrite)
         del events, decoded
+        traces = {p["rank"]: p["torch_trace"] for p in payloads if p.get("torch_trace")}
+        if traces:
+            attach_recorded(self.path, traces)
         if getattr(self, "analyze", True):
             store_analyses(self.path)
         return self.path
+
+
+def attach_recorded(path: Path, traces: dict[int, bytes]) -> None:
+    """Store each rank's PyTorch profiler trace in the saved run (profiler.torchtrace.store); a
+    trace that cannot be joined or aligned is kept with the reason in the manifest, and never costs
+    the run just saved."""
+    from ..torchtrace.attach import attach_bytes
+    try:
+        attach_bytes(path, traces, require_alignment=False)
+    except Exception as e:  # noqa: BLE001 (the run is saved; `epscope merge` can attach the traces later)
+        _warnings.warn(f"epscope: saved {path} but could not attach its PyTorch traces ({type(e).__name__}: {e})")
 
 
 def store_analyses(path: Path) -> Path | None:

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--description", default=None, help="one line describing the run")
     ap.add_argument("--no-analyze", action="store_true",
                     help="save the run without computing and storing its analyses (`epscope analyze RUN` later)")
+    ap.add_argument("--torch-profiler", action="store_true",
+                    help="run the PyTorch profiler over the profiled iterations and store each rank's trace in the "
+                         "run (the op inside the step: `epscope report` names what a late rank was doing)")
     ap.add_argument("--force-timeout-rank", type=int, default=None, metavar="R",
                     help="rank R never sends: record a timeout and its partial trace")
     ap.add_argument("--timeout-s", type=float, default=None,
@@ -159,7 +162,7 @@ def _trace_rank(ctx, opts: dict) -> dict:
         dist.barrier(group=ctx.group)
     session = Session(opts["out"], name=opts["name"], description=opts["description"], rank=rank, world_size=R,
                       group=ctx.group, capacity=opts["capacity"], workload=w, overwrite=opts.get("overwrite", False),
-                      analyze=opts.get("analyze", True),
+                      analyze=opts.get("analyze", True), torch_profiler=opts.get("torch_profiler", False),
                       config={"dispatch": dconf.to_dict(), "combine": cconf.to_dict(),
                               "timeout_s": buffer.timeout_s})
     error = None
@@ -246,7 +249,8 @@ def main(argv=None) -> int:
         from profiler.runstore import free_path
         name = free_path(out / name).name
     opts = {"workload": workload, "out": str(out), "name": name, "description": desc, "capacity": a.capacity,
-            "timeout_s": timeout_s, "overwrite": a.overwrite, "analyze": not a.no_analyze}
+            "timeout_s": timeout_s, "overwrite": a.overwrite, "analyze": not a.no_analyze,
+            "torch_profiler": a.torch_profiler}
     print(f"epscope trace: {desc}; {a.iters} iterations, last {a.profile_iters} profiled -> {out / name}",
           flush=True)
     from ep_core.launch import run_ranks

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dash import Input, Output, State, ctx, no_update
+from dash import Input, Output, State, ctx, html, no_update
 from dash.exceptions import PreventUpdate
 
 from profiler.errors import RunError
@@ -10,7 +10,7 @@ from ...catalog import ViewerError
 from ...inputs import (BLOCK, CLICKS, RANK, RUN_ID, X_RANGE, checked, list_of, mapping, number, one_of, opt,
                        text)
 from ..progress import logic as progress_logic
-from . import logic
+from . import logic, torch_logic
 from .ids import Ids
 
 LEVEL = opt(one_of(*logic.LEVELS))
@@ -80,6 +80,8 @@ def register(app, catalog) -> None:
                 analyses.request(catalog, run_id, ("critical",))
         return logic.figure(view, ix, segs), logic.describe(view), [view.t0 / 1e3, view.t1 / 1e3]
 
+    _register_torch(app, catalog)
+
     @app.callback(Output(Ids.CP_READY, "data"), Output(Ids.CP_TICK, "disabled"), Output(Ids.CP_STATE, "children"),
                   Output(Ids.CP_STATE, "className"),
                   Input(Ids.CP_TICK, "n_intervals"), State(Ids.RUN, "data"), prevent_initial_call=True)
@@ -96,3 +98,22 @@ def register(app, catalog) -> None:
             return no_update, True, f"critical path unavailable: {job.error}", "cp-state bad"
         step = progress_logic.progress([job], catalog.jobs.active()).steps[0]
         return no_update, no_update, progress_logic.line(step), "cp-state pending"
+
+
+def _register_torch(app, catalog) -> None:
+    """The PyTorch panel (runs with merged traces): redrawn whenever the lanes' window changes."""
+    @app.callback(Output(Ids.TORCH_GRAPH, "figure"), Output(Ids.TORCH_NOTES, "children"),
+                  Input(Ids.WINDOW, "data"), State(Ids.RUN, "data"), prevent_initial_call=True)
+    @checked(lambda msg: (no_update, [html.Li(msg)]), window=opt(X_RANGE), run_id=RUN_ID)
+    def torch_panel(window, run_id):
+        try:
+            run = catalog.load(run_id)
+            merged, blame = analyses.torch_blame(run)
+        except (ViewerError, RunError) as e:
+            return no_update, [html.Li(str(e))]
+        if merged is None or window is None:
+            raise PreventUpdate
+        t0, t1 = float(window[0]) * 1e3, float(window[1]) * 1e3
+        notes = [html.Li(s) for s in torch_logic.sentences(blame)] or [html.Li("no late entry on the merged ranks")]
+        notes += [html.Li(f"rank {r}: not merged: {e}") for r, e in sorted(merged.errors.items())]
+        return torch_logic.figure(torch_logic.rows(merged, t0, t1), t0, t1), notes

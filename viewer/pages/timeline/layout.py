@@ -59,4 +59,18 @@ def _page(entry, run):
                  "Zoomed out, each cell shows the phase with the most busy time in it, shaded by busy share; "
                  "zoomed in, every span is drawn. Click a rank row to open its blocks, a block row to open its warps. "
                  "The red line is the critical path.", className="help"),
+        *_torch_panel(run),
     ])
+
+
+def _torch_panel(run) -> list:
+    """The step's PyTorch ops under the warp lanes, in the same window (runs with `epscope merge`d traces)."""
+    if not run.manifest.get("torch_profiler"):
+        return []
+    return [html.H3("The step's PyTorch ops (CPU threads and CUDA streams, merged traces)"),
+            html.Ul(id=Ids.TORCH_NOTES, className="torch-notes"),
+            dcc.Loading(dcc.Graph(id=Ids.TORCH_GRAPH, config={"displaylogo": False}), type="dot", delay_show=300),
+            html.Div("The same time window as the warp lanes above (drag there to zoom). Red: the profiled "
+                     "kernels whose warps the lanes show; orange: other kernels, with the op that launched them "
+                     "in the sentences; blue: CPU ops and record_function ranges, nested by depth; light: Python "
+                     "frames.", className="help")]

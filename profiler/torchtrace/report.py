@@ -1,0 +1,86 @@
+"""The op inside the step, for `epscope report`, the stored summary and the pages: the run's
+merged PyTorch traces (store.load_merged) and the time model (analysis.timemodel) -> blame.Blame,
+its text section and its summary field. One computation (style rule 16): every reader calls
+`run_blame`.
+"""
+from __future__ import annotations
+
+from ..analysis.verdict import fmt_ns
+from . import blame as B
+from .store import FIELD, load_merged
+
+SHOW_LATE = 10      # late-entry sentences a report prints (largest windows first)
+SHOW_LEAD = 8       # lead-in sentences a report prints
+MIN_LEAD_NS = 10_000   # a lead-in shorter than 10 µs is launch overhead, not worth a sentence
+
+
+def run_blame(run, tm=None):
+    """(MergedTrace, Blame) of a loaded run, or (None, None) when it has no PyTorch trace. tm: its
+    TimeModel when computed already (else built from the run's events)."""
+    merged = load_merged(run)
+    if merged is None:
+        return None, None
+    if tm is None:
+        from ..analysis import graph as G
+        from ..analysis import unfinished
+        from ..analysis.timemodel import time_model
+        ev = unfinished.close(run.events, run.launches)
+        tm = time_model(G.build(ev, run.manifest.get("registry"), run.launches))
+    return merged, B.blame(tm.ops, tm.per_rank, merged)
+
+
+def alignment_line(a) -> str:
+    return (f"rank {a.rank}: {a.launches} launches joined ({a.unmatched} labels unmatched); Kineto time = run time "
+            f"+ {a.offset_ns / 1e6:.6f} ms, drift {a.drift_ppm:+.2f} ppm, uncertainty ±{fmt_ns(a.width_ns / 2)} "
+            f"(width {fmt_ns(a.width_ns)}; launches {a.binding_lo} and {a.binding_hi} bound it)")
+
+
+def torch_lines(run, tm=None) -> list[str]:
+    """The report's section (empty for a run without PyTorch traces)."""
+    if not run.manifest.get(FIELD):
+        return []
+    merged, bl = run_blame(run, tm)
+    lines = ["", "PyTorch profiler traces merged (the op inside the step; `epscope merge`)"]
+    for r in sorted(merged.ranks):
+        lines.append("  " + alignment_line(merged.ranks[r].alignment))
+    for r, err in sorted(merged.errors.items()):
+        lines.append(f"  rank {r}: not merged: {err}")
+    c = bl.clauses
+    late = c[c["scope"] == B.LATE].sort_values("window_ns", ascending=False)
+    lead = c[(c["scope"] == B.LEAD) & (c["window_ns"] >= MIN_LEAD_NS)].sort_values("window_ns", ascending=False)
+    if len(late):
+        lines.append(f"  late entries ({len(late)}; the {min(len(late), SHOW_LATE)} longest):")
+        lines += [f"    iteration {r.iteration}: {r.clause}" for r in late.head(SHOW_LATE).itertuples()]
+    else:
+        lines.append("  late entries: none on the merged ranks")
+    if len(lead):
+        lines.append(f"  lead-ins of {fmt_ns(MIN_LEAD_NS)} or more ({len(lead)}; the {min(len(lead), SHOW_LEAD)} longest):")
+        lines += [f"    iteration {r.iteration}: {r.clause}" for r in lead.head(SHOW_LEAD).itertuples()]
+    return lines
+
+
+def torch_section(run, tm=None) -> str:
+    return "\n".join(torch_lines(run, tm)).strip("\n")
+
+
+def summary_field(run, tm) -> dict | None:
+    """The stored summary's `op_before_entry` (analysis-summary.json): the alignment per rank and
+    the largest late entry's and lead-in's named op; None for a run without PyTorch traces."""
+    if not run.manifest.get(FIELD):
+        return None
+    merged, bl = run_blame(run, tm)
+    c = bl.clauses
+
+    def top(scope):
+        s = c[c["scope"] == scope].sort_values("window_ns", ascending=False)
+        if s.empty:
+            return None
+        r = s.iloc[0]
+        return {"rank": int(r["rank"]), "kernel": str(r["kernel"]), "iteration": int(r["iteration"]),
+                "side": str(r["cause"]), "op": str(r["name"]), "window_ns": float(r["window_ns"]),
+                "op_ns": float(r["top_ns"]), "stack": str(r["stack"]), "clause": str(r["clause"])}
+
+    return {"ranks": {str(r): {"width_ns": t.alignment.width_ns, "launches": t.alignment.launches}
+                      for r, t in merged.ranks.items()},
+            "errors": {str(r): e for r, e in merged.errors.items()},
+            "late_entry": top(B.LATE), "lead_in": top(B.LEAD)}
