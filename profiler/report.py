@@ -19,6 +19,7 @@ from .analysis.path_walk import iteration_totals
 from .analysis.timemodel import time_model
 from .analysis.verdict import fmt_ns
 from .runstore import Run, load_run
+from .torchtrace.report import with_steps
 
 PER_RANK_ROWS_MAX_RANKS = 4  # above this many ranks, one row per phase names the slowest rank
 UNKNOWN = -1  # launch times on the run timeline may be negative; -1 alone means unknown (schema)
@@ -158,9 +159,13 @@ def _verdicts(ev: pd.DataFrame, run: Run) -> list[str]:
     """The pages' verdicts, computed by the same functions the viewer calls and printed whole."""
     reg = run.manifest.get("registry")
     out = ["", "verdicts (what the viewer's pages say, word for word)"]
-    for page, fn in (("critical path", analysis.critical_path), ("idle warps", analysis.idle_warps),
-                     ("barriers", analysis.barrier_contention)):
-        out += verdict_lines(page, fn(ev, registry=reg, launches=run.launches).verdict)
+    vs = {page: fn(ev, registry=reg, launches=run.launches).verdict
+          for page, fn in (("critical path", analysis.critical_path), ("idle warps", analysis.idle_warps),
+                           ("barriers", analysis.barrier_contention))}
+    g = G.build(ev, reg, run.launches)
+    vs = with_steps(run, time_model(g), vs, LE.decision(g, iteration_totals(g)))
+    for page, v in vs.items():
+        out += verdict_lines(page, v)
     return out
 
 

@@ -351,3 +351,21 @@ def torch_blame(run: LoadedRun):
         s = stored_results(run)
         return run_blame(run.run, s.time_model if s is not None else time_model(graph(run)))
     return run.cached("torch_blame", get)
+
+
+def verdict(run: LoadedRun, page: str):
+    """A page's verdict as every reader states it: the report's (critical_path, idle, barriers) with
+    the op before a late entry named from the run's PyTorch traces when it has them
+    (profiler.torchtrace.report.with_step, the function `epscope report` and the stored summary call)."""
+    rep = {"critical_path": critical, "idle": idle, "barriers": barriers}[page](run)
+    if not run.manifest.get("torch_profiler"):
+        return rep.verdict
+
+    def get():
+        from profiler.analysis import late_entry as LE
+        from profiler.analysis.path_walk import iteration_totals
+        from profiler.torchtrace.report import with_step
+        _, bl = torch_blame(run)
+        g = graph(run)
+        return with_step(rep.verdict, bl, LE.decision(g, iteration_totals(g)))
+    return run.cached(f"verdict:{page}", get)

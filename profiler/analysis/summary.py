@@ -84,8 +84,8 @@ def summarize(run, res: chunked.Results | None = None) -> dict:
     it = tm.iterations
     le = LE.decision(g, iteration_totals(g))
     verdicts = {}
-    for page, rep in (("critical_path", res.critical), ("idle", res.idle), ("barriers", res.barriers)):
-        v = rep.verdict
+    pages = {"critical_path": res.critical.verdict, "idle": res.idle.verdict, "barriers": res.barriers.verdict}
+    for page, v in _with_steps(run, tm, pages, le).items():
         verdicts[page] = {"alarm": bool(v.alarm), "cause": v.cause.value, "rank": v.rank, "kernel": v.kernel,
                           "phase": v.phase, "late_entry": v.late_entry, "headline": v.headline,
                           "facts": list(v.facts), "notes": list(v.notes),
@@ -103,6 +103,16 @@ def summarize(run, res: chunked.Results | None = None) -> dict:
         "verdicts": verdicts,
         "op_before_entry": _op_before_entry(run, tm),
     }
+
+
+def _with_steps(run, tm, verdicts: dict, le) -> dict:
+    """The pages' verdicts with the op before a late entry named from the run's PyTorch traces
+    (profiler.torchtrace.report.with_steps: the pages and `epscope report` call the same)."""
+    from profiler.torchtrace.report import with_steps
+    try:
+        return with_steps(run, tm, verdicts, le)
+    except Exception:  # noqa: BLE001 (a trace that cannot be read: _op_before_entry says why)
+        return verdicts
 
 
 def _op_before_entry(run, tm) -> dict | None:

@@ -84,3 +84,48 @@ def summary_field(run, tm) -> dict | None:
                       for r, t in merged.ranks.items()},
             "errors": {str(r): e for r, e in merged.errors.items()},
             "late_entry": top(B.LATE), "lead_in": top(B.LEAD)}
+
+
+# -- the op before entry in the pages' verdicts (issue 30 item 4) -----------------------------
+STEP_FACT = "the op before entry (PyTorch trace"
+_LATE_NOTES = ("borderline late entry", "late entry not tied")
+
+
+def late_entry_fact(bl, rank: int | None) -> str | None:
+    """The sentence naming what `rank` ran before its longest late entry (blame.Blame's clause), or
+    None without a merged trace or a window of that rank."""
+    if bl is None or rank is None:
+        return None
+    c = bl.late_entry_clauses()
+    c = c[c["rank"] == rank]
+    if c.empty:
+        return None
+    top = c.sort_values("window_ns", ascending=False, kind="stable").iloc[0]
+    return f"{STEP_FACT}, iteration {int(top['iteration'])}): {top['clause']}"
+
+
+def with_step(v, bl, le):
+    """The verdict with the op before the late rank's entry named where it states the late entry:
+    a fact of a late-entry verdict, a note right after a late-entry note. One function for every
+    page, `epscope report` and the stored summary (the same sentence everywhere)."""
+    import dataclasses
+    fact = late_entry_fact(bl, None if le is None else le.rank)
+    if fact is None:
+        return v
+    if v.late_entry is not None:
+        return dataclasses.replace(v, facts=tuple(v.facts) + (fact,))
+    notes = list(v.notes)
+    at = next((i for i, n in enumerate(notes) if n.startswith(_LATE_NOTES)), None)
+    if at is None:
+        return v
+    notes.insert(at + 1, fact)
+    return dataclasses.replace(v, notes=tuple(notes))
+
+
+def with_steps(run, tm, verdicts: dict, le) -> dict:
+    """{page: verdict} with the op before entry named (with_step); unchanged for a run without
+    PyTorch traces. tm: the run's TimeModel; le: its late_entry.LateEntry (or None)."""
+    if le is None or not run.manifest.get(FIELD):
+        return verdicts
+    _, bl = run_blame(run, tm)
+    return {page: with_step(v, bl, le) for page, v in verdicts.items()}

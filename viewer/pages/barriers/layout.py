@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dash import html
 
-from ... import components as C
+from ... import analyses, components as C
 from ..analysis_page import analysis_page
 from ...format import ns, share
 from . import logic
@@ -38,13 +38,13 @@ def _page(entry, run, rep):
                            "lateness_ns")}
     fmt.update(useless_share=share, last_share=share, unfinished=lambda v: str(v) if v else "")
     if rep.summary.empty:
-        return html.Div([C.run_header(entry), C.verdict_box(rep.verdict, id=Ids.VERDICT),
+        return html.Div([C.run_header(entry), C.verdict_box(analyses.verdict(run, "barriers"), id=Ids.VERDICT),
                          C.note("This run recorded no barrier events.")])
     lines = run.cached("bar_sentences", lambda: logic.sentences(rep))
     occ = run.cached("bar_occ", lambda: _with_last(rep.occurrences).sort_values("lateness_ns", ascending=False).head(100))
     return html.Div([
         C.run_header(entry),
-        C.verdict_box(rep.verdict, id=Ids.VERDICT),
+        C.verdict_box(analyses.verdict(run, "barriers"), id=Ids.VERDICT),
         C.section("Per barrier", html.Div([html.Div(l, className="verdict-line") for l in lines]),
                   C.df_table(_with_last(rep.summary), SUMMARY_COLS, fmt, id=Ids.SUMMARY, tips=TIPS),
                   help="rank -1: a cross-rank barrier (every rank meets there); waits are warp time"),

@@ -50,7 +50,7 @@ def _page(entry, run, cp):
     return html.Div([
         C.run_header(entry),
         dcc.Store(id=Ids.RUN, data=entry.run_id),
-        C.verdict_box(cp.verdict, id=Ids.SUMMARY),
+        C.verdict_box(analyses.verdict(run, "critical_path"), id=Ids.SUMMARY),
         html.Div([
             C.card("iterations", f"{h['iterations']}", tip="iteration"),
             C.card(logic.median_label(h), ns(h["median_iteration_ns"]), tip="median over n iterations"),

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dash import dcc, html
 
-from ... import components as C
+from ... import analyses, components as C
 from ..analysis_page import analysis_page
 from ...format import ns, ratio, share
 from . import logic
@@ -42,7 +42,7 @@ def _page(entry, run, rep):
     return html.Div([
         C.run_header(entry),
         dcc.Store(id=Ids.RUN, data=entry.run_id),
-        C.verdict_box(rep.verdict, id=Ids.VERDICT),
+        C.verdict_box(analyses.verdict(run, "idle"), id=Ids.VERDICT),
         *lead,
         html.Div([
             C.card("warps (kernels with work)", f"{h['warps']:,}", tip="did work"),
