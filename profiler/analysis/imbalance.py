@@ -122,14 +122,19 @@ def _held_after_entry(g: G.Graph) -> pd.DataFrame:
 
 
 def net_held(held: pd.DataFrame, iterations: np.ndarray, ranks) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(on, own): per iteration (rows) and rank (columns), what the others were held on the rank
-    after entry, and what the rank was held on the others (held_after_entry's rows)."""
+    """(on, own): per iteration (rows) and rank (columns), how long the others were held on the
+    rank after entry (per kernel the longest-held waiter: wall time, not summed over the waiting
+    ranks, which would count 7 ranks held at once 7 times), and how long the rank was held on the
+    others (per kernel its longest hold on one peer); summed over the iteration's kernels
+    (held_after_entry's rows)."""
     ranks = list(ranks)
     if held.empty:
         z = pd.DataFrame(0.0, index=iterations, columns=ranks)
         return z, z.copy()
-    on = held.groupby(["iteration", "rank"])["held_ns"].sum().unstack().reindex(index=iterations, columns=ranks)
-    own = held.groupby(["iteration", "waiter"])["held_ns"].sum().unstack().reindex(index=iterations, columns=ranks)
+    on = (held.groupby(["iteration", "kernel", "rank"])["held_ns"].max().groupby(level=["iteration", "rank"]).sum()
+          .unstack().reindex(index=iterations, columns=ranks))
+    own = (held.groupby(["iteration", "kernel", "waiter"])["held_ns"].max().groupby(level=["iteration", "waiter"]).sum()
+           .unstack().reindex(index=iterations, columns=ranks))
     return on.fillna(0.0).astype(float), own.fillna(0.0).astype(float)
 
 
