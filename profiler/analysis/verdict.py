@@ -16,14 +16,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 from profiler.expect import Cause, Direction
 
+from .decision import decide
+
 PAGES = ("critical_path", "idle", "barriers", "compare")
 
-# An effect is an alarm when it costs at least this share of the median iteration. Host entry and
+# A wait at a rendezvous (the net late-entry wait, a barrier's lateness after entry) is an alarm when the
+# interval of its mean share of the iteration is at or past this (decision.decide). Host entry and
 # launch jitter between ranks reaches 0.4 ms per op in the ground-truth catalogue's balanced and
 # A/A runs (~22% of a 1.8 ms iteration in one of their two profiled iterations, 11% as a median;
 # the catalogue itself accepts host lags < 1 ms as nothing planted), while its planted host delay
@@ -46,9 +48,6 @@ MATERIAL_SHARE = 0.05
 # GPU the larger part of the path. Measured at 5ab00a2: ll-host A (per-call host work) 97-98%,
 # B (cached) 4-44%; every low-latency kernel story <= 3%.
 HOST_MAJORITY = 0.5
-# an effect is "one iteration's" when that iteration holds this share of it over all iterations
-# (a warm-up, a one-off late host): the verdict then names that iteration
-ONE_ITERATION_SHARE = 0.75
 
 
 def fmt_ns(v) -> str:
@@ -71,7 +70,6 @@ def size(per_iteration, iterations, references, threshold: float = ALARM_SHARE, 
          subject: str = "", reference: str = "the iteration"):
     """The decision (decision.decide) on a per-iteration effect against `threshold` x `references`
     (aligned arrays: effect ns, iteration number, iteration span or other reference)."""
-    from .decision import decide
     return decide(quantity, subject, per_iteration, references, iterations, threshold=threshold,
                   reference=reference)
 
