@@ -73,6 +73,7 @@ class RunEntry:
     status: str = "ok"       # runstore.RunCheck.status: ok, timeout, corrupt, unreadable, newer format, empty
     num_events: int | None = None
     signature: tuple = ()
+    note: str | None = None  # what is not verified (runstore.RunCheck.note: no checksums, no seal), as `epscope check` says
 
     @property
     def name(self) -> str:
@@ -217,7 +218,7 @@ class Catalog:
         if previous is not None and previous.path == path and previous.signature == sig:
             return previous
         c = runstore.check_run(path, within=self.roots)
-        return RunEntry(run_id, path, root, c.manifest, self.shown(c.problem), c.status, c.num_events, sig)
+        return RunEntry(run_id, path, root, c.manifest, self.shown(c.problem), c.status, c.num_events, sig, c.note)
 
     def shown(self, msg: str | None) -> str | None:
         """msg with the roots' absolute paths taken out: a path under a root reads relative to
@@ -377,7 +378,7 @@ class Catalog:
             raise ViewerError(f"Run '{entry.name}' has no events to show (the event table is empty).")
         if run.manifest is not entry.manifest:
             entry = RunEntry(entry.run_id, entry.path, entry.root, run.manifest, None, run.status,
-                             run.num_events, entry.signature)
+                             run.num_events, entry.signature, run.verified)
         return LoadedRun(entry, run, run.launches, sig, self._params,
                          read_events=lambda: self._read_events(entry, run))
 
