@@ -19,6 +19,7 @@ relative to the root they were found under (`Catalog.shown`), never the server's
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import tempfile
@@ -433,7 +434,10 @@ class Catalog:
         except Exception as e:
             raise ViewerError(self.shown(describe_load_error(entry.name, e))) from e
         token = run.version_id or "%x" % (hash(_signature(entry.path)) & 0xFFFFFFFF)
-        out = self.cache_dir / f"{entry.run_id}~{token}.perfetto-trace"
+        # named by a digest of the run id: a run id is as long as its directory's path under the root
+        # (a 250-character name made the file name too long for the file system: HTTP 500, issue 32)
+        stem = hashlib.sha256(entry.run_id.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        out = self.cache_dir / f"{stem}~{token[:32]}.perfetto-trace"
         if out.is_file():
             return out
         with self._lock:
@@ -446,7 +450,7 @@ class Catalog:
                 except Exception as e:
                     raise ViewerError(self.shown(f"Could not export run '{entry.name}' to Perfetto: "
                                                  f"{type(e).__name__}: {e}")) from e
-                for old in self.cache_dir.glob(f"{entry.run_id}~*.perfetto-trace"):   # earlier versions
+                for old in self.cache_dir.glob(f"{stem}~*.perfetto-trace"):   # earlier versions
                     if old != out:
                         old.unlink(missing_ok=True)
         return out
