@@ -784,7 +784,7 @@ def list_runs(root) -> list[Path]:
     while stack:
         d = stack.pop()
         try:
-            if (d / MANIFEST).is_file():
+            if os.path.lexists(d / MANIFEST):   # a manifest that is not a regular file: a damaged run, listed
                 out.append(d)
             stack.extend(c for c in d.iterdir() if c.is_dir() and not c.is_symlink() and not c.name.startswith("."))
         except OSError:

@@ -272,7 +272,7 @@ class Catalog:
             try:
                 if not self._inside(d):             # symlinks out of the roots are not followed
                     continue
-                if (d / MANIFEST).is_file() or (d / MANIFEST).is_symlink():
+                if os.path.lexists(d / MANIFEST):   # whatever it is (a FIFO too): the run's check says what is wrong
                     is_run = True
                 else:
                     is_run = False
