@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -37,14 +38,27 @@ RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
 
 
+# Longest destination name a temporary repeats whole: with the dot, 12 hex digits, `.tmp` and
+# `.old` it stays under the 255 bytes a file name may have (a 250-character run name could not
+# be written, issue 32); a longer one is shortened and told apart by a digest of it.
+MAX_STEM_BYTES = 200
+
+
+def _stem(name: str) -> str:
+    if len(os.fsencode(name)) <= MAX_STEM_BYTES:
+        return name
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
+    return f"{os.fsdecode(os.fsencode(name)[:100])}~{digest}"
+
+
 def temp_name(dest: Path) -> Path:
-    return dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:12]}.tmp")
+    return dest.with_name(f".{_stem(dest.name)}.{uuid.uuid4().hex[:12]}.tmp")
 
 
 def _leftover_pattern(name: str) -> re.Pattern:
     # 12 hex digits: temp_name; 32: update_manifest's temporaries before this module; `.old`:
     # the run a two-step overwrite moved aside (runstore._place)
-    return re.compile(rf"\.{re.escape(name)}\.([0-9a-f]{{12}}|[0-9a-f]{{32}})\.tmp(\.old)?")
+    return re.compile(rf"\.{re.escape(_stem(name))}\.([0-9a-f]{{12}}|[0-9a-f]{{32}})\.tmp(\.old)?")
 
 
 def _lock(fd: int) -> bool:

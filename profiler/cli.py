@@ -171,7 +171,7 @@ def _export(args) -> int:
                   unit="B", what="written") as act:
         act.step("checking events and writing the trace")
         out = exp.export_perfetto(run, out, force=args.force, opened=partial.append)
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); open it at https://ui.perfetto.dev")
+    print(f"wrote {shown(out)} ({out.stat().st_size / 1e6:.1f} MB); open it at https://ui.perfetto.dev")
     return 0
 
 
@@ -239,7 +239,7 @@ def _analyze(args) -> int:
         for r in args.runs:
             act.step(f"{r}: loading")
             out = stored.store_run(r, step=lambda label, r=r: act.step(f"{r}: {label}"))
-            print(f"wrote {out} and {Path(r) / summary.FILE}")
+            print(f"wrote {shown(out)} and {shown(Path(r) / summary.FILE)}")
     return 0
 
 

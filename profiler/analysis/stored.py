@@ -292,9 +292,26 @@ def store_run(path, *, step=None) -> Path:
     step(f"analysing {run.num_events:,} events")
     res = summary.analyze(run)
     step("storing the results")
-    summary.store(run, res)
-    small = run.num_events <= chunked.MAX_EVENTS
-    return store(run, res, events=run.events if small else None)
+    try:
+        summary.store(run, res)
+        small = run.num_events <= chunked.MAX_EVENTS
+        return store(run, res, events=run.events if small else None)
+    except FileNotFoundError:   # the directory written into went away: the run re-recorded meanwhile?
+        _raise_if_rewritten(run)
+        raise
+
+
+def _raise_if_rewritten(run) -> None:
+    """RunChanged when the run at run.path is no longer the one read (another write's manifest, or
+    none while a rewrite swaps the directory): results of it were bound to the old bytes anyway."""
+    from profiler.runreader import read_manifest
+    try:
+        now = read_manifest(run.path).get("version_id")
+    except EpscopeError:
+        now = None
+    if now is None or now != run.version_id:
+        raise errors.RunChanged(f"{run.path}: the run was rewritten while its analyses were being stored; "
+                                "they were not stored (`epscope analyze` it again)") from None
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -428,9 +445,7 @@ def read_index(d: Path, within=None) -> dict:
     except ValueError as e:
         raise Invalid(f"{INDEX}: not JSON ({e})") from None
     _need(isinstance(index, dict) and index.get("format") == FORMAT, f"{INDEX}: not an index of stored results")
-    if index.get("format_version") != FORMAT_VERSION:
-        raise summary.Stale(f"of format {index.get('format_version')!r}, this epscope reads {FORMAT_VERSION}")
-    _need(validate.seal_matches(index) is True, f"{INDEX}: its content does not match its seal")
+    summary.check_sealed(index, FORMAT_VERSION, INDEX)
     return index
 
 
@@ -499,7 +514,8 @@ def verify(run_dir, *, run=None, within=None) -> str | None:
         except summary.Stale as e:
             out.append(f"stale: {summary.FILE} {e}")
         except (EpscopeError, OSError, ValueError) as e:
-            out.append(f"{summary.FILE}: {' '.join(str(e).split())[:300]}")
+            msg = " ".join(str(e).split())[:300]
+            out.append(msg if msg.startswith(summary.FILE) else f"{summary.FILE}: {msg}")
     damaged = [x for x in out if not x.startswith("stale")]
     return "; ".join(damaged or out) or None
 

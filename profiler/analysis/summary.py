@@ -174,11 +174,21 @@ def read(run_dir: Path, *, within=None) -> dict:
     doc = json.loads(atomic.read_regular(Path(run_dir) / FILE, MAX_BYTES, within=within))
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError("not an analysis summary")
-    if doc.get("format_version") != FORMAT_VERSION:
-        raise Stale(f"of format {doc.get('format_version', 1)!r}, this epscope reads {FORMAT_VERSION}")
-    if validate.seal_matches(doc) is not True:
-        raise ValueError("its content does not match its seal")
+    check_sealed(doc, FORMAT_VERSION, FILE)
     return doc
+
+
+def check_sealed(doc: dict, version: int, name: str) -> None:
+    """A stored result's seal and format: a seal that does not match is damage (ValueError), even
+    when the damage hit the format's version; without a seal, a result of an older format is Stale
+    (written before seals), one claiming this format is damage."""
+    sealed = validate.seal_matches(doc)
+    if sealed is False:
+        raise ValueError(f"{name}: its content does not match its seal")
+    if doc.get("format_version", 1) != version:
+        raise Stale(f"of format {doc.get('format_version', 1)!r}, this epscope reads {version}")
+    if sealed is None:
+        raise ValueError(f"{name}: carries no seal (this format seals every result)")
 
 
 def load(run_dir: Path, *, check_data: bool = True, run=None, manifest: dict | None = None, within=None) -> dict | None:

@@ -28,9 +28,26 @@ def reseal(run: Path) -> Path:
             with open(run / name, "rb") as f:
                 sums[name] = file_hash(f)
         m["checksums"] = sums
-    if validate.SEAL in m:
+    if "seal" in m:
         m = validate.sealed(m)
     (run / MANIFEST).write_text(json.dumps(m))
+    return run
+
+
+def as_written_before_checksums(run: Path) -> Path:
+    """The run as epscope wrote runs before issue 19 (format 1): no checksums, no seal, no format
+    in its data files' footers (its rows as they are)."""
+    import pyarrow.parquet as pq
+    run = Path(run)
+    m = json.loads((run / MANIFEST).read_text())
+    for k in ("checksums", "seal"):
+        m.pop(k, None)
+    m["format_version"] = 1
+    (run / MANIFEST).write_text(json.dumps(m))
+    for name in DATA_FILES:
+        t = pq.read_table(run / name)
+        meta = {k: v for k, v in (t.schema.metadata or {}).items() if k != validate.FOOTER_FORMAT_KEY}
+        pq.write_table(t.replace_schema_metadata(meta), run / name)
     return run
 
 

@@ -6,6 +6,7 @@ requests get 4xx. Requests go to 127.0.0.1 only, in bounded loops."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -184,13 +185,13 @@ GOOD = {"output": ROUTE, "outputs": OUTPUTS, "inputs": INPUTS, "changedPropIds":
 ])
 def test_malformed_callback_bodies_get_400(client, body):
     _, c = client
-    r = c.post(S.CALLBACK_PATH, data=body, content_type="application/json")
+    r = c.post("/_dash-update-component", data=body, content_type="application/json")
     assert r.status_code == 400, (body, r.status_code)
 
 
 def test_a_good_callback_body_is_served(client):
     _, c = client
-    assert c.post(S.CALLBACK_PATH, json=GOOD).status_code == 200
+    assert c.post("/_dash-update-component", json=GOOD).status_code == 200
 
 
 @pytest.mark.parametrize("path", ["nope/x.js", "dash/../../etc/passwd", "dash/nope.js", "dash/dcc/nope.v1.js",
@@ -210,3 +211,16 @@ def test_callback_body_problem_accepts_what_the_renderer_sends_for_every_callbac
                 "state": [{"id": str(i["id"]), "property": i["property"], "value": None} for i in cb["state"]],
                 "changedPropIds": []}
         assert S.callback_body_problem(app.callback_map, body) is None, key
+
+
+def test_a_run_of_a_long_name_downloads(tmp_path):
+    """A 250-character run name gave HTTP 500 on download (the exported trace's file name in the
+    cache directory was longer than the file system allows)."""
+    from tests.viewer.runs import synthetic
+    from viewer.app import create_app
+    p = synthetic(tmp_path / "root", "r", events=1000)
+    os.rename(p, p.with_name("r" * 250))
+    app = create_app([tmp_path / "root"], cache_dir=tmp_path / "cache")
+    (run_id,) = app.catalog.ids()
+    r = app.server.test_client().get(f"/download/{run_id}.perfetto-trace")
+    assert r.status_code == 200 and len(r.data) > 1000
