@@ -143,7 +143,13 @@ def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.
         return flask.send_file(PLOTLY_JS, mimetype="text/javascript", max_age=0)
 
     server_limits.install_request_checks(app)   # malformed framework requests: 4xx, never 500
+    _download_route(app, catalog)
+    return app
 
+
+def _download_route(app: dash.Dash, catalog: Catalog) -> None:
+    """/download/<run id>.perfetto-trace: the run's trace (the catalog's, by id only), opened as a
+    regular file (never a FIFO put there since it was found)."""
     @app.server.route("/download/<run_file>")
     def download(run_file: str):
         run_id = run_file.removesuffix(".perfetto-trace")
@@ -157,8 +163,6 @@ def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.
                                   mimetype="text/plain")
         return flask.send_file(f, as_attachment=True, download_name=f"{run_id[:200]}.perfetto-trace",
                                mimetype="application/octet-stream")
-
-    return app
 
 
 def serve(roots, host: str = "127.0.0.1", port: int = 8050) -> None:
