@@ -402,53 +402,50 @@ def unique_launches(df: pd.DataFrame, file: str = "launches") -> None:
 def events_match_launches(ev: pd.DataFrame, la: pd.DataFrame, file: str = "events", rows: np.ndarray | None = None) -> None:
     """Every event belongs to a launch of `la` (its rank and launch), and agrees with it on the
     iteration and the kernel; the first row that does not is named (rows: the frame's row numbers
-    in the whole table, when it is a part of it)."""
+    in the whole table, when it is a part of it). Rows come in runs of one launch (the writer's
+    order), so only the first row of each run of equal (rank, launch, iteration, kernel) is looked
+    up: 2 M rows in ~0.02 s."""
     if not len(ev):
         return
+    cols = [ev["rank"].to_numpy(), ev["launch"].to_numpy(), ev["iteration"].to_numpy(), ev["kernel"].cat.codes.to_numpy()]
+    change = np.zeros(len(ev), bool)
+    change[0] = True
+    for v in cols:
+        change[1:] |= v[1:] != v[:-1]
+    first = np.flatnonzero(change)
+    rk, ln, it, kc = (v[first] for v in cols)
     lk = _keys(la["rank"].to_numpy(), la["launch"].to_numpy())
     order = np.argsort(lk, kind="stable")
     ls = lk[order]
-    ek = _keys(ev["rank"].to_numpy(), ev["launch"].to_numpy())
+    ek = _keys(rk, ln)
     at = np.minimum(np.searchsorted(ls, ek), max(len(ls) - 1, 0))
-    where = (lambda j: int(rows[j])) if rows is not None else int
+    where = (lambda j: int(rows[first[j]])) if rows is not None else (lambda j: int(first[j]))
     bad = (ls[at] != ek) if len(ls) else np.ones(len(ek), bool)
     if bad.any():
         j = int(bad.argmax())
-        raise InconsistentRun(f"{file}: row {where(j)} (rank {int(ev['rank'].iat[j])}, launch {int(ev['launch'].iat[j])}) "
-                              f"belongs to no launch of the launch table ({int(bad.sum()):,} such rows)")
+        raise InconsistentRun(f"{file}: row {where(j)} (rank {int(rk[j])}, launch {int(ln[j])}) belongs to no launch "
+                              "of the launch table")
     li = order[at]
-    for c in ("iteration", "kernel"):
-        if c == "iteration":
-            bad = ev["iteration"].to_numpy() != la["iteration"].to_numpy()[li]
-        else:   # compared through the events' category codes: no string per row
-            code_of = pd.Index(ev["kernel"].cat.categories).get_indexer(la["kernel"].astype(str).to_numpy())
-            bad = ev["kernel"].cat.codes.to_numpy() != code_of[li]
+    code_of = pd.Index(ev["kernel"].cat.categories).get_indexer(la["kernel"].astype(str).to_numpy())
+    for c, got, want in (("iteration", it, la["iteration"].to_numpy()[li]), ("kernel", kc, code_of[li])):
+        bad = got != want
         if bad.any():
             j = int(bad.argmax())
-            raise InconsistentRun(f"{file}: row {where(j)} has {c} {ev[c].iat[j]!r}, its launch (rank "
-                                  f"{int(ev['rank'].iat[j])}, launch {int(ev['launch'].iat[j])}) has "
-                                  f"{la[c].iat[int(li[j])]!r} ({int(bad.sum()):,} such rows)")
+            show = int if c == "iteration" else (lambda x: repr(str(x)))
+            raise InconsistentRun(f"{file}: row {where(j)} has {c} {show(ev[c].iat[int(first[j])])}, its launch (rank "
+                                  f"{int(rk[j])}, launch {int(ln[j])}) has {show(la[c].iat[int(li[j])])}")
 
 
-_MIX = np.uint64(0x9E3779B97F4A7C15)
-
-
-# Columns whose values a row's hash mixes: equal rows agree on them, and rows of one warp rarely
-# do unless equal (the other columns then decide, for those rows only).
-_HASHED = ("begin_ns", "end_ns", "payload", "rank", "block", "warp", "phase")
+_K1, _K2, _K3 = np.int64(0x1E3779B97F4A7C15), np.int64(0x3F58476D1CE4E5B9), np.int64(0x14D049BB133111EB)
 
 
 def _row_hash(ev: pd.DataFrame) -> np.ndarray:
-    """A 64-bit mix of each row's _HASHED values (equal rows, equal hashes; rows that only share
-    them cost an exact comparison): 2 M rows in ~0.05 s of one core."""
-    h = np.zeros(len(ev), np.uint64)
-    for c in _HASHED:
-        s = ev[c]
-        v = s.cat.codes.to_numpy() if isinstance(s.dtype, pd.CategoricalDtype) else s.to_numpy()
-        h ^= v.astype(np.int64).view(np.uint64)
-        h *= _MIX
-        h ^= h >> np.uint64(29)
-    return h
+    """A 64-bit mix of each row's times, rank, block, warp and phase (equal rows, equal values;
+    rows that only share them cost an exact comparison): 2 M rows in ~0.04 s of one core."""
+    where = (ev["rank"].to_numpy().astype(np.int64) << 48) ^ (ev["block"].to_numpy().astype(np.int64) << 16) \
+        ^ ev["warp"].to_numpy().astype(np.int64) ^ (ev["phase"].cat.codes.to_numpy().astype(np.int64) << 36)
+    with np.errstate(over="ignore"):
+        return ev["begin_ns"].to_numpy() * _K1 ^ ev["end_ns"].to_numpy() * _K2 ^ where * _K3
 
 
 def no_duplicate_rows(ev: pd.DataFrame, file: str = "events", rows: np.ndarray | None = None) -> None:
@@ -465,7 +462,7 @@ def no_duplicate_rows(ev: pd.DataFrame, file: str = "events", rows: np.ndarray |
     sub = ev.iloc[cand]
     dup = sub.duplicated(keep="first").to_numpy()
     if not dup.any():
-        return   # hash collisions of different rows
+        return   # rows that share times, rank, block, warp and phase but differ elsewhere
     j = int(cand[int(dup.argmax())])
     twin = int(cand[int(sub.duplicated(keep=False).to_numpy().argmax())])
     where = (lambda x: int(rows[x])) if rows is not None else int
