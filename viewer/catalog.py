@@ -162,6 +162,16 @@ class LoadedRun:
                     self._locks[key] = (lock, users - 1)
 
 
+def _exists(p: Path) -> bool:
+    """Whether anything is at p (not followed if a link); a directory that cannot be read raises
+    (PermissionError: the walk notes it), unlike os.path.lexists, which says False."""
+    try:
+        p.lstat()
+        return True
+    except FileNotFoundError:
+        return False
+
+
 def _slug(parts: tuple[str, ...]) -> str:
     s = "~".join(parts) if parts else "run"
     return re.sub(r"[^A-Za-z0-9_.~-]+", "_", s)
@@ -272,7 +282,7 @@ class Catalog:
             try:
                 if not self._inside(d):             # symlinks out of the roots are not followed
                     continue
-                if os.path.lexists(d / MANIFEST):   # whatever it is (a FIFO too): the run's check says what is wrong
+                if _exists(d / MANIFEST):   # whatever it is (a FIFO too): the run's check says what is wrong
                     is_run = True
                 else:
                     is_run = False
