@@ -39,11 +39,8 @@ BUNDLED = ROOT / "traces" / "ep-timeout"
 def _bases(d: Path) -> dict[str, Path]:
     from profiler.synthetic import make_run
     new = make_run(d / "with-checksums", ranks=2, events=800, perfetto=False)
-    old = Path(shutil.copytree(new, d / "before-checksums"))
-    m = json.loads((old / "manifest.json").read_text())
-    del m["checksums"]
-    m["format_version"] = 1
-    (old / "manifest.json").write_text(json.dumps(m))
+    from tests.profiler.damage import as_written_before_checksums
+    old = as_written_before_checksums(Path(shutil.copytree(new, d / "before-checksums")))
     bundled = Path(shutil.copytree(BUNDLED, d / "bundled", ignore=shutil.ignore_patterns("*.perfetto-trace")))
     good = make_run(d / "good", ranks=2, events=800, perfetto=False)
     return {"new": new, "old": old, "bundled": bundled, "good": good}

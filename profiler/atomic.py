@@ -11,12 +11,18 @@ removes it (`clean_leftovers`), and one still locked belongs to a live writer an
 Placing: `place(tmp, dest, replace=False)` never replaces anything (renameat2 RENAME_NOREPLACE
 where the kernel has it); replace=True replaces only a regular file (never a FIFO, a device, a
 directory or a symlink: `--force` onto a FIFO replaced it, issue 19).
+
+Reading (`open_regular`, `read_regular`): what a reader of a run opens is a regular file, opened
+without blocking (a FIFO named `analysis-summary.json` hung the Runs page and then every request,
+issue 32), checked with fstat on the open file (not on the path, which may change between), its
+links resolved inside the roots the caller allows, and read up to a bound.
 """
 from __future__ import annotations
 
 import ctypes
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -25,21 +31,34 @@ import sys
 import uuid
 from pathlib import Path
 
-from .errors import RunExists
+from .errors import NotRegularFile, OutsideRoots, RunExists
 
 # renameat2(2) flags (linux/fs.h): fail if the target exists; swap source and target atomically.
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
 
 
+# Longest destination name a temporary repeats whole: with the dot, 12 hex digits, `.tmp` and
+# `.old` it stays under the 255 bytes a file name may have (a 250-character run name could not
+# be written, issue 32); a longer one is shortened and told apart by a digest of it.
+MAX_STEM_BYTES = 200
+
+
+def _stem(name: str) -> str:
+    if len(os.fsencode(name)) <= MAX_STEM_BYTES:
+        return name
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
+    return f"{os.fsdecode(os.fsencode(name)[:100])}~{digest}"
+
+
 def temp_name(dest: Path) -> Path:
-    return dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:12]}.tmp")
+    return dest.with_name(f".{_stem(dest.name)}.{uuid.uuid4().hex[:12]}.tmp")
 
 
 def _leftover_pattern(name: str) -> re.Pattern:
     # 12 hex digits: temp_name; 32: update_manifest's temporaries before this module; `.old`:
     # the run a two-step overwrite moved aside (runstore._place)
-    return re.compile(rf"\.{re.escape(name)}\.([0-9a-f]{{12}}|[0-9a-f]{{32}})\.tmp(\.old)?")
+    return re.compile(rf"\.{re.escape(_stem(name))}\.([0-9a-f]{{12}}|[0-9a-f]{{32}})\.tmp(\.old)?")
 
 
 def _lock(fd: int) -> bool:
@@ -110,15 +129,20 @@ def make_temp_dir(dest: Path) -> tuple[Path, int]:
 
 def clean_leftovers(dest: Path) -> list[str]:
     """Remove the temporaries of earlier writes to dest that no live writer holds (a crash or
-    kill -9 left them); returns their names. Only names of our pattern, never through a link."""
+    kill -9 left them); returns their names. Only names of our pattern, never through a link.
+    A run an overwrite moved aside (`.old`, runstore._swap_in_two_steps) whose writer died before
+    the new run took its name is put back at dest first, never removed while dest is missing."""
     dest = Path(dest)
     pat = _leftover_pattern(dest.name)
     removed = []
     try:
-        names = [n for n in os.listdir(dest.parent) if pat.fullmatch(n)]
+        names = sorted((n for n in os.listdir(dest.parent) if pat.fullmatch(n)), key=lambda n: not n.endswith(".old"))
     except OSError:
         return removed
     for n in names:
+        if n.endswith(".old") and not os.path.lexists(dest) and _restore(dest.parent / n, dest):
+            removed.append(n)
+            continue
         p = dest.parent / n
         try:
             st = os.lstat(p)
@@ -145,6 +169,20 @@ def clean_leftovers(dest: Path) -> list[str]:
         finally:
             os.close(fd)
     return removed
+
+
+def _restore(old: Path, dest: Path) -> bool:
+    """Rename the moved-aside directory `old` back to dest, if no live writer holds it."""
+    try:
+        fd = os.open(old, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return _lock(fd) and rename_noreplace(old, dest)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _renameat2(src: Path, dst: Path, flags: int) -> bool:
@@ -205,3 +243,53 @@ def place(tmp: Path, dest: Path, replace: bool = False) -> Path:
                         "not replacing it")
     os.replace(tmp, dest)
     return dest
+
+
+# -- reading -------------------------------------------------------------------------------------
+def inside(real: Path, within) -> bool:
+    """real (a resolved path) lies in one of the resolved roots `within` (None: anywhere)."""
+    return within is None or any(real == r or r in real.parents for r in within)
+
+
+def open_regular(path, label: str | None = None, *, within=None):
+    """path opened for binary reading, if it is a regular file: links are resolved first and must
+    lead inside `within` (resolved roots; None: anywhere), else OutsideRoots; the last component is
+    then opened without following a link and without blocking (a FIFO's open would wait for a
+    writer), and the open file must be a regular file, else NotRegularFile. OSError (missing,
+    permissions) is the caller's."""
+    label = str(path) if label is None else label
+    real = Path(os.path.realpath(path))
+    if not inside(real, within):
+        raise OutsideRoots(f"{label}: resolves outside the allowed roots; not read")
+    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(f"{label}: not a regular file ({_kind(st.st_mode)}); not read")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def read_regular(path, max_bytes: int, label: str | None = None, *, within=None) -> bytes:
+    """The whole content of the regular file at path (open_regular), refused (NotRegularFile)
+    when it holds more than max_bytes: a link to /dev/zero or a 90 MB summary is never read whole."""
+    label = str(path) if label is None else label
+    with open_regular(path, label, within=within) as f:
+        if os.fstat(f.fileno()).st_size > max_bytes:
+            raise NotRegularFile(f"{label}: {os.fstat(f.fileno()).st_size:,} bytes, more than such a file may hold "
+                                 f"({max_bytes:,}); not read")
+        b = f.read(max_bytes + 1)
+    if len(b) > max_bytes:   # grew while read
+        raise NotRegularFile(f"{label}: more than {max_bytes:,} bytes; not read")
+    return b

@@ -2,8 +2,9 @@
 
     epscope export RUN [-o OUT [--force]]  write RUN's Perfetto trace (default RUN/trace.perfetto-trace)
     epscope report RUN [RUN ...]           text summary of runs
-    epscope check RUN|ROOT [...]           verify runs (checksums, every field and row); exit 1 if any is damaged
+    epscope check RUN|ROOT [...]           verify runs (seal, checksums, every field and row, stored analyses); exit 1 if any is damaged
     epscope merge RUN TRACE [TRACE ...]    attach PyTorch profiler (Kineto) traces to a run, one per rank, aligned
+    epscope seal RUN [RUN ...]             seal runs written before format 3 in place (checked first)
     epscope analyze RUN [RUN ...]          compute and store each run's analyses (RUN/analysis/, RUN/analysis-summary.json)
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
     epscope trace ...                      record a profiled EP workload (profiler.workflows.trace)
@@ -76,12 +77,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p = sub.add_parser("report", help="text summary of a run")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
-    p = sub.add_parser("check", help="verify runs: checksums, manifest, every row; say what is wrong with each")
+    p = sub.add_parser("check", help="verify runs: seal, checksums, manifest, every row, stored analyses; say what "
+                                      "is wrong with each")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory, or a directory of runs")
     p = sub.add_parser("merge", help="attach PyTorch profiler (Kineto) traces to a run: one per rank, JSON or .json.gz")
     p.add_argument("run", type=Path, help="run directory")
     p.add_argument("traces", type=Path, nargs="+", metavar="TRACE", help="Kineto trace (rank from distributedInfo "
                    "or from the launch labels ep_core writes)")
+    p = sub.add_parser("seal", help="seal runs written before format 3 in place (their data checked whole first)")
+    p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("analyze", help="compute and store runs' analyses (the viewer reads them instead of computing)")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("view", help="serve the web viewer")
@@ -172,12 +176,22 @@ def _export(args) -> int:
                   unit="B", what="written") as act:
         act.step("checking events and writing the trace")
         out = exp.export_perfetto(run, out, force=args.force, opened=partial.append)
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); open it at https://ui.perfetto.dev")
+    print(f"wrote {shown(out)} ({out.stat().st_size / 1e6:.1f} MB); open it at https://ui.perfetto.dev")
     return 0
 
 
+def shown(p) -> str:
+    """A path as one printable line: control characters (a newline in a directory name forged a
+    line of check's output, issue 32) and undecodable bytes escaped."""
+    s = os.fspath(p)
+    return s if s.isprintable() and s.encode("utf-8", "surrogateescape").decode("utf-8", "replace") == s \
+        else ascii(s)[1:-1]
+
+
 def _check(args) -> int:
-    """One line per run: ok (and what was verified) or what is wrong; exit 1 if any is damaged."""
+    """One line per run: ok (and what was verified, what was not) or what is wrong; exit 1 if any
+    is damaged (its stored analyses included: they are not shown, but their bytes changed)."""
+    from .analysis import stored
     from .runreader import MANIFEST, check_run, list_runs
     runs = []
     for r in args.runs:   # a directory of runs (no manifest of its own) stands for the runs under it
@@ -193,13 +207,28 @@ def _check(args) -> int:
                 c = type(c)(c.path, c.manifest, "corrupt", "; ".join(torch_problems), c.num_events, c.note)
         if c.damaged:
             damaged += 1
-            print(f"{r}: {c.status.upper()}: {c.problem}")
-        else:
-            what = f"{c.num_events:,} events" + (f", recorded status {c.status}" if c.status != "ok" else "")
-            print(f"{r}: ok ({what}; " + (c.note or "checksums verified") + ")")
+            print(f"{shown(r)}: {c.status.upper()}: {' '.join(c.problem.split())}")
+            continue
+        analyses = stored.verify(r)
+        if analyses and not analyses.startswith("stale"):
+            damaged += 1
+            print(f"{shown(r)}: STORED ANALYSES DAMAGED (not shown; `epscope analyze` stores them again): {analyses}")
+            continue
+        what = f"{c.num_events:,} events" + (f", recorded status {c.status}" if c.status != "ok" else "")
+        verified = c.note or "manifest seal and checksums verified"
+        print(f"{shown(r)}: ok ({what}; {verified}" + (f"; {analyses}" if analyses else "") + ")")
     if damaged:
         print(f"epscope check: {damaged} of {len(runs)} runs damaged", file=sys.stderr)
     return EXIT_DAMAGED if damaged else 0
+
+
+def _seal(args) -> int:
+    from .runstore import seal_run
+    for r in args.runs:
+        done = seal_run(r)
+        print(f"{shown(r)}: " + ("sealed (format 3); its stored analyses, if any, were left out: `epscope analyze` "
+                                "stores them again" if done else "sealed already"))
+    return 0
 
 
 def _report(args) -> int:
@@ -240,7 +269,7 @@ def _analyze(args) -> int:
         for r in args.runs:
             act.step(f"{r}: loading")
             out = stored.store_run(r, step=lambda label, r=r: act.step(f"{r}: {label}"))
-            print(f"wrote {out} and {Path(r) / summary.FILE}")
+            print(f"wrote {shown(out)} and {shown(Path(r) / summary.FILE)}")
     return 0
 
 
@@ -264,6 +293,9 @@ def _view(args) -> int:
 
 
 def main(argv=None) -> int:
+    for stream in (sys.stdout, sys.stderr):   # a path of undecodable bytes printed, not a traceback
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in PASSTHROUGH:
         # everything after the subcommand, --help included, belongs to it
@@ -273,8 +305,8 @@ def main(argv=None) -> int:
         except EpscopeError as e:
             return _fail(str(e))
     args = _parser().parse_args(argv)
-    commands = {"export": _export, "report": _report, "check": _check, "merge": _merge, "analyze": _analyze,
-                "view": _view}
+    commands = {"export": _export, "report": _report, "check": _check, "merge": _merge, "seal": _seal,
+                "analyze": _analyze, "view": _view}
     try:
         return commands[args.cmd](args)
     except EpscopeError as e:

@@ -167,6 +167,35 @@ class InvalidEvents(CorruptRun):
     """A run's event or launch table breaks the schema (a column's type, a timestamp, a kind)."""
 
 
+class InconsistentRun(InvalidEvents):
+    """A run's tables are well-formed alone but disagree with each other or with the manifest (an
+    event of a launch that does not exist, a launch key twice, a duplicated row, counts that
+    differ); the message names the first offence."""
+
+
+class NotRegularFile(CorruptRun):
+    """A file a reader needs is not a regular file (a FIFO, a device, a directory, a socket), or is
+    larger than such a file may be; it is not read (a FIFO would block the reader forever)."""
+
+
+class SealMismatch(CorruptRun):
+    """A sealed document (a manifest, stored analyses) differs from the digest it carries; `file`
+    names it."""
+
+    def __init__(self, message: str, file: str = ""):
+        super().__init__(message)
+        self.file = file
+
+
+class DowngradedRun(CorruptRun):
+    """The manifest says an older format than the run's data files were written in (a sealed run
+    whose seal and checksums were removed): it is not read as an unverified old run."""
+
+
+class OutsideRoots(RunError):
+    """A run file resolves (through a symlink) to a path outside the roots the reader allows."""
+
+
 class ChecksumMismatch(CorruptRun):
     """A data file's bytes differ from the checksum its manifest records; `file` names it."""
 

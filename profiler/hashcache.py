@@ -125,9 +125,12 @@ def _write_disk() -> None:
                 pass
 
 
-def sha256(path) -> str | None:
-    """The SHA-256 (hex) of the regular file at `path` as it is now; None when there is none."""
+def sha256(path, within=None) -> str | None:
+    """The SHA-256 (hex) of the regular file at `path` as it is now; None when there is none (or
+    it resolves outside the resolved roots `within`)."""
     real = os.path.realpath(path)
+    if within is not None and not any(Path(real) == r or r in Path(real).parents for r in within):
+        return None
     try:
         st = os.stat(real)
     except OSError:
@@ -146,8 +149,12 @@ def sha256(path) -> str | None:
     began = time.time_ns()
     h = hashlib.sha256()
     try:
-        with open(real, "rb") as f:
+        # never blocking, never through a link put in place since the stat (issue 32: FIFOs)
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
             before = _ident(os.fstat(f.fileno()))
+            if before != ident:
+                return None
             for block in iter(lambda: f.read(BLOCK), b""):
                 h.update(block)
             after = _ident(os.fstat(f.fileno()))

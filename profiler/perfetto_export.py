@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from .atomic import TempFile, clean_leftovers
-from .runreader import TRACE, Run, iter_event_batches, load_run
+from .runreader import TRACE, Run, check_events, iter_event_batches, load_run
 from .schema import EVENT_KINDS
 
 SEQ_ID = 1
@@ -379,6 +379,8 @@ def export_perfetto(run_or_path, out_path=None, *, force: bool = False,
     of the temporary file once it exists (the CLI shows its size as progress)."""
     P = _pb()
     run = run_or_path if isinstance(run_or_path, Run) else load_run(run_or_path)
+    if not run.checked:   # rows repeated across the streamed batches are found by a whole check only
+        check_events(run)
     default = run.path / TRACE
     out = Path(out_path) if out_path is not None else default
     replace = force or out == default

@@ -17,11 +17,27 @@ file (events.parquet, launches.parquet); a file whose bytes differ raises Checks
 naming it, before its bytes are parsed (17 % of single-bit flips in events.parquet changed
 values with no error before). The hash is taken through the same open file the data is then
 read from. Runs written before carry none: they open as before and `Run.checksummed` is False.
+
+Seals (format 3, issue 32): the manifest carries a digest of itself (validate.sealed), so no edit
+of it passes unseen, and both data files' footers name the format they were written in
+(validate.FOOTER_FORMAT_KEY), so a sealed run whose manifest was edited back to an older format
+(seal and checksums deleted) is refused (DowngradedRun), never read as an unverified old run. The
+rule: a run is "not verified" only when neither data file's footer names a sealed format.
+
+Pinned bytes: a Run remembers the hash of each data file's bytes it read (`Run.data_hashes`: the
+manifest's checksums, or for a run without them the hash taken when the file was first read), and
+every later read of the file must give the same bytes (else RunChanged). Results computed from a
+Run are bound to those hashes: the bytes analysed, not the file as it is when they are stored.
+
+Every file is opened as a regular file, without blocking, inside the caller's roots
+(atomic.open_regular); the tables are checked against each other (validate.events_match_launches,
+no_duplicate_rows, unique_launches, manifest_matches_launches).
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,12 +46,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import validate
-from .errors import (ChecksumMismatch, CorruptRun, EmptyRun, InvalidManifest, RunChanged, RunError, RunNotFound,
-                     UnsupportedRunVersion)
-from .schema import COLUMNS, LAUNCH_COLUMNS
+from . import atomic, validate
+from .errors import (ChecksumMismatch, CorruptRun, DowngradedRun, EmptyRun, InvalidManifest, OutsideRoots,  # noqa: F401
+                     RunChanged, RunError, RunNotFound, UnsupportedRunVersion)
+from .schema import COLUMNS, LAUNCH_COLUMNS, MAX_NAME_CHARS, MAX_NAMES
 
 MANIFEST = "manifest.json"
 EVENTS = "events.parquet"
@@ -49,10 +66,10 @@ HASH_CHUNK = 8 << 20
 # A reader that meets two versions retries this many times (a writer swaps a directory in one
 # rename, so the second read sees one version unless another write lands in between).
 READ_RETRIES = 3
-
-
-class OutsideRoots(RunError):
-    """A run file resolves (through a symlink) to a path outside the roots the reader allows."""
+# Rows of events a full check (check_events) reads at once: chunks of whole iterations, so every
+# duplicated row meets its twin (they share rank and iteration).
+CHECK_CHUNK_ROWS = 2_000_000
+_PROC_FD = os.path.isdir("/proc/self/fd")
 
 
 @dataclass(frozen=True)
@@ -73,21 +90,41 @@ def file_hash(f) -> str:
         h.update(b)
 
 
-def open_checked(p: Path, want: str | None, label: str) -> pa.NativeFile:
-    """p opened for reading; when `want` is given its bytes are hashed first and must match
-    (ChecksumMismatch naming the file), then the file is rewound: the caller parses the very
-    bytes that were hashed (one open file, whatever happens to the path meanwhile)."""
+def arrow_file(p: Path, label: str, within=None) -> pa.NativeFile:
+    """p opened as atomic.open_regular opens it (a regular file inside `within`, never blocking),
+    as an Arrow file: on Linux through the open descriptor's /proc entry (the same file, whatever
+    the path names now; pyarrow's own reads, 15 % less CPU than a Python file object), else a
+    Python file object."""
     try:
-        f = pa.OSFile(str(p))
-    except (OSError, pa.ArrowException) as e:
+        f = atomic.open_regular(p, label, within=within)
+    except OSError as e:
         raise CorruptRun(f"{label}: cannot be read ({_line(e)})") from None
+    with f:
+        proc = f"/proc/self/fd/{f.fileno()}"
+        if _PROC_FD:
+            try:
+                return pa.OSFile(proc)
+            except (OSError, pa.ArrowException) as e:
+                raise CorruptRun(f"{label}: cannot be read ({_line(e)})") from None
+        return pa.PythonFile(os.fdopen(os.dup(f.fileno()), "rb"), mode="r")
+
+
+def open_checked(p: Path, want: str | None, label: str, *, within=None, pin: dict | None = None,
+                 name: str | None = None) -> pa.NativeFile:
+    """p opened for reading (arrow_file); when `want` is given its bytes are hashed first and must
+    match (ChecksumMismatch naming the file), then the file is rewound: the caller parses the very
+    bytes that were hashed (one open file, whatever happens to the path meanwhile). pin: with no
+    `want`, the bytes are hashed and the hash is put in pin[name] (what later reads must match)."""
+    f = arrow_file(p, label, within)
     try:
-        if want is not None:
+        if want is not None or pin is not None:
             got = file_hash(f)
-            if got != want:
+            if want is not None and got != want:
                 raise ChecksumMismatch(f"{label}: content does not match the checksum in {MANIFEST} (the file was "
                                        f"damaged or changed after the run was written; expected {want[:23]}..., "
                                        f"got {got[:23]}...)", file=label)
+            if want is None:
+                pin[name] = got
             f.seek(0)
         return f
     except (OSError, pa.ArrowException) as e:
@@ -98,14 +135,15 @@ def open_checked(p: Path, want: str | None, label: str) -> pa.NativeFile:
         raise
 
 
-def _open_of_version(p: Path, want: str | None, label: str, version_id: str | None, changed: str):
+def _open_of_version(p: Path, want: str | None, label: str, version_id: str | None, changed: str, *,
+                     within=None, pin: dict | None = None, name: str | None = None):
     """open_checked, except that a file whose checksum differs because it belongs to another
     write of the run (its footer's version id is another one) raises RunChanged: the run was
     rewritten under the reader, it is not damaged."""
     try:
-        return open_checked(p, want, label)
+        return open_checked(p, want, label, within=within, pin=pin, name=name)
     except ChecksumMismatch:
-        got = _file_version(p)
+        got = _file_version(p, within)
         if version_id is not None and got is not None and got != version_id:
             raise RunChanged(f"{changed} ({Path(label).name} of version {got}, manifest of {version_id}); "
                              "open it again") from None
@@ -131,6 +169,52 @@ class Run:
     num_events: int = 0
     files: RunFiles | None = None
     _events: pd.DataFrame | None = field(default=None, repr=False)
+    within: tuple | None = None          # resolved roots every file of the run must lie in (None: anywhere)
+    # {data file: "sha256:<hex>"} of the bytes read: the manifest's checksums, or what the first
+    # read of a file without them hashed (every later read must give the same bytes)
+    pins: dict = field(default_factory=dict, repr=False)
+    _pin_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    checked: bool = False                # the whole event table was read and checked (events, check_events)
+
+    def __post_init__(self):
+        self.pins = {**(self.checksums or {}), **self.pins}
+
+    @property
+    def sealed(self) -> bool:
+        """The manifest carries a seal that matched when it was read (format 3)."""
+        return self.manifest.get(validate.SEAL) is not None
+
+    @property
+    def verified(self) -> str | None:
+        """What is not verified about this run (None: everything is: a sealed manifest and the
+        data files' checksums); what `epscope check` and the viewer say."""
+        if not self.checksummed:
+            return NO_CHECKSUMS
+        if not self.sealed:
+            return NOT_SEALED
+        return None
+
+    def open_events(self) -> pa.NativeFile:
+        """events.parquet opened and checked against its pinned hash (pinned now when it has none)."""
+        p = self.files.events if self.files else self.path / EVENTS
+        label = str(self.path / EVENTS)
+        with self._pin_lock:
+            want = self.pins.get(EVENTS)
+            pin = {} if want is None else None
+            f = _open_of_version(p, want, label, self.version_id,
+                                 f"{self.path}: the run was rewritten since it was opened", within=self.within,
+                                 pin=pin, name=EVENTS)
+            if pin:
+                self.pins[EVENTS] = pin[EVENTS]
+        return f
+
+    def data_hashes(self) -> dict:
+        """{data file: SHA-256 hex} of the bytes this Run reads (the manifest's checksums, else
+        pinned by the first read; events.parquet is hashed now if no read has pinned it yet): what
+        results computed from this Run are bound to."""
+        if EVENTS not in self.pins:
+            self.open_events().close()
+        return {k: v.split(":", 1)[1] for k, v in sorted(self.pins.items()) if k in DATA_FILES}
 
     @property
     def version_id(self) -> str | None:
@@ -151,13 +235,11 @@ class Run:
         """The whole event table (loaded on first access, checked against the manifest's
         version and checksum, then against the schema)."""
         if self._events is None:
-            p = self.files.events if self.files else self.path / EVENTS
             label = str(self.path / EVENTS)
             # one open file for checksum, footer and data: pq.read_table(path) opens the path
             # twice, and a rewrite between the two opens would pair one write's footer with
             # another's rows
-            with _open_of_version(p, (self.checksums or {}).get(EVENTS), label, self.version_id,
-                                  f"{self.path}: the run was rewritten since it was opened") as f:
+            with self.open_events() as f:
                 try:
                     pf = pq.ParquetFile(f)
                     got = _version_of(pf.schema_arrow)
@@ -176,7 +258,10 @@ class Run:
                     raise CorruptRun(f"{label}: cannot read events: {type(e).__name__}: {_line(e)}") from None
                 except MemoryError:   # a damaged footer's row count, or a run too big for this machine
                     raise CorruptRun(f"{label}: {self.num_events:,} events do not fit in memory here") from None
-            self._events = validate.events(df, label)
+            df = validate.events(df, label)
+            validate.events_match_launches(df, self.launches, label)
+            validate.no_duplicate_rows(df, label)
+            self._events, self.checked = df, True
         return self._events
 
     @property
@@ -298,7 +383,12 @@ def _read_event_columns(pf: pq.ParquetFile, file: str, groups: Sequence[int] | N
 def _categorical(c: str, col: pa.ChunkedArray, file: str) -> pd.Categorical:
     """A dictionary-encoded column as a pandas Categorical, its dictionary and indices checked."""
     arr = col.unify_dictionaries()
-    cats = arr.chunk(0).dictionary.to_pylist() if arr.num_chunks else []
+    d = arr.chunk(0).dictionary if arr.num_chunks else pa.array([], pa.string())
+    longest = int(pc.max(pc.utf8_length(d)).as_py() or 0) if len(d) else 0
+    if len(d) > MAX_NAMES or longest > MAX_NAME_CHARS:   # before a Python string is made of each
+        raise validate.InvalidEvents(f"{file}: column {c!r}: {len(d):,} names of up to {longest:,} characters "
+                                     f"(at most {MAX_NAMES:,} of {MAX_NAME_CHARS} characters)")
+    cats = d.to_pylist()
     codes = [ch.indices.fill_null(-1).to_numpy(zero_copy_only=False) for ch in arr.chunks]
     codes = np.concatenate(codes).astype(np.int32, copy=False) if codes else np.zeros(0, np.int32)
     if len(set(cats)) != len(cats) or any(x is None for x in cats):
@@ -411,12 +501,41 @@ def _group_stats(meta: pq.FileMetaData, file: str) -> list[GroupStats]:
     return out
 
 
-def _file_version(p: Path) -> str | None:
+def _file_version(p: Path, within=None) -> str | None:
     """The version id in a parquet file's footer, None when it has none or cannot be read."""
     try:
-        return _version_of(pq.read_schema(p))
+        with arrow_file(p, str(p), within) as f:
+            return _version_of(pq.read_schema(f))
     except Exception:   # a damaged file: the caller reports the damage, not this
         return None
+
+
+def _footer_format(schema: pa.Schema) -> int | None:
+    """The format version a data file's footer names (validate.FOOTER_FORMAT_KEY; None: written
+    before format 3, or not a number)."""
+    v = (schema.metadata or {}).get(validate.FOOTER_FORMAT_KEY)
+    try:
+        return int(v.decode("ascii")) if v is not None else None
+    except (UnicodeDecodeError, ValueError):
+        return -1
+
+
+def check_not_downgraded(path: Path, man: dict, found: dict) -> None:
+    """The manifest's format agrees with what the data files' footers say they were written in
+    (found: {file: footer format or None}). A footer naming a sealed format under a manifest of an
+    older one (or without a seal) is a sealed run whose seal and checksums were removed: refused,
+    never read as a run written before sealing. A sealed manifest whose files do not name its
+    format is refused too (files of another writer)."""
+    version = man.get("format_version")
+    for name, got in found.items():
+        if got is not None and got >= validate.SEALED_SINCE and (version < got or man.get(validate.SEAL) is None):
+            raise DowngradedRun(f"{path / MANIFEST}: says format {version}"
+                                f"{' without a seal' if man.get(validate.SEAL) is None else ''}, but {name} was "
+                                f"written in sealed format {got}: the manifest was edited back (its seal or "
+                                "checksums removed); not read as an unverified old run")
+        if version >= validate.SEALED_SINCE and got != version:
+            raise CorruptRun(f"{path / name}: its footer names format {got}, the manifest {version}: files of "
+                             "another writer")
 
 
 def _version_of(schema: pa.Schema) -> str | None:
@@ -425,9 +544,13 @@ def _version_of(schema: pa.Schema) -> str | None:
 
 
 # -- opening ----------------------------------------------------------------------------------
+def _roots(within: Sequence[Path] | None) -> tuple | None:
+    return None if within is None else tuple(Path(os.path.realpath(r)) for r in within)
+
+
 def _resolve(p: Path, within: Sequence[Path] | None) -> Path:
     real = Path(os.path.realpath(p))
-    if within is not None and not any(real == r or r in real.parents for r in within):
+    if not atomic.inside(real, within):
         raise OutsideRoots(f"{p}: resolves outside the allowed roots; not read")
     return real
 
@@ -444,7 +567,7 @@ def _files_unchecked(path: Path, within: Sequence[Path] | None) -> RunFiles:
         raise RunNotFound(f"{path}: no such run directory")
     if not path.is_dir():
         raise RunNotFound(f"{path}: not a directory")
-    within = [Path(os.path.realpath(r)) for r in within] if within is not None else None
+    within = _roots(within)
     _resolve(path, within)
     mp, ep, lp = path / MANIFEST, path / EVENTS, path / LAUNCHES
     if not mp.exists():
@@ -467,12 +590,12 @@ def _need(path: Path, p: Path | None, name: str) -> Path:
 
 def read_manifest(path, *, within: Sequence[Path] | None = None) -> dict:
     """The run's manifest, checked (profiler.validate); RunError subclasses naming the path."""
-    return _read_manifest(_files(Path(path), within).manifest, Path(path) / MANIFEST)
+    return _read_manifest(_files(Path(path), within).manifest, Path(path) / MANIFEST, _roots(within))
 
 
-def _read_manifest(mp: Path, label: Path) -> dict:
+def _read_manifest(mp: Path, label: Path, within=None) -> dict:
     try:
-        return validate.manifest_file(mp, str(label))
+        return validate.manifest_file(mp, str(label), within=within)
     except OSError as e:
         raise CorruptRun(f"{label}: cannot be read ({e.strerror or e})") from None
 
@@ -489,15 +612,26 @@ def _footer(f: pa.NativeFile, label: str) -> pq.FileMetaData:
     return meta
 
 
-def _footer_version(meta: pq.FileMetaData, label: str) -> str | None:
+def _footer_schema(meta: pq.FileMetaData, label: str) -> pa.Schema:
     try:
-        return _version_of(meta.schema.to_arrow_schema())
+        return meta.schema.to_arrow_schema()
     except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
         raise CorruptRun(f"{label}: its schema cannot be read ({type(e).__name__}: {_line(e)})") from None
 
 
-def _read_launches(lp: Path, want: str | None, label: str, version_id: str | None) -> tuple[pd.DataFrame, str | None]:
-    with _open_of_version(lp, want, label, version_id, f"{lp.parent}: {LAUNCHES} and {MANIFEST} come from different writes") as f:
+@dataclass(frozen=True)
+class _Launches:
+    """launches.parquet as read: the table, its footer's version id and format, the hash of its bytes."""
+    table: pd.DataFrame
+    version: str | None
+    format: int | None
+    pins: dict
+
+
+def _read_launches(lp: Path, want: str | None, label: str, version_id: str | None, within=None) -> _Launches:
+    pins: dict = {}
+    with _open_of_version(lp, want, label, version_id, f"{lp.parent}: {LAUNCHES} and {MANIFEST} come from different writes",
+                          within=within, pin=None if want is not None else pins, name=LAUNCHES) as f:
         try:
             pf = pq.ParquetFile(f)
             names = pf.schema_arrow.names
@@ -506,12 +640,12 @@ def _read_launches(lp: Path, want: str | None, label: str, version_id: str | Non
                 raise validate.InvalidEvents(f"{label}: launch table lacks columns {missing}")
             t = pf.read(columns=list(LAUNCH_COLUMNS))
             df = to_frame(t, list(LAUNCH_COLUMNS), label)
-            version = _version_of(pf.schema_arrow)
+            version, fmt = _version_of(pf.schema_arrow), _footer_format(pf.schema_arrow)
         except RunError:
             raise
         except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
             raise CorruptRun(f"{label}: cannot read launches ({type(e).__name__}: {_line(e)})") from None
-    return validate.launches(df, label), version
+    return _Launches(validate.launches(df, label), version, fmt, pins)
 
 
 def _one_version(path: Path, man: dict, *found: tuple[str, str | None]) -> None:
@@ -529,42 +663,52 @@ def load_run(path, *, within: Sequence[Path] | None = None) -> Run:
     """Open a run directory. Events load lazily; errors are RunError subclasses naming the path.
 
     The manifest and launches are read and checked now (launches against their checksum when
-    the run has checksums), the events' footer is read now and their rows (checksum, schema)
-    on first access to `Run.events`. A run without launches.parquet is corrupt (every writer
-    since the first format version writes it).
+    the run has checksums, else their hash is pinned), the events' footer is read now and their
+    rows (checksum, schema, against the launches) on first access to `Run.events`. A run without
+    launches.parquet is corrupt (every writer since the first format version writes it).
 
     within: roots the run's files must resolve into (a symlinked file pointing elsewhere raises
     OutsideRoots). A run being rewritten while it is opened is read again (READ_RETRIES)."""
     path = Path(path)
+    roots = _roots(within)
     for attempt in range(READ_RETRIES):
         files = _files(path, within)
-        man = _read_manifest(files.manifest, path / MANIFEST)
-        sums = man.get("checksums") or {}
-        ep = _need(path, files.events, EVENTS)
-        lp = _need(path, files.launches, LAUNCHES)
+        man = _read_manifest(files.manifest, path / MANIFEST, roots)
         try:
-            with open_checked(ep, None, str(path / EVENTS)) as f:
-                meta = _footer(f, str(path / EVENTS))
-                ever = _footer_version(meta, str(path / EVENTS))
-        except CorruptRun:
-            if sums.get(EVENTS):   # a damaged footer of a run with checksums: say which file changed
-                open_checked(ep, sums[EVENTS], str(path / EVENTS)).close()
-            raise
-        try:
-            launches, lver = _read_launches(lp, sums.get(LAUNCHES), str(path / LAUNCHES), man.get("version_id"))
-            _one_version(path, man, (EVENTS, ever), (LAUNCHES, lver))
+            meta, ever, efmt = _events_footer(path, man, _need(path, files.events, EVENTS), roots)
+            la = _read_launches(_need(path, files.launches, LAUNCHES), (man.get("checksums") or {}).get(LAUNCHES),
+                                str(path / LAUNCHES), man.get("version_id"), roots)
+            _one_version(path, man, (EVENTS, ever), (LAUNCHES, la.version))
         except RunChanged as e:
             if attempt + 1 == READ_RETRIES:   # not a rewrite in progress: files copied across runs
                 raise CorruptRun(str(e)) from None
             time.sleep(0.01 * (attempt + 1))
             continue
         break
+    check_not_downgraded(path, man, {EVENTS: efmt, LAUNCHES: la.format})
     if meta.num_rows == 0:
         raise EmptyRun(f"{path}: the run has no events")
     n = man.get("num_events")
     if n is not None and n != meta.num_rows:
         raise CorruptRun(f"{path / MANIFEST}: field 'num_events' says {n:,} events, {EVENTS} holds {meta.num_rows:,}")
-    return Run(path, man, launches, int(meta.num_rows), files)
+    validate.manifest_matches_launches(man, la.table, str(path / MANIFEST))
+    return Run(path, man, la.table, int(meta.num_rows), files, within=roots, pins=la.pins)
+
+
+def _events_footer(path: Path, man: dict, ep: Path, roots) -> tuple[pq.FileMetaData, str | None, int | None]:
+    """events.parquet's footer: its metadata, version id and format (a damaged footer of a run with
+    checksums names the file whose checksum differs)."""
+    label = str(path / EVENTS)
+    want = (man.get("checksums") or {}).get(EVENTS)
+    try:
+        with open_checked(ep, None, label, within=roots) as f:
+            meta = _footer(f, label)
+            schema = _footer_schema(meta, label)
+            return meta, _version_of(schema), _footer_format(schema)
+    except CorruptRun:
+        if want:
+            open_checked(ep, want, label, within=roots).close()
+        raise
 
 
 @dataclass(frozen=True)
@@ -590,7 +734,9 @@ class RunCheck:
         return self.problem is not None
 
 
-NO_CHECKSUMS = "no checksums (written before epscope recorded them): contents not verified"
+NO_CHECKSUMS = ("NOT VERIFIED: no checksums and no seal (written before epscope recorded them; "
+                "`epscope seal RUN` verifies nothing but seals it from now on)")
+NOT_SEALED = "data checksums verified; manifest NOT VERIFIED: not sealed (format 2; `epscope seal RUN` seals it)"
 
 
 def check_run(path, *, within: Sequence[Path] | None = None, deep: bool = False) -> RunCheck:
@@ -602,7 +748,7 @@ def check_run(path, *, within: Sequence[Path] | None = None, deep: bool = False)
     try:
         try:
             files = _files(path, within)
-            man = _read_manifest(files.manifest, path / MANIFEST)
+            man = _read_manifest(files.manifest, path / MANIFEST, _roots(within))
             run = load_run(path, within=within)
             if deep:
                 run.events
@@ -612,14 +758,15 @@ def check_run(path, *, within: Sequence[Path] | None = None, deep: bool = False)
             return RunCheck(path, man, "empty", _line(e), 0)
         except (InvalidManifest, OutsideRoots, RunNotFound) as e:
             return RunCheck(path, None, "unreadable", _line(e))
+        except OSError as e:   # a file that cannot be opened after it was listed (permissions, I/O)
+            return RunCheck(path, man, "unreadable", f"{path}: {e.strerror or type(e).__name__}")
         except RunError as e:
             return RunCheck(path, man, "corrupt", _line(e))
         except MemoryError:
             return RunCheck(path, man, "unreadable", f"{path}: too large to read into memory")
     except Exception as e:   # a bug of the reader must not take a list of runs down with it
         return RunCheck(path, man, "unreadable", f"{path}: {type(e).__name__}: {_line(e)}")
-    return RunCheck(path, run.manifest, run.status, None, run.num_events,
-                    None if run.checksummed else NO_CHECKSUMS)
+    return RunCheck(path, run.manifest, run.status, None, run.num_events, run.verified)
 
 
 def _line(e: BaseException) -> str:
@@ -637,7 +784,7 @@ def list_runs(root) -> list[Path]:
     while stack:
         d = stack.pop()
         try:
-            if (d / MANIFEST).is_file():
+            if os.path.lexists(d / MANIFEST):   # a manifest that is not a regular file: a damaged run, listed
                 out.append(d)
             stack.extend(c for c in d.iterdir() if c.is_dir() and not c.is_symlink() and not c.name.startswith("."))
         except OSError:
@@ -647,15 +794,15 @@ def list_runs(root) -> list[Path]:
 
 def iter_event_batches(path, batch_rows: int = 1_000_000, columns: list[str] | None = None):
     """Stream RUN/events.parquet as DataFrames of at most batch_rows rows (categoricals kept;
-    with all columns, each batch is checked as load_run checks the whole table; a Run is
-    checked against its checksum first)."""
+    with all columns, each batch is checked as load_run checks the whole table, against the
+    launches too, but for rows repeated across batches: check_events finds those; a Run is checked
+    against its pinned hash first)."""
     run = path if isinstance(path, Run) else None
-    path = run.path if run is not None else Path(path)
-    ep = (run.files.events if run is not None and run.files else None) or (path / EVENTS if path.is_dir() else path)
-    label = str(path / EVENTS) if path.is_dir() else str(path)
-    want = (run.checksums or {}).get(EVENTS) if run is not None else None
+    if run is None:
+        run = load_run(path)
+    label = str(run.path / EVENTS)
     cols = list(COLUMNS) if columns is None else list(columns)
-    with open_checked(ep, want, label) as f:
+    with run.open_events() as f:
         try:
             pf = pq.ParquetFile(f)
             missing = [c for c in cols if c not in pf.schema_arrow.names]
@@ -663,7 +810,10 @@ def iter_event_batches(path, batch_rows: int = 1_000_000, columns: list[str] | N
                 raise CorruptRun(f"{label}: lacks event columns {missing}")
             for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):
                 df = to_frame(batch, cols, label)
-                yield validate.events(df, label) if columns is None else df
+                if columns is None:
+                    df = validate.events(df, label)
+                    validate.events_match_launches(df, run.launches, label)
+                yield df
         except RunError:
             raise
         except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
@@ -689,9 +839,7 @@ class EventReader:
     def __init__(self, run: Run):
         self.run = run
         self.label = str(run.path / EVENTS)
-        p = run.files.events if run.files else run.path / EVENTS
-        self._f = _open_of_version(p, (run.checksums or {}).get(EVENTS), self.label, run.version_id,
-                                   f"{run.path}: the run was rewritten since it was opened")
+        self._f = run.open_events()
         try:
             self._pf = pq.ParquetFile(self._f)
             got = _version_of(self._pf.schema_arrow)
@@ -750,6 +898,8 @@ class EventReader:
                 raise
             raise CorruptRun(f"{self.label}: cannot read events: {type(e).__name__}: {_line(e)}") from None
         df = validate.events(df, self.label)
+        validate.events_match_launches(df, self.run.launches, self.label, rows)
+        validate.no_duplicate_rows(df, self.label, rows)   # a row's twin shares its rank and iteration: read with it
         df.index = pd.Index(rows, dtype=np.int64)
         return df
 
@@ -760,8 +910,22 @@ def read_events(run: Run, *, iterations=None, ranks=None) -> pd.DataFrame:
         return r.read(iterations=iterations, ranks=ranks)
 
 
-def check_events(run: Run) -> None:
-    """Stream the whole event table and check it as load_run's full read does (checksum, every
-    column), with flat memory: what `epscope export` runs before it writes."""
-    for _ in iter_event_batches(run):
-        pass
+def check_events(run: Run, chunk_rows: int = CHECK_CHUNK_ROWS) -> None:
+    """Read the whole event table and check it as load_run's full read does (checksum, every
+    column, against the launches, no repeated row), in chunks of whole iterations of about
+    chunk_rows rows (a repeated row shares its twin's iteration): what `epscope export` runs before
+    it writes. Memory: one chunk (an iteration larger than chunk_rows is read alone)."""
+    with EventReader(run) as r:
+        its, _ = r.keys()
+        values, counts = np.unique(its, return_counts=True)
+        del its
+        chunk, rows = [], 0
+        for it, n in zip(values.tolist(), counts.tolist()):
+            if chunk and rows + n > chunk_rows:
+                r.read(iterations=chunk)
+                chunk, rows = [], 0
+            chunk.append(it)
+            rows += n
+        if chunk or not r.groups:
+            r.read(iterations=chunk or None)
+    run.checked = True

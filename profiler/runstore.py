@@ -23,10 +23,13 @@ machine (the Perfetto export is imported lazily, only when asked for or importab
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import importlib.util
+import io
 import json
 import os
 import shutil
+import struct
 import uuid
 from pathlib import Path
 
@@ -38,7 +41,7 @@ import pyarrow.parquet as pq
 from . import atomic, validate
 from .errors import CorruptRun, EmptyRun, RunChanged, RunError, RunExists, RunNotFound  # noqa: F401 (re-exported)
 from .runreader import (DATA_FILES, EVENTS, LAUNCHES, MANIFEST, NO_CHECKSUMS, READ_RETRIES, TRACE,  # noqa: F401
-                        VERSION_KEY, OutsideRoots, Run, RunCheck, RunFiles, check_events, check_run, file_hash,
+                        VERSION_KEY, NOT_SEALED, OutsideRoots, Run, RunCheck, RunFiles, check_events, check_run, file_hash,
                         iter_event_batches, list_runs, load_run, read_manifest, _files, _read_manifest,
                         _version_of)
 from .schema import COLUMNS, LAUNCH_COLUMNS  # noqa: F401
@@ -58,7 +61,10 @@ ZSTD_LEVEL = 9
 TRACE_KEEP_MAX_EVENTS = 100_000
 MAX_SUFFIX = 10_000
 # Manifest fields that describe the files on disk: set by the writer only.
-FILE_FIELDS = ("format", "format_version", "version_id", "num_events", "checksums")
+FILE_FIELDS = ("format", "format_version", "version_id", "num_events", "checksums", validate.SEAL)
+# What a seal in place leaves out of the sealed run: results computed from the unsealed files'
+# bytes (their footers change, so would their hashes: `epscope analyze` stores them again).
+DERIVED_STALE = ("analysis", "analysis-summary.json")
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -166,7 +172,10 @@ def _json_default(o):
 
 
 def _with_version(table: pa.Table, version_id: str) -> pa.Table:
-    return table.replace_schema_metadata({**(table.schema.metadata or {}), VERSION_KEY: version_id.encode()})
+    """The table with this write's version id and format in its schema metadata (both data files'
+    footers: what tells a sealed run from one written before sealing, runreader.check_not_downgraded)."""
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), VERSION_KEY: version_id.encode(),
+                                          validate.FOOTER_FORMAT_KEY: str(FORMAT_VERSION).encode()})
 
 
 def _fsync(path: Path) -> None:
@@ -178,6 +187,11 @@ def _fsync(path: Path) -> None:
 
 
 def _manifest_text(man: dict, where: str) -> str:
+    """The manifest's text, sealed when its format seals (or it carries a seal: update_manifest of a
+    sealed run), checked as a reader checks it."""
+    if man.get("format_version", 0) >= validate.SEALED_SINCE or validate.SEAL in man:
+        # sealed as a reader will parse it (tuples as lists, numpy numbers as numbers)
+        man = validate.sealed(json.loads(json.dumps(man, default=_json_default)))
     text = json.dumps(man, indent=1, default=_json_default, sort_keys=False) + "\n"
     validate.manifest_text(text, where)   # what we write must read back
     return text
@@ -298,10 +312,7 @@ def _place(tmp: Path, path: Path, overwrite: bool) -> Path:
             # removing it too
             shutil.rmtree(tmp, ignore_errors=True)
             return path
-        old = tmp.with_name(tmp.name + ".old")  # two steps: a reader between them gets RunNotFound
-        os.rename(path, old)
-        os.rename(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
+        _swap_in_two_steps(tmp, path)
         return path
     if atomic.rename_noreplace(tmp, path):
         return path
@@ -310,6 +321,29 @@ def _place(tmp: Path, path: Path, overwrite: bool) -> Path:
         if atomic.rename_noreplace(tmp, cand):
             return cand
     raise RunExists(f"{path}: {MAX_SUFFIX} runs of this name already exist")
+
+
+def _swap_in_two_steps(tmp: Path, path: Path) -> None:
+    """Replace the run at path with tmp where renameat2 cannot swap them: the old run is moved
+    aside to `<tmp>.old` (locked while this writer lives), tmp renamed into place, the old one
+    removed. A reader between the two renames gets RunNotFound; a writer that dies between them
+    leaves the old run aside, unlocked, and the next write to path puts it back
+    (atomic.clean_leftovers) before anything else: the name is never left without its run by a
+    later write, and the only complete copy is never deleted (issue 32: the next write deleted
+    both)."""
+    old = tmp.with_name(tmp.name + ".old")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)   # a concurrent writer's clean_leftovers leaves it alone
+        os.rename(path, old)
+        try:
+            os.rename(tmp, path)
+        except BaseException:
+            os.rename(old, path)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        os.close(fd)
 
 
 def free_path(path) -> Path:
@@ -341,4 +375,108 @@ def update_manifest(path, updates: dict) -> dict:
     with atomic.TempFile(path / MANIFEST) as t:
         t.file.write(text.encode())
         t.place(replace=True)
-    return man
+    return json.loads(text)   # as written (sealed again when the run is sealed)
+
+
+# -- sealing a run written before format 3 ---------------------------------------------------------
+def _footer_with_format(src: Path, dst, label: str) -> None:
+    """Copy the parquet file src into the open file dst with FOOTER_FORMAT_KEY added to its footer's
+    schema metadata: the data pages are copied byte for byte, only the footer is written again
+    (pyarrow's own metadata writer, the row groups' metadata appended unchanged). A parquet file is
+    `PAR1 <pages> <footer> <footer length: 4 bytes LE> PAR1`."""
+    pf = pq.ParquetFile(src)
+    schema = pf.schema_arrow
+    schema = schema.with_metadata({**(schema.metadata or {}), validate.FOOTER_FORMAT_KEY: str(FORMAT_VERSION).encode()})
+    buf = io.BytesIO()
+    pq.write_metadata(schema, buf, metadata_collector=[pf.metadata])
+    meta = buf.getvalue()
+    if meta[:4] != b"PAR1" or meta[-4:] != b"PAR1":
+        raise CorruptRun(f"{label}: pyarrow wrote an unexpected metadata file; not sealed")
+    with open(src, "rb") as f:
+        f.seek(-8, os.SEEK_END)
+        tail = f.read(8)
+        end = f.tell()
+        if tail[4:] != b"PAR1":
+            raise CorruptRun(f"{label}: not a parquet file (no PAR1 at its end); not sealed")
+        pages = end - 8 - struct.unpack("<I", tail[:4])[0]
+        f.seek(0)
+        left = pages
+        while left:
+            b = f.read(min(left, 8 << 20))
+            if not b:
+                raise CorruptRun(f"{label}: shorter than its footer says; not sealed")
+            dst.write(b)
+            left -= len(b)
+    footer = meta[4:-8]
+    dst.write(footer + struct.pack("<I", len(footer)) + b"PAR1")
+
+
+def _same_tables(a: Path, b: Path, label: str) -> None:
+    """The two parquet files hold the same rows, row group by row group (the footer rewrite kept
+    every data page)."""
+    pa_, pb = pq.ParquetFile(a), pq.ParquetFile(b)
+    if pa_.num_row_groups != pb.num_row_groups or pa_.metadata.num_rows != pb.metadata.num_rows:
+        raise CorruptRun(f"{label}: the rewritten footer changed the row groups; not sealed")
+    for i in range(pa_.num_row_groups):
+        if not pa_.read_row_group(i).equals(pb.read_row_group(i)):
+            raise CorruptRun(f"{label}: row group {i} reads differently after the footer rewrite; not sealed")
+
+
+def seal_run(path) -> bool:
+    """Seal in place a run written before format 3 (`epscope seal`): its data are read and checked
+    whole first (checksums where it has them, every row, the tables against each other); both data
+    files get FOOTER_FORMAT_KEY in their footers (data pages unchanged, checked by reading them back),
+    the manifest gets checksums of the new files, format_version 3 and its seal, and the sealed run
+    replaces the old one in one directory swap. Stored analyses are left out (they were bound to the
+    old bytes: `epscope analyze` stores them again); other files are kept. Returns False (nothing
+    done) for a run sealed already. What it cannot do: tell whether a run without checksums was
+    damaged before it is sealed (it seals what is there)."""
+    path = Path(path)
+    run = load_run(path)
+    if run.sealed:
+        return False
+    check_events(run)
+    atomic.clean_leftovers(path)
+    tmp, lock = atomic.make_temp_dir(path)
+    try:
+        sums = {}
+        for name in DATA_FILES:
+            src = run.files.events if name == EVENTS else run.files.launches
+            sums[name] = _write_file(tmp / name, lambda f, src=src, name=name: _footer_with_format(src, f, str(path / name)))
+            _same_tables(src, tmp / name, str(path / name))
+        _keep_other_files(path, tmp)
+        man = {**run.manifest, "format_version": FORMAT_VERSION, "num_events": run.num_events, "checksums": sums}
+        with atomic.create_exclusive(tmp / MANIFEST) as f:
+            f.write(_manifest_text(man, str(path / MANIFEST)).encode())
+        for f in tmp.iterdir():
+            if f.is_file():
+                _fsync(f)
+        _fsync(tmp)
+        if run.version_id is not None and read_manifest(path).get("version_id") != run.version_id:
+            raise RunChanged(f"{path}: rewritten while it was being sealed; not sealed")
+        load_run(tmp).events   # the sealed run reads back, checked whole
+        _place(tmp, path, overwrite=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        os.close(lock)
+    _fsync(path.parent)
+    return True
+
+
+def _keep_other_files(path: Path, tmp: Path) -> None:
+    """Everything in the run directory but its data files, manifest and stale derived results,
+    hard-linked (copied where links cannot be made) into the sealed run's directory."""
+    for p in path.iterdir():
+        if p.name in (MANIFEST, *DATA_FILES, *DERIVED_STALE) or p.name.startswith("."):
+            continue
+        if p.is_symlink() or not (p.is_file() or p.is_dir()):
+            continue
+        if p.is_dir():
+            shutil.copytree(p, tmp / p.name, symlinks=True)
+            continue
+        try:
+            os.link(p, tmp / p.name)
+        except OSError:
+            shutil.copy2(p, tmp / p.name)

@@ -36,6 +36,11 @@ TIME_LIMIT_NS = (1 << 62) - 1
 # Smallest value of the id columns: -1 is "none" for the SM, block and warp of host rows (and of
 # host rows only: every GPU row of the bundled traces has sm, block and warp >= 0).
 MIN_VALUE = {"rank": 0, "launch": 0, "iteration": 0, "sm": -1, "block": -1, "warp": -1}
+# Names (kernel, role, phase) and how many a column may hold. The bundled runs' longest name has
+# 21 characters and their most names in one column are 17 (phases); a 1 MB kernel name made
+# report and analyze ask for 4 GB (issue 32): 256 characters and 4,096 names are >10x real runs.
+MAX_NAME_CHARS = 256
+MAX_NAMES = 4096
 
 LAUNCH_COLUMNS: dict[str, str] = {
     "rank": "int16",
@@ -98,10 +103,20 @@ def category_column(c: str, s: pd.Series) -> pd.Series:
     cats = s.cat.categories
     if len(cats) and pd.api.types.infer_dtype(cats, skipna=False) != "string":
         raise SchemaError(f"column {c!r} holds non-string names (e.g. {_bad_values(pd.Series(cats), np.ones(len(cats), bool))})")
+    check_names(c, cats)
     missing = int((s.cat.codes.to_numpy() < 0).sum())
     if missing:
         raise SchemaError(f"column {c!r}: {missing:,} rows are missing")
     return s
+
+
+def check_names(c: str, names) -> None:
+    """A column's names within MAX_NAMES names of at most MAX_NAME_CHARS characters each."""
+    if len(names) > MAX_NAMES:
+        raise SchemaError(f"column {c!r} holds {len(names):,} distinct names, more than {MAX_NAMES:,}")
+    longest = max((len(str(x)) for x in names), default=0)
+    if longest > MAX_NAME_CHARS:
+        raise SchemaError(f"column {c!r} holds a name of {longest:,} characters, more than {MAX_NAME_CHARS}")
 
 
 def check_range(c: str, v: np.ndarray, lo: int, hi: int) -> None:

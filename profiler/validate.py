@@ -20,6 +20,7 @@ warning's `type`) are required where they appear.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -28,24 +29,33 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from .errors import InvalidEvents, InvalidManifest, UnsupportedRunVersion
+from . import atomic
+from .errors import InconsistentRun, InvalidEvents, InvalidManifest, SealMismatch, UnsupportedRunVersion
 from .schema import (LAUNCH_COLUMNS, TIME_LIMIT_NS, SchemaError, category_column, check_range, coerce_events,
                      integer_column, kind_column, validate_events)
 
 FORMAT = "epscope-run"
-# 2: the manifest carries `checksums` (required: a manifest that lost them is damaged, not old);
-# 1: without them (every run written before issue 19, the bundled traces/ among them).
-FORMAT_VERSION = 2
+# 3: the manifest carries `seal`, a digest of itself (canonical JSON without the seal), and both
+#    data files' footers carry FOOTER_FORMAT_KEY = "3" (what tells a sealed run whose manifest was
+#    edited back to an older format from a run written before sealing; see `downgrade`);
+# 2: `checksums` (required: a manifest that lost them is damaged, not old), no seal;
+# 1: neither (every run written before issue 19, the bundled traces/ among them until resealed).
+FORMAT_VERSION = 3
 CHECKSUMS_SINCE = 2
-# The largest bundled manifest is 7 kB (its registry); 4 MB leaves room for big configs while a
-# Runs page of a hundred runs still reads in well under a second.
-MAX_MANIFEST_BYTES = 4 << 20
+SEALED_SINCE = 3
+# The largest bundled manifest is 9.8 kB (two ranks: a registry of 3.8 kB, an expect block of
+# 1.8 kB); an 8-rank run adds a few hundred bytes of clock per rank. 256 kB is 26x the largest: a
+# 4 MB manifest cost 94 MB for the viewer's lifetime (every run's manifest stays listed, issue 32).
+MAX_MANIFEST_BYTES = 256 << 10
 # Deepest nesting in any manifest epscope writes: 5 (clock.sync_samples.<rank>.<window>).
 MAX_DEPTH = 32
 # The data files a manifest's `checksums` covers, and how: {"events.parquet": "sha256:<64 hex>"}.
 DATA_FILES = ("events.parquet", "launches.parquet")
 CHECKSUM_ALGO = "sha256"
 _CHECKSUM = re.compile(r"sha256:[0-9a-f]{64}")
+SEAL = "seal"
+# key of both parquet files' schema metadata naming the format version of the writer (since 3)
+FOOTER_FORMAT_KEY = b"epscope.format_version"
 
 Check = Callable[[Any, str], None]
 
@@ -148,6 +158,31 @@ def _is_container(check) -> bool:
     return hasattr(check, "fields") or hasattr(check, "item") or check in (_registries, _expect, _checksums)
 
 
+# -- seals: a digest of a JSON document over itself --------------------------------------------
+def canonical(doc) -> bytes:
+    """The one byte form of a JSON value a digest is taken over: keys sorted, no spaces, ASCII
+    (Python's float repr round-trips exactly, so a document read back gives the same bytes)."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True).encode()
+
+
+def digest(doc) -> str:
+    """`sha256:<hex>` of canonical(doc)."""
+    return f"{CHECKSUM_ALGO}:{hashlib.sha256(canonical(doc)).hexdigest()}"
+
+
+def sealed(doc: dict, key: str = SEAL) -> dict:
+    """doc with `key` set to the digest of the rest of it."""
+    rest = {k: v for k, v in doc.items() if k != key}
+    return {**rest, key: digest(rest)}
+
+
+def seal_matches(doc: dict, key: str = SEAL) -> bool | None:
+    """Whether doc's `key` is the digest of the rest of it; None when doc carries no seal."""
+    if doc.get(key) is None:
+        return None
+    return doc[key] == digest({k: v for k, v in doc.items() if k != key})
+
+
 def _checksums(v, f, w):
     _obj()(v, f, w)
     want = set(DATA_FILES)
@@ -156,6 +191,11 @@ def _checksums(v, f, w):
     for k, x in v.items():
         if not isinstance(x, str) or not _CHECKSUM.fullmatch(x):
             raise w.bad(f"{f}.{k}", f"'{CHECKSUM_ALGO}:' and 64 hex digits", x)
+
+
+def _seal_field(v, f, w):
+    if not isinstance(v, str) or not _CHECKSUM.fullmatch(v):
+        raise w.bad(f, f"'{CHECKSUM_ALGO}:' and 64 hex digits", v)
 
 
 def _registries(v, f, w):
@@ -201,6 +241,7 @@ MANIFEST_FIELDS: dict[str, Callable] = {
     "warnings": _opt(_list(_obj({"type": _str, "count": _opt(_int(0)), "detail": _S}, required=("type",)))),
     "expect": _opt(_expect),
     "checksums": _opt(_checksums),
+    SEAL: _opt(_seal_field),
 }
 
 
@@ -243,11 +284,17 @@ def manifest(m, file: str = "manifest.json") -> dict:
     if version >= CHECKSUMS_SINCE and m.get("checksums") is None:
         raise InvalidManifest(f"{file}: field 'checksums' is required (format version {version} records a "
                               "checksum per data file)", "checksums")
+    if version >= SEALED_SINCE and m.get(SEAL) is None:
+        raise InvalidManifest(f"{file}: field '{SEAL}' is required (format version {version} seals its manifest)",
+                              SEAL)
     if not _depth_ok(m, MAX_DEPTH):
         raise InvalidManifest(f"{file}: nested deeper than {MAX_DEPTH} levels")
     for k, check in MANIFEST_FIELDS.items():
         if k in m:
             check(m[k], k, w)
+    if seal_matches(m) is False:   # a seal is verified whatever the version says (a downgrade keeps none)
+        raise SealMismatch(f"{file}: its content does not match its seal (the manifest was edited or damaged "
+                           "after the run was written)", file=file)
     # top-level scalars stay as written (`"error": null` is how writers say "no error", and
     # readers index it); null objects, lists and nested fields go
     return {k: _strip_nulls(v, MANIFEST_FIELDS.get(k)) for k, v in m.items()
@@ -267,12 +314,12 @@ def manifest_text(text: str | bytes, file: str = "manifest.json") -> dict:
     return manifest(m, file)
 
 
-def manifest_file(path: Path, file: str | None = None) -> dict:
-    """Read and check a manifest.json (OSError for a file that cannot be read); `file` is the
-    name errors give it (default: path)."""
-    with open(path, "rb") as f:
-        text = f.read(MAX_MANIFEST_BYTES + 1)
-    return manifest_text(text, str(path) if file is None else file)
+def manifest_file(path: Path, file: str | None = None, *, within=None) -> dict:
+    """Read and check a manifest.json (a regular file inside `within`, at most MAX_MANIFEST_BYTES:
+    atomic.read_regular; OSError for a file that cannot be read); `file` is the name errors give
+    it (default: path)."""
+    file = str(path) if file is None else file
+    return manifest_text(atomic.read_regular(path, MAX_MANIFEST_BYTES, file, within=within), file)
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -310,7 +357,9 @@ def launches(df: pd.DataFrame, file: str = "launches") -> pd.DataFrame:
                     check_range(c, v, -TIME_LIMIT_NS, TIME_LIMIT_NS)
     except SchemaError as e:
         raise InvalidEvents(f"{file}: {e}") from None
-    return pd.DataFrame(out, copy=False)
+    out = pd.DataFrame(out, copy=False)
+    unique_launches(out, file)
+    return out
 
 
 def event_times(df: pd.DataFrame, file: str = "events") -> None:
@@ -329,3 +378,114 @@ def event_times(df: pd.DataFrame, file: str = "events") -> None:
         i = int(bad.argmax())
         raise InvalidEvents(f"{file}: {int(bad.sum()):,} rows end before they begin "
                             f"(first: begin_ns {int(b[i])}, end_ns {int(e[i])})")
+
+
+# -- across tables (issue 32: 34 of 130 tables rewritten with valid checksums were accepted though
+# inconsistent: events of launches that do not exist, duplicated rows giving "147 % warp time";
+# duplicate launch keys crashed report and analyze) ----------------------------------------------
+def _keys(rank: np.ndarray, launch: np.ndarray) -> np.ndarray:
+    """(rank, launch) as one int64 per row (rank and launch are checked >= 0 before)."""
+    return (rank.astype(np.int64) << 32) | launch.astype(np.int64)
+
+
+def unique_launches(df: pd.DataFrame, file: str = "launches") -> None:
+    """Each (rank, launch) names one launch: the first row repeating an earlier key is named."""
+    k = _keys(df["rank"].to_numpy(), df["launch"].to_numpy())
+    dup = pd.Index(k).duplicated()
+    if dup.any():
+        i = int(dup.argmax())
+        first = int(np.flatnonzero(k == k[i])[0])
+        raise InconsistentRun(f"{file}: row {i} repeats the launch key (rank {int(df['rank'].iat[i])}, launch "
+                              f"{int(df['launch'].iat[i])}) of row {first} ({int(dup.sum()):,} repeated keys)")
+
+
+def events_match_launches(ev: pd.DataFrame, la: pd.DataFrame, file: str = "events", rows: np.ndarray | None = None) -> None:
+    """Every event belongs to a launch of `la` (its rank and launch), and agrees with it on the
+    iteration and the kernel; the first row that does not is named (rows: the frame's row numbers
+    in the whole table, when it is a part of it). Rows come in runs of one launch (the writer's
+    order), so only the first row of each run of equal (rank, launch, iteration, kernel) is looked
+    up: 2 M rows in ~0.02 s."""
+    if not len(ev):
+        return
+    cols = [ev["rank"].to_numpy(), ev["launch"].to_numpy(), ev["iteration"].to_numpy(), ev["kernel"].cat.codes.to_numpy()]
+    change = np.zeros(len(ev), bool)
+    change[0] = True
+    for v in cols:
+        change[1:] |= v[1:] != v[:-1]
+    first = np.flatnonzero(change)
+    rk, ln, it, kc = (v[first] for v in cols)
+    lk = _keys(la["rank"].to_numpy(), la["launch"].to_numpy())
+    order = np.argsort(lk, kind="stable")
+    ls = lk[order]
+    ek = _keys(rk, ln)
+    at = np.minimum(np.searchsorted(ls, ek), max(len(ls) - 1, 0))
+    where = (lambda j: int(rows[first[j]])) if rows is not None else (lambda j: int(first[j]))
+    bad = (ls[at] != ek) if len(ls) else np.ones(len(ek), bool)
+    if bad.any():
+        j = int(bad.argmax())
+        raise InconsistentRun(f"{file}: row {where(j)} (rank {int(rk[j])}, launch {int(ln[j])}) belongs to no launch "
+                              "of the launch table")
+    li = order[at]
+    code_of = pd.Index(ev["kernel"].cat.categories).get_indexer(la["kernel"].astype(str).to_numpy())
+    for c, got, want in (("iteration", it, la["iteration"].to_numpy()[li]), ("kernel", kc, code_of[li])):
+        bad = got != want
+        if bad.any():
+            j = int(bad.argmax())
+            show = int if c == "iteration" else (lambda x: repr(str(x)))
+            raise InconsistentRun(f"{file}: row {where(j)} has {c} {show(ev[c].iat[int(first[j])])}, its launch (rank "
+                                  f"{int(rk[j])}, launch {int(ln[j])}) has {show(la[c].iat[int(li[j])])}")
+
+
+_K1, _K2, _K3 = np.int64(0x1E3779B97F4A7C15), np.int64(0x3F58476D1CE4E5B9), np.int64(0x14D049BB133111EB)
+
+
+def _row_hash(ev: pd.DataFrame) -> np.ndarray:
+    """A 64-bit mix of each row's times, rank, block, warp and phase (equal rows, equal values;
+    rows that only share them cost an exact comparison): 2 M rows in ~0.04 s of one core."""
+    where = (ev["rank"].to_numpy().astype(np.int64) << 48) ^ (ev["block"].to_numpy().astype(np.int64) << 16) \
+        ^ ev["warp"].to_numpy().astype(np.int64) ^ (ev["phase"].cat.codes.to_numpy().astype(np.int64) << 36)
+    with np.errstate(over="ignore"):
+        return ev["begin_ns"].to_numpy() * _K1 ^ ev["end_ns"].to_numpy() * _K2 ^ where * _K3
+
+
+def no_duplicate_rows(ev: pd.DataFrame, file: str = "events", rows: np.ndarray | None = None) -> None:
+    """No two rows of the table are equal in every column (a warp records an event once: a
+    duplicated row counts its time twice); names the first repeated row and its twin."""
+    if len(ev) < 2:
+        return
+    h = _row_hash(ev)
+    s = np.sort(h)
+    same = s[1:] == s[:-1]
+    if not same.any():
+        return
+    cand = np.flatnonzero(np.isin(h, s[1:][same]))
+    sub = ev.iloc[cand]
+    dup = sub.duplicated(keep="first").to_numpy()
+    if not dup.any():
+        return   # rows that share times, rank, block, warp and phase but differ elsewhere
+    j = int(cand[int(dup.argmax())])
+    twin = int(cand[int(sub.duplicated(keep=False).to_numpy().argmax())])
+    where = (lambda x: int(rows[x])) if rows is not None else int
+    raise InconsistentRun(f"{file}: row {where(j)} repeats row {where(twin)} in every column "
+                          f"({int(dup.sum()):,} repeated rows)")
+
+
+def manifest_matches_launches(man: dict, la: pd.DataFrame, file: str = "manifest.json") -> None:
+    """What the manifest counts agrees with the launch table: the dropped records (`drops.total`
+    and `drops.per_rank`) and `world_size` (every launch's rank below it)."""
+    drops = man.get("drops")
+    per = la.groupby("rank")["dropped"].sum() if len(la) else pd.Series(dtype="int64")
+    if drops is not None:
+        total = int(la["dropped"].sum()) if len(la) else 0
+        if drops["total"] != total:
+            raise InconsistentRun(f"{file}: field 'drops.total' says {drops['total']:,} dropped records, the launch "
+                                  f"table counts {total:,}")
+        pr = drops.get("per_rank")
+        if pr is not None:
+            got = [int(per.get(r, 0)) for r in range(max(len(pr), int(per.index.max()) + 1 if len(per) else 0))]
+            if list(pr) + [0] * (len(got) - len(pr)) != got:
+                raise InconsistentRun(f"{file}: field 'drops.per_rank' says {list(pr)[:16]}, the launch table counts "
+                                      f"{got[:16]}")
+    ws = man.get("world_size")
+    if ws is not None and len(la) and int(la["rank"].max()) >= ws:
+        raise InconsistentRun(f"{file}: field 'world_size' says {ws}, the launch table has rank {int(la['rank'].max())}")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from profiler.synthetic import make_run
-from tests.profiler.damage import (Reference, failures, flip_bit, manifest_mutations, readers,
+from tests.profiler.damage import (Reference, as_written_before_checksums, failures, flip_bit, manifest_mutations, readers,
                                    viewer_serves_the_others)
 
 SEED = 19
@@ -36,11 +36,7 @@ VIEWER_EVERY = 10            # every 10th case also starts a viewer catalog
 def bases(tmp_path_factory):
     d = tmp_path_factory.mktemp("corruption")
     new = make_run(d / "with-checksums", ranks=2, events=800, perfetto=False)
-    old = Path(shutil.copytree(new, d / "before-checksums"))
-    m = json.loads((old / "manifest.json").read_text())
-    del m["checksums"]
-    m["format_version"] = 1
-    (old / "manifest.json").write_text(json.dumps(m))
+    old = as_written_before_checksums(Path(shutil.copytree(new, d / "before-checksums")))
     good = make_run(d / "good", ranks=2, events=800, perfetto=False)
     return {"new": (new, Reference.of(new)), "old": (old, Reference.of(old)), "good": good}
 
@@ -92,3 +88,34 @@ def test_manifest_fields(bases, tmp_path):
         problems += [f"{label}: {p}" for p in _check(root, run, res, ref, True, n, bases["good"])]
         shutil.rmtree(root)
     assert not problems, problems[:10]
+
+
+# -- issue 32: what surrounds the data files (benchmarks/damage_classes.py runs >= 100 a class) -------
+CLASS_SAMPLE = {"resealed tables": 7, "lying manifests": 10, "downgrades": 8, "stored analyses": 9,
+                "analyze against a rewrite": 3}
+
+
+@pytest.mark.parametrize("name", list(CLASS_SAMPLE))
+def test_damage_around_the_data_files_is_never_silent(tmp_path, name):
+    from tests.profiler.damage import run_class
+    r = run_class(name, CLASS_SAMPLE[name], SEED + 13, tmp_path)
+    assert r.cases == CLASS_SAMPLE[name]
+    assert not r.silent and not r.tracebacks, (r.silent[:5], r.tracebacks[:5])
+
+
+def test_special_files_hang_no_reader_and_are_served_by_no_one(tmp_path):
+    """A sample of the 48 special-file cases (every file a run holds once, the kinds in turn); the
+    benchmark runs them all."""
+    import tests.profiler.damage as D
+    cases = list(D.special_file_cases(tmp_path / "outside"))
+    sample = [cases[i * len(D.SPECIAL_KINDS) + i % len(D.SPECIAL_KINDS)] for i in range(len(D.SPECIAL_TARGETS))]
+    (tmp_path / "outside").mkdir()
+    base = D.make_base(tmp_path / "bases")
+    for i, (label, damage) in enumerate(sample):
+        root = tmp_path / f"case{i}"
+        run = Path(shutil.copytree(base, root / "damaged"))
+        damage(run)
+        silent, bad = D._special_served(label, run, root)
+        res = D.readers32(run, tmp_path / "out.pftrace", timeout_s=60)
+        s2, b2 = D._special_outcome(label, run, root, res, base)
+        assert not (silent or s2) and not (bad or b2), (label, bad + b2, res)

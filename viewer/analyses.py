@@ -55,7 +55,7 @@ def events(run: LoadedRun):
 def stored_results(run: LoadedRun) -> stored.Stored | None:
     """The run's stored analyses when they are current, else None (read once per loaded run: a
     run rewritten on disk is loaded again, with a new cache)."""
-    return run.cached("stored", lambda: stored.load(run.entry.path))
+    return run.cached("stored", lambda: stored.load(run.entry.path, run=run.run))   # bound to what the run read
 
 
 def span_phases(run: LoadedRun) -> list[str]:

@@ -17,7 +17,11 @@ import dash
 import flask
 from dash import Input, Output, ctx, dcc, html, no_update
 
+from profiler.atomic import open_regular
+from profiler.errors import EpscopeError
+
 from . import components as C
+from . import server as server_limits
 from .catalog import Catalog, ViewerError
 from .inputs import checked, opt, text
 from .jobs import Busy
@@ -52,8 +56,9 @@ PAGES = {
 
 URL, PAGE, NAV, RUN_SELECT = "url", "page", "nav", "run-select"
 # Largest legitimate request: the timeline sends its current figure back as state, up to 2.1 MB
-# (160 rows x 320 bins heatmap of an 8-rank 1 M-event synthetic run, measured); 8 MB leaves room.
-MAX_REQUEST_BYTES = 8 << 20
+# (160 rows x 320 bins heatmap of an 8-rank 1 M-event synthetic run, measured); 8 MB leaves room
+# (the server refuses larger bodies before the app runs: viewer.server.MAX_BODY_BYTES).
+MAX_REQUEST_BYTES = server_limits.MAX_BODY_BYTES
 MAX_PATH = 256   # characters of a URL path or query a page accepts
 
 
@@ -137,26 +142,36 @@ def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.
     def plotly_js():
         return flask.send_file(PLOTLY_JS, mimetype="text/javascript", max_age=0)
 
+    server_limits.install_request_checks(app)   # malformed framework requests: 4xx, never 500
+    _download_route(app, catalog)
+    return app
+
+
+def _download_route(app: dash.Dash, catalog: Catalog) -> None:
+    """/download/<run id>.perfetto-trace: the run's trace (the catalog's, by id only), opened as a
+    regular file (never a FIFO put there since it was found)."""
     @app.server.route("/download/<run_file>")
     def download(run_file: str):
         run_id = run_file.removesuffix(".perfetto-trace")
         try:
             path = catalog.perfetto_trace(run_id)
+            f = open_regular(path)   # a regular file only, opened without blocking (never a FIFO put there since)
         except ViewerError as e:
             return flask.Response(str(e), status=404, mimetype="text/plain")
-        return flask.send_file(path, as_attachment=True, download_name=f"{run_id}.perfetto-trace",
+        except (OSError, EpscopeError) as e:
+            return flask.Response(catalog.shown(f"Run '{run_id[:80]}': its trace cannot be read ({e})"), status=404,
+                                  mimetype="text/plain")
+        return flask.send_file(f, as_attachment=True, download_name=f"{run_id[:200]}.perfetto-trace",
                                mimetype="application/octet-stream")
-
-    return app
 
 
 def serve(roots, host: str = "127.0.0.1", port: int = 8050) -> None:
-    """Serve the viewer until interrupted, on viewer.server's bounded server (capped connections,
-    idle ones closed) instead of Dash's app.run, which starts werkzeug's unbounded one."""
-    from .server import limit_malloc_arenas, make_server
-    limit_malloc_arenas()   # before the job and request threads start
+    """Serve the viewer until interrupted, on viewer.server's waitress server (requests read whole
+    before a worker sees them, its limits set) instead of Dash's app.run, which starts werkzeug's
+    development server."""
+    server_limits.limit_malloc_arenas()   # before the job and request threads start
     app = create_app(roots)
-    srv = make_server(app.server, host, port)   # binds now: a port in use is an OSError, one line in the CLI
+    srv = server_limits.make_server(app.server, host, port)   # binds now: a port in use is an OSError, one line in the CLI
     # what importing Dash, pandas and pyarrow made lives as long as the server: out of the collector's
     # way (a full collection, as release_memory makes, went through ~150 k such objects: 70-90 ms)
     gc.collect()
@@ -169,8 +184,8 @@ def serve(roots, host: str = "127.0.0.1", port: int = 8050) -> None:
     # as long as the server runs
     print(f"open http://{host}:{port}/", flush=True)
     try:
-        srv.serve_forever()
+        srv.run()
     except KeyboardInterrupt:
         pass
     finally:
-        srv.server_close()
+        srv.close()

@@ -19,6 +19,7 @@ relative to the root they were found under (`Catalog.shown`), never the server's
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import tempfile
@@ -73,6 +74,7 @@ class RunEntry:
     status: str = "ok"       # runstore.RunCheck.status: ok, timeout, corrupt, unreadable, newer format, empty
     num_events: int | None = None
     signature: tuple = ()
+    note: str | None = None  # what is not verified (runstore.RunCheck.note: no checksums, no seal), as `epscope check` says
 
     @property
     def name(self) -> str:
@@ -160,6 +162,16 @@ class LoadedRun:
                     self._locks[key] = (lock, users - 1)
 
 
+def _exists(p: Path) -> bool:
+    """Whether anything is at p (not followed if a link); a directory that cannot be read raises
+    (PermissionError: the walk notes it), unlike os.path.lexists, which says False."""
+    try:
+        p.lstat()
+        return True
+    except FileNotFoundError:
+        return False
+
+
 def _slug(parts: tuple[str, ...]) -> str:
     s = "~".join(parts) if parts else "run"
     return re.sub(r"[^A-Za-z0-9_.~-]+", "_", s)
@@ -217,7 +229,7 @@ class Catalog:
         if previous is not None and previous.path == path and previous.signature == sig:
             return previous
         c = runstore.check_run(path, within=self.roots)
-        return RunEntry(run_id, path, root, c.manifest, self.shown(c.problem), c.status, c.num_events, sig)
+        return RunEntry(run_id, path, root, c.manifest, self.shown(c.problem), c.status, c.num_events, sig, c.note)
 
     def shown(self, msg: str | None) -> str | None:
         """msg with the roots' absolute paths taken out: a path under a root reads relative to
@@ -270,7 +282,7 @@ class Catalog:
             try:
                 if not self._inside(d):             # symlinks out of the roots are not followed
                     continue
-                if (d / MANIFEST).is_file() or (d / MANIFEST).is_symlink():
+                if _exists(d / MANIFEST):   # whatever it is (a FIFO too): the run's check says what is wrong
                     is_run = True
                 else:
                     is_run = False
@@ -377,7 +389,7 @@ class Catalog:
             raise ViewerError(f"Run '{entry.name}' has no events to show (the event table is empty).")
         if run.manifest is not entry.manifest:
             entry = RunEntry(entry.run_id, entry.path, entry.root, run.manifest, None, run.status,
-                             run.num_events, entry.signature)
+                             run.num_events, entry.signature, run.verified)
         return LoadedRun(entry, run, run.launches, sig, self._params,
                          read_events=lambda: self._read_events(entry, run))
 
@@ -432,7 +444,10 @@ class Catalog:
         except Exception as e:
             raise ViewerError(self.shown(describe_load_error(entry.name, e))) from e
         token = run.version_id or "%x" % (hash(_signature(entry.path)) & 0xFFFFFFFF)
-        out = self.cache_dir / f"{entry.run_id}~{token}.perfetto-trace"
+        # named by a digest of the run id: a run id is as long as its directory's path under the root
+        # (a 250-character name made the file name too long for the file system: HTTP 500, issue 32)
+        stem = hashlib.sha256(entry.run_id.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        out = self.cache_dir / f"{stem}~{token[:32]}.perfetto-trace"
         if out.is_file():
             return out
         with self._lock:
@@ -445,7 +460,7 @@ class Catalog:
                 except Exception as e:
                     raise ViewerError(self.shown(f"Could not export run '{entry.name}' to Perfetto: "
                                                  f"{type(e).__name__}: {e}")) from e
-                for old in self.cache_dir.glob(f"{entry.run_id}~*.perfetto-trace"):   # earlier versions
+                for old in self.cache_dir.glob(f"{stem}~*.perfetto-trace"):   # earlier versions
                     if old != out:
                         old.unlink(missing_ok=True)
         return out

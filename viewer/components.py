@@ -137,6 +137,9 @@ def run_header(entry, extra=None) -> html.Div:
     status = str(m.get("status") or "ok")
     if status != "ok":
         bits.append(html.Span(status, className="run-status bad", title=str(m.get("error") or status)))
+    note = getattr(entry, "note", None)
+    if note:   # what `epscope check` says is not verified, said where the run is shown
+        bits.append(html.Span("not verified", className="run-status bad", title=note, id="run-not-verified"))
     return html.Div([
         html.Div(bits, className="run-title"),
         html.Div(" · ".join(meta), className="run-meta"),

@@ -9,12 +9,13 @@ page before, issue 20). Layout, one directory placed in one rename (profiler.ato
     RUN/analysis/<report>.<field>.parquet     one DataFrame field of a report (zstd)
     RUN/analysis/<report>.<...>.evidence.parquet   a verdict's evidence rows
 
-    {"format": "epscope-analysis-results", "format_version": 3,
+    {"format": "epscope-analysis-results", "format_version": 4,
      "analysis_version": summary.ANALYSIS_VERSION,
-     "data": {"events.parquet": "<sha256>", "launches.parquet": "<sha256>"},   # summary.data_hashes
+     "data": {"events.parquet": "<sha256>", "launches.parquet": "<sha256>"},   # summary.binding
+     "registry": "sha256:<hex>",                                               # summary.binding
      "run": {"span_phases": ["copy_out", ...], "ranks": [0, 1]},
      "tables": {"critical_path.segments": {"file": "critical_path.segments.parquet",
-                                           "sha256": "<hex>", "rows": 123}, ...},
+                                           "sha256": "<hex>", "rows": 123, "bytes": 4567}, ...},
      "reports": {"critical_path": {"pacing_rank": 1, "verdict": {<Verdict fields by name>},
                                    "warnings": [{"type": "UndeclaredPhases", "count": 2, "detail": ""}]},
                  "idle": {"verdict": {...}, "warnings": [...], "findings": [{...}, ...]},
@@ -29,11 +30,17 @@ without it, reads as not current). `timeline` is the timeline's overview
 so the viewer draws the whole run without reading events (format 3; older formats read as not
 current and are computed again).
 
+Format 4 (issue 32) is the envelope summary.py describes: `data` and `registry` are what the
+analysed Run read (summary.binding, not the files when the results are written), the index
+carries a `seal` over itself (validate.sealed) and each table its size; every file is read as a
+regular file inside the caller's roots, bounded (MAX_INDEX_BYTES, each table's `bytes`).
+
 Every object is read by name and checked (exactly the dataclass' fields, each of its type); a
 verdict's evidence and a report's DataFrames name their table. A result of other data (the data
-files' SHA-256 differ), of another analysis version, of another format, damaged (a table's
-SHA-256 differs, a field missing or of the wrong type) or half replaced is not served: `load`
-returns None and the caller computes. The critical path comes back without its dependency graph
+files' SHA-256 differ, or differ from what the reading Run read), of another registry, of another
+analysis version, of another format, unsealed or damaged (its seal or a table's SHA-256 differs, a
+field missing or of the wrong type) or half replaced is not served: `load` returns None and the
+caller computes. `verify` says which (`epscope check`). The critical path comes back without its dependency graph
 (`graph=None`): what needs the graph (the exact what-if) builds it again.
 """
 from __future__ import annotations
@@ -53,8 +60,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from profiler import atomic, errors
-from profiler.errors import RunExists
+from profiler import atomic, errors, validate
+from profiler.errors import EpscopeError, RunExists
 from profiler.expect import Cause, Direction
 
 from . import chunked
@@ -73,6 +80,8 @@ DIR = "analysis"
 INDEX = "results.json"
 FORMAT = "epscope-analysis-results"
 FORMAT_VERSION = 4
+# The bundled runs' indexes hold 13 kB at most; a 100 M-event run's overview meta some 100 kB.
+MAX_INDEX_BYTES = 16 << 20
 REPORTS = {"critical_path": CriticalPath, "idle": IdleReport, "barriers": BarrierReport, "time_model": TimeModel,
            "compare": CMP.RunInputs}
 # fields a report keeps in memory only: the critical path's dependency graph (rebuilt on demand);
@@ -126,10 +135,10 @@ def ranks_of(events: pd.DataFrame) -> list[int]:
 
 def _run_columns(run) -> pd.DataFrame:
     """The kind, phase and rank columns of the run (what span_phases and ranks_of read), without
-    reading the other columns of a run whose events are not in memory."""
-    from profiler import runstore
-    p = run.files.events if run.files else Path(run.path) / runstore.EVENTS
-    return pq.read_table(p, columns=["kind", "phase", "rank"]).to_pandas()
+    reading the other columns of a run whose events are not in memory: from the bytes the run's
+    analyses read (Run.open_events checks them against the pinned hash)."""
+    with run.open_events() as f:
+        return pq.ParquetFile(f).read(columns=["kind", "phase", "rank"]).to_pandas()
 
 
 # -- writing -----------------------------------------------------------------------------------
@@ -174,7 +183,7 @@ class _Writer:
         file = f"{name}.parquet"
         with atomic.create_exclusive(self.where / file) as f:
             f.write(b)
-        self.tables[name] = {"file": file, "sha256": _sha(b), "rows": int(len(df))}
+        self.tables[name] = {"file": file, "sha256": _sha(b), "rows": int(len(df)), "bytes": len(b)}
         self._by_id.setdefault(id(df), name)
         return name
 
@@ -247,8 +256,7 @@ def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None, 
     dest = Path(run.path) / DIR
     atomic.clean_leftovers(dest)
     cols = events if events is not None else _run_columns(run)
-    index = {"format": FORMAT, "format_version": FORMAT_VERSION, "analysis_version": summary.ANALYSIS_VERSION,
-             "data": summary.data_hashes(run.path),
+    index = {"format": FORMAT, "format_version": FORMAT_VERSION, **summary.binding(run),
              "run": {"span_phases": span_phases(cols), "ranks": ranks_of(cols)}}
     del cols
     tmp, fd = atomic.make_temp_dir(dest)
@@ -263,6 +271,7 @@ def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None, 
         index["timeline"] = {"meta": meta, "tables": {k: w.table(f"timeline.{k}", df) for k, df in tables.items()}}
         index["tables"] = w.tables
         index["reports"] = reports
+        index = validate.sealed(json.loads(json.dumps(index)))   # sealed as it reads back
         with atomic.create_exclusive(tmp / INDEX) as f:
             f.write((json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
             f.flush()
@@ -286,9 +295,26 @@ def store_run(path, *, step=None) -> Path:
     step(f"analysing {run.num_events:,} events")
     res = summary.analyze(run)
     step("storing the results")
-    summary.store(run, res)
-    small = run.num_events <= chunked.MAX_EVENTS
-    return store(run, res, events=run.events if small else None)
+    try:
+        summary.store(run, res)
+        small = run.num_events <= chunked.MAX_EVENTS
+        return store(run, res, events=run.events if small else None)
+    except FileNotFoundError:   # the directory written into went away: the run re-recorded meanwhile?
+        _raise_if_rewritten(run)
+        raise
+
+
+def _raise_if_rewritten(run) -> None:
+    """RunChanged when the run at run.path is no longer the one read (another write's manifest, or
+    none while a rewrite swaps the directory): results of it were bound to the old bytes anyway."""
+    from profiler.runreader import read_manifest
+    try:
+        now = read_manifest(run.path).get("version_id")
+    except EpscopeError:
+        now = None
+    if now is None or now != run.version_id:
+        raise errors.RunChanged(f"{run.path}: the run was rewritten while its analyses were being stored; "
+                                "they were not stored (`epscope analyze` it again)") from None
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -335,22 +361,24 @@ _VERDICT_CHECKS = {
 
 
 class _Reader:
-    def __init__(self, where: Path, tables: dict):
+    def __init__(self, where: Path, tables: dict, within=None):
         _need(isinstance(tables, dict), "tables: not an object")
-        self.where, self.tables, self._read = where, tables, {}
+        self.where, self.tables, self._read, self.within = where, tables, {}, within
 
     def table(self, name) -> pd.DataFrame:
         _need(isinstance(name, str) and name in self.tables, f"no table {name!r}")
         if name in self._read:
             return self._read[name]
         t = self.tables[name]
-        _need(isinstance(t, dict) and set(t) == {"file", "sha256", "rows"}, f"table {name}: its fields")
+        _need(isinstance(t, dict) and set(t) == {"file", "sha256", "rows", "bytes"}, f"table {name}: its fields")
         _need(isinstance(t["file"], str) and "/" not in t["file"] and not t["file"].startswith("."),
               f"table {name}: file name")
-        fd = os.open(self.where / t["file"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            b = f.read()
-        _need(_sha(b) == t["sha256"], f"table {name}: content differs from its checksum")
+        _need(_is_int(t["bytes"]) and t["bytes"] >= 0, f"table {name}: its size")
+        try:
+            b = atomic.read_regular(self.where / t["file"], t["bytes"], within=self.within)
+        except EpscopeError as e:
+            raise Invalid(f"table {name}: {e}") from None
+        _need(len(b) == t["bytes"] and _sha(b) == t["sha256"], f"table {name}: content differs from its checksum")
         df = pq.read_table(pa.BufferReader(b)).to_pandas()
         _need(len(df) == t["rows"], f"table {name}: rows")
         self._read[name] = df
@@ -418,51 +446,93 @@ class _Reader:
         return cls(**kw)
 
 
-def _read_index(d: Path) -> dict | None:
+def read_index(d: Path, within=None) -> dict:
+    """The index of the stored results in directory d: a regular file of at most MAX_INDEX_BYTES
+    inside `within`, of this format, its seal intact; Invalid (or OSError) saying what is wrong."""
     try:
-        fd = os.open(d / INDEX, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            index = json.loads(f.read())
-    except (OSError, ValueError):
+        index = json.loads(atomic.read_regular(d / INDEX, MAX_INDEX_BYTES, within=within))
+    except EpscopeError as e:
+        raise Invalid(str(e)) from None
+    except ValueError as e:
+        raise Invalid(f"{INDEX}: not JSON ({e})") from None
+    _need(isinstance(index, dict) and index.get("format") == FORMAT, f"{INDEX}: not an index of stored results")
+    summary.check_sealed(index, FORMAT_VERSION, INDEX)
+    return index
+
+
+def _read_index(d: Path, within=None) -> dict | None:
+    try:
+        return read_index(d, within)
+    except (ValueError, OSError):   # Invalid, summary.Stale
         return None
-    return index if isinstance(index, dict) else None
 
 
-def current(run_dir, *, check_data: bool = True) -> bool:
-    """Whether RUN/analysis/ holds results of this format and analysis version for the run's data
-    as it is now (reads the index only)."""
-    index = _read_index(Path(run_dir) / DIR)
-    return index is not None and _is_current(index, Path(run_dir), check_data)
+def current(run_dir, *, check_data: bool = True, run=None, within=None) -> bool:
+    """Whether RUN/analysis/ holds sealed results of this format, analysis version and registry
+    for the run's data as it is now (reads the index only)."""
+    index = _read_index(Path(run_dir) / DIR, within)
+    return index is not None and summary.mismatch(index, Path(run_dir), run=run, within=within,
+                                                  check_data=check_data) is None
 
 
-def _is_current(index: dict, run_dir: Path, check_data: bool) -> bool:
-    if (index.get("format"), index.get("format_version"), index.get("analysis_version")) != (
-            FORMAT, FORMAT_VERSION, summary.ANALYSIS_VERSION):
-        return False
-    return not check_data or index.get("data") == summary.data_hashes(run_dir)
-
-
-def load(run_dir, *, check_data: bool = True) -> Stored | None:
-    """The run's stored results when they are current (this format and analysis version, the
-    run's data unchanged) and read whole and intact; else None (the caller computes them).
-    check_data=False skips comparing the data files' hashes (the caller did)."""
+def load(run_dir, *, check_data: bool = True, run=None, within=None) -> Stored | None:
+    """The run's stored results when they are current (sealed, this format, analysis version and
+    registry, bound to the run's data as it is now and to what `run` read when given) and read
+    whole and intact; else None (the caller computes them). check_data=False skips comparing the
+    data files' hashes (the caller did). within: the roots every file must lie in (default: the
+    Run's)."""
     run_dir = Path(run_dir)
+    within = within if within is not None or run is None else run.within
     d = run_dir / DIR
     if d.is_symlink():
         return None
     for _ in range(2):                  # a write swapping the directory mid-read: once more
-        index = _read_index(d)
-        if index is None or not _is_current(index, run_dir, check_data):
+        index = _read_index(d, within)
+        if index is None or summary.mismatch(index, run_dir, run=run, within=within, check_data=check_data):
             return None
         try:
-            return _load(d, index)
+            return _load(d, index, within)
         except (Invalid, OSError, ValueError, TypeError, KeyError, pa.ArrowException):
             continue
     return None
 
 
-def _load(d: Path, index: dict) -> Stored:
-    r = _Reader(d, index.get("tables"))
+def verify(run_dir, *, run=None, within=None) -> str | None:
+    """What is wrong with the run's stored results, read whole (`epscope check`): None when there
+    are none, or they are current and intact; else one line. A line starting "stale" names results
+    that are intact but of other data, registry or analysis version (not shown; `epscope analyze`
+    stores them again); any other line is damage."""
+    run_dir = Path(run_dir)
+    out = []
+    d = run_dir / DIR
+    if os.path.lexists(d):
+        try:
+            index = read_index(d, within)
+            _load(d, index, within)
+            why = summary.mismatch(index, run_dir, run=run, within=within)
+            if why:
+                out.append(f"stale: {DIR}/ {why}")
+        except summary.Stale as e:
+            out.append(f"stale: {DIR}/ {e}")
+        except (Invalid, OSError, ValueError, TypeError, KeyError, pa.ArrowException) as e:
+            out.append(f"{DIR}/: {' '.join(str(e).split())[:300]}")
+    if os.path.lexists(run_dir / summary.FILE):
+        try:
+            doc = summary.read(run_dir, within=within)
+            why = summary.mismatch(doc, run_dir, run=run, within=within)
+            if why:
+                out.append(f"stale: {summary.FILE} {why}")
+        except summary.Stale as e:
+            out.append(f"stale: {summary.FILE} {e}")
+        except (EpscopeError, OSError, ValueError) as e:
+            msg = " ".join(str(e).split())[:300]
+            out.append(msg if msg.startswith(summary.FILE) else f"{summary.FILE}: {msg}")
+    damaged = [x for x in out if not x.startswith("stale")]
+    return "; ".join(damaged or out) or None
+
+
+def _load(d: Path, index: dict, within=None) -> Stored:
+    r = _Reader(d, index.get("tables"), within)
     reps = index.get("reports")
     _need(isinstance(reps, dict) and set(reps) == set(REPORTS), "reports")
     got = {name: r.report(name, reps[name]) for name in REPORTS}

@@ -3,19 +3,29 @@
 The Runs page lists every run under its roots and must not analyse them all on each visit, so it
 reads what `epscope analyze RUN...` stored: per kernel the op latency after entry and the entry
 skew (profiler.analysis.timemodel, medians over iterations of the per-iteration sums), the late
-entry, and each page's verdict. The file names the analysis version and the SHA-256 of the data
-files it was computed from: a summary of other data, or of an older analysis, is stale and never
-shown as current (`load` returns None and the page says the run is not analysed).
+entry, and each page's verdict.
 
-    {"format": "epscope-analysis-summary", "analysis_version": 2,
-     "data": {"events.parquet": "<sha256>", "launches.parquet": "<sha256>"},
+Its envelope (issue 32; shared with RUN/analysis/, profiler.analysis.stored): what it was computed
+from, taken from the Run that was analysed (`binding`), not from the files when it is written: the
+SHA-256 of the exact bytes read (runreader.Run.data_hashes: a run re-recorded while `epscope
+analyze` ran got the old run's verdicts marked current in 2 of 3 trials before), the digest of the
+manifest's registry (a registry changed through update_manifest left results "current"), the
+analysis version; and a seal over the whole file (validate.sealed: 179 of 750 bit flips of stored
+results were served as current before). A summary whose seal, envelope or format does not match
+the run as it is now is never shown (`load` returns None and the page says the run is not
+analysed); `mismatch` says why (`epscope check`). It is read as a regular file of at most
+MAX_BYTES, inside the caller's roots.
+
+    {"format": "epscope-analysis-summary", "format_version": 2, "analysis_version": 2,
+     "data": {"events.parquet": "<sha256>", "launches.parquet": "<sha256>"}, "registry": "sha256:<hex>",
      "iterations": 2, "op_latency_ns": 561000.0, "entry_skew_ns": 20000000.0,
      "kernels": {"dispatch": {"op_latency_ns": ..., "entry_skew_ns": ...}, ...},
      "late_entry": {"rank": 1, "side": "host", "state": "alarm" | "borderline" | "none",
                     "late_in": {"0": 0, "1": 2}, "decision": {<decision.to_json>}, "notes": ["..."]} | null,
      "verdicts": {"critical_path": {"alarm": true, "cause": "host_bound", "rank": 1, "kernel": ..., "phase": ...,
                                     "headline": "...", "facts": [...], "notes": [...],
-                                    "decisions": [{<decision.to_json>}, ...]}, "idle": {...}, "barriers": {...}}}
+                                    "decisions": [{<decision.to_json>}, ...]}, "idle": {...}, "barriers": {...}},
+     "op_before_entry": {...} | null, "seal": "sha256:<hex>"}
 
 The late entry and every verdict are the pages' own objects (profiler.analysis.late_entry, the
 reports' verdicts): the Runs page shows the same sentences and numbers as the pages.
@@ -28,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from profiler import atomic, hashcache
+from profiler import atomic, hashcache, validate
+from profiler.errors import EpscopeError
 
 from . import chunked
 from . import decision as D
@@ -40,22 +51,70 @@ FORMAT = "epscope-analysis-summary"
 # bump when anything a summary holds is computed differently (its stored copies then read as stale)
 ANALYSIS_VERSION = 2
 DATA_FILES = ("events.parquet", "launches.parquet")
+# the envelope's format (1: no seal, no registry, data hashes taken when written: never current)
+FORMAT_VERSION = 2
+# The bundled runs' summaries hold 2.5 kB at most; a run of a hundred kernels ~12 kB. A 90 MB one
+# added 2.2 GB kept by the Runs page's cache (issue 32).
+MAX_BYTES = 1 << 20
 
 
-def _file_hash(p: Path) -> str | None:
+class Stale(ValueError):
+    """A stored result of another format than this epscope writes: not current, not damaged."""
+
+
+def _file_hash(p: Path, within=None) -> str | None:
     # remembered across processes by the file's identity and change times (profiler.hashcache:
     # a 10 M-event events.parquet took 0.1-0.3 s to hash on each cold open, issue 20)
-    return hashcache.sha256(p)
+    return hashcache.sha256(p, within=within)
 
 
-def data_hashes(run_dir: Path) -> dict:
-    """{data file: SHA-256 hex} of the run's data files that exist."""
+def data_hashes(run_dir: Path, within=None) -> dict:
+    """{data file: SHA-256 hex} of the run's data files that exist, as they are now (regular
+    files inside `within` only)."""
     out = {}
     for name in DATA_FILES:
-        h = _file_hash(Path(run_dir) / name)
+        h = _file_hash(Path(run_dir) / name, within)
         if h is not None:
             out[name] = h
     return out
+
+
+def registry_digest(manifest: dict) -> str:
+    """The digest of the manifest's phase registries (what the analyses read of it)."""
+    return validate.digest(manifest.get("registry") or {})
+
+
+def binding(run) -> dict:
+    """What results computed from the loaded run (runreader.Run) are bound to: the hashes of the
+    bytes it read (pinned by the reads: the data analysed, whatever the files hold now), its
+    registry, this analysis version."""
+    return {"analysis_version": ANALYSIS_VERSION, "data": run.data_hashes(), "registry": registry_digest(run.manifest)}
+
+
+def mismatch(doc: dict, run_dir: Path, *, run=None, manifest: dict | None = None, within=None,
+             check_data: bool = True) -> str | None:
+    """Why a stored result's envelope (`binding` in doc) does not fit the run now, or None when it
+    does: another analysis version, another registry than the manifest's (`manifest`, else the
+    Run's, else read), other data than the files hold now and than `run` read (check_data=False
+    skips the files: the caller compared them)."""
+    if doc.get("analysis_version") != ANALYSIS_VERSION:
+        return f"of analysis version {doc.get('analysis_version')!r}, this epscope computes {ANALYSIS_VERSION}"
+    if manifest is None:
+        if run is not None:
+            manifest = run.manifest
+        else:
+            from profiler.runreader import read_manifest
+            try:
+                manifest = read_manifest(run_dir, within=within)
+            except EpscopeError as e:
+                return f"the run's manifest cannot be read ({type(e).__name__})"
+    if doc.get("registry") != registry_digest(manifest):
+        return "computed with another phase registry than the manifest's"
+    if run is not None and doc.get("data") != run.data_hashes():
+        return "computed from other data than the run holds"
+    if check_data and doc.get("data") != data_hashes(run_dir, within):
+        return "computed from other data than the run's files hold now"
+    return None
 
 
 def _num(x) -> float | None:
@@ -91,7 +150,7 @@ def summarize(run, res: chunked.Results | None = None) -> dict:
                           "facts": list(v.facts), "notes": list(v.notes),
                           "decisions": [D.to_json(d) for d in v.decisions]}
     return {
-        "format": FORMAT, "analysis_version": ANALYSIS_VERSION, "data": data_hashes(run.path),
+        "format": FORMAT, "format_version": FORMAT_VERSION, **binding(run),
         "iterations": int(len(it)),
         "op_latency_ns": _num(np.nanmedian(it["op_latency_ns"].to_numpy(float))) if len(it) and
         it["op_latency_ns"].notna().any() else None,
@@ -129,7 +188,7 @@ def store(run, res: chunked.Results | None = None) -> Path:
     """Compute (or take `res`, analyze(run)) and write RUN/analysis-summary.json atomically (profiler.atomic: an exclusive,
     locked temporary beside it, renamed into place; never through a link, never over a file that
     is not a regular one); returns its path."""
-    data = summarize(run, res)
+    data = validate.sealed(json.loads(json.dumps(summarize(run, res))))   # sealed as it reads back
     dest = Path(run.path) / FILE
     with atomic.TempFile(dest) as t:
         t.file.write((json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
@@ -137,16 +196,38 @@ def store(run, res: chunked.Results | None = None) -> Path:
     return dest
 
 
-def load(run_dir: Path, *, check_data: bool = True) -> dict | None:
-    """The stored summary when it is current (this analysis version, the run's data unchanged),
-    else None. check_data=False skips hashing the data files (the caller checked them)."""
-    p = Path(run_dir) / FILE
+def read(run_dir: Path, *, within=None) -> dict:
+    """The stored summary as a sealed document of this format (bounded read of a regular file
+    inside `within`); ValueError or OSError saying what is wrong, EpscopeError for a special or
+    outside file."""
+    doc = json.loads(atomic.read_regular(Path(run_dir) / FILE, MAX_BYTES, within=within))
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError("not an analysis summary")
+    check_sealed(doc, FORMAT_VERSION, FILE)
+    return doc
+
+
+def check_sealed(doc: dict, version: int, name: str) -> None:
+    """A stored result's seal and format: a seal that does not match is damage (ValueError), even
+    when the damage hit the format's version; without a seal, a result of an older format is Stale
+    (written before seals), one claiming this format is damage."""
+    sealed = validate.seal_matches(doc)
+    if sealed is False:
+        raise ValueError(f"{name}: its content does not match its seal")
+    if doc.get("format_version", 1) != version:
+        raise Stale(f"of format {doc.get('format_version', 1)!r}, this epscope reads {version}")
+    if sealed is None:
+        raise ValueError(f"{name}: carries no seal (this format seals every result)")
+
+
+def load(run_dir: Path, *, check_data: bool = True, run=None, manifest: dict | None = None, within=None) -> dict | None:
+    """The stored summary when it is current (sealed, this format and analysis version, bound to
+    the run's registry and data as they are now, and to what `run` read when given), else None.
+    check_data=False skips hashing the data files (the caller checked them)."""
     try:
-        data = json.loads(p.read_text())
-    except (OSError, ValueError):
+        data = read(run_dir, within=within)
+    except (OSError, ValueError, EpscopeError):
         return None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("analysis_version") != ANALYSIS_VERSION:
-        return None
-    if check_data and data.get("data") != data_hashes(run_dir):
+    if mismatch(data, Path(run_dir), run=run, manifest=manifest, within=within, check_data=check_data):
         return None
     return data

@@ -59,10 +59,14 @@ def broken_runs(root: Path, good: Path) -> dict[str, Path]:
 
 
 def _copy_with(d: Path, good: Path, changes: dict) -> Path:
+    """A copy of the run with its manifest changed and sealed again (as a writer would leave it:
+    what the changed field says decides, not the seal)."""
+    from profiler import validate
+
     d.mkdir(parents=True)
     m = json.loads((good / "manifest.json").read_text())
     m.update(changes)
-    (d / "manifest.json").write_text(json.dumps(m))
+    (d / "manifest.json").write_text(json.dumps(validate.sealed(m) if validate.SEAL in m else m))
     for f in ("events.parquet", "launches.parquet"):
         (d / f).write_bytes((good / f).read_bytes())
     return d

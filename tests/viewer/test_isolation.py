@@ -52,14 +52,16 @@ def root(tmp_path_factory):
 def unreadable(monkeypatch, root):
     """A directory the server may not list (tests run as root, where chmod 000 does not stop
     reading: the permission error is raised where the walk lists it)."""
-    real = Path.is_file
     target = root / "unreadable"
 
-    def is_file(self):
-        if self.parent == target or self == target:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real(self)
-    monkeypatch.setattr(Path, "is_file", is_file)
+    def denied(real):
+        def method(self, *a, **k):
+            if self.parent == target or self == target:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self, *a, **k)
+        return method
+    for name in ("is_file", "lstat"):   # the walk asks whether a manifest is there with lstat
+        monkeypatch.setattr(Path, name, denied(getattr(Path, name)))
 
 
 def route(app, path, run=None):
