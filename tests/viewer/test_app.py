@@ -178,7 +178,7 @@ def test_what_if_reports_projected_change(app):
     assert "less than 100" in text_of(bad[CpIds.RESULT]["children"])
 
 
-CMP_OUT = [(CmpIds.RESULT, "children"), (CmpIds.TICK, "disabled")]
+CMP_OUT = [(CmpIds.RESULT, "children"), (CmpIds.TICK, "disabled"), (CmpIds.TICK, "max_intervals")]
 
 
 def _compare(app, a, b):

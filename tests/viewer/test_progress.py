@@ -50,7 +50,7 @@ def _route(app, path, run):
 
 
 def _poll(app, path, run):
-    return call(app, [(P.ROOT, "children"), (P.BOX, "children")], [(P.TICK, "n_intervals", 1)],
+    return call(app, [(P.ROOT, "children"), (P.BOX, "children"), (P.TICK, "max_intervals")], [(P.TICK, "n_intervals", 1)],
                 state=[(P.TARGET, "data", {"path": path, "run": run})])
 
 
@@ -67,6 +67,7 @@ def test_a_page_comes_at_once_as_its_progress_state_then_fills_in(app, hold):
     assert P.TICK in _ids(page) and "idle-verdict" not in _ids(page)
     r = _poll(app, "/idle", "starved")                                       # still computing
     assert P.ROOT not in r and "idle warps:" in text_of(r[P.BOX]["children"])
+    assert r[P.TICK]["max_intervals"] == 2      # one tick more after this answer (tick 1), never two in flight
     go.set()
     assert app.catalog.jobs.wait([("starved", "idle")], T)
     done = _poll(app, "/idle", "starved")[P.ROOT]["children"]
@@ -127,7 +128,8 @@ def _figure(app, run, cp_ready):
 
 def _cp_state(app, run):
     return call(app, [(TlIds.CP_READY, "data"), (TlIds.CP_TICK, "disabled"), (TlIds.CP_STATE, "children"),
-                      (TlIds.CP_STATE, "className")], [(TlIds.CP_TICK, "n_intervals", 1)],
+                      (TlIds.CP_STATE, "className"), (TlIds.CP_TICK, "max_intervals")],
+                [(TlIds.CP_TICK, "n_intervals", 1)],
                 state=[(TlIds.RUN, "data", run)])
 
 
@@ -142,7 +144,7 @@ def test_the_timeline_draws_before_its_critical_path_and_adds_it_when_computed(a
     assert fig["data"][0]["type"] == "heatmap" and not any(t.get("name") == "critical path" for t in fig["data"])
     st = _cp_state(app, "late")
     assert TlIds.CP_READY not in st and "pending" in st[TlIds.CP_STATE]["className"]
-    assert "critical path:" in st[TlIds.CP_STATE]["children"]
+    assert "critical path:" in st[TlIds.CP_STATE]["children"] and st[TlIds.CP_TICK]["max_intervals"] == 2
     go.set()
     assert app.catalog.jobs.wait([("late", "critical")], T)
     st = _cp_state(app, "late")
@@ -164,7 +166,7 @@ def test_the_timeline_says_when_its_critical_path_failed(app, hold):
 @pytest.mark.parametrize("target", [{"path": "/", "run": "late"}, {"path": "/nowhere", "run": "late"},
                                     {"path": "/idle", "run": "nope"}, {"path": "/idle", "run": ["x"]}, "abc", None])
 def test_a_wrong_progress_target_is_a_message_not_a_500(app, target):
-    r = post(app, [(P.ROOT, "children"), (P.BOX, "children")], [(P.TICK, "n_intervals", 1)],
+    r = post(app, [(P.ROOT, "children"), (P.BOX, "children"), (P.TICK, "max_intervals")], [(P.TICK, "n_intervals", 1)],
              state=[(P.TARGET, "data", target)])
     assert r.status_code == 200 and "Traceback" not in r.get_data(as_text=True)
 
@@ -187,6 +189,7 @@ def test_a_what_if_still_computing_shows_its_progress_then_its_result(app, hold,
     pending = call(app, [(Cp.WHATIF_BOX, "children")], [(Cp.WHATIF_TICK, "n_intervals", 1)],
                    state=[(Cp.WHATIF_ASKED, "data", asked)])[Cp.WHATIF_BOX]["children"]
     assert Cp.WHATIF_TICK in _ids(pending) and Cp.WHATIF_BOX not in _ids(pending)
+    assert '"max_intervals": 1' in json.dumps(pending)     # its poll ticks once, after this answer
     go.set()
     assert app.catalog.jobs.wait([("late",) + analyses.what_if_key("send_chunk", 0.3, None)], T)
     done = call(app, [(Cp.WHATIF_BOX, "children")], [(Cp.WHATIF_TICK, "n_intervals", 1)],
@@ -230,10 +233,10 @@ def test_compare_polls_while_each_runs_samples_are_computed(app, monkeypatch):
         assert go.wait(T)
         return real(run)
     monkeypatch.setattr(analyses, "_compare_inputs", held)
-    outs = [(Cmp.RESULT, "children"), (Cmp.TICK, "disabled")]
+    outs = [(Cmp.RESULT, "children"), (Cmp.TICK, "disabled"), (Cmp.TICK, "max_intervals")]
     state = [(Cmp.A, "value", ["ab~a1"]), (Cmp.B, "value", ["ab~b1"])]
     r = call(app, outs, [(Cmp.GO, "n_clicks", 1), (Cmp.TICK, "n_intervals", None)], state=state)
-    assert r[Cmp.TICK]["disabled"] is False
+    assert r[Cmp.TICK]["disabled"] is False and r[Cmp.TICK]["max_intervals"] == 1   # one tick, then its answer
     text = text_of(r[Cmp.RESULT]["children"])
     assert "in the background" in text and text.count("compare samples") == 2, text
     go.set()
@@ -242,7 +245,8 @@ def test_compare_polls_while_each_runs_samples_are_computed(app, monkeypatch):
                  changed=[f"{Cmp.TICK}.n_intervals"])
         if r[Cmp.TICK]["disabled"]:
             break
-    assert r[Cmp.TICK]["disabled"] is True
+        assert r[Cmp.TICK]["max_intervals"] == n + 1
+    assert r[Cmp.TICK]["disabled"] is True and "max_intervals" not in r[Cmp.TICK]
     assert "end-to-end" in text_of(r[Cmp.RESULT]["children"])
 
 
@@ -252,7 +256,7 @@ def test_compare_of_more_runs_than_the_queue_holds_fills_it_and_finishes(app, mo
     from viewer.pages.compare.ids import Ids as Cmp
 
     monkeypatch.setattr(app.catalog.jobs, "max_queued", 1)
-    outs = [(Cmp.RESULT, "children"), (Cmp.TICK, "disabled")]
+    outs = [(Cmp.RESULT, "children"), (Cmp.TICK, "disabled"), (Cmp.TICK, "max_intervals")]
     state = [(Cmp.A, "value", ["ab~a1", "balanced"]), (Cmp.B, "value", ["ab~b1", "late"])]
     r = call(app, outs, [(Cmp.GO, "n_clicks", 1), (Cmp.TICK, "n_intervals", None)], state=state)
     for n in range(1, 400):

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dash import Input, Output, State, ctx, html
+from dash import Input, Output, State, ctx, html, no_update
 from dash.exceptions import PreventUpdate
 
 from profiler import analysis
@@ -11,7 +11,7 @@ from ...catalog import ViewerError
 from ...format import ns, pct, share
 from ...inputs import CLICKS, RUN_ID, checked, integer, list_of, opt
 from ..progress import logic as progress
-from ..progress.layout import POLL_WAIT_S
+from ..progress.layout import POLL_WAIT_S, again
 from . import logic
 from .ids import Ids
 
@@ -56,45 +56,53 @@ def _pending(wanted) -> html.Div:
 
 
 def register(app, catalog) -> None:
-    @app.callback(Output(Ids.RESULT, "children"), Output(Ids.TICK, "disabled"), Input(Ids.GO, "n_clicks"),
-                  Input(Ids.TICK, "n_intervals"), State(Ids.A, "value"), State(Ids.B, "value"))
-    @checked(lambda msg: (C.error_box(msg, title="Cannot compare these runs"), True), n=CLICKS,
+    # answers: (result, the poll disabled, its max_intervals: one tick more while pending, progress.layout.poll)
+    @app.callback(Output(Ids.RESULT, "children"), Output(Ids.TICK, "disabled"), Output(Ids.TICK, "max_intervals"),
+                  Input(Ids.GO, "n_clicks"), Input(Ids.TICK, "n_intervals"), State(Ids.A, "value"), State(Ids.B, "value"))
+    @checked(lambda msg: (C.error_box(msg, title="Cannot compare these runs"), True, no_update), n=CLICKS,
              tick=opt(integer(0)), a_ids=opt(list_of(RUN_ID, 64)), b_ids=opt(list_of(RUN_ID, 64)))
     def run_compare(n, tick, a_ids, b_ids):
-        if not n:
-            raise PreventUpdate
-        msg = logic.sides_ok(a_ids, b_ids)
-        if msg:
-            return C.note(msg), True
-        # each run's samples once, in the background (a 10 M-event run takes its analyses' time;
-        # a run whose samples are cached or stored is ready at once); the page polls until done
-        ids = list(dict.fromkeys(a_ids + b_ids))
-        polling = ctx.triggered_id == Ids.TICK
-        try:
-            for r in ids:
-                catalog.entry(r)
-            wanted = analyses.request_compare_inputs(catalog, ids, retry=not polling)
-        except ViewerError as e:
-            return C.error_box(str(e)), True
-        if not analyses.compare_inputs_ready(catalog, ids):
-            catalog.jobs.wait([j.key for j in wanted], POLL_WAIT_S if polling else catalog.jobs.wait_s)
-        if not analyses.compare_inputs_ready(catalog, ids):
-            err = progress.progress(wanted, []).error
-            if err:
-                return C.error_box(err, title="Cannot compare these runs"), True
-            return _pending(wanted), False
-        try:
-            a_in = [analyses.compare_inputs(catalog, r) for r in a_ids]
-            b_in = [analyses.compare_inputs(catalog, r) for r in b_ids]
-            cmp = analysis.compare(a_in, b_in)
-        except ViewerError as e:
-            return C.error_box(str(e)), True
-        except Exception as e:   # a message in the page, never a 500
-            return C.error_box(f"{type(e).__name__}: {e}", title="Cannot compare these runs"), True
-        if cmp.refused:
-            return html.Div([C.verdict_box(cmp.verdict, id=Ids.VERDICT),
-                             C.note("Compare refuses runs whose workloads differ: " + "; ".join(cmp.refused))]), True
-        return _result(catalog, cmp, a_ids, b_ids), True
+        result, done = _compare(catalog, n, tick, a_ids, b_ids)
+        return result, done, no_update if done else again(tick)
+
+
+def _compare(catalog, n, tick, a_ids, b_ids):
+    """(what the result shows, whether the poll stops): the comparison, its progress state while
+    the runs' samples are computed, or a message."""
+    if not n:
+        raise PreventUpdate
+    msg = logic.sides_ok(a_ids, b_ids)
+    if msg:
+        return C.note(msg), True
+    # each run's samples once, in the background (a 10 M-event run takes its analyses' time;
+    # a run whose samples are cached or stored is ready at once); the page polls until done
+    ids = list(dict.fromkeys(a_ids + b_ids))
+    polling = ctx.triggered_id == Ids.TICK
+    try:
+        for r in ids:
+            catalog.entry(r)
+        wanted = analyses.request_compare_inputs(catalog, ids, retry=not polling)
+    except ViewerError as e:
+        return C.error_box(str(e)), True
+    if not analyses.compare_inputs_ready(catalog, ids):
+        catalog.jobs.wait([j.key for j in wanted], POLL_WAIT_S if polling else catalog.jobs.wait_s)
+    if not analyses.compare_inputs_ready(catalog, ids):
+        err = progress.progress(wanted, []).error
+        if err:
+            return C.error_box(err, title="Cannot compare these runs"), True
+        return _pending(wanted), False
+    try:
+        a_in = [analyses.compare_inputs(catalog, r) for r in a_ids]
+        b_in = [analyses.compare_inputs(catalog, r) for r in b_ids]
+        cmp = analysis.compare(a_in, b_in)
+    except ViewerError as e:
+        return C.error_box(str(e)), True
+    except Exception as e:   # a message in the page, never a 500
+        return C.error_box(f"{type(e).__name__}: {e}", title="Cannot compare these runs"), True
+    if cmp.refused:
+        return html.Div([C.verdict_box(cmp.verdict, id=Ids.VERDICT),
+                         C.note("Compare refuses runs whose workloads differ: " + "; ".join(cmp.refused))]), True
+    return _result(catalog, cmp, a_ids, b_ids), True
 
 
 def _cards(e2e: dict) -> html.Div:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dash import dcc, html
 
-from ..progress.layout import TICK_MS
+from ..progress.layout import poll
 from .ids import Ids
 
 
@@ -24,5 +24,5 @@ def layout(catalog, run_id):
             html.Button("compare", id=Ids.GO, className="btn btn-primary"),
         ], className="controls controls-compare"),
         dcc.Loading(html.Div(id=Ids.RESULT), type="dot"),
-        dcc.Interval(id=Ids.TICK, interval=TICK_MS, disabled=True),
+        poll(Ids.TICK, disabled=True),
     ])

@@ -8,7 +8,7 @@ from ...catalog import ViewerError
 from ...format import ns, pct
 from ...inputs import CLICKS, NAME, RANK, RUN_ID, checked, either, mapping, number, one_of, opt
 from ..progress import logic as progress_logic
-from ..progress.layout import POLL_WAIT_S, TICK_MS
+from ..progress.layout import POLL_WAIT_S, poll
 from . import logic
 from .ids import Ids
 
@@ -81,7 +81,8 @@ def _answer(catalog, run_id, phase, rank, percent, wait_s, boxed: bool = True):
                  className="pending pending-head msg msg-note", role="status"),
         *_first_answer(run, phase, speedup, rank, percent),
         dcc.Store(id=Ids.WHATIF_ASKED, data={"run": run_id, "phase": phase, "rank": rank, "percent": percent}),
-        dcc.Interval(id=Ids.WHATIF_TICK, interval=TICK_MS),
+        # a new poll with each answer: it ticks once, TICK_MS after this answer (progress.layout.poll)
+        poll(Ids.WHATIF_TICK),
     ]
     return html.Div(pending, id=Ids.WHATIF_BOX) if boxed else pending
 

@@ -17,6 +17,24 @@ from .ids import Ids
 
 TICK_MS = 400           # how often a waiting page asks again (each ask also waits: POLL_WAIT_S)
 POLL_WAIT_S = 0.3
+
+
+# A poll asks again only once its answer is in. dash-renderer keeps the newest request of a
+# callback and drops the answer of one still in flight when the same callback is asked again; a
+# dcc.Interval ticking on its own asked every TICK_MS whatever the server did, so once an answer
+# took longer than TICK_MS (a 0.13 s Compare verdict, 0.3 s with POLL_WAIT_S, on a loaded 2-core
+# machine, or a page built slowly) every answer was dropped for the next tick's and the page
+# polled forever with no error: the A/A Compare test's hang in full CI runs (issue 34). Each
+# poll's Interval may tick once (max_intervals=1) and each answer allows one tick more.
+def poll(id, interval: int = TICK_MS, **kw) -> dcc.Interval:
+    """A dcc.Interval that ticks once; its callback's answer sets `max_intervals` to
+    `again(n_intervals)` for one tick more, so at most one of its requests is in flight."""
+    return dcc.Interval(id=id, interval=interval, max_intervals=1, **kw)
+
+
+def again(n_intervals) -> int:
+    """The poll's max_intervals that lets it tick once more after this answer."""
+    return (n_intervals or 0) + 1
 # None: the catalog's jobs.wait_s (a page request); the poll sets POLL_WAIT_S
 wait_override: ContextVar[float | None] = ContextVar("wait_override", default=None)
 
@@ -42,7 +60,7 @@ def pending(catalog, entry, path: str, wanted) -> html.Div:
         *([html.Div(summary, className="info-line run-summary")] if summary else []),
         dcc.Store(id=Ids.TARGET, data={"path": path, "run": entry.run_id}),
         html.Div(box(catalog, entry.run_id, wanted), id=Ids.BOX),
-        dcc.Interval(id=Ids.TICK, interval=TICK_MS),
+        poll(Ids.TICK),
     ], id=Ids.ROOT)
 
 

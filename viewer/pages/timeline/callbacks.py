@@ -10,6 +10,7 @@ from ...catalog import ViewerError
 from ...inputs import (BLOCK, CLICKS, RANK, RUN_ID, X_RANGE, checked, list_of, mapping, number, one_of, opt,
                        text)
 from ..progress import logic as progress_logic
+from ..progress.layout import again
 from . import logic, torch_logic
 from .ids import Ids
 
@@ -83,21 +84,22 @@ def register(app, catalog) -> None:
     _register_torch(app, catalog)
 
     @app.callback(Output(Ids.CP_READY, "data"), Output(Ids.CP_TICK, "disabled"), Output(Ids.CP_STATE, "children"),
-                  Output(Ids.CP_STATE, "className"),
+                  Output(Ids.CP_STATE, "className"), Output(Ids.CP_TICK, "max_intervals"),
                   Input(Ids.CP_TICK, "n_intervals"), State(Ids.RUN, "data"), prevent_initial_call=True)
-    @checked(lambda msg: (no_update, True, msg, "cp-state bad"), _n=CLICKS, run_id=RUN_ID)
-    def critical_state(_n, run_id):
+    @checked(lambda msg: (no_update, True, msg, "cp-state bad", no_update), n=CLICKS, run_id=RUN_ID)
+    def critical_state(n, run_id):
         run = catalog.loaded(run_id)
         if run is not None and run.has(analyses.RESULTS["critical"][2]):
-            return True, True, "", "cp-state"
+            return True, True, "", "cp-state", no_update
         try:
             job = analyses.request(catalog, run_id, ("critical",))[0]
         except ViewerError as e:
-            return no_update, True, str(e), "cp-state bad"
+            return no_update, True, str(e), "cp-state bad", no_update
         if job.state == jobs.FAILED:
-            return no_update, True, f"critical path unavailable: {job.error}", "cp-state bad"
+            return no_update, True, f"critical path unavailable: {job.error}", "cp-state bad", no_update
         step = progress_logic.progress([job], catalog.jobs.active()).steps[0]
-        return no_update, no_update, progress_logic.line(step), "cp-state pending"
+        # one tick more after this answer (progress.layout.poll)
+        return no_update, no_update, progress_logic.line(step), "cp-state pending", again(n)
 
 
 def _register_torch(app, catalog) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dash import dcc, html
 
 from ... import analyses, components as C
-from ..progress.layout import when_ready
+from ..progress.layout import poll, when_ready
 from . import logic
 from .ids import Ids
 
@@ -48,7 +48,7 @@ def _page(entry, run):
         # the critical path is computed in the background: the figure is drawn without it first
         # and again with it when this turns true (callbacks.py)
         dcc.Store(id=Ids.CP_READY, data=cp_ready),
-        dcc.Interval(id=Ids.CP_TICK, interval=CP_TICK_MS, disabled=cp_ready),
+        poll(Ids.CP_TICK, CP_TICK_MS, disabled=cp_ready),
         controls,
         html.Div(id=Ids.INFO, className="info-line"),
         html.Div([html.Span([html.Span(className="swatch", style={"background": colour}), name], className="legend-item")
