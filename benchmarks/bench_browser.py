@@ -53,6 +53,7 @@ INTERACT_MEDIAN_S = 0.5  # issue 14: page switches, zooms, drill-downs, what-if:
 INTERACT_P95_S = 1.0     # ... and 95th percentile
 COLD_TIMEOUT_S = 600     # a cold page of the old viewer on a loaded machine took minutes
 INTERACT_TIMEOUT_S = 60  # one zoom or click; what-if gets COLD_TIMEOUT_S
+RUNS_PAGE_S = 2.0        # issue 31: the Runs page with 500 runs, complete, cold
 retries = 0
 notes: list[str] = []   # lines for the header (the server's memory)
 TICK = os.sysconf("SC_CLK_TCK")
@@ -60,7 +61,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 # What "drawn" means per page, as JavaScript predicates on the document (the same in the
 # viewer before and after issue 14, so one script measures both).
 CONTENT = {
-    "/": "!!document.querySelector('#runs-table')",
+    # the Runs page: its first run's link drawn (a grid's row since issue 31, a table's row before)
+    "/": "!!document.querySelector('#runs-table .run-link')",
     "/timeline": "!!(document.querySelector('#tl-info') && document.querySelector('#tl-info').innerText.includes('level')"
                  " && document.querySelector('#tl-graph .main-svg'))",
     "/critical-path": "!!document.querySelector('#cp-summary')",
@@ -307,6 +309,51 @@ def cold_visits(args, browser, run_id, rows):
         if peaks:
             notes.append(f"cold {path}: the fresh server's peak RSS when the page was complete: "
                          + ", ".join(f"{p:.2f}" for p in peaks) + " GB")
+
+
+def make_runs_root(parent: Path, n: int) -> Path:
+    """A root of n runs: the bundled runs (traces/) again and again, hard-linked (a copy where
+    linking fails), each in its own directory (issue 31: the Runs page with 500 runs)."""
+    import shutil
+    bundled = sorted(p.parent for p in (ROOT / "traces").rglob("manifest.json"))
+    root = parent / f"runs-{n}"
+    for i in range(n):
+        src = bundled[i % len(bundled)]
+        dst = root / f"r{i:04d}-{src.name}"
+        try:
+            shutil.copytree(src, dst, copy_function=os.link)
+        except OSError:
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(src, dst)
+    return root
+
+
+def runs_page(args, browser, rows):
+    """Cold first visits of the Runs page of a root of args.runs_page runs: each a fresh server
+    and a fresh browser context, timed from navigation to the first run's row drawn with no
+    callback in flight. The first server is the root's first ever (its data files' hashes not yet
+    in the hash cache, profiler.hashcache): measured and named apart."""
+    first = Row(f"Runs page, {args.runs_page} runs: first server ever on the root (data files hashed)", kind="cold")
+    later = Row(f"Runs page, {args.runs_page} runs: cold (fresh server and browser context)", kind="cold")
+    for i in range(args.repeat + 1):
+        t = time.perf_counter()
+        server = Server(args.app_root, args.runs_root)
+        started = time.perf_counter() - t
+        try:
+            pg = browser.new_page()
+            s = measure(pg, server, browser, lambda: pg.goto(server.base + "/", wait_until="commit"), CONTENT["/"],
+                        HEADER)
+            (first if i == 0 else later).samples.append(s)
+            n = pg.evaluate("document.querySelectorAll('#runs-table .run-link').length")
+            print(f"  runs page #{i}: server up in {started:.1f} s; first paint {s.first_paint_s:.2f} s, complete "
+                  f"{s.wall_s:.2f} s ({n} run links drawn), server wait {s.server_wait_s:.2f} s in {s.requests} "
+                  f"requests, renderer {s.renderer_task_s:.2f} s (script {s.renderer_script_s:.2f} s), "
+                  f"load {os.getloadavg()[0]:.1f}", flush=True)
+            assert not pg.errors, pg.errors
+            pg.context.close()
+        finally:
+            server.close()
+    rows += [first, later]
 
 
 WARM_SECTIONS = ("switches", "drags", "deepdrags", "zooms", "drill", "whatif")
@@ -638,6 +685,8 @@ def main() -> int:
     ap.add_argument("--warm-pages", default="/timeline,/critical-path,/idle,/barriers,/",
                     help="pages visited once before the warm measurements (default: %(default)s; a 100 M-event run "
                          "without stored results computes for long on the analysis pages)")
+    ap.add_argument("--runs-page", type=int, default=0, metavar="N",
+                    help="measure only the Runs page's cold visits on a root of N runs (the bundled ones repeated)")
     ap.add_argument("--label", default="", help="a line saying what this measures (e.g. 'before: main at ...')")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / f"browser-cpu-{dt.date.today()}.md")
     args = ap.parse_args()
@@ -652,6 +701,8 @@ def main() -> int:
         ap.error(f"unknown --sections {sorted(unknown)}; known: {','.join(WARM_SECTIONS)}")
 
     tmp = None
+    if args.runs_page:
+        return main_runs_page(args)
     if args.run is None:
         import tempfile
 
@@ -686,6 +737,13 @@ def main() -> int:
             tmp.cleanup()
 
     body, ok_all = table(rows)
+    run_line = (f"run: {args.run.name}, {man.get('num_events', 0):,} events, {man.get('config', {}).get('ranks', '?')} "
+                f"ranks; ")
+    return write(args, rows, body, ok_all, failures, load, t_start, run_line)
+
+
+def write(args, rows, body, ok_all, failures, load, t_start, run_line: str) -> int:
+    """The results file: the table with the machine, the commits, the load and what was run."""
     app_commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.app_root, capture_output=True,
                                 text=True).stdout.strip() or "(a tree without .git)"
     lines = [
@@ -695,8 +753,7 @@ def main() -> int:
         f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
         f"`python benchmarks/bench_browser.py {' '.join(sys.argv[1:])}`",
         *([args.label] if args.label else []),
-        f"run: {args.run.name}, {man.get('num_events', 0):,} events, {man.get('config', {}).get('ranks', '?')} ranks; "
-        f"Chromium {subprocess.run([CHROMIUM, '--version'], capture_output=True, text=True).stdout.split()[1]} headless",
+        f"{run_line}Chromium {subprocess.run([CHROMIUM, '--version'], capture_output=True, text=True).stdout.split()[1]} headless",
         "1/5/15-minute load averages at the start, after the cold visits and at the end: "
         + "; ".join("/".join(f"{x:.1f}" for x in la) for la in load)
         + f" (2 cores shared with other engineers' jobs); {time.perf_counter() - t_start:.0f} s in all; "
@@ -722,6 +779,35 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     return 0 if ok_all and not failures else 1
+
+
+def main_runs_page(args) -> int:
+    """--runs-page N: a root of N runs in a temporary directory, its own hash cache (empty at the
+    first server), the Runs page's cold visits."""
+    import tempfile
+
+    from playwright import sync_api
+    load, t_start, rows, failures = [os.getloadavg()], time.perf_counter(), [], []
+    with tempfile.TemporaryDirectory(prefix="epscope-bench-runs-") as tmp:
+        os.environ["EPSCOPE_HASH_CACHE"] = str(Path(tmp) / "file-hashes.json")   # the servers inherit it
+        args.runs_root = make_runs_root(Path(tmp), args.runs_page)
+        with sync_api.sync_playwright() as pw:
+            browser = Browser(pw)
+            try:
+                runs_page(args, browser, rows)
+            except Exception as e:
+                failures.append(f"runs page stopped: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                print(failures[-1], flush=True)
+            load.append(os.getloadavg())
+            browser.browser.close()
+    body, _ = table(rows)
+    complete = [s.wall_s for r in rows[1:] for s in r.samples]
+    ok = bool(complete) and max(complete) <= RUNS_PAGE_S
+    body.append("")
+    body.append(f"Target (issue 31): the Runs page with 500 runs complete in ≤ {RUNS_PAGE_S:g} s cold: "
+                + ("met (worst cold sample)" if ok else "NOT met") + ".")
+    run_line = f"root: {args.runs_page} runs (the bundled runs repeated, hard-linked); "
+    return write(args, rows, body, ok, failures, load, t_start, run_line)
 
 
 if __name__ == "__main__":

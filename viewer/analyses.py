@@ -11,28 +11,28 @@ are drawn, counted and named the same way everywhere.
 Stored results first (issue 20): a run saved or analysed by `epscope analyze` carries its
 analyses (profiler.analysis.stored, RUN/analysis/); when they are current (this analysis version,
 the run's data unchanged) the critical path, idle and barriers accessors return them without
-reading the event table; else they are computed as before (in the background job, with its
-progress). Only what needs the dependency graph (the exact what-if) builds it from the events then.
+reading the event table. Only what needs the dependency graph (the exact what-if) builds it from
+the events then. A run without them (issue 31) is analysed as `epscope analyze` analyses it
+(summary.analyze: a big run chunk by chunk from its file), in the background job that first needs
+a result, and what was computed is kept (viewer.results: in the run, else in the viewer's cache),
+so the next start reads them as an analysed run's.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import threading
 
 import pandas as pd
 
 from profiler import analysis
-from profiler.analysis import chunked, stored, unfinished
+from profiler.analysis import chunked, stored, summary, unfinished
 from profiler.analysis.whatif import saving_bound
 from profiler.runreader import EventReader
 
-from . import jobs
+from . import jobs, results
 from .cache import MISSING
 from .catalog import LoadedRun
 from .pages.timeline import logic as timeline_logic
-
-CMP = importlib.import_module("profiler.analysis.compare")   # the module (the package re-exports its function)
 
 
 def registry(run: LoadedRun):
@@ -53,9 +53,36 @@ def events(run: LoadedRun):
 
 
 def stored_results(run: LoadedRun) -> stored.Stored | None:
-    """The run's stored analyses when they are current, else None (read once per loaded run: a
-    run rewritten on disk is loaded again, with a new cache)."""
-    return run.cached("stored", lambda: stored.load(run.entry.path, run=run.run))   # bound to what the run read
+    """The run's stored analyses when they are current (in the run, else in the viewer's cache:
+    viewer.results), else None (read once per loaded run: a run rewritten on disk is loaded
+    again, with a new cache)."""
+    return run.cached("stored", lambda: results.load(run.entry.path, run=run.run))   # bound to what the run read
+
+
+def _analysed(run: LoadedRun) -> chunked.Results:
+    """The run's analyses as `epscope analyze` computes them (summary.analyze), kept where the
+    next start finds them (viewer.results.save)."""
+    def compute():
+        if not _big(run):
+            run.events                      # read through the catalog (damage shows in the Runs list)
+        job = jobs.current()
+        if job is not None:
+            job.step = f"analysing {run.run.num_events:,} events"
+        res = summary.analyze(run.run)
+        if job is not None:
+            job.step = "keeping the results"
+        results.save(run.run, res)         # bound to the bytes the analysis read (summary.binding)
+        if job is not None:
+            job.step = ""
+        return res
+    return run.cached("analysed", compute)
+
+
+def _results(run: LoadedRun):
+    """What the pages read: the stored results, else the analyses computed now (the same fields:
+    critical, idle, barriers, compare; a computed critical path keeps its graph)."""
+    s = stored_results(run)
+    return s if s is not None else _analysed(run)
 
 
 def span_phases(run: LoadedRun) -> list[str]:
@@ -142,11 +169,14 @@ def _chunked(run: LoadedRun) -> chunked.Results:
 
 
 def run_chunks(run: LoadedRun) -> int:
-    """How many chunks of iterations the run's analyses are computed in (1: the whole run)."""
-    return _chunked(run).chunks if _big(run) else 1
+    """How many chunks of iterations the run's analyses were computed in here (1: the whole run,
+    or read from storage)."""
+    return _analysed(run).chunks if run.has("analysed") else 1
 
 
 def _computed_critical(run: LoadedRun) -> analysis.CriticalPath:
+    """The critical path with its dependency graph, for the exact what-if of a run whose path came
+    from storage (the graph is not stored)."""
     if _big(run):
         return run.cached("computed_critical_path", lambda: _chunked(run).critical)
     return run.cached("computed_critical_path", lambda: analysis.critical_path(
@@ -155,10 +185,7 @@ def _computed_critical(run: LoadedRun) -> analysis.CriticalPath:
 
 def critical(run: LoadedRun) -> analysis.CriticalPath:
     """The critical path: stored (without its graph), else computed (with it)."""
-    def get():
-        s = stored_results(run)
-        return s.critical if s is not None else _computed_critical(run)
-    return run.cached("critical_path", get)
+    return run.cached("critical_path", lambda: _results(run).critical)
 
 
 def graph(run: LoadedRun):
@@ -168,27 +195,12 @@ def graph(run: LoadedRun):
     return g if g is not None else _computed_critical(run).graph
 
 
-def _report(run: LoadedRun, name: str, compute):
-    """A page's report (`name`: its field in stored.Stored and chunked.Results): stored, else from
-    the chunked analyses of a big run, else compute() on the whole table; cached on the run."""
-    def get():
-        s = stored_results(run)
-        if s is not None:
-            return getattr(s, name)
-        if _big(run):
-            return getattr(_chunked(run), name)
-        return compute()
-    return run.cached(name, get)
-
-
 def idle(run: LoadedRun) -> analysis.IdleReport:
-    return _report(run, "idle", lambda: analysis.idle_warps(events(run), registry=registry(run),
-                                                            launches=run.launches))
+    return run.cached("idle", lambda: _results(run).idle)
 
 
 def barriers(run: LoadedRun) -> analysis.BarrierReport:
-    return _report(run, "barriers", lambda: analysis.barrier_contention(events(run), registry=registry(run),
-                                                                        launches=run.launches))
+    return run.cached("barriers", lambda: _results(run).barriers)
 
 
 def what_if_key(phase: str, speedup: float, rank) -> tuple:
@@ -217,17 +229,12 @@ def what_if_bound(run: LoadedRun, phase: str, speedup: float, rank) -> pd.DataFr
 
 def _compare_inputs(run: LoadedRun):
     """What Compare reads of the run (profiler.analysis.compare.RunInputs): stored with its
-    analyses, else from the analyses the pages share (the critical path's graph and time model, or,
-    for a run analysed in chunks, their combined tables and the events read once more a chunk at a
-    time; equal: tests/analysis/test_compare_inputs.py). Each run is read with its own registry."""
+    analyses, else computed with them (and kept: _analysed). Each run is read with its own registry."""
     name = run.entry.name
     s = stored_results(run)
     if s is not None:
         return s.compare_inputs(name=name, manifest=run.manifest)
-    if _big(run):
-        return dataclasses.replace(_chunked(run).compare, name=name, manifest=dict(run.manifest))
-    cp = _computed_critical(run)
-    return CMP.inputs_of_graph(cp.graph, cp, events(run), manifest=run.manifest, name=name)
+    return dataclasses.replace(_analysed(run).compare, name=name, manifest=dict(run.manifest))
 
 
 def _inputs_key(catalog, run_id: str) -> tuple:

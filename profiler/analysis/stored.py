@@ -246,14 +246,17 @@ def _place_dir(tmp: Path, dest: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)     # the results replaced
 
 
-def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None, compare=None) -> Path:
+def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None, compare=None,
+          dest: Path | None = None) -> Path:
     """Write the run's results (chunked.Results of `summary.analyze(run)`) into RUN/analysis/ in one rename;
     returns the directory. events: the run's table when it is in memory (else its kind, phase and
     rank columns are read from the file). compare: the run's compare.RunInputs (default: the one
-    `results` carries, computed with the analyses' chunks)."""
+    `results` carries, computed with the analyses' chunks). dest: another directory to write them
+    to (the viewer's cache of a run it cannot write; its parent must exist), bound to the run
+    all the same (`load(run_dir, results_dir=dest)`)."""
     if compare is None:
         compare = results.compare
-    dest = Path(run.path) / DIR
+    dest = Path(run.path) / DIR if dest is None else Path(dest)
     atomic.clean_leftovers(dest)
     cols = events if events is not None else _run_columns(run)
     index = {"format": FORMAT, "format_version": FORMAT_VERSION, **summary.binding(run),
@@ -475,23 +478,25 @@ def current(run_dir, *, check_data: bool = True, run=None, within=None) -> bool:
                                                   check_data=check_data) is None
 
 
-def load(run_dir, *, check_data: bool = True, run=None, within=None) -> Stored | None:
+def load(run_dir, *, check_data: bool = True, run=None, within=None, results_dir: Path | None = None) -> Stored | None:
     """The run's stored results when they are current (sealed, this format, analysis version and
     registry, bound to the run's data as it is now and to what `run` read when given) and read
     whole and intact; else None (the caller computes them). check_data=False skips comparing the
     data files' hashes (the caller did). within: the roots every file must lie in (default: the
-    Run's)."""
+    Run's). results_dir: where they were written when not RUN/analysis/ (`store(..., dest=)`),
+    its files read inside its own parent; the envelope is compared with run_dir's run."""
     run_dir = Path(run_dir)
     within = within if within is not None or run is None else run.within
-    d = run_dir / DIR
+    d = run_dir / DIR if results_dir is None else Path(results_dir)
+    read_within = within if results_dir is None else (d.parent,)
     if d.is_symlink():
         return None
     for _ in range(2):                  # a write swapping the directory mid-read: once more
-        index = _read_index(d, within)
+        index = _read_index(d, read_within)
         if index is None or summary.mismatch(index, run_dir, run=run, within=within, check_data=check_data):
             return None
         try:
-            return _load(d, index, within)
+            return _load(d, index, read_within)
         except (Invalid, OSError, ValueError, TypeError, KeyError, pa.ArrowException):
             continue
     return None

@@ -127,7 +127,7 @@ def analyze(run) -> chunked.Results:
     save compute them: a run of more than chunked.MAX_EVENTS events in chunks of iterations read
     one at a time (profiler.analysis.chunked: the same results, memory bounded by a chunk)."""
     if run.num_events > chunked.MAX_EVENTS:
-        return chunked.analyze_run(run)
+        return chunked.analyze_run(run, max_events=chunked.MAX_EVENTS)   # read now (tests lower it)
     return chunked.analyze(run.events, registry=run.manifest.get("registry"), launches=run.launches)
 
 
@@ -184,23 +184,25 @@ def _op_before_entry(run, tm) -> dict | None:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def store(run, res: chunked.Results | None = None) -> Path:
+def store(run, res: chunked.Results | None = None, *, dest: Path | None = None) -> Path:
     """Compute (or take `res`, analyze(run)) and write RUN/analysis-summary.json atomically (profiler.atomic: an exclusive,
     locked temporary beside it, renamed into place; never through a link, never over a file that
-    is not a regular one); returns its path."""
+    is not a regular one); returns its path. dest: another file to write (the viewer's cache of a
+    run it cannot write; `load(run_dir, where=dest)`)."""
     data = validate.sealed(json.loads(json.dumps(summarize(run, res))))   # sealed as it reads back
-    dest = Path(run.path) / FILE
+    dest = Path(run.path) / FILE if dest is None else Path(dest)
     with atomic.TempFile(dest) as t:
         t.file.write((json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
         t.place(replace=True)
     return dest
 
 
-def read(run_dir: Path, *, within=None) -> dict:
+def read(run_dir: Path, *, within=None, where: Path | None = None) -> dict:
     """The stored summary as a sealed document of this format (bounded read of a regular file
-    inside `within`); ValueError or OSError saying what is wrong, EpscopeError for a special or
-    outside file."""
-    doc = json.loads(atomic.read_regular(Path(run_dir) / FILE, MAX_BYTES, within=within))
+    inside `within`; `where`: another file, read inside its own directory); ValueError or OSError
+    saying what is wrong, EpscopeError for a special or outside file."""
+    p = Path(run_dir) / FILE if where is None else Path(where)
+    doc = json.loads(atomic.read_regular(p, MAX_BYTES, within=within if where is None else (p.parent,)))
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError("not an analysis summary")
     check_sealed(doc, FORMAT_VERSION, FILE)
@@ -220,12 +222,14 @@ def check_sealed(doc: dict, version: int, name: str) -> None:
         raise ValueError(f"{name}: carries no seal (this format seals every result)")
 
 
-def load(run_dir: Path, *, check_data: bool = True, run=None, manifest: dict | None = None, within=None) -> dict | None:
+def load(run_dir: Path, *, check_data: bool = True, run=None, manifest: dict | None = None, within=None,
+         where: Path | None = None) -> dict | None:
     """The stored summary when it is current (sealed, this format and analysis version, bound to
     the run's registry and data as they are now, and to what `run` read when given), else None.
-    check_data=False skips hashing the data files (the caller checked them)."""
+    check_data=False skips hashing the data files (the caller checked them). where: the summary's
+    file when not RUN/analysis-summary.json (`store(..., dest=)`)."""
     try:
-        data = read(run_dir, within=within)
+        data = read(run_dir, within=within, where=where)
     except (OSError, ValueError, EpscopeError):
         return None
     if mismatch(data, Path(run_dir), run=run, manifest=manifest, within=within, check_data=check_data):

@@ -2,7 +2,18 @@ from __future__ import annotations
 
 import pytest
 
+from viewer import results
+
 from . import runs
+
+
+@pytest.fixture(autouse=True)
+def _viewer_keeps_results_in_a_temporary_cache(monkeypatch, tmp_path_factory):
+    """What the viewer computes for a run nobody analysed goes to a cache of this test's own
+    (viewer.results), never into a run directory unless a test asks: a test must not change the
+    bundled runs in the checkout (a stale-results test analyses one), nor find another test's."""
+    monkeypatch.setenv(results.STORE_ENV, "cache")
+    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path_factory.mktemp("results-cache")))
 
 
 @pytest.fixture(scope="session")

@@ -53,3 +53,16 @@ def post(app, outputs, inputs, state=(), changed=None):
         "changedPropIds": changed if changed is not None else [f"{inputs[0][0]}.{inputs[0][1]}"],
     }
     return app.server.test_client().post("/_dash-update-component", json=payload)
+
+
+def runs_grid(app, request=None) -> dict:
+    """The Runs grid's answer (getRowsResponse) to a rows request (default: every row, as listed)."""
+    from viewer.pages.runs.ids import Ids
+    r = call(app, [(Ids.TABLE, "getRowsResponse"), (Ids.MESSAGE, "children")],
+             [(Ids.TABLE, "getRowsRequest", request or {"startRow": 0, "endRow": 1000})])
+    return r[Ids.TABLE]["getRowsResponse"]
+
+
+def runs_text(app) -> str:
+    """Every row of the Runs grid as text (what a person reads in its cells)."""
+    return " ".join(str(v) for r in runs_grid(app)["rowData"] for v in r.values())

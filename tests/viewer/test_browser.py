@@ -139,14 +139,36 @@ def _timeline_run(app) -> Path:
     raise AssertionError("no readable run under traces/ (they are tracked in git)")
 
 
+GRID_API = "dash_ag_grid.getApi('runs-table')"
+
+
 def test_runs_page(server, page):
+    """One grid whose rows come from the server a block at a time: every run is counted, a sort
+    and a filter are answered by the server, and a run's name opens its timeline in the app (no
+    page reload)."""
     app, base = server
     _goto(page, base, "/")
-    page.wait_for_selector(".tbl-runs")
-    rows = page.locator(".tbl-runs tbody tr")
-    assert rows.count() == len(app.catalog.entries())
+    page.wait_for_selector("#runs-table .ag-row .run-link")
+    n = len(app.catalog.entries())
+    assert page.evaluate(f"{GRID_API}.getDisplayedRowCount()") == n
+    assert page.locator("#runs-table .ag-row").count() < n      # only the rows in view are drawn
     _no_error(page)
     _shot(page, "runs")
+    # sort by the SMs column from its header (descending on the second click): the most SMs first
+    from viewer.pages.runs.logic import runs_table
+    most = max(int(v) for v in runs_table(app.catalog.entries())["sms"] if v.isdigit())
+    header = page.locator("#runs-table .ag-header-cell[col-id=sms] .ag-header-cell-label")
+    header.click()
+    header.click()
+    page.wait_for_function("(() => { const c = document.querySelector(\"#runs-table .ag-row[row-index='0'] [col-id=sms]\");"
+                           f" return c && c.innerText === '{most}'; }})()")
+    page.evaluate(f"{GRID_API}.setFilterModel({{name: {{filterType: 'text', type: 'startsWith', filter: 'ep-aa-'}}}})")
+    page.wait_for_function(f"{GRID_API}.getDisplayedRowCount() === 6")
+    page.evaluate("window.__same_document = true")
+    page.locator("#runs-table .ag-row[row-index='0'] .run-link").click()
+    page.wait_for_selector("#tl-info")
+    assert page.url.endswith("/timeline?run=ep-aa-a0") and page.evaluate("window.__same_document === true")
+    _no_error(page)
 
 
 def test_timeline_page_drill_down_and_zoom(server, page):

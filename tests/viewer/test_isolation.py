@@ -15,7 +15,7 @@ from viewer.app import NAV, PAGE, PAGES, RUN_SELECT, URL, create_app
 from viewer.catalog import Catalog, ViewerError
 
 from . import runs
-from .dashclient import call, text_of
+from .dashclient import call, runs_text, text_of
 
 ROUTE_OUT = [(PAGE, "children"), (NAV, "children"), (RUN_SELECT, "value"), (URL, "search")]
 
@@ -83,7 +83,7 @@ def test_the_viewer_starts_and_serves_every_other_run(root, unreadable, tmp_path
     with pytest.raises(ViewerError, match="flipped/events.parquet: content does not match"):
         cat.load("flipped").events        # read (and checked) on first use, not on opening the run
     runs_page = text_of(route(app, "/")[PAGE]["children"])
-    assert "Skipped (could not be read): unreadable" in runs_page and "no-launches" in runs_page
+    assert "Skipped (could not be read): unreadable" in runs_page and "no-launches" in runs_text(app)
     for path in PAGES:
         for rid in ("good-a", "flipped", "no-launches"):
             page = text_of(route(app, path, rid)[PAGE]["children"])
@@ -91,8 +91,7 @@ def test_the_viewer_starts_and_serves_every_other_run(root, unreadable, tmp_path
             if path != "/":   # the Runs page's header names the configured roots; no error page does
                 assert str(root) not in page, (path, rid, page[:300])
     # a run found damaged on loading is listed so from then on
-    rows = text_of(route(app, "/")[PAGE]["children"])
-    assert "corrupt: flipped/events.parquet: content does not match" in rows
+    assert "corrupt: flipped/events.parquet: content does not match" in runs_text(app)
 
 
 def test_error_messages_name_paths_relative_to_their_root(root, tmp_path):

@@ -4,12 +4,15 @@
  * answered. The page preloads the file (a <link rel=preload> from viewer/app.py); on a page whose
  * first answer holds a figure this script runs it as soon as Dash has sent its first callback
  * request, when the renderer has nothing else to do until the answer; on the others (Runs,
- * Compare) once that answer is drawn and the renderer is idle, ready for the next page. dcc.Graph
+ * Compare) once their content is drawn and the renderer is idle, ready for the next page: Compare's
+ * first answer, the Runs page's second (its grid's first rows: compiling plotly between the grid's
+ * start and its rows request delayed them by ~0.3 s, issue 31). dcc.Graph
  * then finds window.Plotly. Should a figure come first, dcc.Graph loads the same URL itself:
  * slower, never wrong. */
 (function () {
   var URL = "/_dash-component-suites/plotly/package_data/plotly.min.js";
   var FIGURE_PAGES = ["/timeline", "/critical-path", "/idle", "/barriers"];
+  var ANSWERS_FIRST = {"/": 2};   // answers a page without figures draws before plotly (default 1)
   var started = false;
   function load() {
     if (started || window.Plotly) { return; }
@@ -24,20 +27,25 @@
   }
   var fetch0 = window.fetch;
   if (typeof fetch0 !== "function") { return; }
-  var asked = false;
+  var asked = 0, answered = 0, wanted = 1;
+  function landed() {
+    answered += 1;
+    // a second later: compiling plotly (0.3-0.5 s of the renderer) right after the content is drawn
+    // held the first frames and clicks on it
+    if (answered === wanted) { setTimeout(later, 1000); }
+  }
   window.fetch = function (input) {
     var answer = fetch0.apply(this, arguments);
-    if (!asked) {
-      var url = typeof input === "string" ? input : (input && input.url) || "";
-      if (url.indexOf("_dash-update-component") >= 0) {
-        asked = true;
-        if (FIGURE_PAGES.indexOf(window.location.pathname) >= 0) {
-          setTimeout(load, 0);
-        } else {
-          answer.then(function () { setTimeout(later, 0); }, function () { setTimeout(later, 0); });
-        }
-      }
+    var url = typeof input === "string" ? input : (input && input.url) || "";
+    if (started || url.indexOf("_dash-update-component") < 0) { return answer; }
+    var path = window.location.pathname;
+    if (FIGURE_PAGES.indexOf(path) >= 0) {   // a figure comes: now (the user may have come from Runs)
+      setTimeout(load, 0);
+      return answer;
     }
+    if (asked === 0) { wanted = ANSWERS_FIRST[path] || 1; }
+    asked += 1;
+    if (asked <= wanted) { answer.then(landed, landed); }
     return answer;
   };
 })();

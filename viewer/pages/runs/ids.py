@@ -2,5 +2,6 @@ from enum import StrEnum
 
 
 class Ids(StrEnum):
-    TABLE = "runs-table"
+    TABLE = "runs-table"      # the grid (dash-ag-grid, infinite row model)
     COUNT = "runs-count"
+    MESSAGE = "runs-message"  # a rows request the server refused, in words
