@@ -5,14 +5,6 @@
  * tell dcc.Location), so the router answers without reloading the page; a modified click (new tab)
  * is left to the browser. Text is given to React as text, never as HTML. */
 (function () {
-  // The Runs page is a grid: fetch and compile AG Grid's code (dash-ag-grid's async-community
-  // chunk, 0.87 MB, which the grid loads only once it mounts) while the page waits on the server.
-  if (window.location.pathname === "/" && document.head) {
-    var chunk = document.createElement("script");
-    chunk.src = "/_dash-component-suites/dash_ag_grid/async-community.js";
-    chunk.async = true;
-    document.head.appendChild(chunk);
-  }
   var funcs = (window.dashAgGridComponentFunctions = window.dashAgGridComponentFunctions || {});
   var h = function () { return window.React.createElement.apply(window.React, arguments); };
 
