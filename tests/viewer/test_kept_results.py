@@ -61,6 +61,12 @@ def test_a_run_nobody_analysed_is_kept_in_the_run_and_the_next_start_reads_it(ro
     # written as `epscope analyze` writes it: current, with the headline summary beside it
     assert stored.current(root / "late") and summary.load(root / "late") is not None
     assert not any(results.cache_root().iterdir())              # nothing in the cache
+    # what `epscope analyze` writes, byte for byte (every table's SHA-256 is in the index)
+    twin = tmp_path / "twin" / "late"
+    shutil.copytree(root / "late", twin, ignore=shutil.ignore_patterns(stored.DIR, summary.FILE))
+    stored.store_run(twin)
+    for f in (f"{stored.DIR}/{stored.INDEX}", summary.FILE):
+        assert (root / "late" / f).read_bytes() == (twin / f).read_bytes(), f
     _second_start_reads_no_events(root, tmp_path, first)
 
 
