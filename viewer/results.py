@@ -3,11 +3,9 @@
 A run analysed by `epscope analyze` carries them (RUN/analysis/ and RUN/analysis-summary.json:
 profiler.analysis.stored and .summary). A run nobody analysed was analysed again by every viewer
 start: 13-21 s a page at 10 M events, 9-16 s of server CPU and ~2 GB each time. The viewer now
-computes them as `epscope analyze` does (summary.analyze) and writes them with the same writers:
-
-  * into the run's directory when it may write there: the next start, the Runs page and any
-    other reader then see an analysed run;
-  * else into its results cache, one directory per run's data,
+computes them as `epscope analyze` does (summary.analyze) and writes them with the same writers,
+by default into its results cache, one directory per run's data (a viewer writes where the user
+said, issue 34: `epscope view` on the checkout's traces/ must not rewrite tracked files),
 
         $EPSCOPE_RESULTS_CACHE, else $XDG_CACHE_HOME/epscope/results, else ~/.cache/epscope/results
             /<SHA-256 of the run's data files' SHA-256s, 32 hex>/analysis/ and analysis-summary.json
@@ -15,8 +13,9 @@ computes them as `epscope analyze` does (summary.analyze) and writes them with t
     read back only for a run whose data files hash the same now (the results' own `data`
     hashes are compared with the run's, as in a run's directory).
 
-EPSCOPE_VIEWER_STORE chooses: `run` (the default, as above), `cache` (never the run's directory),
-`off` (nothing written: every start computes again, as before issue 31).
+EPSCOPE_VIEWER_STORE chooses: `cache` (the default, as above), `run` (into the run's directory when
+it may write there, else the cache: the next start, the Runs page and `epscope report` then see an
+analysed run, as after `epscope analyze`), `off` (nothing written: every start computes again).
 """
 from __future__ import annotations
 
@@ -40,8 +39,8 @@ _generation = 0       # results written by this process (the Runs page rereads h
 
 
 def mode() -> str:
-    m = os.environ.get(STORE_ENV, "run")
-    return m if m in MODES else "run"
+    m = os.environ.get(STORE_ENV, "cache")
+    return m if m in MODES else "cache"
 
 
 def cache_root() -> Path:
