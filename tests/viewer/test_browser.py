@@ -292,7 +292,8 @@ def test_barriers_page_names_the_last_arriver(server, page):
     _goto(page, base, "/barriers", _run_id(app, run))
     page.wait_for_selector("#bar-verdict")
     verdict = page.locator("#bar-verdict").inner_text()
-    assert f"block {wl['late_block']} warp {wl['late_warp']} arrived last in" in verdict and "(100%)" in verdict, verdict
+    assert f"block {wl['late_block']} warp {wl['late_warp']} of rank 0 arrived last in" in verdict, verdict
+    assert "(100%)" in verdict, verdict
     _no_error(page)
     _shot(page, "barriers")
 
