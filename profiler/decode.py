@@ -27,6 +27,7 @@ from pandas.api.types import union_categoricals
 
 from . import errors as E
 from .align import ANCHOR_SKEW_NS, GLOBALTIMER_STEP_NS, NOMINAL_SM_GHZ, ClockModel, RankClock
+from .decode_format3 import ANCHOR_CLOCK_BITS, expand
 from .decode_records import KEY_BITS, Scratch, decode_chunk
 from .generated import layout as L
 from .registry import Registry
@@ -58,8 +59,8 @@ MIN_NS_PER_CYCLE, MAX_NS_PER_CYCLE = 0.1, 10.0
 # issue 22), which is not a change; one DVFS step (15 MHz of 1980) is 7600 ppm.
 CLOCK_CHANGE_SLACK = 2e-3
 ANCHOR_ERROR_NS = GLOBALTIMER_STEP_NS + ANCHOR_SKEW_NS
-# clock64 bits an ANCHOR record keeps (id: bits 47..32, payload: bits 31..0): 39 hours at 2 GHz
-ANCHOR_CLOCK_BITS = 48
+# clock64 bits an ANCHOR record keeps (format 2: id bits 47..32, payload bits 31..0): 39 hours at 2
+# GHz; ANCHOR_CLOCK_BITS comes from profiler.decode_format3, which completes format 3's the same way
 # The event table stores warp and sm as int16.
 MAX_WARPS_PER_BLOCK = 1 << 15
 MAX_SM = (1 << 15) - 1
@@ -78,6 +79,11 @@ _I16, _I32 = np.iinfo(np.int16), np.iinfo(np.int32)
 
 def _field_offset(dtype: np.dtype, name: str) -> int:
     return dtype.fields[name][1]
+
+
+def slot_size(version: int) -> int:
+    """Bytes of one record slot in a buffer of this format version (format 3: 8, before: 16)."""
+    return L.RECORD8_SIZE if version >= 3 else L.RECORD_SIZE
 
 
 @dataclass(frozen=True)
@@ -263,7 +269,7 @@ def _header(arr: np.ndarray, registry: Registry):
     if nreg and not 1 <= wpb <= MAX_WARPS_PER_BLOCK:
         raise E.DecodeError(f"warps_per_block is {wpb}; a buffer with regions needs 1..{MAX_WARPS_PER_BLOCK} "
                             "(the event table's warp column is int16)", _field_offset(_HDR, "warps_per_block"))
-    stride = L.REGIONHEADER_SIZE + cap * L.RECORD_SIZE
+    stride = L.REGIONHEADER_SIZE + cap * slot_size(version)
     need = L.BUFFERHEADER_SIZE + nreg * stride
     # (blocks = regions / warps_per_block fit the int32 block column: 2^31 regions need 128 GiB)
     if n < need:
@@ -339,6 +345,29 @@ class _Plan:
             i = int(bad[0])
             raise E.DecodeError(f"region {i}: sm {int(rh['sm'][i])} is above {MAX_SM} (the event table's sm column is int16)",
                                 L.BUFFERHEADER_SIZE + i * stride + _field_offset(_RH, "sm"))
+        n = self._candidates(rh, body, nreg, stride, cap, finished, started)
+        if self.version >= 3:
+            self._expand(body, nreg, stride, n, rh, finished)
+        else:
+            # the record slots of every region as (regions, capacity, 2) u64: a region's header slots cut off
+            self.all_slots = body.view(np.uint64).reshape(-1, 2)
+            self.slots = self.all_slots.reshape(nreg, _RH_SLOTS + cap, 2)[:, _RH_SLOTS:, :]
+            self.base = np.arange(nreg, dtype=np.int64) * (_RH_SLOTS + cap) + _RH_SLOTS
+            self.n = n
+        self.used, self.n_records = used, int(self.n.sum())
+        ar, per_block = np.arange(nreg, dtype=np.int64), max(wpb, 1)
+        self.block, self.warp = (ar // per_block).astype(np.int32), (ar % per_block).astype(np.int16)
+        self.sm = rh["sm"].astype(np.int16)
+        self.segments: dict[int, tuple] = {}   # region -> (point clocks u64, point ns i64, rates) of anchored regions
+        self.anchors_used = self.bad_anchors = self.clock_changes = 0
+        self.clock_change_ns = 0.0
+        # the clocks are planned by finish(), right before the launch is decoded (the numpy engine's
+        # anchor search then leaves the records in cache for its loop; the compiled one skips it)
+        self._pending = (rh, finished, used)
+
+    def _candidates(self, rh, body, nreg: int, stride: int, cap: int, finished, started) -> np.ndarray:
+        """Candidate slots of each region (the rules of docs/design.md); drops and aborted regions warned."""
+        where = self.where
         attempted = rh["attempted"].astype(np.int64)
         if self.version >= 2:  # the overflow sink: past capacity, the last slot was overwritten
             kept = np.where(attempted > cap, max(cap - 1, 0), attempted)
@@ -350,25 +379,30 @@ class _Plan:
         if self.dropped:
             self.warnings.append(E.DroppedRecords(self.dropped, f"{where}: {self.dropped} records past capacity {cap} "
                                                                 f"in {int((over > 0).sum())} of {nreg} regions"))
-        # the record slots of every region as (regions, capacity, 2) u64: a region's header slots cut off
-        self.all_slots = body.view(np.uint64).reshape(-1, 2)
-        self.slots = self.all_slots.reshape(nreg, _RH_SLOTS + cap, 2)[:, _RH_SLOTS:, :]
         if started.any():
             si = np.flatnonzero(started)
-            empty = self.slots[si].view(np.uint8)[:, :, _field_offset(L.RECORD_DTYPE, "kind")] == L.KIND_EMPTY
+            kinds = body.reshape(nreg, stride)[si, L.REGIONHEADER_SIZE:]
+            if self.version >= 3:   # the kind nibble of each 8-byte slot's meta word
+                k = kinds.reshape(len(si), cap, L.RECORD8_SIZE)[:, :, _field_offset(L.RECORD8_DTYPE, "meta") + 3]
+                empty = (k >> (L.META_KIND_SHIFT - 24)) == L.KIND_EMPTY
+            else:
+                empty = kinds.reshape(len(si), cap, L.RECORD_SIZE)[:, :, _field_offset(L.RECORD_DTYPE, "kind")] == L.KIND_EMPTY
             n[si] = np.where(empty.any(axis=1), empty.argmax(axis=1), cap) if cap else 0
             self.warnings.append(E.UnfinishedRegion(len(si), f"{where}: {len(si)} regions never finished "
                                                              "(aborted kernel?); decoded up to their first empty record"))
-        self.n, self.used, self.n_records = n, used, int(n.sum())
-        ar, per_block = np.arange(nreg, dtype=np.int64), max(wpb, 1)
-        self.block, self.warp = (ar // per_block).astype(np.int32), (ar % per_block).astype(np.int16)
-        self.sm = rh["sm"].astype(np.int16)
-        self.segments: dict[int, tuple] = {}   # region -> (point clocks u64, point ns i64, rates) of anchored regions
-        self.anchors_used = self.bad_anchors = self.clock_changes = 0
-        self.clock_change_ns = 0.0
-        # the clocks are planned by finish(), right before the launch is decoded (the numpy engine's
-        # anchor search then leaves the records in cache for its loop; the compiled one skips it)
-        self._pending = (rh, finished, used)
+        return n
+
+    def _expand(self, body, nreg: int, stride: int, n, rh, finished) -> None:
+        """Format 3: the candidate slots as format-2 records, region after region (decode_format3)."""
+        words = body.view(np.uint64).reshape(nreg, stride // 8) if nreg else np.zeros((0, 1), np.uint64)
+        x = expand(words, L.REGIONHEADER_SIZE // 8, n, rh, finished)
+        self.all_slots, self.slots, self.base, self.n = x.slots, None, x.base, x.n
+        if x.saturated:
+            self.warnings.append(E.PayloadSaturated(x.saturated, f"{self.where}: 16-bit payloads at 0xFFFF "
+                                                                 "(the recorder saturates wider ones)"))
+        if x.ambiguous:
+            self.warnings.append(E.AmbiguousClock(x.ambiguous, f"{self.where}: regions whose records may lie more "
+                                                               "than 2^32 cycles apart without an anchor"))
 
     def finish(self, anchors: bool = True) -> "_Plan":
         """Plan the clocks (once): the time window, each region's conversion and, unless `anchors`
@@ -452,19 +486,11 @@ class _Plan:
         finish pair then closes the last segment under the same test (docs/design.md, "Decoder
         rules"; tests/profiler/reference_decoder.py implements the same)."""
         lo, hi = self.window
-        nreg = len(self.n)
-        if not (self.cap and self.n_records):
+        if not self.n_records:
             return
-        w = int(self.n.max())   # only candidate slots: a sparse buffer's unwritten tail is never read
-        kinds = self.all_slots.view(np.uint8)[:, _field_offset(L.RECORD_DTYPE, "kind")]   # a strided view, no copy
-        kind = kinds.reshape(nreg, _RH_SLOTS + self.cap)[:, _RH_SLOTS:_RH_SLOTS + w]
-        is_anchor = kind == L.KIND_ANCHOR
-        if not is_anchor.any():   # the common case (anchors are optional): skip the 2-D nonzero
+        ri, ji = self._anchor_slots()
+        if not len(ri):   # the common case (anchors are optional)
             return
-        ri, ji = np.nonzero(is_anchor)
-        if len(ri):
-            cand = ji < self.n[ri]
-            ri, ji = ri[cand], ji[cand]
         by_region: dict[int, list] = {}
         for r, j in zip(ri.tolist(), ji.tolist()):
             by_region.setdefault(r, []).append(j)
@@ -474,7 +500,7 @@ class _Plan:
                 continue
             pc, pg = [int(cs[r])], [int(gsi[r])]
             for j in js:
-                g, c = _anchor_record(self.slots[r, j], pc[0])
+                g, c = _anchor_record(self.all_slots[self.base[r] + j], pc[0])
                 if _accept(pc[-1], pg[-1], c, g, lo, hi):
                     pc.append(c)
                     pg.append(g)
@@ -489,6 +515,22 @@ class _Plan:
                 pg.append(int(ge[r]))
             rates = np.array([float(pg[k + 1] - pg[k]) / float(_s64(pc[k + 1] - pc[k])) for k in range(len(pc) - 1)])
             self.segments[r] = (np.array(pc, np.uint64), np.array(pg, np.int64), rates)
+
+    def _anchor_slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """(region, index among its candidates) of every candidate ANCHOR record, in order."""
+        kinds = self.all_slots.view(np.uint8)[:, _field_offset(L.RECORD_DTYPE, "kind")]   # a strided view, no copy
+        if self.slots is None:   # format 3: the candidates lie together, region after region
+            pos = np.flatnonzero(kinds == L.KIND_ANCHOR)
+            ri = np.searchsorted(self.base + self.n, pos, side="right")
+            return ri, pos - self.base[ri]
+        nreg, w = len(self.n), int(self.n.max())   # only candidate slots: a sparse buffer's unwritten tail is never read
+        kind = kinds.reshape(nreg, _RH_SLOTS + self.cap)[:, _RH_SLOTS:_RH_SLOTS + w]
+        is_anchor = kind == L.KIND_ANCHOR
+        if not is_anchor.any():   # skip the 2-D nonzero
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        ri, ji = np.nonzero(is_anchor)
+        cand = ji < self.n[ri]
+        return ri[cand], ji[cand]
 
     def _clock_change(self, pair, gsi, ge) -> None:
         """Count the regions whose SM clock changed while they recorded (ClockChange): two
@@ -540,7 +582,7 @@ class _Plan:
     def slot_index(self, r0: int, r1: int) -> np.ndarray:
         """Index in all_slots of every candidate record of regions r0..r1, in order."""
         n = self.n[r0:r1]
-        first = np.arange(r0, r1, dtype=np.int64) * (_RH_SLOTS + self.cap) + _RH_SLOTS - (np.cumsum(n) - n)
+        first = self.base[r0:r1] - (np.cumsum(n) - n)
         idx = np.repeat(first, n)
         idx += np.arange(len(idx), dtype=np.int64)
         return idx
@@ -548,6 +590,8 @@ class _Plan:
     def width(self, r0: int, r1: int) -> int | None:
         """Slots per region when regions r0..r1 are copied as a block (decode_records.compact), or
         None to gather their candidates: a block is used when it is at most twice their count."""
+        if self.slots is None:   # format 3's records lie together already: a gather is a copy of a range
+            return None
         n = self.n[r0:r1]
         w = int(n.max())
         return w if (r1 - r0) * w <= 2 * int(n.sum()) else None
@@ -698,7 +742,7 @@ def _results(plan: _Plan, table: _Table, off: int, scratch, fast, tmap=None):
     if fast is not None:
         plan.finish(anchors=False)   # the compiled loop looks for ANCHORs as it goes
         if plan.n_records:
-            yield fast.decode(plan, table.out, off, table.codes, _RH_SLOTS, scratch, tmap)
+            yield fast.decode(plan, table.out, off, table.codes, scratch, tmap)
         return
     plan.finish()
     for r0, r1 in plan.chunks:

@@ -368,7 +368,7 @@ def time_map(add: int = 0, clock=None) -> tuple:
     return np.int64(whole + add), float(frac), float(drift), np.int64(clock.anchor_ns), True
 
 
-def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch, jit_only: bool = False,
+def decode_launch(plan, out: dict, o: int, codes, scratch: Scratch, jit_only: bool = False,
                   tmap: tuple | None = None):
     """Decode every record of `plan` into out[column][o:]; a decode_records.ChunkResult. A plan made
     without the anchor search is made again with it, and the launch decoded again, when the loop
@@ -382,7 +382,7 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratc
     nreg = len(plan.n)
     n = plan.n.astype(np.int64)
     w = int(n.max()) if nreg else 0
-    if 2 * w <= plan.cap:
+    if plan.slots is not None and 2 * w <= plan.cap:
         # Sparse regions (the recorded EP runs: 16-64 records at capacity 512-4096): copy the
         # candidates together first. Each region's first record costs a TLB and cache miss; a
         # plain copy overlaps those misses, the branchy loop does not (1 M records in 30 launches of
@@ -391,8 +391,8 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratc
         np.copyto(slots.reshape(nreg, w, 2), plan.slots[:, :w])
         base = np.arange(nreg, dtype=np.int64) * w
     else:
-        slots = plan.all_slots
-        base = np.arange(nreg, dtype=np.int64) * (rh_slots + plan.cap) + rh_slots
+        slots = plan.all_slots   # in place (format 3's expanded records lie together already)
+        base = np.ascontiguousarray(plan.base, np.int64)
     assert slots.dtype == np.uint64 and slots.flags.c_contiguous, "records are read as C-contiguous u64 pairs"
     blk, wrp, smv = (np.ascontiguousarray(a, dt) for a, dt in ((plan.block, np.int32), (plan.warp, np.int16),
                                                                (plan.sm, np.int16)))
@@ -442,5 +442,5 @@ class Loop:
     def scratch(self, plans: list) -> Scratch:
         return Scratch()
 
-    def decode(self, plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch, tmap: tuple | None = None):
-        return decode_launch(plan, out, o, codes, rh_slots, scratch, self.jit_only, tmap)
+    def decode(self, plan, out: dict, o: int, codes, scratch: Scratch, tmap: tuple | None = None):
+        return decode_launch(plan, out, o, codes, scratch, self.jit_only, tmap)

@@ -62,7 +62,9 @@ enum RecordPart : int {
   kPartStoreOnly = 7,     // one lane-0 clamped 16-byte store, no timer
   kPartAnchor = 8,        // an ANCHOR record: clock64, globaltimer, clock64, one store
   kPartStore8Only = 9,    // one lane-0 clamped 8-byte store, no timer (what the store's width costs)
-  kPartCount = 10,
+  kPartV3 = 10,           // format 3 as built: lane predicate, sink clamp, clock64 bits 31..0 + meta, one 8-byte store
+  kPartV3Wide = 11,       // format 3 with a 32-bit payload: the record and its PAYLOAD slot (two 8-byte stores)
+  kPartCount = 12,
 };
 cudaError_t record_parts(int part, void* buf, uint32_t cap, int grid, int warps, int n, uint32_t hires,
                          int64_t* cycles, uint32_t* sink, cudaStream_t stream);
