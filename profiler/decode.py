@@ -40,6 +40,7 @@ _RH = L.REGIONHEADER_DTYPE
 assert L.REGIONHEADER_SIZE % L.RECORD_SIZE == 0, "region header must be a multiple of the record size"
 _RH_SLOTS = L.REGIONHEADER_SIZE // L.RECORD_SIZE
 _RH_STATES = (L.REGION_STATE_UNUSED, L.REGION_STATE_STARTED, L.REGION_STATE_FINISHED)
+assert L.META_KIND_SHIFT >= 24, "format 3's kind is read from the top byte of a slot's meta word"
 
 # -- policy: what a plausible buffer holds (docs/design.md, "Decoder rules") --------------------
 # Times are int64 ns on the event table. A raw time (or region clock) must be below 2^62 ns (year
@@ -316,6 +317,47 @@ def _accept(c0: int, g0: int, c1: int, g1: int, lo: int, hi: int) -> bool:
     return MIN_NS_PER_CYCLE <= float(g1 - g0) / float(dc) <= MAX_NS_PER_CYCLE
 
 
+def _candidates(plan, rh, body, nreg: int, stride: int, cap: int, finished, started) -> np.ndarray:
+    """A plan's candidate slots of each region (the rules of docs/design.md); drops and aborted regions warned."""
+    where = plan.where
+    attempted = rh["attempted"].astype(np.int64)
+    if plan.version >= 2:  # the overflow sink: past capacity, the last slot was overwritten
+        kept = np.where(attempted > cap, max(cap - 1, 0), attempted)
+    else:
+        kept = np.minimum(attempted, cap)
+    n = np.where(finished, kept, 0)
+    over = np.where(finished, attempted - kept, 0)
+    plan.dropped = int(over.sum())
+    if plan.dropped:
+        plan.warnings.append(E.DroppedRecords(plan.dropped, f"{where}: {plan.dropped} records past capacity {cap} "
+                                                            f"in {int((over > 0).sum())} of {nreg} regions"))
+    if started.any():
+        si = np.flatnonzero(started)
+        kinds = body.reshape(nreg, stride)[si, L.REGIONHEADER_SIZE:]
+        if plan.version >= 3:   # the kind nibble of each 8-byte slot's meta word
+            k = kinds.reshape(len(si), cap, L.RECORD8_SIZE)[:, :, _field_offset(L.RECORD8_DTYPE, "meta") + 3]
+            empty = (k >> (L.META_KIND_SHIFT - 24)) == L.KIND_EMPTY
+        else:
+            empty = kinds.reshape(len(si), cap, L.RECORD_SIZE)[:, :, _field_offset(L.RECORD_DTYPE, "kind")] == L.KIND_EMPTY
+        n[si] = np.where(empty.any(axis=1), empty.argmax(axis=1), cap) if cap else 0
+        plan.warnings.append(E.UnfinishedRegion(len(si), f"{where}: {len(si)} regions never finished "
+                                                         "(aborted kernel?); decoded up to their first empty record"))
+    return n
+
+
+def _expand(plan, body, nreg: int, stride: int, n, rh, finished) -> None:
+    """Format 3: a plan's candidate slots as format-2 records, region after region (decode_format3)."""
+    words = body.view(np.uint64).reshape(nreg, stride // 8) if nreg else np.zeros((0, 1), np.uint64)
+    x = expand(words, L.REGIONHEADER_SIZE // 8, n, rh, finished)
+    plan.all_slots, plan.slots, plan.base, plan.n = x.slots, None, x.base, x.n
+    if x.saturated:
+        plan.warnings.append(E.PayloadSaturated(x.saturated, f"{plan.where}: 16-bit payloads at 0xFFFF "
+                                                             "(the recorder saturates wider ones)"))
+    if x.ambiguous:
+        plan.warnings.append(E.AmbiguousClock(x.ambiguous, f"{plan.where}: regions whose records may lie more "
+                                                           "than 2^32 cycles apart without an anchor"))
+
+
 class _Plan:
     """One launch after its headers are read: where its records are, how many each region holds,
     its time window and clock conversion, and the warnings found so far."""
@@ -345,9 +387,9 @@ class _Plan:
             i = int(bad[0])
             raise E.DecodeError(f"region {i}: sm {int(rh['sm'][i])} is above {MAX_SM} (the event table's sm column is int16)",
                                 L.BUFFERHEADER_SIZE + i * stride + _field_offset(_RH, "sm"))
-        n = self._candidates(rh, body, nreg, stride, cap, finished, started)
+        n = _candidates(self, rh, body, nreg, stride, cap, finished, started)
         if self.version >= 3:
-            self._expand(body, nreg, stride, n, rh, finished)
+            _expand(self, body, nreg, stride, n, rh, finished)
         else:
             # the record slots of every region as (regions, capacity, 2) u64: a region's header slots cut off
             self.all_slots = body.view(np.uint64).reshape(-1, 2)
@@ -364,45 +406,6 @@ class _Plan:
         # the clocks are planned by finish(), right before the launch is decoded (the numpy engine's
         # anchor search then leaves the records in cache for its loop; the compiled one skips it)
         self._pending = (rh, finished, used)
-
-    def _candidates(self, rh, body, nreg: int, stride: int, cap: int, finished, started) -> np.ndarray:
-        """Candidate slots of each region (the rules of docs/design.md); drops and aborted regions warned."""
-        where = self.where
-        attempted = rh["attempted"].astype(np.int64)
-        if self.version >= 2:  # the overflow sink: past capacity, the last slot was overwritten
-            kept = np.where(attempted > cap, max(cap - 1, 0), attempted)
-        else:
-            kept = np.minimum(attempted, cap)
-        n = np.where(finished, kept, 0)
-        over = np.where(finished, attempted - kept, 0)
-        self.dropped = int(over.sum())
-        if self.dropped:
-            self.warnings.append(E.DroppedRecords(self.dropped, f"{where}: {self.dropped} records past capacity {cap} "
-                                                                f"in {int((over > 0).sum())} of {nreg} regions"))
-        if started.any():
-            si = np.flatnonzero(started)
-            kinds = body.reshape(nreg, stride)[si, L.REGIONHEADER_SIZE:]
-            if self.version >= 3:   # the kind nibble of each 8-byte slot's meta word
-                k = kinds.reshape(len(si), cap, L.RECORD8_SIZE)[:, :, _field_offset(L.RECORD8_DTYPE, "meta") + 3]
-                empty = (k >> (L.META_KIND_SHIFT - 24)) == L.KIND_EMPTY
-            else:
-                empty = kinds.reshape(len(si), cap, L.RECORD_SIZE)[:, :, _field_offset(L.RECORD_DTYPE, "kind")] == L.KIND_EMPTY
-            n[si] = np.where(empty.any(axis=1), empty.argmax(axis=1), cap) if cap else 0
-            self.warnings.append(E.UnfinishedRegion(len(si), f"{where}: {len(si)} regions never finished "
-                                                             "(aborted kernel?); decoded up to their first empty record"))
-        return n
-
-    def _expand(self, body, nreg: int, stride: int, n, rh, finished) -> None:
-        """Format 3: the candidate slots as format-2 records, region after region (decode_format3)."""
-        words = body.view(np.uint64).reshape(nreg, stride // 8) if nreg else np.zeros((0, 1), np.uint64)
-        x = expand(words, L.REGIONHEADER_SIZE // 8, n, rh, finished)
-        self.all_slots, self.slots, self.base, self.n = x.slots, None, x.base, x.n
-        if x.saturated:
-            self.warnings.append(E.PayloadSaturated(x.saturated, f"{self.where}: 16-bit payloads at 0xFFFF "
-                                                                 "(the recorder saturates wider ones)"))
-        if x.ambiguous:
-            self.warnings.append(E.AmbiguousClock(x.ambiguous, f"{self.where}: regions whose records may lie more "
-                                                               "than 2^32 cycles apart without an anchor"))
 
     def finish(self, anchors: bool = True) -> "_Plan":
         """Plan the clocks (once): the time window, each region's conversion and, unless `anchors`
