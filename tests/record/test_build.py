@@ -125,13 +125,13 @@ def test_record_design_variants_exist_only_in_the_instrumented_build(selftest_pt
     def parts(ptx):
         out = {}
         for p in re.split(r"\.entry\s+", ptx)[1:]:
-            m = re.match(r"\S*?record_parts_kernelILi(\d)E", p)
+            m = re.match(r"\S*?record_parts_kernelILi(\d+)E", p)
             if m:
                 out[int(m.group(1))] = p
         return out
 
     off, on = parts(selftest_ptx[0]), parts(selftest_ptx[1])
-    assert off == {} and sorted(on) == list(range(10))
+    assert off == {} and sorted(on) == list(range(12))
     for k in (1, 2):
         assert re.search(r"@p st\.global\.v4\.u32", on[k])
     assert "@h mov.u64 t, %clock64" in on[1] and "%globaltimer" in on[1]  # format 1's runtime hires choice
@@ -141,3 +141,8 @@ def test_record_design_variants_exist_only_in_the_instrumented_build(selftest_pt
         assert re.search(r"^\s*st\.global\.v4\.u32", on[k], re.M) and "@p st.global" not in on[k]
     assert "st.global.cs.v4" in on[3] and "st.global.L1::no_allocate.v4" in on[6] and "st.global.v2.u32" in on[9]
     assert "%globaltimer" in on[8] and "%globaltimer" not in on[0]
+    # format 3: one 8-byte store of clock64 bits 31..0 + meta (10), and its PAYLOAD slot's second store (11)
+    for k in (10, 11):
+        assert "%globaltimer" not in on[k] and "st.global.v4" not in on[k] and "@p st.global" not in on[k]
+    n10, n11 = on[10].count("st.global.v2.u32"), on[11].count("st.global.v2.u32")   # per unrolled record site
+    assert n10 >= 1 and n11 == 2 * n10
