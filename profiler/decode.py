@@ -345,10 +345,11 @@ def _candidates(plan, rh, body, nreg: int, stride: int, cap: int, finished, star
     return n
 
 
-def _expand(plan, body, nreg: int, stride: int, n, rh, finished) -> None:
-    """Format 3: a plan's candidate slots as format-2 records, region after region (decode_format3)."""
+def _expand(plan, body, nreg: int, stride: int, n, rh, finished, fast) -> None:
+    """Format 3: a plan's candidate slots as format-2 records, region after region (decode_format3;
+    with the compiled engine, its loop in decode_fast)."""
     words = body.view(np.uint64).reshape(nreg, stride // 8) if nreg else np.zeros((0, 1), np.uint64)
-    x = expand(words, L.REGIONHEADER_SIZE // 8, n, rh, finished)
+    x = (fast.expand if fast is not None else expand)(words, L.REGIONHEADER_SIZE // 8, n, rh, finished)
     plan.all_slots, plan.slots, plan.base, plan.n = x.slots, None, x.base, x.n
     if x.saturated:
         plan.warnings.append(E.PayloadSaturated(x.saturated, f"{plan.where}: 16-bit payloads at 0xFFFF "
@@ -362,7 +363,7 @@ class _Plan:
     """One launch after its headers are read: where its records are, how many each region holds,
     its time window and clock conversion, and the warnings found so far."""
 
-    def __init__(self, buf, info: LaunchInfo, registry: Registry, sm_ghz: float = NOMINAL_SM_GHZ):
+    def __init__(self, buf, info: LaunchInfo, registry: Registry, sm_ghz: float = NOMINAL_SM_GHZ, fast=None):
         self.info, self.registry, self.family = info, registry, info.family
         self.sm_ghz = sm_ghz  # the SM clock of regions without a usable clock pair (a calibration's, or nominal)
         arr = _as_bytes(buf)
@@ -389,7 +390,7 @@ class _Plan:
                                 L.BUFFERHEADER_SIZE + i * stride + _field_offset(_RH, "sm"))
         n = _candidates(self, rh, body, nreg, stride, cap, finished, started)
         if self.version >= 3:
-            _expand(self, body, nreg, stride, n, rh, finished)
+            _expand(self, body, nreg, stride, n, rh, finished, fast)
         else:
             # the record slots of every region as (regions, capacity, 2) u64: a region's header slots cut off
             self.all_slots = body.view(np.uint64).reshape(-1, 2)
@@ -798,9 +799,8 @@ def _time_map(fast, clock: ClockModel | None, rank: int):
     return decode_fast.time_map(-int(clock.t0_ns), rc)
 
 
-def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) -> tuple[pd.DataFrame, list[dict]]:
-    """Decode planned launches into one event table, every column allocated once."""
-    fast = _engine(engine)
+def _decode(plans: list[_Plan], clock: ClockModel | None, fast) -> tuple[pd.DataFrame, list[dict]]:
+    """Decode planned launches into one event table, every column allocated once (fast: _engine's)."""
     codes = _Codes(plans)
     kidx = {k: i for i, k in enumerate(codes.kernels)}
     hosts = [_host_span(p.info, clock) for p in plans]
@@ -866,8 +866,9 @@ def decode_buffer(buf, info: LaunchInfo, registry, clock: ClockModel | None = No
     subclasses for unreadable buffers; recoverable problems come back in .warnings. engine: one of
     ENGINES (default: EPSCOPE_DECODE, else "auto").
     """
-    plan = _Plan(buf, info, _registry(registry), clock.sm_ghz if clock is not None else NOMINAL_SM_GHZ)
-    events, launches = _decode([plan], clock, engine)
+    fast = _engine(engine)
+    plan = _Plan(buf, info, _registry(registry), clock.sm_ghz if clock is not None else NOMINAL_SM_GHZ, fast)
+    events, launches = _decode([plan], clock, fast)
     return DecodedLaunch(events, launches[0], plan.warnings)
 
 
@@ -935,11 +936,12 @@ def decode_launches(items, registries, clocks: ClockModel | None = None, *, engi
     EPSCOPE_DECODE, else "auto": the compiled one when numba is importable).
     """
     regs = {fam: _registry(r) for fam, r in registries.items()}
+    fast = _engine(engine)
     plans = []
     for buf, info in items:
         if info.family not in regs:
             raise KeyError(f"no registry for kernel family {info.family!r} (have {sorted(regs)})")
-        plans.append(_Plan(buf, info, regs[info.family], clocks.sm_ghz if clocks is not None else NOMINAL_SM_GHZ))
-    events, launches = _decode(plans, clocks, engine)
+        plans.append(_Plan(buf, info, regs[info.family], clocks.sm_ghz if clocks is not None else NOMINAL_SM_GHZ, fast))
+    events, launches = _decode(plans, clocks, fast)
     return Decoded(events, launches_frame(launches), aggregate_warnings([w for p in plans for w in p.warnings]),
                    conversion_summary(plans, clocks))
