@@ -97,35 +97,58 @@ def _chain(lo: np.ndarray, reg: np.ndarray, cs: np.ndarray) -> np.ndarray:
     return cs[reg] + (run - before)
 
 
+# Regions are expanded in runs of about this many candidate slots: the temporaries (a dozen arrays
+# of the run's length) then stay in a core's cache and the peak memory does not grow with the launch.
+CHUNK_SLOTS = 1 << 15
+
+
 def expand(words: np.ndarray, first_slot: int, n: np.ndarray, rh: np.ndarray, finished: np.ndarray) -> Expanded:
     """words: (regions, stride / 8) u64 view of the regions (header, then the slots from column
     first_slot); n: candidate slots per region; rh: the region headers; finished: FINISHED regions."""
     nreg = len(n)
     n = n.astype(np.int64)
-    starts = np.cumsum(n) - n
-    reg = np.repeat(np.arange(nreg, dtype=np.int64), n)
-    j = np.arange(len(reg), dtype=np.int64) - starts[reg]
-    s = words.reshape(-1)[reg * words.shape[1] + first_slot + j] if len(reg) else np.zeros(0, np.uint64)
+    end_check = finished & (_s64(rh["clk_end"] - rh["clk_start"]) > 0)
+    n_out = np.zeros(nreg, np.int64)
+    parts, saturated, ambiguous = [], 0, 0
+    start = np.cumsum(n) - n
+    cut = np.flatnonzero(np.diff(start // CHUNK_SLOTS)) + 1
+    bounds = [0, *cut.tolist(), nreg]
+    for r0, r1 in zip(bounds[:-1], bounds[1:]):
+        if r1 > r0 and n[r0:r1].any():
+            out, n_out[r0:r1], sat, amb = _expand_chunk(words, first_slot, n, r0, r1, rh, end_check)
+            parts.append(out)
+            saturated += sat
+            ambiguous += amb
+    out = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else np.zeros((0, 2), np.uint64)
+    return Expanded(out, n_out, np.cumsum(n_out) - n_out, saturated, ambiguous)
+
+
+def _expand_chunk(words, first_slot: int, n: np.ndarray, r0: int, r1: int, rh, end_check):
+    """Regions r0..r1: (format-2 records, records per region, saturated payloads, ambiguous regions)."""
+    cnt = n[r0:r1]
+    starts = np.cumsum(cnt) - cnt
+    reg = np.repeat(np.arange(r0, r1, dtype=np.int64), cnt)
+    j = np.arange(len(reg), dtype=np.int64) - starts[reg - r0]
+    s = words.reshape(-1)[reg * words.shape[1] + first_slot + j]
     t, meta = s & _U32, s >> np.uint64(32)
     kind, pid = _meta_fields(meta)
-    first = j == 0
-    timed, ok_pl, paired, ok_ns, has_pl = _pairs(kind, pid, first)
+    timed, ok_pl, paired, ok_ns, has_pl = _pairs(kind, pid, j == 0)
     payload = np.where(has_pl, np.r_[t[1:], np.uint64(0)], meta & np.uint64(_PAYLOAD_MAX))
     saturated = int(np.count_nonzero(timed & ~has_pl & ((meta & np.uint64(_PAYLOAD_MAX)) == _PAYLOAD_MAX)))
     cs, ce = rh["clk_start"], rh["clk_end"]
-    end_check = finished & (_s64(ce - cs) > 0)
     clock = np.zeros(len(t), np.uint64)
-    walked = np.zeros(nreg, bool)
+    walked = np.zeros(len(n), bool)
     walked[reg[paired]] = True
     flat = np.flatnonzero(timed & ~walked[reg])
     clock[flat] = _chain(t[flat], reg[flat], cs)
     ambiguous = _flat_ends(clock[flat], reg[flat], ce, end_check)
     for r in np.flatnonzero(walked).tolist():
-        ambiguous += _walk(r, slice(starts[r], starts[r] + n[r]), t, meta, kind, timed, paired, clock, rh, end_check)
+        sl = slice(starts[r - r0], starts[r - r0] + cnt[r - r0])
+        ambiguous += _walk(r, sl, t, meta, kind, timed, paired, clock, rh, end_check)
     past = timed & end_check[reg] & (_s64(ce[reg] - clock) < 0)
     clock[past] = cs[reg[past]] + np.uint64(PAST_FINISH)
-    return _assemble(reg, nreg, t, meta, kind, pid, timed, ok_pl, paired, ok_ns, payload, clock, rh,
-                     saturated, ambiguous)
+    x = _assemble(reg, len(n), t, meta, kind, pid, timed, ok_pl, paired, ok_ns, payload, clock, rh, saturated, ambiguous)
+    return x.slots, x.n[r0:r1], saturated, ambiguous
 
 
 def _flat_ends(clock: np.ndarray, reg: np.ndarray, ce: np.ndarray, end_check: np.ndarray) -> int:
