@@ -345,12 +345,29 @@ def _candidates(plan, rh, body, nreg: int, stride: int, cap: int, finished, star
     return n
 
 
-def _expand(plan, body, nreg: int, stride: int, n, rh, finished, fast) -> None:
+class Reuse:
+    """One work array that every launch of a decode reuses (format 3's expanded records): a fresh
+    array per launch costs a page fault per 4 kB on its first touch, and all of them at once the
+    memory of every launch's records."""
+
+    def __init__(self):
+        self._a = np.empty((0, 2), np.uint64)
+
+    def records(self, n: int) -> np.ndarray:
+        if len(self._a) < n:
+            self._a = np.empty((n, 2), np.uint64)
+        return self._a[:n]
+
+
+def _expand(plan, raw, reuse: Reuse | None) -> None:
     """Format 3: a plan's candidate slots as format-2 records, region after region (decode_format3;
-    with the compiled engine, its loop in decode_fast)."""
+    with the compiled engine, its loop in decode_fast), into `reuse`'s array when given."""
+    body, nreg, stride, n, rh, finished, fast = raw
     words = body.view(np.uint64).reshape(nreg, stride // 8) if nreg else np.zeros((0, 1), np.uint64)
-    x = (fast.expand if fast is not None else expand)(words, L.REGIONHEADER_SIZE // 8, n, rh, finished)
+    out = reuse.records(int(n.sum())) if reuse is not None else None
+    x = (fast.expand if fast is not None else expand)(words, L.REGIONHEADER_SIZE // 8, n, rh, finished, out)
     plan.all_slots, plan.slots, plan.base, plan.n = x.slots, None, x.base, x.n
+    plan.n_records = int(x.n.sum())
     if x.saturated:
         plan.warnings.append(E.PayloadSaturated(x.saturated, f"{plan.where}: 16-bit payloads at 0xFFFF "
                                                              "(the recorder saturates wider ones)"))
@@ -389,8 +406,11 @@ class _Plan:
             raise E.DecodeError(f"region {i}: sm {int(rh['sm'][i])} is above {MAX_SM} (the event table's sm column is int16)",
                                 L.BUFFERHEADER_SIZE + i * stride + _field_offset(_RH, "sm"))
         n = _candidates(self, rh, body, nreg, stride, cap, finished, started)
-        if self.version >= 3:
-            _expand(self, body, nreg, stride, n, rh, finished, fast)
+        self._raw3 = None
+        if self.version >= 3:   # expanded by finish(), right before the launch is decoded (n: slots until then)
+            self._raw3 = (body, nreg, stride, n, rh, finished, fast)
+            self.all_slots = self.slots = self.base = None
+            self.n = n
         else:
             # the record slots of every region as (regions, capacity, 2) u64: a region's header slots cut off
             self.all_slots = body.view(np.uint64).reshape(-1, 2)
@@ -408,10 +428,14 @@ class _Plan:
         # anchor search then leaves the records in cache for its loop; the compiled one skips it)
         self._pending = (rh, finished, used)
 
-    def finish(self, anchors: bool = True) -> "_Plan":
+    def finish(self, anchors: bool = True, reuse: Reuse | None = None) -> "_Plan":
         """Plan the clocks (once): the time window, each region's conversion and, unless `anchors`
         is False, format 2's anchor search. Without it the plan holds while no candidate record is
-        an ANCHOR: the compiled loop counts them and calls with_anchors() when it met one."""
+        an ANCHOR: the compiled loop counts them and calls with_anchors() when it met one. Format 3's
+        slots become records first (into `reuse`'s array: valid until the next launch's finish)."""
+        if self._raw3 is not None:
+            raw, self._raw3 = self._raw3, None
+            _expand(self, raw, reuse)
         if self._pending is not None:
             rh, finished, used = self._pending
             self._pending = None
@@ -724,6 +748,7 @@ class _Table:
               "kind": np.int8}
         with _small_pages():
             self.out = {c: np.empty(rows, dt.get(c, t)) for c, t in COLUMNS.items()}
+        self.reuse = Reuse()   # format 3's expanded records, one launch at a time
 
     def name_unknown(self, plan, unknown: list) -> None:
         """Name ids the registry does not declare phase_<id> / barrier_<id>, code them."""
@@ -744,11 +769,11 @@ class _Table:
 def _results(plan: _Plan, table: _Table, off: int, scratch, fast, tmap=None):
     """The decoded chunks of one launch: the whole launch at once with the compiled loop."""
     if fast is not None:
-        plan.finish(anchors=False)   # the compiled loop looks for ANCHORs as it goes
+        plan.finish(anchors=False, reuse=table.reuse)   # the compiled loop looks for ANCHORs as it goes
         if plan.n_records:
             yield fast.decode(plan, table.out, off, table.codes, scratch, tmap)
         return
-    plan.finish()
+    plan.finish(reuse=table.reuse)
     for r0, r1 in plan.chunks:
         res = decode_chunk(plan, r0, r1, table.out, off, table.codes, scratch)
         off += res.events

@@ -528,15 +528,17 @@ def decode_launch(plan, out: dict, o: int, codes, scratch: Scratch, jit_only: bo
 
 
 def expand(words: np.ndarray, first_slot: int, n: np.ndarray, rh: np.ndarray, finished: np.ndarray,
-           jit_only: bool = False):
-    """profiler.decode_format3.expand through the compiled loop: the same Expanded."""
+           out: np.ndarray | None = None, jit_only: bool = False):
+    """profiler.decode_format3.expand through the compiled loop: the same Expanded (into `out`,
+    (at least n.sum(), 2) u64, when given)."""
     from .decode_format3 import Expanded
     nreg = len(n)
     n = np.ascontiguousarray(n, np.int64)
     flat = words.reshape(-1)
     if flat.ctypes.data % 8:   # the compiled loop reads aligned words
         flat = flat.copy()
-    out = np.empty((int(n.sum()), 2), np.uint64)
+    out = np.empty((int(n.sum()), 2), np.uint64) if out is None else out
+    assert out.dtype == np.uint64 and out.flags.c_contiguous and len(out) >= int(n.sum()), "the records' array"
     base, n_out, res = np.empty(nreg, np.int64), np.empty(nreg, np.int64), np.zeros(2, np.int64)
     kernels(jit_only).expand3()(flat, np.int64(words.shape[1]), np.int64(first_slot), n,
                                 *(np.ascontiguousarray(rh[f], np.uint64) for f in ("clk_start", "clk_end", "gt_start")),
@@ -551,8 +553,8 @@ class Loop:
     def __init__(self, jit_only: bool = False):
         self.jit_only = jit_only
 
-    def expand(self, words, first_slot: int, n, rh, finished):
-        return expand(words, first_slot, n, rh, finished, self.jit_only)
+    def expand(self, words, first_slot: int, n, rh, finished, out=None):
+        return expand(words, first_slot, n, rh, finished, out, self.jit_only)
 
     def scratch(self, plans: list) -> Scratch:
         return Scratch()

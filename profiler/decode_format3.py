@@ -102,25 +102,28 @@ def _chain(lo: np.ndarray, reg: np.ndarray, cs: np.ndarray) -> np.ndarray:
 CHUNK_SLOTS = 1 << 15
 
 
-def expand(words: np.ndarray, first_slot: int, n: np.ndarray, rh: np.ndarray, finished: np.ndarray) -> Expanded:
+def expand(words: np.ndarray, first_slot: int, n: np.ndarray, rh: np.ndarray, finished: np.ndarray,
+           out: np.ndarray | None = None) -> Expanded:
     """words: (regions, stride / 8) u64 view of the regions (header, then the slots from column
-    first_slot); n: candidate slots per region; rh: the region headers; finished: FINISHED regions."""
+    first_slot); n: candidate slots per region; rh: the region headers; finished: FINISHED regions;
+    out: (at least n.sum(), 2) u64 for the records (default: a new array)."""
     nreg = len(n)
     n = n.astype(np.int64)
     end_check = finished & (_s64(rh["clk_end"] - rh["clk_start"]) > 0)
     n_out = np.zeros(nreg, np.int64)
-    parts, saturated, ambiguous = [], 0, 0
+    out = np.empty((int(n.sum()), 2), np.uint64) if out is None else out
+    o, saturated, ambiguous = 0, 0, 0
     start = np.cumsum(n) - n
     cut = np.flatnonzero(np.diff(start // CHUNK_SLOTS)) + 1
     bounds = [0, *cut.tolist(), nreg]
     for r0, r1 in zip(bounds[:-1], bounds[1:]):
         if r1 > r0 and n[r0:r1].any():
-            out, n_out[r0:r1], sat, amb = _expand_chunk(words, first_slot, n, r0, r1, rh, end_check)
-            parts.append(out)
+            recs, n_out[r0:r1], sat, amb = _expand_chunk(words, first_slot, n, r0, r1, rh, end_check)
+            out[o:o + len(recs)] = recs
+            o += len(recs)
             saturated += sat
             ambiguous += amb
-    out = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else np.zeros((0, 2), np.uint64)
-    return Expanded(out, n_out, np.cumsum(n_out) - n_out, saturated, ambiguous)
+    return Expanded(out[:o], n_out, np.cumsum(n_out) - n_out, saturated, ambiguous)
 
 
 def _expand_chunk(words, first_slot: int, n: np.ndarray, r0: int, r1: int, rh, end_check):
