@@ -376,6 +376,23 @@ def _expand(plan, raw, reuse: Reuse | None) -> None:
                                                            "than 2^32 cycles apart without an anchor"))
 
 
+def _anchor_slots(plan) -> tuple[np.ndarray, np.ndarray]:
+    """(region, index among its candidates) of every candidate ANCHOR record of a plan, in order."""
+    kinds = plan.all_slots.view(np.uint8)[:, _field_offset(L.RECORD_DTYPE, "kind")]   # a strided view, no copy
+    if plan.slots is None:   # format 3: the candidates lie together, region after region
+        pos = np.flatnonzero(kinds == L.KIND_ANCHOR)
+        ri = np.searchsorted(plan.base + plan.n, pos, side="right")
+        return ri, pos - plan.base[ri]
+    nreg, w = len(plan.n), int(plan.n.max())   # only candidate slots: a sparse buffer's unwritten tail is never read
+    kind = kinds.reshape(nreg, _RH_SLOTS + plan.cap)[:, _RH_SLOTS:_RH_SLOTS + w]
+    is_anchor = kind == L.KIND_ANCHOR
+    if not is_anchor.any():   # skip the 2-D nonzero
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ri, ji = np.nonzero(is_anchor)
+    cand = ji < plan.n[ri]
+    return ri[cand], ji[cand]
+
+
 class _Plan:
     """One launch after its headers are read: where its records are, how many each region holds,
     its time window and clock conversion, and the warnings found so far."""
@@ -516,7 +533,7 @@ class _Plan:
         lo, hi = self.window
         if not self.n_records:
             return
-        ri, ji = self._anchor_slots()
+        ri, ji = _anchor_slots(self)
         if not len(ri):   # the common case (anchors are optional)
             return
         by_region: dict[int, list] = {}
@@ -543,22 +560,6 @@ class _Plan:
                 pg.append(int(ge[r]))
             rates = np.array([float(pg[k + 1] - pg[k]) / float(_s64(pc[k + 1] - pc[k])) for k in range(len(pc) - 1)])
             self.segments[r] = (np.array(pc, np.uint64), np.array(pg, np.int64), rates)
-
-    def _anchor_slots(self) -> tuple[np.ndarray, np.ndarray]:
-        """(region, index among its candidates) of every candidate ANCHOR record, in order."""
-        kinds = self.all_slots.view(np.uint8)[:, _field_offset(L.RECORD_DTYPE, "kind")]   # a strided view, no copy
-        if self.slots is None:   # format 3: the candidates lie together, region after region
-            pos = np.flatnonzero(kinds == L.KIND_ANCHOR)
-            ri = np.searchsorted(self.base + self.n, pos, side="right")
-            return ri, pos - self.base[ri]
-        nreg, w = len(self.n), int(self.n.max())   # only candidate slots: a sparse buffer's unwritten tail is never read
-        kind = kinds.reshape(nreg, _RH_SLOTS + self.cap)[:, _RH_SLOTS:_RH_SLOTS + w]
-        is_anchor = kind == L.KIND_ANCHOR
-        if not is_anchor.any():   # skip the 2-D nonzero
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        ri, ji = np.nonzero(is_anchor)
-        cand = ji < self.n[ri]
-        return ri[cand], ji[cand]
 
     def _clock_change(self, pair, gsi, ge) -> None:
         """Count the regions whose SM clock changed while they recorded (ClockChange): two
