@@ -5,7 +5,7 @@
 writes, each a run directory named for what it shows:
 
 * selftest-timer-resolution: warps wait for %globaltimer to change and record a `tick` after
-  each change; the ticks follow the timer's 32 ns steps on H200 (format 2 stamps them with
+  each change; the ticks follow the timer's 32 ns steps on H200 (formats 2-3 stamp them with
   clock64, so they sit where the warp saw each change, a few steps apart at most).
 * selftest-starved-warps: 128 blocks x 4 warps; only warp 0 of blocks 0..15 works, every other
   warp records `idle` while it waits for them (blocks 16..127 and warps 1..3 of blocks 0..15
