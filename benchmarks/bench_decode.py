@@ -3,7 +3,7 @@
 peak memory, for each record loop (profiler.decode ENGINES: numpy, numba) side by side, against a
 structured-view copy of the same bytes.
 
-    python3 benchmarks/bench_decode.py [--sizes 1e6,30e6] [--engines numpy,numba] [--format 2] [--runs 5]
+    python3 benchmarks/bench_decode.py [--sizes 1e6,30e6] [--engines numpy,numba] [--format 2,3] [--runs 5]
                                        [--clocks none,model] [--idle 12] [--against main=TREE]
                                        [--out benchmarks/results/decode-cpu-DATE.md]
 
@@ -13,8 +13,10 @@ once (cold) and again (warm). Cold includes loading the record loop: the numba e
 time build from its disk cache (built by the parent before any timing; its build time and the
 JIT's cold cost are reported apart, see `one_off`); it excludes importing profiler.decode (numpy,
 pandas), reported as import s. Medians of --runs processes; engines of one size run alternately,
-so their ratio is measured under the same load. Buffers are format --format (2: clock64 cycles
-converted through each region's clock pair, what the recorder writes; 1: globaltimer ns). Shapes:
+so their ratio is measured under the same load. Buffers are format --format, a list measured side
+by side (3: 8-byte records of clock64 bits 31..0, what the recorder writes since issue 33, half
+format 2's bytes; 2: 16-byte records of full clock64 cycles, both converted through each region's
+clock pair; 1: globaltimer ns). Shapes:
   dense  132 blocks x 16 warps, every region full (nested iteration{work{} tick} spans, the
          selftest registry), capacity sized to the record count;
   sparse the recorded EP runs' shape: 16 records a warp at capacity 128 (the runs in traces/ use 512-4096: their
@@ -74,7 +76,10 @@ SM_GHZ = 1.98                    # H200 SM clock (profiler.align.NOMINAL_SM_GHZ)
 def _full_buffer(reg, rng, nreg: int, cap: int, kinds, ids, n: int, t0: int, version: int) -> bytes:
     """nreg regions of capacity `cap`, the first n records of each written with the repeating
     pattern (kinds, ids), 0-7 globaltimer steps of 32 ns apart: as globaltimer ns (format 1) or
-    as clock64 cycles of a 1.98 GHz SM with the warp's start and finish clock pairs (format 2)."""
+    as clock64 cycles of a 1.98 GHz SM with the warp's start and finish clock pairs (format 2;
+    format 3 the same records as 8-byte slots)."""
+    if version >= 3:
+        return _format3(_full_buffer(reg, rng, nreg, cap, kinds, ids, n, t0, 2), nreg, cap)
     rdt = np.dtype([("h", L.REGIONHEADER_DTYPE), ("r", L.RECORD_DTYPE, (cap,))])
     regions = np.zeros(nreg, rdt)
     reps = -(-n // len(kinds))
@@ -100,6 +105,21 @@ def _full_buffer(reg, rng, nreg: int, cap: int, kinds, ids, n: int, t0: int, ver
     hdr["magic"], hdr["version"], hdr["registry_hash"] = L.MAGIC, version, reg.hash
     hdr["num_regions"], hdr["region_capacity"], hdr["warps_per_block"] = nreg, cap, WARPS
     return hdr.tobytes() + regions.tobytes()
+
+
+def _format3(v2: bytes, nreg: int, cap: int) -> bytes:
+    """A format-2 buffer's records as format 3 writes them (payloads here fit 16 bits)."""
+    rdt = np.dtype([("h", L.REGIONHEADER_DTYPE), ("r", L.RECORD_DTYPE, (cap,))])
+    src = np.frombuffer(v2, rdt, offset=L.BUFFERHEADER_SIZE)
+    out = np.zeros(nreg, [("h", L.REGIONHEADER_DTYPE), ("r", L.RECORD8_DTYPE, (cap,))])
+    out["h"] = src["h"]
+    r = src["r"]
+    out["r"]["t"] = (r["t"] & np.uint64(0xFFFF_FFFF)).astype(np.uint32)
+    out["r"]["meta"] = ((r["kind"].astype(np.uint32) << L.META_KIND_SHIFT) | (r["id"].astype(np.uint32) << L.META_ID_SHIFT)
+                        | r["payload"].astype(np.uint32))
+    hdr = np.frombuffer(v2, L.BUFFERHEADER_DTYPE, count=1).copy()
+    hdr["version"] = 3
+    return hdr.tobytes() + out.tobytes()
 
 
 def make_items(shape: str, records: int, version: int = L.VERSION):
@@ -131,11 +151,12 @@ def _structured_copy(items) -> None:
     for buf, _ in items:
         h = np.frombuffer(buf, L.BUFFERHEADER_DTYPE, count=1)[0]
         nreg, cap = int(h["num_regions"]), int(h["region_capacity"])
-        slots = L.REGIONHEADER_SIZE // L.RECORD_SIZE + cap
-        rec = np.frombuffer(buf, L.RECORD_DTYPE, offset=L.BUFFERHEADER_SIZE).reshape(nreg, slots)
+        dtype = L.RECORD8_DTYPE if int(h["version"]) >= 3 else L.RECORD_DTYPE
+        slots = L.REGIONHEADER_SIZE // dtype.itemsize + cap
+        rec = np.frombuffer(buf, dtype, offset=L.BUFFERHEADER_SIZE).reshape(nreg, slots)
         n = int(np.frombuffer(buf, L.REGIONHEADER_DTYPE, count=1, offset=L.BUFFERHEADER_SIZE)["attempted"][0])
         r = rec[:, slots - cap: slots - cap + n]
-        for f in ("t", "id", "kind", "payload"):
+        for f in dtype.names:
             np.ascontiguousarray(r[f])
 
 
@@ -321,14 +342,14 @@ def report(results: list[dict], once: dict | None, a, commit: str, load0, load1,
              "record loop included: the numba engine loads its ahead-of-time build from the disk cache), warm = its "
              "repeats; rates are records per second of CPU time (user + sys), wall in brackets; import s = CPU "
              "time to import profiler.decode (numpy, pandas) before the cold call, not in its rate.", "",
-             "| shape | records | clock | events | engine | cold M rec/s | cold user / sys s | warm M rec/s | cold, warm vs "
+             "| shape | format | records | clock | events | engine | cold M rec/s | cold user / sys s | warm M rec/s | cold, warm vs "
              f"{engines[0]} | structured copy M rec/s | buffers MB | table MB | peak over start MB | import s | numba imported |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         ref = r["engines"][engines[0]]
         for e, s in r["engines"].items():
             c, w = s["cold"], s["warm"]
-            lines.append(f"| {r['shape']} | {r['records'] / 1e6:.1f} M | {r['clock']} | {s['events'] / 1e6:.2f} M | {e} | "
+            lines.append(f"| {r['shape']} | {r['format']} | {r['records'] / 1e6:.1f} M | {r['clock']} | {s['events'] / 1e6:.2f} M | {e} | "
                          f"{c['cpu_rate'] / 1e6:.1f} ({c['wall_rate'] / 1e6:.1f}) | {c['user_s']:.3f} / {c['sys_s']:.3f} | "
                          f"{w['cpu_rate'] / 1e6:.1f} ({w['wall_rate'] / 1e6:.1f}) | "
                          f"{c['cpu_rate'] / ref['cold']['cpu_rate']:.1f}x, {w['cpu_rate'] / ref['warm']['cpu_rate']:.1f}x | "
@@ -344,7 +365,8 @@ def report(results: list[dict], once: dict | None, a, commit: str, load0, load1,
                 lines.append(f"- {r['shape']} {r['records'] / 1e6:.1f} M clock {r['clock']} {e}: "
                              f"{s['cold']['cpu_rate'] / b['cold']['cpu_rate']:.2f}x, "
                              f"{s['warm']['cpu_rate'] / b['warm']['cpu_rate']:.2f}x")
-    warn = {f"{r['shape']} {r['records'] / 1e6:.1f} M {r['clock']}": r["engines"][engines[0]]["warnings"] for r in results}
+    warn = {f"{r['shape']} format {r['format']} {r['records'] / 1e6:.1f} M {r['clock']}": r["engines"][engines[0]]["warnings"]
+            for r in results}
     lines += ["", f"Decoder warnings (every engine the same event count): {warn}"]
     if once:
         b = once["aot_build"]
@@ -363,7 +385,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1e6,30e6")
     ap.add_argument("--shapes", default="dense,sparse")
     ap.add_argument("--engines", default="numpy,numba", help="profiler.decode ENGINES, the first is the reference of the ratios")
-    ap.add_argument("--format", type=int, default=L.VERSION, help="buffer format version to build (1 or 2)")
+    ap.add_argument("--format", default=str(L.VERSION), help="buffer format versions to build (1, 2, 3), comma-separated")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--clocks", default="none", help="none (raw globaltimer base) and/or model (a clock model, as a "
                                                      "recording session saves), comma-separated")
@@ -394,20 +416,21 @@ def main() -> None:
     if any(e.startswith("numba") for e in engines):
         from profiler import decode_fast
         print(f"numba engine: {decode_fast.kernels().how} (build in {decode_fast.aot_dir()})", flush=True)
+    formats = [int(f) for f in a.format.split(",")]
     for e in engines:   # builds what a first decode builds (the AOT loop, the .pyc files) before any timing
-        run_child("dense", 10_000, f"decode:{e}", 1, a.format)
+        run_child("dense", 10_000, f"decode:{e}", 1, formats[0])
         if against:
-            run_child("dense", 10_000, f"decode:{e}", 1, a.format, tree=against[1])
+            run_child("dense", 10_000, f"decode:{e}", 1, formats[0], tree=against[1])
     results = []
-    for shape, size, clock in ((sh, si, c) for sh in a.shapes.split(",") for si in a.sizes.split(",")
-                               for c in a.clocks.split(",")):
-        r = measure(shape, int(float(size)), a.runs, a.repeats, engines, a.format, against=against, clock=clock)
+    for shape, size, clock, fmt in ((sh, si, c, f) for sh in a.shapes.split(",") for si in a.sizes.split(",")
+                                    for c in a.clocks.split(",") for f in formats):
+        r = measure(shape, int(float(size)), a.runs, a.repeats, engines, fmt, against=against, clock=clock)
         results.append(r)
         for e, s in r["engines"].items():
-            print(f"{shape} {r['records'] / 1e6:.1f} M clock {clock} {e}: cold {s['cold']['cpu_rate'] / 1e6:.1f} M/s CPU "
+            print(f"{shape} format {fmt} {r['records'] / 1e6:.1f} M clock {clock} {e}: cold {s['cold']['cpu_rate'] / 1e6:.1f} M/s CPU "
                   f"({s['cold']['user_s']:.3f} user, {s['cold']['sys_s']:.3f} sys), warm {s['warm']['cpu_rate'] / 1e6:.1f} M/s, "
                   f"copy {r['baseline_cpu_rate'] / 1e6:.0f} M/s, peak +{s['peak_over_start_MB']:.0f} MB", flush=True)
-    once = None if a.no_one_off or "numba" not in engines else one_off(a.format, a.runs)
+    once = None if a.no_one_off or "numba" not in engines else one_off(formats[0], a.runs)
     if once:
         print(once, flush=True)
     if a.out:

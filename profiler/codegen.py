@@ -46,7 +46,29 @@ def load_layout() -> dict:
             off += sz
         if off != s["size"]:
             raise ValueError(f"layout.toml: {s['name']} fields sum to {off} bytes, declared {s['size']}")
+    _check_meta(lay)
     return lay
+
+
+def _check_meta(lay: dict) -> None:
+    """The [record8] bit fields tile Record8.meta's 32 bits, and every kind fits the kind field."""
+    bits = 0
+    for name, (low, width) in lay["record8"].items():
+        mask = ((1 << width) - 1) << low
+        if width <= 0 or low + width > 32 or bits & mask:
+            raise ValueError(f"layout.toml: [record8] {name} = [{low}, {width}] overlaps or leaves the 32-bit meta word")
+        bits |= mask
+    if bits != 0xFFFF_FFFF:
+        raise ValueError(f"layout.toml: [record8] fields cover 0x{bits:08X}, not the whole meta word")
+    width = lay["record8"]["kind"][1]
+    big = [k for k, v in lay["kinds"].items() if not 0 <= v < 1 << width]
+    if big:
+        raise ValueError(f"layout.toml: kinds {big} do not fit the {width}-bit kind field of [record8]")
+
+
+def meta_fields(lay: dict) -> list[tuple[str, int, int]]:
+    """(name, lowest bit, width) of each Record8.meta field, lowest first."""
+    return sorted(((n, lo, w) for n, (lo, w) in lay["record8"].items()), key=lambda f: f[1])
 
 
 def _camel(name: str) -> str:
@@ -69,8 +91,15 @@ def layout_cuh(lay: dict) -> str:
         for k, v in lay[group].items():
             out.append(f"constexpr uint{8 if group == 'kinds' else 16}_t {prefix}{_camel(k.lower())[1:]} = {v};")
         out.append("")
+    out.append("// Record8.meta (format 3): kind | id | payload bit fields")
+    for name, low, width in meta_fields(lay):
+        c = _camel(name)[1:]
+        out.append(f"constexpr uint32_t kMeta{c}Shift = {low};")
+        out.append(f"constexpr uint32_t kMeta{c}Bits = {width};")
+        out.append(f"constexpr uint32_t kMeta{c}Max = 0x{(1 << width) - 1:X}u;")
+    out.append("")
     for s in lay["struct"]:
-        out.append(f"struct alignas(16) {s['name']} {{")
+        out.append(f"struct alignas({min(s['size'], 16)}) {s['name']} {{")
         for name, typ, comment, off in _offsets(s["fields"]):
             out.append(f"  {_C_TYPES[typ]} {name};  // +{off}: {comment}")
         out.append("};")
@@ -91,6 +120,10 @@ def layout_py(lay: dict) -> str:
         out.append("")
     out.append("KIND_NAMES = {" + ", ".join(f"{v}: {k!r}" for k, v in lay["kinds"].items()) + "}")
     out.append("")
+    for name, low, width in meta_fields(lay):   # Record8.meta (format 3)
+        out.append(f"META_{name.upper()}_SHIFT = {low}")
+        out.append(f"META_{name.upper()}_BITS = {width}")
+    out.append("")
     for s in lay["struct"]:
         names = [n for n, *_ in s["fields"]]
         fmts = [_NP_TYPES[t] for _, t, _ in s["fields"]]
@@ -102,19 +135,51 @@ def layout_py(lay: dict) -> str:
     return "\n".join(out)
 
 
+def _check_ids(reg: Registry, lay: dict) -> None:
+    """Every id of a registry the recorder writes fits the id field of format 3's record."""
+    low, width = lay["record8"]["id"]
+    big = [f"{i.name}={i.id}" for i in (*reg.phases, *reg.barriers) if i.id >= 1 << width]
+    if big:
+        raise ValueError(f"registry {reg.family}: ids {big} do not fit the {width}-bit id of the format-3 record "
+                         "(profiler/layout.toml [record8])")
+
+
+def _wide(items, name, enum: str) -> str:
+    """The `payload_wide` function of one enum: true for the registry's 32-bit payloads."""
+    wide = [name(i) for i in sorted(items, key=lambda i: i.id) if i.payload_bits > 16]
+    body = " || ".join(f"x == {w}" for w in wide) or "((void)x, false)"
+    return f"EPSCOPE_PHASES_HD constexpr bool payload_wide({enum} x) {{ return {body}; }}"
+
+
+def _phase_name(p) -> str:
+    return _camel(p.name)
+
+
+def _barrier_name(b) -> str:
+    return f"kBarrier{_camel(b.name)[1:]}"
+
+
 def phases_cuh(reg: Registry, src: str) -> str:
     ns = reg.family
+    _check_ids(reg, load_layout())
     out = [f"// {_BANNER.format(src=src)}", "#pragma once", "#include <cstdint>", "",
+           "#ifndef EPSCOPE_PHASES_HD  // the payload_wide functions are called by the device recorder",
+           "#ifdef __CUDACC__", "#define EPSCOPE_PHASES_HD __host__ __device__", "#else",
+           "#define EPSCOPE_PHASES_HD", "#endif", "#endif", "",
            f"namespace epscope {{ namespace phases {{ namespace {ns} {{", "",
            f"constexpr uint32_t kRegistryHash = 0x{reg.hash:08X}u;", "",
            "enum Phase : uint16_t {"]
     for p in sorted(reg.phases, key=lambda p: p.id):
         note = f"  // {p.kind}{', wait' if p.wait else ''}{', in ' + p.parent if p.parent else ''}: {p.doc}"
-        out.append(f"  {_camel(p.name)} = {p.id},{note}")
+        out.append(f"  {_phase_name(p)} = {p.id},{note}")
     out += ["};", "", "enum Barrier : uint16_t {"]
     for b in sorted(reg.barriers, key=lambda b: b.id):
-        out.append(f"  kBarrier{_camel(b.name)[1:]} = {b.id},  // scope {b.scope}: {b.doc}")
-    out += ["};", "", f"}} }} }}  // namespace epscope::phases::{ns}", ""]
+        out.append(f"  {_barrier_name(b)} = {b.id},  // scope {b.scope}: {b.doc}")
+    out += ["};", "",
+            "// Registry `payload_bits = 32`: the recorder writes the whole payload in a PAYLOAD slot after the",
+            "// record (format 3); the others keep 16 bits, saturated. Found by WarpRecorder through ADL.",
+            _wide(reg.phases, _phase_name, "Phase"), _wide(reg.barriers, _barrier_name, "Barrier"), "",
+            f"}} }} }}  // namespace epscope::phases::{ns}", ""]
     return "\n".join(out)
 
 
@@ -126,6 +191,8 @@ def phases_py(reg: Registry, src: str) -> str:
         f"REGISTRY_HASH = 0x{reg.hash:08X}",
         "PHASES = " + pprint.pformat({p.id: p.name for p in reg.phases}, width=100),
         "BARRIERS = " + pprint.pformat({b.id: b.name for b in reg.barriers}, width=100),
+        "WIDE_PAYLOAD_PHASES = " + pprint.pformat(sorted(p.id for p in reg.phases if p.payload_bits > 16)),
+        "WIDE_PAYLOAD_BARRIERS = " + pprint.pformat(sorted(b.id for b in reg.barriers if b.payload_bits > 16)),
         "REGISTRY = " + pprint.pformat(reg.to_json(), width=100, sort_dicts=True), "",
     ])
 

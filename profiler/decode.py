@@ -27,6 +27,7 @@ from pandas.api.types import union_categoricals
 
 from . import errors as E
 from .align import ANCHOR_SKEW_NS, GLOBALTIMER_STEP_NS, NOMINAL_SM_GHZ, ClockModel, RankClock
+from .decode_format3 import ANCHOR_CLOCK_BITS, expand
 from .decode_records import KEY_BITS, Scratch, decode_chunk
 from .generated import layout as L
 from .registry import Registry
@@ -39,6 +40,7 @@ _RH = L.REGIONHEADER_DTYPE
 assert L.REGIONHEADER_SIZE % L.RECORD_SIZE == 0, "region header must be a multiple of the record size"
 _RH_SLOTS = L.REGIONHEADER_SIZE // L.RECORD_SIZE
 _RH_STATES = (L.REGION_STATE_UNUSED, L.REGION_STATE_STARTED, L.REGION_STATE_FINISHED)
+assert L.META_KIND_SHIFT >= 24, "format 3's kind is read from the top byte of a slot's meta word"
 
 # -- policy: what a plausible buffer holds (docs/design.md, "Decoder rules") --------------------
 # Times are int64 ns on the event table. A raw time (or region clock) must be below 2^62 ns (year
@@ -58,8 +60,8 @@ MIN_NS_PER_CYCLE, MAX_NS_PER_CYCLE = 0.1, 10.0
 # issue 22), which is not a change; one DVFS step (15 MHz of 1980) is 7600 ppm.
 CLOCK_CHANGE_SLACK = 2e-3
 ANCHOR_ERROR_NS = GLOBALTIMER_STEP_NS + ANCHOR_SKEW_NS
-# clock64 bits an ANCHOR record keeps (id: bits 47..32, payload: bits 31..0): 39 hours at 2 GHz
-ANCHOR_CLOCK_BITS = 48
+# clock64 bits an ANCHOR record keeps (format 2: id bits 47..32, payload bits 31..0): 39 hours at 2
+# GHz; ANCHOR_CLOCK_BITS comes from profiler.decode_format3, which completes format 3's the same way
 # The event table stores warp and sm as int16.
 MAX_WARPS_PER_BLOCK = 1 << 15
 MAX_SM = (1 << 15) - 1
@@ -78,6 +80,11 @@ _I16, _I32 = np.iinfo(np.int16), np.iinfo(np.int32)
 
 def _field_offset(dtype: np.dtype, name: str) -> int:
     return dtype.fields[name][1]
+
+
+def slot_size(version: int) -> int:
+    """Bytes of one record slot in a buffer of this format version (format 3: 8, before: 16)."""
+    return L.RECORD8_SIZE if version >= 3 else L.RECORD_SIZE
 
 
 @dataclass(frozen=True)
@@ -263,7 +270,7 @@ def _header(arr: np.ndarray, registry: Registry):
     if nreg and not 1 <= wpb <= MAX_WARPS_PER_BLOCK:
         raise E.DecodeError(f"warps_per_block is {wpb}; a buffer with regions needs 1..{MAX_WARPS_PER_BLOCK} "
                             "(the event table's warp column is int16)", _field_offset(_HDR, "warps_per_block"))
-    stride = L.REGIONHEADER_SIZE + cap * L.RECORD_SIZE
+    stride = L.REGIONHEADER_SIZE + cap * slot_size(version)
     need = L.BUFFERHEADER_SIZE + nreg * stride
     # (blocks = regions / warps_per_block fit the int32 block column: 2^31 regions need 128 GiB)
     if n < need:
@@ -310,11 +317,88 @@ def _accept(c0: int, g0: int, c1: int, g1: int, lo: int, hi: int) -> bool:
     return MIN_NS_PER_CYCLE <= float(g1 - g0) / float(dc) <= MAX_NS_PER_CYCLE
 
 
+def _candidates(plan, rh, body, nreg: int, stride: int, cap: int, finished, started) -> np.ndarray:
+    """A plan's candidate slots of each region (the rules of docs/design.md); drops and aborted regions warned."""
+    where = plan.where
+    attempted = rh["attempted"].astype(np.int64)
+    if plan.version >= 2:  # the overflow sink: past capacity, the last slot was overwritten
+        kept = np.where(attempted > cap, max(cap - 1, 0), attempted)
+    else:
+        kept = np.minimum(attempted, cap)
+    n = np.where(finished, kept, 0)
+    over = np.where(finished, attempted - kept, 0)
+    plan.dropped = int(over.sum())
+    if plan.dropped:
+        plan.warnings.append(E.DroppedRecords(plan.dropped, f"{where}: {plan.dropped} records past capacity {cap} "
+                                                            f"in {int((over > 0).sum())} of {nreg} regions"))
+    if started.any():
+        si = np.flatnonzero(started)
+        kinds = body.reshape(nreg, stride)[si, L.REGIONHEADER_SIZE:]
+        if plan.version >= 3:   # the kind nibble of each 8-byte slot's meta word
+            k = kinds.reshape(len(si), cap, L.RECORD8_SIZE)[:, :, _field_offset(L.RECORD8_DTYPE, "meta") + 3]
+            empty = (k >> (L.META_KIND_SHIFT - 24)) == L.KIND_EMPTY
+        else:
+            empty = kinds.reshape(len(si), cap, L.RECORD_SIZE)[:, :, _field_offset(L.RECORD_DTYPE, "kind")] == L.KIND_EMPTY
+        n[si] = np.where(empty.any(axis=1), empty.argmax(axis=1), cap) if cap else 0
+        plan.warnings.append(E.UnfinishedRegion(len(si), f"{where}: {len(si)} regions never finished "
+                                                         "(aborted kernel?); decoded up to their first empty record"))
+    return n
+
+
+class Reuse:
+    """One work array that every launch of a decode reuses (format 3's expanded records): a fresh
+    array per launch costs a page fault per 4 kB on its first touch, and all of them at once the
+    memory of every launch's records."""
+
+    def __init__(self):
+        self._a = np.empty((0, 2), np.uint64)
+
+    def records(self, n: int) -> np.ndarray:
+        if len(self._a) < n:
+            with _small_pages():   # as the table's columns: 4 kB pages fault in faster here (see _small_pages)
+                self._a = np.empty((n, 2), np.uint64)
+        return self._a[:n]
+
+
+def _expand(plan, raw, reuse: Reuse | None) -> None:
+    """Format 3: a plan's candidate slots as format-2 records, region after region (decode_format3;
+    with the compiled engine, its loop in decode_fast), into `reuse`'s array when given."""
+    body, nreg, stride, n, rh, finished, fast = raw
+    words = body.view(np.uint64).reshape(nreg, stride // 8) if nreg else np.zeros((0, 1), np.uint64)
+    out = reuse.records(int(n.sum())) if reuse is not None else None
+    x = (fast.expand if fast is not None else expand)(words, L.REGIONHEADER_SIZE // 8, n, rh, finished, out)
+    plan.all_slots, plan.slots, plan.base, plan.n = x.slots, None, x.base, x.n
+    plan.n_records = int(x.n.sum())
+    if x.saturated:
+        plan.warnings.append(E.PayloadSaturated(x.saturated, f"{plan.where}: 16-bit payloads at 0xFFFF "
+                                                             "(the recorder saturates wider ones)"))
+    if x.ambiguous:
+        plan.warnings.append(E.AmbiguousClock(x.ambiguous, f"{plan.where}: regions whose records may lie more "
+                                                           "than 2^32 cycles apart without an anchor"))
+
+
+def _anchor_slots(plan) -> tuple[np.ndarray, np.ndarray]:
+    """(region, index among its candidates) of every candidate ANCHOR record of a plan, in order."""
+    kinds = plan.all_slots.view(np.uint8)[:, _field_offset(L.RECORD_DTYPE, "kind")]   # a strided view, no copy
+    if plan.slots is None:   # format 3: the candidates lie together, region after region
+        pos = np.flatnonzero(kinds == L.KIND_ANCHOR)
+        ri = np.searchsorted(plan.base + plan.n, pos, side="right")
+        return ri, pos - plan.base[ri]
+    nreg, w = len(plan.n), int(plan.n.max())   # only candidate slots: a sparse buffer's unwritten tail is never read
+    kind = kinds.reshape(nreg, _RH_SLOTS + plan.cap)[:, _RH_SLOTS:_RH_SLOTS + w]
+    is_anchor = kind == L.KIND_ANCHOR
+    if not is_anchor.any():   # skip the 2-D nonzero
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ri, ji = np.nonzero(is_anchor)
+    cand = ji < plan.n[ri]
+    return ri[cand], ji[cand]
+
+
 class _Plan:
     """One launch after its headers are read: where its records are, how many each region holds,
     its time window and clock conversion, and the warnings found so far."""
 
-    def __init__(self, buf, info: LaunchInfo, registry: Registry, sm_ghz: float = NOMINAL_SM_GHZ):
+    def __init__(self, buf, info: LaunchInfo, registry: Registry, sm_ghz: float = NOMINAL_SM_GHZ, fast=None):
         self.info, self.registry, self.family = info, registry, info.family
         self.sm_ghz = sm_ghz  # the SM clock of regions without a usable clock pair (a calibration's, or nominal)
         arr = _as_bytes(buf)
@@ -339,27 +423,19 @@ class _Plan:
             i = int(bad[0])
             raise E.DecodeError(f"region {i}: sm {int(rh['sm'][i])} is above {MAX_SM} (the event table's sm column is int16)",
                                 L.BUFFERHEADER_SIZE + i * stride + _field_offset(_RH, "sm"))
-        attempted = rh["attempted"].astype(np.int64)
-        if self.version >= 2:  # the overflow sink: past capacity, the last slot was overwritten
-            kept = np.where(attempted > cap, max(cap - 1, 0), attempted)
+        n = _candidates(self, rh, body, nreg, stride, cap, finished, started)
+        self._raw3 = None
+        if self.version >= 3:   # expanded by finish(), right before the launch is decoded (n: slots until then)
+            self._raw3 = (body, nreg, stride, n, rh, finished, fast)
+            self.all_slots = self.slots = self.base = None
+            self.n = n
         else:
-            kept = np.minimum(attempted, cap)
-        n = np.where(finished, kept, 0)
-        over = np.where(finished, attempted - kept, 0)
-        self.dropped = int(over.sum())
-        if self.dropped:
-            self.warnings.append(E.DroppedRecords(self.dropped, f"{where}: {self.dropped} records past capacity {cap} "
-                                                                f"in {int((over > 0).sum())} of {nreg} regions"))
-        # the record slots of every region as (regions, capacity, 2) u64: a region's header slots cut off
-        self.all_slots = body.view(np.uint64).reshape(-1, 2)
-        self.slots = self.all_slots.reshape(nreg, _RH_SLOTS + cap, 2)[:, _RH_SLOTS:, :]
-        if started.any():
-            si = np.flatnonzero(started)
-            empty = self.slots[si].view(np.uint8)[:, :, _field_offset(L.RECORD_DTYPE, "kind")] == L.KIND_EMPTY
-            n[si] = np.where(empty.any(axis=1), empty.argmax(axis=1), cap) if cap else 0
-            self.warnings.append(E.UnfinishedRegion(len(si), f"{where}: {len(si)} regions never finished "
-                                                             "(aborted kernel?); decoded up to their first empty record"))
-        self.n, self.used, self.n_records = n, used, int(n.sum())
+            # the record slots of every region as (regions, capacity, 2) u64: a region's header slots cut off
+            self.all_slots = body.view(np.uint64).reshape(-1, 2)
+            self.slots = self.all_slots.reshape(nreg, _RH_SLOTS + cap, 2)[:, _RH_SLOTS:, :]
+            self.base = np.arange(nreg, dtype=np.int64) * (_RH_SLOTS + cap) + _RH_SLOTS
+            self.n = n
+        self.used, self.n_records = used, int(self.n.sum())
         ar, per_block = np.arange(nreg, dtype=np.int64), max(wpb, 1)
         self.block, self.warp = (ar // per_block).astype(np.int32), (ar % per_block).astype(np.int16)
         self.sm = rh["sm"].astype(np.int16)
@@ -370,10 +446,14 @@ class _Plan:
         # anchor search then leaves the records in cache for its loop; the compiled one skips it)
         self._pending = (rh, finished, used)
 
-    def finish(self, anchors: bool = True) -> "_Plan":
+    def finish(self, anchors: bool = True, reuse: Reuse | None = None) -> "_Plan":
         """Plan the clocks (once): the time window, each region's conversion and, unless `anchors`
         is False, format 2's anchor search. Without it the plan holds while no candidate record is
-        an ANCHOR: the compiled loop counts them and calls with_anchors() when it met one."""
+        an ANCHOR: the compiled loop counts them and calls with_anchors() when it met one. Format 3's
+        slots become records first (into `reuse`'s array: valid until the next launch's finish)."""
+        if self._raw3 is not None:
+            raw, self._raw3 = self._raw3, None
+            _expand(self, raw, reuse)
         if self._pending is not None:
             rh, finished, used = self._pending
             self._pending = None
@@ -452,19 +532,11 @@ class _Plan:
         finish pair then closes the last segment under the same test (docs/design.md, "Decoder
         rules"; tests/profiler/reference_decoder.py implements the same)."""
         lo, hi = self.window
-        nreg = len(self.n)
-        if not (self.cap and self.n_records):
+        if not self.n_records:
             return
-        w = int(self.n.max())   # only candidate slots: a sparse buffer's unwritten tail is never read
-        kinds = self.all_slots.view(np.uint8)[:, _field_offset(L.RECORD_DTYPE, "kind")]   # a strided view, no copy
-        kind = kinds.reshape(nreg, _RH_SLOTS + self.cap)[:, _RH_SLOTS:_RH_SLOTS + w]
-        is_anchor = kind == L.KIND_ANCHOR
-        if not is_anchor.any():   # the common case (anchors are optional): skip the 2-D nonzero
+        ri, ji = _anchor_slots(self)
+        if not len(ri):   # the common case (anchors are optional)
             return
-        ri, ji = np.nonzero(is_anchor)
-        if len(ri):
-            cand = ji < self.n[ri]
-            ri, ji = ri[cand], ji[cand]
         by_region: dict[int, list] = {}
         for r, j in zip(ri.tolist(), ji.tolist()):
             by_region.setdefault(r, []).append(j)
@@ -474,7 +546,7 @@ class _Plan:
                 continue
             pc, pg = [int(cs[r])], [int(gsi[r])]
             for j in js:
-                g, c = _anchor_record(self.slots[r, j], pc[0])
+                g, c = _anchor_record(self.all_slots[self.base[r] + j], pc[0])
                 if _accept(pc[-1], pg[-1], c, g, lo, hi):
                     pc.append(c)
                     pg.append(g)
@@ -540,7 +612,7 @@ class _Plan:
     def slot_index(self, r0: int, r1: int) -> np.ndarray:
         """Index in all_slots of every candidate record of regions r0..r1, in order."""
         n = self.n[r0:r1]
-        first = np.arange(r0, r1, dtype=np.int64) * (_RH_SLOTS + self.cap) + _RH_SLOTS - (np.cumsum(n) - n)
+        first = self.base[r0:r1] - (np.cumsum(n) - n)
         idx = np.repeat(first, n)
         idx += np.arange(len(idx), dtype=np.int64)
         return idx
@@ -548,6 +620,8 @@ class _Plan:
     def width(self, r0: int, r1: int) -> int | None:
         """Slots per region when regions r0..r1 are copied as a block (decode_records.compact), or
         None to gather their candidates: a block is used when it is at most twice their count."""
+        if self.slots is None:   # format 3's records lie together already: a gather is a copy of a range
+            return None
         n = self.n[r0:r1]
         w = int(n.max())
         return w if (r1 - r0) * w <= 2 * int(n.sum()) else None
@@ -676,6 +750,7 @@ class _Table:
               "kind": np.int8}
         with _small_pages():
             self.out = {c: np.empty(rows, dt.get(c, t)) for c, t in COLUMNS.items()}
+        self.reuse = Reuse()   # format 3's expanded records, one launch at a time
 
     def name_unknown(self, plan, unknown: list) -> None:
         """Name ids the registry does not declare phase_<id> / barrier_<id>, code them."""
@@ -696,11 +771,11 @@ class _Table:
 def _results(plan: _Plan, table: _Table, off: int, scratch, fast, tmap=None):
     """The decoded chunks of one launch: the whole launch at once with the compiled loop."""
     if fast is not None:
-        plan.finish(anchors=False)   # the compiled loop looks for ANCHORs as it goes
+        plan.finish(anchors=False, reuse=table.reuse)   # the compiled loop looks for ANCHORs as it goes
         if plan.n_records:
-            yield fast.decode(plan, table.out, off, table.codes, _RH_SLOTS, scratch, tmap)
+            yield fast.decode(plan, table.out, off, table.codes, scratch, tmap)
         return
-    plan.finish()
+    plan.finish(reuse=table.reuse)
     for r0, r1 in plan.chunks:
         res = decode_chunk(plan, r0, r1, table.out, off, table.codes, scratch)
         off += res.events
@@ -751,9 +826,8 @@ def _time_map(fast, clock: ClockModel | None, rank: int):
     return decode_fast.time_map(-int(clock.t0_ns), rc)
 
 
-def _decode(plans: list[_Plan], clock: ClockModel | None, engine: str | None) -> tuple[pd.DataFrame, list[dict]]:
-    """Decode planned launches into one event table, every column allocated once."""
-    fast = _engine(engine)
+def _decode(plans: list[_Plan], clock: ClockModel | None, fast) -> tuple[pd.DataFrame, list[dict]]:
+    """Decode planned launches into one event table, every column allocated once (fast: _engine's)."""
     codes = _Codes(plans)
     kidx = {k: i for i, k in enumerate(codes.kernels)}
     hosts = [_host_span(p.info, clock) for p in plans]
@@ -819,8 +893,9 @@ def decode_buffer(buf, info: LaunchInfo, registry, clock: ClockModel | None = No
     subclasses for unreadable buffers; recoverable problems come back in .warnings. engine: one of
     ENGINES (default: EPSCOPE_DECODE, else "auto").
     """
-    plan = _Plan(buf, info, _registry(registry), clock.sm_ghz if clock is not None else NOMINAL_SM_GHZ)
-    events, launches = _decode([plan], clock, engine)
+    fast = _engine(engine)
+    plan = _Plan(buf, info, _registry(registry), clock.sm_ghz if clock is not None else NOMINAL_SM_GHZ, fast)
+    events, launches = _decode([plan], clock, fast)
     return DecodedLaunch(events, launches[0], plan.warnings)
 
 
@@ -888,11 +963,12 @@ def decode_launches(items, registries, clocks: ClockModel | None = None, *, engi
     EPSCOPE_DECODE, else "auto": the compiled one when numba is importable).
     """
     regs = {fam: _registry(r) for fam, r in registries.items()}
+    fast = _engine(engine)
     plans = []
     for buf, info in items:
         if info.family not in regs:
             raise KeyError(f"no registry for kernel family {info.family!r} (have {sorted(regs)})")
-        plans.append(_Plan(buf, info, regs[info.family], clocks.sm_ghz if clocks is not None else NOMINAL_SM_GHZ))
-    events, launches = _decode(plans, clocks, engine)
+        plans.append(_Plan(buf, info, regs[info.family], clocks.sm_ghz if clocks is not None else NOMINAL_SM_GHZ, fast))
+    events, launches = _decode(plans, clocks, fast)
     return Decoded(events, launches_frame(launches), aggregate_warnings([w for p in plans for w in p.warnings]),
                    conversion_summary(plans, clocks))

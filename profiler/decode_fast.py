@@ -194,6 +194,90 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
     res[R_TMIN], res[R_TMAX], res[R_ANCHORS] = tmin, tmax, anchors
 
 
+# Format 3 (profiler.decode_format3 states the rules; this is its loop, record by record): the
+# meta word's fields, the kinds, and the constants of the clock chain, all u64 (numba types a u64
+# mixed with an i64 as float64).
+_U = np.uint64
+_M32, _KS, _IS = _U(0xFFFF_FFFF), _U(L.META_KIND_SHIFT), _U(L.META_ID_SHIFT)
+_IDM, _PLM, _HIGH = _U((1 << L.META_ID_BITS) - 1), _U((1 << L.META_PAYLOAD_BITS) - 1), _U((1 << L.META_KIND_SHIFT) - 1)
+_M48, _M60 = _U((1 << 48) - 1), _U((1 << (L.META_KIND_SHIFT + 32)) - 1)
+_K_FIRST, _K_LAST, _K_ANCHOR = _U(L.KIND_BEGIN), _U(L.KIND_BARRIER_DEPART), _U(L.KIND_ANCHOR)
+_K_PAYLOAD, _K_ANCHOR_NS, _K_SHIFT2, _PL_SHIFT2 = _U(L.KIND_PAYLOAD), _U(L.KIND_ANCHOR_NS), _U(16), _U(32)
+_PAST, _WRAP = _U(1 << 62), np.int64(1 << 32)
+
+
+def _expand3(words, stride, first, n, cs, ce, gs, finished, out, out_base, out_n, res):
+    """Format 3's candidate slots of every region -> format-2 records in `out`, region after region
+    (region r's at out[out_base[r]:out_base[r] + out_n[r]]); res: [saturated payloads, ambiguous
+    regions]. profiler.decode_format3.expand does the same with numpy; the fuzz tests hold both to
+    the reference decoder."""
+    o = 0
+    saturated = 0
+    ambiguous = 0
+    for r in range(n.shape[0]):
+        out_base[r] = o
+        m = n[r]
+        row = r * stride + first
+        c = cs[r]
+        end_check = finished[r] and np.int64(ce[r] - cs[r]) > 0
+        since = False
+        amb = False
+        j = 0
+        while j < m:
+            s = words[row + j]
+            t, meta = s & _M32, s >> _PL_SHIFT2
+            kind, pid = meta >> _KS, (meta >> _IS) & _IDM
+            nxt = words[row + j + 1] >> _PL_SHIFT2 if j + 1 < m else _U(0)
+            if kind >= _K_FIRST and kind <= _K_LAST:
+                pl = meta & _PLM
+                step = 1
+                if j + 1 < m and (nxt >> _KS) == _K_PAYLOAD and ((nxt >> _IS) & _IDM) == pid:
+                    pl = words[row + j + 1] & _M32
+                    step = 2
+                elif pl == _PLM:
+                    saturated += 1
+                c = c + ((t - c) & _M32)
+                since = True
+                clk = cs[r] + _PAST if end_check and np.int64(ce[r] - c) < 0 else c
+                out[o, 0] = clk
+                out[o, 1] = pid | (kind << _K_SHIFT2) | (pl << _PL_SHIFT2)
+                j += step
+            elif kind == _K_ANCHOR:
+                ca = cs[r] + (((((meta & _HIGH) << _PL_SHIFT2) | t) & _M48) - cs[r] & _M48)
+                g = _U(0)
+                step = 1
+                if j + 1 < m and (nxt >> _KS) == _K_ANCHOR_NS:
+                    gbits = ((nxt & _HIGH) << _PL_SHIFT2) | (words[row + j + 1] & _M32)
+                    g = gs[r] + ((gbits - gs[r]) & _M60)
+                    ahead = np.int64(ca - c)
+                    if since and ahead >= _WRAP:
+                        amb = True
+                    if ahead >= 0:
+                        c = ca
+                        since = False
+                    step = 2
+                c48 = ca & _M48
+                out[o, 0] = g
+                out[o, 1] = (c48 >> _PL_SHIFT2) | (_K_ANCHOR << _K_SHIFT2) | ((c48 & _M32) << _PL_SHIFT2)
+                j += step
+            else:   # an empty slot, an unknown kind, a PAYLOAD / ANCHOR_NS that follows nothing of its own
+                out[o, 0] = _U(0)
+                out[o, 1] = _U(0)
+                j += 1
+            o += 1
+        if end_check and since and np.int64(ce[r] - c) >= _WRAP:
+            amb = True
+        if amb:
+            ambiguous += 1
+        out_n[r] = o - out_base[r]
+    res[0] = saturated
+    res[1] = ambiguous
+
+
+_EXPAND_SIGNATURE = ("void(uint64[::1], int64, int64, int64[::1], uint64[::1], uint64[::1], uint64[::1], boolean[::1], "
+                     "uint64[:, ::1], int64[::1], int64[::1], int64[::1])")
+
+
 # Exported variants: the phase and role code widths decode._code_dtype picks (int8 up to 126
 # names, int16 past); any other combination (over 32 k phase names or 126 roles) runs the JIT.
 _CODES = {(np.dtype(np.int8), np.dtype(np.int8)): "i8_i8", (np.dtype(np.int16), np.dtype(np.int8)): "i16_i8"}
@@ -247,6 +331,7 @@ def build_aot(where: Path | None = None) -> Path:
     cc.verbose = False
     for (p, r), name in _CODES.items():
         cc.export(name, _signature(p.name, r.name))(_launch)
+    cc.export("expand3", _EXPAND_SIGNATURE)(_expand3)
     cc.compile()
     try:
         os.replace(tmp, where)
@@ -284,6 +369,16 @@ class Kernels:
                 warnings.warn(f"epscope decode: no ahead-of-time build of the record loop ({self.build_error}); numba's "
                               "JIT runs it instead, ~0.5 s more per fresh process", RuntimeWarning, stacklevel=3)
         self._jit = None
+        self._jit_expand = None
+
+    def expand3(self):
+        """The compiled format-3 expansion (_expand3): the AOT module's, else the JIT's."""
+        if self.aot is not None:
+            return self.aot.expand3
+        if self._jit_expand is None:
+            import numba
+            self._jit_expand = numba.njit(cache=True, nogil=True, boundscheck=False)(_expand3)
+        return self._jit_expand
 
     def get(self, phase: np.dtype, role: np.dtype):
         name = _CODES.get((np.dtype(phase), np.dtype(role)))
@@ -368,7 +463,7 @@ def time_map(add: int = 0, clock=None) -> tuple:
     return np.int64(whole + add), float(frac), float(drift), np.int64(clock.anchor_ns), True
 
 
-def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch, jit_only: bool = False,
+def decode_launch(plan, out: dict, o: int, codes, scratch: Scratch, jit_only: bool = False,
                   tmap: tuple | None = None):
     """Decode every record of `plan` into out[column][o:]; a decode_records.ChunkResult. A plan made
     without the anchor search is made again with it, and the launch decoded again, when the loop
@@ -382,7 +477,7 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratc
     nreg = len(plan.n)
     n = plan.n.astype(np.int64)
     w = int(n.max()) if nreg else 0
-    if 2 * w <= plan.cap:
+    if plan.slots is not None and 2 * w <= plan.cap:
         # Sparse regions (the recorded EP runs: 16-64 records at capacity 512-4096): copy the
         # candidates together first. Each region's first record costs a TLB and cache miss; a
         # plain copy overlaps those misses, the branchy loop does not (1 M records in 30 launches of
@@ -391,8 +486,8 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratc
         np.copyto(slots.reshape(nreg, w, 2), plan.slots[:, :w])
         base = np.arange(nreg, dtype=np.int64) * w
     else:
-        slots = plan.all_slots
-        base = np.arange(nreg, dtype=np.int64) * (rh_slots + plan.cap) + rh_slots
+        slots = plan.all_slots   # in place (format 3's expanded records lie together already)
+        base = np.ascontiguousarray(plan.base, np.int64)
     assert slots.dtype == np.uint64 and slots.flags.c_contiguous, "records are read as C-contiguous u64 pairs"
     blk, wrp, smv = (np.ascontiguousarray(a, dt) for a, dt in ((plan.block, np.int32), (plan.warp, np.int16),
                                                                (plan.sm, np.int16)))
@@ -432,6 +527,25 @@ def decode_launch(plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratc
     return res
 
 
+def expand(words: np.ndarray, first_slot: int, n: np.ndarray, rh: np.ndarray, finished: np.ndarray,
+           out: np.ndarray | None = None, jit_only: bool = False):
+    """profiler.decode_format3.expand through the compiled loop: the same Expanded (into `out`,
+    (at least n.sum(), 2) u64, when given)."""
+    from .decode_format3 import Expanded
+    nreg = len(n)
+    n = np.ascontiguousarray(n, np.int64)
+    flat = words.reshape(-1)
+    if flat.ctypes.data % 8:   # the compiled loop reads aligned words
+        flat = flat.copy()
+    out = np.empty((int(n.sum()), 2), np.uint64) if out is None else out
+    assert out.dtype == np.uint64 and out.flags.c_contiguous and len(out) >= int(n.sum()), "the records' array"
+    base, n_out, res = np.empty(nreg, np.int64), np.empty(nreg, np.int64), np.zeros(2, np.int64)
+    kernels(jit_only).expand3()(flat, np.int64(words.shape[1]), np.int64(first_slot), n,
+                                *(np.ascontiguousarray(rh[f], np.uint64) for f in ("clk_start", "clk_end", "gt_start")),
+                                np.ascontiguousarray(finished, np.bool_), out, base, n_out, res)
+    return Expanded(out[:int(n_out.sum())], n_out, base, int(res[0]), int(res[1]))
+
+
 class Loop:
     """The compiled record loop as profiler.decode drives it: one Scratch per decode, then
     decode() per launch, its times moved to the table's base by the loop (time_map)."""
@@ -439,8 +553,11 @@ class Loop:
     def __init__(self, jit_only: bool = False):
         self.jit_only = jit_only
 
+    def expand(self, words, first_slot: int, n, rh, finished, out=None):
+        return expand(words, first_slot, n, rh, finished, out, self.jit_only)
+
     def scratch(self, plans: list) -> Scratch:
         return Scratch()
 
-    def decode(self, plan, out: dict, o: int, codes, rh_slots: int, scratch: Scratch, tmap: tuple | None = None):
-        return decode_launch(plan, out, o, codes, rh_slots, scratch, self.jit_only, tmap)
+    def decode(self, plan, out: dict, o: int, codes, scratch: Scratch, tmap: tuple | None = None):
+        return decode_launch(plan, out, o, codes, scratch, self.jit_only, tmap)

@@ -106,7 +106,22 @@ class ClockChange(DecodeWarning):
 
 class BadAnchors(DecodeWarning):
     """ANCHOR records (format 2) that cannot anchor: outside the launch's window, not after the
-    previous anchor in both clocks, or implying an SM clock outside 0.1-10 GHz; ignored, `count`."""
+    previous anchor in both clocks, or implying an SM clock outside 0.1-10 GHz (format 3 also: an
+    ANCHOR without its ANCHOR_NS slot); ignored, `count`."""
+
+
+class PayloadSaturated(DecodeWarning):
+    """Format 3: records whose 16-bit payload is 0xFFFF without a PAYLOAD slot. The recorder saturates
+    a payload wider than 16 bits there (the registry declares the phase's `payload_bits = 16`), so the
+    value may have been larger; `count` records. Declare `payload_bits = 32` to keep all 32 bits."""
+
+
+class AmbiguousClock(DecodeWarning):
+    """Format 3: regions where a full clock (an anchor, or the finish) lies 2^32 cycles or more after
+    the last record before it. A record keeps 32 clock bits and the decoder completes them from the
+    record before it, so one of those gaps may have hidden whole wraps of 2^32 cycles (2.17 s at
+    1.98 GHz): their times may be early by such multiples. `count` regions (a kernel that waits that
+    long between records calls rec.anchor() after the wait)."""
 
 
 # -- analyses ---------------------------------------------------------------------------------

@@ -35,7 +35,14 @@ REGISTRY_PATH_ENV = "EPSCOPE_REGISTRY_PATH"
 
 PHASE_KINDS = ("span", "instant")
 BARRIER_SCOPES = ("block", "grid", "rank")
-MAX_ID = 0xFFFF  # Record.id is a u16
+MAX_ID = 0xFFFF  # Record.id is a u16 (formats 1-2; format 3 keeps 12 bits: profiler.codegen checks)
+# How wide a phase's or barrier's payload is (`payload_bits`): 16 fits in the 8-byte record of format
+# 3 (a larger value is saturated at 0xFFFF and the decoder says so); 32 makes the recorder write the
+# whole payload in a PAYLOAD slot after the record (an 8-byte store more). 16 is the default and
+# is left out of to_json, so a registry that declares nothing keeps its hash (the runs recorded
+# before format 3 carry their registries and buffer hashes).
+PAYLOAD_BITS = (16, 32)
+DEFAULT_PAYLOAD_BITS = 16
 
 
 class RegistryError(ValueError):
@@ -58,6 +65,7 @@ class Phase:
     # the analyses count it as waiting, never as work.
     idle: bool = False
     doc: str = ""
+    payload_bits: int = DEFAULT_PAYLOAD_BITS
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,15 @@ class Barrier:
     id: int
     scope: str = "grid"
     doc: str = ""
+    payload_bits: int = DEFAULT_PAYLOAD_BITS
+
+
+def _canonical(item) -> dict:
+    """A phase's or barrier's to_json entry: its fields, payload_bits only when not the default."""
+    d = vars(item).copy()
+    if d.get("payload_bits") == DEFAULT_PAYLOAD_BITS:
+        del d["payload_bits"]
+    return d
 
 
 @dataclass(frozen=True)
@@ -122,6 +139,8 @@ class Registry:
                     raise err(f"{what} name {i.name!r} is not an identifier")
                 if not (1 <= i.id <= MAX_ID):
                     raise err(f"{what} {i.name}: id {i.id} outside 1..{MAX_ID} (0 is reserved)")
+                if i.payload_bits not in PAYLOAD_BITS:
+                    raise err(f"{what} {i.name}: payload_bits {i.payload_bits!r} not in {PAYLOAD_BITS}")
         names = {p.name for p in self.phases}
         for p in self.phases:
             if p.kind not in PHASE_KINDS:
@@ -161,8 +180,8 @@ class Registry:
             "version": self.version,
             "doc": self.doc,
             "roles": list(self.roles),
-            "phases": [vars(p).copy() for p in sorted(self.phases, key=lambda p: p.id)],
-            "barriers": [vars(b).copy() for b in sorted(self.barriers, key=lambda b: b.id)],
+            "phases": [_canonical(p) for p in sorted(self.phases, key=lambda p: p.id)],
+            "barriers": [_canonical(b) for b in sorted(self.barriers, key=lambda b: b.id)],
         }
 
     @functools.cached_property   # frozen: computed once (the decoder reads it per launch; ~0.1 ms a JSON dump)

@@ -405,7 +405,7 @@ __device__ void reduce_tma(const Args& a, const RowRegions& rows, const PeerPtrs
   st.slot_stride = plan.slot_stride;
   const int num_reducers = int(gridDim.x) - a.num_sender_blocks;
   const int last_peer = kNumRanks > 1 ? (me + kNumRanks - 1) % kNumRanks : me;
-  const uint16_t wait_phase = hook ? ph::kWaitHook : ph::kWaitData;
+  const ph::Phase wait_phase = hook ? ph::kWaitHook : ph::kWaitData;
   // chunk c goes to reducer block c mod num_reducers; every pipeline warp of it waits for the
   // chunk's peers itself and reduces its share of the chunk's items
   for (int c = int(blockIdx.x) - a.num_sender_blocks; c < a.num_chunks; c += num_reducers) {

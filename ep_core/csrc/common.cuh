@@ -115,7 +115,7 @@ __device__ __forceinline__ bool wait_geq(const int* p, int target, const FailCtx
 // Every warp records arrive/depart with the op's epoch as occurrence (same value on all ranks,
 // so the analyses match one occurrence across ranks). Returns false on timeout.
 template <int kNumRanks>
-__device__ __forceinline__ bool rank_barrier(const PeerPtrs& peers, int slot, uint16_t barrier_id,
+__device__ __forceinline__ bool rank_barrier(const PeerPtrs& peers, int slot, ph::Barrier barrier_id,
                                              const FailCtx& f, epscope::WarpRecorder& rec) {
   rec.arrive(barrier_id, static_cast<uint32_t>(f.epoch));
   __syncthreads();  // every thread's earlier peer stores precede the release below

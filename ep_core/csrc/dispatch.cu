@@ -363,7 +363,7 @@ __device__ void send_tma(const Args& a, const RowRegions& rows, const PeerPtrs& 
                          const tma::Plan& plan, tma::WarpPipe<kBuffers>& pipe, epscope::WarpRecorder& rec) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, me = f.rank;
   const bool hook = a.hook == kHookSend;
-  const uint16_t phase = hook ? ph::kPack : ph::kSendChunk;
+  const ph::Phase phase = hook ? ph::kPack : ph::kSendChunk;
   char* own = peers.base[me];
   SendStage<kNumRanks> st;
   st.tr.init(a, rows, me);
@@ -442,7 +442,7 @@ __device__ void receive_tma(const Args& a, const RowRegions& rows, const PeerPtr
     const int cnt = pre[c + 1] - pre[c];
     if (cnt == 0) continue;
     const int row0 = prev_rows(a.rank_prefix_matrix, s, me, kNumRanks) + pre[c];
-    const uint16_t wait_phase = hook ? ph::kWaitHook : ph::kWaitData;
+    const ph::Phase wait_phase = hook ? ph::kWaitHook : ph::kWaitData;
     rec.begin(wait_phase, s);
     int ok = 1;
     if (lane == 0) {

@@ -162,7 +162,7 @@ __device__ __forceinline__ bool spin_reached(const int* p, int target, const Fai
 // A warp waits for a flag (lane 0 spins; __syncwarp orders the other lanes' later loads after
 // the acquire). Recorded as `phase` with payload `peer`; a timeout is reported and the span left
 // open (the trace shows where the warp gave up).
-__device__ __forceinline__ bool warp_wait(const int* p, int target, uint16_t phase, int peer, const Fail& f,
+__device__ __forceinline__ bool warp_wait(const int* p, int target, llph::Phase phase, int peer, const Fail& f,
                                           const Layout& L, const Op& op, epscope::WarpRecorder& rec) {
   rec.begin(phase, uint32_t(peer));
   int ok = 1;
@@ -184,7 +184,7 @@ struct SeenFlags {
 };
 
 // Wait for `r`'s flag `flags[half][r]` to reach `target`, once per warp and op.
-__device__ __forceinline__ bool wait_flag_once(SeenFlags& seen, int r, const int* flag, int target, uint16_t phase,
+__device__ __forceinline__ bool wait_flag_once(SeenFlags& seen, int r, const int* flag, int target, llph::Phase phase,
                                                const Fail& f, const Layout& L, const Op& op,
                                                epscope::WarpRecorder& rec) {
   if (seen.has(r)) return true;
@@ -330,7 +330,7 @@ __device__ __forceinline__ bool block_bar_or(int nwarps, bool pred) {
 // Recorded as arrive / depart of `barrier_id` with the epoch as occurrence.
 template <int kId, typename OnLast>
 __device__ __forceinline__ void completion_barrier(const Split& s, const Knobs& k, bool failed, int64_t done_off,
-                                                   int64_t gen_off, uint16_t barrier_id, const Fail& f,
+                                                   int64_t gen_off, llph::Barrier barrier_id, const Fail& f,
                                                    const Layout& L, const Op& op, epscope::WarpRecorder& rec,
                                                    OnLast on_last) {
   const int b = int(blockIdx.x), w = warp_in_block();

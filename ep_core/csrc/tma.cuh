@@ -335,8 +335,8 @@ class WarpPipe {
   // (the caller reports and stops); the warp's sequence is then unusable.
   // A stall (item i had not landed when the warp reached it) is recorded as a `stall_phase` span
   // with payload i: the gaps that prefetching exists to close; a landed item records nothing.
-  template <class Stage>
-  __device__ __forceinline__ bool run(Stage& st, int n, epscope::WarpRecorder& rec, uint16_t stall_phase) {
+  template <class Stage, class Phase>  // Phase: the kernel family's generated enum (the recorder needs its registry)
+  __device__ __forceinline__ bool run(Stage& st, int n, epscope::WarpRecorder& rec, Phase stall_phase) {
     for (int k = 0; k < D::kLookahead && k < n; ++k) issue(st, k);
     for (int i = 0; i < n; ++i) {
       if (i + D::kLookahead < n) issue(st, i + D::kLookahead);

@@ -28,8 +28,12 @@ __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
 // A dependent FMA chain: `units` FMAs of ~4 cycles latency each, so the time is set by the count.
 // noinline (like wait_count): the workload's hot loops are then the same machine code in both
 // builds, so the on/off comparison measures the records, not two register allocations of the loop.
+// The empty volatile asm makes the call a side effect: a pure function may be moved across the
+// records around it, and was (issue 33: the format-2 build stored `work`'s END before the call,
+// so the dense workload's work spans were empty and its overhead figure measured that order).
 __device__ __noinline__ float busy_work(float v, int units) {
   for (int i = 0; i < units; ++i) v = fmaf(v, 1.0000001f, 0.5f);
+  asm volatile("" : "+f"(v));
   return v;
 }
 
@@ -168,6 +172,21 @@ __device__ __forceinline__ void part_record(uint64_t base, uint64_t rbase, uint3
       const uint64_t dst = rbase + uint64_t(min(next, end)) * 16;
       asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "r"(x), "r"(next), "r"(idkind),
                    "r"(payload));
+    }
+  } else if constexpr (kPart == kPartV3 || kPart == kPartV3Wide) {  // format 3's WarpRecorder::put
+    if (on) {
+      const uint64_t dst = rbase + uint64_t(min(next, end)) * 8;
+      // idkind is format 2's (id | kind << 16): the same record's format-3 kind | id bits
+      const uint32_t head = ((idkind >> 16) << kMetaKindShift) | ((idkind & 0xfffu) << kMetaIdShift);
+      const uint32_t meta = head | min(payload, kMetaPayloadMax);
+      asm volatile("{\n\t.reg .b64 t;\n\t.reg .b32 lo, hi;\n\tmov.u64 t, %%clock64;\n\tmov.b64 {lo, hi}, t;\n\t"
+                   "st.global.v2.u32 [%0], {lo, %1};\n\t}"
+                   :: "l"(dst), "r"(meta));
+      if (kPart == kPartV3Wide) {  // + the PAYLOAD slot of a 32-bit payload
+        const uint64_t side = rbase + uint64_t(min(next + 1, end)) * 8;
+        asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(side), "r"(payload),
+                     "r"((uint32_t(kKindPayload) << kMetaKindShift) | (idkind & 0xfffu) << kMetaIdShift));
+      }
     }
   } else if constexpr (kPart == kPartAnchor) {
     if (on) {

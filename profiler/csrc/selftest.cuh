@@ -56,13 +56,15 @@ enum RecordPart : int {
   kPartV1 = 1,            // format 1's put: bound predicate, globaltimer + clock64 + SEL, store
   kPartBoundClock = 2,    // bound predicate (next < end per record), clock64, store
   kPartV2Streaming = 3,   // format 2 with a streaming store (st.global.cs)
-  kPartV2 = 4,            // format 2 as built: lane predicate fixed at init, sink clamp, clock64 (WarpRecorder::put)
+  kPartV2 = 4,            // format 2 (16-byte record): lane predicate fixed at init, sink clamp, clock64
   kPartAllLanes = 5,      // no predicate: all 32 lanes store the same record to the same clamped slot, clock64
   kPartV2NoAllocate = 6,  // format 2 with st.global.L1::no_allocate
   kPartStoreOnly = 7,     // one lane-0 clamped 16-byte store, no timer
   kPartAnchor = 8,        // an ANCHOR record: clock64, globaltimer, clock64, one store
   kPartStore8Only = 9,    // one lane-0 clamped 8-byte store, no timer (what the store's width costs)
-  kPartCount = 10,
+  kPartV3 = 10,           // format 3 as built: lane predicate, sink clamp, clock64 bits 31..0 + meta, one 8-byte store
+  kPartV3Wide = 11,       // format 3 with a 32-bit payload: the record and its PAYLOAD slot (two 8-byte stores)
+  kPartCount = 12,
 };
 cudaError_t record_parts(int part, void* buf, uint32_t cap, int grid, int warps, int n, uint32_t hires,
                          int64_t* cycles, uint32_t* sink, cudaStream_t stream);
@@ -83,10 +85,10 @@ cudaError_t grid_barrier(void* buf, int grid, int warps, int rounds, int units, 
                          int late_units, unsigned* arrived, float* out, int64_t timeout_cycles, int* error,
                          cudaStream_t stream);
 
-// (5) Anchored ticks (format 2): each warp records `n` `tick` instants `spin_cycles` of clock64
+// (5) Anchored ticks (formats 2-3): each warp records `n` `tick` instants `spin_cycles` of clock64
 // apart and an extra clock anchor (WarpRecorder::anchor) after every `every`-th tick (0: none);
 // the kernel lasts n * spin_cycles cycles, so the decoder's piecewise conversion and clock-change
-// check run on a real GPU's anchors. Capacity needed: n + n / every records per warp.
+// check run on a real GPU's anchors. Capacity needed: n + 2 * (n / every) slots per warp (format 3: an anchor is two).
 cudaError_t anchored_ticks(void* buf, int grid, int warps, int n, int every, int64_t spin_cycles, cudaStream_t stream);
 
 }  // inline namespace EPSCOPE_VARIANT_NS

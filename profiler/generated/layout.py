@@ -2,7 +2,7 @@
 import numpy as np
 
 MAGIC = 0x43535045
-VERSION = 2
+VERSION = 3
 
 KIND_EMPTY = 0
 KIND_BEGIN = 1
@@ -11,6 +11,8 @@ KIND_INSTANT = 3
 KIND_BARRIER_ARRIVE = 4
 KIND_BARRIER_DEPART = 5
 KIND_ANCHOR = 6
+KIND_PAYLOAD = 7
+KIND_ANCHOR_NS = 8
 
 REGION_STATE_UNUSED = 0
 REGION_STATE_STARTED = 1
@@ -18,7 +20,14 @@ REGION_STATE_FINISHED = 2
 
 FLAGS_HIRES = 1
 
-KIND_NAMES = {0: 'EMPTY', 1: 'BEGIN', 2: 'END', 3: 'INSTANT', 4: 'BARRIER_ARRIVE', 5: 'BARRIER_DEPART', 6: 'ANCHOR'}
+KIND_NAMES = {0: 'EMPTY', 1: 'BEGIN', 2: 'END', 3: 'INSTANT', 4: 'BARRIER_ARRIVE', 5: 'BARRIER_DEPART', 6: 'ANCHOR', 7: 'PAYLOAD', 8: 'ANCHOR_NS'}
+
+META_PAYLOAD_SHIFT = 0
+META_PAYLOAD_BITS = 16
+META_ID_SHIFT = 16
+META_ID_BITS = 12
+META_KIND_SHIFT = 28
+META_KIND_BITS = 4
 
 BUFFERHEADER_DTYPE = np.dtype({'names': ['magic', 'version', 'flags', 'registry_hash', 'num_regions', 'region_capacity', 'rank', 'launch_id', 'warps_per_block', 'reserved0', 'reserved1', 'reserved2', 'reserved3'], 'formats': ['<u4', '<u2', '<u2', '<u4', '<u4', '<u4', '<u4', '<u4', '<u4', '<u8', '<u8', '<u8', '<u8'], 'offsets': [0, 4, 6, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56], 'itemsize': 64})
 BUFFERHEADER_SIZE = 64
@@ -28,3 +37,6 @@ REGIONHEADER_SIZE = 64
 
 RECORD_DTYPE = np.dtype({'names': ['t', 'id', 'kind', 'reserved', 'payload'], 'formats': ['<u8', '<u2', '<u1', '<u1', '<u4'], 'offsets': [0, 8, 10, 11, 12], 'itemsize': 16})
 RECORD_SIZE = 16
+
+RECORD8_DTYPE = np.dtype({'names': ['t', 'meta'], 'formats': ['<u4', '<u4'], 'offsets': [0, 4], 'itemsize': 8})
+RECORD8_SIZE = 8

@@ -31,10 +31,11 @@ from .selftest import TIMEOUT_CYCLES
 
 # record_parts designs (profiler/csrc/selftest.cuh, RecordPart): what each record design costs
 DESIGNS = {1: "format 1: bound predicate, globaltimer + clock64 + SEL", 2: "bound predicate, clock64",
-           3: "format 2, streaming store (st.global.cs)", 4: "format 2 as built",
+           3: "format 2, streaming store (st.global.cs)", 4: "format 2 (16-byte record)",
            5: "all lanes, one slot, no predicate, clock64", 6: "format 2, st.global.L1::no_allocate",
-           7: "lane-0 clamped 16-byte store only", 8: "anchor record (clock64, globaltimer, clock64, store)",
-           9: "lane-0 clamped 8-byte store only"}
+           7: "lane-0 clamped 16-byte store only", 8: "format-2 anchor record (clock64, globaltimer, clock64, store)",
+           9: "lane-0 clamped 8-byte store only", 10: "format 3 (8-byte record, saturated 16-bit payload)",
+           11: "format 3 with a 32-bit payload (record + PAYLOAD slot)"}
 GRIDS = ((1, 1), (132, 4))
 NOMINAL_GHZ = 1.98  # only sizes the SM-clock kernel's spin (measured-facts.md: H200 max SM clock)
 
@@ -94,9 +95,9 @@ def record_cycles(prof, noprof, n: int = 4096) -> dict:
             row[what] = round((_median_launch(lambda: prof.record_parts(part, grid, warps, n, n, False)) - base) / n, 2)
         buf = selftest_buffer(grid, warps, n)
         out_loop = _median_launch(lambda: noprof.record_cost(None, grid, warps, n))
-        row["as built (record_cost, recording on)"] = round(
+        row["as built: format 3 (record_cost, recording on)"] = round(
             (_median_launch(lambda: prof.record_cost(buf, grid, warps, n)) - out_loop) / n, 2)
-        row["as built (record_cost, recording off at run time)"] = round(
+        row["as built: format 3 (record_cost, recording off at run time)"] = round(
             (_median_launch(lambda: prof.record_cost(None, grid, warps, n)) - out_loop) / n, 2)
         out[f"{grid}x{warps}"] = row
     return out

@@ -34,8 +34,9 @@ def registry_module(family: str):
 
 
 def buffer_bytes(num_regions: int, capacity: int) -> int:
-    """Same expression as epscope::buffer_bytes in recorder.cuh, from the generated sizes."""
-    return L.BUFFERHEADER_SIZE + num_regions * (L.REGIONHEADER_SIZE + capacity * L.RECORD_SIZE)
+    """Same expression as epscope::buffer_bytes in recorder.cuh, from the generated sizes: format 3's
+    8-byte record slots, half the bytes of format 2 for the same capacity."""
+    return L.BUFFERHEADER_SIZE + num_regions * (L.REGIONHEADER_SIZE + capacity * L.RECORD8_SIZE)
 
 
 def make_header(*, registry_hash: int, num_regions: int, capacity: int, rank: int, launch_id: int,
@@ -43,7 +44,7 @@ def make_header(*, registry_hash: int, num_regions: int, capacity: int, rank: in
     """The BufferHeader as bytes (uint8[64]), from the generated dtype only."""
     h = np.zeros(1, L.BUFFERHEADER_DTYPE)
     h["magic"], h["version"] = L.MAGIC, L.VERSION
-    h["flags"] = L.FLAGS_HIRES  # format 2: every record is clock64 cycles, whatever `hires` asks
+    h["flags"] = L.FLAGS_HIRES  # formats 2-3: every record is clock64 cycles, whatever `hires` asks
     h["registry_hash"], h["num_regions"], h["region_capacity"] = registry_hash, num_regions, capacity
     h["rank"], h["launch_id"], h["warps_per_block"] = rank, launch_id, warps_per_block
     return h.view(np.uint8)

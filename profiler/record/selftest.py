@@ -5,7 +5,7 @@
 writes, each a run directory named for what it shows:
 
 * selftest-timer-resolution: warps wait for %globaltimer to change and record a `tick` after
-  each change; the ticks follow the timer's 32 ns steps on H200 (format 2 stamps them with
+  each change; the ticks follow the timer's 32 ns steps on H200 (formats 2-3 stamp them with
   clock64, so they sit where the warp saw each change, a few steps apart at most).
 * selftest-starved-warps: 128 blocks x 4 warps; only warp 0 of blocks 0..15 works, every other
   warp records `idle` while it waits for them (blocks 16..127 and warps 1..3 of blocks 0..15
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import sys
 import time
@@ -41,6 +42,15 @@ TIMER = {"grid": 4, "warps": 4, "samples": 256, "iterations": 3}
 STARVED = {"grid": 128, "warps": 4, "busy_blocks": 16, "busy_warps": 1, "rounds": 8, "units": 20000, "iterations": 3}
 BARRIER = {"grid": 32, "warps": 4, "rounds": 8, "units": 2000, "late_block": 7, "late_warp": 2, "late_units": 10000,
            "iterations": 3}
+
+def barrier_capacity(p=BARRIER) -> int:
+    """Record slots a grid-barrier warp needs: per round a `work` span (2) and an arrive and a depart,
+    each with a PAYLOAD slot where the registry gives the barrier a 32-bit payload (format 3)."""
+    from ..generated import selftest_phases as P
+
+    per_barrier_record = 2 if P.WIDE_PAYLOAD_BARRIERS else 1
+    return p["rounds"] * (2 + 2 * per_barrier_record) + 4
+
 
 ERRORS = {1: "an idle warp timed out waiting for the workers", 2: "a warp timed out at the grid barrier",
           3: "%globaltimer did not advance"}
@@ -64,8 +74,22 @@ def _tensors(grid: int, warps: int):
             torch.zeros(1, dtype=torch.int32, device="cuda"))
 
 
-# -- the workloads (one launch each; `buf` None = runtime off) ------------------------------------
+@functools.lru_cache(maxsize=None)
+def _build(profile: bool):
+    return load_record_extension(profile=profile)
+
+
+def build_for(buf):
+    """The build a launch runs: the instrumented one when it records (a buffer), else the compiled-out
+    one. Off is then free: no predicated record issues at all (issue 33; the instrumented build with
+    a null buffer, the runtime switch, cost +1.4 % on the dense self-test workload at e800f1e)."""
+    return _build(buf is not None)
+
+
+# -- the workloads (one launch each; `ext` None = the build for `buf`, see build_for; with an
+# instrumented `ext`, `buf` None = runtime off) ----------------------------------------------------
 def launch_starved(ext, buf, p=STARVED, tensors=None, zero=True):
+    ext = build_for(buf) if ext is None else ext
     counter, out, err = tensors or _tensors(p["grid"], p["warps"])
     if zero:
         counter.zero_()
@@ -75,6 +99,7 @@ def launch_starved(ext, buf, p=STARVED, tensors=None, zero=True):
 
 
 def launch_barrier(ext, buf, p=BARRIER, tensors=None, zero=True):
+    ext = build_for(buf) if ext is None else ext
     counter, out, err = tensors or _tensors(p["grid"], p["warps"])
     if zero:
         counter.zero_()
@@ -128,7 +153,7 @@ def record_starved_warps(out_dir, ext, raw_dir=None, overwrite: bool = False) ->
 def record_grid_barrier(out_dir, ext, raw_dir=None, overwrite: bool = False) -> Path:
     p = BARRIER
     wl = {"kind": "selftest", "test": "grid_barrier", **p}
-    with Session(out_dir, name="selftest-grid-barrier", workload=wl, capacity=4 * p["rounds"] + 4, raw_dir=raw_dir,
+    with Session(out_dir, name="selftest-grid-barrier", workload=wl, capacity=barrier_capacity(p), raw_dir=raw_dir,
                  overwrite=overwrite,
                  description=f"{p['grid']}x{p['warps']} warps meet at a grid barrier {p['rounds']} times; warp "
                              f"{p['late_warp']} of block {p['late_block']} works {p['late_units']} extra FMAs and "
@@ -158,7 +183,7 @@ def _two_gpu_worker(rank: int, world: int, init_file: str, out_dir: str, name: s
     areas = IpcSignalAreas(rank, world)
     try:
         wl = {"kind": "selftest", "test": "two_gpu_clock_sync", "ranks": world, "sync_gap_s": gap_s, **p}
-        with Session(out_dir, name=name, rank=rank, world_size=world, workload=wl, capacity=4 * p["rounds"] + 4,
+        with Session(out_dir, name=name, rank=rank, world_size=world, workload=wl, capacity=barrier_capacity(p),
                      raw_dir=raw_dir, overwrite=overwrite,
                      description=f"{world} GPUs, one process each: NTP ping-pong at start and end ({gap_s} s "
                                  "apart), the grid-barrier workload on every rank, one aligned timeline") as s:

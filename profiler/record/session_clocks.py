@@ -90,7 +90,7 @@ def first_gpu_start(buf) -> int | None:
     if int(h["magic"]) != L.MAGIC:
         return None
     n, cap = int(h["num_regions"]), int(h["region_capacity"])
-    stride = L.REGIONHEADER_SIZE + cap * L.RECORD_SIZE
+    stride = L.REGIONHEADER_SIZE + cap * (L.RECORD8_SIZE if int(h["version"]) >= 3 else L.RECORD_SIZE)
     if n == 0 or a.size < L.BUFFERHEADER_SIZE + n * stride:
         return None
     regs = a[L.BUFFERHEADER_SIZE: L.BUFFERHEADER_SIZE + n * stride].reshape(n, stride)[:, : L.REGIONHEADER_SIZE]

@@ -54,13 +54,13 @@ def test_every_kernel_file_compiles_in_both_builds(tmp_path):
                        pool.map(lambda j: _nvcc(j[0], j[1], dirs[(j[0].name, j[1])]), jobs)))
     # Off means off: WarpRecorder::init reads %smid and nothing else in ep_core does (the bounded
     # waits read %globaltimer in both builds, so that is not the marker); the instrumented build
-    # stores 16-byte records.
+    # stores 8-byte records (format 3).
     for src in KERNEL_SOURCES:
         off, on = ptx[(src.name, 0)], ptx[(src.name, 1)]
         assert off and on, f"no PTX kept for {src.name}"
         assert "%smid" in on, f"{src.name}: the instrumented build records nothing"
         assert "%smid" not in off, f"{src.name}: the compiled-out build still holds recorder code"
-        assert len(re.findall(r"st\.global\.v4\.u32", on)) > len(re.findall(r"st\.global\.v4\.u32", off)), src.name
+        assert len(re.findall(r"st\.global\.v2\.u32", on)) > len(re.findall(r"st\.global\.v2\.u32", off)), src.name
     # The pipelined paths (tma.cuh) are built into dispatch and combine in both builds: bulk loads
     # completing on an mbarrier, bulk stores in groups, the read-wait at the derived depth of
     # every buffer count (N = 1, 2: depth 0; N = 3: depth 1) and the full drain before a publish.

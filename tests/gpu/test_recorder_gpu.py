@@ -79,6 +79,9 @@ def test_starved_warps_trace_names_exactly_the_idle_warps(exts, tmp_path):
     assert set(zip(work["block"], work["warp"])) == busy
     everyone = {(b, w) for b in range(p["grid"]) for w in range(p["warps"])}
     assert set(zip(idle["block"], idle["warp"])) == everyone - busy
+    # `units` dependent FMAs each (>= 1 cycle apiece, <= 3 GHz): the work ran inside its span (issue 33: the
+    # format-2 build stored the END before the noinline busy_work call, and the spans were empty)
+    assert ((work["end_ns"] - work["begin_ns"]) >= p["units"] / 3.0).all()
     per_warp = ev[(ev["kind"] == "span") & (ev["phase"] == "iteration")].groupby(["launch", "block", "warp"]).size()
     assert (per_warp == p["rounds"]).all() and len(per_warp) == p["grid"] * p["warps"] * p["iterations"]
     assert not ev["open"].any()
@@ -89,10 +92,15 @@ def test_grid_barrier_trace_last_arriver(exts, tmp_path):
     from profiler.record.selftest import BARRIER as p
     from profiler.record.selftest import record_grid_barrier
 
-    ev = load_run(record_grid_barrier(tmp_path, exts[0])).events
+    run = load_run(record_grid_barrier(tmp_path, exts[0]))
+    ev = run.events
     arr = ev[ev["kind"] == "arrive"]
     dep = ev[ev["kind"] == "depart"]
     assert len(arr) == len(dep) == p["grid"] * p["warps"] * p["rounds"] * p["iterations"]
+    # the grid barrier's occurrence is a 32-bit payload (registry): each arrive / depart carries a
+    # PAYLOAD slot (format 3), and the capacity holds them all
+    assert int(run.launches["dropped"].sum()) == 0 and sorted(set(arr["payload"])) == list(range(p["rounds"]))
+    assert not [w for w in run.manifest["warnings"] if w["type"] in ("PayloadSaturated", "CorruptRecords")]
     last = arr.loc[arr.groupby(["launch", "payload"])["begin_ns"].idxmax()]
     assert set(zip(last["block"], last["warp"])) == {(p["late_block"], p["late_warp"])}
     # nobody departs an occurrence before its last arrival
@@ -105,9 +113,11 @@ def test_off_means_off_and_results_unchanged(exts):
     import torch
 
     from profiler.record.selftest import STARVED as p
-    from profiler.record.selftest import _tensors, launch_starved
+    from profiler.record.selftest import _tensors, build_for, launch_starved
 
     prof, noprof = exts
+    # a launch without a profile buffer runs the compiled-out build (off is free), one with a buffer records
+    assert not build_for(None).profile_enabled() and build_for(_buffer(1, 1, 1)).profile_enabled()
     outs = []
     for ext, buf in [(noprof, _buffer(p["grid"], p["warps"], 64)), (prof, None), (prof, _buffer(p["grid"], p["warps"], 64))]:
         t = _tensors(p["grid"], p["warps"])
@@ -125,7 +135,7 @@ def test_drops_are_counted_not_silent(exts):
     exts[0].record_cost(buf, grid, warps, n)
     dec = _decode(buf)
     assert any(type(w).__name__ == "DroppedRecords" for w in dec.warnings)
-    # format 2's overflow sink: records past the capacity overwrite the last slot, which is dropped too
+    # the overflow sink (formats 2-3): records past the capacity overwrite the last slot, which is dropped too
     assert int(dec.launches["dropped"].iloc[0]) == grid * warps * (n - cap + 1)
     assert len(dec.events) == grid * warps * (cap - 1)
     assert sorted(set(dec.events["payload"])) == list(range(cap - 1))
@@ -147,23 +157,25 @@ def test_cycle_records_convert_per_region(exts):
 def test_record_design_variants_run_in_the_instrumented_build_only(exts):
     """record_parts (the recorder bench's design table): every design runs and times its loop; the
     compiled-out build refuses (it reads no timer); an unknown design is an error, not a zero."""
+    from profiler.record.calibrate import DESIGNS
+
     prof, noprof = exts
-    for part in range(10):
+    for part in range(len(DESIGNS) + 1):
         cyc = prof.record_parts(part, 2, 2, 256, 256, part == 1).cpu().numpy()
         assert cyc.shape == (4,) and (cyc > 0).all(), (part, cyc)
     with pytest.raises(RuntimeError, match="record_parts"):
-        prof.record_parts(10, 1, 1, 16, 16, False)
+        prof.record_parts(len(DESIGNS) + 1, 1, 1, 16, 16, False)
     with pytest.raises(RuntimeError, match="record_parts"):
         noprof.record_parts(1, 1, 1, 16, 16, False)
 
 
 def test_anchors_on_a_real_gpu_convert_piecewise_without_a_clock_change(exts):
-    """Format 2 end to end: ticks 20 us apart over ~4 ms with an anchor every 10 ticks; the decoder
-    uses every anchor, sees no clock change, and the ticks sit 20 us apart to within the anchor error."""
+    """Anchors end to end: ticks 20 us apart over ~4 ms with an anchor (two format-3 slots) every 10 ticks;
+    the decoder uses every anchor, sees no clock change, and the ticks sit 20 us apart to within the anchor error."""
     from profiler.decode import ANCHOR_ERROR_NS
 
     grid, warps, n, every, spin = 4, 2, 200, 10, 39_600   # 39,600 cycles = 20 us at 1.98 GHz
-    buf = _buffer(grid, warps, n + n // every)
+    buf = _buffer(grid, warps, n + 2 * (n // every))
     exts[0].anchored_ticks(buf, grid, warps, n, every, spin)
     dec = _decode(buf)
     assert dec.warnings == [], dec.warnings
@@ -173,6 +185,18 @@ def test_anchors_on_a_real_gpu_convert_piecewise_without_a_clock_change(exts):
     ns_per_tick = d.median()
     assert 5_000 < ns_per_tick < 60_000  # the SM clock, whatever it runs at, between 0.66 and 7.9 GHz
     assert (abs(d - ns_per_tick) <= 2 * ANCHOR_ERROR_NS + 16).all(), d.describe()
+
+
+def test_narrow_payloads_saturate_and_the_decoder_says_so(exts):
+    """A tick's payload is 16 bits (registry): the record_cost loop's index past 0xFFFF is stored as
+    0xFFFF, counted by PayloadSaturated, never wrapped to a small number."""
+    n = 0x10000 + 40
+    buf = _buffer(1, 1, n)
+    exts[0].record_cost(buf, 1, 1, n)
+    dec = _decode(buf)
+    pl = dec.events["payload"].to_numpy()
+    assert len(pl) == n and (pl[:0xFFFF] == np.arange(0xFFFF)).all() and (pl[0xFFFF:] == 0xFFFF).all()
+    assert {type(w).__name__: w.count for w in dec.warnings} == {"PayloadSaturated": n - 0xFFFF}
 
 
 def test_calibrate_measures_this_gpu(exts, tmp_path):

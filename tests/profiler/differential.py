@@ -23,7 +23,7 @@ from profiler.registry import load_all
 from profiler.schema import CATEGORICAL, COLUMNS
 
 from . import reference_decoder as R
-from .bufbuild import random_buffer
+from .bufbuild import meta3, random_buffer, slots3
 
 REG = load_all()["selftest"]
 REGISTRIES = {"selftest": REG}
@@ -38,12 +38,12 @@ PHASE_IDS = [p.id for p in REG.phases] + [77]          # 77: not in the registry
 BARRIER_IDS = [b.id for b in REG.barriers] + [9]
 
 
-def fast(items, engine: str = "numpy"):
+def fast(items, engine: str = "numpy", registries=None):
     """profiler.decode's answer in the reference's shape; numpy warnings are errors."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            d = D.decode_launches(items, REGISTRIES, engine=engine)
+            d = D.decode_launches(items, registries or REGISTRIES, engine=engine)
     except E.DecodeError as e:
         return R.RefError(type(e).__name__, e.offset)
     ev = d.events
@@ -57,14 +57,15 @@ def fast(items, engine: str = "numpy"):
     return rows, launches, {type(w).__name__: w.count for w in d.warnings}
 
 
-def reference(items):
-    return R.decode_many(items, REGISTRIES)
+def reference(items, registries=None):
+    return R.decode_many(items, registries or REGISTRIES)
 
 
-def check(items) -> None:
-    want = reference(items)
+def check(items, registries=None) -> None:
+    """Every record loop of profiler.decode gives the reference's answer (default: the selftest registry)."""
+    want = reference(items, registries)
     for engine in ENGINES:
-        got = fast(items, engine)
+        got = fast(items, engine, registries)
         if got != want:
             raise AssertionError(f"decoders differ ({engine} record loop) on {describe(items)}:\n{_diff(got, want)}")
     if isinstance(got, R.RefError):
@@ -164,6 +165,70 @@ def structured_buffer(rng: np.random.Generator) -> bytes:
     return hdr.tobytes() + regions.tobytes()
 
 
+def _clock_pair(rng: np.random.Generator, dur: int, span_cycles: int) -> tuple[int, int, float]:
+    """(clk_start, clk_end, GHz) of a format-3 region: mostly plausible, sometimes not."""
+    clk0 = int(rng.integers(0, 2**40))
+    ghz = float(rng.choice([1.98, 1.98, 1.0, 0.05, 50.0]))
+    r = rng.random()
+    if r < 0.85:
+        return clk0, clk0 + max(span_cycles, int(dur * ghz)) + int(rng.integers(0, 50)), ghz
+    if r < 0.92:   # a finish clock before some record: those are past it
+        return clk0, clk0 + int(rng.integers(0, max(span_cycles, 1))), ghz
+    return clk0, int(rng.integers(0, 2**64, dtype=np.uint64)), ghz
+
+
+def _slots3(rng: np.random.Generator, n: int, clk0: int, gt0: int, ghz: float) -> list:
+    """About n format-3 slots: records whose clocks rise by gaps now and then past 2^31 or 2^32,
+    32-bit payloads (a PAYLOAD slot), anchors (two slots), and sometimes raw junk slots."""
+    kinds = _kinds(rng, n)
+    recs, c = [], clk0
+    for k in kinds:
+        c += int(rng.choice([0, 1, 37, 1000, 2**20, 2**31 + 5, 2**32 + 7])) if rng.random() < 0.3 else int(rng.integers(0, 500))
+        r = rng.random()
+        if r < 0.1:    # an anchor at this clock (its globaltimer sometimes off, or a clock change)
+            ratio = float(rng.choice([ghz, ghz, ghz * 0.8]))
+            g = _extreme_time(rng, gt0 + int((c - clk0) / ratio))
+            recs.append((g % 2**64, L.KIND_ANCHOR, (c >> 32) & 0xFFFF, c & 0xFFFF_FFFF))
+        elif r < 0.14:  # a raw slot: any kind (PAYLOAD, ANCHOR_NS, unknown, EMPTY) with any meta bits
+            recs.append((int(rng.integers(0, 2**32)), meta3(int(rng.integers(0, 16)), int(rng.integers(0, 4096)),
+                                                             int(rng.integers(0, 2**16)))))
+        else:
+            ids = BARRIER_IDS if k in (L.KIND_BARRIER_ARRIVE, L.KIND_BARRIER_DEPART) else PHASE_IDS
+            pl = int(rng.choice([0, 0, 1, 7, 0xFFFF, 0x10000, 2**32 - 1]))
+            recs.append((c, k if k else L.KIND_INSTANT, int(rng.choice(ids)), pl))
+    return slots3(recs)
+
+
+def structured_buffer3(rng: np.random.Generator) -> bytes:
+    """A format-3 buffer built slot by slot (decode_format3's cases: wraps, side slots, anchors, clocks)."""
+    nreg, cap = int(rng.integers(0, 6)), int(rng.integers(0, 14))
+    hdr = np.zeros(1, L.BUFFERHEADER_DTYPE)
+    hdr["magic"], hdr["version"], hdr["registry_hash"], hdr["flags"] = L.MAGIC, 3, REG.hash, L.FLAGS_HIRES
+    hdr["num_regions"], hdr["region_capacity"], hdr["warps_per_block"] = nreg, cap, int(rng.integers(1, 4))
+    regions = np.zeros(nreg, [("h", L.REGIONHEADER_DTYPE), ("r", L.RECORD8_DTYPE, (cap,))])
+    start = T0 + int(rng.integers(0, 10**6))
+    for i in range(nreg):
+        h, r = regions["h"][i:i + 1], regions["r"][i]
+        h["state"] = int(rng.choice([L.REGION_STATE_FINISHED] * 6 + [L.REGION_STATE_STARTED] * 2 + [L.REGION_STATE_UNUSED]))
+        h["sm"] = int(rng.integers(0, 132))
+        gt0 = _extreme_time(rng, start + int(rng.integers(0, 1000)))
+        clk0, clk1, ghz = _clock_pair(rng, int(rng.integers(1, 10**5)), 0)
+        slots = _slots3(rng, int(rng.integers(0, cap + 1)) if cap else 0, clk0, gt0, ghz)[:cap]
+        c = clk0
+        for t, meta in slots:   # about the last record's clock (anchors aside): most finish pairs lie after it
+            c = c + ((t - c) % 2**32) if 1 <= meta >> L.META_KIND_SHIFT <= 5 else c
+        if clk1 >= clk0 and rng.random() < 0.8:
+            clk1 = max(clk1, c + int(rng.integers(0, 100)))
+        for j, (t, meta) in enumerate(slots):
+            r[j] = (t, meta)
+        h["clk_start"], h["clk_end"] = np.uint64(clk0), np.uint64(clk1 % 2**64)
+        h["gt_start"] = np.uint64(gt0)
+        h["gt_end"] = np.uint64(_extreme_time(rng, (gt0 + int(max(clk1 - clk0, 1) / ghz)) % 2**64))
+        over = int(rng.integers(0, 3)) if rng.random() < 0.2 else 0
+        h["attempted"] = len(slots) + over if rng.random() > 0.03 else int(rng.integers(0, 2**32))
+    return hdr.tobytes() + regions.tobytes()
+
+
 def _kinds(rng: np.random.Generator, n: int) -> list[int]:
     """Mostly nested BEGIN/END with instants and barrier events; sometimes anything in 0..7."""
     if rng.random() < 0.15:
@@ -185,9 +250,10 @@ def _kinds(rng: np.random.Generator, n: int) -> list[int]:
 def mutated_buffer(rng: np.random.Generator) -> bytes:
     """A valid buffer with a few random bytes changed and sometimes cut short."""
     buf = bytearray(random_buffer(rng, REG, n_regions=int(rng.integers(0, 6)), capacity=int(rng.integers(4, 20)),
-                                  warps_per_block=int(rng.integers(1, 4))))
-    if rng.random() < 0.3 and len(buf) >= L.BUFFERHEADER_SIZE:  # the same bytes read as format 2 (cycles)
-        buf[_VERSION_AT:_VERSION_AT + 2] = (2).to_bytes(2, "little")
+                                  warps_per_block=int(rng.integers(1, 4)), version=3 if rng.random() < 0.3 else 1))
+    if rng.random() < 0.3 and len(buf) >= L.BUFFERHEADER_SIZE:  # the same bytes read as another format
+        v = int.from_bytes(buf[_VERSION_AT:_VERSION_AT + 2], "little")
+        buf[_VERSION_AT:_VERSION_AT + 2] = (2 if v == 1 else 1).to_bytes(2, "little")
     for _ in range(int(rng.integers(0, 6))):
         buf[int(rng.integers(0, len(buf)))] = int(rng.integers(0, 256))
     if rng.random() < 0.1:
@@ -200,7 +266,7 @@ def random_case(rng: np.random.Generator) -> list:
     items = []
     for i in range(int(rng.choice([1, 1, 1, 2, 3]))):
         r = rng.random()
-        buf = structured_buffer(rng) if r < 0.6 else mutated_buffer(rng)
+        buf = (structured_buffer3(rng) if r < 0.3 else structured_buffer(rng)) if r < 0.6 else mutated_buffer(rng)
         if r > 0.97:
             buf = bytes(rng.integers(0, 256, int(rng.integers(0, 400)), dtype=np.uint8))
         items.append((buf, D.LaunchInfo(int(rng.integers(0, 2)), i, f"k{i % 2}", i, "selftest")))

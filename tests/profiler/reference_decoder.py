@@ -51,7 +51,60 @@ def _struct(name: str) -> Struct:
     return Struct(name, s["size"], offsets, formats)
 
 
-HDR, RH, REC = _struct("BufferHeader"), _struct("RegionHeader"), _struct("Record")
+HDR, RH, REC, REC8 = _struct("BufferHeader"), _struct("RegionHeader"), _struct("Record"), _struct("Record8")
+META = {name: (low, width) for name, (low, width) in LAYOUT["record8"].items()}
+
+
+def _meta(meta: int, name: str) -> int:
+    low, width = META[name]
+    return (meta >> low) & ((1 << width) - 1)
+
+
+def _format3(slots: list, r: dict, finished: bool, count) -> list:
+    """Format 3: a region's candidate slots (t, meta) -> records as the format-2 rules read them
+    (kind, id, payload, t = full clock64 or an ANCHOR's globaltimer, past_finish), one slot at a time."""
+    out = []
+    c, since, ambiguous = r["clk_start"], False, False
+    end_check = finished and _signed64(r["clk_end"] - r["clk_start"]) > 0
+    high = (1 << META["kind"][0]) - 1           # an anchor's high clock bits sit under the kind
+    i = 0
+    while i < len(slots):
+        t, meta = slots[i]
+        kind, pid = _meta(meta, "kind"), _meta(meta, "id")
+        nxt = slots[i + 1] if i + 1 < len(slots) else None
+        if 1 <= kind <= 5:
+            payload = _meta(meta, "payload")
+            step = 1
+            if nxt is not None and _meta(nxt[1], "kind") == KIND["PAYLOAD"] and _meta(nxt[1], "id") == pid:
+                payload, step = nxt[0], 2
+            elif payload == (1 << META["payload"][1]) - 1:
+                count("PayloadSaturated", 1)
+            c = (c + (t - c) % (1 << 32)) % U64
+            since = True
+            out.append({"kind": kind, "id": pid, "payload": payload, "t": c,
+                        "past_finish": end_check and _signed64(r["clk_end"] - c) < 0})
+            i += step
+        elif kind == KIND["ANCHOR"]:
+            bits = (((meta & high) << 32) | t) % (1 << D.ANCHOR_CLOCK_BITS)
+            ca = (r["clk_start"] + (bits - r["clk_start"]) % (1 << D.ANCHOR_CLOCK_BITS)) % U64
+            g = 0   # without its ANCHOR_NS slot the anchor cannot anchor (BadAnchors below)
+            if nxt is not None and _meta(nxt[1], "kind") == KIND["ANCHOR_NS"]:
+                gbits = ((nxt[1] & high) << 32) | nxt[0]
+                width = META["kind"][0] + 32
+                g = (r["gt_start"] + (gbits - r["gt_start"]) % (1 << width)) % U64
+                ahead = _signed64(ca - c)
+                ambiguous |= since and ahead >= 1 << 32
+                if ahead >= 0:
+                    c, since = ca, False
+                i += 1
+            out.append({"kind": kind, "id": ca >> 32 & 0xFFFF, "payload": ca & 0xFFFF_FFFF, "t": g})
+            i += 1
+        else:   # an empty slot, a kind outside the layout, a PAYLOAD or ANCHOR_NS that follows nothing of its own
+            out.append({"kind": KIND["EMPTY"], "id": 0, "payload": 0, "t": 0})
+            i += 1
+    ambiguous |= end_check and since and _signed64(r["clk_end"] - c) >= 1 << 32
+    count("AmbiguousClock", int(ambiguous))
+    return out
 
 
 @dataclass
@@ -97,7 +150,8 @@ def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError
     nreg, cap, wpb = h["num_regions"], h["region_capacity"], h["warps_per_block"]
     if nreg and not 1 <= wpb <= D.MAX_WARPS_PER_BLOCK:
         return RefError("DecodeError", HDR.offsets["warps_per_block"])
-    stride = RH.size + cap * REC.size
+    rec = REC8 if h["version"] >= 3 else REC
+    stride = RH.size + cap * rec.size
     if len(buf) < HDR.size + nreg * stride:
         return RefError("TruncatedBuffer", len(buf))
     at = [HDR.size + i * stride for i in range(nreg)]
@@ -121,7 +175,10 @@ def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError
     records = []
     dropped = 0
     for i, r in enumerate(rhs):
-        recs = [REC.read(buf, at[i] + RH.size + j * REC.size) for j in range(cap)]
+        recs = [rec.read(buf, at[i] + RH.size + j * rec.size) for j in range(cap)]
+        if version >= 3:   # the kind of a format-3 slot is a bit field of its meta word
+            for x in recs:
+                x["kind"] = _meta(x["meta"], "kind")
         if r["state"] == STATE["FINISHED"]:
             if version >= 2:  # the overflow sink: past capacity, the last slot was overwritten
                 n = max(cap - 1, 0) if r["attempted"] > cap else r["attempted"]
@@ -132,7 +189,10 @@ def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError
             n = next((j for j, x in enumerate(recs) if x["kind"] == KIND["EMPTY"]), cap)
         else:
             n = 0
-        records.append(recs[:n])
+        if version >= 3:
+            records.append(_format3([(x["t"], x["meta"]) for x in recs[:n]], r, r["state"] == STATE["FINISHED"], count))
+        else:
+            records.append(recs[:n])
     count("DroppedRecords", dropped)
     count("UnfinishedRegion", sum(r["state"] == STATE["STARTED"] for r in rhs))
 
@@ -249,6 +309,9 @@ def decode_one(buf: bytes, info: D.LaunchInfo, registry) -> RefLaunch | RefError
                 continue  # a conversion point (see anchored), not an event
             if not 1 <= x["kind"] <= 5:
                 count("CorruptRecords", 1)
+                continue
+            if x.get("past_finish"):   # format 3: completed past the region's finish clock
+                count("BadTimestamps", 1)
                 continue
             ok, t = conv(x["t"])
             if not ok:

@@ -92,7 +92,8 @@ def test_check_fails_on_edited_and_orphan_files(gen_dirs, capsys):
 
 def test_generated_dtypes_follow_declared_sizes_and_offsets():
     lay = codegen.load_layout()
-    dtypes = {"BufferHeader": L.BUFFERHEADER_DTYPE, "RegionHeader": L.REGIONHEADER_DTYPE, "Record": L.RECORD_DTYPE}
+    dtypes = {"BufferHeader": L.BUFFERHEADER_DTYPE, "RegionHeader": L.REGIONHEADER_DTYPE, "Record": L.RECORD_DTYPE,
+              "Record8": L.RECORD8_DTYPE}
     for s in lay["struct"]:
         dt = dtypes[s["name"]]
         assert dt.itemsize == s["size"]
@@ -108,6 +109,36 @@ def test_layout_header_has_static_asserts_for_every_field():
     for name in L.RECORD_DTYPE.names:
         assert f"offsetof(Record, {name})" in text
     assert 'static_assert(sizeof(Record) == 16' in text
+    assert 'static_assert(sizeof(Record8) == 8' in text and "offsetof(Record8, meta)" in text
+
+
+def test_record8_meta_fields_tile_the_word_and_hold_every_kind(tmp_path, monkeypatch):
+    lay = codegen.load_layout()
+    fields = codegen.meta_fields(lay)
+    assert sum(w for _, _, w in fields) == 32 and fields[0][1] == 0
+    assert all(a[1] + a[2] == b[1] for a, b in zip(fields, fields[1:]))
+    assert (L.META_KIND_SHIFT, L.META_ID_SHIFT, L.META_PAYLOAD_BITS) == (lay["record8"]["kind"][0], lay["record8"]["id"][0],
+                                                                        lay["record8"]["payload"][1])
+    bad = codegen.LAYOUT_TOML.read_text().replace("kind = [28, 4]", "kind = [29, 3]", 1)
+    p = tmp_path / "layout.toml"
+    p.write_text(bad)
+    monkeypatch.setattr(codegen, "LAYOUT_TOML", p)
+    with pytest.raises(ValueError, match=r"\[record8\]"):
+        codegen.load_layout()
+
+
+def test_phase_headers_say_which_payloads_are_wide():
+    """payload_wide() of each generated header is true exactly for the registry's 32-bit payloads."""
+    files = {p.stem: p for p in registry_files()}
+
+    def const(prefix, name):
+        return prefix + "".join(w.capitalize() for w in name.split("_"))
+    for fam, reg in load_all().items():
+        text = codegen.outputs_for(files[fam])[0].read_text()
+        for enum, items, prefix in (("Phase", reg.phases, "k"), ("Barrier", reg.barriers, "kBarrier")):
+            line = next(x for x in text.splitlines() if f"payload_wide({enum} x)" in x)
+            for i in items:
+                assert (f"x == {const(prefix, i.name)}" in line) == (i.payload_bits == 32), (fam, i.name, line)
 
 
 def test_layout_rejects_padding(tmp_path, monkeypatch):

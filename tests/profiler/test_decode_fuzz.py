@@ -61,7 +61,8 @@ def test_generators_reach_every_path():
         seen |= set(r[2]) if isinstance(r, tuple) else {r.type}
     want = {"CorruptRecords", "BadTimestamps", "BadRegionClock", "ClockFallback", "UnmatchedBegin", "UnmatchedEnd",
             "ReversedSpans", "UnknownPhase", "DroppedRecords", "UnfinishedRegion",
-            "DecodeError", "TruncatedBuffer", "BadMagic", "ClockChange", "BadAnchors"}
+            "DecodeError", "TruncatedBuffer", "BadMagic", "ClockChange", "BadAnchors", "PayloadSaturated",
+            "AmbiguousClock"}
     assert want <= seen, want - seen
 
 

@@ -76,12 +76,13 @@ def test_compiled_out_selftest_has_no_timer_reads_and_no_record_stores(selftest_
     off, on = _entries(selftest_ptx[0]), _entries(selftest_ptx[1])
     assert set(off) == set(on) == {"timer_probe", "record_cost", "imbalance", "grid_barrier", "anchored_ticks"}
     for k in on:
-        # format 2: records read clock64; %globaltimer is read by each warp's init and finish anchors
+        # formats 2-3: records read clock64; %globaltimer is read by each warp's init and finish anchors
         assert "%globaltimer" in on[k], f"{k}: instrumented build reads the timer"
         assert "%globaltimer" not in off[k], f"{k}: compiled-out build still reads %globaltimer"
-        assert "st.global.v4" not in off[k], f"{k}: compiled-out build still stores records"
+        assert "st.global.v2.u32" not in off[k], f"{k}: compiled-out build still stores records"
+        assert "st.global.v4" not in on[k], f"{k}: a 16-byte store left in the format-3 recorder"
     for k in ("record_cost", "imbalance", "grid_barrier", "timer_probe", "anchored_ticks"):
-        assert "st.global.v4.u32" in on[k], f"{k}: a record is one 16-byte store"
+        assert "st.global.v2.u32" in on[k], f"{k}: a record is one 8-byte store"
 
 
 def test_clock_sync_messages_are_single_volatile_words():
@@ -97,7 +98,7 @@ def test_recorder_header_compiles_in_host_code(tmp_path):
     """record_bindings.cpp includes recorder.cuh in host C++: buffer_bytes must be usable there."""
     src = tmp_path / "host.cu"
     src.write_text('#include "profiler/csrc/recorder.cuh"\n'
-                   "static_assert(epscope::buffer_bytes(2, 3) == 64 + 2 * (64 + 3 * 16), \"buffer_bytes\");\n"
+                   "static_assert(epscope::buffer_bytes(2, 3) == 64 + 2 * (64 + 3 * 8), \"buffer_bytes\");\n"
                    "int main() { return 0; }\n")
     try:
         build.nvcc_compile_check(src, {"EPSCOPE_PROFILE": 1})
@@ -124,13 +125,13 @@ def test_record_design_variants_exist_only_in_the_instrumented_build(selftest_pt
     def parts(ptx):
         out = {}
         for p in re.split(r"\.entry\s+", ptx)[1:]:
-            m = re.match(r"\S*?record_parts_kernelILi(\d)E", p)
+            m = re.match(r"\S*?record_parts_kernelILi(\d+)E", p)
             if m:
                 out[int(m.group(1))] = p
         return out
 
     off, on = parts(selftest_ptx[0]), parts(selftest_ptx[1])
-    assert off == {} and sorted(on) == list(range(10))
+    assert off == {} and sorted(on) == list(range(12))
     for k in (1, 2):
         assert re.search(r"@p st\.global\.v4\.u32", on[k])
     assert "@h mov.u64 t, %clock64" in on[1] and "%globaltimer" in on[1]  # format 1's runtime hires choice
@@ -140,3 +141,8 @@ def test_record_design_variants_exist_only_in_the_instrumented_build(selftest_pt
         assert re.search(r"^\s*st\.global\.v4\.u32", on[k], re.M) and "@p st.global" not in on[k]
     assert "st.global.cs.v4" in on[3] and "st.global.L1::no_allocate.v4" in on[6] and "st.global.v2.u32" in on[9]
     assert "%globaltimer" in on[8] and "%globaltimer" not in on[0]
+    # format 3: one 8-byte store of clock64 bits 31..0 + meta (10), and its PAYLOAD slot's second store (11)
+    for k in (10, 11):
+        assert "%globaltimer" not in on[k] and "st.global.v4" not in on[k] and "@p st.global" not in on[k]
+    n10, n11 = on[10].count("st.global.v2.u32"), on[11].count("st.global.v2.u32")   # per unrolled record site
+    assert n10 >= 1 and n11 == 2 * n10

@@ -11,6 +11,7 @@ from profiler.generated import selftest_phases as P
 from profiler.record.session import (Session, SessionError, build_clock_model, buffer_bytes, first_gpu_start,
                                      write_from_raw)
 from profiler.runstore import load_run
+from tests.profiler.bufbuild import meta3
 
 T0 = 1_800_000_000_000_000_000
 ITER, WORK, IDLE = (next(k for k, v in P.PHASES.items() if v == n) for n in ("iteration", "work", "idle"))
@@ -21,22 +22,24 @@ CLK0 = 9_000_000_000  # a clock64 value
 
 def fill(buf, spans, *, capacity, t0=T0, attempted=None):
     """spans: per region a list of (phase_id, begin_offset, end_offset) -> BEGIN/END records, as the
-    format-2 recorder writes them: clock64 cycles, here one a ns (the region's clock pair says so),
-    so each offset is also the record's time in ns after t0."""
+    format-3 recorder writes them: clock64 bits 31..0, here one cycle a ns (the region's clock pair
+    says so), so each offset is also the record's time in ns after t0."""
     a = buf.numpy()
-    stride = L.REGIONHEADER_SIZE + capacity * L.RECORD_SIZE
+    stride = L.REGIONHEADER_SIZE + capacity * L.RECORD8_SIZE
     hdr = a[: L.BUFFERHEADER_SIZE].view(L.BUFFERHEADER_DTYPE)[0]
     for r, sp in enumerate(spans):
         off = L.BUFFERHEADER_SIZE + r * stride
         recs = []
         for pid, b, e in sp:
-            recs += [(CLK0 + b, pid, L.KIND_BEGIN, 0, 7), (CLK0 + e, pid, L.KIND_END, 0, 7)]
+            recs += [(b, meta3(L.KIND_BEGIN, pid, 7)), (e, meta3(L.KIND_END, pid, 7))]
+        # in time order, as a warp writes them (format 3 completes each clock from the record before)
+        recs = [((CLK0 + t) & 0xFFFF_FFFF, meta) for t, meta in sorted(recs, key=lambda x: x[0])]
         rh = a[off: off + L.REGIONHEADER_SIZE].view(L.REGIONHEADER_DTYPE)
         rh["sm"], rh["block"], rh["warp"] = r, r // int(hdr["warps_per_block"]), r % int(hdr["warps_per_block"])
         rh["state"], rh["gt_start"], rh["gt_end"] = L.REGION_STATE_FINISHED, t0, t0 + 10_000
         rh["clk_start"], rh["clk_end"] = CLK0, CLK0 + 10_000
         rh["attempted"] = len(recs) if attempted is None else attempted
-        rv = a[off + L.REGIONHEADER_SIZE: off + stride].view(L.RECORD_DTYPE)
+        rv = a[off + L.REGIONHEADER_SIZE: off + stride].view(L.RECORD8_DTYPE)
         for i, rec in enumerate(recs[:capacity]):
             rv[i] = rec
 
@@ -45,7 +48,7 @@ def test_buffer_header_from_the_generated_layout(tmp_path):
     s = Session(tmp_path, name="r", description="d", device="cpu", rank=0, capacity=16, hires=True)
     b0 = s.buffer("selftest.imbalance", "selftest", 3, 2, iteration=0)
     b1 = s.buffer("selftest.imbalance", "selftest", 1, 4, iteration=1, capacity=5)
-    assert b0.numel() == buffer_bytes(6, 16) == 64 + 6 * (64 + 16 * 16)
+    assert b0.numel() == buffer_bytes(6, 16) == 64 + 6 * (64 + 16 * 8)   # format 3: 8-byte record slots
     h = b0.numpy()[:64].view(L.BUFFERHEADER_DTYPE)[0]
     assert (h["magic"], h["version"], h["flags"], h["registry_hash"]) == (L.MAGIC, L.VERSION, L.FLAGS_HIRES, P.REGISTRY_HASH)
     assert (h["num_regions"], h["region_capacity"], h["rank"], h["launch_id"], h["warps_per_block"]) == (6, 16, 0, 0, 2)
@@ -123,10 +126,10 @@ def test_drops_reach_the_manifest(tmp_path):
         buf = s.buffer("selftest.imbalance", "selftest", 1, 1, 0)
         fill(buf, [[(WORK, 0, 100), (IDLE, 200, 300)]], capacity=2, attempted=4)
     m = load_run(tmp_path / "run-c").manifest
-    # 4 attempted into 2 slots: format 2's last slot is the overflow sink, so 1 kept, 3 dropped
+    # 4 attempted into 2 slots: the last slot is the overflow sink (formats 2-3), so 1 kept, 3 dropped
     assert m["drops"]["total"] == 3
     assert any(w["type"] == "DroppedRecords" and w["count"] == 3 for w in m["warnings"])
-    assert m["clock"]["gpu_time"]["format_versions"] == [2]
+    assert m["clock"]["gpu_time"]["format_versions"] == [L.VERSION]
 
 
 def test_raw_dir_roundtrip(tmp_path):

@@ -2,9 +2,17 @@
 #pragma once
 #include <cstdint>
 
+#ifndef EPSCOPE_PHASES_HD  // the payload_wide functions are called by the device recorder
+#ifdef __CUDACC__
+#define EPSCOPE_PHASES_HD __host__ __device__
+#else
+#define EPSCOPE_PHASES_HD
+#endif
+#endif
+
 namespace epscope { namespace phases { namespace ep_intranode {
 
-constexpr uint32_t kRegistryHash = 0xD56D2238u;
+constexpr uint32_t kRegistryHash = 0xAA0FAF9Du;
 
 enum Phase : uint16_t {
   kNotify = 1,  // span: count rows per destination and chunk, write them to every peer, build rank_prefix_matrix and per-expert counts; payload = tokens of this rank
@@ -25,5 +33,10 @@ enum Barrier : uint16_t {
   kBarrierRankStart = 1,  // scope rank: all ranks finished the previous op on the buffer before anyone writes into a peer
   kBarrierRankLayout = 2,  // scope rank: every rank's counts are in every peer's buffer
 };
+
+// Registry `payload_bits = 32`: the recorder writes the whole payload in a PAYLOAD slot after the
+// record (format 3); the others keep 16 bits, saturated. Found by WarpRecorder through ADL.
+EPSCOPE_PHASES_HD constexpr bool payload_wide(Phase x) { return x == kNotify; }
+EPSCOPE_PHASES_HD constexpr bool payload_wide(Barrier x) { return x == kBarrierRankStart || x == kBarrierRankLayout; }
 
 } } }  // namespace epscope::phases::ep_intranode

@@ -2,9 +2,17 @@
 #pragma once
 #include <cstdint>
 
+#ifndef EPSCOPE_PHASES_HD  // the payload_wide functions are called by the device recorder
+#ifdef __CUDACC__
+#define EPSCOPE_PHASES_HD __host__ __device__
+#else
+#define EPSCOPE_PHASES_HD
+#endif
+#endif
+
 namespace epscope { namespace phases { namespace ep_low_latency {
 
-constexpr uint32_t kRegistryHash = 0x028674B5u;
+constexpr uint32_t kRegistryHash = 0x514FD55Du;
 
 enum Phase : uint16_t {
   kRoute = 1,  // span: dispatch: local experts of every token for one destination, their positions per expert in token order, the per-expert counts; payload = destination rank
@@ -26,5 +34,10 @@ enum Barrier : uint16_t {
   kBarrierSendDone = 1,  // scope grid: this rank's writes of the op are complete; the last arrival publishes them to every peer
   kBarrierRecvDone = 2,  // scope grid: this rank's reads of the op's buffer half are complete; the last arrival posts the credits
 };
+
+// Registry `payload_bits = 32`: the recorder writes the whole payload in a PAYLOAD slot after the
+// record (format 3); the others keep 16 bits, saturated. Found by WarpRecorder through ADL.
+EPSCOPE_PHASES_HD constexpr bool payload_wide(Phase x) { return ((void)x, false); }
+EPSCOPE_PHASES_HD constexpr bool payload_wide(Barrier x) { return x == kBarrierSendDone || x == kBarrierRecvDone; }
 
 } } }  // namespace epscope::phases::ep_low_latency

@@ -6,7 +6,7 @@
 namespace epscope {
 
 constexpr uint32_t kMagic = 0x43535045u;
-constexpr uint16_t kVersion = 2;
+constexpr uint16_t kVersion = 3;
 
 constexpr uint8_t kKindEmpty = 0;
 constexpr uint8_t kKindBegin = 1;
@@ -15,12 +15,25 @@ constexpr uint8_t kKindInstant = 3;
 constexpr uint8_t kKindBarrierArrive = 4;
 constexpr uint8_t kKindBarrierDepart = 5;
 constexpr uint8_t kKindAnchor = 6;
+constexpr uint8_t kKindPayload = 7;
+constexpr uint8_t kKindAnchorNs = 8;
 
 constexpr uint16_t kRegionUnused = 0;
 constexpr uint16_t kRegionStarted = 1;
 constexpr uint16_t kRegionFinished = 2;
 
 constexpr uint16_t kFlagHires = 1;
+
+// Record8.meta (format 3): kind | id | payload bit fields
+constexpr uint32_t kMetaPayloadShift = 0;
+constexpr uint32_t kMetaPayloadBits = 16;
+constexpr uint32_t kMetaPayloadMax = 0xFFFFu;
+constexpr uint32_t kMetaIdShift = 16;
+constexpr uint32_t kMetaIdBits = 12;
+constexpr uint32_t kMetaIdMax = 0xFFFu;
+constexpr uint32_t kMetaKindShift = 28;
+constexpr uint32_t kMetaKindBits = 4;
+constexpr uint32_t kMetaKindMax = 0xFu;
 
 struct alignas(16) BufferHeader {
   uint32_t magic;  // +0: must equal layout magic
@@ -91,5 +104,13 @@ static_assert(offsetof(Record, id) == 8, "Record.id");
 static_assert(offsetof(Record, kind) == 10, "Record.kind");
 static_assert(offsetof(Record, reserved) == 11, "Record.reserved");
 static_assert(offsetof(Record, payload) == 12, "Record.payload");
+
+struct alignas(8) Record8 {
+  uint32_t t;  // +0: clock64 bits 31..0 (PAYLOAD: the payload; ANCHOR_NS: globaltimer bits 31..0)
+  uint32_t meta;  // +4: kind | id | payload: the [record8] bit fields
+};
+static_assert(sizeof(Record8) == 8, "Record8 size drifted from layout.toml");
+static_assert(offsetof(Record8, t) == 0, "Record8.t");
+static_assert(offsetof(Record8, meta) == 4, "Record8.meta");
 
 }  // namespace epscope

@@ -2,9 +2,17 @@
 #pragma once
 #include <cstdint>
 
+#ifndef EPSCOPE_PHASES_HD  // the payload_wide functions are called by the device recorder
+#ifdef __CUDACC__
+#define EPSCOPE_PHASES_HD __host__ __device__
+#else
+#define EPSCOPE_PHASES_HD
+#endif
+#endif
+
 namespace epscope { namespace phases { namespace selftest {
 
-constexpr uint32_t kRegistryHash = 0x4D8C19B0u;
+constexpr uint32_t kRegistryHash = 0x3AADF116u;
 
 enum Phase : uint16_t {
   kIteration = 1,  // span: one pass of the workload loop; payload = iteration index
@@ -16,5 +24,10 @@ enum Phase : uint16_t {
 enum Barrier : uint16_t {
   kBarrierGrid = 1,  // scope grid: software grid barrier across all blocks of the launch
 };
+
+// Registry `payload_bits = 32`: the recorder writes the whole payload in a PAYLOAD slot after the
+// record (format 3); the others keep 16 bits, saturated. Found by WarpRecorder through ADL.
+EPSCOPE_PHASES_HD constexpr bool payload_wide(Phase x) { return ((void)x, false); }
+EPSCOPE_PHASES_HD constexpr bool payload_wide(Barrier x) { return x == kBarrierGrid; }
 
 } } }  // namespace epscope::phases::selftest
