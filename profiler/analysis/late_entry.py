@@ -63,7 +63,8 @@ class LateEntry:
     total: Decision              # ALL_WAIT: every rank's late-entry wait together (the step's finding)
     late_in: dict                # rank -> iterations in which it was the late one (the others waited most for it)
     missing: dict                # rank -> op occurrences it never launched
-    op_latency_ns: float         # mean op latency after entry per iteration (NaN when undefined)
+    op_latency_ns: float         # median op latency after entry per iteration, as the stored summary and the
+                                 # Runs page state it (NaN when undefined)
     evidence: pd.DataFrame       # the op occurrences it was late for
 
     @property
@@ -118,7 +119,7 @@ class LateEntry:
                                                for r, n in sorted(self.missing.items())))
         if math.isfinite(self.op_latency_ns):
             out.append(f"the op took {fmt_ns(self.op_latency_ns)} per iteration once every rank was in "
-                       f"(op latency after entry, mean)")
+                       f"(op latency after entry, median over iterations)")
         return tuple(out)
 
     def notes(self) -> tuple:
@@ -207,7 +208,7 @@ def _decision(tm: TimeModel, totals: pd.DataFrame) -> LateEntry | None:
                      kernel=str(top_occ["kernel"]) if top_occ is not None else "",
                      phase=(str(top_occ["late_wait_phase"]) or None) if top_occ is not None else None,
                      decision=d, waited=w, total=t, late_in=late_in, missing=missing,
-                     op_latency_ns=float(op.mean()) if len(op) and np.isfinite(op).all() else float("nan"),
+                     op_latency_ns=float(np.median(op)) if len(op) and np.isfinite(op).all() else float("nan"),
                      evidence=ev.reset_index(drop=True))
 
 
