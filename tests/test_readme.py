@@ -73,7 +73,7 @@ def _bash(cmd: str, cwd, env, timeout: int = 600) -> subprocess.CompletedProcess
 @pytest.mark.slow
 def test_the_readme_runs_in_a_copy_of_the_checkout_and_leaves_it_clean(tmp_path):
     needs(subprocess.run(["python3", "-c", "import ensurepip, venv"], capture_output=True).returncode == 0,
-          "python3's venv module", "sudo apt-get install -y python3-venv")
+          "python3's venv module", "sudo apt-get install -y python3-venv", tool="venv")
     repo = copy_checkout(tmp_path / "epscope", as_git=True)
     home = tmp_path / "home"
     home.mkdir()

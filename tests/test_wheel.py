@@ -35,7 +35,7 @@ def _run(cmd, cwd, env=None, timeout=600) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_the_wheel_installs_into_a_fresh_venv_and_runs_from_another_directory(tmp_path):
     needs(_run([sys.executable, "-c", "import ensurepip, venv"], tmp_path).returncode == 0,
-          "python3's venv module", "sudo apt-get install -y python3-venv")
+          "python3's venv module", "sudo apt-get install -y python3-venv", tool="venv")
     offline = [] if os.environ.get("CI") else ["--no-build-isolation"]
     src = copy_checkout(tmp_path / "src")   # the build writes build/ and *.egg-info: never in the checkout
     p = _run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", *offline, "-q", "-w", str(tmp_path / "dist")],

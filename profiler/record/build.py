@@ -19,6 +19,7 @@ imported lazily: `build_options` and `nvcc_compile_check` work on a machine with
 from __future__ import annotations
 
 import functools
+import glob
 import os
 import shutil
 import subprocess
@@ -115,15 +116,24 @@ def load_record_extension(*, profile: bool, verbose: bool = False):
 
 
 # -- plain nvcc, for CPU-side compile checks -----------------------------------------------------
+def cuda_homes() -> list[Path]:
+    """Where a CUDA toolkit may live, in the order looked at: $CUDA_HOME, $CUDA_PATH, /usr/local/cuda,
+    then /usr/local/cuda-X.Y, newest first (a toolkit installed without the /usr/local/cuda link)."""
+    def version(p: str) -> tuple:
+        return tuple(int(x) if x.isdigit() else -1 for x in p.rsplit("cuda-", 1)[1].split("."))
+    env = [os.environ.get(k) for k in ("CUDA_HOME", "CUDA_PATH")]
+    versioned = sorted(glob.glob("/usr/local/cuda-*"), key=version, reverse=True)
+    return [Path(h) for h in (*env, "/usr/local/cuda", *versioned) if h]
+
+
 def nvcc_path() -> str:
     found = shutil.which("nvcc")
     if found:
         return found
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    cand = Path(home) / "bin" / "nvcc"
-    if cand.is_file():
+    cand = next((h / "bin" / "nvcc" for h in cuda_homes() if (h / "bin" / "nvcc").is_file()), None)
+    if cand is not None:
         return str(cand)
-    raise NvccNotFound("nvcc not found on PATH or under CUDA_HOME")
+    raise NvccNotFound("nvcc not found on PATH, under CUDA_HOME / CUDA_PATH or in /usr/local/cuda*/bin")
 
 
 def nvcc_compile_check(path, defines: dict | None = None, *, ptx: bool = False, arch: str = "sm_90",

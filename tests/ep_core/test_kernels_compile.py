@@ -13,20 +13,10 @@ from pathlib import Path
 import pytest
 
 from ep_core._ext import CSRC, KERNEL_SOURCES
-from profiler.record.build import NvccNotFound, nvcc_path
-from tests.needs import needs
+from profiler.record.build import nvcc_path
+from tests.needs import needs, needs_cuda_headers, needs_module, needs_nvcc
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-NVCC_INSTALL = "a CUDA toolkit: nvcc on PATH or under CUDA_HOME"
-
-
-def _nvcc_or_skip():
-    try:
-        return nvcc_path()
-    except NvccNotFound:
-        needs(False, "nvcc", NVCC_INSTALL)
 
 
 def _nvcc(src: Path, profile: int, keep_dir: str) -> str:
@@ -41,7 +31,7 @@ def _nvcc(src: Path, profile: int, keep_dir: str) -> str:
 
 
 def test_every_kernel_file_compiles_in_both_builds(tmp_path):
-    _nvcc_or_skip()
+    needs_nvcc()
     jobs = [(src, p) for src in KERNEL_SOURCES for p in (0, 1)]
     dirs = {}
     for src, p in jobs:
@@ -84,16 +74,10 @@ def test_kernel_files_do_not_include_torch():
 
 
 def test_bindings_syntax_checks_with_host_compiler():
-    import importlib.util
-    import os
-
     gxx = shutil.which("g++")
-    needs(gxx is not None, "g++", "apt-get install g++")
-    needs(importlib.util.find_spec("torch") is not None, "torch", "pip install torch==2.13.0 -e '.[gpu]'")
-    homes = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", str(Path(_nvcc_or_skip()).resolve().parents[1])]
-    cuda_inc = next((Path(h) / "include" for h in homes if h and (Path(h) / "include" / "cuda_runtime.h").is_file()),
-                    None)
-    needs(cuda_inc is not None, "the CUDA headers (cuda_runtime.h)", NVCC_INSTALL)
+    needs(gxx is not None, "g++", "apt-get install g++", tool="g++")
+    needs_module("torch", "pip install torch==2.13.0 -e '.[gpu]'")
+    cuda_inc = needs_cuda_headers()
     from torch.utils.cpp_extension import include_paths
 
     cmd = [gxx, "-std=c++17", "-fsyntax-only", f"-I{REPO}", f"-I{cuda_inc}",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ep_core._ext import BINDING_SOURCES, CSRC, KERNEL_SOURCES, SOURCES
-from profiler.record.build import NvccNotFound, nvcc_path
+from tests.needs import needs, needs_cuda_headers, needs_module, needs_nvcc
 
 REPO = Path(__file__).resolve().parents[2]
 LL_KERNELS = [CSRC / "low_latency_dispatch.cu", CSRC / "low_latency_combine.cu"]
@@ -30,17 +30,9 @@ def test_low_latency_files_are_part_of_the_extension():
 
 def test_low_latency_bindings_syntax_check():
     gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("no g++ on this machine")
-    try:
-        nvcc = nvcc_path()
-    except NvccNotFound as e:
-        pytest.skip(f"no CUDA toolkit here: {e}")
-    cuda_inc = Path(nvcc).resolve().parents[1] / "include"
-    if not (cuda_inc / "cuda_runtime.h").is_file():
-        cuda_inc = Path("/usr/local/cuda/include")
-    if not (cuda_inc / "cuda_runtime.h").is_file():
-        pytest.skip("no CUDA headers (cuda_runtime.h)")
+    needs(gxx is not None, "g++", "apt-get install g++", tool="g++")
+    needs_module("torch", "pip install torch==2.13.0 -e '.[gpu]'")
+    cuda_inc = needs_cuda_headers()
     from torch.utils.cpp_extension import include_paths
 
     cmd = [gxx, "-std=c++17", "-fsyntax-only", "-w", f"-I{REPO}", f"-I{cuda_inc}",
@@ -52,10 +44,7 @@ def test_low_latency_bindings_syntax_check():
 
 @pytest.mark.parametrize("src", LL_KERNELS, ids=lambda p: p.stem)
 def test_compiled_out_top8_kernels_do_not_spill(src, tmp_path):
-    try:
-        nvcc = nvcc_path()
-    except NvccNotFound as e:
-        pytest.skip(f"no nvcc on this machine: {e}")
+    nvcc = needs_nvcc()
     cmd = [nvcc, "-arch=sm_90", "-std=c++17", "-O3", f"-I{REPO}", "-DEPSCOPE_PROFILE=0", "-Xptxas", "-v",
            "-c", str(src), "-o", str(tmp_path / "out.o")]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

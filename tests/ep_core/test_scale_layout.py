@@ -35,7 +35,7 @@ int main() {
 @pytest.fixture(scope="module")
 def layout_of(tmp_path_factory):
     gxx = shutil.which("g++")
-    needs(gxx is not None, "g++", "apt-get install g++")
+    needs(gxx is not None, "g++", "apt-get install g++", tool="g++")
     d = tmp_path_factory.mktemp("scale_layout")
     (d / "driver.cpp").write_text(DRIVER)
     res = subprocess.run([gxx, "-std=c++17", "-O1", f"-I{REPO}", str(d / "driver.cpp"), "-o", str(d / "driver")],

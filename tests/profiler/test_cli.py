@@ -18,6 +18,8 @@ from profiler.registry import load_all
 from profiler.runstore import FORMAT_VERSION, write_run
 from profiler.schema import empty_events
 
+from tests.needs import needs_module
+
 from .bufbuild import random_buffer
 from .damage import reseal
 
@@ -54,7 +56,7 @@ def test_analyze_stores_the_analyses_and_the_summary(run_dir, tmp_path, capsys):
 
 
 def test_export_default_and_explicit_out(run_dir, tmp_path, capsys):
-    pytest.importorskip("perfetto", reason="perfetto package not installed")
+    needs_module("perfetto", "pip install -e . (a base dependency)")
     assert cli.main(["export", str(run_dir)]) == 0
     assert (run_dir / "trace.perfetto-trace").stat().st_size > 0
     out = tmp_path / "x.perfetto-trace"
@@ -192,7 +194,7 @@ def _snapshot(d: Path) -> dict:
 
 
 def test_export_refuses_to_write_inside_a_run(own_run, tmp_path, capsys):
-    pytest.importorskip("perfetto", reason="perfetto package not installed")
+    needs_module("perfetto", "pip install -e . (a base dependency)")
     before = _snapshot(own_run)
     for target in (own_run / "events.parquet", own_run / "manifest.json", own_run / "x.perfetto-trace"):
         _one_line_exit_2(capsys, ["export", str(own_run), "-o", str(target), "--force"], "inside the run directory")
@@ -203,7 +205,7 @@ def test_export_refuses_to_write_inside_a_run(own_run, tmp_path, capsys):
 
 
 def test_export_replaces_a_file_only_with_force(run_dir, tmp_path, capsys):
-    pytest.importorskip("perfetto", reason="perfetto package not installed")
+    needs_module("perfetto", "pip install -e . (a base dependency)")
     out = tmp_path / "mine.txt"
     out.write_text("precious")
     _one_line_exit_2(capsys, ["export", str(run_dir), "-o", str(out)], "exists; add --force")
@@ -221,7 +223,7 @@ def test_export_to_a_directory_or_missing_parent_is_one_line(run_dir, tmp_path, 
 
 
 def test_export_default_rewrites_the_runs_own_trace(own_run, capsys):
-    pytest.importorskip("perfetto", reason="perfetto package not installed")
+    needs_module("perfetto", "pip install -e . (a base dependency)")
     assert cli.main(["export", str(own_run)]) == 0
     assert cli.main(["export", str(own_run), "-o", str(own_run / "trace.perfetto-trace")]) == 0
     assert (own_run / "trace.perfetto-trace").stat().st_size > 0
@@ -266,7 +268,7 @@ MALFORMED = {
 @pytest.mark.parametrize("cmd", ["report", "export"])
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_malformed_runs_one_line_exit_2(own_run, capsys, cmd, case):
-    pytest.importorskip("perfetto", reason="perfetto package not installed")
+    needs_module("perfetto", "pip install -e . (a base dependency)")
     breakage, words = MALFORMED[case]
     breakage(own_run)
     _one_line_exit_2(capsys, [cmd, str(own_run)], words)

@@ -12,6 +12,8 @@ from profiler.generated import layout as L
 from profiler.registry import load_all
 from profiler.schema import validate_events
 
+from tests.needs import needs_module
+
 from .bufbuild import A, B, D, E as END, I, Region, build
 
 REG = load_all()["selftest"]
@@ -305,7 +307,7 @@ def test_chunked_decode_equals_whole_decode(monkeypatch):
 
 
 def test_accepts_a_torch_tensor():
-    torch = pytest.importorskip("torch", reason="torch not installed")
+    torch = needs_module("torch", "pip install torch==2.13.0 (the CPU build is enough)")
     buf = build([Region([(T0, B, WORK, 0), (T0 + 32, END, WORK, 0)])], registry_hash=REG.hash, capacity=2)
     t = torch.frombuffer(bytearray(buf), dtype=torch.uint8)
     assert decode_buffer(t, INFO, REG).events["end_ns"].tolist() == [32]

@@ -17,10 +17,12 @@ import pytest
 from profiler import decode as D
 from profiler.generated import layout as L
 
+from tests.needs import needs_module
+
 from .bufbuild import Region, anchor, build
 from .differential import ENGINES, REG, REGISTRIES, T0, check
 
-numba = pytest.importorskip("numba", reason="the compiled loop needs the `fast` extra (numba)")
+numba = needs_module("numba", "the compiled loop needs the `fast` extra: pip install -e '.[fast]'", module_level=True)
 from profiler import decode_fast as F  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

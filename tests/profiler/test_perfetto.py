@@ -7,7 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytest.importorskip("perfetto", reason="the perfetto package is not installed (GPU machine)")
+from tests.needs import needs_module
+
+needs_module("perfetto", "pip install -e . (a base dependency)", module_level=True)
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as P  # noqa: E402
 
 from profiler import perfetto_export as PE  # noqa: E402

@@ -23,6 +23,8 @@ from profiler.errors import (CorruptRun, EmptyRun, InvalidEvents, InvalidManifes
 from profiler.registry import load_all
 from profiler.schema import COLUMNS, empty_events
 
+from tests.needs import needs_module
+
 from .bufbuild import random_buffer
 from .damage import reseal
 
@@ -64,7 +66,7 @@ def test_round_trip(tmp_path, decoded):
 
 
 def test_trace_written_when_asked_or_small(tmp_path, decoded):
-    pytest.importorskip("perfetto", reason="perfetto package not installed")
+    needs_module("perfetto", "pip install -e . (a base dependency)")
     p = RS.write_run(tmp_path / "r", decoded.events, decoded.launches, {}, perfetto=True)
     assert (p / RS.TRACE).stat().st_size > 0
     # perfetto=None keeps a trace only for small runs; a rewrite over the threshold has none

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from profiler.record import build
-from tests.needs import needs
+from tests.needs import needs_nvcc
 
 CSRC = build.CSRC
 
@@ -50,10 +50,8 @@ def test_build_env_defaults(monkeypatch):
 
 
 def _ptx(path, profile):
-    try:
-        return build.nvcc_compile_check(path, {"EPSCOPE_PROFILE": profile}, ptx=True)
-    except build.NvccNotFound:
-        needs(False, "nvcc", "a CUDA toolkit: nvcc on PATH or under CUDA_HOME")
+    needs_nvcc()
+    return build.nvcc_compile_check(path, {"EPSCOPE_PROFILE": profile}, ptx=True)
 
 
 def _entries(ptx: str) -> dict[str, str]:
@@ -100,19 +98,14 @@ def test_recorder_header_compiles_in_host_code(tmp_path):
     src.write_text('#include "profiler/csrc/recorder.cuh"\n'
                    "static_assert(epscope::buffer_bytes(2, 3) == 64 + 2 * (64 + 3 * 8), \"buffer_bytes\");\n"
                    "int main() { return 0; }\n")
-    try:
-        build.nvcc_compile_check(src, {"EPSCOPE_PROFILE": 1})
-    except build.NvccNotFound:
-        needs(False, "nvcc", "a CUDA toolkit: nvcc on PATH or under CUDA_HOME")
+    needs_nvcc()
+    build.nvcc_compile_check(src, {"EPSCOPE_PROFILE": 1})
 
 
 def test_nvcc_error_is_reported(tmp_path):
     bad = tmp_path / "bad.cu"
     bad.write_text("__global__ void k() { this is not cuda; }\n")
-    try:
-        build.nvcc_path()
-    except build.NvccNotFound:
-        needs(False, "nvcc", "a CUDA toolkit: nvcc on PATH or under CUDA_HOME")
+    needs_nvcc()
     with pytest.raises(build.NvccError, match="bad.cu"):
         build.nvcc_compile_check(bad)
 
@@ -146,3 +139,23 @@ def test_record_design_variants_exist_only_in_the_instrumented_build(selftest_pt
         assert "%globaltimer" not in on[k] and "st.global.v4" not in on[k] and "@p st.global" not in on[k]
     n10, n11 = on[10].count("st.global.v2.u32"), on[11].count("st.global.v2.u32")   # per unrolled record site
     assert n10 >= 1 and n11 == 2 * n10
+
+
+def test_nvcc_is_found_under_a_versioned_toolkit_without_the_link(monkeypatch, tmp_path):
+    """CI's toolkit lives in /usr/local/cuda-X.Y/bin; without PATH, CUDA_HOME or the /usr/local/cuda
+    link, nvcc_path looks there, newest version first."""
+    found = {str(tmp_path / "cuda-12.8" / "bin" / "nvcc"), str(tmp_path / "cuda-9.2" / "bin" / "nvcc")}
+    for f in found:
+        Path(f).parent.mkdir(parents=True)
+        Path(f).write_text("")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(build.glob, "glob", lambda pattern: [str(tmp_path / d) for d in ("cuda-9.2", "cuda-13.0", "cuda-12.8")])
+    real_is_file = Path.is_file
+    monkeypatch.setattr(Path, "is_file", lambda p: not str(p).startswith("/usr/local/cuda/") and real_is_file(p))
+    assert [h.name for h in build.cuda_homes()] == ["cuda", "cuda-13.0", "cuda-12.8", "cuda-9.2"]
+    assert build.nvcc_path() == str(tmp_path / "cuda-12.8" / "bin" / "nvcc")   # 13.0 has no nvcc here
+    monkeypatch.setattr(build.glob, "glob", lambda pattern: [])
+    with pytest.raises(build.NvccNotFound, match="/usr/local/cuda"):
+        build.nvcc_path()

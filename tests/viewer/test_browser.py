@@ -54,7 +54,7 @@ def shots(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server():
-    needs(Path(CHROMIUM).exists(), f"{CHROMIUM}", "apt-get install chromium")
+    needs(Path(CHROMIUM).exists(), f"{CHROMIUM}", "apt-get install chromium", tool="chromium")
     assert any(TRACES.rglob("manifest.json")), "traces/ is tracked in git: its runs must be in the checkout"
     from werkzeug.serving import make_server
 
@@ -70,7 +70,8 @@ def server():
 
 @pytest.fixture(scope="module")
 def page(server, shots):
-    needs(importlib.util.find_spec("playwright") is not None, "the playwright package", "pip install -e '.[dev]'")
+    needs(importlib.util.find_spec("playwright") is not None, "the playwright package", "pip install -e '.[dev]'",
+          tool="playwright")
     from playwright import sync_api
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
