@@ -1,6 +1,6 @@
 """The `epscope` console command.
 
-    epscope export RUN [-o OUT [--force]]  write RUN's Perfetto trace (default RUN/trace.perfetto-trace)
+    epscope export RUN [-o OUT [--force]]  write RUN's Perfetto trace (default: under ~/.cache/epscope/exports)
     epscope report RUN [RUN ...]           text summary of runs
     epscope check RUN|ROOT [...]           verify runs (seal, checksums, every field and row, stored analyses); exit 1 if any is damaged
     epscope merge RUN TRACE [TRACE ...]    attach PyTorch profiler (Kineto) traces to a run, one per rank, aligned
@@ -14,8 +14,10 @@
     epscope tune [--ll] ...                sweep a shape's geometry, save the re-checked winners (profiler.workflows.tune)
 
 Bad runs (missing, corrupt, malformed manifest or events, newer format, empty) and refused
-outputs print one line on stderr and exit 2. `export -o` never writes inside a run directory and
-replaces an existing file only with --force, and then only a regular file. `view` serves on loopback; another --host needs
+outputs print one line on stderr and exit 2. `export` without -o writes to $EPSCOPE_EXPORT_DIR
+(default ~/.cache/epscope/exports), never into the run: a run may lie in a checkout (traces/), which
+must stay clean. `export -o` never writes inside a run directory (but RUN/trace.perfetto-trace, the
+run's own trace) and replaces an existing file only with --force, and then only a regular file. `view` serves on loopback; another --host needs
 --allow-remote (every run under the roots is then readable by anyone who can reach the port).
 Long work shows progress on stderr when it is a terminal.
 """
@@ -73,7 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="write a run's Perfetto trace")
     p.add_argument("run", type=Path, help="run directory")
     p.add_argument("-o", "--out", type=Path, default=None,
-                   help="output file outside any run directory (default RUN/trace.perfetto-trace)")
+                   help="output file outside any run directory, or RUN/trace.perfetto-trace (default: "
+                        "$EPSCOPE_EXPORT_DIR/RUN-<hash>.perfetto-trace, EPSCOPE_EXPORT_DIR defaulting to "
+                        "~/.cache/epscope/exports)")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p = sub.add_parser("report", help="text summary of a run")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
@@ -136,18 +140,40 @@ def _inside_run(p: Path) -> Path | None:
     return None
 
 
-def export_target(run, out: Path | None, force: bool) -> Path:
-    """Where `epscope export` writes: RUN/trace.perfetto-trace by default; an explicit -o must
-    not be a directory, must have an existing parent, must not lie inside a run directory
-    (`-o RUN/events.parquet` would destroy the run), and replaces an existing file only with
-    --force."""
+EXPORT_DIR_ENV = "EPSCOPE_EXPORT_DIR"
+
+
+def export_dir() -> Path:
+    """Where `epscope export RUN` writes without -o: $EPSCOPE_EXPORT_DIR, else ~/.cache/epscope/exports
+    (beside the build and calibration caches). Never the run directory: a run may lie in a checkout
+    (the bundled traces/ do), and an untracked trace there dirtied it (issue 34)."""
+    env = os.environ.get(EXPORT_DIR_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "epscope" / "exports"
+
+
+def default_export_path(run) -> Path:
+    """export_dir()/<run directory name>-<8 hex of its real path>.perfetto-trace: two runs of one
+    name in different folders do not overwrite each other's export."""
+    import hashlib
+    tag = hashlib.sha256(os.path.realpath(run.path).encode()).hexdigest()[:8]
+    return export_dir() / f"{Path(run.path).name}-{tag}.perfetto-trace"
+
+
+def export_target(run, out: Path | None, force: bool) -> tuple[Path, bool]:
+    """Where `epscope export` writes and whether it may replace a file there. Without -o: its
+    place under export_dir() (created; an earlier export of the run is replaced). An explicit -o
+    must not be a directory, must have an existing parent, must not lie inside a run directory
+    (`-o RUN/events.parquet` would destroy the run) unless it is the run's own trace
+    (RUN/trace.perfetto-trace, derived from its data), and replaces an existing file only with
+    --force. Only regular files are ever replaced."""
     from .runstore import TRACE
-    default = run.path / TRACE
+    own = run.path / TRACE
     if out is None:
-        return default
+        out, force = default_export_path(run), True
+        out.parent.mkdir(parents=True, exist_ok=True)
     real = Path(os.path.realpath(out))   # through symlinks: a link into a run is refused too
-    if real == Path(os.path.realpath(default)):
-        return default
+    if real == Path(os.path.realpath(own)):
+        return own, True
     if real.is_dir():
         raise Refused(f"-o {out}: is a directory; name the trace file to write")
     if not real.parent.is_dir():
@@ -155,27 +181,27 @@ def export_target(run, out: Path | None, force: bool) -> Path:
     inside = _inside_run(real.parent)
     if inside is not None:
         raise Refused(f"-o {out}: inside the run directory {inside}; write the trace elsewhere "
-                      f"(or leave out -o to write {TRACE} of the run itself)")
+                      f"(or -o {inside / TRACE}, the run's own trace)")
     if os.path.lexists(out):
         if not force:
             raise Refused(f"-o {out}: exists; add --force to replace it")
         if not is_regular(out):
-            raise Refused(f"-o {out}: exists and is not a regular file (a link, FIFO or device); "
+            raise Refused(f"{out}: exists and is not a regular file (a link, FIFO or device); "
                           "--force replaces only regular files")
-    return out
+    return out, force
 
 
 def _export(args) -> int:
     from .progress import Activity
     from .runreader import load_run
     run = load_run(args.run)   # run errors before the perfetto import
-    out = export_target(run, args.out, args.force)
+    out, replace = export_target(run, args.out, args.force)
     exp = _lazy("profiler.perfetto_export", "epscope export")
     partial = []   # the export's temporary file, once open: its size is the progress
     with Activity("epscope export", watch=lambda: partial[0].size() if partial else 0,
                   unit="B", what="written") as act:
         act.step("checking events and writing the trace")
-        out = exp.export_perfetto(run, out, force=args.force, opened=partial.append)
+        out = exp.export_perfetto(run, out, force=replace, opened=partial.append)
     print(f"wrote {shown(out)} ({out.stat().st_size / 1e6:.1f} MB); open it at https://ui.perfetto.dev")
     return 0
 

@@ -1,6 +1,6 @@
 """Record the recorder's self-test traces on a real GPU (also `epscope selftest`).
 
-    python -m profiler.record.selftest --out traces/ --which all
+    python -m profiler.record.selftest --out runs/ --which all    (traces/: to re-record the bundled ones)
 
 writes, each a run directory named for what it shows:
 
@@ -224,7 +224,9 @@ def record_two_gpu_clock_sync(out_dir, raw_dir=None, name: str = "selftest-two-g
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="epscope selftest", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="traces", help="directory that receives the run directories (default traces/)")
+    # no default: the checkout's traces/ (the old one) is the bundled runs, which a test run must not
+    # change, and a command writes where its user says (issue 34)
+    ap.add_argument("--out", required=True, help="directory that receives the run directories (e.g. runs/)")
     ap.add_argument("--which", default="all",
                     choices=["all", "timer-resolution", "starved-warps", "grid-barrier", "two-gpu-clock-sync"])
     ap.add_argument("--raw-dir", default=None, help="also keep the raw buffers here (*.rawbuf, for re-decoding)")

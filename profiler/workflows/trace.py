@@ -1,8 +1,8 @@
 """`epscope trace`: run a profiled EP workload on the local GPUs and write a run directory.
 
-    epscope trace --ranks 2 --routing uniform --iters 8 --profile-iters 2 --out traces --name ep-2rank-balanced
-    python -m profiler.workflows.trace --ranks 2 --routing skewed --out traces --name ep-2rank-skewed
-    python -m profiler.workflows.trace --ranks 2 --force-timeout-rank 1 --name ep-2rank-forced-timeout
+    epscope trace --ranks 2 --routing uniform --iters 8 --profile-iters 2 --out runs --name ep-2rank-balanced
+    python -m profiler.workflows.trace --ranks 2 --routing skewed --out runs --name ep-2rank-skewed
+    python -m profiler.workflows.trace --ranks 2 --force-timeout-rank 1 --out runs --name ep-2rank-forced-timeout
 
 One process per rank (ep_core.launch). Each rank builds its inputs (routing of `--routing`,
 seed = `--seed` + rank), runs `--iters` iterations of get_dispatch_layout + dispatch + combine,
@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="profile only the last N iterations, to keep traces small (default 2)")
     ap.add_argument("--seed", type=int, default=0, help="rank r uses seed + r")
     ap.add_argument("--capacity", type=int, default=4096, help="profile records per warp")
-    ap.add_argument("--out", default="traces", help="directory that receives the run directory")
+    # no default: the checkout's traces/ (the old one) is the bundled runs (issue 34)
+    ap.add_argument("--out", required=True, help="directory that receives the run directory (e.g. runs/)")
     ap.add_argument("--name", default=None, help="run directory name (default ep-<R>rank-<routing>-<dtype>)")
     ap.add_argument("--overwrite", action="store_true",
                     help="replace an existing run of that name (default: write NAME-2, NAME-3, ...)")

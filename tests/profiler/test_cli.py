@@ -15,7 +15,7 @@ import pytest
 from profiler import cli
 from profiler.decode import LaunchInfo, decode_launches
 from profiler.registry import load_all
-from profiler.runstore import FORMAT_VERSION, write_run
+from profiler.runstore import FORMAT_VERSION, load_run, write_run
 from profiler.schema import empty_events
 
 from tests.needs import needs_module
@@ -55,14 +55,29 @@ def test_analyze_stores_the_analyses_and_the_summary(run_dir, tmp_path, capsys):
     assert stored.load(d) is not None and summary.load(d) is not None
 
 
-def test_export_default_and_explicit_out(run_dir, tmp_path, capsys):
+def test_export_default_and_explicit_out(run_dir, tmp_path, capsys, monkeypatch):
+    """Without -o the trace goes to the export directory, never into the run (a run may lie in a
+    checkout, which must stay clean: issue 34), and the path is printed."""
     needs_module("perfetto", "pip install -e . (a base dependency)")
+    monkeypatch.setenv("EPSCOPE_EXPORT_DIR", str(tmp_path / "exports" / "made"))   # made when missing
+    before = sorted(p.name for p in run_dir.iterdir())
     assert cli.main(["export", str(run_dir)]) == 0
-    assert (run_dir / "trace.perfetto-trace").stat().st_size > 0
+    (default,) = (tmp_path / "exports" / "made").iterdir()
+    assert default == cli.default_export_path(load_run(run_dir)) and default.name.startswith("run-")
+    assert f"wrote {default} (" in capsys.readouterr().out
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+    assert cli.main(["export", str(run_dir)]) == 0   # a second export replaces the first
     out = tmp_path / "x.perfetto-trace"
     assert cli.main(["export", str(run_dir), "-o", str(out)]) == 0
-    assert out.read_bytes() == (run_dir / "trace.perfetto-trace").read_bytes()
-    assert "wrote" in capsys.readouterr().out
+    assert out.read_bytes() == default.read_bytes() and default.stat().st_size > 0
+
+
+def test_export_default_place_is_outside_any_checkout(monkeypatch, tmp_path):
+    monkeypatch.delenv("EPSCOPE_EXPORT_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cli.export_dir() == tmp_path / ".cache" / "epscope" / "exports"
+    a, b = (types.SimpleNamespace(path=tmp_path / d / "run") for d in ("x", "y"))
+    assert cli.default_export_path(a) != cli.default_export_path(b), "same-named runs of two folders collide"
 
 
 def _bad_runs(tmp_path, run_dir):
@@ -222,10 +237,10 @@ def test_export_to_a_directory_or_missing_parent_is_one_line(run_dir, tmp_path, 
     assert sorted(p.name for p in tmp_path.rglob("*")) == before   # no .tmp left anywhere
 
 
-def test_export_default_rewrites_the_runs_own_trace(own_run, capsys):
+def test_export_rewrites_the_runs_own_trace_when_asked(own_run, capsys):
     needs_module("perfetto", "pip install -e . (a base dependency)")
-    assert cli.main(["export", str(own_run)]) == 0
-    assert cli.main(["export", str(own_run), "-o", str(own_run / "trace.perfetto-trace")]) == 0
+    for _ in range(2):   # the run's own trace, derived from its data, is replaced without --force
+        assert cli.main(["export", str(own_run), "-o", str(own_run / "trace.perfetto-trace")]) == 0
     assert (own_run / "trace.perfetto-trace").stat().st_size > 0
 
 
@@ -273,6 +288,7 @@ def test_malformed_runs_one_line_exit_2(own_run, capsys, cmd, case):
     breakage(own_run)
     _one_line_exit_2(capsys, [cmd, str(own_run)], words)
     assert not (own_run / "trace.perfetto-trace").exists()    # export wrote nothing
+    assert not cli.default_export_path(types.SimpleNamespace(path=own_run)).exists()
 
 
 def test_malformed_run_via_python_m_has_no_traceback(own_run):
@@ -319,7 +335,7 @@ def test_export_never_touches_a_file_or_link_at_the_old_temporary_name(own_run, 
     elsewhere.write_bytes(b"outside the run")
     os.symlink(elsewhere, own_run / "trace.perfetto-trace.tmp")
     assert cli.main(["export", str(own_run), "-o", str(out)]) == 0
-    assert cli.main(["export", str(own_run)]) == 0
+    assert cli.main(["export", str(own_run), "-o", str(own_run / "trace.perfetto-trace")]) == 0
     assert mine.read_bytes() == b"a user's file" and elsewhere.read_bytes() == b"outside the run"
     assert out.stat().st_size > 0 and (own_run / "trace.perfetto-trace").stat().st_size > 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []   # no temporaries left
@@ -340,7 +356,7 @@ def test_export_force_replaces_only_regular_files(run_dir, tmp_path, capsys):
 def test_export_leftovers_of_a_killed_export_are_cleaned(own_run, tmp_path, capsys):
     left = own_run / ".trace.perfetto-trace.0123456789ab.tmp"
     left.write_bytes(b"half a trace")
-    assert cli.main(["export", str(own_run)]) == 0
+    assert cli.main(["export", str(own_run), "-o", str(own_run / "trace.perfetto-trace")]) == 0
     assert not left.exists()
 
 

@@ -108,7 +108,7 @@ def test_a_pair_only_takes_known_knobs():
 
 def test_workload_has_every_key_of_epscope_trace():
     # the two tools' runs must compare on the same fields
-    w = trace.check_args(trace.build_parser().parse_args([]))
+    w = trace.check_args(trace.build_parser().parse_args(["--out", "runs"]))
     for r in C.plan(C.parse_only(None)):
         wl = r.workload()
         assert set(w) <= set(wl), set(w) - set(wl)

@@ -1,5 +1,6 @@
 """`epscope trace` on the CPU: argument checks with clear messages, the GPU-count refusal, and
 the summary of a run directory (a synthetic one; real runs are recorded on the H200)."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_main(args, capsys):
-    rc = trace.main(args)
+    rc = trace.main([*args, "--out", "unused-runs"])   # every case stops before it writes
     out = capsys.readouterr()
     return rc, out.out, out.err
 
@@ -44,14 +45,15 @@ def test_refuses_without_enough_gpus(capsys, monkeypatch):
     assert "--ranks 2 needs 2 CUDA GPUs, this machine has 1" in err
 
 
-def test_on_this_machine_the_refusal_is_real():
+def test_on_this_machine_the_refusal_is_real(tmp_path):
     # the real check (torch.cuda) through the module entry point, as a user runs it
-    r = subprocess.run([sys.executable, "-m", "profiler.workflows.trace", "--ranks", "64", "--experts", "64"],
+    r = subprocess.run([sys.executable, "-m", "profiler.workflows.trace", "--ranks", "64", "--experts", "64",
+                        "--out", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "Problem.ranks must be in 1..8" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "profiler.workflows.trace", "--ranks", "8"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "profiler.workflows.trace", "--ranks", "8", "--out", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
     have = trace.gpu_count()
     if have >= 8:
         pytest.skip("this machine has 8 GPUs")
@@ -69,11 +71,11 @@ def test_help_lists_every_flag():
 
 
 def test_default_names_and_workload():
-    a = trace.build_parser().parse_args(["--routing", "skewed", "--dtype", "fp8"])
+    a = trace.build_parser().parse_args(["--routing", "skewed", "--dtype", "fp8", "--out", "runs"])
     assert trace.default_name(a) == "ep-2rank-skewed-fp8"
     w = trace.check_args(a)
     assert w["kind"] == "ep" and w["routing"] == "skewed" and w["dtype"] == "fp8" and w["ranks"] == 2
-    b = trace.build_parser().parse_args(["--force-timeout-rank", "1"])
+    b = trace.build_parser().parse_args(["--force-timeout-rank", "1", "--out", "runs"])
     assert trace.default_name(b) == "ep-2rank-uniform-bf16-timeout-rank1"
 
 
@@ -93,3 +95,13 @@ def test_summary_of_a_run_directory(tmp_path):
 def test_summary_says_when_the_run_is_unreadable(tmp_path):
     text = trace.summarize(tmp_path / "missing", [{"rank": 0, "recv_rows": 0, "warm_us": [], "error": None}])
     assert "could not be read back" in text
+
+
+@pytest.mark.parametrize("module", ["profiler.workflows.trace", "profiler.record.selftest"])
+def test_recording_commands_write_only_where_the_user_says(module, tmp_path):
+    """No default --out: the old one (traces/) was the checkout's bundled runs (issue 34). The
+    refusal comes before torch or a GPU is looked for, so it is the same on any machine."""
+    r = subprocess.run([sys.executable, "-m", module], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2 and "the following arguments are required: --out" in r.stderr, r.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
