@@ -14,7 +14,7 @@ clock pairs, and on `save()` gathers everything on rank 0 and writes a run direc
 The run directory is `out_dir / name` (profiler.runstore layout). Raw device buffers are never
 written there; they are decoded (profiler.decode) against the clock model fitted from the
 session's samples (profiler.align). The GPU machine has no perfetto package, so the trace file is
-made later on a CPU machine with `epscope export RUN` (write_run's perfetto=None does that
+made later on a CPU machine with `epscope export RUN -o RUN/trace.perfetto-trace` (write_run's perfetto=None does that
 automatically where perfetto imports).
 
 torch is the only heavy import (no dash / plotly / perfetto): this runs on the recording path.
