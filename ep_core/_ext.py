@@ -21,6 +21,12 @@ SOURCES = BINDING_SOURCES + KERNEL_SOURCES
 
 @functools.lru_cache(maxsize=None)
 def load(profile: bool = False):
-    from profiler.record.build import load_extension
+    """The extension module; EPUnavailableError naming what is missing where it cannot be built
+    (a CPU build of torch, no CUDA toolkit, no ninja)."""
+    from profiler.record.build import CudaBuildUnavailable, load_extension
 
-    return load_extension("ep_core", SOURCES, profile=profile)
+    from .errors import EPUnavailableError
+    try:
+        return load_extension("ep_core", SOURCES, profile=profile)
+    except CudaBuildUnavailable as e:
+        raise EPUnavailableError(f"ep_core: {e}") from None

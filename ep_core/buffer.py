@@ -78,10 +78,10 @@ from .buffer_ops import BufferOps
 from .buffer_plans import (CHUNKS_PER_SENDER_BLOCK, COMBINE_SENDER_FRACTION, COMBINE_SPLIT,  # noqa: F401
                            DISPATCH_SENDER_FRACTION, DISPATCH_SPLIT, BufferPlans, _split)
 from .buffer_profile import FAMILY, BufferProfiling  # noqa: F401
-from .config import MAX_RANKS, MAX_TOPK, REGION_ALIGN, Config, buffer_size_hint, hook_buffer_size_hint
+from .config import DATA_OFFSET, MAX_RANKS, MAX_TOPK, REGION_ALIGN, Config, buffer_size_hint, hook_buffer_size_hint
 from .config import combine_config as _combine_config
 from .config import dispatch_config as _dispatch_config
-from .errors import BufferErrors, EPCapacityError, EPTimeoutError, ErrorReport  # noqa: F401  (DeepEP-style names)
+from .errors import BufferErrors, EPCapacityError, EPTimeoutError, EPUnavailableError, ErrorReport  # noqa: F401  (DeepEP-style names)
 from .handles import DispatchHandle, PlanCache, _Build  # noqa: F401
 from .low_latency import LowLatency
 from .low_latency_layout import size_hint as _ll_size_hint
@@ -121,8 +121,13 @@ class Buffer(BufferOps, BufferHookMode, BufferPlans, BufferProfiling, BufferErro
         self.group = group if group is not None else comm  # DeepEP keeps the communicator here when no group
         if not 1 <= ranks.size <= MAX_RANKS:
             raise ValueError(f"ep_core: 1..{MAX_RANKS} ranks (intranode), the group has {ranks.size}")
+        if not torch.cuda.is_available():
+            raise EPUnavailableError(f"ep_core: Buffer needs a CUDA GPU, and torch ({torch.__version__}) sees none "
+                                     "(the size hints need none: Buffer.get_buffer_size_hint works anywhere)")
         ext = _ext.load(profile=False)
         limits = dict(ext.limits())
+        # the size hints' header size (config.DATA_OFFSET) is the compiled map's (buffer_map.h asserts it too)
+        assert limits["data_offset"] == DATA_OFFSET, (limits["data_offset"], DATA_OFFSET)
         if low_latency_mode:  # decode-only Buffers size num_rdma_bytes alone: the normal map gets its minimum
             num_nvl_bytes = max(int(num_nvl_bytes), limits["data_offset"] + REGION_ALIGN * 8)
         if int(num_nvl_bytes) < limits["data_offset"] + REGION_ALIGN * 8:

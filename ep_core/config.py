@@ -6,9 +6,11 @@ user brings (tokens, hidden, top-k, experts, ranks, dtype) with the limits of is
 
 Buffer sizes: ep_core's buffer holds the rows of one whole op (no ring buffers; see
 ep_core/buffer.py), so its size depends on the token count and the one formula for it is
-`buffer_size_hint` here (it reads the signal/layout header size from the compiled extension).
-`Buffer.get_buffer_size_hint`, `Config.get_nvl_buffer_size_hint` and `Problem.nvl_bytes_needed`
-all call it, so the size a user allocates and the size a call needs cannot disagree.
+`buffer_size_hint` here. `Buffer.get_buffer_size_hint`, `Config.get_nvl_buffer_size_hint` and
+`Problem.nvl_bytes_needed` all call it, so the size a user allocates and the size a call needs
+cannot disagree. It needs neither a GPU nor the CUDA extension (issue 34: the README's snippet
+ended in torch's `CUDA_HOME ... not set` on a CPU machine): the header size it adds is DATA_OFFSET,
+which buffer_map.h static_asserts and a Buffer checks against the compiled extension.
 
 No torch import at module level: the recording path and the CPU tests import this freely.
 """
@@ -32,6 +34,11 @@ MAX_SCALES = MAX_HIDDEN // SCALE_BLOCK
 HINT_TOKENS_PER_RANK = 8192
 # each region of the data region (x, scales, top-k ids, top-k weights) starts 128-B aligned
 REGION_ALIGN = 128
+# Bytes before the data region of every rank's buffer: the signals and the layout slots, each
+# rounded to 4 KiB (ep_core/csrc/buffer_map.h, kDataOffset). The header static_asserts this very
+# number (tests/ep_core/test_buffer_logic.py reads it there and compares) and Buffer checks it
+# against the compiled extension's limits(), so a struct change cannot leave the hint behind.
+DATA_OFFSET = 122_880
 
 DTYPES = ("bf16", "fp8")
 
@@ -216,7 +223,7 @@ class Problem:
 
     def nvl_bytes_needed(self) -> int:
         """num_nvl_bytes a Buffer needs for this problem (every routing: up to T x R rows land
-        on one rank): `buffer_size_hint` (loads the extension)."""
+        on one rank): `buffer_size_hint`."""
         return buffer_size_hint(self.tokens, self.hidden, self.ranks, self.topk)
 
     def to_dict(self) -> dict:
@@ -228,10 +235,8 @@ def _buffer_bytes(rows: int, hidden: int, num_topk: int) -> int:
     """num_nvl_bytes of a buffer whose data region holds `rows` of the widest row (a BF16 row plus
     FP8 scales and top-k ids and weights) after the signals and layout slots; 8 x REGION_ALIGN
     covers the alignment of up to 8 regions (Buffer._regions: 4, Buffer._hook_regions: 8)."""
-    from . import _ext   # the compiled extension knows the header size: loaded only when a size is asked for
-
     row = hidden * 2 + (hidden // SCALE_BLOCK) * 4 + num_topk * (8 + 4)
-    return int(_ext.load(profile=False).limits()["data_offset"]) + rows * row + 8 * REGION_ALIGN
+    return DATA_OFFSET + rows * row + 8 * REGION_ALIGN
 
 
 def buffer_size_hint(tokens: int, hidden: int, ranks: int, topk: int = MAX_TOPK) -> int:

@@ -21,6 +21,12 @@ class EPCapacityError(ValueError):
     """A call needs more buffer (or exceeds a limit) than this Buffer was created for."""
 
 
+class EPUnavailableError(RuntimeError):
+    """What ep_core's kernels need is missing on this machine (torch, its CUDA build, the CUDA
+    toolkit, ninja, a GPU); the message names it and how to get it. The size hints need none of
+    them (ep_core.config.buffer_size_hint)."""
+
+
 def _registry():
     from ep_core.generated import ep_intranode_phases as P
 

@@ -60,6 +60,9 @@ constexpr size_t kSignalsBytes = align_up(sizeof(Signals), 4096);
 constexpr size_t kLayoutBytes = align_up(sizeof(LayoutSlot) * kMaxRanks, 4096);
 constexpr size_t kDataOffset = kSignalsBytes + kLayoutBytes;  // rows start here
 static_assert(kDataOffset % 4096 == 0, "data region must stay 16-byte (and page) aligned");
+// ep_core/config.py's DATA_OFFSET sizes buffers without the extension (a CPU machine can ask for a
+// size hint): a change of Signals or LayoutSlot must change both (tests/ep_core/test_buffer_logic.py).
+static_assert(kDataOffset == 122880, "kDataOffset changed: update DATA_OFFSET in ep_core/config.py");
 
 // Base addresses of the same buffer on every rank (own one included), passed by value.
 struct PeerPtrs {

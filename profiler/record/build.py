@@ -40,6 +40,41 @@ class NvccError(RuntimeError):
     """nvcc rejected a source file; the message carries its output."""
 
 
+class CudaBuildUnavailable(RuntimeError):
+    """A JIT CUDA extension cannot be built here; the message names what is missing."""
+
+
+GPU_TORCH = "on a GPU machine: pip install torch -e '.[gpu]', torch's CUDA build, several GB"
+
+
+def cuda_build_problem() -> str | None:
+    """What stops `load_extension` on this machine, in words, or None. Checked before torch's
+    own build, whose errors on a CPU machine (`OSError: CUDA_HOME environment variable is not set`
+    for a CPU build of torch, whatever toolkit is installed) do not say what to do."""
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError:
+        return f"torch is not installed; {GPU_TORCH}"
+    if torch.version.cuda is None:
+        return f"this torch ({torch.__version__}) is a CPU-only build, which cannot build CUDA extensions; {GPU_TORCH}"
+    if cpp_extension.CUDA_HOME is None:
+        return ("no CUDA toolkit found (torch looked at $CUDA_HOME, nvcc on PATH and /usr/local/cuda): install one, "
+                "or set CUDA_HOME to its root" + (f", e.g. CUDA_HOME={Path(nvcc_path()).resolve().parents[1]}"
+                                                  if _has_nvcc() else ""))
+    if not cpp_extension.is_ninja_available():
+        return "ninja is not installed (pip install ninja, or pip install -e '.[gpu]')"
+    return None
+
+
+def _has_nvcc() -> bool:
+    try:
+        nvcc_path()
+    except NvccNotFound:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     name: str
@@ -102,7 +137,11 @@ def _load_cached(opts: BuildOptions, verbose: bool):
 
 
 def load_extension(name: str, sources, *, profile: bool, extra_cflags=(), verbose: bool = False):
-    """Build (or reuse from the cache) and import one variant of a JIT extension."""
+    """Build (or reuse from the cache) and import one variant of a JIT extension; raises
+    CudaBuildUnavailable naming what is missing where it cannot be built."""
+    problem = cuda_build_problem()
+    if problem is not None:
+        raise CudaBuildUnavailable(f"cannot build the CUDA extension {name}: {problem}")
     _set_build_env()
     return _load_cached(build_options(name, sources, profile=profile, extra_cflags=extra_cflags), verbose)
 

@@ -333,7 +333,7 @@ class FakeExt:
     def limits(self) -> dict:
         return {"max_ranks": C.MAX_RANKS, "max_experts": C.MAX_EXPERTS, "max_topk": C.MAX_TOPK,
                 "max_chunks": MAX_CHUNKS, "max_hidden": C.MAX_HIDDEN, "threads": 512, "notify_threads": 1024,
-                "data_offset": 1 << 20, "clock_sync_offset": 0, "clock_sync_bytes": 0}
+                "data_offset": C.DATA_OFFSET, "clock_sync_offset": 0, "clock_sync_bytes": 0}
 
     def layout_grid(self, num_tokens: int) -> int:
         return max(1, (num_tokens + 255) // 256)

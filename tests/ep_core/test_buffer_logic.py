@@ -31,6 +31,22 @@ def test_kernel_limits_match_the_python_limits():
     assert k["kScaleBlock"] == C.SCALE_BLOCK
 
 
+def test_the_size_hints_header_size_is_the_compiled_maps():
+    """config.DATA_OFFSET (the size hints need no extension) is the number buffer_map.h
+    static_asserts for kDataOffset, and the host compiler agrees with the assert."""
+    import shutil
+    import subprocess
+
+    from tests.needs import needs
+    m = re.search(r"static_assert\(kDataOffset == (\d+),", HEADER.read_text())
+    assert m and int(m.group(1)) == C.DATA_OFFSET
+    gxx = shutil.which("g++")
+    needs(gxx is not None, "g++", "apt-get install g++", tool="g++")
+    p = subprocess.run([gxx, "-std=c++17", "-fsyntax-only", f"-I{HEADER.parents[2]}", "-x", "c++", "-"],
+                       input='#include "ep_core/csrc/buffer_map.h"\n', capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
 def _bare_buffer(num_nvl_bytes: int, ranks: int = 2, data_offset: int = 1 << 20) -> B.Buffer:
     """A Buffer without a GPU: only the attributes the host-side arithmetic reads."""
     b = B.Buffer.__new__(B.Buffer)
