@@ -123,7 +123,11 @@ def balancing_projection(g: G.Graph, s: dict, rank: int) -> tuple[str, float, fl
     else:
         w = what_if(g.events, phase=f"{k}/{p}", speedup=speedup, rank=rank, graph=g, new_path=False,
                     keep_retimed=False).summary
-    change = float(np.nanmean(w["op_change_ns"].to_numpy(float))) if len(w) else float("nan")
+    # an iteration the what-if cannot re-time has no change (NaN); none re-timed: no mean (NaN), and
+    # no all-NaN nanmean, whose RuntimeWarning the suite showed (issue 34)
+    known = w["op_change_ns"].to_numpy(float)
+    known = known[~np.isnan(known)]
+    change = float(known.mean()) if known.size else float("nan")
     return f"{k}/{p}", speedup, change
 
 

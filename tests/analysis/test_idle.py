@@ -161,3 +161,26 @@ def test_op_latency_is_the_slowest_ranks_kernel_time_without_host_gaps():
             span(1, 0, 0, "copy_out", 100, 600)]
     op = op_latency(G.build(table(rows), TEST_REGISTRY))
     assert op.to_dict("records") == [{"iteration": 0, "op_ns": 500}]      # rank 0: 100 + 300; rank 1: 500
+
+
+def test_balancing_projection_with_no_iteration_re_timed_is_nan_without_a_warning(monkeypatch):
+    """A what-if that re-timed no iteration (every op change NaN: no op latency to re-time) gives
+    no mean change, quietly: the all-NaN nanmean warned in the suite's property test (issue 34)."""
+    import types
+    import warnings
+
+    import pandas as pd
+
+    from profiler.analysis import idle as I
+    busy = pd.DataFrame({"kernel": ["dispatch"] * 2, "phase": ["copy_out"] * 2, "rank": [0, 1],
+                         "busy_ns": [300.0, 100.0]})
+    monkeypatch.setattr(I.IM, "phase_busy", lambda g: busy)
+    summary = pd.DataFrame({"op_change_ns": [float("nan"), float("nan")]})
+    monkeypatch.setattr(I, "what_if", lambda *a, **k: types.SimpleNamespace(summary=summary))
+    g = types.SimpleNamespace(events=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        phase, speedup, change = I.balancing_projection(g, {"where": [("dispatch", "copy_out")]}, 0)
+        assert (phase, speedup) == ("dispatch/copy_out", round(1 - 200 / 300, 3)) and np.isnan(change)
+        summary.loc[0, "op_change_ns"] = -50.0
+        assert I.balancing_projection(g, {"where": [("dispatch", "copy_out")]}, 0)[2] == -50.0
