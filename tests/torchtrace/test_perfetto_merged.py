@@ -8,7 +8,9 @@ from collections import defaultdict
 
 import pytest
 
-pytest.importorskip("perfetto")
+from tests.needs import needs_module
+
+needs_module("perfetto", "pip install -e . (a base dependency)", module_level=True)
 
 from profiler.perfetto_export import export_perfetto  # noqa: E402
 from profiler.torchtrace.attach import attach  # noqa: E402

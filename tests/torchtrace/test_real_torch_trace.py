@@ -9,7 +9,9 @@ import time
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.needs import needs_module
+
+torch = needs_module("torch", "pip install torch==2.13.0 (the CPU build is enough)", module_level=True)
 
 from profiler.torchtrace import blame as B  # noqa: E402
 from profiler.torchtrace import kineto as K  # noqa: E402
