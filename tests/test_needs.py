@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ep_core._ext import CSRC
 from profiler.record import build
 from tests import needs as N
+from tests.ep_core import kernel_builds as KB
 from tests.ep_core import test_low_latency_build as LL
 
 
@@ -42,16 +42,17 @@ def test_a_missing_module_fails(monkeypatch):
     assert N.needs_module("json", "stdlib", tool="torch").dumps(1) == "1"
 
 
-def test_the_low_latency_nvcc_tests_fail_without_nvcc(monkeypatch, tmp_path):
+def test_the_kernel_compiles_and_the_low_latency_checks_fail_without_nvcc(monkeypatch, tmp_path):
+    """The nvcc compiles every kernel test reads (tests/ep_core/kernel_builds.py: the session
+    fixture kernel_builds) and the low-latency bindings check fail where nvcc is missing."""
     def missing():
         raise build.NvccNotFound("nvcc not found (test)")
     monkeypatch.setattr(build, "nvcc_path", missing)
     monkeypatch.delenv(N.WITHOUT, raising=False)
-    src = CSRC / "low_latency_dispatch.cu"
     with pytest.raises(pytest.fail.Exception, match="nvcc is missing"):
-        LL.test_compiled_out_top8_kernels_do_not_spill(src, tmp_path)
+        KB.compile_all(tmp_path / "a")
     with pytest.raises(pytest.fail.Exception, match="nvcc is missing"):
         LL.test_low_latency_bindings_syntax_check()
     monkeypatch.setenv(N.WITHOUT, "nvcc")
     with pytest.raises(pytest.skip.Exception, match="EPSCOPE_TESTS_WITHOUT"):
-        LL.test_compiled_out_top8_kernels_do_not_spill(src, tmp_path)
+        KB.compile_all(tmp_path / "b")
