@@ -25,13 +25,18 @@ def test_occurrence_statistics_and_last_arriver():
 
 
 def test_useless_means_no_work_in_the_whole_launch():
-    # warp 0 works, then meets warp 1 twice; warp 1 only waits: both its arrivals are useless
-    rows = [span(0, 0, 0, "copy_out", 0, 10)]
-    for w in (0, 1):
-        rows += barrier(0, 0, w, "grid", 10, 20, occurrence=0) + barrier(0, 0, w, "grid", 30, 40, occurrence=1)
-    rows += [span(0, 0, 0, "wait_data", 20, 30, 1), span(0, 0, 1, "wait_data", 0, 10, 1)]
+    # warp 0 works, then meets warp 1 twice; warp 1 only waits: both its arrivals are useless (3
+    # iterations alike: a decision needs more than one)
+    rows = []
+    for it in range(3):
+        t, kw = 100 * it, dict(launch=it, iteration=it)
+        rows.append(span(0, 0, 0, "copy_out", t, t + 10, **kw))
+        for w in (0, 1):
+            rows += (barrier(0, 0, w, "grid", t + 10, t + 20, occurrence=0, **kw)
+                     + barrier(0, 0, w, "grid", t + 30, t + 40, occurrence=1, **kw))
+        rows += [span(0, 0, 0, "wait_data", t + 20, t + 30, 1, **kw), span(0, 0, 1, "wait_data", t, t + 10, 1, **kw)]
     rep = barrier_contention(table(rows), registry=TEST_REGISTRY)
-    occ = rep.occurrences.set_index("occurrence")
+    occ = rep.occurrences[rep.occurrences["iteration"] == 0].set_index("occurrence")
     assert occ.loc[0, "useless_arrivals"] == 1 and occ.loc[1, "useless_arrivals"] == 1
     v = rep.verdict
     assert (v.alarm, v.cause, v.rank, v.kernel, v.phase) == (True, Cause.USELESS_ARRIVALS, 0, "dispatch", "grid")
@@ -104,18 +109,21 @@ def test_synthetic_late_arriver_truth():
     assert (v.alarm, v.cause, v.rank, v.kernel, v.phase) == (True, Cause.BARRIER_STRAGGLER, 3, "dispatch", "grid")
 
 
-def _send_done(useless_warps: bool, work_ns: int = 100, after_ns: int = 400):
-    """One launch: warps 0-1 send (0..work_ns) then meet at grid barrier 0; warps 2-3 have no send
-    task and, with useless_warps, arrive at it at once; then every warp receives for after_ns."""
+def _send_done(useless_warps: bool, work_ns: int = 100, after_ns: int = 400, iterations: int = 3):
+    """One launch an iteration, every iteration alike: warps 0-1 send (0..work_ns) then meet at grid
+    barrier 0; warps 2-3 have no send task and, with useless_warps, arrive at it at once; then every
+    warp receives for after_ns."""
     rows = []
-    for w in range(4):
-        sends = w < 2
-        if sends:
-            rows.append(span(0, 0, w, "send_chunk", 0, work_ns))
-        if sends or useless_warps:
-            rows += barrier(0, 0, w, "grid", work_ns if sends else 0, work_ns + 10)
-        start = work_ns + 10 if (sends or useless_warps) else 0
-        rows.append(span(0, 0, w, "copy_out", start, start + after_ns))
+    for it in range(iterations):
+        t, kw = 100_000 * it, dict(launch=it, iteration=it)
+        for w in range(4):
+            sends = w < 2
+            if sends:
+                rows.append(span(0, 0, w, "send_chunk", t, t + work_ns, **kw))
+            if sends or useless_warps:
+                rows += barrier(0, 0, w, "grid", t + (work_ns if sends else 0), t + work_ns + 10, **kw)
+            start = t + (work_ns + 10 if (sends or useless_warps) else 0)
+            rows.append(span(0, 0, w, "copy_out", start, start + after_ns, **kw))
     return table(rows)
 
 
@@ -145,11 +153,13 @@ def test_one_stray_useless_arrival_among_many_is_a_note():
     # 40 warps send then meet; one more warp arrives with nothing and is held as long (110 ns of a
     # 510 ns op, 22%): 1 of 41 arrivals (2.4% < 5%) costs the working warps nothing: a note
     rows = []
-    for w in range(41):
-        if w < 40:
-            rows.append(span(0, 0, w, "send_chunk", 0, 100))
-        rows += barrier(0, 0, w, "grid", 100 if w < 40 else 0, 110)
-        rows.append(span(0, 0, w, "copy_out", 110, 510))
+    for it in range(3):
+        t, kw = 100_000 * it, dict(launch=it, iteration=it)
+        for w in range(41):
+            if w < 40:
+                rows.append(span(0, 0, w, "send_chunk", t, t + 100, **kw))
+            rows += barrier(0, 0, w, "grid", t + (100 if w < 40 else 0), t + 110, **kw)
+            rows.append(span(0, 0, w, "copy_out", t + 110, t + 510, **kw))
     rep = barrier_contention(table(rows), registry=TEST_REGISTRY)
     assert rep.occurrences.iloc[0]["useless_arrivals"] == 1
     v = rep.verdict
