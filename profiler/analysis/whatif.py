@@ -13,6 +13,7 @@ new iteration lasts at least as long as that chain.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,6 +108,33 @@ class WhatIfInput:
     def nbytes(self) -> int:
         return self.retime.nbytes + sum(a.nbytes for a in (self.lane_t, self.seg_pt, self.seg_d, self.seg_phase,
                                                            self.seg_lane))
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Every field as a named array (profiler.analysis.spill writes them as one file of arrays, no pickle):
+        the re-timing input's under `retime.`, the lanes' columns the summary reads under `lane.`."""
+        out = {f"retime.{k}": v for k, v in vars(self.retime).items()}
+        lane = self.ends.lane
+        kernel = pd.Categorical(lane["kernel"].astype(str))
+        out.update({"lane.rank": lane["rank"].to_numpy(), "lane.launch": lane["launch"].to_numpy(),
+                    "lane.iteration": lane["iteration"].to_numpy(), "lane.host": lane["host"].to_numpy(bool),
+                    "lane.kernel": kernel.codes.astype(np.int32),
+                    "lane.kernel_names": np.asarray([str(k) for k in kernel.categories], dtype=str),
+                    "n_points": np.asarray(self.ends.n_points, np.int64), "lane_t": self.lane_t,
+                    "phase_names": np.asarray([str(p) for p in self.phase_names], dtype=str),
+                    "seg_pt": self.seg_pt, "seg_d": self.seg_d, "seg_phase": self.seg_phase, "seg_lane": self.seg_lane})
+        return out
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray], time_model) -> "WhatIfInput":
+        """The input to_arrays wrote, answering with the run's time model (what op_latency reads)."""
+        rt = RetimeInput(**{f.name: a[f"retime.{f.name}"] for f in dataclasses.fields(RetimeInput)})
+        names = np.asarray(a["lane.kernel_names"]).astype(object)
+        lane = pd.DataFrame({"rank": a["lane.rank"], "kernel": names[a["lane.kernel"]] if len(names) else
+                             np.zeros(0, object), "launch": a["lane.launch"], "iteration": a["lane.iteration"],
+                             "host": a["lane.host"]})
+        return cls(retime=rt, ends=LaneEnds(lane, int(a["n_points"]), {"time_model": time_model}),
+                   lane_t=a["lane_t"], phase_names=np.asarray(a["phase_names"]).astype(object), seg_pt=a["seg_pt"],
+                   seg_d=a["seg_d"], seg_phase=a["seg_phase"], seg_lane=a["seg_lane"])
 
     def summary(self, *, phase: str, speedup: float, rank, path: CriticalPath) -> pd.DataFrame:
         """what_if(...).summary of the graph this was made from (its iterations all re-timed)."""

@@ -1,0 +1,313 @@
+"""What `epscope report` prints beside the pages' analyses, computed in the analyses' one pass.
+
+The report's tables used to be computed from the whole event table at each `epscope report`
+(14 s and 2.8 GB at 10 M events, killed past 10 GB at 100 M: issue 31). They are now numbers of
+the run computed chunk by chunk with the other analyses (profiler.analysis.chunked) and stored
+with them (profiler.analysis.stored), so a report of an analysed run reads a few small tables:
+
+  - `kinds`: rows per event kind of the table every page analyses (unfinished waits closed:
+    profiler.analysis.unfinished, whose added departure rows count);
+  - `kernels` / `kernel_ranks`: GPU time per launch (first warp start to last warp finish, from
+    the launch table), its median per kernel and per (kernel, rank), and the median host call
+    start to first warp start;
+  - `phases`: per (kernel, phase, rank) of the spans: count, summed, median and longest span time
+    and the share of warp time (the summed span time over the warps' summed active time, first to
+    last record, of that kernel on that rank);
+  - `unfinished`: the rows no kernel ended (count) and the longest of them.
+
+Counts, sums and maxima add up over chunks. A median does not: each chunk spills its spans'
+(group, duration) pairs (profiler.analysis.spill: to disk in `epscope analyze`), and the exact
+order statistics are selected from them afterwards, a few passes over the spills with a
+histogram that narrows each group's window by HIST_BINS a pass (`select`): memory is one chunk's
+spill plus groups x HIST_BINS counts, whatever the run's length. The numbers are those of the
+whole table computed at once (pandas' groupby median: the middle value, or the mean of the two
+middle values as float64); tests/analysis/test_run_tables.py holds them equal.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .lanes import codes
+from .spill import Spill
+
+KINDS = ("span", "instant", "arrive", "depart", "host")
+UNKNOWN = -1               # launch times on the run timeline may be negative; -1 alone means unknown (schema)
+# kernel_order / phase_order: the names' places in the event table's categories (the order the
+# report lists them in; a stored table keeps names as strings)
+PHASE_COLUMNS = ["kernel", "phase", "rank", "count", "sum", "median", "max", "share", "kernel_order", "phase_order"]
+UNFINISHED_COLUMNS = ["count", "rank", "kernel", "phase", "duration_ns", "block", "warp"]
+KERNEL_COLUMNS = ["kernel", "launches", "median_ns", "host_start_ns"]
+KERNEL_RANK_COLUMNS = ["kernel", "rank", "median_ns"]
+# bins of the median selection's histogram: a group's window narrows by this factor a pass (span
+# durations below 2^24 ns (16.7 ms) take two passes, below 2^36 three)
+HIST_BINS = 4096
+RANK_RADIX = 1 << 16       # ranks are int16 >= 0: a group id is (kernel, phase) * RANK_RADIX + rank
+
+
+@dataclass
+class RunTables:
+    kinds: pd.DataFrame            # kind, events
+    kernels: pd.DataFrame          # KERNEL_COLUMNS
+    kernel_ranks: pd.DataFrame     # KERNEL_RANK_COLUMNS
+    phases: pd.DataFrame           # PHASE_COLUMNS, in (kernel, phase, rank) category order
+    unfinished: pd.DataFrame       # UNFINISHED_COLUMNS, one row when the run has unfinished rows, else none
+
+    @property
+    def events(self) -> int:
+        return int(self.kinds["events"].sum())
+
+    def kind_count(self, kind: str) -> int:
+        k = self.kinds[self.kinds["kind"] == kind]
+        return int(k["events"].iloc[0]) if len(k) else 0
+
+
+@dataclass
+class ChunkPart:
+    """One chunk's share of the run's tables (its spans' durations spilled under `name`)."""
+    kinds: np.ndarray              # rows per kind of KINDS
+    groups: pd.DataFrame           # gid, count, sum, max, min: per (kernel, phase, rank) of its spans
+    warp_time: pd.DataFrame        # kernel (code), rank, ns
+    unfinished: dict | None        # count and the longest unfinished row (with its order key)
+    kernel_names: tuple
+    phase_names: tuple
+    name: str
+
+
+def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct non-negative keys ascending, each element's index into them), by a bincount over
+    the keys' range when it is small beside the array (no sort of the elements)."""
+    if key.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    top = int(key.max()) + 1
+    if top > max(4 * key.size, 1 << 16):
+        u, inv = np.unique(key, return_inverse=True)
+        return u.astype(np.int64), inv.reshape(-1).astype(np.int64)
+    seen = np.bincount(key, minlength=top) > 0
+    return np.flatnonzero(seen).astype(np.int64), (np.cumsum(seen) - 1)[key]
+
+
+def _warp_time(kc: np.ndarray, ev: pd.DataFrame, gpu: np.ndarray) -> pd.DataFrame:
+    """Per (kernel code, rank): the summed active time (first record to last) of the GPU lanes
+    (rank, launch, block, warp) of that kernel."""
+    rank = ev["rank"].to_numpy()[gpu].astype(np.int64)
+    if rank.size == 0:
+        return pd.DataFrame({"kernel": np.zeros(0, np.int64), "rank": np.zeros(0, np.int64),
+                             "ns": np.zeros(0, np.int64)})
+    cols = [rank, ev["launch"].to_numpy()[gpu].astype(np.int64), kc[gpu].astype(np.int64),
+            ev["block"].to_numpy()[gpu].astype(np.int64) + 1, ev["warp"].to_numpy()[gpu].astype(np.int64) + 1]
+    key = np.zeros(rank.size, np.int64)
+    bits = 0
+    for c in cols:
+        c = c - int(c.min())
+        w = max(int(c.max()), 1).bit_length()
+        bits += w
+        if bits > 62:
+            raise ValueError("run_tables: lane key wider than 62 bits")
+        key = (key << w) | c
+    b = ev["begin_ns"].to_numpy()[gpu]
+    e = ev["end_ns"].to_numpy()[gpu]
+    order = None if bool(np.all(key[1:] >= key[:-1])) else np.argsort(key, kind="stable")
+    if order is not None:            # rows not grouped by lane (closing appended departures)
+        key, b, e, rank, kcode = key[order], b[order], e[order], rank[order], kc[gpu][order]
+    else:
+        kcode = kc[gpu]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    ext = np.maximum.reduceat(e, starts) - np.minimum.reduceat(b, starts)
+    lk = kcode[starts].astype(np.int64) * RANK_RADIX + rank[starts]
+    u, inv = _dense(lk)
+    ns = np.zeros(u.size, np.int64)
+    np.add.at(ns, inv, ext.astype(np.int64))
+    return pd.DataFrame({"kernel": u // RANK_RADIX, "rank": u % RANK_RADIX, "ns": ns})
+
+
+def _unfinished(ev: pd.DataFrame, n_orig: int, rows: np.ndarray, kc, pc, kn, pn) -> dict | None:
+    """The chunk's unfinished rows: how many, and the longest with the key that orders it in the
+    whole closed table (ties: the first there; closing appends its departure rows after the
+    table's, in the order of their arrivals)."""
+    op = np.flatnonzero(ev["open"].to_numpy(bool))
+    if op.size == 0:
+        return None
+    d = ev["end_ns"].to_numpy()[op] - ev["begin_ns"].to_numpy()[op]
+    top = d.max()
+    cand = op[d == top]
+    orig = cand[cand < n_orig]
+    if orig.size:
+        i, key = int(orig[0]), (0, int(rows[orig[0]]))
+    else:
+        i = int(cand[0])
+        key = (1, _arrival_row(ev, i, n_orig, rows))
+    g = lambda c: int(ev[c].to_numpy()[i])
+    return {"count": int(op.size), "duration_ns": int(top), "key": key, "rank": g("rank"),
+            "kernel": str(kn[kc[i]]), "phase": str(pn[pc[i]]), "block": g("block"), "warp": g("warp")}
+
+
+def _arrival_row(ev: pd.DataFrame, i: int, n_orig: int, rows: np.ndarray) -> int:
+    """Whole-table row of the arrival an appended departure row i closes (same warp, barrier and
+    occurrence; the latest such arrival before the appended rows, as closing made one a row)."""
+    cols = ["rank", "launch", "block", "warp", "payload", "phase"]
+    head = ev.iloc[:n_orig]
+    m = np.ones(n_orig, bool)
+    for c in cols:
+        m &= head[c].to_numpy() == ev[c].to_numpy()[i]
+    m &= head["kind"].to_numpy() == "arrive"
+    hits = np.flatnonzero(m)
+    # an arrival per (warp, barrier, occurrence) lacks its departure: the first is closing's
+    return int(rows[hits[0]]) if hits.size else int(rows[-1]) + 1 + i
+
+
+def chunk_part(ev: pd.DataFrame, n_orig: int, rows: np.ndarray, spill: Spill, name: str) -> ChunkPart:
+    """The chunk's share. ev: its closed table (profiler.analysis.unfinished.close) of n_orig
+    rows of the chunk (whole-table row numbers `rows`) and the departures closing appended."""
+    kind_c, kind_n = codes(ev["kind"])
+    counts = np.bincount(kind_c[kind_c >= 0], minlength=len(kind_n))
+    kinds = np.array([int(counts[list(kind_n).index(k)]) if k in kind_n else 0 for k in KINDS], np.int64)
+    kc, kn = codes(ev["kernel"])
+    pc, pn = codes(ev["phase"])
+    host = kind_c == (list(kind_n).index("host") if "host" in kind_n else -2)
+    gpu = ~host
+    span = kind_c == (list(kind_n).index("span") if "span" in kind_n else -2)
+    rank = ev["rank"].to_numpy()
+    dur = (ev["end_ns"].to_numpy()[span] - ev["begin_ns"].to_numpy()[span]).astype(np.int64)
+    gid = (kc[span].astype(np.int64) * len(pn) + pc[span]) * RANK_RADIX + rank[span]
+    ug, gi = _dense(gid - (int(gid.min()) if gid.size else 0))
+    if gid.size:
+        ug = ug + int(gid.min())
+    n = ug.size
+    cnt = np.bincount(gi, minlength=n).astype(np.int64)
+    tot = np.zeros(n, np.int64)
+    np.add.at(tot, gi, dur)
+    mx = np.full(n, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(mx, gi, dur)
+    mn = np.full(n, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(mn, gi, dur)
+    spill.put(name, {"group": gi.astype(np.int32), "duration": dur})
+    return ChunkPart(kinds=kinds, groups=pd.DataFrame({"gid": ug, "count": cnt, "sum": tot, "max": mx, "min": mn}),
+                     warp_time=_warp_time(kc, ev, gpu), unfinished=_unfinished(ev, n_orig, rows, kc, pc, kn, pn),
+                     kernel_names=tuple(map(str, kn)), phase_names=tuple(map(str, pn)), name=name)
+
+
+# -- combining the chunks' shares ----------------------------------------------------------------
+def _groups(parts: list[ChunkPart]) -> pd.DataFrame:
+    """The run's (kernel, phase, rank) groups of spans, by group id: counts and sums added, the
+    longest and shortest kept."""
+    g = pd.concat([p.groups for p in parts], ignore_index=True)
+    if not len(g):
+        return g
+    return g.groupby("gid", sort=True).agg(count=("count", "sum"), sum=("sum", "sum"), max=("max", "max"),
+                                           min=("min", "min")).reset_index()
+
+
+def select(parts: list[ChunkPart], spill: Spill, groups: pd.DataFrame, k: np.ndarray) -> np.ndarray:
+    """The k-th smallest span duration (0-based, one k per group row) of each group over every
+    chunk's spill. Each pass reads each spill once and counts its values into HIST_BINS bins of
+    each group's window [lo, hi], then narrows the window to the bin holding the k-th value; a
+    window of one value is the answer (exact integers throughout)."""
+    G = len(groups)
+    gids = groups["gid"].to_numpy()
+    lo = groups["min"].to_numpy().astype(np.int64).copy()
+    hi = groups["max"].to_numpy().astype(np.int64).copy()
+    maps = [np.searchsorted(gids, p.groups["gid"].to_numpy()) for p in parts]
+    while True:
+        active = hi > lo
+        if not active.any():
+            return lo
+        binw = (hi - lo) // HIST_BINS + 1                  # ceil((hi - lo + 1) / HIST_BINS)
+        hist = np.zeros(G * HIST_BINS, np.int64)
+        below = np.zeros(G, np.int64)
+        for p, gmap in zip(parts, maps):
+            arr = spill.get(p.name)
+            g = gmap[arr["group"]]
+            x = arr["duration"]
+            del arr
+            lo_e = lo[g]
+            below += np.bincount(g[x < lo_e], minlength=G)
+            inw = (x >= lo_e) & (x <= hi[g]) & active[g]
+            gi = g[inw]
+            hist += np.bincount(gi * HIST_BINS + (x[inw] - lo_e[inw]) // binw[gi], minlength=G * HIST_BINS)
+        cum = below[:, None] + np.cumsum(hist.reshape(G, HIST_BINS), axis=1)
+        j = np.argmax(cum > k[:, None], axis=1)            # the bin holding the k-th value
+        new_lo = lo + j * binw
+        hi = np.where(active, np.minimum(new_lo + binw - 1, hi), hi)
+        lo = np.where(active, new_lo, lo)
+
+
+def _medians(parts: list[ChunkPart], spill: Spill, groups: pd.DataFrame) -> np.ndarray:
+    """Each group's median span duration as pandas' groupby computes it: the middle value, or
+    the mean of the two middle values, as float64."""
+    n = groups["count"].to_numpy()
+    a = select(parts, spill, groups, (n - 1) // 2)
+    b = a if bool(np.all(n % 2 == 1)) else select(parts, spill, groups, n // 2)
+    return np.where(n % 2 == 1, a.astype(np.float64), (a.astype(np.float64) + b.astype(np.float64)) / 2)
+
+
+def _phases(parts: list[ChunkPart], spill: Spill) -> pd.DataFrame:
+    p0 = parts[0]
+    g = _groups(parts)
+    if not len(g):
+        g = pd.DataFrame({c: np.zeros(0, np.int64) for c in ("gid", "count", "sum", "max", "min")})
+    wt = pd.concat([p.warp_time for p in parts], ignore_index=True).groupby(["kernel", "rank"])["ns"].sum()
+    gid = g["gid"].to_numpy()
+    kp, rank = gid // RANK_RADIX, gid % RANK_RADIX
+    kcode, pcode = kp // len(p0.phase_names), kp % len(p0.phase_names)
+    share = g["sum"].to_numpy() / wt.reindex(pd.MultiIndex.from_arrays([kcode, rank])).to_numpy()
+    kn, pn = np.asarray(p0.kernel_names, dtype=object), np.asarray(p0.phase_names, dtype=object)
+    return pd.DataFrame({
+        "kernel": pd.array(kn[kcode] if len(kn) else [], dtype="str"),
+        "phase": pd.array(pn[pcode] if len(pn) else [], dtype="str"),
+        "rank": rank.astype(np.int64), "count": g["count"].to_numpy(), "sum": g["sum"].to_numpy(),
+        "median": _medians(parts, spill, g) if len(g) else np.zeros(0), "max": g["max"].to_numpy(), "share": share,
+        "kernel_order": kcode.astype(np.int64), "phase_order": pcode.astype(np.int64)})
+
+
+def _unfinished_row(parts: list[ChunkPart]) -> pd.DataFrame:
+    got = [p.unfinished for p in parts if p.unfinished is not None]
+    if not got:
+        return pd.DataFrame({c: pd.Series([], dtype=object if c in ("kernel", "phase") else np.int64)
+                             for c in UNFINISHED_COLUMNS})
+    best = min(got, key=lambda u: (-u["duration_ns"], u["key"]))
+    row = {c: best[c] for c in UNFINISHED_COLUMNS if c != "count"}
+    row["count"] = sum(u["count"] for u in got)
+    return pd.DataFrame([row], columns=UNFINISHED_COLUMNS)
+
+
+def kernel_tables(launches: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(kernels, kernel_ranks): GPU time per launch, first warp start to last warp finish, its
+    median per kernel (over launches) and per (kernel, rank); the median host call start to first
+    warp start over the launches with a host time (NaN without)."""
+    if launches is None:
+        launches = pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in
+                                 ("rank", "gpu_begin_ns", "gpu_end_ns", "host_begin_ns")}).assign(kernel="")
+    la = launches[launches["gpu_begin_ns"] != UNKNOWN]
+    dur = la["gpu_end_ns"] - la["gpu_begin_ns"]
+    la = la.assign(dur=dur)
+    rows, per = [], []
+    for k, g in la.groupby("kernel", observed=True, sort=True):
+        med = g.groupby("rank")["dur"].median()
+        h = g[g["host_begin_ns"] != UNKNOWN]
+        rows.append({"kernel": str(k), "launches": len(g), "median_ns": float(g["dur"].median()),
+                     "host_start_ns": float((h["gpu_begin_ns"] - h["host_begin_ns"]).median()) if len(h) else np.nan})
+        per.append(pd.DataFrame({"kernel": str(k), "rank": med.index.to_numpy().astype(np.int64),
+                                 "median_ns": med.to_numpy(np.float64)}))
+    kernels = pd.DataFrame(rows, columns=KERNEL_COLUMNS).astype({"launches": np.int64, "median_ns": np.float64,
+                                                                 "host_start_ns": np.float64})
+    ranks = pd.concat(per, ignore_index=True) if per else pd.DataFrame({c: [] for c in KERNEL_RANK_COLUMNS})
+    return kernels, ranks.astype({"rank": np.int64, "median_ns": np.float64})
+
+
+def finish(parts: list[ChunkPart], spill: Spill, launches: pd.DataFrame | None) -> RunTables:
+    """The run's tables from its chunks' shares (in any order) and its launch table (None: no
+    kernel times)."""
+    if not parts:
+        raise ValueError("run_tables: no chunks")
+    p0 = parts[0]
+    for p in parts[1:]:
+        if (p.kernel_names, p.phase_names) != (p0.kernel_names, p0.phase_names):
+            # every chunk of one run carries the whole table's categories (runreader; iloc keeps them)
+            raise ValueError("run_tables: chunks with different kernel or phase categories")
+    kinds = pd.DataFrame({"kind": list(KINDS), "events": np.sum([p.kinds for p in parts], axis=0).astype(np.int64)})
+    kernels, kernel_ranks = kernel_tables(launches)
+    return RunTables(kinds=kinds, kernels=kernels, kernel_ranks=kernel_ranks, phases=_phases(parts, spill),
+                     unfinished=_unfinished_row(parts))
