@@ -111,6 +111,8 @@ class Summaries:
     # chunk kept without one: _what_if_possible)
     what_if_inputs: list = field(default_factory=list, repr=False)
     spills: Spills | None = field(default=None, repr=False)
+    # per input name: whatif.recorded of its chunk (the same for every what-if: computed once)
+    what_if_recorded: dict = field(default_factory=dict, repr=False)
     # to read and build again a chunk without an input (analyze_chunks's `chunks`, launch table)
     rechunk: Callable[[], Iterable] | None = field(default=None, repr=False)
     launches: pd.DataFrame | None = field(default=None, repr=False)
@@ -135,7 +137,8 @@ class Summaries:
         for w in self.what_if_inputs:
             if w is not None:
                 inp = WhatIfInput.from_arrays(self.spills.what_if.get(w), tm)
-                parts.append(inp.summary(phase=phase, speedup=speedup, rank=rank, path=self.path))
+                parts.append(inp.summary(phase=phase, speedup=speedup, rank=rank, path=self.path,
+                                         rec=self.what_if_recorded.get(w)))
                 del inp
                 continue
             g = next(again)
@@ -179,6 +182,7 @@ class Results:
     # run of one chunk, whose what-if re-times its graph): what stored.store writes beside the results
     what_if: tuple = ()
     spills: Spills | None = field(default=None, repr=False)
+    what_if_recorded: dict = field(default_factory=dict, repr=False)   # Summaries.what_if_recorded
 
 
 # -- chunking ----------------------------------------------------------------------------------
@@ -200,7 +204,10 @@ def iteration_chunks(counts: pd.Series, max_events: int) -> list[np.ndarray]:
 
 def _graph(ev: pd.DataFrame, sem, launches, run_ranks: int) -> G.Graph:
     """The graph of one chunk (not cached: it lives while its chunk is analysed)."""
-    closed = unfinished.close(ev, launches)
+    return _graph_of_closed(unfinished.close(ev, launches), sem, run_ranks)
+
+
+def _graph_of_closed(closed: pd.DataFrame, sem, run_ranks: int) -> G.Graph:
     g = G._build(closed, sem)
     g.table_ref = closed
     g.derived["run_ranks"] = run_ranks
@@ -224,7 +231,10 @@ def _tables(g: G.Graph, rows: np.ndarray) -> dict:
     out["compare"] = CMP.event_samples(g.table_ref, g.sem, CMP.entry_cuts(out["time_model_rows"]))
     out["rank_lateness"] = RV.rank_lateness(g)
     out["arrivals"] = RV.arrivals(g)
-    out["occurrence_info"] = RV.occurrence_info(g)
+    oi = RV.occurrence_info(g)
+    # occurrences are numbered by their first arrival's row in the whole table (_combine): kept as
+    # that row number, not with the chunk's row numbers (8 bytes an event: 0.8 GB at 100 M events)
+    out["occurrence_info"] = oi.assign(order_row=rows[oi["order_row"].to_numpy()]) if len(oi) else oi
     out["kernel_busy_top"] = RV.kernel_busy_top(g)
     out["waited_on"] = IM.waited_on(g)
     out["critical_busy"] = IM.critical_busy(g)
@@ -238,7 +248,6 @@ def _tables(g: G.Graph, rows: np.ndarray) -> dict:
     out["launch_spans"] = PV.launch_spans(g)
     out["phase_names"] = set(map(str, g.phase_names))
     out["lanes"] = int(len(g.lane))
-    out["rows"] = rows
     out["warnings"] = tuple(g.warnings)
     return out
 
@@ -295,7 +304,7 @@ def _combine(per: list[dict], sem, run_ranks: int) -> tuple[Summaries, CP.Critic
         a, oi = p["arrivals"], p["occurrence_info"]
         if len(a):
             arr.append(a.assign(occ=a["occ"].to_numpy() + occ0, lane=a["lane"].to_numpy() + lane0))
-        info.append(oi.assign(order_row=p["rows"][oi["order_row"].to_numpy()]) if len(oi) else oi)
+        info.append(oi)
         occ0 += len(oi)
         lane0 += p["lanes"]
     info = _concat(info).reset_index(drop=True)
@@ -362,13 +371,17 @@ def chunk_pass(ev: pd.DataFrame, la, sem, run_ranks: int, index: int, spills: Sp
     graph, its tables, its part of the timeline and of the report's tables, and, when
     keep_what_if(its tables) says so, its what-if input written to spills.what_if. Returns the
     graph too (a run of one chunk keeps it)."""
-    g = _graph(ev, sem, la, run_ranks)
     rows = ev.index.to_numpy()
-    tables = _tables(g, rows)
+    closed = unfinished.close(ev, la)
+    # what reads the table only, before the graph is built: their temporaries and the graph are
+    # never alive at once (the timeline's tiles were the peak of a 7.5 M-event chunk, issue 31)
     tl = TLO.Builder()                    # the timeline's overview, from the chunk's closed table
-    tl.add(g.table_ref)
-    rt = RT.chunk_part(g.table_ref, len(ev), rows, spills.durations, f"durations-{index:05d}")
+    tl.add(closed)
+    rt = RT.chunk_part(closed, len(ev), rows, spills.durations, f"durations-{index:05d}")
     sp, rk = _span_phases_ranks(ev)
+    g = _graph_of_closed(closed, sem, run_ranks)
+    del closed
+    tables = _tables(g, rows)
     out = ChunkOut(index=index, events=len(ev), tables=tables, timeline=tl, run_tables=rt, span_phases=sp, ranks=rk)
     if keep_what_if(tables):
         out.what_if = f"whatif-{index:05d}"
@@ -389,6 +402,7 @@ def _finish(outs: list[ChunkOut], *, sem, ranks: int, launches, spills: Spills, 
     several = len(outs) > 1
     wif = [o.what_if for o in outs] if several else []
     s.path, s.graph, s.what_if_inputs, s.spills, s.rechunk, s.launches = cp, graph, wif, spills, rechunk, launches
+    s.what_if_recorded = _recorded(spills, wif, s.derived["time_model"])
     if graph is not None:
         # the run's time model serves the kept graph (what_if reads its rows of the chunk's launches)
         graph.derived["time_model"] = s.derived["time_model"]
@@ -409,7 +423,16 @@ def _finish(outs: list[ChunkOut], *, sem, ranks: int, launches, spills: Spills, 
                    largest_chunk=max(o.events for o in outs), compare=cmp, timeline=tl.finish(), run_tables=rt,
                    span_phases=tuple(sorted(set().union(*(o.span_phases for o in outs)))),
                    ranks=tuple(sorted(set().union(*(o.ranks for o in outs)))),
-                   what_if=tuple(w for w in wif if w is not None), spills=spills)
+                   what_if=tuple(w for w in wif if w is not None), spills=spills, what_if_recorded=s.what_if_recorded)
+
+
+def _recorded(spills: Spills, names: list, tm) -> dict:
+    """whatif.recorded of every chunk kept with a what-if input (it reads the input's lanes only)."""
+    out = {}
+    for n in names:
+        if n is not None:
+            out[n] = WhatIfInput.from_arrays(spills.what_if.get(n), tm).recorded()
+    return out
 
 
 # -- drivers ---------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ several chunks, one file a chunk (format 4, issue 31):
 
     RUN/analysis/whatif/whatif-00000.arrays   whatif.WhatIfInput.to_arrays of chunk 0 (spill.py's format)
     "what_if": {"phase_names": [...], "chunks": [{"file": "whatif-00000.arrays", "sha256": "<hex>",
-                                                  "bytes": 123}, ...]} | null
+                                                  "bytes": 123}, ...],
+                "recorded": "what_if.recorded"} | null      # the table of whatif.recorded per chunk
 
 so a what-if on a stored run re-times each chunk from its input (`Stored.what_if_summary`) instead
 of reading the events and building their graphs (230 s and 8.9 GB at 100 M events before); null for
@@ -79,7 +80,7 @@ from . import spill
 from .spill import Spill
 from .timemodel import TimeModel
 from .verdict import Verdict
-from .whatif import WhatIfInput
+from .whatif import RECORDED_COLUMNS, WhatIfInput
 
 CMP = importlib.import_module(".compare", __package__)   # the module (the package re-exports its function)
 
@@ -157,13 +158,14 @@ class StoredWhatIf:
     directory: Path
     phase_names: frozenset
     chunks: tuple                # ({"file", "sha256", "bytes"}, ...) in chunk order
+    recorded: tuple              # per chunk: whatif.recorded (what its what-ifs compare against)
 
     def summary(self, *, phase: str, speedup: float, rank, path: CriticalPath, time_model) -> pd.DataFrame:
         name = phase.split("/", 1)[-1]
         if name not in self.phase_names:
             raise ValueError(f"what_if: the run records no phase {name!r}")
         parts = []
-        for c in self.chunks:
+        for c, rec in zip(self.chunks, self.recorded):
             p = self.directory / c["file"]
             # checked against the SHA-256 written in the index, which profiler.hashcache remembers
             # by the file's identity and change times (as it remembers the data files' for
@@ -176,7 +178,7 @@ class StoredWhatIf:
                 raise Invalid(f"what-if input {c['file']}: {e}") from None
             inp = WhatIfInput.from_arrays(a, time_model)
             del a
-            parts.append(inp.summary(phase=phase, speedup=speedup, rank=rank, path=path))
+            parts.append(inp.summary(phase=phase, speedup=speedup, rank=rank, path=path, rec=rec))
             del inp
         return chunked.what_if_rows(parts)
 
@@ -284,9 +286,10 @@ def _place_dir(tmp: Path, dest: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)     # the results replaced
 
 
-def _what_if_files(results: chunked.Results, where: Path) -> dict | None:
+def _what_if_files(results: chunked.Results, where: Path, w: "_Writer") -> dict | None:
     """The what-if inputs of a run of several chunks, put in where/ (hard links to the spilled
-    files when they are on this file system, written from memory otherwise); their index entry."""
+    files when they are on this file system, written from memory otherwise), and what each
+    chunk's what-ifs compare against (whatif.recorded, one table); their index entry."""
     if not results.what_if:
         return None
     where.mkdir()
@@ -305,7 +308,9 @@ def _what_if_files(results: chunked.Results, where: Path) -> dict | None:
         out.put(name, sp.get(name))
         chunks.append({"file": file, "sha256": out.sha256[name], "bytes": out.sizes[name]})
     names = sorted(set(str(p) for p in results.critical.graph.derived["phase_names"]))
-    return {"phase_names": names, "chunks": chunks}
+    rec = pd.concat([results.what_if_recorded[n].assign(chunk=i) for i, n in enumerate(results.what_if)],
+                    ignore_index=True)
+    return {"phase_names": names, "chunks": chunks, "recorded": w.table("what_if.recorded", rec)}
 
 
 def store(run, results: chunked.Results, *, compare=None) -> Path:
@@ -330,7 +335,7 @@ def store(run, results: chunked.Results, *, compare=None) -> Path:
                    "run_tables": w.report("run_tables", results.run_tables)}
         meta, tables = TLO.to_stored(results.timeline)
         index["timeline"] = {"meta": meta, "tables": {k: w.table(f"timeline.{k}", df) for k, df in tables.items()}}
-        index["what_if"] = _what_if_files(results, tmp / WHAT_IF_DIR)
+        index["what_if"] = _what_if_files(results, tmp / WHAT_IF_DIR, w)
         index["tables"] = w.tables
         index["reports"] = reports
         with atomic.create_exclusive(tmp / INDEX) as f:
@@ -556,14 +561,14 @@ def _load(d: Path, index: dict) -> Stored:
     return Stored(critical=got["critical_path"], idle=got["idle"], barriers=got["barriers"],
                   time_model=got["time_model"], compare=got["compare"], span_phases=tuple(run["span_phases"]),
                   ranks=tuple(run["ranks"]), timeline=timeline, run_tables=got["run_tables"],
-                  what_if=_what_if_index(d, index.get("what_if", "missing")))
+                  what_if=_what_if_index(d, index.get("what_if", "missing"), r))
 
 
-def _what_if_index(d: Path, w) -> StoredWhatIf | None:
+def _what_if_index(d: Path, w, r: "_Reader") -> StoredWhatIf | None:
     """The what-if inputs' index entry, checked (the files themselves are checked as read)."""
     if w is None:
         return None
-    _need(isinstance(w, dict) and set(w) == {"phase_names", "chunks"}, "what_if")
+    _need(isinstance(w, dict) and set(w) == {"phase_names", "chunks", "recorded"}, "what_if")
     _need(isinstance(w["phase_names"], list) and all(map(_str, w["phase_names"])), "what_if.phase_names")
     _need(isinstance(w["chunks"], list) and len(w["chunks"]) > 0, "what_if.chunks")
     for c in w["chunks"]:
@@ -573,4 +578,9 @@ def _what_if_index(d: Path, w) -> StoredWhatIf | None:
         _need(_str(c["sha256"]) and _is_int(c["bytes"]), "what_if.chunks: checksum or size")
     where = d / WHAT_IF_DIR
     _need(where.is_dir() and not where.is_symlink(), "what_if: no directory of inputs")
-    return StoredWhatIf(directory=where, phase_names=frozenset(w["phase_names"]), chunks=tuple(w["chunks"]))
+    rec = r.table(w["recorded"])
+    _need(list(rec.columns) == RECORDED_COLUMNS + ["chunk"], "what_if.recorded: columns")
+    by_chunk = {int(i): g.drop(columns="chunk").reset_index(drop=True) for i, g in rec.groupby("chunk")}
+    _need(set(by_chunk) == set(range(len(w["chunks"]))), "what_if.recorded: chunks")
+    return StoredWhatIf(directory=where, phase_names=frozenset(w["phase_names"]), chunks=tuple(w["chunks"]),
+                        recorded=tuple(by_chunk[i] for i in range(len(w["chunks"]))))
