@@ -133,21 +133,20 @@ def test_what_if_over_chunks_equals_the_whole_table_what_if(keep_ratio, kept, mo
         _frame_equal(whole, s.what_if_summary(phase=phase, speedup=0.3, rank=rank), f"what_if {phase} rank {rank}")
 
 
-@pytest.mark.parametrize("floor", [None, 10**9])
+@pytest.mark.parametrize("floor", [1, 1_000_000])
 def test_chunks_are_planned_from_row_group_statistics_as_from_the_columns(tmp_path, monkeypatch, floor):
     """runreader.EventReader.counts (footer statistics where a row group holds one iteration of
-    one rank, its columns otherwise) counts what the whole iteration column holds; floor 10**9:
-    every row group merged into one, several iterations and ranks each (the older layout)."""
+    one rank, its columns otherwise) counts what the whole iteration column holds; floor 1 M:
+    every row group merged into one (the ceiling), several iterations and ranks each (the older layout); 1: one
+    row group a (rank, iteration)."""
     from profiler import runstore
-    if floor is not None:
-        monkeypatch.setattr(runstore, "ROW_GROUP_MIN_ROWS", floor)
+    monkeypatch.setattr(runstore, "ROW_GROUP_MIN_ROWS", floor)
     ev, la, man = make_events(ranks=3, events=30_000, scenario="late_host", iterations=4, seed=9)
     run = load_run(write_run(tmp_path / "r", ev, la, man, perfetto=False))
     from profiler.runreader import EventReader
     with EventReader(run) as r:
         counts, ranks = r.counts()
-        if floor is None:
-            assert len(r.groups) > 4          # row groups by (rank, iteration): read from the footer
+        assert len(r.groups) == (12 if floor == 1 else 1)
     want = run.events["iteration"].value_counts().sort_index()
     assert counts.to_dict() == {int(k): int(v) for k, v in want.items()}
     assert ranks.tolist() == sorted(run.events["rank"].unique().tolist())
