@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .keys import pack
 from .lanes import codes
 from .spill import Spill
 
@@ -41,9 +42,10 @@ PHASE_COLUMNS = ["kernel", "phase", "rank", "count", "sum", "median", "max", "sh
 UNFINISHED_COLUMNS = ["count", "rank", "kernel", "phase", "duration_ns", "block", "warp"]
 KERNEL_COLUMNS = ["kernel", "launches", "median_ns", "host_start_ns"]
 KERNEL_RANK_COLUMNS = ["kernel", "rank", "median_ns"]
-# bins of the median selection's histogram: a group's window narrows by this factor a pass (span
-# durations below 2^24 ns (16.7 ms) take two passes, below 2^36 three)
+# the median selection (select): bins of its histogram (a group's window narrows by this factor a
+# pass), and how many values it keeps, all groups together, to sort (4 M: 32 MB)
 HIST_BINS = 4096
+SELECT_KEEP = 1 << 22
 RANK_RADIX = 1 << 16       # ranks are int16 >= 0: a group id is (kernel, phase) * RANK_RADIX + rank
 
 
@@ -89,25 +91,45 @@ def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(seen).astype(np.int64), (np.cumsum(seen) - 1)[key]
 
 
-def _lane_key(ev: pd.DataFrame, kc: np.ndarray, gpu: np.ndarray) -> np.ndarray:
-    """One int64 per GPU row naming its lane (rank, launch, kernel, block, warp), mixed radix in
-    that order (rows in the decoder's order come out sorted); built one column at a time (five
-    int64 columns of a 7.5 M-event chunk held at once were 0.3 GB)."""
-    key, bits = None, 0
-    for c in ("rank", "launch", "kernel", "block", "warp"):
-        v = (kc if c == "kernel" else ev[c].to_numpy())[gpu].astype(np.int64)
-        v -= int(v.min())
-        w = max(int(v.max()), 1).bit_length()
-        bits += w
-        if bits > 62:
-            raise ValueError("run_tables: lane key wider than 62 bits")
-        if key is None:
-            key = v
-        else:
-            key <<= w
-            key |= v
-        del v
-    return key
+def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, names) of a column: a categorical's own codes (no copy, no widening), else codes
+    of its values (lanes.codes)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(), np.asarray(col.cat.categories.astype(str), dtype=object)
+    return codes(col)
+
+
+_LANE_COLUMNS = ("rank", "launch", "block", "warp")
+
+
+def _lane_runs(ev: pd.DataFrame, kc: np.ndarray, gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the GPU rows in lane order, where each lane starts) when the table holds each lane (rank,
+    launch, kernel, block, warp) as one contiguous run, as the decoder writes it: found by
+    comparing neighbours in place, no copy and no sort; None when a lane comes back later
+    (closing appended departures)."""
+    cols = [ev[c].to_numpy() for c in _LANE_COLUMNS] + [kc, gpu]
+    change = np.zeros(len(gpu), bool)
+    change[0] = True
+    for v in cols:
+        change[1:] |= v[1:] != v[:-1]
+    starts = np.flatnonzero(change)
+    keep = gpu[starts]                                 # a run is all GPU rows or none
+    heads = pd.DataFrame({i: v[starts[keep]] for i, v in enumerate(cols[:-1])})
+    if heads.duplicated().any():
+        return None
+    ends = np.r_[starts[1:], len(gpu)]
+    lengths = (ends - starts)[keep]
+    rows = np.flatnonzero(gpu)
+    return rows, np.r_[0, np.cumsum(lengths)[:-1]]
+
+
+def _lane_sorted(ev: pd.DataFrame, kc: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows in lane order, where each lane starts), by a sort of their lanes (keys.pack)."""
+    key = pack([ev[c].to_numpy()[rows].astype(np.int64) - int(ev[c].to_numpy()[rows].min())
+                for c in _LANE_COLUMNS] + [kc[rows].astype(np.int64)])
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    return rows[order], np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
 
 
 def _warp_time(kc: np.ndarray, ev: pd.DataFrame, gpu: np.ndarray) -> pd.DataFrame:
@@ -116,14 +138,8 @@ def _warp_time(kc: np.ndarray, ev: pd.DataFrame, gpu: np.ndarray) -> pd.DataFram
     if not gpu.any():
         return pd.DataFrame({"kernel": np.zeros(0, np.int64), "rank": np.zeros(0, np.int64),
                              "ns": np.zeros(0, np.int64)})
-    key = _lane_key(ev, kc, gpu)
-    rows = np.flatnonzero(gpu)
-    if not bool(np.all(key[1:] >= key[:-1])):        # rows not grouped by lane (closing appended departures)
-        order = np.argsort(key, kind="stable")
-        key, rows = key[order], rows[order]
-        del order
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    del key
+    got = _lane_runs(ev, kc, gpu)
+    rows, starts = got if got is not None else _lane_sorted(ev, kc, np.flatnonzero(gpu))
     b = ev["begin_ns"].to_numpy()[rows]
     ext = np.maximum.reduceat(ev["end_ns"].to_numpy()[rows], starts)
     ext -= np.minimum.reduceat(b, starts)
@@ -174,11 +190,11 @@ def _arrival_row(ev: pd.DataFrame, i: int, n_orig: int, rows: np.ndarray) -> int
 def chunk_part(ev: pd.DataFrame, n_orig: int, rows: np.ndarray, spill: Spill, name: str) -> ChunkPart:
     """The chunk's share. ev: its closed table (profiler.analysis.unfinished.close) of n_orig
     rows of the chunk (whole-table row numbers `rows`) and the departures closing appended."""
-    kind_c, kind_n = codes(ev["kind"])
+    kind_c, kind_n = _codes(ev["kind"])
     counts = np.bincount(kind_c[kind_c >= 0], minlength=len(kind_n))
     kinds = np.array([int(counts[list(kind_n).index(k)]) if k in kind_n else 0 for k in KINDS], np.int64)
-    kc, kn = codes(ev["kernel"])
-    pc, pn = codes(ev["phase"])
+    kc, kn = _codes(ev["kernel"])
+    pc, pn = _codes(ev["phase"])
     host = kind_c == (list(kind_n).index("host") if "host" in kind_n else -2)
     gpu = ~host
     span = kind_c == (list(kind_n).index("span") if "span" in kind_n else -2)
@@ -223,46 +239,80 @@ def _groups(parts: list[ChunkPart]) -> pd.DataFrame:
                                            min=("min", "min")).reset_index()
 
 
-def select(parts: list[ChunkPart], spill: Spill, groups: pd.DataFrame, k: np.ndarray) -> np.ndarray:
-    """The k-th smallest span duration (0-based, one k per group row) of each group over every
-    chunk's spill. Each pass reads each spill once and counts its values into HIST_BINS bins of
-    each group's window [lo, hi], then narrows the window to the bin holding the k-th value; a
-    window of one value is the answer (exact integers throughout)."""
-    G = len(groups)
+def _spilled(parts: list[ChunkPart], spill: Spill, gids: np.ndarray):
+    """Each chunk's spilled spans as (run-wide group index, duration), one chunk at a time."""
+    for p in parts:
+        arr = spill.get(p.name)
+        yield np.searchsorted(gids, p.groups["gid"].to_numpy())[arr["group"]], arr["duration"]
+        del arr
+
+
+def _same_windows(lo: np.ndarray, hi: np.ndarray) -> list[int]:
+    """For each wanted value, the first one with the same windows (itself when none before)."""
+    out = []
+    for t in range(len(lo)):
+        out.append(next(u for u in range(t + 1) if np.array_equal(lo[u], lo[t]) and np.array_equal(hi[u], hi[t])))
+    return out
+
+
+def select(parts: list[ChunkPart], spill: Spill, groups: pd.DataFrame, ks: list[np.ndarray]) -> list[np.ndarray]:
+    """The k-th smallest span durations (0-based; each array of ks one k per group row) of each
+    group over every chunk's spill, exactly. Each wanted value has a window per group, [lo, hi],
+    first the group's whole range; a pass reads each spill once and counts its values into
+    HIST_BINS bins of every window, which then narrows to the bin holding its value. Once the
+    values left in the windows are few (SELECT_KEEP) or every window is one value, a last pass
+    keeps them and the answers are read from them sorted: two passes for span durations below
+    HIST_BINS x SELECT_KEEP / groups ns (a median's two middle values share their windows)."""
+    G, T = len(groups), len(ks)
     gids = groups["gid"].to_numpy()
-    lo = groups["min"].to_numpy().astype(np.int64).copy()
-    hi = groups["max"].to_numpy().astype(np.int64).copy()
-    maps = [np.searchsorted(gids, p.groups["gid"].to_numpy()) for p in parts]
-    while True:
-        active = hi > lo
-        if not active.any():
-            return lo
+    lo = np.tile(groups["min"].to_numpy().astype(np.int64), (T, 1))
+    hi = np.tile(groups["max"].to_numpy().astype(np.int64), (T, 1))
+    below = np.zeros((T, G), np.int64)                     # the group's values below lo
+    left = np.tile(groups["count"].to_numpy().astype(np.int64), (T, 1))   # ... in [lo, hi]
+    K = np.stack(ks).astype(np.int64)
+    rows = np.arange(G)
+    while int(left.sum()) > SELECT_KEEP and bool((hi > lo).any()):
         binw = (hi - lo) // HIST_BINS + 1                  # ceil((hi - lo + 1) / HIST_BINS)
-        hist = np.zeros(G * HIST_BINS, np.int64)
-        below = np.zeros(G, np.int64)
-        for p, gmap in zip(parts, maps):
-            arr = spill.get(p.name)
-            g = gmap[arr["group"]]
-            x = arr["duration"]
-            del arr
-            lo_e = lo[g]
-            below += np.bincount(g[x < lo_e], minlength=G)
-            inw = (x >= lo_e) & (x <= hi[g]) & active[g]
-            gi = g[inw]
-            hist += np.bincount(gi * HIST_BINS + (x[inw] - lo_e[inw]) // binw[gi], minlength=G * HIST_BINS)
-        cum = below[:, None] + np.cumsum(hist.reshape(G, HIST_BINS), axis=1)
-        j = np.argmax(cum > k[:, None], axis=1)            # the bin holding the k-th value
-        new_lo = lo + j * binw
-        hi = np.where(active, np.minimum(new_lo + binw - 1, hi), hi)
-        lo = np.where(active, new_lo, lo)
+        hist = np.zeros((T, G * HIST_BINS), np.int64)
+        same = _same_windows(lo, hi)
+        for g, x in _spilled(parts, spill, gids):
+            for t in range(T):
+                if same[t] < t:                            # counted for an earlier value already
+                    continue
+                lo_e = lo[t, g]
+                inw = (x >= lo_e) & (x <= hi[t, g])
+                gi = g[inw]
+                hist[t] += np.bincount(gi * HIST_BINS + (x[inw] - lo_e[inw]) // binw[t, gi], minlength=G * HIST_BINS)
+        for t in range(T):
+            cum = below[t][:, None] + np.cumsum(hist[same[t]].reshape(G, HIST_BINS), axis=1)
+            j = np.argmax(cum > K[t][:, None], axis=1)        # the bin holding the value
+            new_below = np.where(j > 0, cum[rows, np.maximum(j - 1, 0)], below[t])
+            left[t] = cum[rows, j] - new_below
+            below[t] = new_below
+            lo[t], hi[t] = lo[t] + j * binw[t], np.minimum(lo[t] + (j + 1) * binw[t] - 1, hi[t])
+    kept = [([], []) for _ in range(T)]
+    same = _same_windows(lo, hi)
+    for g, x in _spilled(parts, spill, gids):
+        for t in range(T):
+            if same[t] < t:
+                continue
+            inw = (x >= lo[t, g]) & (x <= hi[t, g])
+            kept[t][0].append(g[inw])
+            kept[t][1].append(x[inw].astype(np.int64))
+    out = []
+    for t in range(T):
+        kg, kx = np.concatenate(kept[same[t]][0]), np.concatenate(kept[same[t]][1])
+        order = np.lexsort((kx, kg))
+        first = np.searchsorted(kg[order], rows)             # each group's first kept value
+        out.append(kx[order][first + (K[t] - below[t])])
+    return out
 
 
 def _medians(parts: list[ChunkPart], spill: Spill, groups: pd.DataFrame) -> np.ndarray:
     """Each group's median span duration as pandas' groupby computes it: the middle value, or
     the mean of the two middle values, as float64."""
     n = groups["count"].to_numpy()
-    a = select(parts, spill, groups, (n - 1) // 2)
-    b = a if bool(np.all(n % 2 == 1)) else select(parts, spill, groups, n // 2)
+    a, b = select(parts, spill, groups, [(n - 1) // 2, n // 2])
     return np.where(n % 2 == 1, a.astype(np.float64), (a.astype(np.float64) + b.astype(np.float64)) / 2)
 
 

@@ -88,7 +88,7 @@ def _part(groups, durs, name, spill):
         warp_time=pd.DataFrame(), unfinished=None, kernel_names=(), phase_names=(), name=name)
 
 
-def test_selection_is_exact_on_skewed_tied_and_wide_durations():
+def test_selection_is_exact_on_skewed_tied_and_wide_durations(monkeypatch):
     rng = np.random.default_rng(7)
     spill = Spill()
     whole = {0: [], 1: [], 2: []}
@@ -104,6 +104,8 @@ def test_selection_is_exact_on_skewed_tied_and_wide_durations():
     want = np.array([np.median(np.concatenate(whole[k]).astype(np.float64)) for k in range(3)])
     np.testing.assert_array_equal(RT._medians(parts, spill, g), want)
     n = g["count"].to_numpy()
-    for k in (np.zeros(3, np.int64), n - 1, n // 3):
-        got = RT.select(parts, spill, g, k)
-        np.testing.assert_array_equal(got, [np.sort(np.concatenate(whole[i]))[k[i]] for i in range(3)])
+    ks = [np.zeros(3, np.int64), n - 1, n // 3, (n - 1) // 2]
+    for keep in (RT.SELECT_KEEP, 0, 5):          # sorted at once; narrowed to single values; in between
+        monkeypatch.setattr(RT, "SELECT_KEEP", keep)
+        for k, got in zip(ks, RT.select(parts, spill, g, ks)):
+            np.testing.assert_array_equal(got, [np.sort(np.concatenate(whole[i]))[k[i]] for i in range(3)])
