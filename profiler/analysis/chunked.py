@@ -42,6 +42,7 @@ critical_path / idle_warps / barrier_contention / time_model on the whole table
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 import importlib
 from typing import Callable, Iterable, Iterator
@@ -94,6 +95,37 @@ class Spills:
         return self.what_if.on_disk and self.durations.on_disk
 
 
+class LocalMap:
+    """Runs a function over items here, in order (a distributed engine's `map` sends them to its
+    workers instead: profiler.analysis.distributed)."""
+
+    @staticmethod
+    def map(fn, items, **shared) -> list:
+        return [fn(x, **shared) for x in items]
+
+
+LOCAL = LocalMap()
+
+
+def _recorded_one(name: str, *, spill: Spill, tm) -> pd.DataFrame:
+    """whatif.recorded of the chunk whose what-if input is `name` (it reads the input's lanes)."""
+    return WhatIfInput.from_arrays(spill.get(name), tm).recorded()
+
+
+def _what_if_one(item: tuple, *, spill: Spill, tm, path, phase: str, speedup: float, rank) -> pd.DataFrame:
+    """One chunk's what-if summary from its input (item: its name and its whatif.recorded)."""
+    name, rec = item
+    inp = WhatIfInput.from_arrays(spill.get(name), tm)
+    return inp.summary(phase=phase, speedup=speedup, rank=rank, path=path, rec=rec)
+
+
+def _path_only(cp) -> "CP.CriticalPath":
+    """What a chunk's what-if reads of the run's critical path (its segments: path_phase_ns), to
+    send to a worker without the rest."""
+    return dataclasses.replace(cp, slack=cp.slack.iloc[:0], total_ns=cp.total_ns.iloc[:0],
+                               path_ns=cp.path_ns.iloc[:0], verdict=None, graph=None)
+
+
 @dataclass
 class Summaries:
     """What the verdicts read of a dependency graph, combined over the chunks of a run.
@@ -113,6 +145,7 @@ class Summaries:
     spills: Spills | None = field(default=None, repr=False)
     # per input name: whatif.recorded of its chunk (the same for every what-if: computed once)
     what_if_recorded: dict = field(default_factory=dict, repr=False)
+    mapper: object = field(default=LOCAL, repr=False)     # where the chunks' what-ifs run
     # to read and build again a chunk without an input (analyze_chunks's `chunks`, launch table)
     rechunk: Callable[[], Iterable] | None = field(default=None, repr=False)
     launches: pd.DataFrame | None = field(default=None, repr=False)
@@ -132,14 +165,14 @@ class Summaries:
             return what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
                            missing_ok=True, keep_retimed=False, path=self.path).summary
         again = self._graphs({i for i, w in enumerate(self.what_if_inputs) if w is None})
-        tm = self.derived["time_model"]
+        names = [w for w in self.what_if_inputs if w is not None]
+        done = iter(self.mapper.map(_what_if_one, [(w, self.what_if_recorded.get(w)) for w in names],
+                                    spill=self.spills.what_if, tm=self.derived["time_model"],
+                                    path=_path_only(self.path), phase=phase, speedup=speedup, rank=rank))
         parts = []
         for w in self.what_if_inputs:
             if w is not None:
-                inp = WhatIfInput.from_arrays(self.spills.what_if.get(w), tm)
-                parts.append(inp.summary(phase=phase, speedup=speedup, rank=rank, path=self.path,
-                                         rec=self.what_if_recorded.get(w)))
-                del inp
+                parts.append(next(done))
                 continue
             g = next(again)
             parts.append(what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
@@ -392,7 +425,7 @@ def chunk_pass(ev: pd.DataFrame, la, sem, run_ranks: int, index: int, spills: Sp
 
 
 def _finish(outs: list[ChunkOut], *, sem, ranks: int, launches, spills: Spills, graph,
-            rechunk) -> Results:
+            rechunk, mapper=LOCAL) -> Results:
     """The run's results from its chunks' outputs (in chunk order): the tables combined, the
     verdicts, Compare's inputs, the timeline's overview and the report's tables."""
     if not outs:
@@ -402,7 +435,8 @@ def _finish(outs: list[ChunkOut], *, sem, ranks: int, launches, spills: Spills, 
     several = len(outs) > 1
     wif = [o.what_if for o in outs] if several else []
     s.path, s.graph, s.what_if_inputs, s.spills, s.rechunk, s.launches = cp, graph, wif, spills, rechunk, launches
-    s.what_if_recorded = _recorded(spills, wif, s.derived["time_model"])
+    s.mapper = mapper
+    s.what_if_recorded = _recorded(spills, wif, s.derived["time_model"], mapper)
     if graph is not None:
         # the run's time model serves the kept graph (what_if reads its rows of the chunk's launches)
         graph.derived["time_model"] = s.derived["time_model"]
@@ -426,13 +460,10 @@ def _finish(outs: list[ChunkOut], *, sem, ranks: int, launches, spills: Spills, 
                    what_if=tuple(w for w in wif if w is not None), spills=spills, what_if_recorded=s.what_if_recorded)
 
 
-def _recorded(spills: Spills, names: list, tm) -> dict:
+def _recorded(spills: Spills, names: list, tm, mapper) -> dict:
     """whatif.recorded of every chunk kept with a what-if input (it reads the input's lanes only)."""
-    out = {}
-    for n in names:
-        if n is not None:
-            out[n] = WhatIfInput.from_arrays(spills.what_if.get(n), tm).recorded()
-    return out
+    todo = [n for n in names if n is not None]
+    return dict(zip(todo, mapper.map(_recorded_one, todo, spill=spills.what_if, tm=tm)))
 
 
 # -- drivers ---------------------------------------------------------------------------------
@@ -544,7 +575,7 @@ def analyze_run(run, *, max_events: int | None = None, spills: Spills | None = N
         with heap.kept():
             outs = engine.map_chunks(run, groups, ranks, spills)
             return _finish(outs, sem=semantics(run.manifest.get("registry")), ranks=ranks, launches=run.launches,
-                           spills=spills, graph=None, rechunk=lambda: _read_chunks(run, groups))
+                           spills=spills, graph=None, rechunk=lambda: _read_chunks(run, groups), mapper=engine)
 
     def chunks():
         with EventReader(run) as r:

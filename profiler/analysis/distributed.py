@@ -65,15 +65,38 @@ def _context(path: str, version_id) -> _Context:
         return ctx
 
 
+_KEPT: list = []
+
+
+def _keep_freed_memory() -> None:
+    """Freed memory stays in a worker process from its first chunk on (heap.kept, entered once and
+    never left): left after each chunk, glibc gave the pages back and the next chunk faulted them
+    in again (the single-process loop keeps them across its chunks)."""
+    with _CONTEXTS_LOCK:
+        if not _KEPT:
+            k = heap.kept()
+            k.__enter__()
+            _KEPT.append(k)
+
+
+def _keeping(fn):
+    """fn run with the worker's freed memory kept (_keep_freed_memory)."""
+    def run(item, **shared):
+        _keep_freed_memory()
+        return fn(item, **shared)
+    run.__name__ = getattr(fn, "__name__", "run")
+    return run
+
+
 def chunk_task(path: str, version_id, index: int, iterations, ranks: int, what_if_dir: str,
                durations_dir: str) -> chunked.ChunkOut:
     """One chunk's pass on a worker (what analyze_run's loop does for it in one process)."""
+    _keep_freed_memory()
     ctx = _context(path, version_id)
     with ctx.lock:
         ev = ctx.reader.read(iterations=iterations)
     spills = chunked.Spills(what_if=Spill(Path(what_if_dir)), durations=Spill(Path(durations_dir)))
-    with heap.kept():
-        out, _ = chunked.chunk_pass(ev, ctx.run.launches, ctx.sem, ranks, index, spills, lambda tables: True)
+    out, _ = chunked.chunk_pass(ev, ctx.run.launches, ctx.sem, ranks, index, spills, lambda tables: True)
     return out
 
 
@@ -113,6 +136,19 @@ class DaskEngine:
             if o.what_if is not None:
                 spills.what_if.adopt(o.what_if, o.what_if_sha256, o.what_if_bytes)
         return sorted(outs, key=lambda o: o.index)
+
+    def map(self, fn, items, **shared) -> list:
+        """fn(item, **shared) for each item on the workers, in order (chunked.LocalMap's contract):
+        what the run's results need of every chunk after the pass (the what-if inputs' recorded
+        lengths, the balancing what-if), read by the workers from the spills. The shared
+        arguments go to the workers once (scattered), not once a chunk."""
+        if not items:
+            return []
+        futures = {k: self.client.scatter(v, broadcast=True) for k, v in shared.items()}
+        got = self.client.gather(self.client.map(_keeping(fn), list(items), pure=False, **futures))
+        for f in futures.values():
+            f.release()
+        return got
 
     def close(self) -> None:
         self.client.close()
