@@ -5,7 +5,9 @@
     epscope check RUN|ROOT [...]           verify runs (seal, checksums, every field and row, stored analyses); exit 1 if any is damaged
     epscope merge RUN TRACE [TRACE ...]    attach PyTorch profiler (Kineto) traces to a run, one per rank, aligned
     epscope seal RUN [RUN ...]             seal runs written before format 3 in place (checked first)
-    epscope analyze RUN [RUN ...]          compute and store each run's analyses (RUN/analysis/, RUN/analysis-summary.json)
+    epscope analyze RUN [RUN ...] [--dask SCHEDULER | --workers N]
+                                           compute and store each run's analyses (RUN/analysis/, RUN/analysis-summary.json),
+                                           the chunks of a big run on Dask workers with --dask / --workers
     epscope view [RUN_DIR ...]             the web viewer (default: the repo's bundled traces/)
     epscope trace ...                      record a profiled EP workload (profiler.workflows.trace)
     epscope selftest ...                   record the recorder self-test kernels (profiler.record.selftest)
@@ -92,6 +94,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
     p = sub.add_parser("analyze", help="compute and store runs' analyses (the viewer reads them instead of computing)")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directory")
+    eng = p.add_mutually_exclusive_group()
+    eng.add_argument("--dask", metavar="SCHEDULER", default=None,
+                     help="analyse the chunks of each run on this dask.distributed scheduler's workers (e.g. "
+                          "tcp://host:8786; the runs must be at the same path on every worker; pip install "
+                          "'epscope[dask]')")
+    eng.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="analyse the chunks on a local Dask cluster of N worker processes (pip install 'epscope[dask]')")
     p = sub.add_parser("view", help="serve the web viewer")
     p.add_argument("roots", type=Path, nargs="*", metavar="RUN_DIR", help="run directories or roots (default: traces/)")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default loopback only)")
@@ -110,12 +119,12 @@ def _fail(msg: str) -> int:
     return EXIT_USAGE
 
 
-def _lazy(module: str, what: str):
+def _lazy(module: str, what: str, install: str = "pip install -e . from the repository root"):
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
         raise SystemExit(_fail(f"{what} needs the Python package {e.name!r}, which is not installed here "
-                               f"(pip install -e . from the repository root)")) from None
+                               f"({install})")) from None
 
 
 class Refused(EpscopeError):
@@ -288,14 +297,30 @@ def _merge(args) -> int:
     return 0
 
 
+def _engine(args):
+    """The distributed engine `--dask` / `--workers` ask for (None: this process analyses)."""
+    if args.dask is None and args.workers is None:
+        return None
+    if args.workers is not None and args.workers < 1:
+        raise Refused(f"--workers {args.workers}: a local cluster needs at least one worker")
+    dist = _lazy("profiler.analysis.distributed", "epscope analyze --dask/--workers",
+                 "pip install -e '.[dask]' from the repository root")
+    return dist.DaskEngine.connect(args.dask) if args.dask is not None else dist.DaskEngine.local(args.workers)
+
+
 def _analyze(args) -> int:
     from .analysis import stored, summary
     from .progress import Activity
-    with Activity("epscope analyze") as act:
-        for r in args.runs:
-            act.step(f"{r}: loading")
-            out = stored.store_run(r, step=lambda label, r=r: act.step(f"{r}: {label}"))
-            print(f"wrote {shown(out)} and {shown(Path(r) / summary.FILE)}")
+    engine = _engine(args)
+    try:
+        with Activity("epscope analyze") as act:
+            for r in args.runs:
+                act.step(f"{r}: loading")
+                out = stored.store_run(r, step=lambda label, r=r: act.step(f"{r}: {label}"), engine=engine)
+                print(f"wrote {shown(out)} and {shown(Path(r) / summary.FILE)}")
+    finally:
+        if engine is not None:
+            engine.close()
     return 0
 
 

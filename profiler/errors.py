@@ -48,6 +48,11 @@ class CountedWarning(UserWarning):
     def to_json(self) -> dict:
         return {"type": type(self).__name__, "count": self.count, "detail": self.detail}
 
+    def __reduce__(self):
+        # pickled by its fields (a distributed analysis sends a chunk's warnings back from a
+        # worker); the default pickles the message, which __init__ cannot take back
+        return type(self), (self.count, self.detail)
+
 
 class DecodeWarning(CountedWarning):
     """Something was decoded with losses; `count` says how many records/events/regions."""

@@ -11,18 +11,15 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from . import analysis
-from .analysis import graph as G
 from .analysis import late_entry as LE
-from .analysis import unfinished
-from .analysis.path_walk import iteration_totals
-from .analysis.timemodel import time_model
+from .analysis import stored, summary
+from .analysis.run_tables import KINDS, RunTables
+from .analysis.timemodel import TimeModel
 from .analysis.verdict import fmt_ns
 from .runstore import Run, load_run
 from .torchtrace.report import with_steps
 
 PER_RANK_ROWS_MAX_RANKS = 4  # above this many ranks, one row per phase names the slowest rank
-UNKNOWN = -1  # launch times on the run timeline may be negative; -1 alone means unknown (schema)
 
 
 def _us(ns) -> str:
@@ -103,32 +100,29 @@ def _losses(run: Run) -> list[str]:
     return lines
 
 
-def _kernels(run: Run) -> list[str]:
-    la = run.launches[run.launches["gpu_begin_ns"] != UNKNOWN].copy()
-    if not len(la):
+def _kernels(t: RunTables) -> list[str]:
+    if not len(t.kernels):
         return []
-    la["dur"] = la["gpu_end_ns"] - la["gpu_begin_ns"]
     rows = []
-    for k, g in la.groupby("kernel", observed=True, sort=True):
-        med = g.groupby("rank")["dur"].median()
+    for k in t.kernels.itertuples(index=False):
+        med = t.kernel_ranks[t.kernel_ranks["kernel"] == k.kernel].set_index("rank")["median_ns"]
         slow = int(med.idxmax())
         spread = med.max() / med.min() if med.min() > 0 else float("nan")
-        row = {"kernel": str(k), "launches": len(g), "median us": _us(g["dur"].median()),
+        row = {"kernel": str(k.kernel), "launches": int(k.launches), "median us": _us(k.median_ns),
                "per rank median us": " ".join(_us(v) for v in med.to_numpy()),
                "slowest rank": slow, "slowest/fastest": f"{spread:.2f}x" if np.isfinite(spread) else "-"}
-        h = g[g["host_begin_ns"] != UNKNOWN]
-        if len(h):  # host call start -> first warp start: large values mean the host paces the GPU
-            row["host->GPU start us"] = _us((h["gpu_begin_ns"] - h["host_begin_ns"]).median())
+        if not np.isnan(k.host_start_ns):  # host call start -> first warp start: large values mean the host paces the GPU
+            row["host->GPU start us"] = _us(k.host_start_ns)
         rows.append(row)
     return ["", "kernels (GPU time per launch: first warp start to last warp finish; medians)",
             *_table(pd.DataFrame(rows).fillna("-"))]
 
 
-def _time_model(ev: pd.DataFrame, g) -> list[str]:
+def _time_model(tm: TimeModel) -> list[str]:
     """Per kernel, medians over its op occurrences: entry skew (first rank's first warp to the
     last rank's), op latency after entry (the last rank's entry to the last warp end), who entered
     last and from which side (profiler.analysis.timemodel: the numbers every page reads)."""
-    ops = time_model(g).ops
+    ops = tm.ops
     if ops.empty:
         return []
     rows = []
@@ -155,74 +149,60 @@ def verdict_lines(page: str, v) -> list[str]:
     return out
 
 
-def _verdicts(ev: pd.DataFrame, run: Run) -> list[str]:
-    """The pages' verdicts, computed by the same functions the viewer calls and printed whole."""
-    reg = run.manifest.get("registry")
+def _verdicts(run: Run, res, le) -> list[str]:
+    """The pages' verdicts as the analyses stored them (stored.Stored), or as computed for a run
+    without current stored results (chunked.Results), printed whole; with the op before a late
+    entry named from the run's PyTorch traces, as the pages name it (torchtrace.report.with_steps)."""
     out = ["", "verdicts (what the viewer's pages say, word for word)"]
-    vs = {page: fn(ev, registry=reg, launches=run.launches).verdict
-          for page, fn in (("critical path", analysis.critical_path), ("idle warps", analysis.idle_warps),
-                           ("barriers", analysis.barrier_contention))}
-    g = G.build(ev, reg, run.launches)
-    vs = with_steps(run, time_model(g), vs, LE.decision(g, iteration_totals(g)))
-    for page, v in vs.items():
+    vs = {"critical path": res.critical.verdict, "idle warps": res.idle.verdict, "barriers": res.barriers.verdict}
+    for page, v in with_steps(run, res.time_model, vs, le).items():
         out += verdict_lines(page, v)
     return out
 
 
-def _late_entry(g) -> list[str]:
+def _late_entry(le, tm: TimeModel, totals: pd.DataFrame) -> list[str]:
     """Per rank, the late-entry decision's quantities (profiler.analysis.late_entry: the numbers
     every page states), means per iteration."""
-    totals = iteration_totals(g)
-    le = LE.decision(g, totals)
     if le is None:
         return []
     its = totals["iteration"].to_numpy()
-    waited, own = LE.per_rank_waits(time_model(g), its)
-    top = {r: k for r, k in le.late_in.items()}
+    waited, own = LE.per_rank_waits(tm, its)
     rows = [{"rank": int(r), f"{LE.LATE_WAIT} us": _us(waited[r].mean()), "its own wait for the others us": _us(own[r].mean()),
-             f"{LE.NET_WAIT} us": _us((waited[r] - own[r]).mean()), "late in iterations": f"{top.get(int(r), 0)} of {len(its)}"}
-            for r in waited.columns]
+             f"{LE.NET_WAIT} us": _us((waited[r] - own[r]).mean()),
+             "late in iterations": f"{le.late_in.get(int(r), 0)} of {len(its)}"} for r in waited.columns]
     return ["", f"late entry per rank (means per iteration over {len(its)} iterations; the decision: {le.decision.band}, "
                 f"rank {le.rank}, {le.side} side)", *_table(pd.DataFrame(rows))]
 
 
-def _unfinished(ev: pd.DataFrame) -> list[str]:
+def _unfinished(t: RunTables) -> list[str]:
     """The spans no kernel ended (a timed-out wait), as the pages draw them: until the kernel stopped."""
-    op = ev[ev["open"].to_numpy()]
-    if op.empty:
+    if not len(t.unfinished):
         return []
-    d = (op["end_ns"] - op["begin_ns"])
-    i = int(d.to_numpy().argmax())
-    w = op.iloc[i]
-    return [f"OPEN SPANS: {len(op):,} (unfinished: a kernel aborted or ENDs were dropped; as on every page they end "
+    w = t.unfinished.iloc[0]
+    return [f"OPEN SPANS: {int(w['count']):,} (unfinished: a kernel aborted or ENDs were dropped; as on every page they end "
             f"where their kernel stopped); longest: rank {int(w['rank'])} "
-            f"{w['kernel']}/{w['phase']} {fmt_ns(float(d.iloc[i]))} (block {int(w['block'])} warp {int(w['warp'])}, "
+            f"{w['kernel']}/{w['phase']} {fmt_ns(float(w['duration_ns']))} (block {int(w['block'])} warp {int(w['warp'])}, "
             f"unfinished)"]
 
 
-def _phases(run: Run, ev: pd.DataFrame | None = None) -> list[str]:
-    ev = run.events if ev is None else ev
-    gpu = ev[ev["kind"] != "host"]
-    if not len(gpu):
+def _phases(t: RunTables) -> list[str]:
+    if t.events - t.kind_count("host") == 0:
         return []
-    # warp time: each warp's active extent per launch, summed per (kernel, rank)
-    ext = gpu.groupby(["kernel", "rank", "launch", "block", "warp"], observed=True).agg(b=("begin_ns", "min"), e=("end_ns", "max"))
-    warp_time = (ext["e"] - ext["b"]).groupby(level=["kernel", "rank"], observed=True).sum()
-    sp = gpu[gpu["kind"] == "span"].assign(dur=lambda d: d["end_ns"] - d["begin_ns"])
-    if not len(sp):
+    g = t.phases
+    if not len(g):
         return ["", "no spans recorded"]
-    g = sp.groupby(["kernel", "phase", "rank"], observed=True)["dur"].agg(["count", "sum", "median", "max"]).reset_index()
-    g["share"] = g["sum"] / warp_time.reindex(pd.MultiIndex.from_frame(g[["kernel", "rank"]])).to_numpy()
     nranks = g["rank"].nunique()
     order = g.groupby(["kernel", "phase"], observed=True)["sum"].transform("sum")
-    g = g.assign(order=order).sort_values(["kernel", "order", "phase", "rank"], ascending=[True, False, True, True])
+    # kernels and phases in the event table's category order (its *_order columns)
+    g = g.assign(order=order).sort_values(["kernel_order", "order", "phase_order", "rank"],
+                                          ascending=[True, False, True, True])
     if nranks <= PER_RANK_ROWS_MAX_RANKS:
         t = pd.DataFrame({"kernel": g["kernel"].astype(str), "phase": g["phase"].astype(str), "rank": g["rank"],
                           "spans": g["count"], "total us": g["sum"].map(_us), "median us": g["median"].map(_us),
                           "max us": g["max"].map(_us), "% warp time": (100 * g["share"]).map(lambda v: f"{v:.1f}")})
     else:
         rows = []
-        for (k, p), h in g.groupby(["kernel", "phase"], observed=True, sort=False):
+        for (k, p), h in g.groupby(["kernel", "phase"], sort=False):
             s = h.loc[h["sum"].idxmax()]
             rows.append({"kernel": str(k), "phase": str(p), "spans": int(h["count"].sum()), "total us": _us(h["sum"].sum()),
                          "median us (rank median)": _us(h["median"].median()),
@@ -232,31 +212,41 @@ def _phases(run: Run, ev: pd.DataFrame | None = None) -> list[str]:
     return ["", "phases (span time summed over warps; nested phases also count in their parent)", *_table(t)]
 
 
+def _results(run: Run, step: Callable[[str], None]):
+    """The run's analyses: stored (RUN/analysis/, current for its data and this analysis version),
+    else computed chunk by chunk as `epscope analyze` computes them (memory bounded by a chunk),
+    not stored."""
+    got = stored.load(run.path)
+    if got is not None:
+        step("reading the stored analyses")
+        return got
+    step(f"analysing {run.num_events:,} events (no current stored analyses: `epscope analyze RUN` stores them)")
+    return summary.analyze(run)
+
+
 def report(run, step: Callable[[str], None] | None = None) -> str:
     """Text summary of a run (a Run or a run directory). step(label), if given, hears which part
-    is being computed (the CLI shows it as progress)."""
+    is being computed (the CLI shows it as progress). Reads the run's stored analyses when they are
+    current, else computes them (profiler.analysis.chunked); never reads the whole event table."""
     step = step or (lambda label: None)
     run = run if isinstance(run, Run) else load_run(run)
-    step(f"loading {run.num_events:,} events")
-    # the same closed table every page analyses: unfinished waits last until their kernel stopped
-    ev = unfinished.close(run.events, run.launches)
+    res = _results(run, step)
+    t = res.run_tables
     step("summarising")
-    kinds = ev["kind"].value_counts()
-    ranks = sorted(set(ev["rank"].unique().tolist()) | set(run.launches["rank"].unique().tolist()))
+    ranks = sorted(set(int(r) for r in res.ranks) | set(run.launches["rank"].unique().tolist()))
     lines = _header(run)
-    lines.append(f"events: {len(ev):,} ({', '.join(f'{int(kinds.get(k, 0)):,} {k}' for k in ('span', 'instant', 'arrive', 'depart', 'host') if kinds.get(k, 0))}); "
+    lines.append(f"events: {t.events:,} ({', '.join(f'{t.kind_count(k):,} {k}' for k in KINDS if t.kind_count(k))}); "
                  f"launches: {len(run.launches):,}; ranks: {', '.join(map(str, ranks))}")
-    lines += _unfinished(ev)
-    lines += _clock(run) + _losses(run) + _kernels(run)
-    step("time model")
-    g = G.build(ev, run.manifest.get("registry"), run.launches)
-    lines += _time_model(ev, g)
-    lines += _late_entry(g)
-    step("phases")
-    lines += _phases(run, ev)
+    lines += _unfinished(t)
+    lines += _clock(run) + _losses(run) + _kernels(t)
+    lines += _time_model(res.time_model)
+    totals = res.critical.total_ns
+    le = LE.from_time_model(res.time_model, totals)
+    lines += _late_entry(le, res.time_model, totals)
+    lines += _phases(t)
     step("verdicts")
-    lines += _verdicts(ev, run)
+    lines += _verdicts(run, res, le)
     step("PyTorch traces")
     from .torchtrace.report import torch_lines   # the op inside the step (issue 30): its own section
-    lines += torch_lines(run, time_model(g))
+    lines += torch_lines(run, res.time_model)
     return "\n".join(lines) + "\n"

@@ -883,6 +883,41 @@ class EventReader:
             out.append(v)
         return out[0], out[1]
 
+    def counts(self) -> tuple[pd.Series, np.ndarray]:
+        """(events per iteration, the ranks that recorded events), with memory of one row group:
+        a row group whose footer statistics say it holds one iteration (and one rank) is counted
+        from them, any other from its `iteration` and `rank` columns (keys() read both columns of
+        the whole table: 0.6 GB at 100 M events, issue 31)."""
+        per: dict[int, int] = {}
+        ranks: set[int] = set()
+        for i, st in enumerate(self.groups):
+            if st.rows == 0:
+                continue
+            one_it = st.iteration_min is not None and st.iteration_min == st.iteration_max
+            one_rank = st.rank_min is not None and st.rank_min == st.rank_max
+            if one_it and one_rank and st.iteration_min >= 0 and st.rank_min >= 0:
+                per[st.iteration_min] = per.get(st.iteration_min, 0) + st.rows
+                ranks.add(st.rank_min)
+                continue
+            try:
+                t = self._pf.read_row_group(i, columns=["iteration", "rank"])
+            except (OSError, pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as e:
+                raise CorruptRun(f"{self.label}: cannot read events: {type(e).__name__}: {_line(e)}") from None
+            it, rk = t.column("iteration"), t.column("rank")
+            for c, col in (("iteration", it), ("rank", rk)):
+                if col.null_count:
+                    raise validate.InvalidEvents(f"{self.label}: column {c!r}: {col.null_count:,} rows are missing")
+            it, rk = it.to_numpy(), rk.to_numpy()
+            st.check(i, it, rk, self.label)
+            if len(it) and (int(it.min()) < 0 or int(rk.min()) < 0):
+                raise validate.InvalidEvents(f"{self.label}: column 'iteration' or 'rank': negative values")
+            u, c = np.unique(it, return_counts=True)
+            for a, b in zip(u.tolist(), c.tolist()):
+                per[a] = per.get(a, 0) + b
+            ranks.update(np.unique(rk).tolist())
+        counts = pd.Series(per, dtype=np.int64).sort_index()
+        return counts, np.array(sorted(ranks), dtype=np.int64)
+
     def row_groups(self, keep: RowFilter) -> list[int]:
         """The row groups a read of `keep` opens."""
         return [i for i, st in enumerate(self.groups) if keep.may_hold(st)]

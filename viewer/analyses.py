@@ -210,8 +210,14 @@ def what_if_key(phase: str, speedup: float, rank) -> tuple:
 def what_if(run: LoadedRun, phase: str, speedup: float, rank) -> pd.DataFrame:
     """The what-if's summary per iteration (what the page shows), re-timing the graph the
     critical path was found on, without the re-timed run's own path or a re-timed copy of the table
-    (0.5 GB at 10 M events): only the summary is kept. A critical path read from storage has no
-    graph: it is built here (in the what-if's background job)."""
+    (0.5 GB at 10 M events): only the summary is kept. A run stored in several chunks re-times
+    each chunk from its stored what-if input (stored.Stored.what_if_summary: no event read, one
+    chunk's input in memory at a time); another critical path read from storage has no graph: it
+    is built here (in the what-if's background job)."""
+    s = stored_results(run)
+    if s is not None and s.what_if is not None:
+        return run.cached(what_if_key(phase, speedup, rank), lambda: s.what_if_summary(
+            phase=phase, speedup=speedup, rank=rank))
     g = graph(run)
     if isinstance(g, chunked.Summaries):      # a run analysed in chunks re-times chunk by chunk
         return run.cached(what_if_key(phase, speedup, rank), lambda: g.what_if_summary(

@@ -95,28 +95,27 @@ def save(run, res: chunked.Results) -> Path | None:
     m = mode()
     if m == "off":
         return None
-    events = run.events if run.num_events <= chunked.MAX_EVENTS else None   # in memory: not read again
     out = None
     if m == "run" and os.access(run.path, os.W_OK | os.X_OK):
-        out = _write(run, res, events, None)
+        out = _write(run, res, None)
     if out is None:
         hashes = run.data_hashes()
-        out = _write(run, res, events, cache_root() / _key(hashes)) if hashes else None
+        out = _write(run, res, cache_root() / _key(hashes)) if hashes else None
     if out is not None:
         with _lock:
             _generation += 1
     return out
 
 
-def _write(run, res, events, d: Path | None) -> Path | None:
+def _write(run, res, d: Path | None) -> Path | None:
     """stored.store and summary.store into the run (d None) or into the cache directory d."""
     try:
         if d is None:
             summary.store(run, res)
-            return stored.store(run, res, events=events)
+            return stored.store(run, res)
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         summary.store(run, res, dest=d / summary.FILE)
-        return stored.store(run, res, events=events, dest=d / stored.DIR)
+        return stored.store(run, res, dest=d / stored.DIR)
     except Exception as e:   # a full disk, a read-only run, a race with another writer: computed, not kept
         _log.warning("could not keep the analyses of %s in %s: %s: %s", run.path, d or "the run",
                      type(e).__name__, e)

@@ -21,19 +21,28 @@ whole run are combined as such, before anything reads them:
   - the run's rank count (the time model's missing ranks): from the whole table's ranks.
 Only the idle page's balancing projection (a what-if) needs more than tables after the chunks are
 done: it re-times each chunk (`Summaries.what_if_summary`) from the chunk's whatif.WhatIfInput,
-kept in the first pass (the re-timing input at the scale of the graph's targets, and the segments
-a what-if can shorten: 61 MB a 2.5 M-event chunk) while the chunks so far leave a balancing
-what-if possible (WHAT_IF_KEEP_RATIO); a chunk without one is read and built again.
+made in the first pass (the re-timing input at the scale of the graph's targets, and the segments
+a what-if can shorten: 61 MB a 2.5 M-event chunk) and left in `Spills.what_if`
+(profiler.analysis.spill): on disk for `epscope analyze`, one chunk's input read back at a time and
+stored with the results for the exact what-if of a stored run (issue 31); in memory (a viewer
+analysing a run it does not store) only while the chunks so far leave a balancing what-if possible
+(WHAT_IF_KEEP_RATIO), a chunk without one being read and built again. The report's tables
+(profiler.analysis.run_tables) are summed over the chunks, their medians selected from the span
+durations each chunk leaves in `Spills.durations`.
 
-`analyze(events, ...)` splits a table in memory; `analyze_chunks(chunks, ...)` takes any iterable
-of event tables of whole iterations (a reader of a run laid out by iteration feeds it without
-ever holding the run); `analyze_run(run)` reads a run directory chunk by chunk
-(runreader.EventReader: row groups chosen by their `iteration` statistics). The results equal critical_path / idle_warps / barrier_contention / time_model
-on the whole table (tests/analysis/test_chunked.py holds them equal on every bundled run and on
-synthetic runs).
+Each chunk's pass is `chunk_pass` (its graph, tables, timeline tiles, report share, what-if
+input: a `ChunkOut`); `_finish` makes the run's results of the chunks' outputs. `analyze(events,
+...)` splits a table in memory; `analyze_chunks(chunks, ...)` takes any iterable of event tables
+of whole iterations (a reader of a run laid out by iteration feeds it without ever holding the
+run); `analyze_run(run)` reads a run directory chunk by chunk (runreader.EventReader: row groups
+chosen by their `iteration` statistics), or has a distributed engine's workers run the chunks'
+passes (profiler.analysis.distributed: the same outputs, combined here). The results equal
+critical_path / idle_warps / barrier_contention / time_model on the whole table
+(tests/analysis/test_chunked.py holds them equal on every bundled run and on synthetic runs).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 import importlib
 from typing import Callable, Iterable, Iterator
@@ -44,6 +53,7 @@ import pandas as pd
 from . import barriers as B
 from . import graph as G
 from . import heap
+from . import run_tables as RT
 from . import idle as I
 from . import imbalance as IM
 from . import path_verdict as PV
@@ -52,7 +62,9 @@ from . import timemodel as TM
 from . import timeline_overview as TLO
 from . import timeouts
 from . import unfinished
+from .lanes import codes
 from .semantics import semantics
+from .spill import Spill
 from .timemodel import TimeModel
 from .whatif import WhatIfInput, what_if
 
@@ -69,6 +81,52 @@ MAX_EVENTS = 2_000_000
 
 
 @dataclass
+class Spills:
+    """Where a run's chunks leave what is needed after their pass (profiler.analysis.spill): the
+    what-if's re-timing inputs and the report's span durations. In memory by default; in
+    directories for `epscope analyze` (memory bounded by a chunk; the what-if inputs are then
+    stored with the results: profiler.analysis.stored) and for a distributed run (workers write
+    there, the driver reads)."""
+    what_if: Spill = field(default_factory=Spill)
+    durations: Spill = field(default_factory=Spill)
+
+    @property
+    def on_disk(self) -> bool:
+        return self.what_if.on_disk and self.durations.on_disk
+
+
+class LocalMap:
+    """Runs a function over items here, in order (a distributed engine's `map` sends them to its
+    workers instead: profiler.analysis.distributed)."""
+
+    @staticmethod
+    def map(fn, items, **shared) -> list:
+        return [fn(x, **shared) for x in items]
+
+
+LOCAL = LocalMap()
+
+
+def _recorded_one(name: str, *, spill: Spill, tm) -> pd.DataFrame:
+    """whatif.recorded of the chunk whose what-if input is `name` (it reads the input's lanes)."""
+    return WhatIfInput.from_arrays(spill.get(name), tm).recorded()
+
+
+def _what_if_one(item: tuple, *, spill: Spill, tm, path, phase: str, speedup: float, rank) -> pd.DataFrame:
+    """One chunk's what-if summary from its input (item: its name and its whatif.recorded)."""
+    name, rec = item
+    inp = WhatIfInput.from_arrays(spill.get(name), tm)
+    return inp.summary(phase=phase, speedup=speedup, rank=rank, path=path, rec=rec)
+
+
+def _path_only(cp) -> "CP.CriticalPath":
+    """What a chunk's what-if reads of the run's critical path (its segments: path_phase_ns), to
+    send to a worker without the rest."""
+    return dataclasses.replace(cp, slack=cp.slack.iloc[:0], total_ns=cp.total_ns.iloc[:0],
+                               path_ns=cp.path_ns.iloc[:0], verdict=None, graph=None)
+
+
+@dataclass
 class Summaries:
     """What the verdicts read of a dependency graph, combined over the chunks of a run.
 
@@ -81,9 +139,13 @@ class Summaries:
     graph: G.Graph | None = field(default=None, repr=False)   # the graph of a run of one chunk
     # the whole run's recorded critical path (what-if's path_phase_ns reads it, not a new walk)
     path: object = field(default=None, repr=False)
-    # per chunk of a run of several: what its what-if needs, kept from the first pass (None for a
-    # chunk after which no balancing what-if looked possible: _what_if_possible)
+    # per chunk of a run of several: the name of its what-if input in `spills.what_if` (None for a
+    # chunk kept without one: _what_if_possible)
     what_if_inputs: list = field(default_factory=list, repr=False)
+    spills: Spills | None = field(default=None, repr=False)
+    # per input name: whatif.recorded of its chunk (the same for every what-if: computed once)
+    what_if_recorded: dict = field(default_factory=dict, repr=False)
+    mapper: object = field(default=LOCAL, repr=False)     # where the chunks' what-ifs run
     # to read and build again a chunk without an input (analyze_chunks's `chunks`, launch table)
     rechunk: Callable[[], Iterable] | None = field(default=None, repr=False)
     launches: pd.DataFrame | None = field(default=None, repr=False)
@@ -91,10 +153,10 @@ class Summaries:
     def what_if_summary(self, *, phase: str, speedup: float, rank) -> pd.DataFrame:
         """whatif.what_if(...).summary over the whole run, chunk by chunk (iterations are
         independent: each chunk's rows are the whole run's for its iterations). A run of one chunk
-        re-times the graph it kept; a run of several re-times each chunk's WhatIfInput (kept in
+        re-times the graph it kept; a run of several re-times each chunk's WhatIfInput (made in
         the first pass: reading and building each chunk's graph again was a quarter of the CPU of
-        `epscope analyze` at 10 M events, benchmarks/NOTES.md), and reads and builds again only
-        the chunks kept without one."""
+        `epscope analyze` at 10 M events, benchmarks/NOTES.md), read back from the spill one chunk
+        at a time, and reads and builds again only the chunks kept without one."""
         name = phase.split("/", 1)[-1]
         if name not in self.derived["phase_names"]:
             raise ValueError(f"what_if: the run records no phase {name!r}")
@@ -103,16 +165,20 @@ class Summaries:
             return what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
                            missing_ok=True, keep_retimed=False, path=self.path).summary
         again = self._graphs({i for i, w in enumerate(self.what_if_inputs) if w is None})
+        names = [w for w in self.what_if_inputs if w is not None]
+        done = iter(self.mapper.map(_what_if_one, [(w, self.what_if_recorded.get(w)) for w in names],
+                                    spill=self.spills.what_if, tm=self.derived["time_model"],
+                                    path=_path_only(self.path), phase=phase, speedup=speedup, rank=rank))
         parts = []
         for w in self.what_if_inputs:
             if w is not None:
-                parts.append(w.summary(phase=phase, speedup=speedup, rank=rank, path=self.path))
+                parts.append(next(done))
                 continue
             g = next(again)
             parts.append(what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
                                  missing_ok=True, keep_retimed=False, path=self.path).summary)
             del g            # before the next chunk is read (as in analyze_chunks)
-        return _concat(parts).reset_index(drop=True)
+        return what_if_rows(parts)
 
     def _graphs(self, which: set) -> Iterator[G.Graph]:
         """The graphs of the chunks numbered `which`, in order (read and built again)."""
@@ -142,6 +208,14 @@ class Results:
     largest_chunk: int                # events in the largest
     compare: object = None            # compare.RunInputs (no name, no manifest): what Compare reads of the run
     timeline: object = None           # timeline_overview.Overview: what the viewer's timeline draws zoomed out
+    run_tables: object = None         # run_tables.RunTables: what `epscope report` prints beside the verdicts
+    span_phases: tuple = ()           # names of the run's span phases (the what-if's choices)
+    ranks: tuple = ()                 # the ranks that recorded events
+    # the what-if inputs of a run of several chunks, by chunk (names in spills.what_if; empty for a
+    # run of one chunk, whose what-if re-times its graph): what stored.store writes beside the results
+    what_if: tuple = ()
+    spills: Spills | None = field(default=None, repr=False)
+    what_if_recorded: dict = field(default_factory=dict, repr=False)   # Summaries.what_if_recorded
 
 
 # -- chunking ----------------------------------------------------------------------------------
@@ -163,7 +237,10 @@ def iteration_chunks(counts: pd.Series, max_events: int) -> list[np.ndarray]:
 
 def _graph(ev: pd.DataFrame, sem, launches, run_ranks: int) -> G.Graph:
     """The graph of one chunk (not cached: it lives while its chunk is analysed)."""
-    closed = unfinished.close(ev, launches)
+    return _graph_of_closed(unfinished.close(ev, launches), sem, run_ranks)
+
+
+def _graph_of_closed(closed: pd.DataFrame, sem, run_ranks: int) -> G.Graph:
     g = G._build(closed, sem)
     g.table_ref = closed
     g.derived["run_ranks"] = run_ranks
@@ -186,7 +263,10 @@ def _tables(g: G.Graph, rows: np.ndarray) -> dict:
     out["compare"] = CMP.event_samples(g.table_ref, g.sem, CMP.entry_cuts(out["time_model_rows"]))
     out["rank_lateness"] = RV.rank_lateness(g)
     out["arrivals"] = RV.arrivals(g)
-    out["occurrence_info"] = RV.occurrence_info(g)
+    oi = RV.occurrence_info(g)
+    # occurrences are numbered by their first arrival's row in the whole table (_combine): kept as
+    # that row number, not with the chunk's row numbers (8 bytes an event: 0.8 GB at 100 M events)
+    out["occurrence_info"] = oi.assign(order_row=rows[oi["order_row"].to_numpy()]) if len(oi) else oi
     out["kernel_busy_top"] = RV.kernel_busy_top(g)
     out["waited_on"] = IM.waited_on(g)
     out["held_after_entry"] = IM.held_after_entry(g)
@@ -199,7 +279,6 @@ def _tables(g: G.Graph, rows: np.ndarray) -> dict:
     out["stalls"] = timeouts.stalls(g).table
     out["phase_names"] = set(map(str, g.phase_names))
     out["lanes"] = int(len(g.lane))
-    out["rows"] = rows
     out["warnings"] = tuple(g.warnings)
     return out
 
@@ -209,6 +288,11 @@ def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
     if not full:
         return parts[0] if parts else pd.DataFrame()
     return full[0].copy() if len(full) == 1 else pd.concat(full, ignore_index=True)
+
+
+def what_if_rows(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The what-if summaries of chunks (in chunk order) as the run's: one table of their rows."""
+    return _concat(parts).reset_index(drop=True)
 
 
 def _phase_busy(per: list[dict]) -> pd.DataFrame:
@@ -251,7 +335,7 @@ def _combine(per: list[dict], sem, run_ranks: int) -> tuple[Summaries, CP.Critic
         a, oi = p["arrivals"], p["occurrence_info"]
         if len(a):
             arr.append(a.assign(occ=a["occ"].to_numpy() + occ0, lane=a["lane"].to_numpy() + lane0))
-        info.append(oi.assign(order_row=p["rows"][oi["order_row"].to_numpy()]) if len(oi) else oi)
+        info.append(oi)
         occ0 += len(oi)
         lane0 += p["lanes"]
     info = _concat(info).reset_index(drop=True)
@@ -284,71 +368,163 @@ def _combine(per: list[dict], sem, run_ranks: int) -> tuple[Summaries, CP.Critic
     return s, cp
 
 
+# -- one chunk's pass -----------------------------------------------------------------------------
+@dataclass
+class ChunkOut:
+    """What one chunk's pass leaves for the run (small: per warp and launch, per occurrence, per op,
+    a tile per iteration; what scales with the chunk's events went to the spills). Plain data: a
+    distributed run's workers send it back pickled (profiler.analysis.distributed)."""
+    index: int
+    events: int
+    tables: dict                      # _tables: what the verdicts read through graph.memo
+    timeline: TLO.Builder             # this chunk's part of the timeline overview
+    run_tables: RT.ChunkPart          # its part of the report's tables (its durations spilled)
+    span_phases: frozenset
+    ranks: frozenset
+    what_if: str | None = None        # the name of its what-if input in the what-if spill
+    what_if_sha256: str | None = None
+    what_if_bytes: int = 0
+
+
+def _span_phases_ranks(ev: pd.DataFrame) -> tuple[frozenset, frozenset]:
+    """The span phases and the ranks of a chunk (category codes: no string per row)."""
+    kind_c, kind_n = codes(ev["kind"])
+    pc, pn = codes(ev["phase"])
+    k = list(kind_n).index("span") if "span" in kind_n else -2
+    used = np.unique(pc[kind_c == k])
+    return (frozenset(str(pn[c]) for c in used if c >= 0),
+            frozenset(int(r) for r in np.unique(ev["rank"].to_numpy())))
+
+
+def chunk_pass(ev: pd.DataFrame, la, sem, run_ranks: int, index: int, spills: Spills,
+               keep_what_if: Callable[[dict], bool]) -> tuple[ChunkOut, G.Graph]:
+    """One chunk of whole iterations (ev indexed by its rows' numbers in the whole table): its
+    graph, its tables, its part of the timeline and of the report's tables, and, when
+    keep_what_if(its tables) says so, its what-if input written to spills.what_if. Returns the
+    graph too (a run of one chunk keeps it)."""
+    rows = ev.index.to_numpy()
+    closed = unfinished.close(ev, la)
+    # what reads the table only, before the graph is built: their temporaries and the graph are
+    # never alive at once (the timeline's tiles were the peak of a 7.5 M-event chunk, issue 31)
+    tl = TLO.Builder()                    # the timeline's overview, from the chunk's closed table
+    tl.add(closed)
+    rt = RT.chunk_part(closed, len(ev), rows, spills.durations, f"durations-{index:05d}")
+    sp, rk = _span_phases_ranks(ev)
+    g = _graph_of_closed(closed, sem, run_ranks)
+    del closed
+    tables = _tables(g, rows)
+    out = ChunkOut(index=index, events=len(ev), tables=tables, timeline=tl, run_tables=rt, span_phases=sp, ranks=rk)
+    if keep_what_if(tables):
+        out.what_if = f"whatif-{index:05d}"
+        spills.what_if.put(out.what_if, WhatIfInput.from_graph(g, None).to_arrays())
+        out.what_if_sha256 = spills.what_if.sha256.get(out.what_if)
+        out.what_if_bytes = spills.what_if.sizes.get(out.what_if, 0)
+    return out, g
+
+
+def _finish(outs: list[ChunkOut], *, sem, ranks: int, launches, spills: Spills, graph,
+            rechunk, mapper=LOCAL) -> Results:
+    """The run's results from its chunks' outputs (in chunk order): the tables combined, the
+    verdicts, Compare's inputs, the timeline's overview and the report's tables."""
+    if not outs:
+        raise ValueError("analyze_chunks: no chunks")
+    per = [o.tables for o in outs]
+    s, cp = _combine(per, sem, ranks)
+    several = len(outs) > 1
+    wif = [o.what_if for o in outs] if several else []
+    s.path, s.graph, s.what_if_inputs, s.spills, s.rechunk, s.launches = cp, graph, wif, spills, rechunk, launches
+    s.derived["launches"] = launches      # the straggler decision's silent warps (imbalance.silent_lanes)
+    s.mapper = mapper
+    s.what_if_recorded = _recorded(spills, wif, s.derived["time_model"], mapper)
+    if graph is not None:
+        # the run's time model serves the kept graph (what_if reads its rows of the chunk's launches)
+        graph.derived["time_model"] = s.derived["time_model"]
+    cp.verdict = PV.headline(cp)
+    idle = I.from_graph(s, launches)
+    bar = B.from_graph(s)
+    cmp = CMP.inputs_from(tm=s.derived["time_model"], cp=cp, parts=[p["compare"] for p in per], sem=sem)
+    tl = TLO.Builder()
+    for o in outs:
+        tl.merge(o.timeline)
+    rt = RT.finish([o.run_tables for o in outs], spills.durations, launches)
+    for o in outs:
+        spills.durations.drop(o.run_tables.name)
+    for o in outs if not several else ():
+        if o.what_if is not None:
+            spills.what_if.drop(o.what_if)
+    return Results(critical=cp, idle=idle, barriers=bar, time_model=s.derived["time_model"], chunks=len(outs),
+                   largest_chunk=max(o.events for o in outs), compare=cmp, timeline=tl.finish(), run_tables=rt,
+                   span_phases=tuple(sorted(set().union(*(o.span_phases for o in outs)))),
+                   ranks=tuple(sorted(set().union(*(o.ranks for o in outs)))),
+                   what_if=tuple(w for w in wif if w is not None), spills=spills, what_if_recorded=s.what_if_recorded)
+
+
+def _recorded(spills: Spills, names: list, tm, mapper) -> dict:
+    """whatif.recorded of every chunk kept with a what-if input (it reads the input's lanes only)."""
+    todo = [n for n in names if n is not None]
+    return dict(zip(todo, mapper.map(_recorded_one, todo, spill=spills.what_if, tm=tm)))
+
+
 # -- drivers ---------------------------------------------------------------------------------
 def _split(item) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     return item if isinstance(item, tuple) else (item, None)
 
 
-def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=None, ranks: int) -> Results:
+def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=None, ranks: int,
+                   count: int | None = None, spills: Spills | None = None) -> Results:
     """The analyses of a run given as chunks of whole iterations (no iteration in two chunks).
 
     chunks: a callable returning a fresh iterable of the chunks' event tables, each indexed by
     its rows' numbers in the whole table (barrier occurrences are numbered in that order), or of
     (events, the chunk's launch table) pairs when the run's launch table is made chunk by chunk
     too (then `launches` is None); called again only when the idle page's balancing what-if needs
-    a chunk whose what-if input was not kept (_what_if_possible). ranks: the run's rank count. Freed memory stays
-    in the process while it runs (heap.kept: the chunks' temporaries are not faulted in again for
-    each chunk)."""
+    a chunk whose what-if input was not kept (_what_if_possible). ranks: the run's rank count.
+    count: how many chunks `chunks` yields, when known (a run of several then drops each chunk's
+    graph before the next chunk is read). spills: where the chunks' what-if inputs and span
+    durations go (default: memory; on disk every chunk's what-if input is written, in memory
+    only while a balancing what-if looks possible). Freed memory stays in the process while it
+    runs (heap.kept: the chunks' temporaries are not faulted in again for each chunk)."""
+    spills = Spills() if spills is None else spills
     with heap.kept():
-        return _analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks)
+        return _analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks, count=count, spills=spills)
 
 
-def _analyze_chunks(chunks, *, registry, launches, ranks: int) -> Results:
+def _analyze_chunks(chunks, *, registry, launches, ranks: int, count, spills: Spills) -> Results:
     sem = semantics(registry)
-    per, largest, la_parts, g, wif = [], 0, [], None, []
-    tl = TLO.Builder()                    # the timeline's overview, from each chunk's closed table
-    for item in chunks():
+    outs, la_parts, g = [], [], None
+    per = []
+
+    def keep_what_if(tables: dict) -> bool:
+        # a run of one chunk re-times its graph; on disk every input is kept (stored for the
+        # exact what-if of a stored run); in memory while the chunks so far leave a balancing
+        # what-if possible
+        if count == 1:
+            return False
+        return spills.what_if.on_disk or _what_if_possible(per + [tables])
+
+    for i, item in enumerate(chunks()):
         ev, la = _split(item)
         del item
         if la is not None:
             la_parts.append(la)
-        largest = max(largest, len(ev))
         # the previous chunk's graph is kept only for a run of one chunk: dropped before this one's is
         # built (held, it raised the peak by a graph and its events: 1.61 -> 1.2 GB at 4 x 2.5 M events)
         g = None
-        g = _graph(ev, sem, launches if la is None else la, ranks)
-        per.append(_tables(g, ev.index.to_numpy()))
-        tl.add(g.table_ref)
+        out, g = chunk_pass(ev, launches if la is None else la, sem, ranks, i, spills, keep_what_if)
         del ev
-        # what the balancing what-if needs of the chunk, while the chunks so far leave one possible
-        # (a run of one chunk re-times its graph instead)
-        wif.append(WhatIfInput.from_graph(g, None) if _what_if_possible(per) else None)
-    if not per:
-        raise ValueError("analyze_chunks: no chunks")
-    if len(per) > 1:
+        outs.append(out)
+        per.append(out.tables)
+        if count is not None and count > 1:
+            g = None                      # before the next chunk is read
+    if len(outs) > 1:
         g = None
-    else:
-        wif = []
     if la_parts:
         launches = pd.concat(la_parts, ignore_index=True)
-    s, cp = _combine(per, sem, ranks)
-    s.path, s.graph, s.what_if_inputs, s.rechunk, s.launches = cp, g, wif, chunks, launches
-    s.derived["launches"] = launches      # the straggler decision's silent warps (imbalance.silent_lanes)
-    for w in filter(None, wif):
-        # the run's time model serves every chunk (what_if reads its rows of the chunk's launches)
-        w.ends.derived["time_model"] = s.derived["time_model"]
-    if s.graph is not None:
-        g.derived["time_model"] = s.derived["time_model"]
-    del g
-    cp.verdict = PV.headline(cp)
-    idle = I.from_graph(s, launches)
-    bar = B.from_graph(s)
-    cmp = CMP.inputs_from(tm=s.derived["time_model"], cp=cp, parts=[p["compare"] for p in per], sem=sem)
-    return Results(critical=cp, idle=idle, barriers=bar, time_model=s.derived["time_model"], chunks=len(per),
-                   largest_chunk=largest, compare=cmp, timeline=tl.finish())
+    return _finish(outs, sem=sem, ranks=ranks, launches=launches, spills=spills, graph=g, rechunk=chunks)
 
 
-def analyze(events: pd.DataFrame, *, registry=None, launches=None, max_events: int = MAX_EVENTS) -> Results:
+def analyze(events: pd.DataFrame, *, registry=None, launches=None, max_events: int = MAX_EVENTS,
+            spills: Spills | None = None) -> Results:
     """The analyses of an event table in memory, in chunks of at most max_events events (whole
     iterations). Bounds the analyses' own memory; the table itself is the caller's."""
     its = events["iteration"].to_numpy()
@@ -365,28 +541,52 @@ def analyze(events: pd.DataFrame, *, registry=None, launches=None, max_events: i
             ev.index = rows              # row numbers in the whole table (occurrence order)
             yield ev
             del ev
-    return analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks)
+    return analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks, count=len(groups),
+                          spills=spills)
 
 
-def analyze_run(run, *, max_events: int = MAX_EVENTS) -> Results:
-    """The analyses of a run directory (profiler.runstore.Run) without reading its whole event
-    table: the `iteration` and `rank` columns cut the chunks, then each chunk's events are read
-    through runreader.EventReader (row groups pruned on their iteration statistics, rows filtered,
-    checked as a whole read is). A run written since issue 20 has row groups cut at (rank,
-    iteration) boundaries, so each row group is decoded about once (twice for a run whose idle
-    verdict re-times it); an older run's bigger row groups are decoded once per chunk they hold
-    rows of. Memory stays bounded by a chunk plus a row group."""
+def plan_run(run, max_events: int) -> tuple[list[np.ndarray], int]:
+    """(the chunks' iterations, the run's rank count) of a run directory, from its events per
+    iteration (runreader.EventReader.counts: footer statistics, else one row group at a time)."""
     from profiler.runreader import EventReader
 
     with EventReader(run) as r:
-        its, rks = r.keys()
-    counts = pd.Series(its).value_counts()
-    ranks = int(pd.unique(rks).size)
-    del its, rks
-    groups = iteration_chunks(counts, max_events)
+        counts, rks = r.counts()
+    return iteration_chunks(counts, max_events), int(rks.size)
+
+
+def analyze_run(run, *, max_events: int | None = None, spills: Spills | None = None, engine=None) -> Results:
+    """The analyses of a run directory (profiler.runstore.Run) without reading its whole event
+    table: the `iteration` and `rank` statistics cut the chunks, then each chunk's events are read
+    through runreader.EventReader (row groups pruned on their iteration statistics, rows filtered,
+    checked as a whole read is). A run written since issue 20 has row groups cut at (rank,
+    iteration) boundaries, so each row group is decoded about once; an older run's bigger row
+    groups are decoded once per chunk they hold rows of. Memory stays bounded by a chunk plus a
+    row group. engine: a distributed engine (profiler.analysis.distributed) that runs the chunks'
+    passes on its workers (spills on disk, where every worker and this process can read them);
+    the results are the same. max_events: events a chunk holds at most (default MAX_EVENTS)."""
+    from profiler.runreader import EventReader
+
+    groups, ranks = plan_run(run, MAX_EVENTS if max_events is None else max_events)
+    if engine is not None and len(groups) > 1:      # a run of one chunk keeps its graph: here
+        if spills is None or not spills.on_disk:
+            raise ValueError("analyze_run: a distributed run needs spills on disk (profiler.analysis.spill)")
+        with heap.kept():
+            outs = engine.map_chunks(run, groups, ranks, spills)
+            return _finish(outs, sem=semantics(run.manifest.get("registry")), ranks=ranks, launches=run.launches,
+                           spills=spills, graph=None, rechunk=lambda: _read_chunks(run, groups), mapper=engine)
 
     def chunks():
         with EventReader(run) as r:
             for grp in groups:
                 yield r.read(iterations=grp)   # indexed by row number in the whole table (occurrence order)
-    return analyze_chunks(chunks, registry=run.manifest.get("registry"), launches=run.launches, ranks=ranks)
+    return analyze_chunks(chunks, registry=run.manifest.get("registry"), launches=run.launches, ranks=ranks,
+                          count=len(groups), spills=spills)
+
+
+def _read_chunks(run, groups):
+    from profiler.runreader import EventReader
+
+    with EventReader(run) as r:
+        for grp in groups:
+            yield r.read(iterations=grp)

@@ -157,7 +157,7 @@ FINDING_SHARE = 0.05
 def decision(g: G.Graph, totals: pd.DataFrame) -> LateEntry | None:
     """The late-entry decision of the run (memoised per graph), None when no rank ever made
     another wait by entering late. totals: critical_path.iteration_totals(g)."""
-    return G.memo(g, "late_entry", lambda: _decision(time_model(g), totals))
+    return G.memo(g, "late_entry", lambda: from_time_model(time_model(g), totals))
 
 
 def per_rank_waits(tm: TimeModel, iterations: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -175,7 +175,9 @@ def per_rank_waits(tm: TimeModel, iterations: np.ndarray) -> tuple[pd.DataFrame,
     return waited, own
 
 
-def _decision(tm: TimeModel, totals: pd.DataFrame) -> LateEntry | None:
+def from_time_model(tm: TimeModel, totals: pd.DataFrame) -> LateEntry | None:
+    """The decision from a time model and the iteration totals (a run's stored results hold both:
+    `epscope report` reads them without a graph)."""
     o = tm.ops
     if o.empty or totals.empty or not ((o["late_rank"] >= 0) & (o["late_wait_ns"] > 0)).any():
         return None

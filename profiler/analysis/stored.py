@@ -28,7 +28,19 @@ critical path per phase), so a comparison of many runs reads a few KB per run (f
 without it, reads as not current). `timeline` is the timeline's overview
 (profiler.analysis.timeline_overview: {"meta": {...}, "tables": {"lanes": "timeline.lanes", ...}}),
 so the viewer draws the whole run without reading events (format 3; older formats read as not
-current and are computed again).
+current and are computed again). `run_tables` is what `epscope report` prints beside the verdicts
+(profiler.analysis.run_tables: events per kind, kernel times, per-phase span statistics, the
+longest unfinished row), and `what_if` the exact what-if's re-timing inputs of a run analysed in
+several chunks, one file a chunk (format 4, issue 31):
+
+    RUN/analysis/whatif/whatif-00000.arrays   whatif.WhatIfInput.to_arrays of chunk 0 (spill.py's format)
+    "what_if": {"phase_names": [...], "chunks": [{"file": "whatif-00000.arrays", "sha256": "<hex>",
+                                                  "bytes": 123}, ...],
+                "recorded": "what_if.recorded"} | null      # the table of whatif.recorded per chunk
+
+so a what-if on a stored run re-times each chunk from its input (`Stored.what_if_summary`) instead
+of reading the events and building their graphs (230 s and 8.9 GB at 100 M events before); null for
+a run of one chunk, whose what-if builds its graph from its (at most chunked.MAX_EVENTS) events.
 
 Format 4 (issue 32) is the envelope summary.py describes: `data` and `registry` are what the
 analysed Run read (summary.binding, not the files when the results are written), the index
@@ -60,7 +72,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from profiler import atomic, errors, validate
+from profiler import atomic, errors, hashcache, validate
 from profiler.errors import EpscopeError, RunExists
 from profiler.expect import Cause, Direction
 
@@ -70,9 +82,13 @@ from . import timeline_overview as TLO
 from .barriers import BarrierReport
 from .critical_path import CriticalPath
 from .idle import IdleReport
+from .run_tables import RunTables
+from . import spill
+from .spill import Spill
 from .timemodel import TimeModel
 from .decision import from_json as decision_from_json, to_json as decision_json
 from .verdict import Verdict
+from .whatif import RECORDED_COLUMNS, WhatIfInput
 
 CMP = importlib.import_module(".compare", __package__)   # the module (the package re-exports its function)
 
@@ -83,7 +99,8 @@ FORMAT_VERSION = 4
 # The bundled runs' indexes hold 13 kB at most; a 100 M-event run's overview meta some 100 kB.
 MAX_INDEX_BYTES = 16 << 20
 REPORTS = {"critical_path": CriticalPath, "idle": IdleReport, "barriers": BarrierReport, "time_model": TimeModel,
-           "compare": CMP.RunInputs}
+           "compare": CMP.RunInputs, "run_tables": RunTables}
+WHAT_IF_DIR = "whatif"
 # fields a report keeps in memory only: the critical path's dependency graph (rebuilt on demand);
 # Compare's run name and manifest (the run's own, filled in by who reads it: `Stored.compare_inputs`)
 NOT_STORED = {"critical_path": ("graph",), "compare": ("name", "manifest")}
@@ -104,6 +121,18 @@ class Stored:
     span_phases: tuple          # names of the run's span phases (the what-if's choices)
     ranks: tuple                # the ranks that recorded events
     timeline: object = None     # timeline_overview.Overview: the timeline's zoomed-out views
+    run_tables: RunTables | None = None     # what `epscope report` prints beside the verdicts
+    what_if: "StoredWhatIf | None" = None    # the exact what-if's inputs (a run of several chunks)
+
+    def what_if_summary(self, *, phase: str, speedup: float, rank) -> pd.DataFrame:
+        """whatif.what_if(...).summary of the run, re-timed chunk by chunk from the stored inputs
+        (one chunk's input in memory at a time); the same rows as chunked.Summaries.what_if_summary
+        on the run's chunks. Raises LookupError when the run has no stored inputs (a run of one
+        chunk: its what-if builds the graph of its events)."""
+        if self.what_if is None:
+            raise LookupError("no stored what-if inputs (a run analysed in one chunk)")
+        return self.what_if.summary(phase=phase, speedup=speedup, rank=rank, path=self.critical,
+                                    time_model=self.time_model)
 
     def compare_inputs(self, *, name: str, manifest: dict):
         """What Compare reads of the run, named as the run."""
@@ -133,12 +162,35 @@ def ranks_of(events: pd.DataFrame) -> list[int]:
     return sorted(int(r) for r in pd.unique(events["rank"]))
 
 
-def _run_columns(run) -> pd.DataFrame:
-    """The kind, phase and rank columns of the run (what span_phases and ranks_of read), without
-    reading the other columns of a run whose events are not in memory: from the bytes the run's
-    analyses read (Run.open_events checks them against the pinned hash)."""
-    with run.open_events() as f:
-        return pq.ParquetFile(f).read(columns=["kind", "phase", "rank"]).to_pandas()
+@dataclass
+class StoredWhatIf:
+    """The exact what-if's inputs stored with a run analysed in several chunks (RUN/analysis/whatif/)."""
+    directory: Path
+    phase_names: frozenset
+    chunks: tuple                # ({"file", "sha256", "bytes"}, ...) in chunk order
+    recorded: tuple              # per chunk: whatif.recorded (what its what-ifs compare against)
+
+    def summary(self, *, phase: str, speedup: float, rank, path: CriticalPath, time_model) -> pd.DataFrame:
+        name = phase.split("/", 1)[-1]
+        if name not in self.phase_names:
+            raise ValueError(f"what_if: the run records no phase {name!r}")
+        parts = []
+        for c, rec in zip(self.chunks, self.recorded):
+            p = self.directory / c["file"]
+            # checked against the SHA-256 written in the index, which profiler.hashcache remembers
+            # by the file's identity and change times (as it remembers the data files' for
+            # `current`): 2.3 GB of inputs at 100 M events took 4 s to hash on every what-if
+            if hashcache.sha256(p) != c["sha256"]:
+                raise Invalid(f"what-if input {c['file']}: content differs from its checksum")
+            try:
+                a = spill.read(p)
+            except (OSError, ValueError) as e:     # spill.Damaged included
+                raise Invalid(f"what-if input {c['file']}: {e}") from None
+            inp = WhatIfInput.from_arrays(a, time_model)
+            del a
+            parts.append(inp.summary(phase=phase, speedup=speedup, rank=rank, path=path, rec=rec))
+            del inp
+        return chunked.what_if_rows(parts)
 
 
 # -- writing -----------------------------------------------------------------------------------
@@ -246,22 +298,45 @@ def _place_dir(tmp: Path, dest: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)     # the results replaced
 
 
-def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None, compare=None,
-          dest: Path | None = None) -> Path:
+def _what_if_files(results: chunked.Results, where: Path, w: "_Writer") -> dict | None:
+    """The what-if inputs of a run of several chunks, put in where/ (hard links to the spilled
+    files when they are on this file system, written from memory otherwise), and what each
+    chunk's what-ifs compare against (whatif.recorded, one table); their index entry."""
+    if not results.what_if:
+        return None
+    where.mkdir()
+    sp = results.spills.what_if
+    out = Spill(where)
+    chunks = []
+    for name in results.what_if:
+        file = f"{name}{spill.SUFFIX}"
+        if sp.on_disk and name in sp.sha256:
+            try:
+                os.link(sp.path(name), where / file)
+            except OSError:
+                shutil.copyfile(sp.path(name), where / file)
+            chunks.append({"file": file, "sha256": sp.sha256[name], "bytes": sp.sizes[name]})
+            continue
+        out.put(name, sp.get(name))
+        chunks.append({"file": file, "sha256": out.sha256[name], "bytes": out.sizes[name]})
+    names = sorted(set(str(p) for p in results.critical.graph.derived["phase_names"]))
+    rec = pd.concat([results.what_if_recorded[n].assign(chunk=i) for i, n in enumerate(results.what_if)],
+                    ignore_index=True)
+    return {"phase_names": names, "chunks": chunks, "recorded": w.table("what_if.recorded", rec)}
+
+
+def store(run, results: chunked.Results, *, compare=None, dest: Path | None = None) -> Path:
     """Write the run's results (chunked.Results of `summary.analyze(run)`) into RUN/analysis/ in one rename;
-    returns the directory. events: the run's table when it is in memory (else its kind, phase and
-    rank columns are read from the file). compare: the run's compare.RunInputs (default: the one
-    `results` carries, computed with the analyses' chunks). dest: another directory to write them
-    to (the viewer's cache of a run it cannot write; its parent must exist), bound to the run
-    all the same (`load(run_dir, results_dir=dest)`)."""
+    returns the directory. compare: the run's compare.RunInputs (default: the one `results`
+    carries, computed with the analyses' chunks). dest: another directory to write them to (the
+    viewer's cache of a run it cannot write; its parent must exist), bound to the run all the
+    same (`load(run_dir, results_dir=dest)`)."""
     if compare is None:
         compare = results.compare
     dest = Path(run.path) / DIR if dest is None else Path(dest)
     atomic.clean_leftovers(dest)
-    cols = events if events is not None else _run_columns(run)
     index = {"format": FORMAT, "format_version": FORMAT_VERSION, **summary.binding(run),
-             "run": {"span_phases": span_phases(cols), "ranks": ranks_of(cols)}}
-    del cols
+             "run": {"span_phases": list(results.span_phases), "ranks": [int(r) for r in results.ranks]}}
     tmp, fd = atomic.make_temp_dir(dest)
     try:
         w = _Writer(tmp)
@@ -269,9 +344,11 @@ def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None, 
                    "idle": w.report("idle", results.idle),
                    "barriers": w.report("barriers", results.barriers),
                    "time_model": w.report("time_model", results.time_model),
-                   "compare": w.report("compare", compare)}
+                   "compare": w.report("compare", compare),
+                   "run_tables": w.report("run_tables", results.run_tables)}
         meta, tables = TLO.to_stored(results.timeline)
         index["timeline"] = {"meta": meta, "tables": {k: w.table(f"timeline.{k}", df) for k, df in tables.items()}}
+        index["what_if"] = _what_if_files(results, tmp / WHAT_IF_DIR, w)
         index["tables"] = w.tables
         index["reports"] = reports
         index = validate.sealed(json.loads(json.dumps(index)))   # sealed as it reads back
@@ -288,23 +365,37 @@ def store(run, results: chunked.Results, *, events: pd.DataFrame | None = None, 
     return dest
 
 
-def store_run(path, *, step=None) -> Path:
+WORK = "analysis-work"       # beside RUN/analysis: the spills of an analysis in progress
+
+
+def store_run(path, *, step=None, engine=None) -> Path:
     """Load the run at path, compute its analyses once and store them: RUN/analysis/ and the
     headline summary RUN/analysis-summary.json (the Runs page and earlier viewers read it).
+    The chunks' what-if inputs and span durations are spilled to a work directory beside the
+    results (a hidden temporary, removed after; the inputs become RUN/analysis/whatif/), so memory
+    stays bounded by a chunk. engine: a distributed engine whose workers analyse the chunks
+    (profiler.analysis.distributed; the run's directory must be readable and writable by them).
     step(label): progress. Returns the stored results' directory."""
     from profiler.runstore import load_run
     step = step or (lambda label: None)
     run = load_run(path)
-    step(f"analysing {run.num_events:,} events")
-    res = summary.analyze(run)
-    step("storing the results")
+    work_dest = Path(run.path) / WORK
+    atomic.clean_leftovers(work_dest)
+    work, fd = atomic.make_temp_dir(work_dest)
     try:
-        summary.store(run, res)
-        small = run.num_events <= chunked.MAX_EVENTS
-        return store(run, res, events=run.events if small else None)
-    except FileNotFoundError:   # the directory written into went away: the run re-recorded meanwhile?
-        _raise_if_rewritten(run)
-        raise
+        spills = chunked.Spills(what_if=Spill(work / "whatif"), durations=Spill(work / "durations"))
+        step(f"analysing {run.num_events:,} events" + (f" on {engine.describe()}" if engine is not None else ""))
+        res = summary.analyze(run, spills=spills, engine=engine)
+        step("storing the results")
+        try:
+            summary.store(run, res)
+            return store(run, res)
+        except FileNotFoundError:   # the directory written into went away: the run re-recorded meanwhile?
+            _raise_if_rewritten(run)
+            raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        os.close(fd)
 
 
 def _raise_if_rewritten(run) -> None:
@@ -554,4 +645,27 @@ def _load(d: Path, index: dict, within=None) -> Stored:
         raise Invalid(str(e)) from None
     return Stored(critical=got["critical_path"], idle=got["idle"], barriers=got["barriers"],
                   time_model=got["time_model"], compare=got["compare"], span_phases=tuple(run["span_phases"]),
-                  ranks=tuple(run["ranks"]), timeline=timeline)
+                  ranks=tuple(run["ranks"]), timeline=timeline, run_tables=got["run_tables"],
+                  what_if=_what_if_index(d, index.get("what_if", "missing"), r))
+
+
+def _what_if_index(d: Path, w, r: "_Reader") -> StoredWhatIf | None:
+    """The what-if inputs' index entry, checked (the files themselves are checked as read)."""
+    if w is None:
+        return None
+    _need(isinstance(w, dict) and set(w) == {"phase_names", "chunks", "recorded"}, "what_if")
+    _need(isinstance(w["phase_names"], list) and all(map(_str, w["phase_names"])), "what_if.phase_names")
+    _need(isinstance(w["chunks"], list) and len(w["chunks"]) > 0, "what_if.chunks")
+    for c in w["chunks"]:
+        _need(isinstance(c, dict) and set(c) == {"file", "sha256", "bytes"}, "what_if.chunks: fields")
+        _need(_str(c["file"]) and "/" not in c["file"] and not c["file"].startswith(".")
+              and c["file"].endswith(spill.SUFFIX), "what_if.chunks: file name")
+        _need(_str(c["sha256"]) and _is_int(c["bytes"]), "what_if.chunks: checksum or size")
+    where = d / WHAT_IF_DIR
+    _need(where.is_dir() and not where.is_symlink(), "what_if: no directory of inputs")
+    rec = r.table(w["recorded"])
+    _need(list(rec.columns) == RECORDED_COLUMNS + ["chunk"], "what_if.recorded: columns")
+    by_chunk = {int(i): g.drop(columns="chunk").reset_index(drop=True) for i, g in rec.groupby("chunk")}
+    _need(set(by_chunk) == set(range(len(w["chunks"]))), "what_if.recorded: chunks")
+    return StoredWhatIf(directory=where, phase_names=frozenset(w["phase_names"]), chunks=tuple(w["chunks"]),
+                        recorded=tuple(by_chunk[i] for i in range(len(w["chunks"]))))

@@ -122,13 +122,16 @@ def _num(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def analyze(run) -> chunked.Results:
+def analyze(run, *, spills: chunked.Spills | None = None, engine=None) -> chunked.Results:
     """The analyses of a loaded run (profiler.runstore.Run), as `epscope analyze` and the session
     save compute them: a run of more than chunked.MAX_EVENTS events in chunks of iterations read
-    one at a time (profiler.analysis.chunked: the same results, memory bounded by a chunk)."""
+    one at a time (profiler.analysis.chunked: the same results, memory bounded by a chunk), on a
+    distributed engine's workers when one is given. spills: where the chunks leave their what-if
+    inputs and span durations (chunked.Spills; default memory)."""
     if run.num_events > chunked.MAX_EVENTS:
-        return chunked.analyze_run(run, max_events=chunked.MAX_EVENTS)   # read now (tests lower it)
-    return chunked.analyze(run.events, registry=run.manifest.get("registry"), launches=run.launches)
+        # max_events read now, not bound at definition (tests lower chunked.MAX_EVENTS)
+        return chunked.analyze_run(run, max_events=chunked.MAX_EVENTS, spills=spills, engine=engine)
+    return chunked.analyze(run.events, registry=run.manifest.get("registry"), launches=run.launches, spills=spills)
 
 
 def summarize(run, res: chunked.Results | None = None) -> dict:

@@ -307,6 +307,19 @@ class Builder:
             self._tiles.append((int(iteration), t0, t1, nb, ug, rg, used, fine.astype(np.float32),
                                 coarse.astype(np.float32)))
 
+    def merge(self, other: "Builder") -> None:
+        """Take the chunks another builder was given, as if they were added here next (a chunk
+        analysed by another process: profiler.analysis.distributed; merged in chunk order)."""
+        if other._names is None:
+            return
+        if self._names is None:
+            self._names = other._names
+        elif other._names != self._names:
+            raise ValueError("timeline overview: chunks with different phase categories")
+        self._lanes += other._lanes
+        self._extents += other._extents
+        self._tiles += other._tiles
+
     def finish(self) -> Overview:
         if self._names is None:
             raise ValueError("timeline overview: no events")

@@ -13,6 +13,7 @@ new iteration lasts at least as long as that chain.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,8 +109,36 @@ class WhatIfInput:
         return self.retime.nbytes + sum(a.nbytes for a in (self.lane_t, self.seg_pt, self.seg_d, self.seg_phase,
                                                            self.seg_lane))
 
-    def summary(self, *, phase: str, speedup: float, rank, path: CriticalPath) -> pd.DataFrame:
-        """what_if(...).summary of the graph this was made from (its iterations all re-timed)."""
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Every field as a named array (profiler.analysis.spill writes them as one file of arrays, no pickle):
+        the re-timing input's under `retime.`, the lanes' columns the summary reads under `lane.`."""
+        out = {f"retime.{k}": v for k, v in vars(self.retime).items()}
+        lane = self.ends.lane
+        kernel = pd.Categorical(lane["kernel"].astype(str))
+        out.update({"lane.rank": lane["rank"].to_numpy(), "lane.launch": lane["launch"].to_numpy(),
+                    "lane.iteration": lane["iteration"].to_numpy(), "lane.host": lane["host"].to_numpy(bool),
+                    "lane.kernel": kernel.codes.astype(np.int32),
+                    "lane.kernel_names": np.asarray([str(k) for k in kernel.categories], dtype=str),
+                    "n_points": np.asarray(self.ends.n_points, np.int64), "lane_t": self.lane_t,
+                    "phase_names": np.asarray([str(p) for p in self.phase_names], dtype=str),
+                    "seg_pt": self.seg_pt, "seg_d": self.seg_d, "seg_phase": self.seg_phase, "seg_lane": self.seg_lane})
+        return out
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray], time_model) -> "WhatIfInput":
+        """The input to_arrays wrote, answering with the run's time model (what op_latency reads)."""
+        rt = RetimeInput(**{f.name: a[f"retime.{f.name}"] for f in dataclasses.fields(RetimeInput)})
+        names = [str(k) for k in a["lane.kernel_names"]]
+        lane = pd.DataFrame({"rank": a["lane.rank"], "kernel": pd.Categorical.from_codes(a["lane.kernel"], names),
+                             "launch": a["lane.launch"], "iteration": a["lane.iteration"], "host": a["lane.host"]})
+        return cls(retime=rt, ends=LaneEnds(lane, int(a["n_points"]), {"time_model": time_model}),
+                   lane_t=a["lane_t"], phase_names=np.asarray(a["phase_names"]).astype(object), seg_pt=a["seg_pt"],
+                   seg_d=a["seg_d"], seg_phase=a["seg_phase"], seg_lane=a["seg_lane"])
+
+    def summary(self, *, phase: str, speedup: float, rank, path: CriticalPath,
+                rec: pd.DataFrame | None = None) -> pd.DataFrame:
+        """what_if(...).summary of the graph this was made from (its iterations all re-timed);
+        rec: recorded(self.ends, self.lane_t), when kept."""
         if not speedup < 1:
             raise ValueError(f"what_if: speedup must be < 1 (a fraction of the phase's time), got {speedup}")
         codes, lane_ok = _chosen(self.phase_names, self.ends.lane, phase, rank)
@@ -118,14 +147,32 @@ class WhatIfInput:
         shorter = d - np.round(d * (1.0 - speedup)).astype(np.int64)
         after = self.retime.solve(self.seg_pt[sel].astype(np.int64), shorter)
         return _summary(self.ends, self.lane_t, after, self.seg_lane[sel].astype(np.int64), shorter,
-                        path, phase, rank, None)
+                        path, phase, rank, None, rec)
+
+    def recorded(self) -> pd.DataFrame:
+        return recorded(self.ends, self.lane_t)
+
+
+RECORDED_COLUMNS = ["iteration", "before_ns", "op_before_ns"]
+
+
+def recorded(ends: LaneEnds, before_t: np.ndarray) -> pd.DataFrame:
+    """Per iteration of a graph's lanes, what a what-if's summary compares against (RECORDED_COLUMNS):
+    its recorded length and op latency after entry, at the lanes' recorded end times. The same for
+    every what-if of the graph: a stored run keeps them per chunk (chunked.py, stored.py) instead of
+    computing them again for each question."""
+    before = _iteration_totals(ends, before_t)
+    ob = op_latency(ends, before_t).set_index("iteration")["op_latency_ns"].reindex(before["iteration"]).to_numpy(float)
+    return pd.DataFrame({"iteration": before["iteration"].to_numpy(np.int64),
+                         "before_ns": before["total_ns"].to_numpy(np.int64), "op_before_ns": ob})
 
 
 def _summary(ends: LaneEnds, before_t: np.ndarray, after_t: np.ndarray, tgt_lane: np.ndarray, shorter: np.ndarray,
-             cp: CriticalPath, phase: str, rank, iteration) -> pd.DataFrame:
+             cp: CriticalPath, phase: str, rank, iteration, rec: pd.DataFrame | None = None) -> pd.DataFrame:
     """The what-if's summary (columns SUMMARY_COLUMNS) from the times of the lanes' ends before and
-    after, and the shortened segments' lanes and shortening."""
-    before = _iteration_totals(ends, before_t)
+    after, and the shortened segments' lanes and shortening. rec: recorded(ends, before_t) when
+    the caller kept it."""
+    rec = recorded(ends, before_t) if rec is None else rec
     after = _iteration_totals(ends, after_t).set_index("iteration")["total_ns"]
     # local saving: what the chosen phase's shortening removes from one warp's own timeline (the
     # largest over warps of a launch), i.e. how much sooner the rank would finish on its own;
@@ -136,7 +183,7 @@ def _summary(ends: LaneEnds, before_t: np.ndarray, after_t: np.ndarray, tgt_lane
                              "launch": lanes["launch"].to_numpy(), "lane": tgt_lane, "s": shorter})
     saving = (per_lane.groupby(["it", "rank", "launch", "lane"])["s"].sum()
               .groupby(level=[0, 1, 2]).max().groupby(level=[0, 1]).sum().groupby(level=0).max())
-    s = before[["iteration", "total_ns"]].rename(columns={"total_ns": "before_ns"})
+    s = pd.DataFrame({"iteration": rec["iteration"].to_numpy(np.int64), "before_ns": rec["before_ns"].to_numpy(np.int64)})
     s["after_ns"] = after.reindex(s["iteration"]).to_numpy().astype(np.int64)
     s["change_ns"] = s["after_ns"] - s["before_ns"]
     s["change_pct"] = np.where(s["before_ns"] > 0, 100.0 * s["change_ns"] / s["before_ns"].where(s["before_ns"] > 0, 1), 0.0)
@@ -146,7 +193,7 @@ def _summary(ends: LaneEnds, before_t: np.ndarray, after_t: np.ndarray, tgt_lane
         s["absorbed_pct"] = np.where(ls != 0, 100.0 * (1.0 - (-s["change_ns"].to_numpy()) / ls), np.nan)
     # the op's own time (profiler.analysis.timemodel: op latency after entry), recorded and re-timed:
     # the quantity the idle page's "costs the op" and Compare's kernel rows state
-    ob = op_latency(ends, before_t).set_index("iteration")["op_latency_ns"].reindex(s["iteration"]).to_numpy(float)
+    ob = rec["op_before_ns"].to_numpy(float)
     oa = op_latency(ends, after_t).set_index("iteration")["op_latency_ns"].reindex(s["iteration"]).to_numpy(float)
     s["op_before_ns"], s["op_after_ns"], s["op_change_ns"] = ob, oa, oa - ob
     with np.errstate(divide="ignore", invalid="ignore"):

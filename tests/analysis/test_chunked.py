@@ -131,3 +131,43 @@ def test_what_if_over_chunks_equals_the_whole_table_what_if(keep_ratio, kept, mo
         whole = what_if(ev, phase=phase, speedup=0.3, rank=rank, registry=reg, launches=la, new_path=False,
                         keep_retimed=False).summary
         _frame_equal(whole, s.what_if_summary(phase=phase, speedup=0.3, rank=rank), f"what_if {phase} rank {rank}")
+
+
+@pytest.mark.parametrize("floor", [1, 1_000_000])
+def test_chunks_are_planned_from_row_group_statistics_as_from_the_columns(tmp_path, monkeypatch, floor):
+    """runreader.EventReader.counts (footer statistics where a row group holds one iteration of
+    one rank, its columns otherwise) counts what the whole iteration column holds; floor 1 M:
+    every row group merged into one (the ceiling), several iterations and ranks each (the older layout); 1: one
+    row group a (rank, iteration)."""
+    from profiler import runstore
+    monkeypatch.setattr(runstore, "ROW_GROUP_MIN_ROWS", floor)
+    ev, la, man = make_events(ranks=3, events=30_000, scenario="late_host", iterations=4, seed=9)
+    run = load_run(write_run(tmp_path / "r", ev, la, man, perfetto=False))
+    from profiler.runreader import EventReader
+    with EventReader(run) as r:
+        counts, ranks = r.counts()
+        assert len(r.groups) == (12 if floor == 1 else 1)
+    want = run.events["iteration"].value_counts().sort_index()
+    assert counts.to_dict() == {int(k): int(v) for k, v in want.items()}
+    assert ranks.tolist() == sorted(run.events["rank"].unique().tolist())
+    groups, n = chunked.plan_run(run, len(ev) // 3)
+    assert n == 3 and [g.tolist() for g in groups] == [g.tolist() for g in chunked.iteration_chunks(want, len(ev) // 3)]
+
+
+def test_a_run_on_disk_spills_to_files_and_keeps_nothing_of_the_chunks_in_memory(tmp_path):
+    """Spills in directories (what `epscope analyze` uses): the same results as in memory, every
+    chunk's what-if input written, the span durations' files removed once the medians are taken."""
+    from profiler.analysis.spill import Spill
+    ev, la, man = make_events(ranks=4, events=60_000, scenario="slow_rank", iterations=5, seed=3)
+    mem = chunked.analyze(ev, registry=man["registry"], launches=la, max_events=1)
+    spills = chunked.Spills(what_if=Spill(tmp_path / "w"), durations=Spill(tmp_path / "d"))
+    disk = chunked.analyze(ev, registry=man["registry"], launches=la, max_events=1, spills=spills)
+    assert disk.what_if == tuple(f"whatif-{i:05d}" for i in range(5))
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == [f"{w}.arrays" for w in disk.what_if]
+    assert not list((tmp_path / "d").iterdir())
+    _verdict_equal(mem.idle.verdict, disk.idle.verdict, "idle.verdict")
+    for f in dataclasses.fields(disk.run_tables):
+        pd.testing.assert_frame_equal(getattr(mem.run_tables, f.name), getattr(disk.run_tables, f.name))
+    for rank in (None, 2):
+        _frame_equal(mem.critical.graph.what_if_summary(phase="copy_out", speedup=0.5, rank=rank),
+                     disk.critical.graph.what_if_summary(phase="copy_out", speedup=0.5, rank=rank), "what_if")

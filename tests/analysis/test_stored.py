@@ -16,6 +16,7 @@ import pytest
 from profiler.analysis import stored, summary
 from profiler.analysis.verdict import Verdict
 from profiler.runstore import load_run
+from tests.analysis.test_run_tables import assert_tables_match
 from tests.analysis.test_timeline_overview import assert_overviews_equal
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -62,8 +63,11 @@ def assert_reports_equal(a, b, where: str) -> None:
 def assert_results_equal(res, got: stored.Stored, run=None) -> None:
     assert got.critical.graph is None
     for name, a, b in (("critical_path", res.critical, got.critical), ("idle", res.idle, got.idle),
-                       ("barriers", res.barriers, got.barriers), ("time_model", res.time_model, got.time_model)):
+                       ("barriers", res.barriers, got.barriers), ("time_model", res.time_model, got.time_model),
+                       ("run_tables", res.run_tables, got.run_tables)):
         assert_reports_equal(a, b, name)
+    assert (got.what_if is None) == (not res.what_if)       # inputs stored for a run of several chunks only
+    assert (got.span_phases, got.ranks) == (res.span_phases, res.ranks)
     assert_overviews_equal(got.timeline, res.timeline)     # the timeline's overview (format 3)
     if run is not None:     # what Compare reads of the run, computed from the same analyses
         assert_reports_equal(res.compare, got.compare, "compare")
@@ -76,7 +80,10 @@ def test_every_bundled_run_carries_current_stored_results_equal_to_the_analyses(
     got = stored.load(TRACES / name)
     assert got is not None, f"{name}: stale or missing {stored.DIR}/: run `epscope analyze traces/{name}`"
     run = load_run(TRACES / name)
-    assert_results_equal(summary.analyze(run), got, run)
+    res = summary.analyze(run)
+    assert_results_equal(res, got, run)
+    # the report's tables: as the whole table computes them (the reference of test_run_tables)
+    assert_tables_match(run.events, run.launches, res.run_tables)
     assert list(got.span_phases) == stored.span_phases(run.events)
     assert list(got.ranks) == stored.ranks_of(run.events)
 
@@ -180,7 +187,7 @@ def test_a_table_shared_by_a_report_and_its_verdict_reads_back_in_both_places(ru
     res = summary.analyze(run)
     v = next(x for x in (res.idle.verdict, res.barriers.verdict, res.critical.verdict) if x.evidence is not None)
     res.idle.evidence = v.evidence                 # one object in two places (written once per field)
-    stored.store(run, res, events=run.events)
+    stored.store(run, res)
     assert_results_equal(res, stored.load(run_copy))
 
 
@@ -204,3 +211,62 @@ def test_a_data_file_replaced_with_the_same_size_and_mtime_is_hashed_again(run_c
     os.replace(tmp, p)
     assert (p.stat().st_size, p.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
     assert stored.load(run_copy) is None and not stored.current(run_copy)
+
+
+@pytest.fixture
+def chunked_run(tmp_path, monkeypatch):
+    """A synthetic run with a straggler analysed in chunks of one iteration, its results stored."""
+    from profiler.analysis import chunked
+    from profiler.runstore import write_run
+    from profiler.synthetic import make_events
+    ev, la, man = make_events(ranks=4, events=40_000, scenario="slow_rank", iterations=4, seed=5)
+    d = write_run(tmp_path / "r", ev, la, man, perfetto=False)
+    monkeypatch.setattr(chunked, "MAX_EVENTS", len(ev) // 4)
+    stored.store_run(d)
+    return d, ev, la, man
+
+
+def test_a_run_of_several_chunks_stores_its_what_if_inputs_and_answers_from_them(chunked_run):
+    from profiler.analysis import what_if
+    d, ev, la, man = chunked_run
+    got = stored.load(d)
+    assert got.what_if is not None and len(got.what_if.chunks) == 4
+    assert sorted(p.name for p in (d / stored.DIR / stored.WHAT_IF_DIR).iterdir()) == \
+        sorted(c["file"] for c in got.what_if.chunks)
+    # the work directory of the spills is gone, no temporary left beside the run
+    assert sorted(p.name for p in d.iterdir()) == sorted(
+        ["manifest.json", "events.parquet", "launches.parquet", summary.FILE, stored.DIR])
+    for phase, rank in (("dispatch/send_chunk", 3), ("copy_out", None), ("combine/wait_data", [0, 1])):
+        whole = what_if(ev, phase=phase, speedup=0.4, rank=rank, registry=man["registry"], launches=la).summary
+        pd.testing.assert_frame_equal(got.what_if_summary(phase=phase, speedup=0.4, rank=rank), whole)
+    with pytest.raises(ValueError, match="no phase"):
+        got.what_if_summary(phase="no_such_phase", speedup=0.4, rank=None)
+
+
+def test_a_damaged_what_if_input_is_never_answered_from(chunked_run):
+    d = chunked_run[0]
+    got = stored.load(d)
+    p = got.what_if.directory / got.what_if.chunks[2]["file"]
+    b = bytearray(p.read_bytes())
+    b[len(b) // 2] ^= 0x01
+    p.write_bytes(bytes(b))
+    with pytest.raises(stored.Invalid, match="checksum"):
+        got.what_if_summary(phase="send_chunk", speedup=0.2, rank=None)
+
+
+def test_a_run_of_one_chunk_stores_no_what_if_inputs(run_copy):
+    got = stored.load(run_copy)
+    assert got.what_if is None and not (run_copy / stored.DIR / stored.WHAT_IF_DIR).exists()
+    with pytest.raises(LookupError):
+        got.what_if_summary(phase="send_chunk", speedup=0.2, rank=None)
+
+
+@pytest.mark.parametrize("edit", [
+    lambda i: i["what_if"]["chunks"][0].update(file="../../events.parquet"),
+    lambda i: i["what_if"]["chunks"][0].pop("sha256"),
+    lambda i: i["what_if"].update(phase_names="send_chunk"),
+    lambda i: i.pop("what_if"),
+])
+def test_a_what_if_index_that_does_not_validate_is_not_served(chunked_run, edit):
+    _edit_index(chunked_run[0], edit)
+    assert stored.load(chunked_run[0]) is None

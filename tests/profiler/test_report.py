@@ -85,3 +85,27 @@ def test_report_names_the_late_entry_like_the_pages():
     for page in ("critical path", "idle warps", "barriers"):
         line = next(l for l in text.splitlines() if l.startswith(f"  {page}: ALARM"))
         assert "late entry" in line and "rank 1 entered the op late (host side" in line
+
+
+def test_a_stored_run_is_reported_from_its_stored_results_without_reading_events(tmp_path, monkeypatch):
+    """issue 31: `epscope report` of an analysed run reads RUN/analysis/, not the event table, and
+    prints what the computation prints; a run analysed in several chunks prints what the whole
+    table gives (the report's medians selected exactly over the chunks)."""
+    import shutil
+    from pathlib import Path
+
+    from profiler.analysis import chunked, stored
+    from profiler.runreader import Run
+    from profiler.synthetic import make_events
+    ev, la, man = make_events(ranks=4, events=40_000, scenario="late_host", iterations=4, seed=6)
+    d = write_run(tmp_path / "r", ev, la, man, perfetto=False)
+    whole = report(d)                                    # computed, one chunk (no stored results)
+    monkeypatch.setattr(chunked, "MAX_EVENTS", len(ev) // 4)
+    assert report(d) == whole                            # computed in chunks of one iteration
+    stored.store_run(d)
+    monkeypatch.setattr(Run, "events", property(lambda self: (_ for _ in ()).throw(AssertionError("events read"))))
+    assert report(d) == whole                            # from the stored results
+    traces = Path(__file__).resolve().parents[2] / "traces"
+    shutil.copytree(traces / "ep-timeout", tmp_path / "t", ignore=shutil.ignore_patterns("*.perfetto-trace"))
+    assert stored.load(tmp_path / "t") is not None       # the bundled run's stored results are current
+    assert "OPEN SPANS: 144" in report(tmp_path / "t")

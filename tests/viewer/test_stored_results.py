@@ -90,3 +90,22 @@ def test_a_run_without_stored_results_still_opens(run_root, tmp_path):
         page = text_of(route(app, path, rid)[PAGE]["children"])
         assert "Cannot show" not in page and "failed" not in page, path
     assert app.catalog.loaded(rid).events_read
+
+
+def test_a_run_stored_in_several_chunks_answers_the_exact_what_if_without_reading_events(run_root, tmp_path,
+                                                                                         monkeypatch):
+    """issue 31: the what-if of a run analysed in several chunks re-times each chunk from its stored
+    input (no event read, no graph built), with the whole table's answer."""
+    from profiler.analysis import chunked
+    r = tmp_path / "root"
+    shutil.copytree(run_root / "late", r / "late")
+    monkeypatch.setattr(chunked, "MAX_EVENTS", 1)            # one iteration a chunk
+    stored.store_run(r / "late")
+    run = Catalog([r]).load("late")
+    assert analyses.stored_results(run).what_if is not None
+    got = analyses.what_if(run, "send_chunk", 0.3, 0)
+    assert not run.events_read and run.run._events is None
+    ev = analyses.events(run)
+    want = analysis.what_if(ev, phase="send_chunk", speedup=0.3, rank=0, registry=analyses.registry(run),
+                            launches=run.launches, new_path=False).summary
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
