@@ -164,7 +164,7 @@ def default_export_path(run) -> Path:
     """export_dir()/<run directory name>-<8 hex of its real path>.perfetto-trace: two runs of one
     name in different folders do not overwrite each other's export."""
     import hashlib
-    tag = hashlib.sha256(os.path.realpath(run.path).encode()).hexdigest()[:8]
+    tag = hashlib.sha256(os.fsencode(os.path.realpath(run.path))).hexdigest()[:8]   # fsencode: any name bytes
     return export_dir() / f"{Path(run.path).name}-{tag}.perfetto-trace"
 
 

@@ -384,14 +384,14 @@ def store_run(path, *, step=None, engine=None) -> Path:
     work, fd = atomic.make_temp_dir(work_dest)
     try:
         spills = chunked.Spills(what_if=Spill(work / "whatif"), durations=Spill(work / "durations"))
-        step(f"analysing {run.num_events:,} events" + (f" on {engine.describe()}" if engine is not None else ""))
-        res = summary.analyze(run, spills=spills, engine=engine)
-        step("storing the results")
         try:
+            step(f"analysing {run.num_events:,} events" + (f" on {engine.describe()}" if engine is not None else ""))
+            res = summary.analyze(run, spills=spills, engine=engine)
+            step("storing the results")
             summary.store(run, res)
             return store(run, res)
-        except FileNotFoundError:   # the directory written into went away: the run re-recorded meanwhile?
-            _raise_if_rewritten(run)
+        except FileNotFoundError:   # the run's directory (the spills' work directory with it) went away:
+            _raise_if_rewritten(run)   # re-recorded meanwhile?
             raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -407,8 +407,8 @@ def _raise_if_rewritten(run) -> None:
     except EpscopeError:
         now = None
     if now is None or now != run.version_id:
-        raise errors.RunChanged(f"{run.path}: the run was rewritten while its analyses were being stored; "
-                                "they were not stored (`epscope analyze` it again)") from None
+        raise errors.RunChanged(f"{run.path}: the run was rewritten while it was being analysed; its analyses "
+                                "were not stored (`epscope analyze` it again)") from None
 
 
 # -- reading -----------------------------------------------------------------------------------

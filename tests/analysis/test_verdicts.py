@@ -61,6 +61,7 @@ from profiler.analysis import barrier_contention, compare, critical_path, idle_w
 from profiler.analysis import stats as S
 from profiler.expect import Cause, Expect, from_manifest
 from profiler.runstore import load_run
+from profiler import validate
 from profiler.synthetic import make_events
 from tests.analysis.expectations import BUNDLED
 from tests.analysis.tables import TEST_REGISTRY, barrier, span, table
@@ -321,7 +322,7 @@ def test_the_verdict_test_finds_runs_outside_the_repository(tmp_path):
                  late_rank=1, late_ns=60_000, perfetto=False)
     m = json.loads((p / "manifest.json").read_text())
     m["expect"] = Expect(cause=Cause.HOST_BOUND, rank=1).to_json()
-    (p / "manifest.json").write_text(json.dumps(m))
+    (p / "manifest.json").write_text(json.dumps(validate.sealed(m)))   # what is planted is sealed with the run
     found = collect_runs([str(tmp_path / "outside")])
     mine = [x for x in found if x[1] == p]
     assert len(mine) == 1 and mine[0][2].cause is Cause.HOST_BOUND

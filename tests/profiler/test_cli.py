@@ -21,7 +21,7 @@ from profiler.schema import empty_events
 from tests.needs import needs_module
 
 from .bufbuild import random_buffer
-from .damage import reseal
+from .damage import as_written_before_checksums, reseal
 
 REG = load_all()["selftest"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -375,8 +375,8 @@ def test_check_says_what_is_wrong_with_each_run(run_dir, tmp_path, capsys):
     assert len(lines) == 3 and "ok" in lines[0]
     assert "CORRUPT" in lines[1] and "events.parquet" in lines[1] and "checksum" in lines[1]
     assert "no such run directory" in lines[2] and "2 of 3 runs damaged" in out.err
-    bundled = sorted((ROOT / "traces").rglob("manifest.json"))[0].parent
-    assert cli.main(["check", str(bundled)]) == 0
+    old = as_written_before_checksums(shutil.copytree(run_dir, tmp_path / "old"))
+    assert cli.main(["check", str(old)]) == 0
     assert "no checksums" in capsys.readouterr().out
 
 

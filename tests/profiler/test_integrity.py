@@ -22,7 +22,7 @@ from profiler.analysis import stored, summary
 from profiler.errors import EpscopeError
 from profiler.synthetic import make_events, make_run
 
-from .damage import RESEALED, _rewritten, flip_bit, readers
+from .damage import RESEALED, _rewritten, as_written_before_checksums, flip_bit, readers
 
 T = 30
 
@@ -61,8 +61,8 @@ def test_a_run_rewritten_while_analyze_runs_does_not_get_the_old_results_marked_
     other = make_events(ranks=2, events=800, scenario="slow_rank", seed=3)
     real = summary.analyze
 
-    def analyze_then_rewrite(r):
-        res = real(r)
+    def analyze_then_rewrite(r, **kw):
+        res = real(r, **kw)
         RS.write_run(run, *other, perfetto=False, overwrite=True)   # re-recorded before the results are stored
         return res
     monkeypatch.setattr(summary, "analyze", analyze_then_rewrite)
@@ -143,7 +143,7 @@ def test_runs_written_before_checksums_are_listed_as_not_verified(tmp_path):
     from viewer.catalog import Catalog
     from viewer.pages.runs import logic as runs_logic
     traces = Path(__file__).resolve().parents[2] / "traces"
-    shutil.copytree(traces / "ep-balanced", tmp_path / "ep-balanced")
+    as_written_before_checksums(shutil.copytree(traces / "ep-balanced", tmp_path / "ep-balanced"))
     status = runs_logic.runs_table(Catalog([tmp_path], workers=1).entries())["status"].iloc[0]
     assert "NOT VERIFIED" in status
 
@@ -254,9 +254,10 @@ def test_a_crash_between_the_two_renames_of_an_overwrite_loses_no_run(run, tmp_p
 
 
 # -- paths --------------------------------------------------------------------------------------------------------
-def test_a_directory_name_of_undecodable_bytes_gives_no_traceback(tmp_path, capsys):
+def test_a_directory_name_of_undecodable_bytes_gives_no_traceback(tmp_path, capsys, monkeypatch):
     p = os.fsdecode(bytes(tmp_path) + b"/run-\xff")
     make_run(p, ranks=2, events=800, perfetto=False)
+    monkeypatch.setenv("EPSCOPE_EXPORT_DIR", str(tmp_path / "exports"))
     for cmd in (["report", p], ["export", p], ["analyze", p], ["check", p]):
         assert cli.main(cmd) == 0, cmd
     capsys.readouterr()
