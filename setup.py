@@ -1,6 +1,6 @@
 """Only what pyproject.toml cannot say: the bundled runs (traces/, one directory per run) install
 as data beside the package, under <prefix>/share/epscope/traces, so `epscope view` with no
-argument serves them from an installed epscope too (profiler.cli.default_trace_root)."""
+argument serves them from an installed epscope too (profiler.commands.cli.default_trace_root)."""
 from pathlib import Path
 
 from setuptools import setup

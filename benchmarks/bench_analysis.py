@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT))
 
 from profiler.analysis import barrier_contention, compare, critical_path, idle_warps, what_if  # noqa: E402
 from profiler.analysis import graph as G  # noqa: E402
-from profiler.synthetic import make_events  # noqa: E402
+from profiler.groundtruth.synthetic import make_events  # noqa: E402
 from benchmarks.machine import cpu_name, commit as _commit  # noqa: E402
 
-ANALYSIS_PATHS = ("profiler/analysis", "profiler/synthetic.py")  # the code this benchmark times
+ANALYSIS_PATHS = ("profiler/analysis", "profiler/groundtruth/synthetic.py")  # the code this benchmark times
 
 TARGET_S = 10.0   # issue 4: critical path + idle + barrier analyses on 10 M events, 2-core machine
 

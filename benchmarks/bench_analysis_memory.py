@@ -5,7 +5,7 @@
     python benchmarks/bench_analysis_memory.py big --iterations 100 --per-iteration 1000000
     python benchmarks/bench_analysis_memory.py make-long --iterations 100 --per-iteration 1000000 DIR
 
-`make` writes a synthetic run of 8 ranks (profiler.synthetic, scenario slow_rank) as a run
+`make` writes a synthetic run of 8 ranks (profiler.groundtruth.synthetic, scenario slow_rank) as a run
 directory. `measure` starts a fresh Python for each repeat (cold: nothing imported, nothing
 cached) that reads the run's events and launch table, then runs the analyses the way the viewer
 does (viewer/analyses.py: one dependency graph per run, critical path, idle and barriers each
@@ -45,7 +45,7 @@ CHILD = textwrap.dedent("""
         for line in open("/proc/self/status"):
             if line.startswith("VmRSS"):
                 return int(line.split()[1]) * 1024
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
     u0, s0, _, f0 = usage()
     out = {}
     if mode == "whole":
@@ -64,7 +64,7 @@ CHILD = textwrap.dedent("""
         n = len(ev)
     else:
         from profiler.analysis import chunked
-        from profiler.runstore import load_run
+        from profiler.store.runstore import load_run
         run = load_run(run_dir)
         u1, s1, _, f1 = usage()
         out["rss_after_read"] = rss()
@@ -86,12 +86,12 @@ BIG = textwrap.dedent("""
     import json, resource, sys, time
     import numpy as np
     from profiler.analysis import chunked
-    from profiler.synthetic import make_events, make_iterations
+    from profiler.groundtruth.synthetic import make_events, make_iterations
     iterations, per_it, ranks, scenario = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     gen = {"cpu": 0.0, "events": 0}
     reg = {}
     def chunks():
-        # one iteration per chunk (profiler.synthetic.make_iterations: each simulated with its own
+        # one iteration per chunk (profiler.groundtruth.synthetic.make_iterations: each simulated with its own
         # seed and moved after the previous one): a run that never exists whole in memory
         it = make_iterations(ranks=ranks, per_iteration=per_it, iterations=iterations, scenario=scenario)
         while True:
@@ -140,7 +140,7 @@ def make_long(a) -> None:
     """A long run written one iteration at a time (synthetic.make_long_run): never whole in memory."""
     import resource
     sys.path.insert(0, str(ROOT))
-    from profiler.synthetic import make_long_run
+    from profiler.groundtruth.synthetic import make_long_run
     t = time.perf_counter()
     p = make_long_run(Path(a.dir), ranks=a.ranks, per_iteration=a.per_iteration, iterations=a.iterations)
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -150,7 +150,7 @@ def make_long(a) -> None:
 
 def make(a) -> None:
     sys.path.insert(0, str(ROOT))
-    from profiler.synthetic import make_run
+    from profiler.groundtruth.synthetic import make_run
     p = make_run(Path(a.dir), ranks=a.ranks, events=a.events, scenario="slow_rank", seed=0, iterations=a.iterations,
                  perfetto=False)
     print(p)

@@ -332,7 +332,7 @@ def runs_page(args, browser, rows):
     """Cold first visits of the Runs page of a root of args.runs_page runs: each a fresh server
     and a fresh browser context, timed from navigation to the first run's row drawn with no
     callback in flight. The first server is the root's first ever (its data files' hashes not yet
-    in the hash cache, profiler.hashcache): measured and named apart."""
+    in the hash cache, profiler.store.hashcache): measured and named apart."""
     first = Row(f"Runs page, {args.runs_page} runs: first server ever on the root (data files hashed)", kind="cold")
     later = Row(f"Runs page, {args.runs_page} runs: cold (fresh server and browser context)", kind="cold")
     for i in range(args.repeat + 1):

@@ -3,7 +3,7 @@
     python benchmarks/bench_compare.py make --events 10000000 --runs 3 DIR
     python benchmarks/bench_compare.py measure DIR [--app-root PATH] [--repeat 3] [--out FILE]
 
-`make` writes 2 x `--runs` synthetic runs of 8 ranks (profiler.synthetic, scenario 'ab': side B's
+`make` writes 2 x `--runs` synthetic runs of 8 ranks (profiler.groundtruth.synthetic, scenario 'ab': side B's
 one phase 20 % slower) under DIR/a0.., DIR/b0.. (`epscope analyze` them to give them stored
 results). `measure` starts a fresh viewer process (`viewer.app.serve`, from --app-root's code:
 another checkout measures an older commit with this script) per repeat, opens /compare in
@@ -33,8 +33,8 @@ VERDICT = "!!document.querySelector('#cmp-verdict')"
 
 
 def make(a) -> None:
-    from profiler.runstore import write_run
-    from profiler.synthetic import make_events
+    from profiler.store.runstore import write_run
+    from profiler.groundtruth.synthetic import make_events
     out = Path(a.dir)
     for side in ("a", "b"):
         for i in range(a.runs):

@@ -1,6 +1,6 @@
 """Decode as a user meets it: records/s on one core, cold (the first call in a fresh process, as
 `epscope trace`, `report` and the recording session make it) and warm, with page faults and
-peak memory, for each record loop (profiler.decode ENGINES: numpy, numba) side by side, against a
+peak memory, for each record loop (profiler.decode.decode ENGINES: numpy, numba) side by side, against a
 structured-view copy of the same bytes.
 
     python3 benchmarks/bench_decode.py [--sizes 1e6,30e6] [--engines numpy,numba] [--format 2,3] [--runs 5]
@@ -11,7 +11,7 @@ Every measurement is a fresh process (`--child`): it builds its buffers, returns
 the OS (malloc_trim) and resets its peak RSS (/proc/self/clear_refs), then times decode_launches
 once (cold) and again (warm). Cold includes loading the record loop: the numba engine's ahead-of-
 time build from its disk cache (built by the parent before any timing; its build time and the
-JIT's cold cost are reported apart, see `one_off`); it excludes importing profiler.decode (numpy,
+JIT's cold cost are reported apart, see `one_off`); it excludes importing profiler.decode.decode (numpy,
 pandas), reported as import s. Medians of --runs processes; engines of one size run alternately,
 so their ratio is measured under the same load. Buffers are format --format, a list measured side
 by side (3: 8-byte records of clock64 bits 31..0, what the recorder writes since issue 33, half
@@ -70,7 +70,7 @@ def _status(key: str) -> float:
     return float("nan")
 
 
-SM_GHZ = 1.98                    # H200 SM clock (profiler.align.NOMINAL_SM_GHZ)
+SM_GHZ = 1.98                    # H200 SM clock (profiler.decode.align.NOMINAL_SM_GHZ)
 
 
 def _full_buffer(reg, rng, nreg: int, cap: int, kinds, ids, n: int, t0: int, version: int) -> bytes:
@@ -124,8 +124,8 @@ def _format3(v2: bytes, nreg: int, cap: int) -> bytes:
 
 def make_items(shape: str, records: int, version: int = L.VERSION):
     """(items, registries, records) of one benchmark input."""
-    from profiler.decode import LaunchInfo
-    from profiler.registry import load_all
+    from profiler.decode.decode import LaunchInfo
+    from profiler.registry.registry import load_all
     rng = np.random.default_rng(1)
     nreg = BLOCKS * WARPS
     if shape == "dense":
@@ -178,7 +178,7 @@ def clock_model(kind: str):
     rank pair's size, anchored at the buffers' start)."""
     if kind == "none":
         return None
-    from profiler.align import ClockModel, RankClock
+    from profiler.decode.align import ClockModel, RankClock
     return ClockModel({0: RankClock(0, offset_ns=-1234.25, drift_ppm=3.7, uncertainty_ns=40.0, anchor_ns=T0)},
                       t0_ns=T0 - 10**6)
 
@@ -186,7 +186,7 @@ def clock_model(kind: str):
 def child(shape: str, records: int, what: str, repeats: int, version: int) -> dict:
     """One fresh process: `what` is "decode:ENGINE[:CLOCK]" or "baseline"."""
     c0 = _cpu()
-    import profiler.decode  # noqa: F401  (numpy, pandas: not part of the decode's time)
+    import profiler.decode.decode  # noqa: F401  (numpy, pandas: not part of the decode's time)
     import_s = _cpu() - c0
     items, regs, n = make_items(shape, records, version)
     ctypes.CDLL("libc.so.6").malloc_trim(0)    # give back the builder's temporaries
@@ -195,7 +195,7 @@ def child(shape: str, records: int, what: str, repeats: int, version: int) -> di
     buffers = sum(len(b) for b, _ in items) / 2**20
     runs = []
     if what.startswith("decode:"):
-        from profiler.decode import decode_launches
+        from profiler.decode.decode import decode_launches
         engine, _, clock = what.split(":", 1)[1].partition(":")
         clocks = clock_model(clock or "none")
         for _ in range(repeats):
@@ -221,7 +221,7 @@ def child(shape: str, records: int, what: str, repeats: int, version: int) -> di
 def _child_env(env: dict | None) -> dict:
     """The children's environment: bytecode cached in a directory of its own (PYCACHE) even where
     PYTHONDONTWRITEBYTECODE is set (the dev VM sets it: every child then compiled the lazily
-    imported profiler.decode_fast from source, 3-4 ms of a cold 1 M decode that an installed
+    imported profiler.decode.decode_fast from source, 3-4 ms of a cold 1 M decode that an installed
     package, shipped with its .pyc, never pays), without writing into the checkout."""
     out = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     out["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
@@ -292,7 +292,7 @@ def measure(shape: str, records: int, runs: int, repeats: int, engines: list[str
 
 def one_off(version: int, runs: int) -> dict:
     """What the numba engine costs once: its ahead-of-time build (the first decode after installing
-    or changing profiler/decode_fast.py), and the cold first call of the JIT fallback with numba's
+    or changing profiler/decode/decode_fast.py), and the cold first call of the JIT fallback with numba's
     disk cache warm (numba import + first-call setup), on a small input, fresh processes."""
     import shutil
     import tempfile
@@ -314,7 +314,7 @@ def one_off(version: int, runs: int) -> dict:
 
 
 def _timed_child_build(where: Path) -> dict:
-    code = ("import sys, json, resource, time; sys.path.insert(0, %r); from profiler import decode_fast as F; "
+    code = ("import sys, json, resource, time; sys.path.insert(0, %r); from profiler.decode import decode_fast as F; "
             "w = time.perf_counter(); F.build_aot(__import__('pathlib').Path(%r) / 'k'); r = resource.getrusage(resource.RUSAGE_SELF); "
             "c = resource.getrusage(resource.RUSAGE_CHILDREN); "
             "print(json.dumps({'wall_s': time.perf_counter() - w, 'cpu_s': r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime}))"
@@ -341,7 +341,7 @@ def report(results: list[dict], once: dict | None, a, commit: str, load0, load1,
              "- each row: medians of fresh processes; cold = the first decode_launches call of a process (loading the "
              "record loop included: the numba engine loads its ahead-of-time build from the disk cache), warm = its "
              "repeats; rates are records per second of CPU time (user + sys), wall in brackets; import s = CPU "
-             "time to import profiler.decode (numpy, pandas) before the cold call, not in its rate.", "",
+             "time to import profiler.decode.decode (numpy, pandas) before the cold call, not in its rate.", "",
              "| shape | format | records | clock | events | engine | cold M rec/s | cold user / sys s | warm M rec/s | cold, warm vs "
              f"{engines[0]} | structured copy M rec/s | buffers MB | table MB | peak over start MB | import s | numba imported |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -372,7 +372,7 @@ def report(results: list[dict], once: dict | None, a, commit: str, load0, load1,
         b = once["aot_build"]
         lines += ["", "## One-off costs of the numba engine (10 k records, fresh processes, CPU s)", "",
                   f"- ahead-of-time build (numba.pycc, the first decode after installing or changing "
-                  f"profiler/decode_fast.py): {b['cpu_s']:.1f} s CPU, {b['wall_s']:.1f} s wall",
+                  f"profiler/decode/decode_fast.py): {b['cpu_s']:.1f} s CPU, {b['wall_s']:.1f} s wall",
                   f"- cold first call with the AOT build on disk: {once['aot_cold_s']:.3f} s (warm {once['aot_warm_s']:.3f} s); "
                   f"numba imported: {once['aot_numba_imported']}",
                   f"- cold first call of the JIT fallback (engine numba-jit, numba's disk cache warm: numba import + "
@@ -384,7 +384,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1e6,30e6")
     ap.add_argument("--shapes", default="dense,sparse")
-    ap.add_argument("--engines", default="numpy,numba", help="profiler.decode ENGINES, the first is the reference of the ratios")
+    ap.add_argument("--engines", default="numpy,numba", help="profiler.decode.decode ENGINES, the first is the reference of the ratios")
     ap.add_argument("--format", default=str(L.VERSION), help="buffer format versions to build (1, 2, 3), comma-separated")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--clocks", default="none", help="none (raw globaltimer base) and/or model (a clock model, as a "
@@ -414,7 +414,7 @@ def main() -> None:
         label, tree = a.against.split("=", 1)
         against = (label, Path(tree).resolve())
     if any(e.startswith("numba") for e in engines):
-        from profiler import decode_fast
+        from profiler.decode import decode_fast
         print(f"numba engine: {decode_fast.kernels().how} (build in {decode_fast.aot_dir()})", flush=True)
     formats = [int(f) for f in a.format.split(",")]
     for e in engines:   # builds what a first decode builds (the AOT loop, the .pyc files) before any timing

@@ -9,7 +9,7 @@ cluster of N worker processes, then the stored files are compared with the singl
 --what-if: the viewer's exact what-if on the stored run (a fresh process loads the stored results,
 as a cold viewer page does, then `Stored.what_if_summary` re-times every chunk from its stored
 input: `viewer/analyses.what_if`'s path), dispatch/send_chunk 30 % faster on rank 3 (the
-synthetic straggler), then again (the inputs' hashes remembered, profiler.hashcache).
+synthetic straggler), then again (the inputs' hashes remembered, profiler.store.hashcache).
 
 CPU = user + system of the process and the children it waited for (`/usr/bin/time -v`; the Dask
 workers are children of this process's cluster); peak RSS = the largest process's (for --workers,

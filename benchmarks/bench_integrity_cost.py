@@ -26,7 +26,7 @@ from benchmarks.machine import commit, cpu_name  # noqa: E402
 CHILD = """
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from profiler.runreader import load_run
+from profiler.store.runreader import load_run
 t, w = time.process_time(), time.perf_counter()
 r = load_run(sys.argv[2]); n = len(r.events)
 print(json.dumps({"cpu": time.process_time() - t, "wall": time.perf_counter() - w, "events": n}))
@@ -48,7 +48,7 @@ def main() -> None:
     a = ap.parse_args()
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="integrity-cost-") as d:
-        make = (f"import sys; sys.path.insert(0, {str(a.before)!r}); from profiler.synthetic import make_run; "
+        make = (f"import sys; sys.path.insert(0, {str(a.before)!r}); from profiler.groundtruth.synthetic import make_run; "
                 f"make_run({d!r} + '/run', ranks=8, events={int(a.events)}, perfetto=False)")
         subprocess.run([sys.executable, "-c", make], check=True, env=dict(os.environ, PYTHONPATH=str(a.before)))
         got = {"before": [], "this tree": []}

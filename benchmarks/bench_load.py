@@ -29,7 +29,7 @@ from benchmarks.machine import commit as machine_commit, cpu_name  # noqa: E402
 CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
-from profiler.runstore import load_run
+from profiler.store.runstore import load_run
 t1, c1 = time.perf_counter(), time.process_time()
 run = load_run(sys.argv[1])
 t2 = time.perf_counter()
@@ -42,7 +42,7 @@ print(json.dumps({"import_s": t1 - t0, "open_s": t2 - t1, "events_s": t3 - t2, "
 
 def make_run(n: int, where: Path) -> Path:
     from benchmarks.bench_profiler import synth_events
-    from profiler.runstore import write_run
+    from profiler.store.runstore import write_run
     ev, la = synth_events(n)
     return write_run(where / f"run-{n}", ev, la, {"name": f"bench-load {n}"}, perfetto=False)
 
@@ -63,7 +63,7 @@ def kind_column(n: int, repeats: int) -> dict:
     import numpy as np
     import pandas as pd
 
-    from profiler.schema import EVENT_KINDS, kind_column as by_codes
+    from profiler.store.schema import EVENT_KINDS, kind_column as by_codes
     rng = np.random.default_rng(0)
     stored = pd.Series(pd.Categorical.from_codes(rng.integers(0, 5, n).astype(np.int8),
                                                  ["arrive", "depart", "host", "instant", "span"]))
@@ -95,7 +95,7 @@ def main() -> None:
              f"{cpu_name()} ({os.cpu_count()} cores), {dt.date.today()}, commit {machine_commit(('profiler',))}, "
              f"medians of {a.repeats} processes; files in the page cache; imports not counted (shown apart).",
              "LOADAVG", "",
-             "| events | load_run + .events (wall) | of which .events | CPU time (all threads) | import profiler.runstore | target |",
+             "| events | load_run + .events (wall) | of which .events | CPU time (all threads) | import profiler.store.runstore | target |",
              "| ---: | ---: | ---: | ---: | ---: | --- |"]
     with tempfile.TemporaryDirectory(prefix="epscope-bench-load-") as tmp:
         for n in map(int, a.sizes):

@@ -37,7 +37,7 @@ from benchmarks.machine import commit as machine_commit, cpu_name  # noqa: E402
 
 def synth_events(n_slices: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """n_slices nested spans on 132 blocks x 16 warps of 2 ranks (record order per warp)."""
-    from profiler.schema import EVENT_KINDS
+    from profiler.store.schema import EVENT_KINDS
     rng = np.random.default_rng(seed)
     ranks, blocks, warps = 2, 132, 16
     tracks = ranks * blocks * warps
@@ -67,7 +67,7 @@ def synth_events(n_slices: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFra
 
 
 def _make_run_child(n_slices: int, run: str) -> None:
-    from profiler.runstore import write_run
+    from profiler.store.runstore import write_run
     ev, la = synth_events(n_slices)
     write_run(Path(run), ev, la, {"name": f"bench {n_slices}"}, perfetto=False)
 
@@ -84,7 +84,7 @@ def _hwm_mb() -> float:
 def naive_export(run, out: Path) -> Path:
     """The naive streaming builder: the same tracks and rows, one perfetto_trace_pb2 TracePacket
     a row written as the parquet batches stream by (no flows: they only add packets)."""
-    from profiler import perfetto_export as PE
+    from profiler.export import perfetto as PE
     P = PE._pb()
     names: dict[str, int] = {}
     with open(out, "wb") as f:
@@ -124,8 +124,8 @@ def naive_export(run, out: Path) -> Path:
 
 def _export_child(run: str, how: str) -> None:
     """Runs in its own process, so its peak RSS is the export's own (plus the imports)."""
-    from profiler.perfetto_export import export_perfetto
-    from profiler.runstore import load_run
+    from profiler.export.perfetto import export_perfetto
+    from profiler.store.runstore import load_run
     r = load_run(run)
     rss0 = _hwm_mb()
     w, c = time.perf_counter(), time.process_time()

@@ -42,7 +42,7 @@ SWITCH_S = 0.5         # issue 4: each timeline zoom or page switch, server time
 
 def make_synthetic(parent: Path, events: int, ranks: int) -> Path:
     """A synthetic starvation run of at least `events` events under parent/synthetic-10m."""
-    from profiler.synthetic import make_run
+    from profiler.groundtruth.synthetic import make_run
     t = time.perf_counter()
     target = events
     for _ in range(3):

@@ -89,8 +89,8 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
-    from profiler.runstore import load_run
-    from profiler.synthetic import make_run
+    from profiler.store.runstore import load_run
+    from profiler.groundtruth.synthetic import make_run
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="flood-") as tmp:
         run = make_run(Path(tmp) / "flood", ranks=a.ranks, events=a.events, perfetto=False)

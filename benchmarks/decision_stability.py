@@ -1,6 +1,6 @@
 """How often runs of one config land on opposite sides of a decision (issue 29), measured.
 
-For each scenario of profiler.synthetic that has nothing planted on a rank (host_jitter: every
+For each scenario of profiler.groundtruth.synthetic that has nothing planted on a rank (host_jitter: every
 rank's host held a random delay before each op, the late rank random per op) and for planted ones
 (late_host_random, upstream_gpu), at several sizes, many seeds and iteration counts: every page's
 verdicts, their decisions (profiler.analysis.decision) and how many seeds each band got per
@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from profiler.analysis import barrier_contention, critical_path, idle_warps  # noqa: E402
-from profiler.synthetic import make_events  # noqa: E402
+from profiler.groundtruth.synthetic import make_events  # noqa: E402
 
 CASES = [("host_jitter", size, {}) for size in (20_000, 60_000, 120_000, 240_000, 480_000)] + [
     ("late_host_random", 120_000, {"late_rank": 1}), ("late_host_random", 30_000, {"late_rank": 1}),

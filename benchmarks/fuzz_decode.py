@@ -1,4 +1,4 @@
-"""The long differential fuzz run of the decoder (issue 13): >= 1 M inputs through profiler.decode
+"""The long differential fuzz run of the decoder (issue 13): >= 1 M inputs through profiler.decode.decode
 and the record-by-record reference decoder (tests/profiler/reference_decoder.py), which must
 agree on every table, launch, warning count and error; the result names inputs tried and
 failures (0 expected), with the machine, commit and date.
@@ -35,7 +35,7 @@ BLOCK = 1000  # inputs per seed
 
 
 def _inputs(seed: int, block: int):
-    from profiler.decode import LaunchInfo
+    from profiler.decode.decode import LaunchInfo
     from tests.profiler.differential import random_case
     rng = np.random.default_rng([seed, block])
     for i in range(BLOCK):
@@ -121,7 +121,7 @@ def main() -> None:
                  f"--batch {a.batch} --out ...`",
                  f"- load average at start / end: {load0[0]:.1f} / {os.getloadavg()[0]:.1f}; wall {wall:.0f} s", "",
                  f"**inputs tried: {tried:,}; failures: {len(failures)}**", "",
-                 "Each input is one launch buffer from tests/profiler/differential.random_case, decoded by profiler.decode "
+                 "Each input is one launch buffer from tests/profiler/differential.random_case, decoded by profiler.decode.decode "
                  f"with each of its record loops ({', '.join(ENGINES)}) and by tests/profiler/reference_decoder.py; tables, launches, warning counts and errors (type and byte "
                  "offset) must be equal, with no numpy warning, every time inside its launch's bounds.", ""]
         lines += [f"- {f}" for f in failures[:50]]

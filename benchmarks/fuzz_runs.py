@@ -37,7 +37,7 @@ BUNDLED = ROOT / "traces" / "ep-timeout"
 
 
 def _bases(d: Path) -> dict[str, Path]:
-    from profiler.synthetic import make_run
+    from profiler.groundtruth.synthetic import make_run
     new = make_run(d / "with-checksums", ranks=2, events=800, perfetto=False)
     from tests.profiler.damage import as_written_before_checksums
     old = as_written_before_checksums(Path(shutil.copytree(new, d / "before-checksums")))

@@ -10,11 +10,12 @@ from pathlib import Path
 ROOT = sys.argv[1]
 sys.path.insert(0, ROOT)
 import pyarrow as pa, pyarrow.parquet as pq, numpy as np
-from profiler import runstore as RS, cli
+from profiler.store import runstore as RS
+from profiler.commands import cli
 from profiler.errors import EpscopeError
-from profiler.synthetic import make_run
-from profiler.report import report
-from profiler.perfetto_export import export_perfetto
+from profiler.groundtruth.synthetic import make_run
+from profiler.commands.report import report
+from profiler.export.perfetto import export_perfetto
 tmp = Path(tempfile.mkdtemp())
 base = make_run(tmp / "base", ranks=2, events=800, perfetto=False)
 
@@ -79,7 +80,7 @@ res["default export, RUN/trace.perfetto-trace.tmp -> outside file"] = "kept" if 
 fifo = tmp / "fifo"; os.mkfifo(fifo)
 outcome(lambda: cli.main(["export", str(p), "-o", str(fifo), "--force"]))
 res["export -o FIFO --force"] = "FIFO kept" if os.path.exists(fifo) and __import__("stat").S_ISFIFO(os.lstat(fifo).st_mode) else "FIFO REPLACED"
-r = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); from profiler.cli import main; sys.exit(main(['view', {str(tmp)!r}, '--port', '99999']))"], capture_output=True, text=True, timeout=120)
+r = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); from profiler.commands.cli import main; sys.exit(main(['view', {str(tmp)!r}, '--port', '99999']))"], capture_output=True, text=True, timeout=120)
 res["view --port 99999"] = "TRACEBACK" if "Traceback" in r.stderr else f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1][:80]}"
 for k, v in res.items():
     print(f"{k:62s} {v}")

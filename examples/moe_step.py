@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     from ep_core.launch import run_ranks
-    from profiler.cli import main as epscope
+    from profiler.commands.cli import main as epscope
 
     res = run_ranks(_rank, a.ranks, vars(a) | {"upstream_gemm_rank": a.upstream_gemm_rank}, timeout_s=900)
     run = next(r["run"] for r in res if r["run"])

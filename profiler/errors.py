@@ -145,7 +145,7 @@ class InvalidRegistry(AnalysisWarning):
 
 
 class CalibrationError(EpscopeError):
-    """A calibration file (profiler.calibration) that cannot be used; the message names the field."""
+    """A calibration file (profiler.decode.calibration) that cannot be used; the message names the field."""
 
     def __init__(self, message: str, field: str = ""):
         super().__init__(message)

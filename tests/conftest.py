@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True, scope="session")
 def _hash_cache_in_tmp(tmp_path_factory):
-    """profiler.hashcache remembers data files' hashes in the user's cache directory, and
+    """profiler.store.hashcache remembers data files' hashes in the user's cache directory, and
     `epscope export RUN` writes there without -o: the suite's go to temporary ones (subprocesses
     inherit them through the environment)."""
     os.environ["EPSCOPE_HASH_CACHE"] = str(tmp_path_factory.mktemp("hashcache") / "file-hashes.json")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from profiler.analysis import stored
-from profiler.runreader import check_run
+from profiler.store.runreader import check_run
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.synthetic import make_run
+from profiler.groundtruth.synthetic import make_run
 from tests.profiler.damage import (Reference, as_written_before_checksums, failures, flip_bit, manifest_mutations, readers,
                                    viewer_serves_the_others)
 

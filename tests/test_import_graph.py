@@ -130,7 +130,7 @@ def test_no_import_circles_between_files_of_the_packages():
 
 def test_the_library_never_imports_the_workflows():
     """ep_core is what `import ep_core as deep_ep` loads; the workflows (profiler/workflows) import
-    it, never the other way. Only the `epscope` entry point (profiler/cli.py, by module name at
+    it, never the other way. Only the `epscope` entry point (profiler/commands/cli.py, by module name at
     run time) and the workflows themselves reach them."""
     graph = import_graph()
     bad = sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts

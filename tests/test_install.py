@@ -41,8 +41,8 @@ def test_decode_without_numba_takes_the_numpy_loop(tmp_path):
     """The GPU machine has no numba: `auto` decodes with numpy there (HOME is empty: no AOT build)."""
     code = ("sys.modules['numba'] = None\n"
             "import numpy as np\n"
-            "from profiler import decode as D\n"
-            "from profiler.registry import load_all\n"
+            "from profiler.decode import decode as D\n"
+            "from profiler.registry.registry import load_all\n"
             "from tests.profiler.bufbuild import random_buffer\n"
             "reg = load_all()['selftest']\n"
             "buf = random_buffer(np.random.default_rng(0), reg, n_regions=4, capacity=16)\n"
@@ -64,7 +64,7 @@ def test_report_and_export_run_without_torch(tmp_path):
     run = TRACES / "selftest-grid-barrier"
     out = tmp_path / "t.perfetto-trace"
     p = _run_without_torch(
-        "from profiler.cli import main\n"
+        "from profiler.commands.cli import main\n"
         f"assert main(['report', {str(run)!r}]) == 0\n"
         f"assert main(['export', {str(run)!r}, '-o', {str(out)!r}]) == 0\n", tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -27,7 +27,7 @@ import pandas as pd
 from profiler import analysis
 from profiler.analysis import chunked, stored, summary, unfinished
 from profiler.analysis.whatif import saving_bound
-from profiler.runreader import EventReader
+from profiler.store.runreader import EventReader
 
 from . import jobs, results
 from .cache import MISSING
@@ -36,7 +36,7 @@ from .pages.timeline import logic as timeline_logic
 
 
 def registry(run: LoadedRun):
-    """The run's phase registries as the profiler parses them (profiler.runstore.Run.registries)."""
+    """The run's phase registries as the profiler parses them (profiler.store.runstore.Run.registries)."""
     return run.cached("registries", lambda: run.run.registries) or None
 
 
@@ -122,7 +122,7 @@ def _event_reader(run: LoadedRun) -> tuple[EventReader, threading.Lock]:
     return run.cached("event_reader", lambda: (EventReader(run.run), threading.Lock()))
 
 
-# the event columns the timeline's index reads (profiler.schema.COLUMNS less launch, kernel, sm, iteration)
+# the event columns the timeline's index reads (profiler.store.schema.COLUMNS less launch, kernel, sm, iteration)
 _TIMELINE_COLUMNS = ["rank", "block", "warp", "role", "kind", "phase", "begin_ns", "end_ns", "payload", "open"]
 
 

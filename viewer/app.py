@@ -17,7 +17,7 @@ import dash
 import flask
 from dash import Input, Output, ctx, dcc, html, no_update
 
-from profiler.atomic import open_regular
+from profiler.store.atomic import open_regular
 from profiler.errors import EpscopeError
 
 from . import components as C

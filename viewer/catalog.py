@@ -4,7 +4,7 @@ The browser never sends a path. It sends a run id, which is only ever a key into
 here by walking the roots; an id that is not a key is "unknown run", whatever it contains. Every
 file the viewer reads is resolved first and refused when its real path lies outside the roots
 (a symlinked trace.perfetto-trace pointing at /etc/passwd is not served), and every run is read
-through the profiler's run store (`profiler.runstore`: the same validation as `epscope report`).
+through the profiler's run store (`profiler.store.runstore`: the same validation as `epscope report`).
 
 Loaded runs (their event tables and per-run derived results) are cached, LRU; a run rewritten on
 disk since it was loaded is loaded again (its files' identity is compared on every access).
@@ -31,9 +31,9 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from profiler import runstore
+from profiler.store import runstore
 from profiler.errors import RunChanged
-from profiler.progress import Activity
+from profiler.commands.progress import Activity
 
 from .cache import MISSING, SizedLRU
 from .jobs import READY_WAIT_S, WORKERS, Jobs
@@ -69,7 +69,7 @@ class RunEntry:
     run_id: str
     path: Path
     root: Path
-    manifest: dict | None   # checked by profiler.validate; None when it cannot be read (`problem`)
+    manifest: dict | None   # checked by profiler.store.validate; None when it cannot be read (`problem`)
     problem: str | None = None
     status: str = "ok"       # runstore.RunCheck.status: ok, timeout, corrupt, unreadable, newer format, empty
     num_events: int | None = None
@@ -99,7 +99,7 @@ class LoadedRun:
     and is kept while the run is loaded; any other key carries parameters, often a client's
     (("what_if", phase, speedup, rank)), and lives in the catalog's byte-bounded LRU."""
     entry: RunEntry
-    run: Any                      # profiler.runstore.Run
+    run: Any                      # profiler.store.runstore.Run
     launches: pd.DataFrame | None
     signature: tuple = ()
     params: SizedLRU | None = None
@@ -454,7 +454,7 @@ class Catalog:
             lock = self._load_locks.setdefault("perfetto:" + run_id, threading.Lock())
         with lock:
             if not out.is_file():
-                from profiler.perfetto_export import export_perfetto
+                from profiler.export.perfetto import export_perfetto
                 try:
                     export_perfetto(run, out, force=True)   # atomic: a temporary renamed into place
                 except Exception as e:

@@ -17,7 +17,7 @@ import pandas as pd
 from dash import dcc, html
 
 from profiler.analysis import glossary
-from profiler.expect import Cause, Direction
+from profiler.groundtruth.expect import Cause, Direction
 
 from .format import ns, pct
 

@@ -87,7 +87,7 @@ def generation() -> int:
 
 
 def save(run, res: chunked.Results) -> Path | None:
-    """Write res (summary.analyze(run), run: profiler.runreader.Run) as `epscope analyze` does,
+    """Write res (summary.analyze(run), run: profiler.store.runreader.Run) as `epscope analyze` does,
     where `mode()` says (bound to the bytes the analysis read: summary.binding; the cache keyed
     by them). Returns the results' directory, or None when nothing was written (a failure is
     logged, never raised: the page has its results)."""

@@ -8,7 +8,7 @@ For each knob of LowLatencyConfig, side A runs it at its old behaviour and side 
 (every other knob new), REPLICATES runs per side, recorded interleaved (A0 B0 of every story, then
 A1 B1, ...), all in ONE launch of one process per GPU. A run is a profiler.record Session of
 PROFILED decode steps (dispatch + combine, FP8, hidden 7168, top-8 of 256) after WARMUP unprofiled
-ones. Each run's manifest gets an `expect` block (profiler.expect) with what was planted: the
+ones. Each run's manifest gets an `expect` block (profiler.groundtruth.expect) with what was planted: the
 single-run cause of its side and, for the pair, outcome knob_change naming the kernel, phase and
 direction B should move in. After recording, rank 0 checks each planted cause in its own
 recordings with profiler.analysis (idle blocks, useless arrivals, host time on the critical path,
@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from profiler.analysis.compare import HOST_CALL  # noqa: E402
-from profiler.expect import Cause, ComparisonExpect, Direction, Effect, Expect  # noqa: E402
+from profiler.groundtruth.expect import Cause, ComparisonExpect, Direction, Effect, Expect  # noqa: E402
 
 HIDDEN, TOPK, EXPERTS, RANKS = 7168, 8, 256, 2
 # 8 profiled steps a run (the first run at 418ddf3 had 3, of which the first two were skewed by
@@ -462,7 +462,7 @@ def check_run(run: PlannedRun, loaded) -> list[dict]:
 def finalize(runs: list[PlannedRun], out: Path, planted_by: str, only: tuple[str, ...] | None = None) -> int:
     import statistics
 
-    from profiler.runstore import load_run, update_manifest
+    from profiler.store.runstore import load_run, update_manifest
 
     loaded = {r.name: load_run(out / r.name) for r in runs}
     bad = 0
@@ -507,7 +507,7 @@ def save_upstream_facts(per_rank: list[list[dict]], out: Path) -> None:
 def finalize_upstream(ups: list[Upstream], out: Path, planted_by: str) -> int:
     import json
 
-    from profiler.runstore import load_run, update_manifest
+    from profiler.store.runstore import load_run, update_manifest
 
     if not ups:
         return 0

@@ -363,7 +363,7 @@ def render_md(res: dict, excerpt: dict) -> str:
           "(the instrumented build, null buffer) is what it avoids.", ""]
     if res.get("clocks"):
         L += ["## Clock alignment of the runs recorded by the same job", "",
-              "From each run's manifest (profiler.align fits; uncertainty = half the best round trip + 2 timer "
+              "From each run's manifest (profiler.decode.align fits; uncertainty = half the best round trip + 2 timer "
               "steps for ranks, worst residual + half-width + 1 step for the host).", "",
               "| run | clock | offset (ns) | drift (ppm) | uncertainty (ns) |", "| --- | --- | --- | --- | --- |"]
         L += [f"| {r['run']} | {r['what']} | {'' if r['offset_ns'] is None else r['offset_ns']} | {r['drift_ppm']} | "

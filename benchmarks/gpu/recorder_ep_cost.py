@@ -9,7 +9,7 @@ the instrumented build with a null profile buffer (the runtime switch, what a ca
 "off" did not pick the compiled-out build) and the instrumented build writing a real profile
 buffer (recording on). Modes interleave round by round (CUDA events around `iters` launches a
 round); medians over rounds and the spread of the compiled-out rounds are reported. The profile
-buffers of the last round are decoded (profiler.decode) and must hold events and no drops.
+buffers of the last round are decoded (profiler.decode.decode) and must hold events and no drops.
 Writes <out>/recorder-ep-1rank.json and prints a table.
 """
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _launchers(buffer, x, handle, recv_x, cfg, mode: str, bufs):
 
 def _decode_check(bufs, grid_d: int, grid_c: int, warps: int) -> dict:
     from ep_core.generated import ep_intranode_phases as P
-    from profiler.decode import LaunchInfo, decode_launches
+    from profiler.decode.decode import LaunchInfo, decode_launches
 
     items = [(bufs[0].cpu().numpy(), LaunchInfo(0, 0, "dispatch", 0, P.FAMILY)),
              (bufs[1].cpu().numpy(), LaunchInfo(0, 1, "combine", 0, P.FAMILY))]

@@ -54,7 +54,7 @@ def hook_table(bench: dict) -> list[str]:
 
 def story_rows(runs: Path) -> list[str]:
     from profiler.analysis import idle_warps
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
 
     out = []
     for d in sorted(p.parent for p in runs.rglob("manifest.json") if (p.parent / "events.parquet").exists()):

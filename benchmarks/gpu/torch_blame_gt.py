@@ -8,7 +8,7 @@ dispatch, and the alignment width the merge states.
     host: time.sleep of known length inside record_function("planted_host_delay") between
           get_dispatch_layout and dispatch, the GPU idle -> attributed to that range, host side.
 
-Each run's manifest gets an expect block (profiler.expect, op_before_entry); the blame and the
+Each run's manifest gets an expect block (profiler.groundtruth.expect, op_before_entry); the blame and the
 alignment are computed here too (the same code the CPU tests and `epscope report` run) and
 printed as a table, so one device call checks the whole chain.
 
@@ -33,7 +33,7 @@ def _rank(ctx, opts: dict) -> dict:
     from ep_core import _ext
     from ep_core.config import Problem, op_configs
     from profiler.record.session import Session
-    from profiler.runstore import update_manifest
+    from profiler.store.runstore import update_manifest
     from profiler.workflows.workload import RankOp, make_rank_inputs
 
     p = Problem(1024, 2048, 4, 16, 1, "bf16")
@@ -96,7 +96,7 @@ def _time_gemm(torch, a) -> float:
 
 
 def _expect(scenario: str, facts: dict) -> dict:
-    from profiler.expect import Cause, Effect, Expect, OpBeforeEntry
+    from profiler.groundtruth.expect import Cause, Effect, Expect, OpBeforeEntry
 
     if scenario == "gemm":
         obe = OpBeforeEntry(scope="lead_in", rank=0, kernel="notify", side="gpu", op="aten::mm")
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
 
     res = run_ranks(_rank, 1, {"out": a.out, "iters": a.iters}, timeout_s=600)[0]
     print(json.dumps(res, indent=1))
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
     from profiler.torchtrace.report import torch_section
     for scenario, path in res["paths"].items():
         print(f"\n== {scenario}: {path}")

@@ -1,9 +1,9 @@
-"""Pure analyses of an epscope event table (profiler.schema): event table in, DataFrames out.
+"""Pure analyses of an epscope event table (profiler.store.schema): event table in, DataFrames out.
 
 Nothing here plots (style.md rule 8); viewer/ draws what these functions return. Every function
 takes the tidy event table of one run (`events`, schema in docs/design.md), the run's registries
 (`registry=`: the manifest's `"registry"` dict {family: registry-json}, one registry-json dict, a
-`profiler.registry.Registry`, or a list of those) and, optionally, its launch table
+`profiler.registry.registry.Registry`, or a list of those) and, optionally, its launch table
 (`launches=`: where a timed-out kernel stopped).
 
 Phase semantics come from the registry only (profiler.analysis.semantics): a phase is a wait

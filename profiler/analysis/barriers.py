@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from profiler.expect import Cause
+from profiler.groundtruth.expect import Cause
 
 from . import graph as G
 from . import timeouts
@@ -111,7 +111,7 @@ def _stragglers(occ: pd.DataFrame, totals: pd.DataFrame, g: G.Graph) -> list[Ver
     out.sort(key=lambda v: -(v.share or 0))
     # a rank that arrives late at a cross-rank barrier because one of its own warps arrived late at
     # a grid / block barrier before: lead with that warp (the root) when it costs at least half as
-    # much (the late_arriver scenario of profiler.synthetic plants exactly this)
+    # much (the late_arriver scenario of profiler.groundtruth.synthetic plants exactly this)
     if out and out[0].alarm and _scope(occ, out[0]) == "rank":
         own = [v for v in out[1:] if v.alarm and v.rank == out[0].rank and _scope(occ, v) != "rank"
                and (v.share or 0) >= ROOT_SHARE * (out[0].share or 0)]

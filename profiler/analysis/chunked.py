@@ -548,7 +548,7 @@ def analyze(events: pd.DataFrame, *, registry=None, launches=None, max_events: i
 def plan_run(run, max_events: int) -> tuple[list[np.ndarray], int]:
     """(the chunks' iterations, the run's rank count) of a run directory, from its events per
     iteration (runreader.EventReader.counts: footer statistics, else one row group at a time)."""
-    from profiler.runreader import EventReader
+    from profiler.store.runreader import EventReader
 
     with EventReader(run) as r:
         counts, rks = r.counts()
@@ -556,7 +556,7 @@ def plan_run(run, max_events: int) -> tuple[list[np.ndarray], int]:
 
 
 def analyze_run(run, *, max_events: int | None = None, spills: Spills | None = None, engine=None) -> Results:
-    """The analyses of a run directory (profiler.runstore.Run) without reading its whole event
+    """The analyses of a run directory (profiler.store.runstore.Run) without reading its whole event
     table: the `iteration` and `rank` statistics cut the chunks, then each chunk's events are read
     through runreader.EventReader (row groups pruned on their iteration statistics, rows filtered,
     checked as a whole read is). A run written since issue 20 has row groups cut at (rank,
@@ -565,7 +565,7 @@ def analyze_run(run, *, max_events: int | None = None, spills: Spills | None = N
     row group. engine: a distributed engine (profiler.analysis.distributed) that runs the chunks'
     passes on its workers (spills on disk, where every worker and this process can read them);
     the results are the same. max_events: events a chunk holds at most (default MAX_EVENTS)."""
-    from profiler.runreader import EventReader
+    from profiler.store.runreader import EventReader
 
     groups, ranks = plan_run(run, MAX_EVENTS if max_events is None else max_events)
     if engine is not None and len(groups) > 1:      # a run of one chunk keeps its graph: here
@@ -585,7 +585,7 @@ def analyze_run(run, *, max_events: int | None = None, spills: Spills | None = N
 
 
 def _read_chunks(run, groups):
-    from profiler.runreader import EventReader
+    from profiler.store.runreader import EventReader
 
     with EventReader(run) as r:
         for grp in groups:

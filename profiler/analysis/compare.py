@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from profiler.expect import Cause
+from profiler.groundtruth.expect import Cause
 
 from . import stats as S
 from . import unfinished

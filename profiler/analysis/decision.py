@@ -33,7 +33,7 @@ from .stats import t_quantile
 # from (benchmarks/NOTES.md, issue 29): at 80% the catalogue's planted late entries with 2
 # profiled iterations (ep-host-late: 77% and 89% of the iteration; ep-barrier-straggler: 63% and
 # 79%) stay alarms; at 90% the second straddles 25% (t with one degree of freedom is 6.3). On the
-# synthetic host jitter of profiler.synthetic (a random late rank per op, 40 seeds a size, 6
+# synthetic host jitter of profiler.groundtruth.synthetic (a random late rank per op, 40 seeds a size, 6
 # iterations) the net late-entry wait raised no alarm at any size up to half the iteration.
 LEVEL = 0.80
 ALARM, BORDERLINE, NONE = "alarm", "borderline", "none"

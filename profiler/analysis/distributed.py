@@ -46,7 +46,7 @@ def _context(path: str, version_id) -> _Context:
     """The run opened once a worker process (its launch table, registry and event reader: its
     checksum is checked at the open, 0.9 s for 400 MB); the reads of the threads of one process
     take turns on the reader's open file."""
-    from profiler.runreader import EventReader, load_run
+    from profiler.store.runreader import EventReader, load_run
 
     key = (path, version_id)
     with _CONTEXTS_LOCK:

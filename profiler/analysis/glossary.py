@@ -11,7 +11,7 @@ import sys
 # section -> {term: definition}; a term is what a page shows (a column header, a card, a kind)
 SECTIONS: dict[str, dict[str, str]] = {
     "Verdicts": {
-        "verdict": "The sentence a page leads with: what made the run slow, in the fields of profiler.expect "
+        "verdict": "The sentence a page leads with: what made the run slow, in the fields of profiler.groundtruth.expect "
                    "(cause, rank, peer, kernel, phase, direction) and the size of the effect. Tests check the "
                    "fields against recordings with a planted cause.",
         "alarm": "The page says 'act on this'. Every alarm but a timeout and starved warps is a decision: the "

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from profiler.expect import Cause
+from profiler.groundtruth.expect import Cause
 
 from . import graph as G
 from . import imbalance as IM

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profiler.expect import Cause
+from profiler.groundtruth.expect import Cause
 
 from . import graph as G
 from .decision import Decision, decide

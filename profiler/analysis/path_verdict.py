@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from profiler.expect import Cause
+from profiler.groundtruth.expect import Cause
 
 from . import graph as G
 from . import imbalance as IM

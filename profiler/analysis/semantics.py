@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profiler.errors import AnalysisWarning, InvalidRegistry, UndeclaredPhases
-from profiler.registry import RegistryError, registries
+from profiler.registry.registry import RegistryError, registries
 
 UNDECLARED_SCOPE = "grid"   # an undeclared barrier: only the warps of one launch meet there
 
@@ -45,7 +45,7 @@ class Semantics:
 
 
 def semantics(registry=None) -> Semantics:
-    """Semantics of the registries in `registry` (anything profiler.registry.registries reads)."""
+    """Semantics of the registries in `registry` (anything profiler.registry.registry.registries reads)."""
     warns: list[AnalysisWarning] = []
     try:
         regs = registries(registry)

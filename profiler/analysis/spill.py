@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profiler import atomic
+from profiler.store import atomic
 
 MAGIC = b"EPSARRS\x00"
 VERSION = 1

@@ -49,7 +49,7 @@ from typing import Sequence
 
 import numpy as np
 
-from profiler.expect import Direction
+from profiler.groundtruth.expect import Direction
 
 SEED = 0                  # fixed: the same samples always give the same interval
 N_BOOT = 2000

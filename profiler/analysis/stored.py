@@ -3,7 +3,7 @@
 Saving a run (profiler.record's session save) and `epscope analyze RUN...` compute the critical
 path, idle, barriers and the time model once and write their full outputs here; the viewer reads
 them on a cold open without reading the event table (10 M events: 35-73 s of analyses per cold
-page before, issue 20). Layout, one directory placed in one rename (profiler.atomic):
+page before, issue 20). Layout, one directory placed in one rename (profiler.store.atomic):
 
     RUN/analysis/results.json                 the index below
     RUN/analysis/<report>.<field>.parquet     one DataFrame field of a report (zstd)
@@ -72,9 +72,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from profiler import atomic, errors, hashcache, validate
+from profiler import errors
 from profiler.errors import EpscopeError, RunExists
-from profiler.expect import Cause, Direction
+from profiler.groundtruth.expect import Cause, Direction
+from profiler.store import atomic, hashcache, validate
 
 from . import chunked
 from . import summary
@@ -177,7 +178,7 @@ class StoredWhatIf:
         parts = []
         for c, rec in zip(self.chunks, self.recorded):
             p = self.directory / c["file"]
-            # checked against the SHA-256 written in the index, which profiler.hashcache remembers
+            # checked against the SHA-256 written in the index, which profiler.store.hashcache remembers
             # by the file's identity and change times (as it remembers the data files' for
             # `current`): 2.3 GB of inputs at 100 M events took 4 s to hash on every what-if
             if hashcache.sha256(p) != c["sha256"]:
@@ -376,7 +377,7 @@ def store_run(path, *, step=None, engine=None) -> Path:
     stays bounded by a chunk. engine: a distributed engine whose workers analyse the chunks
     (profiler.analysis.distributed; the run's directory must be readable and writable by them).
     step(label): progress. Returns the stored results' directory."""
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
     step = step or (lambda label: None)
     run = load_run(path)
     work_dest = Path(run.path) / WORK
@@ -401,7 +402,7 @@ def store_run(path, *, step=None, engine=None) -> Path:
 def _raise_if_rewritten(run) -> None:
     """RunChanged when the run at run.path is no longer the one read (another write's manifest, or
     none while a rewrite swaps the directory): results of it were bound to the old bytes anyway."""
-    from profiler.runreader import read_manifest
+    from profiler.store.runreader import read_manifest
     try:
         now = read_manifest(run.path).get("version_id")
     except EpscopeError:

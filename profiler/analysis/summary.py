@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profiler import atomic, hashcache, validate
+from profiler.store import atomic, hashcache, validate
 from profiler.errors import EpscopeError
 
 from . import chunked
@@ -63,7 +63,7 @@ class Stale(ValueError):
 
 
 def _file_hash(p: Path, within=None) -> str | None:
-    # remembered across processes by the file's identity and change times (profiler.hashcache:
+    # remembered across processes by the file's identity and change times (profiler.store.hashcache:
     # a 10 M-event events.parquet took 0.1-0.3 s to hash on each cold open, issue 20)
     return hashcache.sha256(p, within=within)
 
@@ -103,7 +103,7 @@ def mismatch(doc: dict, run_dir: Path, *, run=None, manifest: dict | None = None
         if run is not None:
             manifest = run.manifest
         else:
-            from profiler.runreader import read_manifest
+            from profiler.store.runreader import read_manifest
             try:
                 manifest = read_manifest(run_dir, within=within)
             except EpscopeError as e:
@@ -123,7 +123,7 @@ def _num(x) -> float | None:
 
 
 def analyze(run, *, spills: chunked.Spills | None = None, engine=None) -> chunked.Results:
-    """The analyses of a loaded run (profiler.runstore.Run), as `epscope analyze` and the session
+    """The analyses of a loaded run (profiler.store.runstore.Run), as `epscope analyze` and the session
     save compute them: a run of more than chunked.MAX_EVENTS events in chunks of iterations read
     one at a time (profiler.analysis.chunked: the same results, memory bounded by a chunk), on a
     distributed engine's workers when one is given. spills: where the chunks leave their what-if
@@ -135,7 +135,7 @@ def analyze(run, *, spills: chunked.Spills | None = None, engine=None) -> chunke
 
 
 def summarize(run, res: chunked.Results | None = None) -> dict:
-    """The summary of a loaded run (profiler.runstore.Run), computed by the functions the pages
+    """The summary of a loaded run (profiler.store.runstore.Run), computed by the functions the pages
     call; res: its analyses when computed already (`analyze(run)`: their graph is read)."""
     res = analyze(run) if res is None else res
     g = res.critical.graph
@@ -188,7 +188,7 @@ def _op_before_entry(run, tm) -> dict | None:
 
 
 def store(run, res: chunked.Results | None = None, *, dest: Path | None = None) -> Path:
-    """Compute (or take `res`, analyze(run)) and write RUN/analysis-summary.json atomically (profiler.atomic: an exclusive,
+    """Compute (or take `res`, analyze(run)) and write RUN/analysis-summary.json atomically (profiler.store.atomic: an exclusive,
     locked temporary beside it, renamed into place; never through a link, never over a file that
     is not a regular one); returns its path. dest: another file to write (the viewer's cache of a
     run it cannot write; `load(run_dir, where=dest)`)."""

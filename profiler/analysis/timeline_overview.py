@@ -6,7 +6,7 @@ whole table (47 bytes an event of index plus the table at 10 M events; 100 M wou
 issue 20). This module computes what those views need once, at analyze time, chunk by chunk
 (profiler.analysis.chunked feeds it each chunk's events, unfinished waits closed), so the viewer
 draws the whole run and wide windows without reading events, and reads only the (rank, iteration)
-row groups of a narrow window (profiler.runreader.EventReader):
+row groups of a narrow window (profiler.store.runreader.EventReader):
 
   - `tiles`: one per iteration, over the time its events cover (all ranks). Each tile holds busy
     time per (group, phase, bin) at two resolutions: `fine` per (rank, host) group at

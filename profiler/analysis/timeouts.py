@@ -15,7 +15,7 @@ import pandas as pd
 from . import graph as G
 from .peers import interval_peers
 from .verdict import Verdict, fmt_ns
-from profiler.expect import Cause
+from profiler.groundtruth.expect import Cause
 
 STALL_COLUMNS = ["rank", "peer", "kernel", "phase", "launch", "iteration", "begin_ns", "end_ns", "duration_ns",
                  "warps"]

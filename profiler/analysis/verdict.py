@@ -1,6 +1,6 @@
 """The structured verdict each analysis page leads with.
 
-A verdict names what made the run slow in the vocabulary of profiler.expect (`Cause`, rank, peer,
+A verdict names what made the run slow in the vocabulary of profiler.groundtruth.expect (`Cause`, rank, peer,
 kernel, phase, `Direction`) plus the size of the effect, so a test can check it against a
 recording's planted `expect` block field by field, never by sentence. The sentence a page shows
 (`headline`) is built here from the fields; `detail` carries the one clause only the analysis
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from profiler.expect import Cause, Direction
+from profiler.groundtruth.expect import Cause, Direction
 
 from .decision import decide
 
@@ -103,7 +103,7 @@ class Verdict:
         if self.page not in PAGES:
             raise ValueError(f"verdict page must be one of {PAGES}, got {self.page!r}")
         if not isinstance(self.cause, Cause):
-            raise TypeError(f"verdict cause must be a profiler.expect.Cause, got {self.cause!r}")
+            raise TypeError(f"verdict cause must be a profiler.groundtruth.expect.Cause, got {self.cause!r}")
         if self.where == () and self.kernel is not None:
             object.__setattr__(self, "where", ((self.kernel, self.phase),))
 

@@ -1,6 +1,6 @@
 // Clock calibration kernels (`epscope calibrate`): launchers, host side, no torch. Kernels live in
 // calibrate.cu; the fits that turn their samples into a calibration file are
-// profiler/record/calibrate.py (measuring) and profiler/calibration.py (the file).
+// profiler/record/calibrate.py (measuring) and profiler/decode/calibration.py (the file).
 #pragma once
 #include <cstdint>
 

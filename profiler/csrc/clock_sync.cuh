@@ -17,7 +17,7 @@
 // st.release.sys paid a fence, i.e. an extra NVLink round trip, per hop (3.2 us round trips,
 // 1.6 us uncertainty on 2xH200; benchmarks/results/recorder-h200-2026-11-29-v1-branchy.md).
 // t0, t3 are rank 0's clock; t1 = t2 rank k's: offset_k = ((t1 - t0) + (t1 - t3)) / 2, and the
-// round trip (t3 - t0) bounds its error (profiler/align.py fits offset and drift).
+// round trip (t3 - t0) bounds its error (profiler/decode/align.py fits offset and drift).
 // Sequence numbers are seq_base + i + 1, so a ping area zeroed once serves any number of syncs:
 // the caller passes a seq_base that grows by n per sync (both ranks compute it the same way).
 // rank 0 zeroes its reply[0..n) (and fences) before its first ping of each sync.

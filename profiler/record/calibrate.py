@@ -1,5 +1,5 @@
 """`epscope calibrate`: measure this GPU's clocks and the recorder's cost, and write the
-calibration file (profiler.calibration) that alignment and run manifests use.
+calibration file (profiler.decode.calibration) that alignment and run manifests use.
 
     epscope calibrate [--out PATH] [--kernel-ms 10]
 
@@ -14,7 +14,7 @@ skipped with the reason on one GPU or with --no-link):
     recording warp of a 1x1 and a 132x4 grid;
   * per SM, clock64 against the globaltimer over a `kernel_ms` kernel (an anchor every
     kernel_ms / 100): rate, offset, and how far the decoder's two-anchor conversion is from each
-    intermediate anchor (profiler.calibration.fit_sm_clocks).
+    intermediate anchor (profiler.decode.calibration.fit_sm_clocks).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..calibration import Calibration, default_path, fit_sm_clocks
+from ..decode.calibration import Calibration, default_path, fit_sm_clocks
 from .build import load_record_extension
 from .selftest import TIMEOUT_CYCLES
 

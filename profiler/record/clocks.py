@@ -1,7 +1,7 @@
 """Clock pairing on the GPU machine: rank<->rank ping-pong and host<->GPU pairs.
 
 Kernels and protocol: profiler/csrc/clock_sync.cuh. The maths that turns the samples into
-offsets, drifts and uncertainties is profiler/align.py; this module only takes the samples.
+offsets, drifts and uncertainties is profiler/decode/align.py; this module only takes the samples.
 
     pairs = host_gpu_pairs(64)                        # [(host_before, gpu_ns, host_after), ...]
     samples = ping_pong(rank, world, my_slots, peer_slots, n=32, seq_base=0)   # rank 0: {k: [n,4]}
@@ -39,7 +39,7 @@ def host_gpu_pairs(n: int = 64, timeout_ns: int = DEFAULT_TIMEOUT_NS, device=Non
     writes %globaltimer into slot i, Python notes perf_counter_ns before the flag and after it
     sees the stamp. The GPU
     stamp lies inside [host_before, host_after], so half that width bounds each pair's error
-    (profiler.align.fit_host_clock). The first pair also spans the kernel's launch and is
+    (profiler.decode.align.fit_host_clock). The first pair also spans the kernel's launch and is
     dropped, and so is any pair more than 3x wider than the narrowest (a descheduled host thread).
     """
     import torch

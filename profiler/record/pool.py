@@ -11,7 +11,7 @@ import types
 
 import numpy as np
 
-from ..decode import LaunchInfo
+from ..decode.decode import LaunchInfo
 from ..generated import layout as L
 
 
@@ -23,8 +23,8 @@ class SessionError(RuntimeError):
 def registry_module(family: str):
     """The registry of `family` as the generated tables carry it: REGISTRY (canonical JSON) and
     REGISTRY_HASH (what every buffer header holds), read from the family's TOML wherever it
-    lives (profiler.registry's search path), so the recorder names no kernel family."""
-    from ..registry import RegistryError, Registry, find_registry
+    lives (profiler.registry.registry's search path), so the recorder names no kernel family."""
+    from ..registry.registry import RegistryError, Registry, find_registry
 
     try:
         reg = Registry.load(find_registry(family))
@@ -220,7 +220,7 @@ class SessionBuffers:
         hdr = np.tile(make_header(registry_hash=pool.registry_hash, num_regions=pool.grid * pool.warps,
                                   capacity=pool.capacity, rank=self.rank, launch_id=first,
                                   warps_per_block=pool.warps, hires=self.hires), (count, 1))
-        # provisional launch ids (the host's LaunchInfo is authoritative, profiler.decode)
+        # provisional launch ids (the host's LaunchInfo is authoritative, profiler.decode.decode)
         hdr.view(L.BUFFERHEADER_DTYPE).reshape(count)["launch_id"] = first + np.arange(count)
         src = torch.from_numpy(hdr)
         if cuda:

@@ -211,7 +211,7 @@ def record_two_gpu_clock_sync(out_dir, raw_dir=None, name: str = "selftest-two-g
 
     import torch.multiprocessing as mp
 
-    from ..runstore import free_path
+    from ..store.runstore import free_path
 
     if not overwrite:   # rank 0 writes in a child process: pick the free name here, to return it
         name = free_path(Path(out_dir) / name).name

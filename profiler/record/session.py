@@ -11,9 +11,9 @@ clock pairs, and on `save()` gathers everything on rank 0 and writes a run direc
         s.sync_clocks(my_slots, peer_slots, when="end")
     # __exit__ saves: status "ok", or "error" with the exception's message (partial trace)
 
-The run directory is `out_dir / name` (profiler.runstore layout). Raw device buffers are never
-written there; they are decoded (profiler.decode) against the clock model fitted from the
-session's samples (profiler.align). The GPU machine has no perfetto package, so the trace file is
+The run directory is `out_dir / name` (profiler.store.runstore layout). Raw device buffers are never
+written there; they are decoded (profiler.decode.decode) against the clock model fitted from the
+session's samples (profiler.decode.align). The GPU machine has no perfetto package, so the trace file is
 made later on a CPU machine with `epscope export RUN -o RUN/trace.perfetto-trace` (write_run's perfetto=None does that
 automatically where perfetto imports).
 
@@ -101,7 +101,7 @@ class Session(SessionBuffers, SessionClocks, SessionSave):
         # *.rawbuf is git-ignored) so a run can be re-decoded with write_from_raw().
         self.raw_dir = Path(raw_dir) if raw_dir is not None else None
         # An existing run of this name is replaced only when asked; otherwise the run is written
-        # as <name>-2, ... (profiler.runstore.write_run). `path` is where it went (rank 0, saved).
+        # as <name>-2, ... (profiler.store.runstore.write_run). `path` is where it went (rank 0, saved).
         self.overwrite = bool(overwrite)
         # Saving computes the run's analyses and stores them in it (profiler.analysis.stored: the
         # viewer then opens it without analysing); analyze=False or EPSCOPE_NO_ANALYZE=1 skips it

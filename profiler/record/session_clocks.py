@@ -1,6 +1,6 @@
 """Clocks of a recording session (Session's clock seam): the NTP-style samples against the peers
 (`sync_clocks`, through mapped ClockSlots areas: profiler/record/clocks.py), the host/GPU clock
-pairs, and at save time the clock model fitted from them (`build_clock_model`, profiler.align).
+pairs, and at save time the clock model fitted from them (`build_clock_model`, profiler.decode.align).
 `SessionClocks` is a part of profiler.record.session.Session.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import errors as E
-from ..align import ClockModel, ClockSample, fit_host_clock, fit_rank_clock
+from ..decode.align import ClockModel, ClockSample, fit_host_clock, fit_rank_clock
 from ..generated import layout as L
 from .pool import SessionError
 
@@ -58,7 +58,7 @@ def build_clock_model(payloads: list[dict], world_size: int) -> tuple[ClockModel
         win = {w: [ClockSample(*map(int, row)) for a in d.get(w, []) for row in a if row[0] >= 0 and row[3] > 0]
                for w in ("start", "end")}
         if not win["start"] and not win["end"]:
-            from ..align import RankClock
+            from ..decode.align import RankClock
 
             ranks[r] = RankClock(r, 0.0, 0.0, float("inf"))
             notes.append(E.ClockFallback(1, f"rank {r}: no clock-sync samples; its globaltimer is taken as "

@@ -1,6 +1,6 @@
 """Saving a recording session (Session's save seam): every rank's payload (its launches' raw
 buffers, clock samples, host spans, notes) gathered on rank 0, decoded against the fitted clock
-model and written as a run directory (profiler.runstore) with its manifest: git, host, GPU,
+model and written as a run directory (profiler.store.runstore) with its manifest: git, host, GPU,
 headline. `SessionSave` is a part of profiler.record.session.Session.
 """
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..align import ClockModel, clock_manifest
-from ..calibration import default_calibration
-from ..decode import concat_events, decode_launches
-from ..runstore import write_run
-from ..schema import coerce_events
+from ..decode.align import ClockModel, clock_manifest
+from ..decode.calibration import default_calibration
+from ..decode.decode import concat_events, decode_launches
+from ..store.runstore import write_run
+from ..store.schema import coerce_events
 from .pool import SessionError, registry_module
 from .session_clocks import build_clock_model
 
@@ -206,7 +206,7 @@ def host_span_rows(payloads: list[dict], model: ClockModel):
 def _empty_host_frame():
     import pandas as pd
 
-    from ..schema import COLUMNS
+    from ..store.schema import COLUMNS
 
     return pd.DataFrame({c: pd.Series([], dtype="object") for c in COLUMNS})
 

@@ -1,7 +1,7 @@
 """Attach PyTorch traces to a run directory: `epscope merge RUN TRACE...` and a Session recorded
 with torch_profiler=True. Each trace is read streaming, its rank found (distributedInfo, else its
 launch labels), joined and aligned to the run (align.py), then stored as RUN/torch/rank<r>.trace.json.gz,
-written beside its destination and renamed into place (profiler.atomic), with its SHA-256 and the
+written beside its destination and renamed into place (profiler.store.atomic), with its SHA-256 and the
 alignment in the manifest's `torch_profiler` field (store.py reads them back).
 """
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import atomic
-from ..runreader import load_run, read_manifest
-from ..runstore import update_manifest
+from ..store import atomic
+from ..store.runreader import load_run, read_manifest
+from ..store.runstore import update_manifest
 from . import kineto as K
 from .align import Alignment, AlignmentError, align, join, labels_of, trace_rank
 from .store import DIR, FIELD, file_name, forget_merged, sha256_of

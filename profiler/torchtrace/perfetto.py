@@ -1,4 +1,4 @@
-"""The merged Perfetto trace: the run's own tracks (profiler.perfetto_export) plus, per rank with a
+"""The merged Perfetto trace: the run's own tracks (profiler.export.perfetto) plus, per rank with a
 PyTorch trace, its CPU threads and CUDA streams on the run timeline, and flows from each sender
 warp to the waiting receiver. One file, openable at ui.perfetto.dev.
 

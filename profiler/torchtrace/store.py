@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import EpscopeError
-from ..runreader import read_manifest
+from ..store.runreader import read_manifest
 from . import kineto as K
 from .align import Alignment, join
 

@@ -15,7 +15,7 @@ warms up (not measured) and then times `--iters` iterations with CUDA events (th
 GPU time of each call and of the op, and the host time per call). The rounds of
 `--profile-rounds` are recorded with the profiler instead, one run directory each
 (`ab-<side>-r<round>`, manifests tagged with ref, commit and round), and are left out of the
-timing verdict. The comparison record (profiler.ab) lands next to the run directories; the
+timing verdict. The comparison record (profiler.commands.ab) lands next to the run directories; the
 verdict table is printed last; `--view` serves the viewer on the output directory.
 """
 from __future__ import annotations
@@ -236,7 +236,7 @@ def round_command(a, side: SideTree, i: int, profiled: bool, out: Path, problem)
 
 def run(a, problem, profiled: list[int], sides: list[SideTree], out: Path, work: Path, command: str,
         repo: Path):
-    from profiler.ab import ComparisonRecord, RoundSamples, format_table, verdict_table
+    from profiler.commands.ab import ComparisonRecord, RoundSamples, format_table, verdict_table
 
     from .rounds import WorkerSet, interleave, prebuild, slowest_rank, write_inputs
 
@@ -296,7 +296,7 @@ def critical_path_changes(record, out: Path) -> tuple[list, list]:
     if not dirs["A"] or not dirs["B"]:
         return [], ["no profiled round on one side: no critical-path comparison"]
     from profiler.analysis import compare
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
 
     runs = {s: [load_run(d) for d in v] for s, v in dirs.items()}
     reg = {}
@@ -367,7 +367,7 @@ def main(argv=None) -> int:
     print()
     print(fmt(record.verdict, title), flush=True)
     if a.view:
-        from profiler.cli import main as cli_main
+        from profiler.commands.cli import main as cli_main
 
         print(f"epscope ab: serving {out}; on the Compare page pick the ab-A-r* runs against the ab-B-r* runs")
         return cli_main(["view", str(out)])

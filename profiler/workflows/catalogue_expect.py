@@ -3,7 +3,7 @@
 `finalize(runs, per_rank_facts, out_dir, planted_by)` runs in the parent process after the
 ranks have recorded (no GPU needed): for every PlannedRun it loads the run directory, measures
 the planted effect in the recording and in the ranks' facts (profiler.workflows.catalogue.RankFacts), writes
-the `expect` block (profiler.expect) into the manifest, and returns a text report. Every planted
+the `expect` block (profiler.groundtruth.expect) into the manifest, and returns a text report. Every planted
 cause has checks that must hold for the run to count as ground truth (the straggler really
 received more rows, the late host really entered late, the A/B knob really moved the op
 latency); a failed check is kept in `expect.extra.checks` and makes the report not ok.
@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.verdict import ALARM_SHARE
-from profiler.expect import LATE_ENTRY_CAUSES, Cause, ComparisonExpect, Direction, Effect, Expect
-from profiler.registry import Registry
-from profiler.runstore import TRACE, Run, load_run, update_manifest
+from profiler.groundtruth.expect import LATE_ENTRY_CAUSES, Cause, ComparisonExpect, Direction, Effect, Expect
+from profiler.registry.registry import Registry
+from profiler.store.runstore import TRACE, Run, load_run, update_manifest
 
 from .catalogue_plan import SCENARIOS, PlannedRun, RankFacts
 
@@ -661,7 +661,7 @@ def readme_section(root) -> str:
     root = Path(root)
     lines = [README_BEGIN,
              "## Ground-truth catalogue (ep-*; recorded on 2xH200 by `python -m profiler.workflows.catalogue`)",
-             "Each manifest's `expect` block (profiler/expect.py) holds the planted cause and its measured effect; "
+             "Each manifest's `expect` block (profiler/groundtruth/expect.py) holds the planted cause and its measured effect; "
              "profiler/workflows/catalogue_plan.py describes every scenario. A comparison story is one line: its "
              "runs of side A vs side B, interleaved replicates of one setting each.",
              ]

@@ -5,7 +5,7 @@ recording (catalogue_record) and the expect blocks (catalogue_expect) share.
 Every run of the catalogue is recorded in ONE launch of one process per GPU (ep_core.launch), on
 2 ranks at the shape of issue 3 (4096 tokens per rank, hidden 7168, top-8 of 256, BF16, 24 SMs)
 unless a scenario changes one thing. Each run directory's manifest gets an `expect` block
-(profiler.expect) written by this command from what it planted AND what it measured: the rows
+(profiler.groundtruth.expect) written by this command from what it planted AND what it measured: the rows
 each rank received, the host delay as slept, the device delay as timed by CUDA events, the
 kernels' error reports, the A/B knob's effect on the op latency in its own recordings. A planted
 cause that did not show in the measurements fails a check: the check is in the expect block
@@ -33,7 +33,7 @@ Scenarios (`--only` takes these keys; run directory names in brackets):
                                               host on time (the late entry's GPU side)
   timeout             [ep-timeout]            rank 1 never sends its dispatch rows (1 s bound); always last
 
-A late entry (Truth.late_entry: 'host' or 'gpu', profiler.expect.LATE_ENTRY_SIDES) is measured,
+A late entry (Truth.late_entry: 'host' or 'gpu', profiler.groundtruth.expect.LATE_ENTRY_SIDES) is measured,
 not assumed: the expect block names it (host_bound / rank_imbalance on its rank, with its side)
 when the others' measured wait for the late rank is clearly past the pages' alarm share, leaves
 the run at cause none when it is clearly under, and between the two says cause none with the late
@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.expect import Cause, Direction
+from profiler.groundtruth.expect import Cause, Direction
 
 RANKS = 2
 # the shape of issue 3 (benchmarks/NOTES.md); scenarios change one field at most
@@ -118,8 +118,8 @@ class RandomDelay:
 
 @dataclass(frozen=True)
 class Truth:
-    """What the planting makes true, in profiler.expect's vocabulary (the effect is measured).
-    late_entry: 'host' | 'gpu' when `rank` is planted to enter ops late (profiler.expect)."""
+    """What the planting makes true, in profiler.groundtruth.expect's vocabulary (the effect is measured).
+    late_entry: 'host' | 'gpu' when `rank` is planted to enter ops late (profiler.groundtruth.expect)."""
 
     cause: Cause
     rank: int | None = None

@@ -189,7 +189,7 @@ def summarize(run_dir: Path, results: list) -> str:
         warm = f"{statistics.median(r['warm_us']):.0f}" if r["warm_us"] else "-"
         lines.append(f"{r['rank']:>4}  {r['recv_rows']:>9}  {warm:>29}  {r['error'] or 'ok'}")
     try:
-        from profiler.runstore import load_run
+        from profiler.store.runstore import load_run
 
         run = load_run(run_dir)
     except Exception as e:  # noqa: BLE001 (the summary must not hide the run's own result)
@@ -247,7 +247,7 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if not a.overwrite:   # rank 0 writes the run in a child process: pick the free name here
-        from profiler.runstore import free_path
+        from profiler.store.runstore import free_path
         name = free_path(out / name).name
     opts = {"workload": workload, "out": str(out), "name": name, "description": desc, "capacity": a.capacity,
             "timeout_s": timeout_s, "overwrite": a.overwrite, "analyze": not a.no_analyze,

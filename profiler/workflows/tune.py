@@ -9,7 +9,7 @@ Compare statistics, re-check the best against the incumbent, save the winners in
    with N staging buffers) and the incumbent run `--rounds` rounds each,
    interleaved (c0 c1 ... then again), in one set of worker processes (profiler.workflows.rounds).
 2. Ranking, per kernel (dispatch and combine are tuned apart, from the same rounds): each
-   candidate against the incumbent with profiler.ab.compare_metric (rounds are the runs);
+   candidate against the incumbent with profiler.commands.ab.compare_metric (rounds are the runs);
    candidates that came out faster are ranked by their median difference.
 3. Re-check: the `--top` best of each kernel run `--recheck-rounds` rounds interleaved with the
    incumbent; a candidate replaces the incumbent only if it is faster beyond noise AND by at

@@ -134,7 +134,7 @@ def tune(cands: list, incumbent: dict, s: Settings, run_round: RoundRunner, rank
     """Screen, rank, re-check (see the module docstring); returns the result per kernel. A candidate
     is anything with a `name` and `configs(ranks)` -> {kernel: config dict} (Candidate, tune_ll's);
     the rounds' samples are keyed by the kernel names."""
-    from profiler.ab import compare_metric
+    from profiler.commands.ab import compare_metric
 
     from .rounds import interleave
 

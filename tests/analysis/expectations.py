@@ -2,13 +2,13 @@
 self-tests (traces/README.md says what each plants).
 
 The verdict test (test_verdicts.py) reads a run's planted cause from its manifest
-(profiler.expect.from_manifest); these runs predate that, so their truth is written here, keyed by
+(profiler.groundtruth.expect.from_manifest); these runs predate that, so their truth is written here, keyed by
 manifest name. A run whose manifest has an expect block never uses this table, and every name
 here is a run bundled under traces/ (test_every_annotated_run_is_bundled).
 """
 from __future__ import annotations
 
-from profiler.expect import Cause, Expect
+from profiler.groundtruth.expect import Cause, Expect
 
 BUNDLED = {
     "selftest-grid-barrier": Expect(

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from profiler.registry import Registry, load_family
-from profiler.schema import coerce_events
+from profiler.registry.registry import Registry, load_family
+from profiler.store.schema import coerce_events
 
 FIELDS = ("rank", "launch", "kernel", "iteration", "block", "warp", "role", "kind", "phase",
           "begin_ns", "end_ns", "payload")

@@ -1,9 +1,9 @@
 """Barrier contention: occurrences, useless arrivals, last arriver, cross-rank view, verdict."""
 from profiler.analysis import barrier_contention
 from profiler.errors import UndeclaredPhases
-from profiler.expect import Cause
-from profiler.schema import empty_events
-from profiler.synthetic import make_events
+from profiler.groundtruth.expect import Cause
+from profiler.store.schema import empty_events
+from profiler.groundtruth.synthetic import make_events
 from tests.analysis.tables import TEST_REGISTRY, barrier, span, table
 
 

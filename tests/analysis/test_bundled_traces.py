@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from profiler.analysis import barrier_contention, critical_path, idle_warps, what_if
-from profiler.runstore import load_run
+from profiler.store.runstore import load_run
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 

@@ -13,8 +13,8 @@ import pytest
 from profiler.analysis import barrier_contention, chunked, critical_path, idle_warps
 from profiler.analysis import graph as G
 from profiler.analysis.timemodel import time_model
-from profiler.runstore import load_run, write_run
-from profiler.synthetic import make_events
+from profiler.store.runstore import load_run, write_run
+from profiler.groundtruth.synthetic import make_events
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 RUNS = sorted(p.parent.name for p in TRACES.glob("*/events.parquet"))
@@ -139,11 +139,11 @@ def test_chunks_are_planned_from_row_group_statistics_as_from_the_columns(tmp_pa
     one rank, its columns otherwise) counts what the whole iteration column holds; floor 1 M:
     every row group merged into one (the ceiling), several iterations and ranks each (the older layout); 1: one
     row group a (rank, iteration)."""
-    from profiler import runstore
+    from profiler.store import runstore
     monkeypatch.setattr(runstore, "ROW_GROUP_MIN_ROWS", floor)
     ev, la, man = make_events(ranks=3, events=30_000, scenario="late_host", iterations=4, seed=9)
     run = load_run(write_run(tmp_path / "r", ev, la, man, perfetto=False))
-    from profiler.runreader import EventReader
+    from profiler.store.runreader import EventReader
     with EventReader(run) as r:
         counts, ranks = r.counts()
         assert len(r.groups) == (12 if floor == 1 else 1)

@@ -7,8 +7,8 @@ import importlib
 
 from profiler.analysis import compare
 from profiler.analysis import stats as S
-from profiler.expect import Cause, Direction
-from profiler.synthetic import make_events
+from profiler.groundtruth.expect import Cause, Direction
+from profiler.groundtruth.synthetic import make_events
 from tests.analysis.tables import TEST_REGISTRY, host, span, table
 
 compare_mod = importlib.import_module("profiler.analysis.compare")

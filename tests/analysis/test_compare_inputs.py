@@ -13,8 +13,8 @@ import pytest
 
 from profiler.analysis import chunked, unfinished
 from profiler.analysis import graph as G
-from profiler.runstore import load_run
-from profiler.synthetic import make_events
+from profiler.store.runstore import load_run
+from profiler.groundtruth.synthetic import make_events
 
 C = importlib.import_module("profiler.analysis.compare")   # the package re-exports the function
 TRACES = Path(__file__).resolve().parents[2] / "traces"

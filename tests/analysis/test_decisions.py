@@ -1,7 +1,7 @@
 """Decisions are bands of one measured interval (profiler.analysis.decision; issue 29).
 
 On synthetic runs with what real steps do to a kernel's verdicts:
-  - host jitter on two ranks (the late rank random per op: profiler.synthetic's host_jitter) at
+  - host jitter on two ranks (the late rank random per op: profiler.groundtruth.synthetic's host_jitter) at
     sizes from 2% to over half of the iteration, six seeds a size: no decision is "alarm" on one
     seed and "none" on another, the late entry is never an alarm (it is not tied to one rank), and
     every page names the same numbers;
@@ -22,8 +22,8 @@ from profiler.analysis import decision as D
 from profiler.analysis import graph as G
 from profiler.analysis.late_entry import NET_WAIT
 from profiler.analysis.timemodel import NEVER, time_model
-from profiler.expect import Cause
-from profiler.synthetic import make_events
+from profiler.groundtruth.expect import Cause
+from profiler.groundtruth.synthetic import make_events
 from tests.analysis import one_number
 from tests.analysis.tables import TEST_REGISTRY, instant, span, table
 

@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("distributed", reason="the dask extra is not installed (pip install -e '.[dask]')")
 
-from profiler import cli                                          # noqa: E402
+from profiler.commands import cli                                          # noqa: E402
 from profiler.analysis import chunked, stored, summary           # noqa: E402
 from profiler.analysis.distributed import DaskEngine             # noqa: E402
-from profiler.runstore import write_run                          # noqa: E402
-from profiler.synthetic import make_events                       # noqa: E402
+from profiler.store.runstore import write_run                          # noqa: E402
+from profiler.groundtruth.synthetic import make_events                       # noqa: E402
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 RUNS = sorted(p.parent.name for p in TRACES.glob("*/events.parquet"))

@@ -6,7 +6,7 @@ import pytest
 
 from profiler.analysis import glossary
 from profiler.analysis.intervals import SEG_KINDS
-from profiler.expect import Cause
+from profiler.groundtruth.expect import Cause
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "glossary.md"
 

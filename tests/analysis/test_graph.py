@@ -105,7 +105,7 @@ def test_kernel_start_depends_on_previous_kernel_on_the_rank():
 
 
 def test_retime_with_recorded_durations_reproduces_recorded_times():
-    from profiler.synthetic import make_events
+    from profiler.groundtruth.synthetic import make_events
     ev, _, man = make_events(ranks=2, blocks=2, chunks=4, iterations=2, seed=3)
     g = G.build(ev, man["registry"])
     T = RT.retime(g, g.d)
@@ -149,7 +149,7 @@ def _reference_retime(g, d):
 
 @pytest.mark.parametrize("speedup,seed", [(0.3, 0), (0.6, 1), (-0.4, 2)])
 def test_retime_matches_the_reference_solution(speedup, seed, monkeypatch):
-    from profiler.synthetic import make_events
+    from profiler.groundtruth.synthetic import make_events
     monkeypatch.setattr(RT, "RETIME_WINDOW", 7)       # small windows: exercise splitting and joins
     ev, _, man = make_events(ranks=3, blocks=2, chunks=4, iterations=2, scenario="slow_rank", seed=seed)
     g = G.build(ev, man["registry"])
@@ -164,7 +164,7 @@ def test_retime_matches_the_reference_solution(speedup, seed, monkeypatch):
 def test_retime_input_solves_as_retime_of_the_graph(speedup, seed):
     """RetimeInput (kept without the graph, offsets corrected by the shortening between two
     points) gives retime's times at the points it answers for."""
-    from profiler.synthetic import make_events
+    from profiler.groundtruth.synthetic import make_events
     ev, _, man = make_events(ranks=3, blocks=2, chunks=4, iterations=2, scenario="slow_rank", seed=seed)
     g = G.build(ev, man["registry"])
     rng = np.random.default_rng(seed)

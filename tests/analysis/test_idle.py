@@ -2,9 +2,9 @@
 import numpy as np
 
 from profiler.analysis import idle_warps
-from profiler.expect import Cause
-from profiler.schema import empty_events
-from profiler.synthetic import make_events
+from profiler.groundtruth.expect import Cause
+from profiler.store.schema import empty_events
+from profiler.groundtruth.synthetic import make_events
 from tests.analysis.tables import TEST_REGISTRY, SELFTEST_REGISTRY, barrier, span, table
 
 

@@ -20,8 +20,8 @@ from profiler.analysis import imbalance as IM
 from profiler.analysis import summary
 from profiler.analysis.timemodel import time_model
 from profiler.analysis.decision import from_json as decision_from_json
-from profiler.report import report
-from profiler.runstore import load_run
+from profiler.commands.report import report
+from profiler.store.runstore import load_run
 from tests.analysis import one_number
 
 C = importlib.import_module("profiler.analysis.compare")   # the module (the package re-exports its function)

@@ -12,8 +12,8 @@ import pytest
 
 from profiler.analysis import chunked, run_tables as RT, unfinished
 from profiler.analysis.spill import Spill
-from profiler.runstore import load_run
-from profiler.synthetic import make_events
+from profiler.store.runstore import load_run
+from profiler.groundtruth.synthetic import make_events
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from profiler.analysis import stats as S
-from profiler.expect import Direction
+from profiler.groundtruth.expect import Direction
 
 
 def _runs(rng, n_runs, n, loc, sd, level_sd=0.0):

@@ -15,7 +15,7 @@ import pytest
 
 from profiler.analysis import stored, summary
 from profiler.analysis.verdict import Verdict
-from profiler.runstore import load_run
+from profiler.store.runstore import load_run
 from tests.analysis.test_run_tables import assert_tables_match
 from tests.analysis.test_timeline_overview import assert_overviews_equal
 
@@ -192,10 +192,10 @@ def test_a_table_shared_by_a_report_and_its_verdict_reads_back_in_both_places(ru
 
 
 def test_a_data_file_replaced_with_the_same_size_and_mtime_is_hashed_again(run_copy, monkeypatch):
-    """The data files' hashes are remembered across processes (profiler.hashcache) by their
+    """The data files' hashes are remembered across processes (profiler.store.hashcache) by their
     identity and change times: a file put back with the old size and mtime still makes the stored
     results stale (its ctime moved), whatever the cache held."""
-    from profiler import hashcache
+    from profiler.store import hashcache
     monkeypatch.setattr(hashcache, "RACY_S", 0.0)   # remember the just-written files
     hashcache.forget()
     assert stored.load(run_copy) is not None        # hashed, remembered (in the cache file too)
@@ -217,8 +217,8 @@ def test_a_data_file_replaced_with_the_same_size_and_mtime_is_hashed_again(run_c
 def chunked_run(tmp_path, monkeypatch):
     """A synthetic run with a straggler analysed in chunks of one iteration, its results stored."""
     from profiler.analysis import chunked
-    from profiler.runstore import write_run
-    from profiler.synthetic import make_events
+    from profiler.store.runstore import write_run
+    from profiler.groundtruth.synthetic import make_events
     ev, la, man = make_events(ranks=4, events=40_000, scenario="slow_rank", iterations=4, seed=5)
     d = write_run(tmp_path / "r", ev, la, man, perfetto=False)
     monkeypatch.setattr(chunked, "MAX_EVENTS", len(ev) // 4)

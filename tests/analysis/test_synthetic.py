@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from profiler.schema import validate_events
-from profiler.synthetic import SCENARIOS, make_events, make_run
+from profiler.store.schema import validate_events
+from profiler.groundtruth.synthetic import SCENARIOS, make_events, make_run
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -39,7 +39,7 @@ def test_rejects_unknown_scenario():
 
 
 def test_make_run_writes_a_loadable_run(tmp_path):
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
     p = make_run(tmp_path / "run", ranks=2, blocks=2, chunks=2, iterations=1, scenario="late_arriver", perfetto=False)
     run = load_run(p)
     assert run.manifest["synthetic"]["scenario"] == "late_arriver"

@@ -12,8 +12,8 @@ import pytest
 
 from profiler.analysis import chunked, unfinished
 from profiler.analysis import timeline_overview as TO
-from profiler.runstore import load_run
-from profiler.synthetic import make_events
+from profiler.store.runstore import load_run
+from profiler.groundtruth.synthetic import make_events
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 

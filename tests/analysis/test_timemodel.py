@@ -11,7 +11,7 @@ import pytest
 
 from profiler.analysis import graph as G
 from profiler.analysis.timemodel import GPU, HOST, NEVER, time_model
-from profiler.runstore import load_run
+from profiler.store.runstore import load_run
 from tests.analysis.tables import TEST_REGISTRY, barrier, host, span, table
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"

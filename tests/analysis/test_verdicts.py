@@ -1,11 +1,11 @@
 """Every page's headline verdict names the planted cause of every run that declares one.
 
-Runs: every run directory under traces/ whose manifest has an `expect` block (profiler.expect;
+Runs: every run directory under traces/ whose manifest has an `expect` block (profiler.groundtruth.expect;
 the ground-truth catalogue writes them), the bundled runs recorded before that (their truth is in
 tests/analysis/expectations.py), and runs outside the repository: directories named by
 EPSCOPE_VERDICT_RUNS (os.pathsep-separated) or `pytest --verdict-runs DIR[,DIR]`, searched
 recursively for run directories with an expect block. Synthetic runs with planted truths (their
-own registry, profiler.synthetic) and hand-made timeouts check the same verdicts on known tables.
+own registry, profiler.groundtruth.synthetic) and hand-made timeouts check the same verdicts on known tables.
 
 Checks compare fields (cause, rank, peer, kernel, phase, direction), never sentences. Which page
 must name which cause, and with which fields ("-": the page cannot see it and is not checked):
@@ -59,10 +59,10 @@ import pytest
 
 from profiler.analysis import barrier_contention, compare, critical_path, idle_warps
 from profiler.analysis import stats as S
-from profiler.expect import Cause, Expect, from_manifest
-from profiler.runstore import load_run
-from profiler import validate
-from profiler.synthetic import make_events
+from profiler.groundtruth.expect import Cause, Expect, from_manifest
+from profiler.store.runstore import load_run
+from profiler.store import validate
+from profiler.groundtruth.synthetic import make_events
 from tests.analysis.expectations import BUNDLED
 from tests.analysis.tables import TEST_REGISTRY, barrier, span, table
 
@@ -251,7 +251,7 @@ SYNTHETIC = {
     "late_arriver": (dict(scenario="late_arriver", late_rank=2, late_block=1, late_warp=3, late_ns=60_000),
                      Expect(cause=Cause.BARRIER_STRAGGLER, rank=2, kernel="dispatch", phase="grid")),
     "late_host": (dict(scenario="late_host", late_rank=1, late_ns=60_000), Expect(cause=Cause.HOST_BOUND, rank=1)),
-    # issue 24's plants, synthetic until the two-GPU recordings land (profiler.synthetic): a random
+    # issue 24's plants, synthetic until the two-GPU recordings land (profiler.groundtruth.synthetic): a random
     # host delay before every kernel (host side), unrecorded GPU work before every dispatch (GPU side)
     "synthetic_late_host_random": (dict(scenario="late_host_random", late_rank=1, late_ns=120_000),
                                    Expect(cause=Cause.HOST_BOUND, rank=1, late_entry="host")),
@@ -272,7 +272,7 @@ def test_synthetic_run_verdicts(name):
 
 def test_synthetic_comparisons():
     kw = dict(ranks=2, blocks=2, chunks=6, iterations=6, scenario="ab")
-    from profiler.expect import ComparisonExpect, Direction
+    from profiler.groundtruth.expect import ComparisonExpect, Direction
     knob = [(make_events(seed=s, variant=v, ab_factor=1.5, **kw)[0],
              Expect(cause=Cause.NONE, comparison=ComparisonExpect(
                  group="ab", side=side, replicate=s, outcome=Cause.KNOB_CHANGE, knob="ab_factor",
@@ -316,8 +316,8 @@ def test_every_annotated_run_is_bundled():
 
 
 def test_the_verdict_test_finds_runs_outside_the_repository(tmp_path):
-    from profiler.synthetic import make_run
-    from profiler.runstore import load_run as _load
+    from profiler.groundtruth.synthetic import make_run
+    from profiler.store.runstore import load_run as _load
     p = make_run(tmp_path / "outside" / "late", ranks=2, blocks=2, chunks=3, iterations=2, scenario="late_host",
                  late_rank=1, late_ns=60_000, perfetto=False)
     m = json.loads((p / "manifest.json").read_text())

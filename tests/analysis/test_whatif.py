@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from profiler.analysis import critical_path, what_if
-from profiler.synthetic import make_events
+from profiler.groundtruth.synthetic import make_events
 from tests.analysis.tables import TEST_REGISTRY, barrier, instant, span, table
 
 

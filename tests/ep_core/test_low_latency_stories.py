@@ -1,13 +1,13 @@
 """The plan and expect blocks of the low-latency A/B story recordings (benchmarks/gpu/ll_stories.py),
 on the CPU: one story per knob, sides that differ in that knob only, interleaved replicates, and
-expect blocks that profiler.expect accepts and that name the knob, kernel and direction."""
+expect blocks that profiler.groundtruth.expect accepts and that name the knob, kernel and direction."""
 from __future__ import annotations
 
 import pytest
 
 from benchmarks.gpu import ll_stories as S
 from ep_core.low_latency import LowLatencyConfig
-from profiler.expect import Cause, Effect, Expect
+from profiler.groundtruth.expect import Cause, Effect, Expect
 
 
 def test_one_story_per_knob():

@@ -63,7 +63,7 @@ def _check_replays(ctx, p, ins, g, xs, recv, comb, trials, tag, eager=None):
 def run_graphs(ctx, out_dir: str) -> dict:
     import ep_core
     from profiler.record.session import Session
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
 
     R, rank = ctx.world_size, ctx.rank
     p = Problem(SHAPE["tokens"], SHAPE["hidden"], SHAPE["topk"], SHAPE["experts"], R)

@@ -30,7 +30,7 @@ def test_worker_rounds_on_two_gpus(tmp_path):
         prof = {"out": str(tmp_path / "runs"), "name": "ab-A-r2", "description": "gpu test", "capacity": 512,
                 "workload": {"kind": "ep", **p.to_dict(), "ab": {"side": "A", "round": 2}}}
         reps = ws.request({**base, "round": 2, "iters": 2, "configs": None, "profile": prof}, timeout_s=300)
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
 
     run = load_run(reps[0]["run_dir"])
     assert run.manifest["status"] == "ok" and run.manifest["git"]["commit"] == "feedface"

@@ -126,7 +126,7 @@ def test_hook_profiled_op_and_a_rank_that_never_sends(tmp_path):
     assert waiting["seconds"] < DEVICE_TIMEOUT_S + 60, waiting
     assert out[SKIP_RANK]["error"] is None, "the rank that skips its sends still receives its peer's rows"
 
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
 
     run = load_run(tmp_path / "hook-op")
     la, ev = run.launches, run.events

@@ -70,7 +70,7 @@ def test_one_rank_never_sends(tmp_path):
     # bounded: the error arrives within the device timeout plus setup and saving, not a hang
     assert waiting["seconds"] < DEVICE_TIMEOUT_S + 60, waiting
 
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
 
     run = load_run(tmp_path / "forced-timeout")
     assert run.manifest["status"] == "timeout", run.manifest["status"]

@@ -188,7 +188,7 @@ def profiled(tmp_path_factory):
 def test_profiled_step_decodes(profiled, barrier):
     status, value = profiled[barrier]
     assert status == "ok", value
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
 
     run = load_run(value["path"])
     assert run.manifest["status"] == "ok"

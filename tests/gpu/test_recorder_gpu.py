@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler.align import fit_host_clock
-from profiler.decode import LaunchInfo, decode_launches
+from profiler.decode.align import fit_host_clock
+from profiler.decode.decode import LaunchInfo, decode_launches
 from profiler.generated import layout as L
 from profiler.generated import selftest_phases as P
-from profiler.runstore import load_run
+from profiler.store.runstore import load_run
 
 pytestmark = pytest.mark.gpu
 
@@ -172,7 +172,7 @@ def test_record_design_variants_run_in_the_instrumented_build_only(exts):
 def test_anchors_on_a_real_gpu_convert_piecewise_without_a_clock_change(exts):
     """Anchors end to end: ticks 20 us apart over ~4 ms with an anchor (two format-3 slots) every 10 ticks;
     the decoder uses every anchor, sees no clock change, and the ticks sit 20 us apart to within the anchor error."""
-    from profiler.decode import ANCHOR_ERROR_NS
+    from profiler.decode.decode import ANCHOR_ERROR_NS
 
     grid, warps, n, every, spin = 4, 2, 200, 10, 39_600   # 39,600 cycles = 20 us at 1.98 GHz
     buf = _buffer(grid, warps, n + 2 * (n // every))
@@ -200,7 +200,7 @@ def test_narrow_payloads_saturate_and_the_decoder_says_so(exts):
 
 
 def test_calibrate_measures_this_gpu(exts, tmp_path):
-    from profiler.calibration import load_calibration
+    from profiler.decode.calibration import load_calibration
     from profiler.record.calibrate import main
 
     out = tmp_path / "cal.json"

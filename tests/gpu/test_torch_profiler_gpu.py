@@ -38,7 +38,7 @@ def _record(ctx, out: str) -> str:
 
 def test_recorded_trace_is_stored_joined_aligned_and_blamed(tmp_path):
     from ep_core.launch import run_ranks
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
     from profiler.torchtrace.report import run_blame
     from profiler.torchtrace.store import verify
 

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler import validate
-from profiler.runreader import DATA_FILES, MANIFEST, file_hash
+from profiler.store import validate
+from profiler.store.runreader import DATA_FILES, MANIFEST, file_hash
 
 
 def reseal(run: Path) -> Path:
@@ -112,7 +112,7 @@ class Reference:
 
     @classmethod
     def of(cls, run: Path) -> "Reference":
-        from profiler.runreader import load_run
+        from profiler.store.runreader import load_run
         r = load_run(run)
         return cls(r.events, r.launches)
 
@@ -121,9 +121,9 @@ def readers(run: Path, out: Path) -> dict[str, tuple[str, object]]:
     """Each reader on the run: ("ok", value), (typed error class name, message) or
     ("UNTYPED", "<class>: <message>") for anything else (a traceback a user would see)."""
     from profiler.errors import EpscopeError
-    from profiler.perfetto_export import export_perfetto
-    from profiler.report import report
-    from profiler.runreader import check_run, load_run
+    from profiler.export.perfetto import export_perfetto
+    from profiler.commands.report import report
+    from profiler.store.runreader import check_run, load_run
 
     def load():
         r = load_run(run)
@@ -468,7 +468,7 @@ def race_analyze_rewrite(path: Path, other, delay_s: float) -> tuple[bool, list[
     whatever the run directory holds as current results must be the analyses of the data it holds
     now. Returns (silent, tracebacks, what analyze did)."""
     import threading
-    from profiler import runstore
+    from profiler.store import runstore
     from profiler.analysis import stored, summary
     from profiler.errors import EpscopeError
     done = {}
@@ -540,7 +540,7 @@ class ClassResult:
 def make_base(d: Path, name: str = "base", events: int = 800, scenario: str = "balanced") -> Path:
     """A sealed synthetic run of two ranks with its analyses stored."""
     from profiler.analysis import stored
-    from profiler.synthetic import make_run
+    from profiler.groundtruth.synthetic import make_run
     p = make_run(d / name, ranks=2, events=events, scenario=scenario, perfetto=False)
     stored.store_run(p)
     return p
@@ -637,7 +637,7 @@ def _run_races(out: ClassResult, n: int, seed: int, tmp: Path, base: Path) -> Cl
     rewrite landing at delays spread over the analysis' own duration."""
     import shutil
     from profiler.analysis import stored
-    from profiler.synthetic import make_events
+    from profiler.groundtruth.synthetic import make_events
     other = make_events(ranks=2, events=800, scenario="slow_rank", seed=seed)
     probe = Path(shutil.copytree(base, tmp / "probe"))
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
-"""Differential decoding: profiler.decode against the record-by-record reference decoder.
+"""Differential decoding: profiler.decode.decode against the record-by-record reference decoder.
 
-`check(items)` decodes the same launches with the reference and with each of profiler.decode's
+`check(items)` decodes the same launches with the reference and with each of profiler.decode.decode's
 record loops (ENGINES: numpy, and when numba is importable the compiled one, ahead of time and
 under the JIT) and asserts the
 same table, launches, warning counts, or the same error (type and byte offset), plus what must hold for any input: schema
@@ -16,11 +16,11 @@ import warnings
 
 import numpy as np
 
-from profiler import decode as D
+from profiler.decode import decode as D
 from profiler import errors as E
 from profiler.generated import layout as L
-from profiler.registry import load_all
-from profiler.schema import CATEGORICAL, COLUMNS
+from profiler.registry.registry import load_all
+from profiler.store.schema import CATEGORICAL, COLUMNS
 
 from . import reference_decoder as R
 from .bufbuild import meta3, random_buffer, slots3
@@ -39,7 +39,7 @@ BARRIER_IDS = [b.id for b in REG.barriers] + [9]
 
 
 def fast(items, engine: str = "numpy", registries=None):
-    """profiler.decode's answer in the reference's shape; numpy warnings are errors."""
+    """profiler.decode.decode's answer in the reference's shape; numpy warnings are errors."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
@@ -62,7 +62,7 @@ def reference(items, registries=None):
 
 
 def check(items, registries=None) -> None:
-    """Every record loop of profiler.decode gives the reference's answer (default: the selftest registry)."""
+    """Every record loop of profiler.decode.decode gives the reference's answer (default: the selftest registry)."""
     want = reference(items, registries)
     for engine in ENGINES:
         got = fast(items, engine, registries)

@@ -2,9 +2,9 @@
 
 Written from profiler/layout.toml (parsed here, offsets computed here: it does not use the
 generated numpy dtypes) and from the decoder rules of docs/design.md, one record at a time in
-plain Python. profiler.decode must give the same table, launches, warning counts and errors for
+plain Python. profiler.decode.decode must give the same table, launches, warning counts and errors for
 every input; tests/profiler/test_decode_fuzz.py and benchmarks/fuzz_decode.py compare the two.
-It takes its policy numbers (time window, plausible clock rates, limits) from profiler.decode:
+It takes its policy numbers (time window, plausible clock rates, limits) from profiler.decode.decode:
 those are choices, not layout, and the comparison is about implementing them the same way.
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profiler import decode as D
+from profiler.decode import decode as D
 from profiler import errors as E
 
-LAYOUT = tomllib.loads((Path(D.__file__).parent / "layout.toml").read_text())
+LAYOUT = tomllib.loads((Path(D.__file__).parents[1] / "layout.toml").read_text())   # profiler/layout.toml
 _FMT = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "i64": "q"}
 _SIZE = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "i64": 8}
 KIND = LAYOUT["kinds"]

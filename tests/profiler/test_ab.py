@@ -1,10 +1,10 @@
-"""profiler.ab: verdicts from rounds of samples whose answer is known, and the comparison record."""
+"""profiler.commands.ab: verdicts from rounds of samples whose answer is known, and the comparison record."""
 import json
 
 import numpy as np
 import pytest
 
-from profiler import ab
+from profiler.commands import ab
 
 from profiler.analysis import stats
 

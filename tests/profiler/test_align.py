@@ -1,4 +1,4 @@
-"""profiler.align on synthetic clocks with known truth: skew, drift, quantisation, asymmetric delays."""
+"""profiler.decode.align on synthetic clocks with known truth: skew, drift, quantisation, asymmetric delays."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from profiler.align import (GLOBALTIMER_STEP_NS, ClockModel, ClockSample, HostClock, RankClock, clock_from_manifest,
+from profiler.decode.align import (GLOBALTIMER_STEP_NS, ClockModel, ClockSample, HostClock, RankClock, clock_from_manifest,
                             clock_manifest, fit_host_clock, fit_rank_clock, sm_cycles_to_ns)
 
 STEP = GLOBALTIMER_STEP_NS

@@ -1,4 +1,4 @@
-"""profiler.atomic: exclusive temporaries that never follow a link, unique names, removal on
+"""profiler.store.atomic: exclusive temporaries that never follow a link, unique names, removal on
 failure, leftovers of dead writers cleaned (live ones kept), placing that replaces only
 regular files."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from profiler import atomic
+from profiler.store import atomic
 from profiler.errors import RunExists
 
 
@@ -82,7 +82,7 @@ def test_leftovers_of_dead_writers_are_cleaned_live_ones_kept(tmp_path):
     other.write_bytes(b"x")
     live, fd = atomic.make_temp_dir(dest)              # a writer in progress holds its lock
     # a writer in another process, killed before it finished, left its directory unlocked
-    code = ("import sys; sys.path.insert(0, %r); from pathlib import Path; from profiler import atomic; "
+    code = ("import sys; sys.path.insert(0, %r); from pathlib import Path; from profiler.store import atomic; "
             "import os; atomic.make_temp_dir(Path(%r)); os._exit(0)") % (os.getcwd(), str(dest))
     subprocess.run([sys.executable, "-c", code], check=True)
     try:
@@ -95,7 +95,7 @@ def test_leftovers_of_dead_writers_are_cleaned_live_ones_kept(tmp_path):
 
 
 def test_a_crashed_run_write_is_cleaned_by_the_next_write(tmp_path):
-    from profiler.synthetic import make_run
+    from profiler.groundtruth.synthetic import make_run
     first = make_run(tmp_path / "r", ranks=1, events=200, perfetto=False)
     crashed = tmp_path / ".r.00000000abcd.tmp"
     crashed.mkdir()

@@ -1,4 +1,4 @@
-"""profiler.calibration: the calibration file round-trips, refuses what it cannot use naming the
+"""profiler.decode.calibration: the calibration file round-trips, refuses what it cannot use naming the
 field, fits per-SM clocks from anchor samples, and feeds alignment and the manifest."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from profiler.align import ClockModel, RankClock, clock_from_manifest, clock_manifest
-from profiler.calibration import Calibration, SmClock, default_calibration, fit_sm_clocks, load_calibration
+from profiler.decode.align import ClockModel, RankClock, clock_from_manifest, clock_manifest
+from profiler.decode.calibration import Calibration, SmClock, default_calibration, fit_sm_clocks, load_calibration
 from profiler.errors import CalibrationError
 
 T0 = 1_764_000_000_000_000_000

@@ -1,4 +1,4 @@
-"""profiler.cli (`epscope`): commands, lazily imported subcommands, and one-line errors with exit 2."""
+"""profiler.commands.cli (`epscope`): commands, lazily imported subcommands, and one-line errors with exit 2."""
 from __future__ import annotations
 
 import json
@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler import cli
-from profiler.decode import LaunchInfo, decode_launches
-from profiler.registry import load_all
-from profiler.runstore import FORMAT_VERSION, load_run, write_run
-from profiler.schema import empty_events
+from profiler.commands import cli
+from profiler.decode.decode import LaunchInfo, decode_launches
+from profiler.registry.registry import load_all
+from profiler.store.runstore import FORMAT_VERSION, load_run, write_run
+from profiler.store.schema import empty_events
 
 from tests.needs import needs_module
 
@@ -308,7 +308,7 @@ def test_progress_shows_on_a_terminal():
     import io
     import time
 
-    from profiler.progress import Activity
+    from profiler.commands.progress import Activity
 
     class Tty(io.StringIO):
         def isatty(self):

@@ -1,4 +1,4 @@
-"""profiler.decode on hand-built buffers (built from the generated dtypes: tests/profiler/bufbuild.py)."""
+"""profiler.decode.decode on hand-built buffers (built from the generated dtypes: tests/profiler/bufbuild.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,11 +6,11 @@ import pandas as pd
 import pytest
 
 from profiler import errors as E
-from profiler.align import ClockModel, HostClock, RankClock
-from profiler.decode import LaunchInfo, decode_buffer, decode_launches
+from profiler.decode.align import ClockModel, HostClock, RankClock
+from profiler.decode.decode import LaunchInfo, decode_buffer, decode_launches
 from profiler.generated import layout as L
-from profiler.registry import load_all
-from profiler.schema import validate_events
+from profiler.registry.registry import load_all
+from profiler.store.schema import validate_events
 
 from tests.needs import needs_module
 
@@ -270,7 +270,7 @@ def test_zero_capacity_regions_count_every_record_as_dropped():
 
 
 def test_concat_events_unions_categories_and_coerces():
-    from profiler.decode import concat_events
+    from profiler.decode.decode import concat_events
     a = dec([Region([(T0, B, WORK, 0), (T0 + 32, END, WORK, 0)])]).events
     b = dec([Region([(T0, I, TICK, 1), (T0 + 32, A, GRID, 0)])], info=LaunchInfo(0, 1, "other", 1, "selftest")).events
     plain = a.astype({c: str for c in ("kernel", "role", "kind", "phase")})  # not categorical
@@ -282,7 +282,7 @@ def test_concat_events_unions_categories_and_coerces():
 
 
 def test_chunked_decode_equals_whole_decode(monkeypatch):
-    import profiler.decode as D
+    import profiler.decode.decode as D
     from .bufbuild import random_buffer
     rng = np.random.default_rng(2)
     buf = bytearray(random_buffer(rng, REG, n_regions=9, capacity=24, warps_per_block=3))

@@ -1,4 +1,4 @@
-"""profiler.decode_fast: the compiled record loop, how it is chosen, built and loaded.
+"""profiler.decode.decode_fast: the compiled record loop, how it is chosen, built and loaded.
 
 Its results are held equal to the reference decoder by the differential tests (every engine in
 tests/profiler/differential.ENGINES); these tests cover what those cannot see: engine choice,
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler import decode as D
+from profiler.decode import decode as D
 from profiler.generated import layout as L
 
 from tests.needs import needs_module
@@ -23,7 +23,7 @@ from .bufbuild import Region, anchor, build
 from .differential import ENGINES, REG, REGISTRIES, T0, check
 
 numba = needs_module("numba", "the compiled loop needs the `fast` extra: pip install -e '.[fast]'", module_level=True)
-from profiler import decode_fast as F  # noqa: E402
+from profiler.decode import decode_fast as F  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,9 +104,9 @@ def test_a_fresh_process_decodes_without_importing_numba():
     F.kernels()  # builds it if this machine has none yet
     code = "\n".join([
         "import sys",
-        "from profiler import decode as D",
+        "from profiler.decode import decode as D",
         "from profiler.generated import layout as L",
-        "from profiler.registry import load_all",
+        "from profiler.registry.registry import load_all",
         "from tests.profiler.bufbuild import Region, build",
         "reg = load_all()['selftest']",
         f"buf = build([Region([({T0} + k, L.KIND_INSTANT, 1000 + k, 0) for k in range(4)])], registry_hash=reg.hash, capacity=4)",
@@ -122,14 +122,14 @@ def test_the_build_is_keyed_on_this_file(monkeypatch, tmp_path):
     monkeypatch.setenv("EPSCOPE_CACHE_DIR", str(tmp_path))
     a = F.aot_dir()
     assert a.parent == tmp_path / "decode"
-    monkeypatch.setattr(F, "__file__", str(ROOT / "profiler" / "decode_records.py"))
+    monkeypatch.setattr(F, "__file__", str(ROOT / "profiler" / "decode" / "decode_records.py"))
     assert F.aot_dir() != a
 
 
 def _clock_model(rng: np.random.Generator):
     """Ranks 0 and 1 with fractional offsets (ties of rint among them), and drifts of zero, of a
     real GPU's size and far past it, anchored near the buffers' times."""
-    from profiler.align import ClockModel, RankClock
+    from profiler.decode.align import ClockModel, RankClock
     clocks = {}
     for r in (0, 1):
         offset = float(rng.choice([0.0, 0.5, -0.5, 1.5, -1234.25, float(rng.normal(0, 5e4))]))
@@ -163,7 +163,7 @@ def test_the_loop_maps_times_as_the_clock_model_does(seed):
 
 
 def test_time_map_is_rank_clock_arithmetic():
-    from profiler.align import RankClock
+    from profiler.decode.align import RankClock
     t = np.array([T0 - 7, T0, T0 + 1, T0 + 123_456_789, 1, 2**62 - 1], np.int64)
     for off, drift in ((0.5, 0.0), (-0.5, 0.0), (2.5, 0.0), (-1234.75, 7.3), (0.25, -1e3)):
         rc = RankClock(0, off, drift, 1.0, anchor_ns=T0 + 1000)

@@ -1,4 +1,4 @@
-"""Differential fuzzing: whatever bytes it gets, profiler.decode agrees with the reference decoder
+"""Differential fuzzing: whatever bytes it gets, profiler.decode.decode agrees with the reference decoder
 (tests/profiler/reference_decoder.py) on the table, the launches, the warning counts and the
 errors, and raises nothing but DecodeError subclasses (tests/profiler/differential.py).
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profiler.decode import LaunchInfo
+from profiler.decode.decode import LaunchInfo
 from profiler.generated import layout as L
 
 from .bufbuild import random_buffer

@@ -1,9 +1,9 @@
-"""profiler.expect: the expect block round-trips and rejects what breaks its schema."""
+"""profiler.groundtruth.expect: the expect block round-trips and rejects what breaks its schema."""
 import json
 
 import pytest
 
-from profiler.expect import Cause, ComparisonExpect, Direction, Effect, Expect, ExpectError, from_manifest
+from profiler.groundtruth.expect import Cause, ComparisonExpect, Direction, Effect, Expect, ExpectError, from_manifest
 
 
 def _ab_side(side, replicate):

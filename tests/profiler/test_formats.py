@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from profiler import errors as E
-from profiler.decode import ANCHOR_ERROR_NS, LaunchInfo, decode_buffer, decode_launches
+from profiler.decode.decode import ANCHOR_ERROR_NS, LaunchInfo, decode_buffer, decode_launches
 from profiler.generated import layout as L
-from profiler.registry import Registry, load_all
+from profiler.registry.registry import Registry, load_all
 
 from .bufbuild import A, B, D, E as END, I, Region, anchor, build, meta3
 from .differential import check

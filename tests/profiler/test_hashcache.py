@@ -1,4 +1,4 @@
-"""profiler.hashcache: a data file's SHA-256 remembered across processes by its identity and change
+"""profiler.store.hashcache: a data file's SHA-256 remembered across processes by its identity and change
 times; a rewritten or replaced file (same size, same mtime put back) is hashed again, a file that
 changed too recently to be told apart by its timestamps is not remembered, and a damaged cache
 file is ignored."""
@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from profiler import hashcache
+from profiler.store import hashcache
 
 _REAL_SHA256 = hashlib.sha256   # the test's own hashing, not counted
 

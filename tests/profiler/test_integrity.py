@@ -16,11 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from profiler import cli
-from profiler import runstore as RS
+from profiler.commands import cli
+from profiler.store import runstore as RS
 from profiler.analysis import stored, summary
 from profiler.errors import EpscopeError
-from profiler.synthetic import make_events, make_run
+from profiler.groundtruth.synthetic import make_events, make_run
 
 from .damage import RESEALED, _rewritten, as_written_before_checksums, flip_bit, readers
 
@@ -230,7 +230,7 @@ def test_a_manifest_of_megabytes_is_refused(run, tmp_path):
 def test_a_crash_between_the_two_renames_of_an_overwrite_loses_no_run(run, tmp_path, monkeypatch):
     """Where the atomic swap is not available, a crash between the two renames, then the next
     write, deleted both the old and the new copy."""
-    from profiler import atomic
+    from profiler.store import atomic
     before = RS.load_run(run).events
     monkeypatch.setattr(atomic, "rename_exchange", lambda a, b: False)
     real_rename = os.rename

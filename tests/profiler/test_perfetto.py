@@ -1,4 +1,4 @@
-"""profiler.perfetto_export: every export is parsed back with perfetto_trace_pb2 and checked."""
+"""profiler.export.perfetto: every export is parsed back with perfetto_trace_pb2 and checked."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -12,11 +12,11 @@ from tests.needs import needs_module
 needs_module("perfetto", "pip install -e . (a base dependency)", module_level=True)
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as P  # noqa: E402
 
-from profiler import perfetto_export as PE  # noqa: E402
-from profiler.align import ClockModel, HostClock, RankClock  # noqa: E402
-from profiler.decode import LaunchInfo, decode_launches  # noqa: E402
-from profiler.registry import load_all  # noqa: E402
-from profiler.runstore import load_run, write_run  # noqa: E402
+from profiler.export import perfetto as PE  # noqa: E402
+from profiler.decode.align import ClockModel, HostClock, RankClock  # noqa: E402
+from profiler.decode.decode import LaunchInfo, decode_launches  # noqa: E402
+from profiler.registry.registry import load_all  # noqa: E402
+from profiler.store.runstore import load_run, write_run  # noqa: E402
 
 from .bufbuild import A, B, D, E, I, Region, build, random_buffer  # noqa: E402
 
@@ -287,13 +287,13 @@ def test_the_same_run_exports_the_same_bytes(tmp_path):
     import sys
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
-    from profiler.synthetic import make_run
+    from profiler.groundtruth.synthetic import make_run
     synth = make_run(tmp_path / "s", ranks=2, events=3000, scenario="balanced",
                      perfetto=False)
     runs = [root / "traces" / "ep-barrier-straggler", root / "traces" / "ll-host-a0", synth]
     outs = []
     for seed in ("1", "2"):
-        code = ("import sys; sys.path.insert(0, %r); from profiler.perfetto_export import export_perfetto; "
+        code = ("import sys; sys.path.insert(0, %r); from profiler.export.perfetto import export_perfetto; "
                 "[export_perfetto(r, o) for r, o in zip(sys.argv[1:4], sys.argv[4:])]") % str(root)
         dests = [tmp_path / f"{i}-{seed}.pftrace" for i in range(len(runs))]
         subprocess.run([sys.executable, "-c", code, *map(str, runs), *map(str, dests)], check=True,

@@ -1,12 +1,12 @@
-"""profiler.registry: validation names the family and field; JSON round trip keeps the hash."""
+"""profiler.registry.registry: validation names the family and field; JSON round trip keeps the hash."""
 from __future__ import annotations
 
 import copy
 
 import pytest
 
-from profiler import registry as registry_mod
-from profiler.registry import Registry, RegistryError, find_registry, load_all, registry_dirs
+from profiler.registry import registry as registry_mod
+from profiler.registry.registry import Registry, RegistryError, find_registry, load_all, registry_dirs
 
 BASE = {
     "family": "fam",

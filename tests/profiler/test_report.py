@@ -1,12 +1,12 @@
-"""profiler.report on decoded runs: sections, per-rank rows or slowest-rank rows, losses, clock."""
+"""profiler.commands.report on decoded runs: sections, per-rank rows or slowest-rank rows, losses, clock."""
 from __future__ import annotations
 
 import numpy as np
 
-from profiler.decode import LaunchInfo, decode_launches
-from profiler.registry import load_all
-from profiler.report import PER_RANK_ROWS_MAX_RANKS, report
-from profiler.runstore import load_run, write_run
+from profiler.decode.decode import LaunchInfo, decode_launches
+from profiler.registry.registry import load_all
+from profiler.commands.report import PER_RANK_ROWS_MAX_RANKS, report
+from profiler.store.runstore import load_run, write_run
 
 from .bufbuild import B, E, Region, build
 
@@ -95,8 +95,8 @@ def test_a_stored_run_is_reported_from_its_stored_results_without_reading_events
     from pathlib import Path
 
     from profiler.analysis import chunked, stored
-    from profiler.runreader import Run
-    from profiler.synthetic import make_events
+    from profiler.store.runreader import Run
+    from profiler.groundtruth.synthetic import make_events
     ev, la, man = make_events(ranks=4, events=40_000, scenario="late_host", iterations=4, seed=6)
     d = write_run(tmp_path / "r", ev, la, man, perfetto=False)
     whole = report(d)                                    # computed, one chunk (no stored results)

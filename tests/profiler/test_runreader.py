@@ -1,4 +1,4 @@
-"""profiler.runreader: every finding of issue 19 about reading a run, each with the damage that
+"""profiler.store.runreader: every finding of issue 19 about reading a run, each with the damage that
 exposed it: damaged pandas metadata, tables load_run accepted but export or report crashed on
 (and the reverse), manifests with null fields, a missing launches.parquet, checksums."""
 from __future__ import annotations
@@ -16,11 +16,11 @@ import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.parquet as pq
 import pytest
 
-from profiler import runstore as RS
+from profiler.store import runstore as RS
 from profiler.errors import ChecksumMismatch, CorruptRun, EpscopeError, InvalidEvents, InvalidManifest
-from profiler.perfetto_export import export_perfetto
-from profiler.report import report
-from profiler.synthetic import make_run
+from profiler.export.perfetto import export_perfetto
+from profiler.commands.report import report
+from profiler.groundtruth.synthetic import make_run
 
 from .damage import as_written_before_checksums, reseal
 
@@ -234,13 +234,13 @@ def test_update_manifest_keeps_the_checksums(run):
 # -- the import circle -------------------------------------------------------------------------------
 def test_perfetto_export_and_runstore_import_no_circle():
     """perfetto_export imported runstore, which imported perfetto_export (deferred) to write a
-    run's trace: the shared reader now lives one floor down (profiler.runreader)."""
+    run's trace: the shared reader now lives one floor down (profiler.store.runreader)."""
     import ast
-    def imports(mod):
-        tree = ast.parse((ROOT / "profiler" / f"{mod}.py").read_text())
-        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
-    assert "runstore" not in imports("perfetto_export") and "runstore" not in imports("runreader")
-    assert "perfetto_export" not in imports("runreader")
+    def imports(path):   # the modules a file imports relatively, by their last name
+        tree = ast.parse((ROOT / "profiler" / path).read_text())
+        return {n.module.rpartition(".")[2] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level and n.module}
+    assert "runstore" not in imports("export/perfetto.py") and "runstore" not in imports("store/runreader.py")
+    assert "perfetto" not in imports("store/runreader.py")
 
 
 # -- filtered reads (EventReader, issue 20) -----------------------------------------------------
@@ -271,7 +271,7 @@ BUNDLED = sorted(p.parent.name for p in TRACES.glob("*/events.parquet"))
 
 @pytest.mark.parametrize("name", BUNDLED)
 def test_a_filtered_read_of_a_bundled_run_equals_the_full_read_filtered(name):
-    from profiler.runreader import EventReader
+    from profiler.store.runreader import EventReader
     run = RS.load_run(TRACES / name)
     full = run.events
     its = np.unique(full["iteration"].to_numpy())
@@ -283,8 +283,8 @@ def test_a_filtered_read_of_a_bundled_run_equals_the_full_read_filtered(name):
 
 
 def test_a_filtered_read_opens_only_the_row_groups_of_its_iterations(tmp_path, monkeypatch):
-    from profiler.runreader import EventReader, RowFilter
-    from profiler.synthetic import make_events
+    from profiler.store.runreader import EventReader, RowFilter
+    from profiler.groundtruth.synthetic import make_events
     ev, la, man = make_events(ranks=4, events=30_000, scenario="late_host", iterations=5, seed=7)
     monkeypatch.setattr(RS, "ROW_GROUP_MIN_ROWS", 100)
     monkeypatch.setattr(RS, "ROW_GROUP_ROWS", 1000)
@@ -306,7 +306,7 @@ def test_a_filtered_read_opens_only_the_row_groups_of_its_iterations(tmp_path, m
 
 
 def test_a_filtered_read_checks_the_checksum_and_the_rows(run):
-    from profiler.runreader import EventReader
+    from profiler.store.runreader import EventReader
     ep = run / "events.parquet"
     data = bytearray(ep.read_bytes())
     data[len(data) // 2] ^= 0x10
@@ -326,7 +326,7 @@ def test_a_filtered_read_checks_the_checksum_and_the_rows(run):
 def test_a_filtered_read_of_a_file_of_other_types_equals_the_full_read_filtered(run):
     """Plain strings instead of dictionaries (a file another writer made): pyarrow's own conversion,
     the same rows as the full read's."""
-    from profiler.runreader import EventReader
+    from profiler.store.runreader import EventReader
 
     def plain(t, m):
         for c in ("kernel", "role", "kind", "phase"):

@@ -1,4 +1,4 @@
-"""profiler.runstore: round trip, typed errors for missing / corrupt / malformed / newer / empty
+"""profiler.store.runstore: round trip, typed errors for missing / corrupt / malformed / newer / empty
 runs, streaming, atomic writes that never replace unasked, one consistent version per read,
 confinement of symlinked files, old runs still opening."""
 from __future__ import annotations
@@ -15,13 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from profiler import runstore as RS
-from profiler import validate
-from profiler.decode import LaunchInfo, decode_launches
+from profiler.store import runstore as RS
+from profiler.store import validate
+from profiler.decode.decode import LaunchInfo, decode_launches
 from profiler.errors import (CorruptRun, EmptyRun, InvalidEvents, InvalidManifest, RunChanged, RunError, RunExists,
                              RunNotFound, UnsupportedRunVersion)
-from profiler.registry import load_all
-from profiler.schema import COLUMNS, empty_events
+from profiler.registry.registry import load_all
+from profiler.store.schema import COLUMNS, empty_events
 
 from tests.needs import needs_module
 
@@ -438,7 +438,7 @@ def test_row_groups_end_on_segment_ends_within_floor_and_ceiling(floor, ceiling)
 
 
 def test_write_run_cuts_row_groups_at_rank_iteration_boundaries(tmp_path, monkeypatch):
-    from profiler.synthetic import make_events
+    from profiler.groundtruth.synthetic import make_events
     ev, la, man = make_events(ranks=4, events=20_000, scenario="slow_rank", iterations=3, seed=3)
     monkeypatch.setattr(RS, "ROW_GROUP_MIN_ROWS", 1)
     monkeypatch.setattr(RS, "ROW_GROUP_ROWS", 2000)
@@ -468,14 +468,14 @@ def _parts_of(ev: pd.DataFrame, n: int) -> list[pd.DataFrame]:
 def test_a_run_written_in_parts_reads_as_written_whole(tmp_path):
     """write_run_parts (a run too large to hold whole) writes the file write_run would: the same
     table, count and row groups by (rank, iteration); a filtered read works on it."""
-    from profiler.synthetic import make_events
+    from profiler.groundtruth.synthetic import make_events
     ev, la, man = make_events(ranks=4, events=30_000, scenario="slow_rank", seed=2)
     whole = RS.load_run(RS.write_run(tmp_path / "whole", ev, la, man, perfetto=False))
     parts = RS.load_run(RS.write_run_parts(tmp_path / "parts", _parts_of(ev, 5), la, man))
     assert parts.manifest["num_events"] == len(ev) == whole.manifest["num_events"]
     pd.testing.assert_frame_equal(parts.events, whole.events)
     assert RS.check_run(parts.path, deep=True).ok
-    from profiler.runreader import EventReader
+    from profiler.store.runreader import EventReader
     with EventReader(parts) as r:
         got = r.read(iterations=[1])
     want = whole.events[whole.events["iteration"] == 1]
@@ -483,7 +483,7 @@ def test_a_run_written_in_parts_reads_as_written_whole(tmp_path):
 
 
 def test_parts_with_other_categories_or_none_are_refused(tmp_path):
-    from profiler.synthetic import make_events
+    from profiler.groundtruth.synthetic import make_events
     ev, la, man = make_events(ranks=2, events=4_000, seed=1)
     a, b = _parts_of(ev, 2)
     b = b.assign(phase=b["phase"].cat.add_categories(["not_in_the_first_part"]))
@@ -497,7 +497,7 @@ def test_parts_with_other_categories_or_none_are_refused(tmp_path):
 def test_a_long_synthetic_run_written_one_iteration_at_a_time(tmp_path):
     """synthetic.make_long_run (the 100 M-event benchmark's run): its parts and launch table come as
     the iterations are simulated; it reads back as those iterations written whole."""
-    from profiler.synthetic import make_iterations, make_long_run
+    from profiler.groundtruth.synthetic import make_iterations, make_long_run
     its = list(make_iterations(ranks=2, per_iteration=3_000, iterations=3, scenario="slow_rank"))
     ev = pd.concat([e for e, _, _ in its], ignore_index=True)
     la = pd.concat([x for _, x, _ in its], ignore_index=True)

@@ -1,4 +1,4 @@
-"""profiler.schema: coerce_events maps kinds by their codes (any stored category order) and
+"""profiler.store.schema: coerce_events maps kinds by their codes (any stored category order) and
 refuses what a cast would silently change (strings, NaN, fractions, values that would wrap)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.schema import COLUMNS, EVENT_KINDS, SchemaError, coerce_events, empty_events, validate_events
+from profiler.store.schema import COLUMNS, EVENT_KINDS, SchemaError, coerce_events, empty_events, validate_events
 
 
 def table(n=6, **over) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""profiler.validate: every manifest field the readers use is type-checked with one typed,
+"""profiler.store.validate: every manifest field the readers use is type-checked with one typed,
 one-line error naming the field; nesting and size are bounded; bundled manifests pass."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler import validate
+from profiler.store import validate
 from profiler.errors import CorruptRun, InvalidManifest, UnsupportedRunVersion
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"

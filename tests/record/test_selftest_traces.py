@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler.runstore import load_run
+from profiler.store.runstore import load_run
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler.decode import LaunchInfo
+from profiler.decode.decode import LaunchInfo
 from profiler.generated import layout as L
 from profiler.generated import selftest_phases as P
 from profiler.record.session import (Session, SessionError, build_clock_model, buffer_bytes, first_gpu_start,
                                      write_from_raw)
-from profiler.runstore import load_run
+from profiler.store.runstore import load_run
 from tests.profiler.bufbuild import meta3
 
 T0 = 1_800_000_000_000_000_000

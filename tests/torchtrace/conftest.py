@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.synthetic import make_events
-from profiler.runstore import write_run
+from profiler.groundtruth.synthetic import make_events
+from profiler.store.runstore import write_run
 from profiler.torchtrace.kineto import write_kineto
 
 from .fake import BASE, fake_events, plant_gemm
@@ -14,7 +14,7 @@ GEMM_NS = 480_000
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory):
     """A 2-rank synthetic run whose rank 1 runs 480 µs of unrecorded GPU work before every dispatch
-    (profiler.synthetic 'upstream_gpu'), with both ranks' Kineto traces: rank 1's has that work as
+    (profiler.groundtruth.synthetic 'upstream_gpu'), with both ranks' Kineto traces: rank 1's has that work as
     an aten::mm kernel launched from moe.py:112. Offsets 5 ms and -3 ms (ranks' host clocks differ)."""
     root = tmp_path_factory.mktemp("upstream")
     ev, la, man = make_events(ranks=2, events=20_000, scenario="upstream_gpu", late_rank=1, late_ns=GEMM_NS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler.runstore import load_run
+from profiler.store.runstore import load_run
 from profiler.torchtrace import align as A
 from profiler.torchtrace.kineto import read_kineto, write_kineto
 

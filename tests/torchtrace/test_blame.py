@@ -7,7 +7,7 @@ import pytest
 
 from profiler.analysis import graph as G
 from profiler.analysis.timemodel import time_model
-from profiler.runstore import load_run
+from profiler.store.runstore import load_run
 from profiler.torchtrace import blame as B
 from profiler.torchtrace.kineto import write_kineto
 from profiler.torchtrace.attach import attach
@@ -55,10 +55,10 @@ def test_the_alignment_is_stored_and_checked(upstream, merged):
 
 
 def test_a_host_range_before_the_launch_is_named_on_the_host_side(tmp_path):
-    # rank 0's host enters every iteration 50 µs late (profiler.synthetic 'late_host'); a named
+    # rank 0's host enters every iteration 50 µs late (profiler.groundtruth.synthetic 'late_host'); a named
     # range on its launching thread covers most of that wait before iteration 1's notify call
-    from profiler.runstore import write_run
-    from profiler.synthetic import make_events
+    from profiler.store.runstore import write_run
+    from profiler.groundtruth.synthetic import make_events
     ev, la, man = make_events(ranks=2, events=20_000, scenario="late_host", late_rank=0, late_ns=50_000, iterations=2)
     tr = fake_events(la, 0, man["name"], offset_ns=1_000_000)
     mine = la[la["rank"] == 0].sort_values("launch")

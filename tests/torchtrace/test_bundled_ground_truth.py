@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler.expect import from_manifest
-from profiler.runstore import load_run
+from profiler.groundtruth.expect import from_manifest
+from profiler.store.runstore import load_run
 from profiler.torchtrace.report import run_blame, summary_field, torch_section
 from viewer.pages.timeline import torch_logic
 

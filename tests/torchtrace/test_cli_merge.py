@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import shutil
 
-from profiler.cli import main
-from profiler.runstore import write_run
+from profiler.commands.cli import main
+from profiler.store.runstore import write_run
 from profiler.torchtrace.kineto import write_kineto
 
 from .fake import BASE, fake_events

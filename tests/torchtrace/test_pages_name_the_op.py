@@ -4,9 +4,9 @@ conftest.py with its traces merged, where rank 1's GPU runs aten::mm before ever
 from __future__ import annotations
 
 from profiler.analysis import summary
-from profiler.cli import main
-from profiler.report import report
-from profiler.runstore import load_run, write_run
+from profiler.commands.cli import main
+from profiler.commands.report import report
+from profiler.store.runstore import load_run, write_run
 from profiler.torchtrace.report import STEP_FACT
 
 

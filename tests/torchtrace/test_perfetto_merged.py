@@ -12,7 +12,7 @@ from tests.needs import needs_module
 
 needs_module("perfetto", "pip install -e . (a base dependency)", module_level=True)
 
-from profiler.perfetto_export import export_perfetto  # noqa: E402
+from profiler.export.perfetto import export_perfetto  # noqa: E402
 from profiler.torchtrace.attach import attach  # noqa: E402
 
 

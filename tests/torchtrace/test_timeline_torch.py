@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler.runstore import load_run
+from profiler.store.runstore import load_run
 from profiler.torchtrace.report import run_blame
 from profiler.torchtrace.attach import attach
 from viewer.pages.timeline import torch_logic as T

@@ -8,7 +8,7 @@ replication, so each side has three runs (simulated with their own seeds, as rec
   Compare must say "within noise";
 * `knob-a1..3` vs `knob-b1..3`: variant a against variant b, whose dispatch send_chunk copies
   1.6x slower: Compare must find dispatch/send_chunk slower.
-Each manifest carries its `expect` block (profiler.expect: cause none, and its place in the
+Each manifest carries its `expect` block (profiler.groundtruth.expect: cause none, and its place in the
 comparison); workload.kind = synthetic.
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from profiler.expect import Cause, ComparisonExpect, Direction, Expect
-from profiler.runstore import write_run
-from profiler.synthetic import make_events
+from profiler.groundtruth.expect import Cause, ComparisonExpect, Direction, Expect
+from profiler.store.runstore import write_run
+from profiler.groundtruth.synthetic import make_events
 
 ROOT = Path(__file__).resolve().parents[2] / "traces" / "synthetic-compare"
 # 8 iterations a run: samples are per (run, iteration), three runs a side
@@ -46,7 +46,7 @@ def main(root: Path = ROOT) -> None:
         ev, launches, manifest = make_events(**COMMON, **kw)
         manifest["name"] = name
         manifest["expect"] = Expect(cause=Cause.NONE, comparison=cmp, planted_by=PLANTER,
-                                    note="synthetic: profiler.synthetic ab scenario").to_json()
+                                    note="synthetic: profiler.groundtruth.synthetic ab scenario").to_json()
         print(write_run(root / name, ev, launches, manifest, perfetto=False))
 
 

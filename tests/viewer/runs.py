@@ -1,4 +1,4 @@
-"""Small run directories for the viewer tests: synthetic runs from profiler.synthetic and
+"""Small run directories for the viewer tests: synthetic runs from profiler.groundtruth.synthetic and
 hand-broken ones (missing events, corrupt manifest, newer format, empty table, wrong field
 types, a 5,000-deep manifest, files linked out of the root, a timeout, a copy of a run)."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from profiler.synthetic import make_run
+from profiler.groundtruth.synthetic import make_run
 
 
 def synthetic(root: Path, name: str, scenario: str = "balanced", events: int = 6000, **kw) -> Path:
@@ -61,7 +61,7 @@ def broken_runs(root: Path, good: Path) -> dict[str, Path]:
 def _copy_with(d: Path, good: Path, changes: dict) -> Path:
     """A copy of the run with its manifest changed and sealed again (as a writer would leave it:
     what the changed field says decides, not the seal)."""
-    from profiler import validate
+    from profiler.store import validate
 
     d.mkdir(parents=True)
     m = json.loads((good / "manifest.json").read_text())
@@ -103,8 +103,8 @@ def linked_out(root: Path, outside: Path) -> dict[str, Path]:
 
 
 def empty_run(root: Path, good: Path) -> Path:
-    from profiler import runstore
-    from profiler.schema import empty_events
+    from profiler.store import runstore
+    from profiler.store.schema import empty_events
 
     run = runstore.load_run(good)
     return runstore.write_run(root / "empty-run", empty_events(), run.launches.iloc[0:0], dict(run.manifest),

@@ -118,7 +118,7 @@ def test_runs_grid_pages_sorts_and_filters_on_the_server(app):
     assert key == sorted(key) and len(got) == len(ids)
     # by a stored headline (every run's read once a sort needs them): analysed runs first, largest first
     from profiler.analysis import summary
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
     for rid in ("late", "starved"):
         if summary.load(app.catalog.entry(rid).path) is None:
             summary.store(load_run(app.catalog.entry(rid).path))

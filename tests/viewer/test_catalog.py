@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from profiler import runstore
+from profiler.store import runstore
 from viewer.cache import SizedLRU, sizeof
 from viewer.catalog import Catalog, ViewerError
 

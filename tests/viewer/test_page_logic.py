@@ -53,7 +53,7 @@ def test_runs_table_from_manifests(tmp_path):
 def test_runs_table_knobs_and_stored_headline(tmp_path):
     import shutil
     from profiler.analysis import summary
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
     traces = Path(__file__).resolve().parents[2] / "traces"
     d = tmp_path / "ep-host-late"
     shutil.copytree(traces / "ep-host-late", d)
@@ -336,7 +336,7 @@ def test_figures_state_their_unit_and_what_they_sum():
 
 def test_compare_cards_flags_and_table_formatting():
     from profiler.analysis.verdict import Verdict
-    from profiler.expect import Cause, Direction
+    from profiler.groundtruth.expect import Cause, Direction
     from viewer import components as C
     e2e = {"median_a_ns": 562_322.0, "median_b_ns": 447_000.0, "diff_ns": -115_322.0, "diff_pct": -20.5,
            "ci_low_ns": -124_125.0, "ci_high_ns": -109_606.0, "noise_ns": 9_323.0, "mde_ns": 12_600.0}

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from profiler.registry import Registry
+from profiler.registry.registry import Registry
 from viewer.pages.timeline import logic as L
 from tests.analysis.tables import barrier, host, instant, span, table
 
@@ -45,7 +45,7 @@ def _events():
     return table(rows)
 
 
-# the nesting comes from the run's registry, read through profiler.registry
+# the nesting comes from the run's registry, read through profiler.registry.registry
 MANIFEST = {"registry": {"tl": Registry.from_dict({
     "family": "tl", "version": 1, "roles": [],
     "phases": [{"name": "send_chunk", "id": 1}, {"name": "wait_space", "id": 2, "parent": "send_chunk", "wait": True},

@@ -15,8 +15,8 @@ import pytest
 
 from profiler.analysis import stored, unfinished
 from profiler.analysis import timeline_overview as TO
-from profiler.runstore import load_run, write_run
-from profiler.synthetic import make_iterations
+from profiler.store.runstore import load_run, write_run
+from profiler.groundtruth.synthetic import make_iterations
 from viewer import analyses
 from viewer.catalog import Catalog
 from viewer.pages.timeline import logic as L

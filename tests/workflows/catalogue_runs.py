@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ep_core.generated import ep_intranode_phases as P
-from profiler.runstore import write_run
+from profiler.store.runstore import write_run
 
 KERNELS = ("layout", "notify", "dispatch", "barrier", "combine")
 # an iteration in hook mode (return_recv_hook=True): each op's send, signal and receive are launches

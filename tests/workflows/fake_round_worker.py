@@ -1,7 +1,7 @@
 """A stand-in for profiler/workflows/ab_worker.py on machines without a GPU: it speaks the same protocol and
 answers with samples drawn around levels read from its side's tree (fake.json), so the tests of
 profiler.workflows.rounds / profiler.workflows.ab know the answer. Profiled rounds write a synthetic run directory
-(profiler.synthetic, scenario "ab": variant a or b) from rank 0.
+(profiler.groundtruth.synthetic, scenario "ab": variant a or b) from rank 0.
 
 fake.json: {"level": 100.0, "sd": 0.3, "variant": "a", "die_round": null, "fail_round": null,
             "ready_error": null}
@@ -58,8 +58,8 @@ def main():
             p = cmd["profile"]
             run_dir = f"{p['out']}/{p['name']}"
             if a.rank == 0:
-                from profiler.synthetic import make_run
-                from profiler.runstore import update_manifest
+                from profiler.groundtruth.synthetic import make_run
+                from profiler.store.runstore import update_manifest
 
                 make_run(run_dir, ranks=2, events=3000, scenario="ab", variant=conf.get("variant", "a"), seed=r,
                          perfetto=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from profiler.workflows import ab, rounds
-from profiler.ab import ComparisonRecord
+from profiler.commands.ab import ComparisonRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = Path(__file__).resolve().parent / "fake_round_worker.py"
@@ -133,7 +133,7 @@ def test_a_whole_run_finds_the_faster_side_and_writes_the_record(tmp_path, fake_
     assert v["op"].verdict == "faster" and (v["op"].runs_a, v["op"].runs_b) == (3, 3)   # the profiled round is out
     assert v["op"].diff_pct == pytest.approx(-10, abs=1.5)
     # one run directory per side for the profiled round, tagged with ref, commit and round
-    from profiler.runstore import load_run
+    from profiler.store.runstore import load_run
 
     for side in "AB":
         m = load_run(out / f"ab-{side}-r3").manifest
@@ -188,8 +188,8 @@ def test_the_record_says_when_warm_up_was_set_aside(tmp_path, monkeypatch):
     import importlib
     from types import SimpleNamespace
 
-    from profiler.ab import RoundSamples
-    from profiler.synthetic import make_run
+    from profiler.commands.ab import RoundSamples
+    from profiler.groundtruth.synthetic import make_run
 
     monkeypatch.setattr(importlib.import_module("profiler.analysis.compare"), "WARMUP_SHARE", -0.5)
     rs = []

@@ -8,7 +8,7 @@ import pytest
 
 from profiler.workflows import catalogue as C
 from profiler.workflows import trace
-from profiler.expect import Cause, ComparisonExpect, Direction, Expect
+from profiler.groundtruth.expect import Cause, ComparisonExpect, Direction, Expect
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """The catalogue's measurements and expect blocks, on hand-built runs whose numbers are known
 (tests/workflows/catalogue_runs.py): each planted cause passes its checks when the recording shows
-it and fails them when it does not; finalize writes blocks that profiler.expect reads back."""
+it and fails them when it does not; finalize writes blocks that profiler.groundtruth.expect reads back."""
 import json
 from pathlib import Path
 
@@ -8,8 +8,8 @@ import pytest
 
 from profiler.workflows import catalogue as C
 from profiler.workflows import catalogue_expect as X
-from profiler.expect import Cause, Direction, from_manifest
-from profiler.runstore import load_run
+from profiler.groundtruth.expect import Cause, Direction, from_manifest
+from profiler.store.runstore import load_run
 
 from .catalogue_runs import fake_run
 
@@ -480,5 +480,5 @@ def test_a_late_entry_group_compares_op_latency_after_entry(tmp_path):
 
 
 def Expect_from(e):
-    from profiler.expect import Expect
+    from profiler.groundtruth.expect import Expect
     return Expect.from_json(json.loads(json.dumps(e.to_json())))

@@ -80,7 +80,7 @@ def test_default_names_and_workload():
 
 
 def test_summary_of_a_run_directory(tmp_path):
-    from profiler.synthetic import make_run
+    from profiler.groundtruth.synthetic import make_run
 
     path = make_run(tmp_path / "run", ranks=2, events=2000, perfetto=False)
     results = [{"rank": 0, "recv_rows": 8190, "warm_us": [700.0, 650.0], "error": None},

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from profiler.generated import layout as L
-from profiler.registry import load_all
+from profiler.registry.registry import load_all
 
 from ..bufbuild import B, E, I, Region, build
 

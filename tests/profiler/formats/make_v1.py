@@ -5,7 +5,7 @@ Run ONCE, at commit 89485aa (layout.toml version 1), before the format moved to 
     python3 -m tests.profiler.formats.make_v1   # writes v1-*.bin and v1-expected.json here
 
 The .bin files are the bytes of that code (bufbuild.build through the version-1 numpy dtypes),
-and v1-expected.json is what the version-1 decoder (profiler.decode at 89485aa) made of them.
+and v1-expected.json is what the version-1 decoder (profiler.decode.decode at 89485aa) made of them.
 Both are committed and never regenerated: tests/profiler/test_formats.py decodes the bytes with
 today's decoder and holds the table to the frozen one and to the reference decoder. Rerunning
 this file after the format change would write version-2 dtypes' bytes with a version-1 stamp,
@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from profiler.decode import LaunchInfo, decode_launches
+from profiler.decode.decode import LaunchInfo, decode_launches
 from profiler.generated import layout as L
-from profiler.registry import load_all
+from profiler.registry.registry import load_all
 
 from ..bufbuild import A, B, D, E, I, Region, build
 

@@ -6,7 +6,7 @@ Run ONCE, at commit b89e61b (layout.toml version 2), before the format moved to 
 
 The .bin files are the bytes of that code (bufbuild.build through the version-2 numpy dtypes:
 16-byte records of clock64 cycles, ANCHOR records, the overflow sink), and v2-expected.json is
-what the version-2 decoder (profiler.decode at b89e61b) made of them. Both are committed and never
+what the version-2 decoder (profiler.decode.decode at b89e61b) made of them. Both are committed and never
 regenerated: tests/profiler/test_formats.py decodes the bytes with today's decoder and holds the
 table to the frozen one and to the reference decoder. After the format change this file refuses
 to run (it would write version-3 dtypes' bytes with a version-2 stamp).
@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from profiler.generated import layout as L
-from profiler.registry import load_all
+from profiler.registry.registry import load_all
 
 from ..bufbuild import A, B, D, E, I, Region, anchor, build
 from .make_v1 import expected

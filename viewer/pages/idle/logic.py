@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.idle import RANK_IMBALANCE_RATIO  # noqa: F401 (the table's row colour)
-from profiler.expect import Cause
+from profiler.groundtruth.expect import Cause
 
 from ... import theme
 from ...format import time_unit

@@ -97,7 +97,7 @@ def knobs(manifest: dict) -> dict:
 def _signature(path: Path, manifest: dict | None) -> tuple:
     """What a stored summary's currency depends on: the manifest's registry (as JSON: the summary
     is bound to it), its file and the data files (identity, size and change times: summary.load
-    hashes them through profiler.hashcache under the same key)."""
+    hashes them through profiler.store.hashcache under the same key)."""
     out = [json.dumps((manifest or {}).get("registry") or {}, sort_keys=True)]
     for name in (stored.FILE,) + stored.DATA_FILES:
         try:
@@ -179,7 +179,7 @@ def _base_table(entries: list[RunEntry]) -> pd.DataFrame:
         names[e.name] = names.get(e.name, 0) + 1
     rows = []
     for e in entries:
-        m = e.manifest or {}   # checked by profiler.validate: every field has its declared type
+        m = e.manifest or {}   # checked by profiler.store.validate: every field has its declared type
         git = m.get("git") or {}
         gpu = m.get("gpu") or {}
         drops = m.get("drops") or {}

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.timeline_overview import Overview, binned_busy  # noqa: F401 (binned_busy: the page's binning)
-from profiler.registry import RegistryError, registries
+from profiler.registry.registry import RegistryError, registries
 from viewer import theme
 from viewer.format import ns, position, time_unit
 
@@ -71,7 +71,7 @@ class TimelineIndex:
 
 
 def _parents_from_manifest(manifest: dict) -> dict[str, str]:
-    """Phase -> parent phase, from the registries the run embeds (read through profiler.registry;
+    """Phase -> parent phase, from the registries the run embeds (read through profiler.registry.registry;
     a registry that does not validate gives no nesting rather than a broken page)."""
     try:
         regs = registries(manifest.get("registry") or None)
@@ -101,7 +101,7 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
 
 
 def build_index(events: pd.DataFrame, manifest: dict | None = None) -> TimelineIndex:
-    """Arrays for fast views of one run's event table (schema: profiler.schema.COLUMNS)."""
+    """Arrays for fast views of one run's event table (schema: profiler.store.schema.COLUMNS)."""
     kcode, knames = _codes(events["kind"])
     kc = {n: knames.index(n) if n in knames else -99 for n in ("span", "instant", "arrive", "depart", "host")}
     rank = events["rank"].to_numpy(np.int64)

@@ -178,7 +178,7 @@ class ClockModel:
 
     def calibrated(self, cal) -> "ClockModel":
         """This model with a GPU's measured timer step, SM clock and anchor error
-        (profiler.calibration.Calibration); None leaves it as it is."""
+        (profiler.decode.calibration.Calibration); None leaves it as it is."""
         if cal is None:
             return self
         from dataclasses import replace

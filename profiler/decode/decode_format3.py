@@ -6,7 +6,7 @@ an anchor is two slots (ANCHOR: clock64 bits 59..0, then ANCHOR_NS: globaltimer 
 `expand` applies format 3's own rules (docs/design.md, "Decoder rules") and hands the rest of the
 decoder what format 2 would have written: each record with its full clock64, its payload, and
 each anchor as a format-2 ANCHOR record. Every rule after that (spans, conversion through the
-anchors, the time window, warnings) is format 2's, in profiler.decode and its record loops.
+anchors, the time window, warnings) is format 2's, in profiler.decode.decode and its record loops.
 
 The rules applied here (tests/profiler/reference_decoder.py implements them slot by slot):
   * pairing: a PAYLOAD right after a BEGIN..DEPART record of the same id gives that record its
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .generated import layout as L
+from ..generated import layout as L
 
 WRAP = 1 << 32
 # clock64 bits an anchor's conversion point keeps: completed from clk_start modulo 2^48 (39 hours at

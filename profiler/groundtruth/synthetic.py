@@ -49,8 +49,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .registry import Registry
-from .schema import EVENT_KINDS, LAUNCH_COLUMNS
+from ..registry.registry import Registry
+from ..store.schema import EVENT_KINDS, LAUNCH_COLUMNS
 
 SCENARIOS = ("balanced", "starvation", "late_arriver", "slow_rank", "ab", "late_host", "late_host_random",
              "upstream_gpu", "host_jitter")
@@ -71,7 +71,7 @@ RING_DEPTH = 2
 
 REGISTRY = Registry.from_dict({
     "family": "synthetic_ep", "version": 1,
-    "doc": "simulated ring-buffer EP kernels (profiler.synthetic): per-chunk sends into a ring of "
+    "doc": "simulated ring-buffer EP kernels (profiler.groundtruth.synthetic): per-chunk sends into a ring of "
            f"{RING_DEPTH} slots per (source, destination, channel), receives, a grid barrier per launch",
     "roles": ["notify", "sender", "receiver"],
     "phases": [
@@ -366,7 +366,7 @@ def _late_warp(sim: _Sim, kernel: str, fin, where: dict) -> None:
 
 
 def _event_frame(cols: dict) -> pd.DataFrame:
-    """The simulated rows as the event table (profiler.schema's dtypes), in record order per warp."""
+    """The simulated rows as the event table (profiler.store.schema's dtypes), in record order per warp."""
     order = np.lexsort((-cols["end_ns"], cols["begin_ns"], cols["warp"], cols["block"], cols["launch"], cols["rank"]))
     return pd.DataFrame({
         "rank": cols["rank"][order].astype(np.int16),
@@ -413,7 +413,7 @@ def _manifest(sim: _Sim, seed: int, iterations: int, n: int, truth: dict) -> dic
 def make_run(path, *, ranks: int = 8, events: int = 200_000, scenario: str = "balanced",
              perfetto: bool | None = None, **kw) -> Path:
     """Simulate a run (make_events) and write it as a run directory; returns the path."""
-    from .runstore import write_run
+    from ..store.runstore import write_run
 
     ev, launches, manifest = make_events(ranks=ranks, events=events, scenario=scenario, **kw)
     return write_run(Path(path), ev, launches, manifest, perfetto=perfetto)
@@ -452,7 +452,7 @@ def make_long_run(path, *, ranks: int = 8, per_iteration: int = 1_000_000, itera
                   scenario: str = "slow_rank") -> Path:
     """make_iterations written as one run directory without ever holding it whole
     (runstore.write_run_parts); returns the path."""
-    from .runstore import write_run_parts
+    from ..store.runstore import write_run_parts
 
     launches, manifest = [], {}
 

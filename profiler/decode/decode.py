@@ -1,11 +1,11 @@
-"""Raw profile buffers -> the tidy event table (profiler.schema).
+"""Raw profile buffers -> the tidy event table (profiler.store.schema).
 
 The buffer layout comes only from profiler/generated/layout.py (generated from layout.toml): no
 offset in this file is written by hand. This module plans each launch with numpy (buffer and
 region headers, region states, the launch's time window, high-resolution clock pairs) and
 assembles the table; a record loop decodes the records straight into columns allocated once per
-decode: profiler.decode_records (numpy, chunk by chunk) or, with the `fast` extra,
-profiler.decode_fast (compiled, a launch at a time; see ENGINES). The rules are in docs/design.md ("Decoder rules"); the pure-Python
+decode: profiler.decode.decode_records (numpy, chunk by chunk) or, with the `fast` extra,
+profiler.decode.decode_fast (compiled, a launch at a time; see ENGINES). The rules are in docs/design.md ("Decoder rules"); the pure-Python
 decoder of tests/profiler/reference_decoder.py implements them record by record and the fuzz
 tests hold the two equal.
 
@@ -25,13 +25,13 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from . import errors as E
+from .. import errors as E
 from .align import ANCHOR_SKEW_NS, GLOBALTIMER_STEP_NS, NOMINAL_SM_GHZ, ClockModel, RankClock
 from .decode_format3 import ANCHOR_CLOCK_BITS, expand
 from .decode_records import KEY_BITS, Scratch, decode_chunk
-from .generated import layout as L
-from .registry import Registry
-from .schema import CATEGORICAL, COLUMNS, EVENT_KINDS, LAUNCH_COLUMNS, coerce_events, empty_events
+from ..generated import layout as L
+from ..registry.registry import Registry
+from ..store.schema import CATEGORICAL, COLUMNS, EVENT_KINDS, LAUNCH_COLUMNS, coerce_events, empty_events
 
 _HDR = L.BUFFERHEADER_DTYPE
 _RH = L.REGIONHEADER_DTYPE
@@ -61,16 +61,16 @@ MIN_NS_PER_CYCLE, MAX_NS_PER_CYCLE = 0.1, 10.0
 CLOCK_CHANGE_SLACK = 2e-3
 ANCHOR_ERROR_NS = GLOBALTIMER_STEP_NS + ANCHOR_SKEW_NS
 # clock64 bits an ANCHOR record keeps (format 2: id bits 47..32, payload bits 31..0): 39 hours at 2
-# GHz; ANCHOR_CLOCK_BITS comes from profiler.decode_format3, which completes format 3's the same way
+# GHz; ANCHOR_CLOCK_BITS comes from profiler.decode.decode_format3, which completes format 3's the same way
 # The event table stores warp and sm as int16.
 MAX_WARPS_PER_BLOCK = 1 << 15
 MAX_SM = (1 << 15) - 1
 # Records are decoded in chunks of whole regions of about this many records (512 kB of compact
 # records and their temporaries stay in a core's L2; 2^15 was fastest of 2^14..2^17 on the dev VM).
 CHUNK_RECORDS = 1 << 15
-# Which record loop decodes: "numba" (profiler.decode_fast: compiled ahead of time with numba,
+# Which record loop decodes: "numba" (profiler.decode.decode_fast: compiled ahead of time with numba,
 # the build cached on disk; needs the `fast` extra to build), "numba-jit" (the same loop under
-# numba's JIT, what "numba" falls back to without a C compiler), "numpy" (profiler.decode_records),
+# numba's JIT, what "numba" falls back to without a C compiler), "numpy" (profiler.decode.decode_records),
 # or "auto": "numba" when a build is on disk or numba is importable, else "numpy". The environment
 # variable EPSCOPE_DECODE sets the default; all give the same table (tests/profiler/differential.py).
 ENGINES = ("auto", "numba", "numba-jit", "numpy")

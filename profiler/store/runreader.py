@@ -1,11 +1,11 @@
 """Read a run directory: the one reader behind `load_run`, `check_run`, `epscope report/export/
 check`, compare and the viewer (docs/design.md, "Run directory"). Writing lives one floor up,
-in profiler.runstore (which re-exports all of this), so that the Perfetto export, which reads
+in profiler.store.runstore (which re-exports all of this), so that the Perfetto export, which reads
 runs and is called by the writer, imports only this module.
 
     RUN/manifest.json  RUN/events.parquet  RUN/launches.parquet  [RUN/trace.perfetto-trace]
 
-Everything returned is checked (profiler.validate): the manifest field by field, the tables
+Everything returned is checked (profiler.store.validate): the manifest field by field, the tables
 column by column (types, nulls, ranges, categories). Parquet files are read with pyarrow and
 converted without their pandas metadata (a `pandas` key in the schema metadata is what
 pandas would use to rebuild index and dtypes; a damaged one raised untyped JSON, Unicode and
@@ -50,7 +50,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import atomic, validate
-from .errors import (ChecksumMismatch, CorruptRun, DowngradedRun, EmptyRun, InvalidManifest, OutsideRoots,  # noqa: F401
+from ..errors import (ChecksumMismatch, CorruptRun, DowngradedRun, EmptyRun, InvalidManifest, OutsideRoots,  # noqa: F401
                      RunChanged, RunError, RunNotFound, UnsupportedRunVersion)
 from .schema import COLUMNS, LAUNCH_COLUMNS, MAX_NAME_CHARS, MAX_NAMES
 
@@ -275,8 +275,8 @@ class Run:
 
     @property
     def registries(self) -> dict:
-        """The phase registries the run was recorded with, as profiler.registry.Registry objects."""
-        from .registry import Registry
+        """The phase registries the run was recorded with, as profiler.registry.registry.Registry objects."""
+        from ..registry.registry import Registry
         return {fam: Registry.from_dict(d) for fam, d in (self.manifest.get("registry") or {}).items()}
 
     @property
@@ -311,7 +311,7 @@ def _read_event_columns(pf: pq.ParquetFile, file: str, groups: Sequence[int] | N
     Otherwise (EventReader): the row groups `groups`, of each the rows `keep` selects (checked
     against the groups' `stats`), and the rows' numbers in the whole table (second value; None
     for the whole table). A file of other
-    types (nulls, other widths, plain strings) takes the general path, and profiler.validate then
+    types (nulls, other widths, plain strings) takes the general path, and profiler.store.validate then
     says what is wrong with it."""
     names = pf.schema_arrow.names
     dup = sorted({c for c in COLUMNS if names.count(c) > 1})
@@ -402,7 +402,7 @@ def _categorical(c: str, col: pa.ChunkedArray, file: str) -> pd.Categorical:
 def _read_other_types(pf: pq.ParquetFile, file: str, groups, keep: RowFilter | None, offsets: np.ndarray,
                       whole: bool) -> tuple[pd.DataFrame, np.ndarray | None]:
     """_read_event_columns for a file of other types than write_run's: through pyarrow's own
-    conversion (profiler.validate then says what is wrong with it)."""
+    conversion (profiler.store.validate then says what is wrong with it)."""
     t = pf.read_row_groups(list(groups), columns=list(COLUMNS)) if len(groups) else \
         pf.schema_arrow.empty_table().select(list(COLUMNS))
     df = to_frame(t, list(COLUMNS), file)
@@ -589,7 +589,7 @@ def _need(path: Path, p: Path | None, name: str) -> Path:
 
 
 def read_manifest(path, *, within: Sequence[Path] | None = None) -> dict:
-    """The run's manifest, checked (profiler.validate); RunError subclasses naming the path."""
+    """The run's manifest, checked (profiler.store.validate); RunError subclasses naming the path."""
     return _read_manifest(_files(Path(path), within).manifest, Path(path) / MANIFEST, _roots(within))
 
 
@@ -832,7 +832,7 @@ class EventReader:
     cut row groups at (rank, iteration) boundaries: runstore.row_group_bounds; older runs have
     fewer, bigger row groups, so less is pruned, and the result is the same), reads them one at a
     time, keeps the wanted rows and checks them as the whole table is checked (types, dictionary
-    indices, profiler.validate). The frame equals `run.events` restricted to those rows (values,
+    indices, profiler.store.validate). The frame equals `run.events` restricted to those rows (values,
     dtypes, categories: every row group of a run written by write_run holds the whole table's
     dictionaries), indexed by their row numbers in it."""
 

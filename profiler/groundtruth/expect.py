@@ -31,7 +31,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from .errors import EpscopeError
+from ..errors import EpscopeError
 
 SCHEMA = 1
 

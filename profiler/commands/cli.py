@@ -32,8 +32,8 @@ import os
 import sys
 from pathlib import Path
 
-from .atomic import is_regular
-from .errors import EpscopeError
+from ..store.atomic import is_regular
+from ..errors import EpscopeError
 
 EXIT_USAGE = 2
 PASSTHROUGH = {"trace": ("profiler.workflows.trace", "record a profiled EP workload on the local GPUs"),
@@ -142,7 +142,7 @@ def is_loopback(host: str) -> bool:
 
 def _inside_run(p: Path) -> Path | None:
     """The run directory that p lies in (p itself or an ancestor holding manifest.json)."""
-    from .runstore import MANIFEST
+    from ..store.runstore import MANIFEST
     for d in (p, *p.parents):
         if (d / MANIFEST).is_file():
             return d
@@ -175,7 +175,7 @@ def export_target(run, out: Path | None, force: bool) -> tuple[Path, bool]:
     (`-o RUN/events.parquet` would destroy the run) unless it is the run's own trace
     (RUN/trace.perfetto-trace, derived from its data), and replaces an existing file only with
     --force. Only regular files are ever replaced."""
-    from .runstore import TRACE
+    from ..store.runstore import TRACE
     own = run.path / TRACE
     if out is None:
         out, force = default_export_path(run), True
@@ -202,10 +202,10 @@ def export_target(run, out: Path | None, force: bool) -> tuple[Path, bool]:
 
 def _export(args) -> int:
     from .progress import Activity
-    from .runreader import load_run
+    from ..store.runreader import load_run
     run = load_run(args.run)   # run errors before the perfetto import
     out, replace = export_target(run, args.out, args.force)
-    exp = _lazy("profiler.perfetto_export", "epscope export")
+    exp = _lazy("profiler.export.perfetto", "epscope export")
     partial = []   # the export's temporary file, once open: its size is the progress
     with Activity("epscope export", watch=lambda: partial[0].size() if partial else 0,
                   unit="B", what="written") as act:
@@ -226,8 +226,8 @@ def shown(p) -> str:
 def _check(args) -> int:
     """One line per run: ok (and what was verified, what was not) or what is wrong; exit 1 if any
     is damaged (its stored analyses included: they are not shown, but their bytes changed)."""
-    from .analysis import stored
-    from .runreader import MANIFEST, check_run, list_runs
+    from ..analysis import stored
+    from ..store.runreader import MANIFEST, check_run, list_runs
     runs = []
     for r in args.runs:   # a directory of runs (no manifest of its own) stands for the runs under it
         under = list_runs(r) if r.is_dir() and not (r / MANIFEST).exists() else []
@@ -236,7 +236,7 @@ def _check(args) -> int:
     for r in runs:
         c = check_run(r, deep=True)
         if not c.damaged:   # the attached PyTorch traces (issue 30): checksummed in the manifest too
-            from .torchtrace.store import verify
+            from ..torchtrace.store import verify
             torch_problems = verify(r)
             if torch_problems:
                 c = type(c)(c.path, c.manifest, "corrupt", "; ".join(torch_problems), c.num_events, c.note)
@@ -258,7 +258,7 @@ def _check(args) -> int:
 
 
 def _seal(args) -> int:
-    from .runstore import seal_run
+    from ..store.runstore import seal_run
     for r in args.runs:
         done = seal_run(r)
         print(f"{shown(r)}: " + ("sealed (format 3); its stored analyses, if any, were left out: `epscope analyze` "
@@ -280,18 +280,18 @@ def _report(args) -> int:
 def _merge(args) -> int:
     """Attach the traces (profiler.torchtrace.store.attach: refused, nothing written, when one
     cannot be aligned); then the stored summary, when the run has one, gains the named op."""
-    from .torchtrace.report import alignment_line
-    from .torchtrace.attach import attach
-    from .torchtrace.align import Alignment
+    from ..torchtrace.report import alignment_line
+    from ..torchtrace.attach import attach
+    from ..torchtrace.align import Alignment
     missing = [str(t) for t in args.traces if not t.is_file()]
     if missing:
         return _fail(f"no such trace file: {', '.join(missing)}")
     done = attach(args.run, args.traces)
     for a in done:
         print(alignment_line(Alignment.from_json(a)))
-    from .analysis import summary
+    from ..analysis import summary
     if summary.load(args.run) is not None:
-        from .runreader import load_run
+        from ..store.runreader import load_run
         summary.store(load_run(args.run))
         print(f"updated {Path(args.run) / summary.FILE}")
     return 0
@@ -309,7 +309,7 @@ def _engine(args):
 
 
 def _analyze(args) -> int:
-    from .analysis import stored, summary
+    from ..analysis import stored, summary
     from .progress import Activity
     engine = _engine(args)
     try:

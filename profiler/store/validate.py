@@ -4,7 +4,7 @@ in one line, wherever it is opened.
 
 - `manifest_text(text, where)`: parse manifest.json (size and nesting bounded) and check it;
 - `manifest(m, where)`: every field the readers use has the type they use it as;
-- `events(df, where)` / `launches(df, where)`: the tables follow the schema (profiler.schema):
+- `events(df, where)` / `launches(df, where)`: the tables follow the schema (profiler.store.schema):
   integer timestamps, no end before begin, kinds from EVENT_KINDS.
 
 Errors are InvalidManifest / InvalidEvents (both CorruptRun) and UnsupportedRunVersion, each
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from . import atomic
-from .errors import InconsistentRun, InvalidEvents, InvalidManifest, SealMismatch, UnsupportedRunVersion
+from ..errors import InconsistentRun, InvalidEvents, InvalidManifest, SealMismatch, UnsupportedRunVersion
 from .schema import (LAUNCH_COLUMNS, TIME_LIMIT_NS, SchemaError, category_column, check_range, coerce_events,
                      integer_column, kind_column, validate_events)
 
@@ -199,7 +199,7 @@ def _seal_field(v, f, w):
 
 
 def _registries(v, f, w):
-    from .registry import Registry, RegistryError
+    from ..registry.registry import Registry, RegistryError
 
     _obj()(v, f, w)
     for fam, reg in v.items():
@@ -212,7 +212,7 @@ def _registries(v, f, w):
 
 
 def _expect(v, f, w):
-    from .expect import Expect, ExpectError
+    from ..groundtruth.expect import Expect, ExpectError
 
     try:
         Expect.from_json(v)

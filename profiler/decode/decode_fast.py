@@ -1,8 +1,8 @@
 """A launch's records -> its rows of the event table, one compiled loop (optional: the `fast` extra).
 
-profiler.decode plans each launch with numpy (headers, region states, the time window, the clock
+profiler.decode.decode plans each launch with numpy (headers, region states, the time window, the clock
 conversion of every region and its anchor segments) and then hands the whole launch either to
-profiler.decode_records (numpy, chunk by chunk) or to `decode_launch` here: one loop over each
+profiler.decode.decode_records (numpy, chunk by chunk) or to `decode_launch` here: one loop over each
 region's candidate records that applies the decoder rules of docs/design.md record by record, the
 way tests/profiler/reference_decoder.py does, writing the rows straight into the preallocated
 columns. The differential tests hold every path equal to the reference decoder
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .generated import layout as L
+from ..generated import layout as L
 
 # Record as two u64 words: t, then id (bits 0-15) | kind (16-23) | reserved (24-31) | payload (32-63)
 _RF = L.RECORD_DTYPE.fields
@@ -62,7 +62,7 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
     (one entry per id) hold each id's open BEGIN: row prev of the region numbered stamp; regions
     are numbered gen0 + 1, gen0 + 2, ... so the arrays are zeroed once per decode, not per launch.
     ANCHORs of regions without anchor segments are counted (R_ANCHORS): the plan was made without
-    looking for them (profiler.decode _Plan.finish) and must be made again if there are any.
+    looking for them (profiler.decode.decode _Plan.finish) and must be made again if there are any.
     With `tmap`, each region's rows, once complete (every rule above reads raw times), get their
     times moved to the table's time base while they are still in cache: t + tadd, plus
     rint(tfrac + tdrift * (t - tanchor)) where tdrift is not 0 (align.RankClock.to_ref's
@@ -88,7 +88,7 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
         for j in range(m):
             w0, w1 = slots[b0 + j, 0], slots[b0 + j, 1]
             kind = np.uint8((w1 >> _KIND_SHIFT) & _BYTE)
-            if v2 and kind == 6:   # an ANCHOR: a conversion point (profiler.decode plans it), not an event
+            if v2 and kind == 6:   # an ANCHOR: a conversion point (profiler.decode.decode plans it), not an event
                 if sa < 0:
                     anchors += 1
                 continue
@@ -194,7 +194,7 @@ def _launch(slots, base, n, hires, v2, lo, hi, cs, rate, gs, ylo, yhi, seg_at, s
     res[R_TMIN], res[R_TMAX], res[R_ANCHORS] = tmin, tmax, anchors
 
 
-# Format 3 (profiler.decode_format3 states the rules; this is its loop, record by record): the
+# Format 3 (profiler.decode.decode_format3 states the rules; this is its loop, record by record): the
 # meta word's fields, the kinds, and the constants of the clock chain, all u64 (numba types a u64
 # mixed with an i64 as float64).
 _U = np.uint64
@@ -209,7 +209,7 @@ _PAST, _WRAP = _U(1 << 62), np.int64(1 << 32)
 def _expand3(words, stride, first, n, cs, ce, gs, finished, out, out_base, out_n, res):
     """Format 3's candidate slots of every region -> format-2 records in `out`, region after region
     (region r's at out[out_base[r]:out_base[r] + out_n[r]]); res: [saturated payloads, ambiguous
-    regions]. profiler.decode_format3.expand does the same with numpy; the fuzz tests hold both to
+    regions]. profiler.decode.decode_format3.expand does the same with numpy; the fuzz tests hold both to
     the reference decoder."""
     o = 0
     saturated = 0
@@ -529,7 +529,7 @@ def decode_launch(plan, out: dict, o: int, codes, scratch: Scratch, jit_only: bo
 
 def expand(words: np.ndarray, first_slot: int, n: np.ndarray, rh: np.ndarray, finished: np.ndarray,
            out: np.ndarray | None = None, jit_only: bool = False):
-    """profiler.decode_format3.expand through the compiled loop: the same Expanded (into `out`,
+    """profiler.decode.decode_format3.expand through the compiled loop: the same Expanded (into `out`,
     (at least n.sum(), 2) u64, when given)."""
     from .decode_format3 import Expanded
     nreg = len(n)
@@ -547,7 +547,7 @@ def expand(words: np.ndarray, first_slot: int, n: np.ndarray, rh: np.ndarray, fi
 
 
 class Loop:
-    """The compiled record loop as profiler.decode drives it: one Scratch per decode, then
+    """The compiled record loop as profiler.decode.decode drives it: one Scratch per decode, then
     decode() per launch, its times moved to the table's base by the loop (time_map)."""
 
     def __init__(self, jit_only: bool = False):

@@ -1,6 +1,6 @@
 """One chunk of a launch's records -> its rows of the event table (the decoder's inner loop).
 
-profiler.decode plans a launch (headers, region states, the time window, clock pairs) and hands
+profiler.decode.decode plans a launch (headers, region states, the time window, clock pairs) and hands
 chunks of whole regions to `decode_chunk`, which writes the chunk's events straight into the
 preallocated output columns. Everything here is numpy on arrays of one chunk (~32 k records, a
 few hundred kB: they stay in the core's cache); no Python loop runs per record or per region.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .generated import layout as L
+from ..generated import layout as L
 
 B, E_, I, A, D = L.KIND_BEGIN, L.KIND_END, L.KIND_INSTANT, L.KIND_BARRIER_ARRIVE, L.KIND_BARRIER_DEPART
 # Record words as u32: [t lo, t hi, id | kind << 16 | reserved << 24, payload]
@@ -161,7 +161,7 @@ def decode_chunk(plan, r0: int, r1: int, out: dict, o: int, codes, scratch: Scra
         b, e = match_spans(km1, words, seg)
         n_begin, n_end = int(np.count_nonzero(km1 == 0)), int(np.count_nonzero(km1 == 1))
         res = ChunkResult()
-        # format 2: ANCHOR records (km1 == 5) are conversion points (profiler.decode), not events
+        # format 2: ANCHOR records (km1 == 5) are conversion points (profiler.decode.decode), not events
         n_anchors = int(np.count_nonzero(km1 == L.KIND_ANCHOR - 1)) if plan.version >= 2 else 0
         res.counts = {"CorruptRecords": int(np.count_nonzero(km1 > 4)) - n_holes - n_bad - n_anchors, "BadTimestamps": n_bad,
                       "UnmatchedEnd": n_end - len(b), "UnmatchedBegin": n_begin - len(b)}

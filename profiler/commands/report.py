@@ -11,13 +11,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .analysis import late_entry as LE
-from .analysis import stored, summary
-from .analysis.run_tables import KINDS, RunTables
-from .analysis.timemodel import TimeModel
-from .analysis.verdict import fmt_ns
-from .runstore import Run, load_run
-from .torchtrace.report import with_steps
+from ..analysis import late_entry as LE
+from ..analysis import stored, summary
+from ..analysis.run_tables import KINDS, RunTables
+from ..analysis.timemodel import TimeModel
+from ..analysis.verdict import fmt_ns
+from ..store.runstore import Run, load_run
+from ..torchtrace.report import with_steps
 
 PER_RANK_ROWS_MAX_RANKS = 4  # above this many ranks, one row per phase names the slowest rank
 
@@ -247,6 +247,6 @@ def report(run, step: Callable[[str], None] | None = None) -> str:
     step("verdicts")
     lines += _verdicts(run, res, le)
     step("PyTorch traces")
-    from .torchtrace.report import torch_lines   # the op inside the step (issue 30): its own section
+    from ..torchtrace.report import torch_lines   # the op inside the step (issue 30): its own section
     lines += torch_lines(run, res.time_model)
     return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ GPU named in it:
     the line through the first and last anchor of a kernel of `kernel_ms` (what the decoder's
     two-anchor conversion would be off by), and over all SMs: the median rate, the rate spread
     (drift, ppm) and that largest distance (alignment_ns).
-profiler.align uses it (ClockModel.calibrated: timer step, SM clock, anchor error) and a run
+profiler.decode.align uses it (ClockModel.calibrated: timer step, SM clock, anchor error) and a run
 recorded with one quotes `summary()` in manifest["clock"]["calibration"].
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import CalibrationError
+from ..errors import CalibrationError
 
 FORMAT = "epscope-calibration"
 FORMAT_VERSION = 1

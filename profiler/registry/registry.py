@@ -1,7 +1,7 @@
 """Phase registries: one TOML file per kernel family, validated here.
 
 A registry names the phases and barriers a kernel family records. The same file generates the
-CUDA header the kernels include and the Python table the decoder uses (profiler.codegen), and a
+CUDA header the kernels include and the Python table the decoder uses (profiler.registry.codegen), and a
 recorded run embeds it in its manifest (`Registry.to_json`) so a trace from another branch, with
 other phases, still decodes: decoding never needs the registry files of the current checkout.
 
@@ -28,14 +28,14 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PHASES_DIR = Path(__file__).parent / "phases"     # the profiler's own families (selftest)
-REPO_ROOT = Path(__file__).resolve().parents[1]
+PHASES_DIR = Path(__file__).parents[1] / "phases"     # the profiler's own families (selftest): profiler/phases
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_FILE = REPO_ROOT / "pyproject.toml"          # [tool.epscope] registry_dirs
 REGISTRY_PATH_ENV = "EPSCOPE_REGISTRY_PATH"
 
 PHASE_KINDS = ("span", "instant")
 BARRIER_SCOPES = ("block", "grid", "rank")
-MAX_ID = 0xFFFF  # Record.id is a u16 (formats 1-2; format 3 keeps 12 bits: profiler.codegen checks)
+MAX_ID = 0xFFFF  # Record.id is a u16 (formats 1-2; format 3 keeps 12 bits: profiler.registry.codegen checks)
 # How wide a phase's or barrier's payload is (`payload_bits`): 16 fits in the 8-byte record of format
 # 3 (a larger value is saturated at 0xFFFF and the decoder says so); 32 makes the recorder write the
 # whole payload in a PAYLOAD slot after the record (an 8-byte store more). 16 is the default and

@@ -1,5 +1,5 @@
-"""Write a run directory (docs/design.md, "Run directory"); reading is profiler.runreader,
-one floor down, re-exported here (`from profiler.runstore import load_run` keeps working).
+"""Write a run directory (docs/design.md, "Run directory"); reading is profiler.store.runreader,
+one floor down, re-exported here (`from profiler.store.runstore import load_run` keeps working).
 
     RUN/manifest.json  RUN/events.parquet (zstd)  RUN/launches.parquet  [RUN/trace.perfetto-trace]
 
@@ -10,7 +10,7 @@ ROW_GROUP_ROWS), so a reader picks one iteration's or rank's rows from the row g
 statistics (`runreader.EventReader`) and streams the table (`iter_event_batches`) with flat memory.
 
 Writes are atomic and never replace a run unasked: a run is written into a hidden, locked
-temporary directory beside its destination (profiler.atomic) and renamed into place (an
+temporary directory beside its destination (profiler.store.atomic) and renamed into place (an
 existing name gets a suffixed one, `NAME-2`, unless overwrite=True, which swaps the
 directories in one step). Every write gets a version id, in the manifest and in both parquet
 files' metadata, and the manifest records a sha256 of each data file (`checksums`), so a
@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import atomic, validate
-from .errors import CorruptRun, EmptyRun, RunChanged, RunError, RunExists, RunNotFound  # noqa: F401 (re-exported)
+from ..errors import CorruptRun, EmptyRun, RunChanged, RunError, RunExists, RunNotFound  # noqa: F401 (re-exported)
 from .runreader import (DATA_FILES, EVENTS, LAUNCHES, MANIFEST, NO_CHECKSUMS, READ_RETRIES, TRACE,  # noqa: F401
                         VERSION_KEY, NOT_SEALED, OutsideRoots, Run, RunCheck, RunFiles, check_events, check_run, file_hash,
                         iter_event_batches, list_runs, load_run, read_manifest, _files, _read_manifest,
@@ -284,7 +284,7 @@ def _write_run(path: Path, write_events, launches, manifest: dict, *, perfetto: 
         with atomic.create_exclusive(tmp / MANIFEST) as f:
             f.write(text.encode())
         if perfetto:
-            from .perfetto_export import export_perfetto
+            from ..export.perfetto import export_perfetto
             export_perfetto(load_run(tmp), tmp / TRACE)
         for f in tmp.iterdir():
             _fsync(f)

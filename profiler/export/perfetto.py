@@ -23,9 +23,9 @@ TraceSorter orders events by (timestamp, allocation id), and allocation ids grow
 that nests spans correctly, including zero-length spans and spans that start or end on the same
 32 ns tick. tests/profiler/test_perfetto.py replays exports that way.
 
-Reading: the rows come from profiler.runreader's validated batches (checksum, then every column
+Reading: the rows come from profiler.store.runreader's validated batches (checksum, then every column
 checked as `load_run(...).events` checks it), so export accepts exactly the runs load_run
-accepts. Writing: into an exclusive, locked temporary beside the output (profiler.atomic),
+accepts. Writing: into an exclusive, locked temporary beside the output (profiler.store.atomic),
 placed in one rename; an existing output is replaced only when asked (force, or the run's own
 derived trace) and only when it is a regular file. The same run exports the same bytes (no
 clock, no random id, no hash-ordered iteration reaches the file: tests/profiler/test_perfetto.py
@@ -44,9 +44,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .atomic import TempFile, clean_leftovers
-from .runreader import TRACE, Run, check_events, iter_event_batches, load_run
-from .schema import EVENT_KINDS
+from ..store.atomic import TempFile, clean_leftovers
+from ..store.runreader import TRACE, Run, check_events, iter_event_batches, load_run
+from ..store.schema import EVENT_KINDS
 
 SEQ_ID = 1
 OPEN_SUFFIX = "(no END)"  # slice name suffix of open spans
@@ -254,7 +254,7 @@ def _frame(msg) -> bytes:
 # (any the schema allows: int16 warps, int32 blocks) gets the wide layout (16, 48), 8-byte
 # varints, instead of an error: export accepts every run load_run accepts. Host and kernel
 # tracks are rank | 1 and rank | 2: no warp track collides with them, since GPU rows have
-# block >= 0 (profiler.schema).
+# block >= 0 (profiler.store.schema).
 @dataclass(frozen=True)
 class TrackIds:
     warp_bits: int
@@ -362,7 +362,7 @@ def _scan(run: Run, barrier_scope: dict[str, str]):
 
 def _merged(run: Run):
     """The run's merged PyTorch traces with at least one aligned rank (issue 30), else None."""
-    from .torchtrace.store import load_merged
+    from ..torchtrace.store import load_merged
     m = load_merged(run)
     return m if m is not None and m.ranks else None
 
@@ -458,7 +458,7 @@ def _write_trace(f, P, run: Run, ids: TrackIds, tmin, tracks, host_ranks, flows,
         desc(uuid=int(ids.warp(r, b, w)), parent_uuid=int(ids.block(r, b)),
              name=f"warp {w}" + (f" · {role}" if role else ""), sibling_order_rank=w)
     if merged is not None:
-        from .torchtrace import perfetto as TP
+        from ..torchtrace import perfetto as TP
         TP.write_tracks(f, P, ids, merged, base, desc)
 
     # launches on the kernels track

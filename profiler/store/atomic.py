@@ -1,5 +1,5 @@
 """Files and directories that appear at their destination in one rename, built in exclusive
-temporaries: what the run writer (profiler.runstore) and the Perfetto export share.
+temporaries: what the run writer (profiler.store.runstore) and the Perfetto export share.
 
 Temporaries are hidden siblings of the destination, `.<name>.<12 hex>.tmp` (one file system, so
 the rename is atomic), created exclusively (O_CREAT | O_EXCL | O_NOFOLLOW for files, mkdir for
@@ -31,7 +31,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from .errors import NotRegularFile, OutsideRoots, RunExists
+from ..errors import NotRegularFile, OutsideRoots, RunExists
 
 # renameat2(2) flags (linux/fs.h): fail if the target exists; swap source and target atomically.
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
