@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 
 from profiler.analysis import chunked, stored, summary
+from profiler.store import cachedir
 
 CACHE_ENV = "EPSCOPE_RESULTS_CACHE"
 STORE_ENV = "EPSCOPE_VIEWER_STORE"
@@ -47,9 +48,7 @@ def cache_root() -> Path:
     env = os.environ.get(CACHE_ENV)
     if env:
         return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "epscope" / "results"
+    return cachedir.cache_root() / "results"
 
 
 def _key(hashes: dict) -> str:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ..store.atomic import is_regular
 from ..errors import EpscopeError
+from ..store.cachedir import cache_root
 
 EXIT_USAGE = 2
 PASSTHROUGH = {"trace": ("profiler.workflows.trace", "record a profiled EP workload on the local GPUs"),
@@ -157,7 +158,7 @@ def export_dir() -> Path:
     (beside the build and calibration caches). Never the run directory: a run may lie in a checkout
     (the bundled traces/ do), and an untracked trace there dirtied it (issue 34)."""
     env = os.environ.get(EXPORT_DIR_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "epscope" / "exports"
+    return Path(env) if env else cache_root() / "exports"
 
 
 def default_export_path(run) -> Path:

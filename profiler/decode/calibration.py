@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CalibrationError
+from ..store.cachedir import cache_root
 
 FORMAT = "epscope-calibration"
 FORMAT_VERSION = 1
@@ -40,7 +41,7 @@ ENV = "EPSCOPE_CALIBRATION"
 
 def default_path() -> Path:
     env = os.environ.get(ENV)
-    return Path(env) if env else Path.home() / ".cache" / "epscope" / "calibration.json"
+    return Path(env) if env else cache_root() / "calibration.json"
 
 
 def _num(v, name: str, lo: float = 0.0, strict: bool = False) -> float:

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..generated import layout as L
+from ..store.cachedir import cache_root
 
 # Record as two u64 words: t, then id (bits 0-15) | kind (16-23) | reserved (24-31) | payload (32-63)
 _RF = L.RECORD_DTYPE.fields
@@ -298,11 +299,10 @@ def _signature(phase: str, role: str) -> str:
 
 def aot_dir() -> Path:
     """Where the ahead-of-time build of this file lives: keyed by this file's bytes and the Python,
-    numpy and platform it was built for ($EPSCOPE_CACHE_DIR, else ~/.cache/epscope)."""
+    numpy and platform it was built for (under cachedir.cache_root())."""
     key = hashlib.sha256(Path(__file__).read_bytes())
     key.update(f"{sys.implementation.cache_tag} {np.__version__} {platform.machine()} {sys.platform}".encode())
-    root = Path(os.environ.get("EPSCOPE_CACHE_DIR") or Path.home() / ".cache" / "epscope")
-    return root / "decode" / key.hexdigest()[:16]
+    return cache_root() / "decode" / key.hexdigest()[:16]
 
 
 def _load_aot(where: Path):

@@ -27,6 +27,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..store.cachedir import cache_root
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CSRC = REPO_ROOT / "profiler" / "csrc"
 DEFAULT_ARCH_LIST = "9.0"  # H200 / H100 (sm_90)
@@ -91,7 +93,7 @@ def variant_name(name: str, profile: bool) -> str:
 
 def build_root() -> Path:
     root = os.environ.get("EPSCOPE_BUILD_DIR")
-    return Path(root) if root else Path.home() / ".cache" / "epscope"
+    return Path(root) if root else cache_root()
 
 
 def build_options(name: str, sources, *, profile: bool, extra_cflags=()) -> BuildOptions:

@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from .cachedir import cache_root
 
 ENV = "EPSCOPE_HASH_CACHE"
 FORMAT = "epscope-file-hashes"
@@ -60,9 +61,7 @@ def cache_path() -> Path:
     env = os.environ.get(ENV)
     if env:
         return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    root = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return root / "epscope" / "file-hashes.json"
+    return cache_root() / "file-hashes.json"
 
 
 def _ident(st: os.stat_result) -> tuple:
