@@ -56,15 +56,15 @@ def write_trace(path: Path, n: int, gz: bool) -> int:
     return path.stat().st_size
 
 
-def measure(path: Path) -> dict:
+def measure(path: Path, root: Path | None = None, block: str = "") -> dict:
     """Read in a fresh process: CPU seconds and its peak RSS over the interpreter's baseline."""
     code = ("import resource,time,sys; from profiler.torchtrace.kineto import read_kineto;"
             "b=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss; t=time.process_time(); w=time.perf_counter();"
-            f"k=read_kineto({str(path)!r}); c=time.process_time()-t; w=time.perf_counter()-w;"
+            f"k=read_kineto({str(path)!r}{block}); c=time.process_time()-t; w=time.perf_counter()-w;"
             "m=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
             "print(k.read, len(k.events), c, w, b, m, k.events.memory_usage(deep=True).sum())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}).stdout.split()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=str(root or Path.cwd()),
+                         env=os.environ | {"PYTHONPATH": str(root or Path(__file__).resolve().parents[1])}).stdout.split()
     read, kept, cpu, wall, base_kb, peak_kb, table = (float(x) for x in out)
     return {"read": int(read), "kept": int(kept), "cpu_s": cpu, "wall_s": wall, "events_per_s_cpu": read / cpu,
             "peak_rss_mb": peak_kb / 1024, "baseline_rss_mb": base_kb / 1024, "table_mb": table / 1e6}
@@ -74,14 +74,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--out", default=None, help="write the results as markdown here")
+    ap.add_argument("--before", default=None, help="also read each file with the reader of this checkout (before)")
     a = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for gz in (False, True):
             p = Path(d) / ("t.json.gz" if gz else "t.json")
             size = write_trace(p, a.events, gz)
-            r = measure(p)
-            rows.append((("gzip" if gz else "json"), size, r))
+            kind = "gzip" if gz else "json"
+            if a.before:
+                rows.append((f"{kind}, before ({a.before})", size, measure(p, Path(a.before))))
+                rows.append((f"{kind}, ijson only (block=0)", size, measure(p, block=", block=0")))
+            rows.append((kind, size, measure(p)))
             p.unlink()
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import EpscopeError
+from . import kineto_runs as R
 
 # kinds of kept events (the `kind` column), from Kineto's `cat`
 CPU_OP, USER, PYTHON, RUNTIME, KERNEL, MEMCPY, MEMSET, GPU_USER = (
@@ -37,7 +38,9 @@ HOST_KINDS = (CPU_OP, USER, PYTHON, RUNTIME)
 GPU_KINDS = (KERNEL, MEMCPY, MEMSET, GPU_USER)
 COLUMNS = ["kind", "name", "pid", "tid", "ts_ns", "dur_ns", "correlation", "external_id", "stream", "stack"]
 _GZIP_MAGIC = b"\x1f\x8b"
+_KEY = b'"traceEvents"'
 _NO_ARGS: dict = {}
+_Q_MAX = 2.0 ** 63          # a double below it rounds to an int64; at or above, consume's OverflowError
 
 
 class KinetoError(EpscopeError):
@@ -70,48 +73,101 @@ def _open(src) -> io.BufferedIOBase:
     return gzip.GzipFile(fileobj=raw) if head == _GZIP_MAGIC else raw
 
 
-def _header(src) -> tuple[dict, bool]:
-    """The top-level members before `traceEvents` (Kineto writes its metadata there), read token
-    by token until the event array opens; and whether it opened (False: no traceEvents at all)."""
+class _Trickle:
+    """A stream handed to ijson one byte a read, so that when ijson reports the top-level
+    `traceEvents` key the stream stands just after it; `last` keeps the last bytes to check that."""
+
+    def __init__(self, f):
+        self.f, self.last = f, b""
+
+    def read(self, n: int) -> bytes:
+        if n == 0:                 # ijson's probe of the stream's type
+            return b""
+        b = self.f.read(1)
+        self.last = (self.last + b)[-len(_KEY):]
+        return b
+
+
+class _Chain:
+    """`head` bytes, then the rest of the stream `f`: the document ijson reads on from a cut."""
+
+    def __init__(self, head: bytes, f):
+        self.head, self.f = head, f
+
+    def read(self, n: int = -1) -> bytes:
+        if n == 0:
+            return b""
+        if self.head:
+            out, self.head = (self.head, b"") if n < 0 or n >= len(self.head) else (self.head[:n], self.head[n:])
+            return out
+        return self.f.read(n)
+
+
+@dataclass(frozen=True)
+class _Head:
+    """The top-level members before `traceEvents` (Kineto writes its metadata there, last value of
+    a repeated key) and the first value of each (`first`); `has_events`: the key was found;
+    `at_key`: the stream stands just after the key's closing quote."""
+    members: dict
+    first: dict
+    has_events: bool
+    at_key: bool
+
+
+def _header(f, name: str) -> _Head:
+    """Read the top-level members before `traceEvents` token by token from `f`, one byte a read,
+    stopping just after the key."""
     import ijson
 
-    out: dict = {}
+    out, first = {}, {}
     key, builder, depth = None, None, 0
-    with _open(src) as f:
-        try:
-            for prefix, event, value in ijson.parse(f, use_float=True):
-                if builder is not None:
+    src = _Trickle(f)
+    try:
+        for prefix, event, value in ijson.parse(src, buf_size=1, use_float=True):
+            if builder is not None:
+                builder.event(event, value)
+                depth += (event in ("start_map", "start_array")) - (event in ("end_map", "end_array"))
+                if depth == 0:
+                    out[key], builder = builder.value, None
+                    first.setdefault(key, out[key])
+            elif prefix == "" and event == "map_key":
+                key = value
+                if key == "traceEvents":
+                    return _Head(out, first, True, src.last == _KEY)
+            elif prefix == key and key is not None:
+                if event in ("start_map", "start_array"):
+                    builder, depth = ijson.ObjectBuilder(), 1
                     builder.event(event, value)
-                    depth += (event in ("start_map", "start_array")) - (event in ("end_map", "end_array"))
-                    if depth == 0:
-                        out[key], builder = builder.value, None
-                elif prefix == "" and event == "map_key":
-                    key = value
-                elif prefix == key and key is not None:
-                    if key == "traceEvents":
-                        return out, True
-                    if event in ("start_map", "start_array"):
-                        builder, depth = ijson.ObjectBuilder(), 1
-                        builder.event(event, value)
-                    else:
-                        out[key] = value
-                elif prefix == "" and event not in ("start_map", "end_map"):
-                    raise KinetoError(f"{_name(src)}: not a JSON object: not a PyTorch profiler (Kineto) trace")
-        except ijson.JSONError as e:
-            raise KinetoError(f"{_name(src)}: not JSON ({e})") from None
-        except (EOFError, OSError) as e:
-            raise KinetoError(f"{_name(src)}: unreadable ({e})") from None
-    return out, False
+                else:
+                    out[key] = value
+                    first.setdefault(key, value)
+            elif prefix == "" and event not in ("start_map", "end_map"):
+                raise KinetoError(f"{name}: not a JSON object: not a PyTorch profiler (Kineto) trace")
+    except ijson.JSONError as e:
+        raise KinetoError(f"{name}: not JSON ({e})") from None
+    except (EOFError, OSError) as e:
+        raise KinetoError(f"{name}: unreadable ({e})") from None
+    return _Head(out, first, False, False)
 
 
-def _trailer_info(src) -> dict | None:
-    """distributedInfo written after traceEvents (Kineto's on-demand traces): one more pass."""
+def _catch_info(events, found: dict):
+    """Pass ijson's parse events through, keeping the first top-level distributedInfo in `found`."""
     import ijson
 
-    with _open(src) as f:
-        for v in ijson.items(f, "distributedInfo", use_float=True):
-            return v
-    return None
+    builder, depth = None, 0
+    for prefix, event, value in events:
+        if builder is not None:
+            builder.event(event, value)
+            depth += (event in ("start_map", "start_array")) - (event in ("end_map", "end_array"))
+            if depth == 0:
+                found["info"], builder = builder.value, None
+        elif prefix == "distributedInfo" and "info" not in found and event != "map_key":
+            if event in ("start_map", "start_array"):
+                builder, depth = ijson.ObjectBuilder(), 1
+                builder.event(event, value)
+            else:
+                found["info"] = value
+        yield prefix, event, value
 
 
 def _name(src) -> str:
@@ -123,6 +179,30 @@ def _int(v, default: int = -1) -> int:
         return int(v)
     except (TypeError, ValueError):
         return default
+
+
+def _append_q(col: array, v) -> None:
+    """consume's conversion of an id (pid, tid, correlation...) for one value."""
+    try:
+        col.append(v)
+    except (TypeError, OverflowError):   # Kineto writes pid "Spans", a string tid: not a number
+        col.append(_int(v))
+
+
+def _put(col: array, values: np.ndarray) -> None:
+    """Append a numpy column to a typed array of the same item size (its bytes: array.frombytes
+    takes only byte-format buffers)."""
+    assert values.itemsize == col.itemsize
+    col.frombytes(values.view(np.uint8))
+
+
+def _codes(table: dict, values: list) -> np.ndarray:
+    """consume's name coding (codes in order of first appearance) for a list: new values are
+    coded once, then every value is looked up by a C-level map."""
+    for v in dict.fromkeys(values):
+        if v not in table:
+            table[v] = len(table)
+    return np.fromiter(map(table.__getitem__, values), np.int32, len(values))
 
 
 class _Columns:
@@ -173,6 +253,33 @@ class _Columns:
                     col(_int(v))
         return seen
 
+    def extend(self, events: list, keep: dict) -> bool:
+        """Append the kept events of a run of msgspec structs (kineto_runs.Event), column by column:
+        what `consume` does one event at a time, in a few list passes. False, with nothing appended,
+        where a value needs consume's own handling (a time that is not finite or overflows int64)."""
+        code = {c: KINDS.index(k) for c, k in keep.items()}
+        kept = [e for e in events if e.ph == "X" and e.cat in code and e.ts is not R.UNSET]
+        ts = np.array([e.ts for e in kept], np.float64) * 1000.0
+        dur = np.array([e.dur for e in kept], np.float64) * 1000.0
+        if len(kept) and not (np.abs(ts).max() < _Q_MAX and np.abs(dur).max() < _Q_MAX):   # also NaN, inf
+            return False
+        args = [e.args or R.NO_ARGS for e in kept]
+        _put(self.kind, np.fromiter(map(code.__getitem__, [e.cat for e in kept]), np.int8, len(kept)))
+        _put(self.name, _codes(self.names, [e.name for e in kept]))
+        _put(self.stack, _codes(self.stacks, [a.stack for a in args]))
+        _put(self.ts, np.rint(ts).astype(np.int64))         # round() of a float: half to even, as np.rint
+        _put(self.dur, np.maximum(np.rint(dur), 0).astype(np.int64))
+        for col, vals in ((self.pid, [e.pid for e in kept]), (self.tid, [e.tid for e in kept]),
+                          (self.corr, [a.correlation for a in args]), (self.ext, [a.external_id for a in args]),
+                          (self.stream, [a.stream for a in args])):
+            q = np.array(vals)
+            if q.dtype == np.int64 or not len(vals):
+                _put(col, q.astype(np.int64))
+            else:                  # a string pid ("Spans") or an int beyond int64: consume's conversion
+                for v in vals:
+                    _append_q(col, v)
+        return True
+
     def frame(self, base_ns: int) -> pd.DataFrame:
         def cat(codes, table):
             cats = [str(x) for x in table]          # codes were given in insertion order
@@ -189,34 +296,84 @@ class _Columns:
             columns=COLUMNS)
 
 
-def read_kineto(src, *, keep=KINDS) -> KinetoTrace:
-    """Read a Kineto trace (path or bytes; JSON or gzipped JSON) streaming; keep the complete
-    events of the kinds `keep`. Raises KinetoError when the file is not a Kineto trace."""
+def _token(f) -> bytes:
+    """The bytes up to and including the next non-space byte ('' at the end)."""
+    out = f.read(1)
+    while out[-1:].isspace():
+        out += f.read(1)
+    return out
+
+
+def _read_events(f, head: _Head, cols: _Columns, keep_cat: dict, block: int, lead: bytes = b'{"traceEvents"'):
+    """The events after the `traceEvents` key: runs of complete events through msgspec while they
+    decode (kineto_runs), then the rest (at least the array's end and the members after it) by ijson,
+    read as `lead` + what follows; ijson also finds a distributedInfo written after the events.
+    Returns (events seen, that info)."""
     import ijson
 
-    head, has_events = _header(src)
-    if not has_events:
-        raise KinetoError(f"{_name(src)}: no traceEvents array: not a PyTorch profiler (Kineto) trace")
-    base = _int(head.get("baseTimeNanoseconds"), 0)
+    seen, read = 0, b""
+    if R.available() and block > 0:
+        read = _token(f)
+        if read.endswith(b":"):
+            read += _token(f)
+        if read.endswith(b"["):
+            runs = R.EventRuns(f, block)
+            for run in runs:
+                seen += len(run.events if run.events is not None else run.items)
+                if run.events is None or not cols.extend(run.events, keep_cat):
+                    cols.consume(run.items if run.items is not None else _items(run.text), keep_cat)
+            read += runs.rest
+    found: dict = {}
+    rest = _Chain(lead + read, f)
+    if "distributedInfo" in head.first:   # ijson's C items; the parse events pass through Python otherwise
+        items = ijson.items(rest, "traceEvents.item", use_float=True)
+    else:
+        items = ijson.items(_catch_info(ijson.parse(rest, use_float=True), found), "traceEvents.item")
+    seen += cols.consume(items, keep_cat)
+    return seen, found.get("info")
+
+
+def _items(text: bytes) -> list:
+    import ijson
+
+    return list(ijson.items(io.BytesIO(b"[" + text + b"]"), "item", use_float=True))
+
+
+def read_kineto(src, *, keep=KINDS, block: int = R.BLOCK) -> KinetoTrace:
+    """Read a Kineto trace (path or bytes; JSON or gzipped JSON) streaming, in one pass; keep the
+    complete events of the kinds `keep`. Raises KinetoError when the file is not a Kineto trace.
+    `block`: bytes decoded at a time by msgspec (0: ijson reads every event, as without msgspec)."""
+    import ijson
+
+    name = _name(src)
     keep_cat = {c: k for c, k in _CAT.items() if k in keep}
     cols = _Columns()
     with _open(src) as f:
+        head = _header(f, name)
+        if not head.has_events:
+            raise KinetoError(f"{name}: no traceEvents array: not a PyTorch profiler (Kineto) trace")
         try:
-            seen = cols.consume(ijson.items(f, "traceEvents.item", use_float=True), keep_cat)
+            if head.at_key:
+                seen, late_info = _read_events(f, head, cols, keep_cat, block)
+            else:   # the key written with escapes: where its value starts is unknown; ijson reads it all
+                f.close()
+                with _open(src) as g:
+                    seen, late_info = _read_events(g, _Head({}, {}, True, True), cols, keep_cat, 0, b"")
         except ijson.JSONError as err:
-            raise KinetoError(f"{_name(src)}: broken JSON after {len(cols.kind):,} kept events ({err})") from None
+            raise KinetoError(f"{name}: broken JSON after {len(cols.kind):,} kept events ({err})") from None
         except (EOFError, OSError) as err:   # a truncated gzip stream
-            raise KinetoError(f"{_name(src)}: truncated or unreadable after {len(cols.kind):,} kept events "
+            raise KinetoError(f"{name}: truncated or unreadable after {len(cols.kind):,} kept events "
                               f"({err})") from None
         except (TypeError, KeyError) as err:   # an event whose ts/dur is not a number
-            raise KinetoError(f"{_name(src)}: an event with a malformed field after {len(cols.kind):,} kept "
+            raise KinetoError(f"{name}: an event with a malformed field after {len(cols.kind):,} kept "
                               f"events ({type(err).__name__}: {err})") from None
-    info = head.get("distributedInfo")
-    if not isinstance(info, dict):
-        info = _trailer_info(src)
+    base = _int(head.members.get("baseTimeNanoseconds"), 0)
+    info = head.members.get("distributedInfo")
+    if not isinstance(info, dict):   # the old reader's third pass: the first distributedInfo anywhere
+        info = head.first.get("distributedInfo", late_info)
     rank = _int(info.get("rank"), -1) if isinstance(info, dict) else -1
     ws = _int(info.get("world_size"), -1) if isinstance(info, dict) else -1
-    return KinetoTrace(_name(src), cols.frame(base), base, rank if rank >= 0 else None, ws if ws > 0 else None, seen)
+    return KinetoTrace(name, cols.frame(base), base, rank if rank >= 0 else None, ws if ws > 0 else None, seen)
 
 
 def write_kineto(path, events: list[dict], *, base_ns: int = 0, rank: int | None = None,

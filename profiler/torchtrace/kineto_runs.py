@@ -1,0 +1,128 @@
+"""The bulk of a Kineto trace's `traceEvents` array, read in blocks of a few MB and decoded by msgspec.
+
+Each block is cut after its last event: the last `}` followed by `,` and `{` (how Kineto and
+json.dumps separate events). A cut is trusted only when the text from the run's first event to the
+cut decodes as a JSON array: a cut inside a string leaves the string open and a cut after a nested
+object leaves an object open, and a strict parser refuses both, so a run that decodes ends exactly
+after a complete event. msgspec decodes the run into typed structs holding only the kept fields
+(the rest is skipped in C), which is what makes the reader fast; where msgspec refuses a run (a
+field of another type, a lone surrogate, non-ASCII text that yajl and msgspec judge differently),
+ijson (the reference parser) decodes that run instead. After a few refused cuts, or at the
+array's end, what is left goes back to the caller (read by ijson as before): this module only ever
+speeds up a prefix of the array it has proved complete.
+
+msgspec is optional: without it (the GPU machines' environment) `available()` is False and the
+whole array is read by ijson.
+"""
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+
+try:
+    import msgspec
+except ImportError:            # the GPU machines: read by ijson alone
+    msgspec = None
+
+BLOCK = 4 << 20               # bytes read at a time: ~18 k events of a real trace; the carry is < 1 event
+_CUTS = re.compile(rb"\}\s*,\s*\{")
+_TRIES = 4                    # cuts tried per block before giving the rest to ijson (adversarial strings)
+_WINDOW = 1 << 16             # the last cut is searched for in the block's last 64 KB first
+
+
+def available() -> bool:
+    return msgspec is not None
+
+
+if msgspec is not None:
+    class Args(msgspec.Struct, frozen=True, gc=False):
+        """The kept members of an event's `args` (names as Kineto writes them)."""
+        correlation: int = -1
+        external_id: int = msgspec.field(default=-1, name="External id")
+        stream: int = -1
+        stack: str = msgspec.field(default="", name="Call stack")
+
+    class Event(msgspec.Struct, gc=False):
+        """The kept members of one trace event; `ts` UNSET where the event has none (skipped then).
+        pid / tid may be strings (Kineto's "Spans" rows); any other type makes msgspec refuse the
+        run, and ijson reads it."""
+        ph: str = ""
+        cat: str = ""
+        name: str = ""
+        pid: int | str = -1
+        tid: int | str = -1
+        ts: float | msgspec.UnsetType = msgspec.UNSET
+        dur: float = 0.0
+        args: Args | None = None
+
+    NO_ARGS = Args()
+    UNSET = msgspec.UNSET
+    _DECODER = msgspec.json.Decoder(list[Event])
+
+
+@dataclass(frozen=True)
+class Run:
+    """Complete events of the array, in order: `events` (msgspec structs) or, where msgspec refused
+    them, `items` (ijson's dicts, what the reference reader sees); `text` is the run's JSON."""
+    text: bytes
+    events: list | None
+    items: list | None
+
+
+def _decode(text: bytes) -> Run | None:
+    """The run `text` as typed structs, else as ijson dicts; None when it is not a complete array
+    of events (a cut inside a string or a nested object, or broken JSON)."""
+    import ijson
+
+    doc = b"[" + text + b"]"
+    if text.isascii():             # yajl and msgspec disagree only about some non-ASCII bytes
+        try:
+            return Run(text, _DECODER.decode(doc), None)
+        except (msgspec.DecodeError, RecursionError):
+            pass
+    try:
+        return Run(text, None, list(ijson.items(io.BytesIO(doc), "item", use_float=True)))
+    except (ijson.JSONError, RecursionError):
+        return None
+
+
+def _cuts(buf: bytes):
+    """Candidate cuts (the index just after an event's `}`), last first: the block's last 64 KB,
+    then the whole block."""
+    start = max(len(buf) - _WINDOW, 0)
+    found = [m.start() + 1 for m in _CUTS.finditer(buf, start)]
+    if not found and start:
+        found = [m.start() + 1 for m in _CUTS.finditer(buf)]
+    return found[::-1]
+
+
+class EventRuns:
+    """Iterate the array's runs of complete events from the stream `f`, which is positioned just
+    after the array's `[`. When iteration ends, `rest` holds the unread text (from an event's `{`,
+    or the array's end) to be read on from `f` by ijson."""
+
+    def __init__(self, f, block: int = BLOCK):
+        self.f, self.block, self.rest = f, block, b""
+
+    def __iter__(self):
+        buf = b""
+        while True:
+            data = self.f.read(self.block)
+            if not data:
+                break
+            buf += data
+            run, gave_up = None, False
+            for i, cut in enumerate(_cuts(buf)):
+                if i == _TRIES:
+                    gave_up = True
+                    break
+                run = _decode(buf[:cut])
+                if run is not None:
+                    buf = buf[_CUTS.match(buf, cut - 1).end() - 1:]   # from the next event's `{`
+                    break
+            if run is not None:
+                yield run
+            elif gave_up:
+                break
+        self.rest = buf
