@@ -5,6 +5,7 @@ The markers are declared in pyproject.toml; this hook only turns them into skips
 module needs no skip boilerplate of its own."""
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -53,4 +54,17 @@ def _hash_cache_in_tmp(tmp_path_factory):
     inherit them through the environment)."""
     os.environ["EPSCOPE_HASH_CACHE"] = str(tmp_path_factory.mktemp("hashcache") / "file-hashes.json")
     os.environ["EPSCOPE_EXPORT_DIR"] = str(tmp_path_factory.mktemp("exports"))
+    yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _survivors_out_of_the_collectors_way():
+    """What earlier modules left alive (imported libraries, session fixtures, caches) is frozen out
+    of the cyclic collector at each module's start, as `epscope view` does after its start-up
+    (viewer.app.serve). Without it every full collection of a late test walked everything the
+    suite had made before: in one CI run test_every_page_on_every_bundled_trace took 373 s against
+    60 s alone, 55 % of that in the collector (tests/conftest.py's note in benchmarks/NOTES.md,
+    issue 34). Collected first, so only live objects are frozen."""
+    gc.collect()
+    gc.freeze()
     yield
