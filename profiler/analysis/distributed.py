@@ -116,8 +116,11 @@ class DaskEngine:
     def local(cls, workers: int, processes: bool = True) -> "DaskEngine":
         if workers < 1:
             raise ValueError(f"a local cluster needs at least one worker, not {workers}")
+        # no dashboard; the scheduler's own HTTP server (health, metrics) still starts, on 8787
+        # unless told otherwise: a second cluster (a user's notebook's, or this process's) made it
+        # warn "Port 8787 is already in use". An ephemeral port instead.
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
-                               dashboard_address=None)
+                               dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"})
         return cls(Client(cluster), cluster, what=f"a local Dask cluster of {workers} worker"
                    + ("s" if workers > 1 else "") + ("" if processes else " threads"))
 

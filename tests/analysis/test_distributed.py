@@ -18,6 +18,9 @@ from profiler.analysis.distributed import DaskEngine             # noqa: E402
 from profiler.store.runstore import write_run                          # noqa: E402
 from profiler.groundtruth.synthetic import make_events                       # noqa: E402
 
+# a second cluster while the module's is up (the --workers test) warned "Port 8787 is already in use"
+pytestmark = pytest.mark.filterwarnings("error::UserWarning")
+
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 RUNS = sorted(p.parent.name for p in TRACES.glob("*/events.parquet"))
 
