@@ -32,7 +32,25 @@ def pytest_addoption(parser):
                      help="directories (comma- or os.pathsep-separated) searched for runs with an expect block")
 
 
+# Modules whose tests share a session fixture too costly to build twice: one group, one worker.
+SHARED_GROUPS = {
+    "tests/ep_core/test_kernels_compile.py": "kernel_builds",     # tests/ep_core/conftest.py: every kernel
+    "tests/ep_core/test_low_latency_build.py": "kernel_builds",   # file compiled, ~45 s on CI's 2 cores
+}
+
+
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist reads the groups (its own modifyitems)
 def pytest_collection_modifyitems(config, items):
+    """CI runs the suite on pytest-xdist workers (`.ci/run`: -n auto --dist loadgroup): each
+    module is one group, so a module's fixtures are built on one worker only, as in a plain run."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(module, module)))
+    _skip_without_gpus(items)
+
+
+def _skip_without_gpus(items):
     gpus = None
     for item in items:
         wants_gpu = item.get_closest_marker("gpu") is not None
