@@ -259,7 +259,10 @@ def compare_inputs(catalog, run_id: str):
 
 
 def compare_inputs_ready(catalog, run_ids) -> bool:
-    return all(catalog.per_run.get(_inputs_key(catalog, r), MISSING) is not MISSING for r in run_ids)
+    """Every run's compare inputs computed, and the op before entry of those with PyTorch traces."""
+    return all(catalog.per_run.get(_inputs_key(catalog, r), MISSING) is not MISSING and
+               (not _traced(catalog, r) or catalog.per_run.get(_before_entry_key(catalog, r), MISSING) is not MISSING)
+               for r in run_ids)
 
 
 def request_compare_inputs(catalog, run_ids, retry: bool = False) -> list[jobs.Job]:
@@ -272,7 +275,7 @@ def request_compare_inputs(catalog, run_ids, retry: bool = False) -> list[jobs.J
         if compare_inputs_ready(catalog, [r]):
             continue          # nothing to compute (a finished job's record may be gone: never re-run it)
         try:
-            out.append(_ask(catalog, (r, "compare_inputs"), lambda r=r: compare_inputs(catalog, r), "compare samples",
+            out.append(_ask(catalog, (r, "compare_inputs"), lambda r=r: _compare_side(catalog, r), "compare samples",
                             jobs.WANTED, retry))
         except jobs.Busy:
             break             # the queue is full: the rest are asked for by the page's next poll
@@ -375,10 +378,52 @@ def verdict(run: LoadedRun, page: str):
         return rep.verdict
 
     def get():
-        from profiler.analysis import late_entry as LE
-        from profiler.analysis.path_walk import iteration_totals
         from profiler.torchtrace.report import with_step
         _, bl = torch_blame(run)
-        g = graph(run)
-        return with_step(rep.verdict, bl, LE.decision(g, iteration_totals(g)))
+        return with_step(rep.verdict, bl, late_entry(run))
     return run.cached(f"verdict:{page}", get)
+
+
+def late_entry(run: LoadedRun):
+    """The run's late-entry decision (profiler.analysis.late_entry.decision on its graph), None
+    when no rank ever entered late."""
+    def get():
+        from profiler.analysis import late_entry as LE
+        from profiler.analysis.path_walk import iteration_totals
+        g = graph(run)
+        return LE.decision(g, iteration_totals(g))
+    return run.cached("late_entry", get)
+
+
+def _before_entry_key(catalog, run_id: str) -> tuple:
+    return ("before_entry", run_id, catalog.entry(run_id).signature)
+
+
+def _traced(catalog, run_id: str) -> bool:
+    return bool((catalog.entry(run_id).manifest or {}).get("torch_profiler"))
+
+
+def before_entry(catalog, run_id: str):
+    """What Compare says the run's late rank ran before entry (profiler.torchtrace.report.BeforeEntry:
+    the sentence every page adds to its verdict, from the same Blame and late entry), None for a run
+    without PyTorch traces; kept in the catalog's per-run cache beside the run's compare inputs."""
+    if not _traced(catalog, run_id):
+        return None
+    key = _before_entry_key(catalog, run_id)
+    got = catalog.per_run.get(key, MISSING)
+    if got is MISSING:
+        from profiler.torchtrace.report import before_entry as named
+        run = catalog.load(run_id)
+        try:
+            got = named(run.entry.name, torch_blame(run)[1], late_entry(run))
+        except Exception:  # noqa: BLE001 (a trace that cannot be read names no op: Compare still compares,
+            got = None     # as the stored summary does; the run's own pages and `epscope report` say why)
+        catalog.per_run.put(key, got)
+    return got
+
+
+def _compare_side(catalog, run_id: str):
+    """A run's part of a comparison, computed in one background job: its compare inputs, then (for
+    a run with PyTorch traces) the op before entry."""
+    compare_inputs(catalog, run_id)
+    before_entry(catalog, run_id)

@@ -5,6 +5,8 @@ its text section and its summary field. One computation (style rule 16): every r
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..analysis.verdict import fmt_ns
 from . import blame as B
 from .store import FIELD, load_merged
@@ -91,17 +93,27 @@ STEP_FACT = "the op before entry (PyTorch trace"
 _LATE_NOTES = ("borderline late entry", "late entry not tied")
 
 
-def late_entry_fact(bl, rank: int | None) -> str | None:
-    """The sentence naming what `rank` ran before its longest late entry (blame.Blame's clause), or
-    None without a merged trace or a window of that rank."""
+def _longest_late(bl, rank: int | None):
+    """The clause row (blame.CLAUSE_COLUMNS) of `rank`'s longest late-entry window, or None without
+    a merged trace or a window of that rank."""
     if bl is None or rank is None:
         return None
     c = bl.late_entry_clauses()
     c = c[c["rank"] == rank]
     if c.empty:
         return None
-    top = c.sort_values("window_ns", ascending=False, kind="stable").iloc[0]
+    return c.sort_values("window_ns", ascending=False, kind="stable").iloc[0]
+
+
+def _fact(top) -> str:
     return f"{STEP_FACT}, iteration {int(top['iteration'])}): {top['clause']}"
+
+
+def late_entry_fact(bl, rank: int | None) -> str | None:
+    """The sentence naming what `rank` ran before its longest late entry (blame.Blame's clause), or
+    None without a merged trace or a window of that rank."""
+    top = _longest_late(bl, rank)
+    return None if top is None else _fact(top)
 
 
 def with_step(v, bl, le):
@@ -129,3 +141,57 @@ def with_steps(run, tm, verdicts: dict, le) -> dict:
         return verdicts
     _, bl = run_blame(run, tm)
     return {page: with_step(v, bl, le) for page, v in verdicts.items()}
+
+
+# -- Compare: the op before entry on each side (issue 30 item 4) -------------------------------
+NONE_NAMED = "none named"
+
+
+@dataclass(frozen=True)
+class BeforeEntry:
+    """What a run's late rank (late_entry.LateEntry.rank) ran before its longest late entry, as
+    every page states it: `sentence` is late_entry_fact's, word for word; the other fields are
+    that clause's (op: the op named, '' when none was recorded then; op_ns: its time then)."""
+    run: str
+    rank: int
+    kernel: str
+    iteration: int
+    op: str
+    op_ns: float
+    sentence: str
+
+    def phrase(self) -> str:
+        """'aten::mm before dispatch on rank 1 (470 µs)': the op in a line that sets sides apart."""
+        op = self.op or "no op recorded"
+        return f"{op} before {self.kernel} on rank {self.rank} ({fmt_ns(self.op_ns)})"
+
+
+def before_entry(name: str, bl, le) -> BeforeEntry | None:
+    """The run's BeforeEntry from its Blame (run_blame) and late-entry decision, None without a
+    merged trace, a late entry or a window of the late rank (then no page names an op either)."""
+    top = _longest_late(bl, None if le is None else le.rank)
+    if top is None:
+        return None
+    return BeforeEntry(run=name, rank=int(top["rank"]), kernel=str(top["kernel"]), iteration=int(top["iteration"]),
+                       op=str(top["name"]), op_ns=float(top["top_ns"]), sentence=_fact(top))
+
+
+def _side_phrase(side: list) -> tuple[frozenset, str]:
+    """(the side's (op, kernel, rank) set, its phrase): a run without a BeforeEntry is 'none named'."""
+    keys = frozenset((b.op, b.kernel, b.rank) if b is not None else None for b in side)
+    longest = {}
+    for b in side:
+        if b is not None and ((b.op, b.kernel, b.rank) not in longest or b.op_ns > longest[(b.op, b.kernel, b.rank)].op_ns):
+            longest[(b.op, b.kernel, b.rank)] = b
+    parts = [longest[k].phrase() for k in sorted(longest, key=str)] + ([NONE_NAMED] if None in keys else [])
+    return keys, ", ".join(parts)
+
+
+def sides_differ(a: list, b: list) -> str | None:
+    """One line when the two sides of a comparison are blamed on different ops before entry
+    ("A: aten::mm before dispatch on rank 1 (470 µs); B: none named"), None when they name the same
+    ops or neither names one. a, b: each run's BeforeEntry or None."""
+    (ka, pa), (kb, pb) = _side_phrase(a), _side_phrase(b)
+    if ka == kb or not (ka | kb) - {None}:
+        return None
+    return f"A: {pa}; B: {pb}"

@@ -121,6 +121,24 @@ def _cards(e2e: dict) -> html.Div:
     ], className="cards")
 
 
+def _before_entry(catalog, a_ids, b_ids) -> list:
+    """Per side, what each run's late rank ran before entry, in the sentence every page states
+    (viewer.analyses.before_entry, computed with the compare inputs); nothing when no run names one."""
+    named = {side: [(catalog.entry(r).name, analyses.before_entry(catalog, r)) for r in ids]
+             for side, ids in (("A", a_ids), ("B", b_ids))}
+    view = logic.before_entry_view(named["A"], named["B"])
+    if view is None:
+        return []
+    differ = [html.Div(view.differ, id=Ids.BEFORE_DIFFER, className="verdict-line")] if view.differ else []
+    sides = [html.Div([html.Span(f"{side}: ", className="help"),
+                       html.Ul([html.Li(line) for line in lines], className="verdict-facts")])
+             for side, lines in view.sides.items()]
+    return [html.Div(C.section("Before entry", *differ, *sides,
+                               help="per run, the op its late rank ran before its longest late entry, from the "
+                                    "run's merged PyTorch traces, as every page and `epscope report` name it"),
+                     id=Ids.BEFORE_ENTRY)]
+
+
 def _result(catalog, cmp, a_ids, b_ids) -> html.Div:
     sa, sb = logic.side_samples(cmp.samples, "A"), logic.side_samples(cmp.samples, "B")
     e2e = cmp.end_to_end.iloc[0].to_dict() if len(cmp.end_to_end) else {}
@@ -130,6 +148,7 @@ def _result(catalog, cmp, a_ids, b_ids) -> html.Div:
     warm = logic.warmup_table(cmp.warmup)
     return html.Div([
         C.verdict_box(cmp.verdict, id=Ids.VERDICT),
+        *_before_entry(catalog, a_ids, b_ids),
         traces,
         _cards(e2e),
         C.section("Distributions: the rows that decided",

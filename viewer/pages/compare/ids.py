@@ -9,3 +9,5 @@ class Ids(StrEnum):
     RESULT = "cmp-result"
     VERDICT = "cmp-verdict"
     TICK = "cmp-tick"          # polls while the runs' samples are computed in the background
+    BEFORE_ENTRY = "cmp-before-entry"   # per side, the op the late rank ran before entry (PyTorch traces)
+    BEFORE_DIFFER = "cmp-before-differ"

@@ -8,6 +8,7 @@ import pandas as pd
 
 from profiler.analysis import stats as S
 from profiler.analysis.compare import E2E, relative_shown
+from profiler.torchtrace.report import NONE_NAMED, sides_differ
 
 from ... import theme
 from ...format import in_unit, ns, pct, time_unit, times
@@ -121,3 +122,22 @@ def sides_ok(a: list | None, b: list | None) -> str | None:
     if set(a) & set(b):
         return "A run cannot be on both sides; each side is one group of runs."
     return None
+
+
+@dataclass(frozen=True)
+class BeforeEntryView:
+    """The 'Before entry' list under the verdict: per side ('A', 'B') one line per run, the sentence
+    every page states (profiler.torchtrace.report.BeforeEntry.sentence) or 'none named'; differ:
+    profiler.torchtrace.report.sides_differ's line, None when the sides name the same ops."""
+    sides: dict
+    differ: str | None
+
+
+def before_entry_view(a: list[tuple[str, object]], b: list[tuple[str, object]]) -> BeforeEntryView | None:
+    """a, b: (run name, its BeforeEntry or None) per run of each side; None (nothing to show) when
+    no run names an op (no PyTorch traces, or no late entry on them)."""
+    if all(x is None for _, x in a + b):
+        return None
+    lines = {side: [f"{name}: {x.sentence if x is not None else NONE_NAMED}" for name, x in runs]
+             for side, runs in (("A", a), ("B", b))}
+    return BeforeEntryView(sides=lines, differ=sides_differ([x for _, x in a], [x for _, x in b]))
