@@ -1,4 +1,4 @@
-"""The bulk of a Kineto trace's `traceEvents` array, read in blocks of a few MB and decoded by msgspec.
+"""The bulk of a Kineto trace's `traceEvents` array, read in blocks of 512 KB and decoded by msgspec.
 
 Each block is cut after its last event: the last `}` followed by `,` and `{` (how Kineto and
 json.dumps separate events). A cut is trusted only when the text from the run's first event to the
@@ -25,7 +25,11 @@ try:
 except ImportError:            # the GPU machines: read by ijson alone
     msgspec = None
 
-BLOCK = 4 << 20               # bytes read at a time: ~18 k events of a real trace; the carry is < 1 event
+# bytes read at a time: ~2.3 k events of the benchmark trace, whose structs (~0.7 MB) stay in cache
+# between msgspec's decode and the column passes; 4 MB runs (~18 k events, ~5 MB of structs) read
+# 1 M events in 1.3-1.46 s CPU, 0.5-1 MB in 1.08-1.23 s, 128 KB in 1.39 (per-run overheads):
+# benchmarks/NOTES.md, issue 30 (branch i30s). The carry is < 1 event.
+BLOCK = 512 << 10
 _CUTS = re.compile(rb"\}\s*,\s*\{")
 _TRIES = 4                    # cuts tried per block before giving the rest to ijson (adversarial strings)
 _WINDOW = 1 << 16             # the last cut is searched for in the block's last 64 KB first
