@@ -32,7 +32,7 @@ except ImportError:            # the GPU machines: read by ijson alone
 BLOCK = 512 << 10
 _CUTS = re.compile(rb"\}\s*,\s*\{")
 _TRIES = 4                    # cuts tried per block before giving the rest to ijson (adversarial strings)
-_WINDOW = 1 << 16             # the last cut is searched for in the block's last 64 KB first
+_WINDOW = 1 << 14             # the last cut is searched for in the block's last 16 KB first (~70 events here)
 
 
 def available() -> bool:
@@ -47,6 +47,8 @@ if msgspec is not None:
         stream: int = -1
         stack: str = msgspec.field(default="", name="Call stack")
 
+    NO_ARGS = Args()
+
     class Event(msgspec.Struct, gc=False):
         """The kept members of one trace event; `ts` UNSET where the event has none (skipped then).
         pid / tid may be strings (Kineto's "Spans" rows); any other type makes msgspec refuse the
@@ -58,9 +60,8 @@ if msgspec is not None:
         tid: int | str = -1
         ts: float | msgspec.UnsetType = msgspec.UNSET
         dur: float = 0.0
-        args: Args | None = None
+        args: Args = NO_ARGS     # `"args": null` (never written by Kineto) makes msgspec refuse the run
 
-    NO_ARGS = Args()
     UNSET = msgspec.UNSET
     _DECODER = msgspec.json.Decoder(list[Event])
 
@@ -68,31 +69,45 @@ if msgspec is not None:
 @dataclass(frozen=True)
 class Run:
     """Complete events of the array, in order: `events` (msgspec structs) or, where msgspec refused
-    them, `items` (ijson's dicts, what the reference reader sees); `text` is the run's JSON."""
-    text: bytes
+    them, `items` (ijson's dicts, what the reference reader sees). The run's JSON is `src[1:end]`
+    (`src` a block's buffer, never written again once the run is made): `text` copies it out, only
+    for a run whose structs the caller refuses."""
+    src: bytearray
+    end: int
     events: list | None
     items: list | None
 
+    @property
+    def text(self) -> bytes:
+        return bytes(memoryview(self.src)[1:self.end])
 
-def _decode(text: bytes) -> Run | None:
-    """The run `text` as typed structs, else as ijson dicts; None when it is not a complete array
-    of events (a cut inside a string or a nested object, or broken JSON)."""
+
+def _decode(buf: bytearray, cut: int, ascii: bool) -> Run | None:
+    """The run `buf[1:cut]` (`buf[0]` is `[`) as typed structs, else as ijson dicts; None when it is
+    not a complete array of events (a cut inside a string or a nested object, or broken JSON).
+    msgspec reads the buffer in place: the separator byte at `cut` is lent to the array's `]` while
+    it decodes (no copy of the run; `ascii`: the whole buffer is ASCII)."""
     import ijson
 
-    doc = b"[" + text + b"]"
-    if text.isascii():             # yajl and msgspec disagree only about some non-ASCII bytes
-        try:
-            return Run(text, _DECODER.decode(doc), None)
-        except (msgspec.DecodeError, RecursionError):
-            pass
+    saved, buf[cut] = buf[cut], 0x5D
+    doc = memoryview(buf)[:cut + 1]
     try:
-        return Run(text, None, list(ijson.items(io.BytesIO(doc), "item", use_float=True)))
-    except (ijson.JSONError, RecursionError):
-        return None
+        if ascii or bytes(doc).isascii():        # yajl and msgspec disagree only about some non-ASCII bytes
+            try:
+                return Run(buf, cut, _DECODER.decode(doc), None)
+            except (msgspec.DecodeError, RecursionError):
+                pass
+        try:
+            return Run(buf, cut, None, list(ijson.items(io.BytesIO(doc), "item", use_float=True)))
+        except (ijson.JSONError, RecursionError):
+            return None
+    finally:
+        doc.release()
+        buf[cut] = saved
 
 
 def _cuts(buf: bytes):
-    """Candidate cuts (the index just after an event's `}`), last first: the block's last 64 KB,
+    """Candidate cuts (the index just after an event's `}`), last first: the block's last 16 KB,
     then the whole block."""
     start = max(len(buf) - _WINDOW, 0)
     found = [m.start() + 1 for m in _CUTS.finditer(buf, start)]
@@ -110,23 +125,23 @@ class EventRuns:
         self.f, self.block, self.rest = f, block, b""
 
     def __iter__(self):
-        buf = b""
+        buf = bytearray(b"[")          # `[` + the unread text: the array msgspec decodes in place
         while True:
             data = self.f.read(self.block)
             if not data:
                 break
             buf += data
-            run, gave_up = None, False
+            run, gave_up, ascii = None, False, buf.isascii()
             for i, cut in enumerate(_cuts(buf)):
                 if i == _TRIES:
                     gave_up = True
                     break
-                run = _decode(buf[:cut])
+                run = _decode(buf, cut, ascii)
                 if run is not None:
-                    buf = buf[_CUTS.match(buf, cut - 1).end() - 1:]   # from the next event's `{`
+                    buf = bytearray(b"[") + buf[_CUTS.match(buf, cut - 1).end() - 1:]   # from the next event's `{`
                     break
             if run is not None:
                 yield run
             elif gave_up:
                 break
-        self.rest = buf
+        self.rest = bytes(buf[1:])
