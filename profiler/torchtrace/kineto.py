@@ -298,6 +298,8 @@ class _Columns:
         if n and not (np.abs(ts).max() < _Q_MAX and np.abs(dur).max() < _Q_MAX):   # also NaN, inf
             return False
         args = list(map(_ARGS_OF, kept))
+        if None in args:               # "args": null
+            args = [a or R.NO_ARGS for a in args]
         self._push({"kind": np.fromiter(map(code.__getitem__, map(_CAT_OF, kept)), np.int8, n),
                     "name": _codes(self.names, kept, _NAME_OF), "stack": _codes(self.stacks, args, _STACK_OF),
                     "ts": np.rint(ts).astype(np.int64),          # round() of a float: half to even, as np.rint

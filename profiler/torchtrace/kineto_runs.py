@@ -60,7 +60,7 @@ if msgspec is not None:
         tid: int | str = -1
         ts: float | msgspec.UnsetType = msgspec.UNSET
         dur: float = 0.0
-        args: Args = NO_ARGS     # `"args": null` (never written by Kineto) makes msgspec refuse the run
+        args: Args | None = NO_ARGS     # None for `"args": null` (Kineto never writes it)
 
     UNSET = msgspec.UNSET
     _DECODER = msgspec.json.Decoder(list[Event])
