@@ -291,7 +291,8 @@ class _Columns:
         nothing appended, where a value needs consume's own handling (a time that is not finite or
         overflows int64)."""
         code = {c: KINDS.index(k) for c, k in keep.items()}
-        kept = [e for e in events if e.ph == "X" and e.cat in code and e.ts is not R.UNSET]
+        unset = R.UNSET
+        kept = [e for e in events if e.ph == "X" and e.cat in code and e.ts is not unset]
         n = len(kept)
         ts = np.fromiter(map(_TS_OF, kept), np.float64, n) * 1000.0
         dur = np.fromiter(map(_DUR_OF, kept), np.float64, n) * 1000.0
@@ -327,7 +328,7 @@ class _Columns:
         for col, part in (("pid", "pid"), ("tid", "tid"), ("ts_ns", "ts"), ("dur_ns", "dur"), ("correlation", "corr"),
                           ("external_id", "ext"), ("stream", "stream")):
             cols[col] = self._joined(part, np.int64)
-        cols["ts_ns"] = cols["ts_ns"] + np.int64(base_ns)
+        cols["ts_ns"] += np.int64(base_ns)               # the joined array is the frame's own
         cols["stack"] = cat(self._joined("stack", np.int32), self.stacks)
         # copy=False: the joined arrays become the frame's columns as they are (a dict's columns are
         # otherwise copied into one 2-D block: ~0.05-0.1 s a million events here)
@@ -360,6 +361,9 @@ def _read_events(f, head: _Head, cols: _Columns, keep_cat: dict, block: int, lea
                 seen += len(run.events if run.events is not None else run.items)
                 if run.events is None or not cols.extend(run.events, keep_cat):
                     cols.consume(run.items if run.items is not None else _items(run.text), keep_cat)
+                # freed before the next run is decoded, whose structs then take this run's memory, still
+                # in cache (held until the loop rebinds it, each run's structs landed in cold memory)
+                del run
             read += runs.rest
     found: dict = {}
     rest = _Chain(lead + read, f)
