@@ -219,9 +219,28 @@ def _codes(table: dict, objs: list, get) -> np.ndarray:
     return codes
 
 
+def _kept(events: list, code: dict):
+    """The kept events of a run of structs (complete, of a kept category, with a time), their kind
+    codes and times (µs). A run of kept events only (most of a real trace) is taken as it is, its
+    kinds and times by C-level passes, its `ph` by a set, an event without a time found by
+    np.fromiter's refusal of UNSET; other runs by one filtering comprehension."""
+    n = len(events)
+    kind = np.fromiter(map(code.get, map(_CAT_OF, events), repeat(-1)), np.int8, n)
+    if n and kind.min() >= 0 and set(map(_PH_OF, events)) == {"X"}:
+        try:
+            return events, kind, np.fromiter(map(_TS_OF, events), np.float64, n)
+        except (TypeError, ValueError):   # an event without ts (UNSET)
+            pass
+    unset = R.UNSET
+    kept = [e for e in events if e.ph == "X" and e.cat in code and e.ts is not unset]
+    k = len(kept)
+    return (kept, np.fromiter(map(code.__getitem__, map(_CAT_OF, kept)), np.int8, k),
+            np.fromiter(map(_TS_OF, kept), np.float64, k))
+
+
 _DTYPE = {"b": np.int8, "i": np.int32, "q": np.int64}    # array typecode -> numpy
 _PARTS = ("kind", "name", "stack", "pid", "tid", "ts", "dur", "corr", "ext", "stream")
-_CAT_OF, _NAME_OF, _ARGS_OF = attrgetter("cat"), attrgetter("name"), attrgetter("args")
+_CAT_OF, _NAME_OF, _ARGS_OF, _PH_OF = attrgetter("cat"), attrgetter("name"), attrgetter("args"), attrgetter("ph")
 _TS_OF, _DUR_OF, _PID_OF, _TID_OF = attrgetter("ts"), attrgetter("dur"), attrgetter("pid"), attrgetter("tid")
 _STACK_OF, _CORR_OF = attrgetter("stack"), attrgetter("correlation")
 _EXT_OF, _STREAM_OF = attrgetter("external_id"), attrgetter("stream")
@@ -290,18 +309,16 @@ class _Columns:
         what `consume` does one event at a time, in C-level passes (map, np.fromiter). False, with
         nothing appended, where a value needs consume's own handling (a time that is not finite or
         overflows int64)."""
-        code = {c: KINDS.index(k) for c, k in keep.items()}
-        unset = R.UNSET
-        kept = [e for e in events if e.ph == "X" and e.cat in code and e.ts is not unset]
+        kept, kind, ts = _kept(events, {c: KINDS.index(k) for c, k in keep.items()})
         n = len(kept)
-        ts = np.fromiter(map(_TS_OF, kept), np.float64, n) * 1000.0
+        ts = ts * 1000.0
         dur = np.fromiter(map(_DUR_OF, kept), np.float64, n) * 1000.0
         if n and not (np.abs(ts).max() < _Q_MAX and np.abs(dur).max() < _Q_MAX):   # also NaN, inf
             return False
         args = list(map(_ARGS_OF, kept))
         if None in args:               # "args": null
             args = [a or R.NO_ARGS for a in args]
-        self._push({"kind": np.fromiter(map(code.__getitem__, map(_CAT_OF, kept)), np.int8, n),
+        self._push({"kind": kind,
                     "name": _codes(self.names, kept, _NAME_OF), "stack": _codes(self.stacks, args, _STACK_OF),
                     "ts": np.rint(ts).astype(np.int64),          # round() of a float: half to even, as np.rint
                     "dur": np.maximum(np.rint(dur), 0).astype(np.int64),
