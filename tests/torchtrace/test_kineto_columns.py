@@ -84,3 +84,18 @@ def test_times_beyond_int64_fail_as_the_ijson_reader(tmp_path, ts):
         return
     for block in (301, R.BLOCK):
         _same(K.read_kineto(p, block=block), want)
+
+
+@pytest.mark.parametrize("odd", [{"ph": "i"}, {"ph": "B"}, {"cat": "ac2g"}, {"ts": "drop"}])
+def test_runs_of_kept_events_but_one(tmp_path, odd):
+    # runs of kept events only are taken whole; one event a few runs apart that is not kept (another ph,
+    # an unkept category, no ts) must send its run through the filter
+    events = [_kept(i) for i in range(6000)]
+    for i in (1, 2500, 5999):
+        events[i] = {k: v for k, v in dict(events[i], **odd).items() if v != "drop"}
+    p = tmp_path / "t.json"
+    _write(p, events)
+    want = REF.read_kineto(p)
+    assert len(want.events) == 6000 - 3
+    for block in (4096, R.BLOCK):
+        _same(K.read_kineto(p, block=block), want)
