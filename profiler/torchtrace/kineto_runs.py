@@ -124,13 +124,23 @@ class EventRuns:
     def __init__(self, f, block: int = BLOCK):
         self.f, self.block, self.rest = f, block, b""
 
+    def _fill(self, carry) -> tuple[bytearray, int]:
+        """A new buffer: `[`, the `carry` (from an event's `{`), then up to a block read into it in
+        place (no bytes object a block); the number of bytes read."""
+        buf = bytearray(1 + len(carry) + self.block)
+        buf[0] = 0x5B
+        buf[1:1 + len(carry)] = carry
+        with memoryview(buf) as mv:
+            got = self.f.readinto(mv[1 + len(carry):]) or 0
+        del buf[1 + len(carry) + got:]
+        return buf, got
+
     def __iter__(self):
         buf = bytearray(b"[")          # `[` + the unread text: the array msgspec decodes in place
         while True:
-            data = self.f.read(self.block)
-            if not data:
+            buf, got = self._fill(memoryview(buf)[1:])
+            if not got:
                 break
-            buf += data
             run, gave_up, ascii = None, False, buf.isascii()
             for i, cut in enumerate(_cuts(buf)):
                 if i == _TRIES:
