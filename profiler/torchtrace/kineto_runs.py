@@ -16,6 +16,7 @@ whole array is read by ijson.
 """
 from __future__ import annotations
 
+import gzip
 import io
 import re
 from dataclasses import dataclass
@@ -126,7 +127,15 @@ class EventRuns:
 
     def _fill(self, carry) -> tuple[bytearray, int]:
         """A new buffer: `[`, the `carry` (from an event's `{`), then up to a block read into it in
-        place (no bytes object a block); the number of bytes read."""
+        place (no bytes object a block); the number of bytes read. A gzip stream is read with read():
+        its readinto decompresses into a bytes and copies it in Python (_compression.DecompressReader),
+        0.04-0.05 s a million events slower here, where readinto saves ~0.02 s on a plain file."""
+        if isinstance(self.f, gzip.GzipFile):
+            data = self.f.read(self.block)
+            buf = bytearray(b"[")
+            buf += carry
+            buf += data
+            return buf, len(data)
         buf = bytearray(1 + len(carry) + self.block)
         buf[0] = 0x5B
         buf[1:1 + len(carry)] = carry
