@@ -19,6 +19,8 @@ import gzip
 import io
 from array import array
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -189,111 +191,165 @@ def _append_q(col: array, v) -> None:
         col.append(_int(v))
 
 
-def _put(col: array, values: np.ndarray) -> None:
-    """Append a numpy column to a typed array of the same item size (its bytes: array.frombytes
-    takes only byte-format buffers)."""
-    assert values.itemsize == col.itemsize
-    col.frombytes(values.view(np.uint8))
+def _ints(objs: list, get) -> np.ndarray:
+    """An id column of a run (`get` of each of `objs`) as int64, as consume converts it.
+    np.fromiter takes ints and numeric strings (int(), as consume's _int does: "12" -> 12); a string
+    that is no number ("Spans") or an int beyond int64 raises, and then each value goes through
+    consume's own conversion."""
+    try:
+        return np.fromiter(map(get, objs), np.int64, len(objs))
+    except (TypeError, ValueError, OverflowError):
+        col = array("q")
+        for v in map(get, objs):
+            _append_q(col, v)
+        return np.frombuffer(col, np.int64)
 
 
-def _codes(table: dict, values: list) -> np.ndarray:
-    """consume's name coding (codes in order of first appearance) for a list: new values are
-    coded once, then every value is looked up by a C-level map."""
-    for v in dict.fromkeys(values):
-        if v not in table:
-            table[v] = len(table)
-    return np.fromiter(map(table.__getitem__, values), np.int32, len(values))
+def _codes(table: dict, objs: list, get) -> np.ndarray:
+    """consume's name coding (codes in order of first appearance) of `get` over `objs`: one C-level
+    lookup pass; values not yet in `table` (-1) are coded in order in Python, rare after a trace's
+    first runs."""
+    codes = np.fromiter(map(table.get, map(get, objs), repeat(-1)), np.int32, len(objs))
+    for i in np.flatnonzero(codes < 0).tolist():
+        v = get(objs[i])
+        c = table.get(v)
+        if c is None:
+            c = table[v] = len(table)
+        codes[i] = c
+    return codes
+
+
+def _kept(events: list, code: dict):
+    """The kept events of a run of structs (complete, of a kept category, with a time), their kind
+    codes and times (µs). A run of kept events only (most of a real trace) is taken as it is, its
+    kinds and times by C-level passes, its `ph` by a set, an event without a time found by
+    np.fromiter's refusal of UNSET; other runs by one filtering comprehension."""
+    n = len(events)
+    kind = np.fromiter(map(code.get, map(_CAT_OF, events), repeat(-1)), np.int8, n)
+    if n and kind.min() >= 0 and set(map(_PH_OF, events)) == {"X"}:
+        try:
+            return events, kind, np.fromiter(map(_TS_OF, events), np.float64, n)
+        except (TypeError, ValueError):   # an event without ts (UNSET)
+            pass
+    unset = R.UNSET
+    kept = [e for e in events if e.ph == "X" and e.cat in code and e.ts is not unset]
+    k = len(kept)
+    return (kept, np.fromiter(map(code.__getitem__, map(_CAT_OF, kept)), np.int8, k),
+            np.fromiter(map(_TS_OF, kept), np.float64, k))
+
+
+_DTYPE = {"b": np.int8, "i": np.int32, "q": np.int64}    # array typecode -> numpy
+_PARTS = ("kind", "name", "stack", "pid", "tid", "ts", "dur", "corr", "ext", "stream")
+_CAT_OF, _NAME_OF, _ARGS_OF, _PH_OF = attrgetter("cat"), attrgetter("name"), attrgetter("args"), attrgetter("ph")
+_TS_OF, _DUR_OF, _PID_OF, _TID_OF = attrgetter("ts"), attrgetter("dur"), attrgetter("pid"), attrgetter("tid")
+_STACK_OF, _CORR_OF = attrgetter("stack"), attrgetter("correlation")
+_EXT_OF, _STREAM_OF = attrgetter("external_id"), attrgetter("stream")
 
 
 class _Columns:
-    """The kept events' columns, appended one event at a time into typed arrays (8 bytes a number,
-    4 a name code): what the reader holds is bounded by the events kept, not by the JSON's objects."""
+    """The kept events' columns, one numpy array a column for each run (8 bytes a number, 4 a name
+    code), joined once by `frame`: what the reader holds is bounded by the events kept, not by the
+    JSON's objects."""
 
     def __init__(self):
-        self.kind, self.name, self.stack = array("b"), array("i"), array("i")
-        self.pid, self.tid, self.ts, self.dur = array("q"), array("q"), array("q"), array("q")
-        self.corr, self.ext, self.stream = array("q"), array("q"), array("q")
+        self.parts: dict = {p: [] for p in _PARTS}
+        self.kept = 0                   # events appended (consume's count, an event cut short by an error included)
         self.names: dict = {}
         self.stacks: dict = {"": 0}
 
+    def _push(self, cols: dict, n: int) -> None:
+        for p in _PARTS:
+            self.parts[p].append(cols[p])
+        self.kept += n
+
     def consume(self, items, keep_cat: dict) -> int:
-        """Append the complete events of the kept categories from `items`; returns how many events
-        were seen. One loop with bound appends: this is the reader's per-event cost."""
-        kind, name, stack = self.kind.append, self.name.append, self.stack.append
-        pid, tid, ts, dur = self.pid.append, self.tid.append, self.ts.append, self.dur.append
-        corr, ext, stream = self.corr.append, self.ext.append, self.stream.append
+        """Append the complete events of the kept categories from `items` (dicts) one at a time;
+        returns how many events were seen. The arrays are pushed as one run at the end, also when
+        `items` raises (the error's message counts them)."""
+        cols = {p: array("b" if p == "kind" else "i" if p in ("name", "stack") else "q") for p in _PARTS}
+        kind, name, stack = cols["kind"].append, cols["name"].append, cols["stack"].append
+        ts, dur = cols["ts"].append, cols["dur"].append
+        qs = [cols[p].append for p in ("pid", "tid", "corr", "ext", "stream")]
         names, stacks = self.names, self.stacks
         kinds = {k: i for i, k in enumerate(KINDS)}
         keep = {c: kinds[k] for c, k in keep_cat.items()}
         seen = 0
-        for e in items:
-            seen += 1
-            k = keep.get(e.get("cat"))
-            if k is None or e.get("ph") != "X" or "ts" not in e:
-                continue
-            a = e.get("args") or _NO_ARGS
-            n = e.get("name", "")
-            c = names.get(n)
-            if c is None:
-                c = names[n] = len(names)
-            st = a.get("Call stack", "")
-            sc = stacks.get(st)
-            if sc is None:
-                sc = stacks[st] = len(stacks)
-            kind(k)
-            name(c)
-            stack(sc)
-            ts(round(e["ts"] * 1000.0))
-            dur(max(round(e.get("dur", 0.0) * 1000.0), 0))
-            for col, v in ((pid, e.get("pid", -1)), (tid, e.get("tid", -1)), (corr, a.get("correlation", -1)),
-                           (ext, a.get("External id", -1)), (stream, a.get("stream", -1))):
-                try:
-                    col(v)
-                except (TypeError, OverflowError):   # Kineto writes pid "Spans", a string tid: not a number
-                    col(_int(v))
+        try:
+            for e in items:
+                seen += 1
+                k = keep.get(e.get("cat"))
+                if k is None or e.get("ph") != "X" or "ts" not in e:
+                    continue
+                a = e.get("args") or _NO_ARGS
+                n = e.get("name", "")
+                c = names.get(n)
+                if c is None:
+                    c = names[n] = len(names)
+                st = a.get("Call stack", "")
+                sc = stacks.get(st)
+                if sc is None:
+                    sc = stacks[st] = len(stacks)
+                kind(k)
+                name(c)
+                stack(sc)
+                ts(round(e["ts"] * 1000.0))
+                dur(max(round(e.get("dur", 0.0) * 1000.0), 0))
+                for col, v in zip(qs, (e.get("pid", -1), e.get("tid", -1), a.get("correlation", -1),
+                                       a.get("External id", -1), a.get("stream", -1))):
+                    try:
+                        col(v)
+                    except (TypeError, OverflowError):   # Kineto writes pid "Spans", a string tid: not a number
+                        col(_int(v))
+        finally:
+            self._push({p: np.frombuffer(a, _DTYPE[a.typecode]) for p, a in cols.items()}, len(cols["kind"]))
         return seen
 
     def extend(self, events: list, keep: dict) -> bool:
         """Append the kept events of a run of msgspec structs (kineto_runs.Event), column by column:
-        what `consume` does one event at a time, in a few list passes. False, with nothing appended,
-        where a value needs consume's own handling (a time that is not finite or overflows int64)."""
-        code = {c: KINDS.index(k) for c, k in keep.items()}
-        kept = [e for e in events if e.ph == "X" and e.cat in code and e.ts is not R.UNSET]
-        ts = np.array([e.ts for e in kept], np.float64) * 1000.0
-        dur = np.array([e.dur for e in kept], np.float64) * 1000.0
-        if len(kept) and not (np.abs(ts).max() < _Q_MAX and np.abs(dur).max() < _Q_MAX):   # also NaN, inf
+        what `consume` does one event at a time, in C-level passes (map, np.fromiter). False, with
+        nothing appended, where a value needs consume's own handling (a time that is not finite or
+        overflows int64)."""
+        kept, kind, ts = _kept(events, {c: KINDS.index(k) for c, k in keep.items()})
+        n = len(kept)
+        ts = ts * 1000.0
+        dur = np.fromiter(map(_DUR_OF, kept), np.float64, n) * 1000.0
+        if n and not (np.abs(ts).max() < _Q_MAX and np.abs(dur).max() < _Q_MAX):   # also NaN, inf
             return False
-        args = [e.args or R.NO_ARGS for e in kept]
-        _put(self.kind, np.fromiter(map(code.__getitem__, [e.cat for e in kept]), np.int8, len(kept)))
-        _put(self.name, _codes(self.names, [e.name for e in kept]))
-        _put(self.stack, _codes(self.stacks, [a.stack for a in args]))
-        _put(self.ts, np.rint(ts).astype(np.int64))         # round() of a float: half to even, as np.rint
-        _put(self.dur, np.maximum(np.rint(dur), 0).astype(np.int64))
-        for col, vals in ((self.pid, [e.pid for e in kept]), (self.tid, [e.tid for e in kept]),
-                          (self.corr, [a.correlation for a in args]), (self.ext, [a.external_id for a in args]),
-                          (self.stream, [a.stream for a in args])):
-            q = np.array(vals)
-            if q.dtype == np.int64 or not len(vals):
-                _put(col, q.astype(np.int64))
-            else:                  # a string pid ("Spans") or an int beyond int64: consume's conversion
-                for v in vals:
-                    _append_q(col, v)
+        args = list(map(_ARGS_OF, kept))
+        if None in args:               # "args": null
+            args = [a or R.NO_ARGS for a in args]
+        self._push({"kind": kind,
+                    "name": _codes(self.names, kept, _NAME_OF), "stack": _codes(self.stacks, args, _STACK_OF),
+                    "ts": np.rint(ts).astype(np.int64),          # round() of a float: half to even, as np.rint
+                    "dur": np.maximum(np.rint(dur), 0).astype(np.int64),
+                    "pid": _ints(kept, _PID_OF), "tid": _ints(kept, _TID_OF),
+                    "corr": _ints(args, _CORR_OF), "ext": _ints(args, _EXT_OF),
+                    "stream": _ints(args, _STREAM_OF)}, n)
         return True
+
+    def _joined(self, part: str, dtype) -> np.ndarray:
+        """One column's runs joined (the runs are dropped as they are joined: one column's copy at a time)."""
+        runs = self.parts[part]
+        out = np.concatenate(runs).astype(dtype, copy=False) if runs else np.zeros(0, dtype)
+        runs.clear()
+        return out
 
     def frame(self, base_ns: int) -> pd.DataFrame:
         def cat(codes, table):
             cats = [str(x) for x in table]          # codes were given in insertion order
-            return pd.Categorical.from_codes(np.frombuffer(codes, np.int32), categories=pd.unique(np.array(
-                cats, dtype=object))) if len(set(cats)) == len(cats) else pd.Categorical(
-                np.array(cats, dtype=object)[np.frombuffer(codes, np.int32)])
+            return pd.Categorical.from_codes(codes, categories=pd.unique(np.array(cats, dtype=object))) if len(
+                set(cats)) == len(cats) else pd.Categorical(np.array(cats, dtype=object)[codes])
 
-        q = lambda a: np.frombuffer(a, np.int64).copy() if len(a) else np.zeros(0, np.int64)  # noqa: E731
-        return pd.DataFrame({
-            "kind": pd.Categorical.from_codes(np.frombuffer(self.kind, np.int8).astype(np.int16), categories=KINDS),
-            "name": cat(self.name, self.names), "pid": q(self.pid), "tid": q(self.tid),
-            "ts_ns": q(self.ts) + np.int64(base_ns), "dur_ns": q(self.dur), "correlation": q(self.corr),
-            "external_id": q(self.ext), "stream": q(self.stream), "stack": cat(self.stack, self.stacks)},
-            columns=COLUMNS)
+        cols = {"kind": pd.Categorical.from_codes(self._joined("kind", np.int8).astype(np.int16), categories=KINDS),
+                "name": cat(self._joined("name", np.int32), self.names)}
+        for col, part in (("pid", "pid"), ("tid", "tid"), ("ts_ns", "ts"), ("dur_ns", "dur"), ("correlation", "corr"),
+                          ("external_id", "ext"), ("stream", "stream")):
+            cols[col] = self._joined(part, np.int64)
+        cols["ts_ns"] += np.int64(base_ns)               # the joined array is the frame's own
+        cols["stack"] = cat(self._joined("stack", np.int32), self.stacks)
+        # copy=False: the joined arrays become the frame's columns as they are (a dict's columns are
+        # otherwise copied into one 2-D block: ~0.05-0.1 s a million events here)
+        return pd.DataFrame(cols, columns=COLUMNS, copy=False)
 
 
 def _token(f) -> bytes:
@@ -322,6 +378,9 @@ def _read_events(f, head: _Head, cols: _Columns, keep_cat: dict, block: int, lea
                 seen += len(run.events if run.events is not None else run.items)
                 if run.events is None or not cols.extend(run.events, keep_cat):
                     cols.consume(run.items if run.items is not None else _items(run.text), keep_cat)
+                # freed before the next run is decoded, whose structs then take this run's memory, still
+                # in cache (held until the loop rebinds it, each run's structs landed in cold memory)
+                del run
             read += runs.rest
     found: dict = {}
     rest = _Chain(lead + read, f)
@@ -360,12 +419,12 @@ def read_kineto(src, *, keep=KINDS, block: int = R.BLOCK) -> KinetoTrace:
                 with _open(src) as g:
                     seen, late_info = _read_events(g, _Head({}, {}, True, True), cols, keep_cat, 0, b"")
         except ijson.JSONError as err:
-            raise KinetoError(f"{name}: broken JSON after {len(cols.kind):,} kept events ({err})") from None
+            raise KinetoError(f"{name}: broken JSON after {cols.kept:,} kept events ({err})") from None
         except (EOFError, OSError) as err:   # a truncated gzip stream
-            raise KinetoError(f"{name}: truncated or unreadable after {len(cols.kind):,} kept events "
+            raise KinetoError(f"{name}: truncated or unreadable after {cols.kept:,} kept events "
                               f"({err})") from None
         except (TypeError, KeyError) as err:   # an event whose ts/dur is not a number
-            raise KinetoError(f"{name}: an event with a malformed field after {len(cols.kind):,} kept "
+            raise KinetoError(f"{name}: an event with a malformed field after {cols.kept:,} kept "
                               f"events ({type(err).__name__}: {err})") from None
     base = _int(head.members.get("baseTimeNanoseconds"), 0)
     info = head.members.get("distributedInfo")
