@@ -335,11 +335,9 @@ def store(run, results: chunked.Results, *, compare=None, dest: Path | None = No
     if compare is None:
         compare = results.compare
     dest = Path(run.path) / DIR if dest is None else Path(dest)
-    atomic.clean_leftovers(dest)
     index = {"format": FORMAT, "format_version": FORMAT_VERSION, **summary.binding(run),
              "run": {"span_phases": list(results.span_phases), "ranks": [int(r) for r in results.ranks]}}
-    tmp, fd = atomic.make_temp_dir(dest)
-    try:
+    with atomic.staged_dir(dest) as tmp:
         w = _Writer(tmp)
         reports = {"critical_path": w.report("critical_path", results.critical),
                    "idle": w.report("idle", results.idle),
@@ -358,11 +356,6 @@ def store(run, results: chunked.Results, *, compare=None, dest: Path | None = No
             f.flush()
             os.fsync(f.fileno())
         _place_dir(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        os.close(fd)
     return dest
 
 

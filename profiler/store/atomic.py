@@ -19,6 +19,7 @@ links resolved inside the roots the caller allows, and read up to a bound.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -125,6 +126,22 @@ def make_temp_dir(dest: Path) -> tuple[Path, int]:
     fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return tmp, fd
+
+
+@contextlib.contextmanager
+def staged_dir(dest: Path):
+    """A new locked temporary directory beside dest for a write the caller places at dest in one
+    rename inside the block: earlier writes' temporaries of dest that died are removed first; the
+    directory is removed when the block fails; its lock is released when the block ends."""
+    clean_leftovers(dest)
+    tmp, fd = make_temp_dir(dest)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        os.close(fd)
 
 
 def clean_leftovers(dest: Path) -> list[str]:

@@ -186,6 +186,14 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def _fsync_files(d: Path) -> None:
+    """Every file directly in d, then d itself, on disk (before d is renamed into place)."""
+    for f in d.iterdir():
+        if f.is_file():
+            _fsync(f)
+    _fsync(d)
+
+
 def _manifest_text(man: dict, where: str) -> str:
     """The manifest's text, sealed when its format seals (or it carries a seal: update_manifest of a
     sealed run), checked as a reader checks it."""
@@ -264,11 +272,9 @@ def _write_run(path: Path, write_events, launches, manifest: dict, *, perfetto: 
                         "checksums": {f: "sha256:" + "0" * 64 for f in DATA_FILES}}, f"manifest of {path}")
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.clean_leftovers(path)   # temporaries of earlier writes of this run that died
     # hidden (list_runs and the viewer skip it), beside the destination (one file system: the
     # rename is atomic), locked while this write lives
-    tmp, lock = atomic.make_temp_dir(path)
-    try:
+    with atomic.staged_dir(path) as tmp:
         n = [0]
         sums = {EVENTS: _write_file(tmp / EVENTS, lambda f: n.__setitem__(0, write_events(f, vid)))}
         if callable(launches):
@@ -286,15 +292,8 @@ def _write_run(path: Path, write_events, launches, manifest: dict, *, perfetto: 
         if perfetto:
             from ..export.perfetto import export_perfetto
             export_perfetto(load_run(tmp), tmp / TRACE)
-        for f in tmp.iterdir():
-            _fsync(f)
-        _fsync(tmp)
+        _fsync_files(tmp)
         final = _place(tmp, path, overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        os.close(lock)
     _fsync(path.parent)
     return final
 
@@ -436,9 +435,7 @@ def seal_run(path) -> bool:
     if run.sealed:
         return False
     check_events(run)
-    atomic.clean_leftovers(path)
-    tmp, lock = atomic.make_temp_dir(path)
-    try:
+    with atomic.staged_dir(path) as tmp:
         sums = {}
         for name in DATA_FILES:
             src = run.files.events if name == EVENTS else run.files.launches
@@ -448,19 +445,11 @@ def seal_run(path) -> bool:
         man = {**run.manifest, "format_version": FORMAT_VERSION, "num_events": run.num_events, "checksums": sums}
         with atomic.create_exclusive(tmp / MANIFEST) as f:
             f.write(_manifest_text(man, str(path / MANIFEST)).encode())
-        for f in tmp.iterdir():
-            if f.is_file():
-                _fsync(f)
-        _fsync(tmp)
+        _fsync_files(tmp)
         if run.version_id is not None and read_manifest(path).get("version_id") != run.version_id:
             raise RunChanged(f"{path}: rewritten while it was being sealed; not sealed")
         load_run(tmp).events   # the sealed run reads back, checked whole
         _place(tmp, path, overwrite=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        os.close(lock)
     _fsync(path.parent)
     return True
 
