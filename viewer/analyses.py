@@ -356,13 +356,19 @@ def warm(catalog, run_id: str) -> None:
         request(catalog, run_id, names, priority=jobs.AHEAD)
 
 
+def has_torch_traces(manifest) -> bool:
+    """Whether a run's manifest names attached PyTorch traces (profiler.torchtrace.store.FIELD)."""
+    from profiler.torchtrace.store import FIELD
+    return bool((manifest or {}).get(FIELD))
+
+
 def torch_blame(run: LoadedRun):
     """(MergedTrace, Blame) of a run with attached PyTorch traces (profiler.torchtrace.report.run_blame,
     the function `epscope report` calls), (None, None) without; the time model stored, else the graph's."""
     def get():
         from profiler.analysis.timemodel import time_model
         from profiler.torchtrace.report import run_blame
-        if not run.manifest.get("torch_profiler"):
+        if not has_torch_traces(run.manifest):
             return None, None
         s = stored_results(run)
         return run_blame(run.run, s.time_model if s is not None else time_model(graph(run)))
@@ -374,7 +380,7 @@ def verdict(run: LoadedRun, page: str):
     the op before a late entry named from the run's PyTorch traces when it has them
     (profiler.torchtrace.report.with_step, the function `epscope report` and the stored summary call)."""
     rep = {"critical_path": critical, "idle": idle, "barriers": barriers}[page](run)
-    if not run.manifest.get("torch_profiler"):
+    if not has_torch_traces(run.manifest):
         return rep.verdict
 
     def get():
@@ -400,7 +406,7 @@ def _before_entry_key(catalog, run_id: str) -> tuple:
 
 
 def _traced(catalog, run_id: str) -> bool:
-    return bool((catalog.entry(run_id).manifest or {}).get("torch_profiler"))
+    return has_torch_traces(catalog.entry(run_id).manifest)
 
 
 def before_entry(catalog, run_id: str):

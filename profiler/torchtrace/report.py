@@ -180,9 +180,8 @@ def _side_phrase(side: list) -> tuple[frozenset, str]:
     """(the side's (op, kernel, rank) set, its phrase): a run without a BeforeEntry is 'none named'."""
     keys = frozenset((b.op, b.kernel, b.rank) if b is not None else None for b in side)
     longest = {}
-    for b in side:
-        if b is not None and ((b.op, b.kernel, b.rank) not in longest or b.op_ns > longest[(b.op, b.kernel, b.rank)].op_ns):
-            longest[(b.op, b.kernel, b.rank)] = b
+    for b in sorted((b for b in side if b is not None), key=lambda b: b.op_ns):
+        longest[(b.op, b.kernel, b.rank)] = b          # the longest of each (op, kernel, rank) last
     parts = [longest[k].phrase() for k in sorted(longest, key=str)] + ([NONE_NAMED] if None in keys else [])
     return keys, ", ".join(parts)
 

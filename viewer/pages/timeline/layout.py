@@ -65,7 +65,7 @@ def _page(entry, run):
 
 def _torch_panel(run) -> list:
     """The step's PyTorch ops under the warp lanes, in the same window (runs with `epscope merge`d traces)."""
-    if not run.manifest.get("torch_profiler"):
+    if not analyses.has_torch_traces(run.manifest):
         return []
     return [html.H3("The step's PyTorch ops (CPU threads and CUDA streams, merged traces)"),
             html.Ul(id=Ids.TORCH_NOTES, className="torch-notes"),
