@@ -14,8 +14,8 @@ LOG="$OUT/torch_gt.log"
 {
   echo "commit ${EPSCOPE_GIT_COMMIT:-unknown}  date $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -m pip install --no-index --no-deps -q .whl/ijson-*.whl 2>&1 | tail -1
-  python3 -c 'import torch, ijson; print("torch", torch.__version__, "cuda", torch.version.cuda, "ijson", ijson.__version__, ijson.backend)'
+  python3 -m pip install --no-index --no-deps -q .whl/*.whl 2>&1 | tail -1
+  python3 -c 'import torch, ijson, msgspec; print("torch", torch.__version__, "cuda", torch.version.cuda, "ijson", ijson.__version__, ijson.backend, "msgspec", msgspec.__version__)'
   t0=$(date +%s)
   python3 -c "import ep_core._ext as X; X.load(False)" > "$OUT/build_ep.log" 2>&1 &
   python3 -c "import ep_core._ext as X; X.load(True)" > "$OUT/build_ep_prof.log" 2>&1 &
