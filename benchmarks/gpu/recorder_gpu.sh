@@ -68,7 +68,7 @@ step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
-res = json.loads(next(out.glob("recorder-h*.json")).read_text())
+res = json.loads(next(p for p in out.glob("recorder-*.json") if p.name != "recorder-ep-1rank.json").read_text())
 for r in res["record_cost"]:
     print(f"record_cost {r['grid']}x{r['warps']}: cycles/record", r["cycles_per_record"])
 for r in res["record_parts"]:

@@ -135,8 +135,10 @@ class WarpRecorder {
     // A host that sized the buffer for another grid records nothing rather than corrupting
     // memory; the decoder reports those regions as UNUSED. Only lane 0 records (last_ = 0 on lanes
     // 1..31: one predicate for the kernel's whole life, see put()).
-    if (warp >= wpb || region >= hdr->num_regions || cap == 0 || cap > 0xffffffffu - kHeaderSlots ||
-        lane_id() != 0)
+    // An odd capacity would put the next regions' 16-byte headers 8 bytes off (a misaligned
+    // 16-byte store faults the kernel): the host rounds it up (pool.region_capacity).
+    if (warp >= wpb || region >= hdr->num_regions || cap == 0 || (cap & 1u) != 0 ||
+        cap > 0xffffffffu - kHeaderSlots || lane_id() != 0)
       return;
     // base_ is this warp's region, not the buffer: a value the compiler cannot re-read from the
     // kernel's parameter bank, so a record adds its slot to a register instead of waiting on a

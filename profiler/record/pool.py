@@ -39,9 +39,23 @@ def buffer_bytes(num_regions: int, capacity: int) -> int:
     return L.BUFFERHEADER_SIZE + num_regions * (L.REGIONHEADER_SIZE + capacity * L.RECORD8_SIZE)
 
 
+def region_capacity(requested: int) -> int:
+    """The slots a region gets for `requested` records: format 3's region is a 64-byte
+    RegionHeader then 8-byte slots, and the header is a 16-byte aligned struct whose paired 8-byte
+    fields the compiler stores as one 16-byte STG (init's gt_start/clk_start), so the region stride
+    64 + 8 * capacity must be a multiple of 16: an odd request gets one slot more. (ep_core's
+    bound (R + 4) * units + 32 is odd at one rank: the first format-3 GPU run faulted with a
+    misaligned address at 1024 tokens, benchmarks/NOTES.md issue 33.)"""
+    requested = int(requested)
+    return requested + (requested & 1)
+
+
 def make_header(*, registry_hash: int, num_regions: int, capacity: int, rank: int, launch_id: int,
                 warps_per_block: int, hires: bool) -> np.ndarray:
     """The BufferHeader as bytes (uint8[64]), from the generated dtype only."""
+    if capacity % 2:
+        raise SessionError(f"region capacity {capacity} is odd: its regions' 16-byte headers would sit 8 bytes off "
+                           "(region_capacity rounds a request up)")
     h = np.zeros(1, L.BUFFERHEADER_DTYPE)
     h["magic"], h["version"] = L.MAGIC, L.VERSION
     h["flags"] = L.FLAGS_HIRES  # formats 2-3: every record is clock64 cycles, whatever `hires` asks
@@ -112,7 +126,7 @@ class SessionBuffers:
         if grid <= 0 or warps_per_block <= 0:
             raise SessionError(f"{kernel}: grid ({grid}) and warps_per_block ({warps_per_block}) must be positive")
         reg = registry_module(family)
-        cap = int(capacity or self.capacity)
+        cap = region_capacity(capacity or self.capacity)
         regions = grid * warps_per_block
         self._make_room(buffer_bytes(regions, cap))
         launch_id = len(self._order)
@@ -198,7 +212,8 @@ class SessionBuffers:
         if grid <= 0 or warps <= 0:
             raise SessionError(f"{kernel}: grid ({grid}) and warps_per_block ({warps}) must be positive")
         reg = registry_module(family)
-        pool = _Pool(kernel, family, int(grid), int(warps), int(capacity or self.capacity), reg.REGISTRY_HASH)
+        pool = _Pool(kernel, family, int(grid), int(warps), region_capacity(capacity or self.capacity),
+                     reg.REGISTRY_HASH)
         self._pools[key] = pool
         self._families.add(family)
         return pool

@@ -2,9 +2,12 @@
 
 Join: ep_core labels each launcher call (labels.py). The trace's launch calls (cuda_runtime /
 cuda_driver events whose `correlation` is a kernel's) on the label's thread inside the label's
-range are, in time order, the launches `first`, `first + 1`, ... of the run; each launch call's
-kernel is the kernel event of the same correlation. A label whose kernels do not all name launches
-of the run's rank is not joined (counted in `unmatched`).
+range, less those made by a PyTorch operator that started inside the label (a cpu_op around the
+call: the session's pool slab, aten::zeros / aten::copy_, is made inside the first profiled call of
+each geometry, and its fill and copy kernels are no launches of the run; seen on the first H100
+recording), are, in time order, the launches `first`, `first + 1`, ... of the run; each launch
+call's kernel is the kernel event of the same correlation. A label whose kernels do not all name
+launches of the run's rank is not joined (counted in `unmatched`).
 
 Alignment: CUPTI's kernel start and end and the kernels' own `%globaltimer` reads come from one
 GPU clock; Kineto moved CUPTI's times to its host clock and the run moved the warps' reads to the
@@ -119,6 +122,9 @@ def join(trace: K.KinetoTrace, rank: int, run_name: str, run_launches: pd.DataFr
     calls = ev[(ev["kind"] == K.RUNTIME) & ev["correlation"].isin(kern.index)].sort_values("ts_ns")
     have = set(run_launches.loc[run_launches["rank"] == rank, "launch"].astype(int).tolist())
     rows, unmatched = [], 0
+    ops = ev[ev["kind"] == K.CPU_OP].sort_values("ts_ns")
+    ops_by_thread = {k: (g["ts_ns"].to_numpy(np.int64), (g["ts_ns"] + g["dur_ns"]).to_numpy(np.int64))
+                     for k, g in ops.groupby(["pid", "tid"], sort=False)}
     by_thread = {k: g for k, g in calls.groupby(["pid", "tid"], sort=False)}
     # a trace whose launch calls carry other thread ids than its ranges (not seen; Kineto writes the
     # OS thread id on both) is joined within the process instead
@@ -131,6 +137,7 @@ def join(trace: K.KinetoTrace, rank: int, run_name: str, run_launches: pd.DataFr
             continue
         t = g["ts_ns"].to_numpy()
         inside = g.iloc[np.searchsorted(t, lb.ts_ns, "left"): np.searchsorted(t, lb.end_ns, "right")]
+        inside = _own_launches(inside, lb.ts_ns, ops_by_thread.get((lb.pid, lb.tid)))
         ids = range(int(lb.launch), int(lb.launch) + len(inside))
         if len(inside) == 0 or any(i not in have for i in ids):
             unmatched += 1
@@ -145,6 +152,20 @@ def join(trace: K.KinetoTrace, rank: int, run_name: str, run_launches: pd.DataFr
         unmatched += int(out.loc[dup, "launch"].nunique())
         out = out[~dup]
     return out.reset_index(drop=True), unmatched
+
+
+def _own_launches(calls: pd.DataFrame, label_ts: int, ops) -> pd.DataFrame:
+    """The launch calls of a label that are the launcher's own: those no PyTorch operator that
+    began inside the label (at or after `label_ts`) encloses. `ops`: (starts, ends) of the
+    thread's cpu_ops sorted by start, or None."""
+    if ops is None or calls.empty:
+        return calls
+    starts, ends = ops
+    keep = []
+    for c_ts, c_end in zip(calls["ts_ns"].to_numpy(np.int64), (calls["ts_ns"] + calls["dur_ns"]).to_numpy(np.int64)):
+        a, b = np.searchsorted(starts, label_ts, "left"), np.searchsorted(starts, c_ts, "right")
+        keep.append(not (b > a and int(ends[a:b].max()) >= c_end))
+    return calls[np.array(keep, bool)]
 
 
 def _width(lo: np.ndarray, hi: np.ndarray, x: np.ndarray, d: float) -> float:

@@ -117,7 +117,7 @@ def test_off_means_off_and_results_unchanged(exts):
 
     prof, noprof = exts
     # a launch without a profile buffer runs the compiled-out build (off is free), one with a buffer records
-    assert not build_for(None).profile_enabled() and build_for(_buffer(1, 1, 1)).profile_enabled()
+    assert not build_for(None).profile_enabled() and build_for(_buffer(1, 1, 2)).profile_enabled()
     outs = []
     for ext, buf in [(noprof, _buffer(p["grid"], p["warps"], 64)), (prof, None), (prof, _buffer(p["grid"], p["warps"], 64))]:
         t = _tensors(p["grid"], p["warps"])
@@ -139,6 +139,22 @@ def test_drops_are_counted_not_silent(exts):
     assert int(dec.launches["dropped"].iloc[0]) == grid * warps * (n - cap + 1)
     assert len(dec.events) == grid * warps * (cap - 1)
     assert sorted(set(dec.events["payload"])) == list(range(cap - 1))
+
+
+def test_a_header_with_an_odd_capacity_records_nothing_instead_of_faulting(exts):
+    """An odd region capacity puts the next region's 16-byte header 8 bytes off; the host never
+    writes one (pool.region_capacity), and a hand-made header that does gets no records (every
+    region UNUSED) rather than a misaligned-address fault that kills the process's CUDA context."""
+    import torch
+
+    grid, warps = 2, 2
+    buf = _buffer(grid, warps, 16)
+    hdr = buf[: L.BUFFERHEADER_SIZE].cpu().numpy().copy()
+    hdr.view(L.BUFFERHEADER_DTYPE)["region_capacity"] = 15
+    buf[: L.BUFFERHEADER_SIZE].copy_(torch.from_numpy(hdr))
+    exts[0].record_cost(buf, grid, warps, 8)
+    torch.cuda.synchronize()
+    assert not buf[L.BUFFERHEADER_SIZE:].any().item(), "no region header or record was written"
 
 
 def test_cycle_records_convert_per_region(exts):

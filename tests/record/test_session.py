@@ -53,7 +53,7 @@ def test_buffer_header_from_the_generated_layout(tmp_path):
     assert (h["magic"], h["version"], h["flags"], h["registry_hash"]) == (L.MAGIC, L.VERSION, L.FLAGS_HIRES, P.REGISTRY_HASH)
     assert (h["num_regions"], h["region_capacity"], h["rank"], h["launch_id"], h["warps_per_block"]) == (6, 16, 0, 0, 2)
     h1 = b1.numpy()[:64].view(L.BUFFERHEADER_DTYPE)[0]
-    assert (h1["launch_id"], h1["region_capacity"], h1["num_regions"]) == (1, 5, 4)
+    assert (h1["launch_id"], h1["region_capacity"], h1["num_regions"]) == (1, 6, 4)   # 5 asked: one slot more (region_capacity)
     assert not b0.numpy()[64:].any(), "regions start zeroed"
 
 
@@ -268,3 +268,30 @@ def test_launch_slots_come_from_stamped_zeroed_slabs_and_save_like_buffers(tmp_p
     assert s._host_spans == [("idle host work", 9, 7000, 7100)]
     spans = run.events[run.events["kind"] == "span"]
     assert sorted(spans.groupby("launch", observed=True).size().tolist()) == [2] * 5
+
+
+def test_an_odd_capacity_gets_one_more_slot_so_every_header_stays_16_byte_aligned(tmp_path):
+    """Format 3's RegionHeader is a 16-byte struct stored with 16-byte STGs: the region stride
+    64 + 8 * capacity must be a multiple of 16. ep_core's bound (R + 4) * units + 32 is odd at one
+    rank; such a request faulted the first format-3 GPU run (misaligned address). Every capacity a
+    session hands out is even, every slot and region header 16-byte aligned, and a header with an
+    odd capacity is refused where it is made."""
+    from profiler.record.pool import make_header, region_capacity
+
+    assert [region_capacity(c) for c in (1, 2, 37, 4096)] == [2, 2, 38, 4096]
+    s = Session(tmp_path, name="odd", description="odd capacity", device="cpu", capacity=4096, host_pairs=0)
+    addrs = [s.launch_slot("selftest.imbalance", "selftest", 3, 2, it, capacity=37) for it in range(3)]
+    pool = s._pools[("selftest.imbalance", "selftest", 3, 2, 37)]
+    assert pool.capacity == 38 and pool.slot_bytes == buffer_bytes(6, 38)
+    base = s._slabs[0].base
+    for a in addrs:
+        assert (a - base) % 16 == 0
+        assert all((a - base + L.BUFFERHEADER_SIZE + r * (L.REGIONHEADER_SIZE + 38 * L.RECORD8_SIZE)) % 16 == 0
+                   for r in range(6))
+        hdr = s._slabs[0].device.numpy()[a - base: a - base + L.BUFFERHEADER_SIZE].view(L.BUFFERHEADER_DTYPE)[0]
+        assert int(hdr["region_capacity"]) == 38
+    b = s.buffer("selftest.imbalance", "selftest", 1, 1, 0, capacity=5)
+    assert b.numel() == buffer_bytes(1, 6)
+    with pytest.raises(SessionError, match="odd"):
+        make_header(registry_hash=P.REGISTRY_HASH, num_regions=1, capacity=7, rank=0, launch_id=0,
+                    warps_per_block=1, hires=False)

@@ -43,7 +43,11 @@ class Trace:
 
 
 def fake_events(launches, rank: int, run: str, *, offset_ns: int = 5_000_000, drift_ppm: float = 0.0,
-                skip=(), label_rank: int | None = None, label_run: str | None = None) -> Trace:
+                skip=(), label_rank: int | None = None, label_run: str | None = None,
+                operator_kernels: bool = False) -> Trace:
+    """operator_kernels: inside each label, before the launcher's own launch, an aten::zeros and an
+    aten::copy_ that launch a fill and a copy kernel (what the session's first slab of a geometry
+    does inside the first profiled call: the first H100 recording's trace)."""
     la = launches[(launches["rank"] == rank) & (launches["gpu_begin_ns"] >= 0)].sort_values("gpu_begin_ns")
     tr = Trace(offset_ns, drift_ppm, int(la["gpu_begin_ns"].median()) if len(la) else 0)
     for r in la.itertuples(index=False):
@@ -51,8 +55,18 @@ def fake_events(launches, rank: int, run: str, *, offset_ns: int = 5_000_000, dr
             continue
         b0, e0 = int(r.gpu_begin_ns), int(r.gpu_end_ns)
         call = (int(r.host_begin_ns) if r.host_begin_ns >= 0 and r.host_begin_ns < b0 else b0 - 20_000)
+        first = call - (1_500 if operator_kernels else 200)
         tr.x("user_annotation", launch_label(label_run or run, rank if label_rank is None else label_rank, int(r.launch)),
-             PID, TID, call - 200, call + CALL_NS + 200)
+             PID, TID, first, call + CALL_NS + 200)
+        if operator_kernels:
+            for i, (op, kname) in enumerate([("aten::zeros", "void at::native::vectorized_elementwise_kernel<4>"),
+                                            ("aten::copy_", "void at::native::elementwise_kernel<128, 4>")]):
+                ob = first + 100 + i * 600
+                tr.x("cpu_op", op, PID, TID, ob, ob + 500)
+                tr.corr += 1
+                tr.x("cuda_runtime", "cudaLaunchKernel", PID, TID, ob + 100, ob + 400, correlation=tr.corr)
+                tr.x("kernel", kname, DEVICE, STREAM, b0 - 60_000 + i * 10_000, b0 - 55_000 + i * 10_000,
+                     correlation=tr.corr, stream=STREAM, device=DEVICE)
         tr.launch(call, b0 - PRE, e0 + POST, f"void ep_core::{r.kernel}_kernel<2>(Args)")
     return tr
 

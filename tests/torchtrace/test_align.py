@@ -36,6 +36,18 @@ def test_the_planted_offset_is_found_within_the_stated_width(tmp_path, upstream,
     assert al.drift_ppm == 0.0
 
 
+def test_kernels_that_pytorch_operators_launch_inside_a_label_are_not_the_runs(tmp_path, upstream):
+    """A profiled call that makes the session's pool slab launches aten::zeros' fill and aten::copy_'s
+    kernel inside its label before its own launch (the first H100 recording): they are skipped, every
+    launch still joins to its own kernel, and the offset is the one planted."""
+    joined, al = _align(tmp_path, upstream, 0, offset_ns=5_000_000, operator_kernels=True)
+    n = int(((upstream["launches"]["rank"] == 0) & (upstream["launches"]["gpu_begin_ns"] >= 0)).sum())
+    assert (al.launches, al.unmatched) == (n, 0)
+    assert joined["kernel_name"].str.startswith("void ep_core::").all()
+    assert al.width_ns == pytest.approx(PRE + POST + 2 * SLACK, abs=2)
+    assert al.offset_ns - BASE == pytest.approx(5_000_000 + (POST - PRE) / 2, abs=2)
+
+
 def test_a_drift_is_measured_and_leaves_the_width_of_one_launch(tmp_path, upstream):
     joined, al = _align(tmp_path, upstream, 1, offset_ns=2_000_000, drift_ppm=150.0)
     assert al.drift_ppm == pytest.approx(150.0, abs=2.0)
