@@ -174,6 +174,7 @@ class Buffer(BufferOps, BufferHookMode, BufferPlans, BufferProfiling, BufferErro
         self._broken: str | None = None
         self._destroyed = False
         self._session = None          # set by `with buffer.profile(session)`
+        self._prof_seen: dict = {}    # profile geometries launched so far (buffer_profile._slot)
         self.profile_iteration: int | None = None  # iteration label of profiled launches (auto if None)
         self._auto_iteration = -1
         self._info_host = None

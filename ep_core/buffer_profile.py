@@ -20,8 +20,10 @@ def labelled(session):
     the profiled launches it takes from `session` (`session.launch_label(first launch)`: the run,
     the rank and the launch index, profiler/torchtrace/labels.py), so that `epscope merge` joins
     the PyTorch trace's kernels to the run's launches one for one. The range holds the launcher
-    call only (no torch op that launches a kernel of its own). Free when the profiler is off (one
-    C flag read); a session without `launch_label` (any duck-typed recorder) gets no range."""
+    call; a call that makes the session's pool slab of a geometry also runs aten::zeros and
+    aten::copy_ inside it (the merge skips kernels an operator launched, torchtrace/align.py).
+    Free when the profiler is off (one C flag read); a session without `launch_label` (any
+    duck-typed recorder) gets no range."""
     label = getattr(session, "launch_label", None)
     if label is None or not torch._C._autograd._profiler_enabled():
         return contextlib.nullcontext()
@@ -39,9 +41,16 @@ class BufferProfiling:
         once (dispatch's and combine's barrier share one geometry), so `Session.reserve(calls)`
         covers every kernel: its profile buffers are allocated, zeroed and stamped once, at the
         block's entry for kernels profiled before, else at the kernel's first profiled call, and
-        no later call allocates or copies (without it, every 32nd call of a kernel does)."""
+        no later call allocates or copies (without it, every 32nd call of a kernel does). With
+        `calls`, every geometry this Buffer profiled before, in any session, gets its pool here
+        too: a block after one profiled warm-up call allocates nothing inside its calls (the first
+        profiled call of a session otherwise pays the slabs between its host call and its
+        launch, ~1-2 ms that a merged PyTorch trace shows before the op: the first H100
+        ground-truth recording)."""
         prev, prev_it = self._session, self.profile_iteration
         if calls is not None:
+            for kernel, family, grid, warps, cap in (self._prof_seen if hasattr(session, "pool") else ()):
+                session.pool(kernel, family, grid, warps, self._capped(session, cap))
             session.reserve(calls)
         self._session = session
         if iteration is not None:
@@ -91,9 +100,11 @@ class BufferProfiling:
             cap = (self.group_size + 4) * math.ceil(units / role_blocks) + 32
         return (kernel, FAMILY, int(grid), int(warps), cap)
 
-    @staticmethod
-    def _slot(session, geometry: tuple, iteration: int) -> int:
+    def _slot(self, session, geometry: tuple, iteration: int) -> int:
         kernel, family, grid, warps, cap = geometry
-        if cap is not None and cap > session.capacity:
-            cap = session.capacity
-        return session.launch_slot(kernel, family, grid, warps, iteration, cap)
+        self._prof_seen[geometry] = None     # an ordered set: profile(calls=) pre-makes these pools
+        return session.launch_slot(kernel, family, grid, warps, iteration, self._capped(session, cap))
+
+    @staticmethod
+    def _capped(session, cap):
+        return session.capacity if cap is not None and cap > session.capacity else cap

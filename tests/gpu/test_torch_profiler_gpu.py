@@ -23,16 +23,27 @@ def _record(ctx, out: str) -> str:
     op = RankOp(buffer, p, make_rank_inputs(p, "uniform", 0, seed=1, device=ctx.device), *op_configs(1, 24, None))
     op.iteration(None)
     _ext.load(profile=True)
-    a = torch.randn(4096, 4096, device=ctx.device, dtype=torch.bfloat16)
+    # 8192^3 BF16: ~1.4 ms, past the host's own gap between layout and dispatch with the profiler on
+    # (~0.2-0.5 ms; a 4096^3 GEMM, 0.17 ms, ended before the host launched notify on an H100)
+    a = torch.randn(8192, 8192, device=ctx.device, dtype=torch.bfloat16)
+    torch.matmul(a, a)                      # cuBLAS's first call (tens of ms) outside the recording
+    w = Session(out, name="warm-up", rank=0, world_size=1, group=ctx.group, analyze=False, description="warm-up")
+    with w, buffer.profile(w):              # the Buffer learns its profile geometries
+        op.combine(op.dispatch(op.layout(True), True), True)
+        torch.cuda.synchronize()
     s = Session(out, name="torch-gpu-test", rank=0, world_size=1, group=ctx.group, torch_profiler=True,
                 description="tests/gpu/test_torch_profiler_gpu.py", analyze=False)
-    with s, buffer.profile(s):
+    made = []
+    with s, buffer.profile(s, calls=6):     # every pool slab made here, none inside a call
+        made.append(len(s._slabs))
         for it in range(2):
             buffer.profile_iteration = it
             lay = op.layout(True)
             torch.matmul(a, a)
             op.combine(op.dispatch(lay, True), True)
         torch.cuda.synchronize()
+        made.append(len(s._slabs))
+    assert made[0] > 0 and made[0] == made[1], made
     return str(s.path)
 
 
