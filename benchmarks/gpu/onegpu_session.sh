@@ -16,8 +16,8 @@ OUT=${OUT:?set OUT}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | tail -n 2
 fi
-declare -A SCRIPT=([recorder]=recorder_gpu.sh [deepep]=deepep_gpu.sh [torch_gt]=torch_gt_gpu.sh [tests]=onegpu_tests.sh)
-declare -A CAP=([recorder]=${CAP_recorder:-360} [deepep]=${CAP_deepep:-220} [torch_gt]=${CAP_torch_gt:-500} [tests]=${CAP_tests:-300})
+declare -A SCRIPT=([recorder]=recorder_gpu.sh [deepep]=deepep_gpu.sh [torch_gt]=torch_gt_gpu.sh [tests]=onegpu_tests.sh [ep_cost]=ep_cost_gpu.sh)
+declare -A CAP=([recorder]=${CAP_recorder:-360} [deepep]=${CAP_deepep:-220} [torch_gt]=${CAP_torch_gt:-500} [tests]=${CAP_tests:-300} [ep_cost]=${CAP_ep_cost:-200})
 for job in ${JOBS:?set JOBS}; do
   t0=$(date +%s)
   mkdir -p "/tmp/session/$job"
