@@ -123,7 +123,9 @@ class BufferPlans:
     def _combine_blocks(self, config: Config) -> tuple[int, int]:
         n = int(config.num_sms)
         if self.group_size == 1:
-            return n, 1
+            # one rank sends nothing back (its rows are its own): every block reduces. A sender
+            # block here did no work at all, and the idle page said so on every one-rank run.
+            return n, 0
         frac = COMBINE_SENDER_FRACTION if COMBINE_SENDER_FRACTION is not None else _split(n, COMBINE_SPLIT)
         senders = min(max(int(round(n * frac)), 1), n - 1)
         return n, senders
@@ -218,7 +220,8 @@ class BufferPlans:
         tma = _kernel_tma_buffers(config, hook) > 0
         prof_kernel = self._prof_geometry("dispatch", num_blocks, warps,
                                           units=0 if tma else self.group_size * handle.num_chunks,
-                                          role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
+                                          role_blocks=(min(num_senders, max(num_blocks - num_senders, 1))
+                                                       if num_senders else num_blocks))
         prof_open = self._prof_geometry("barrier", 1, 1) if open_op else None
         if not hook:
             return _Plan(config, cpp, prof_open, prof_kernel)
@@ -277,7 +280,8 @@ class BufferPlans:
                          self._prof_geometry("combine", 1, 1), self._prof_geometry("combine", num_blocks, warps))
         prof_kernel = self._prof_geometry("combine", num_blocks, warps,
                                           units=0 if tma else self.group_size * handle.num_chunks,
-                                          role_blocks=min(num_senders, max(num_blocks - num_senders, 1)))
+                                          role_blocks=(min(num_senders, max(num_blocks - num_senders, 1))
+                                                       if num_senders else num_blocks))
         return _Plan(config, cpp, prof_open, prof_kernel)
 
     def _check_fresh_dispatch(self, T: int, num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert, topk_idx,

@@ -21,7 +21,7 @@ LOG="$OUT/torch_gt.log"
   python3 -c "import ep_core._ext as X; X.load(True)" > "$OUT/build_ep_prof.log" 2>&1 &
   wait
   echo "build: $(( $(date +%s) - t0 )) s"; tail -n 2 "$OUT"/build_*.log
-  echo "== ground truth"; timeout 240 python3 benchmarks/gpu/torch_blame_gt.py --out "$OUT/runs" --iters 3; echo "gt exit $?"
+  echo "== ground truth"; timeout 240 python3 benchmarks/gpu/torch_blame_gt.py --out "$OUT/runs" --iters 8; echo "gt exit $?"
   echo "== example"; timeout 200 python3 examples/moe_step.py --ranks 1 --out "$OUT/runs" --upstream-gemm-rank 0; echo "example exit $?"
   echo "== epscope trace --torch-profiler"; timeout 150 python3 -m profiler.workflows.trace --ranks 1 --tokens 512 --hidden 2048 --experts 16 --topk 4 --iters 3 --profile-iters 2 --torch-profiler --out "$OUT/runs" --name trace-torch-1rank; echo "trace exit $?"
   echo "== gpu test"; timeout 200 python3 -m pytest -q -rs tests/gpu/test_torch_profiler_gpu.py -p no:cacheprovider; echo "pytest exit $?"

@@ -843,7 +843,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                        int num_sender_blocks, int num_tma_buffers, bool hook, std::vector<int> rank_prefix) {
              TORCH_CHECK(hidden > 0 && hidden % 8 == 0 && hidden <= ep_core::kMaxHidden, "ep_core: hidden out of range");
              TORCH_CHECK(num_topk >= 0 && num_topk <= ep_core::kMaxTopk, "ep_core: num_topk out of range");
-             TORCH_CHECK(min_rows >= 0 && num_blocks >= 2 && num_sender_blocks >= 1 && num_sender_blocks < num_blocks,
+             // 0 sender blocks: one rank, whose combine has nothing to send (the launcher checks it)
+             TORCH_CHECK(min_rows >= 0 && num_blocks >= 1 && num_sender_blocks >= 0 && num_sender_blocks < num_blocks,
                          "ep_core: combine plan sizes out of range");
              TORCH_CHECK(num_tma_buffers >= 0 && num_tma_buffers <= 3, "ep_core: num_tma_buffers out of range");
              HookPlan hp = make_hook_plan(hook, std::move(rank_prefix), c10::nullopt, handle, rows, num_tma_buffers,

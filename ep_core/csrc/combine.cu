@@ -498,13 +498,16 @@ cudaError_t launch_tma(const Args& a, const RowRegions& rows, const PeerPtrs& pe
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
+// One rank sends nothing back: its combine may run reducers only (ep_core/buffer_plans.py).
+constexpr int min_senders(int num_ranks) { return num_ranks == 1 ? 0 : 1; }
+
 bool tma_args_ok(const Args& a, const PeerPtrs& peers, int num_ranks, int num_blocks) {
   if (a.num_tma_buffers < tma::kMinBuffers || a.num_tma_buffers > tma::kMaxBuffers) return false;
   if (!tma::aligned16(a.x) || !tma::aligned16(a.out)) return false;
   for (int r = 0; r < num_ranks; ++r)
     if (!tma::aligned16(peers.base[r])) return false;
   switch (a.hook) {
-    case kHookOff: return a.num_sender_blocks >= 1 && a.num_sender_blocks < num_blocks;
+    case kHookOff: return a.num_sender_blocks >= min_senders(num_ranks) && a.num_sender_blocks < num_blocks;
     case kHookReceive: return a.num_sender_blocks == 0;
     default: return false;  // a combine's send half is peer copies only (hook.cu)
   }
@@ -522,7 +525,7 @@ cudaError_t combine(const Args& a, const RowRegions& rows, const PeerPtrs& peers
       default: return cudaErrorInvalidValue;
     }
   }
-  if (a.num_sender_blocks < 1 || a.num_sender_blocks >= num_blocks) return cudaErrorInvalidValue;
+  if (a.num_sender_blocks < min_senders(num_ranks) || a.num_sender_blocks >= num_blocks) return cudaErrorInvalidValue;
   EP_SWITCH_RANKS(num_ranks, combine_kernel<kR><<<num_blocks, kNumThreads, 0, stream>>>(a, rows, peers, f, prof));
   return cudaGetLastError();
 }
