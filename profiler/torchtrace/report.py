@@ -71,13 +71,11 @@ def summary_field(run, tm) -> dict | None:
     if not run.manifest.get(FIELD):
         return None
     merged, bl = run_blame(run, tm)
-    c = bl.clauses
 
     def top(scope):
-        s = c[c["scope"] == scope].sort_values("window_ns", ascending=False)
-        if s.empty:
+        r = _longest(bl, scope)
+        if r is None:
             return None
-        r = s.iloc[0]
         return {"rank": int(r["rank"]), "kernel": str(r["kernel"]), "iteration": int(r["iteration"]),
                 "side": str(r["cause"]), "op": str(r["name"]), "window_ns": float(r["window_ns"]),
                 "op_ns": float(r["top_ns"]), "stack": str(r["stack"]), "clause": str(r["clause"])}
@@ -90,19 +88,38 @@ def summary_field(run, tm) -> dict | None:
 
 # -- the op before entry in the pages' verdicts (issue 30 item 4) -----------------------------
 STEP_FACT = "the op before entry (PyTorch trace"
+# the longest lead-in of the run (the "launch and queue" time before a kernel, on any rank), named
+# on every page: on one rank there is no late entry, and this is the time before the op that the
+# critical path's host and launch-and-queue shares count
+LEAD_FACT = "the longest wait before a kernel (PyTorch trace"
+
+
+def _longest(bl, scope: str, rank: int | None = None):
+    """The clause row (blame.CLAUSE_COLUMNS) of the longest window of `scope` (blame.LATE /
+    blame.LEAD), of `rank` when given; None when there is none. One choice for the pages, the
+    report and the stored summary."""
+    if bl is None:
+        return None
+    c = bl.clauses
+    c = c[c["scope"] == scope]
+    if rank is not None:
+        c = c[c["rank"] == rank]
+    if c.empty:
+        return None
+    return c.sort_values("window_ns", ascending=False, kind="stable").iloc[0]
+
+
+def lead_in_fact(bl) -> str | None:
+    """The sentence naming what held back the run's longest lead-in, or None without one."""
+    top = _longest(bl, B.LEAD)
+    return None if top is None else f"{LEAD_FACT}, iteration {int(top['iteration'])}): {top['clause']}"
 _LATE_NOTES = ("borderline late entry", "late entry not tied")
 
 
 def _longest_late(bl, rank: int | None):
-    """The clause row (blame.CLAUSE_COLUMNS) of `rank`'s longest late-entry window, or None without
-    a merged trace or a window of that rank."""
-    if bl is None or rank is None:
-        return None
-    c = bl.late_entry_clauses()
-    c = c[c["rank"] == rank]
-    if c.empty:
-        return None
-    return c.sort_values("window_ns", ascending=False, kind="stable").iloc[0]
+    """The clause row of `rank`'s longest late-entry window, or None without a merged trace or a
+    window of that rank."""
+    return None if rank is None else _longest(bl, B.LATE, rank)
 
 
 def _fact(top) -> str:
@@ -117,9 +134,17 @@ def late_entry_fact(bl, rank: int | None) -> str | None:
 
 
 def with_step(v, bl, le):
-    """The verdict with the op before the late rank's entry named where it states the late entry:
-    a fact of a late-entry verdict, a note right after a late-entry note. One function for every
-    page, `epscope report` and the stored summary (the same sentence everywhere)."""
+    """The verdict with the op before the late rank's entry named where it states the late entry
+    (a fact of a late-entry verdict, a note right after a late-entry note), and the run's longest
+    lead-in named in a last note (lead_in_fact). One function for every page, `epscope report` and
+    the stored summary (the same sentences everywhere)."""
+    import dataclasses
+    v = _with_late(v, bl, le)
+    lead = lead_in_fact(bl)
+    return v if lead is None else dataclasses.replace(v, notes=tuple(v.notes) + (lead,))
+
+
+def _with_late(v, bl, le):
     import dataclasses
     fact = late_entry_fact(bl, None if le is None else le.rank)
     if fact is None:
@@ -137,7 +162,7 @@ def with_step(v, bl, le):
 def with_steps(run, tm, verdicts: dict, le) -> dict:
     """{page: verdict} with the op before entry named (with_step); unchanged for a run without
     PyTorch traces. tm: the run's TimeModel; le: its late_entry.LateEntry (or None)."""
-    if le is None or not run.manifest.get(FIELD):
+    if not run.manifest.get(FIELD):
         return verdicts
     _, bl = run_blame(run, tm)
     return {page: with_step(v, bl, le) for page, v in verdicts.items()}

@@ -42,3 +42,11 @@ def test_the_planted_op_is_named(name):
     assert any(want.op in s for s in torch_logic.sentences(bl))
     top = summary_field(run, None)["lead_in" if want.scope == "lead_in" else "late_entry"]
     assert (top["op"], top["side"], top["kernel"]) == (want.op, want.side, want.kernel)
+    # every page names it: the viewer's verdicts (critical path, idle warps, barriers) carry the sentence
+    from viewer import analyses
+    from viewer.catalog import Catalog
+    cat = Catalog([TRACES / name])
+    loaded = cat.load(cat.ids()[0])
+    for page in ("critical_path", "idle", "barriers"):
+        v = analyses.verdict(loaded, page)
+        assert any(want.op in x and top["clause"] in x for x in (*v.facts, *v.notes)), (page, v.notes)

@@ -7,7 +7,7 @@ from profiler.analysis import summary
 from profiler.commands.cli import main
 from profiler.commands.report import report
 from profiler.store.runstore import load_run, write_run
-from profiler.torchtrace.report import STEP_FACT
+from profiler.torchtrace.report import LEAD_FACT, STEP_FACT
 
 
 def _lines(v):
@@ -32,3 +32,12 @@ def test_every_page_the_report_and_the_summary_name_the_op(upstream, tmp_path, c
     sm = summary.summarize(load_run(run))
     for p in pages:
         assert sentence in sm["verdicts"][p]["facts"] + sm["verdicts"][p]["notes"], p
+    # the run's longest lead-in: one sentence, the same on every page, in the report and the summary
+    lead = {p: [x for x in _lines(v) if x.startswith(LEAD_FACT)] for p, v in pages.items()}
+    assert all(len(s) == 1 for s in lead.values()), lead
+    lead_sentence = lead["critical_path"][0]
+    assert all(s == [lead_sentence] for s in lead.values())
+    top = sm["op_before_entry"]["lead_in"]
+    assert top["clause"] in lead_sentence and lead_sentence in report(load_run(run))
+    for p in pages:
+        assert lead_sentence in sm["verdicts"][p]["notes"], p
