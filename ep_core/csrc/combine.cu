@@ -136,7 +136,7 @@ __device__ void send(const Args& a, const RowRegions& rows, const PeerPtrs& peer
 
 template <int kNumRanks>
 __device__ void reduce(const Args& a, const RowRegions& rows, const PeerPtrs& peers, const FailCtx& f,
-                       epscope::WarpRecorder& rec, epscope::Parked* parked) {
+                       epscope::WarpRecorder& rec) {
   const int me = f.rank, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int rb = blockIdx.x - a.num_sender_blocks, nrb = gridDim.x - a.num_sender_blocks;
   const int nvec = a.hidden * 2 / 16, K = a.num_topk;
@@ -172,7 +172,6 @@ __device__ void reduce(const Args& a, const RowRegions& rows, const PeerPtrs& pe
     if (!ok) break;  // no END: the trace keeps the wait open where this warp gave up
     rec.end(ph::kWaitData, last_peer);
     rec.begin(ph::kReduce, c);
-    rec.park(parked);
     const int end = min((c + 1) * a.chunk_size, a.num_tokens);
     for (int t = c * a.chunk_size + warp; t < end; t += kWarps) {
       int row[kNumRanks];
@@ -204,7 +203,6 @@ __device__ void reduce(const Args& a, const RowRegions& rows, const PeerPtrs& pe
         a.out_weights[int64_t(t) * K + lane] = w;
       }
     }
-    rec.unpark(parked);
     rec.end(ph::kReduce, c);
   }
 }
@@ -215,19 +213,10 @@ __global__ void __launch_bounds__(kNumThreads, 1) combine_kernel(Args a, RowRegi
   f = current_op(f);  // the epoch the op's barrier / notify opened (common.cuh)
   epscope::WarpRecorder rec;
   rec.init(prof);
-#if EPSCOPE_PROFILE
-  // each thread's recorder state across the reduce loop (WarpRecorder::park: its hot loop was 19
-  // stall cycles an iteration longer around the live state, 566 -> 585 at one rank; parked 569).
-  // Parking the sender's copy loop too moved nothing there and undid the gain at two ranks.
-  __shared__ epscope::Parked parked[kNumThreads];
-  epscope::Parked* const slot = parked + threadIdx.x;
-#else
-  epscope::Parked* const slot = nullptr;
-#endif
   if (int(blockIdx.x) < a.num_sender_blocks)
     send<kNumRanks>(a, rows, peers, f, rec);
   else
-    reduce<kNumRanks>(a, rows, peers, f, rec, slot);
+    reduce<kNumRanks>(a, rows, peers, f, rec);
   rec.finish();
 }
 

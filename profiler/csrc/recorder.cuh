@@ -105,13 +105,6 @@ __device__ __forceinline__ ClockPair clock_pair() {
   return ClockPair{c0 + ((c1 - c0) >> 1), g};
 }
 
-// A thread's recorder state held in shared memory across a hot loop (WarpRecorder::park).
-struct Parked {
-  char* base;
-  uint32_t next;
-  uint32_t last;
-};
-
 inline namespace EPSCOPE_VARIANT_NS {
 
 // The recorder's methods take the family's generated Phase / Barrier enums: their registry says
@@ -188,24 +181,6 @@ class WarpRecorder {
       store(next_ + 1, uint32_t(a.gt), (uint32_t(kKindAnchorNs) << kMetaKindShift) | (uint32_t(a.gt >> 32) & kHigh));
     }
     next_ += 2;
-  }
-
-  // Across a hot loop that records nothing, the recorder's state (4 registers) still stays live
-  // and ptxas lays the loop out around it: combine's reduce loop had 9 more instructions and 19
-  // more stall cycles an iteration in the instrumented build (benchmarks/results/
-  // sass-combine-1rank-cpu-2026-12-06-0e28355.md). park() stores the state in this thread's
-  // shared-memory slot and unpark() loads it back, so the loop runs with those registers free.
-  __device__ __forceinline__ void park(Parked* slot) {
-    volatile Parked* v = slot;
-    v->base = base_;
-    v->next = next_;
-    v->last = last_;
-  }
-  __device__ __forceinline__ void unpark(const Parked* slot) {
-    const volatile Parked* v = slot;
-    base_ = v->base;
-    next_ = v->next;
-    last_ = v->last;
   }
 
   // Close the region: how many slots were attempted (the decoder derives drops from it) and the
@@ -293,8 +268,6 @@ class WarpRecorder {
   template <class Id>
   __device__ __forceinline__ void depart(Id, uint32_t) { EPSCOPE_REQUIRE_ENUM(Id); }
   __device__ __forceinline__ void anchor() {}
-  __device__ __forceinline__ void park(Parked*) {}
-  __device__ __forceinline__ void unpark(const Parked*) {}
   __device__ __forceinline__ void finish() {}
 };
 
