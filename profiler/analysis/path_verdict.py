@@ -90,10 +90,20 @@ def straggler_verdict(st: ST.Straggler, page: str, warns, notes, facts=()) -> Ve
                    evidence=st.group)
 
 
+def _only_rank(g) -> int | None:
+    """The run's rank when it has one (its lanes name one), else None."""
+    ranks = IM.per_lane(g)["rank"].unique()
+    return int(ranks[0]) if len(ranks) == 1 else None
+
+
 def _every_host(d: Decision, cp, warns, notes) -> Verdict:
-    return Verdict(page="critical_path", alarm=True, cause=Cause.HOST_BOUND, rank=None,
+    # one rank: its host is the one the GPU waits for (named, as a planted host delay names it);
+    # several: every rank's, none later than the others (a late one is the late entry's verdict)
+    one = _only_rank(cp.graph)
+    where = "one rank" if one is not None else "no one rank later than the others"
+    return Verdict(page="critical_path", alarm=True, cause=Cause.HOST_BOUND, rank=one,
                    magnitude_ns=d.mean_ns, reference_ns=d.reference_mean_ns, n=d.n,
-                   detail=f"host time is {fmt_pct(d.share)} of the critical path, no one rank later than the others",
+                   detail=f"host time is {fmt_pct(d.share)} of the critical path, {where}",
                    facts=(f"decision: {HOST_SHARE} {fmt_ns(d.mean_ns)} per iteration, {d.describe()}", path_mix(cp)),
                    notes=tuple(notes), decisions=(d,), warnings=warns)
 

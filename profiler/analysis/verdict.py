@@ -154,6 +154,8 @@ def sentence(v: Verdict) -> str:
     if c is Cause.HOST_BOUND and v.rank is None:
         return f"host-bound: the GPUs wait for every rank's host; {v.detail}" if v.detail else \
             "host-bound: the GPUs wait for every rank's host"
+    if c is Cause.HOST_BOUND:   # one rank (path_verdict._every_host)
+        return f"host-bound: the GPU waits for rank {v.rank}'s host{d}"
     if c is Cause.RANK_IMBALANCE:
         ratio = f" ({v.ratio:.2f}× the other ranks' busy time)" if v.ratio and math.isfinite(v.ratio) else (
             " (the other ranks did none of that work)" if v.ratio else "")

@@ -207,7 +207,9 @@ def analyse(events, registry, launches=None):
     cp = critical_path(events, registry=registry, launches=launches)
     iw = idle_warps(events, registry=registry, launches=launches)
     bc = barrier_contention(events, registry=registry, launches=launches)
-    rank_barriers = bool(len(bc.occurrences)) and bool((bc.occurrences["scope"] == "rank").any())
+    # cross-rank barriers with someone to wait: on one rank nobody arrives last at them
+    rank_barriers = (bool(len(bc.occurrences)) and bool((bc.occurrences["scope"] == "rank").any())
+                     and events["rank"].nunique() > 1)
     return cp.verdict, iw.verdict, bc.verdict, rank_barriers
 
 
