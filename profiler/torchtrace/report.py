@@ -174,9 +174,10 @@ NONE_NAMED = "none named"
 
 @dataclass(frozen=True)
 class BeforeEntry:
-    """What a run's late rank (late_entry.LateEntry.rank) ran before its longest late entry, as
-    every page states it: `sentence` is late_entry_fact's, word for word; the other fields are
-    that clause's (op: the op named, '' when none was recorded then; op_ns: its time then)."""
+    """What a run's late rank (late_entry.LateEntry.rank) ran before its longest late entry, or,
+    in a run without one, what held back its longest lead-in, as every page states it: `sentence`
+    is late_entry_fact's (lead_in_fact's), word for word; the other fields are that clause's (op:
+    the op named, '' when none was recorded then; op_ns: its time then)."""
     run: str
     rank: int
     kernel: str
@@ -192,13 +193,19 @@ class BeforeEntry:
 
 
 def before_entry(name: str, bl, le) -> BeforeEntry | None:
-    """The run's BeforeEntry from its Blame (run_blame) and late-entry decision, None without a
-    merged trace, a late entry or a window of the late rank (then no page names an op either)."""
+    """The run's BeforeEntry from its Blame (run_blame) and late-entry decision: the late rank's
+    longest late entry (late_entry_fact's sentence); without one (one rank, or no rank entered
+    late) the run's longest lead-in (lead_in_fact's sentence, as every page states it); None
+    without a merged trace or either window."""
     top = _longest_late(bl, None if le is None else le.rank)
+    sentence = None if top is None else _fact(top)
+    if top is None:
+        top = _longest(bl, B.LEAD)
+        sentence = lead_in_fact(bl)
     if top is None:
         return None
     return BeforeEntry(run=name, rank=int(top["rank"]), kernel=str(top["kernel"]), iteration=int(top["iteration"]),
-                       op=str(top["name"]), op_ns=float(top["top_ns"]), sentence=_fact(top))
+                       op=str(top["name"]), op_ns=float(top["top_ns"]), sentence=sentence)
 
 
 def _side_phrase(side: list) -> tuple[frozenset, str]:

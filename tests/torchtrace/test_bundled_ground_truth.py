@@ -50,3 +50,24 @@ def test_the_planted_op_is_named(name):
     for page in ("critical_path", "idle", "barriers"):
         v = analyses.verdict(loaded, page)
         assert any(want.op in x and top["clause"] in x for x in (*v.facts, *v.notes)), (page, v.notes)
+
+
+def test_compare_of_the_two_names_each_sides_op():
+    """Compare of the GEMM run (A) against the host-delay run (B): one rank each, no late entry, so
+    each side's line is its longest lead-in, the sentence its pages carry, and the sides differ."""
+    if not {"torch-gemm-before-dispatch", "torch-host-before-dispatch"} <= set(RUNS):
+        pytest.skip("the ground-truth runs are not bundled")
+    from viewer import analyses
+    from viewer.catalog import Catalog
+    from viewer.pages.compare import logic
+
+    cat = Catalog([TRACES / "torch-gemm-before-dispatch", TRACES / "torch-host-before-dispatch"])
+    a, b = cat.ids()
+    named = {r: analyses.before_entry(cat, r) for r in (a, b)}
+    view = logic.before_entry_view([(cat.entry(a).name, named[a])], [(cat.entry(b).name, named[b])])
+    ops = {cat.entry(r).name: named[r].op for r in (a, b)}
+    assert ops == {"torch-gemm-before-dispatch": "aten::mm", "torch-host-before-dispatch": "planted_host_delay"}
+    for r in (a, b):
+        page = analyses.verdict(cat.load(r), "critical_path")
+        assert named[r].sentence in page.notes
+    assert view.differ and "aten::mm before notify on rank 0" in view.differ and "planted_host_delay" in view.differ
