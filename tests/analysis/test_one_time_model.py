@@ -18,7 +18,10 @@ import importlib
 from profiler.analysis import graph as G
 from profiler.analysis import imbalance as IM
 from profiler.analysis import summary
+from profiler.analysis import late_entry as LE
+from profiler.analysis.path_walk import iteration_totals
 from profiler.analysis.timemodel import time_model
+from profiler.torchtrace.report import with_steps
 from profiler.analysis.decision import from_json as decision_from_json
 from profiler.commands.report import report
 from profiler.store.runstore import load_run
@@ -37,7 +40,11 @@ def _analysed(name: str):
     iw = idle_warps(r.events, registry=reg, launches=r.launches)
     bc = barrier_contention(r.events, registry=reg, launches=r.launches)
     g = G.build(r.events, reg, r.launches)
-    return r, g, cp.verdict, iw.verdict, bc.verdict
+    # a run with attached PyTorch traces: the verdicts as the pages state them, the op before entry
+    # named (profiler.torchtrace.report.with_steps; unchanged for a run without traces)
+    vs = with_steps(r, time_model(g), {"critical_path": cp.verdict, "idle": iw.verdict, "barriers": bc.verdict},
+                    LE.decision(g, iteration_totals(g)))
+    return r, g, vs["critical_path"], vs["idle"], vs["barriers"]
 
 
 @pytest.mark.parametrize("name", RUNS)
