@@ -5,6 +5,7 @@ its text section and its summary field. One computation (style rule 16): every r
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..analysis.verdict import fmt_ns
@@ -92,6 +93,7 @@ STEP_FACT = "the op before entry (PyTorch trace"
 # on every page: on one rank there is no late entry, and this is the time before the op that the
 # critical path's host and launch-and-queue shares count
 LEAD_FACT = "the longest wait before a kernel (PyTorch trace"
+_LATE_NOTES = ("borderline late entry", "late entry not tied")
 
 
 def _longest(bl, scope: str, rank: int | None = None):
@@ -109,11 +111,17 @@ def _longest(bl, scope: str, rank: int | None = None):
     return c.sort_values("window_ns", ascending=False, kind="stable").iloc[0]
 
 
+def _longest_lead(bl):
+    """The clause row of the run's longest lead-in, None without one of MIN_LEAD_NS or more (what
+    the report lists: shorter is launch overhead)."""
+    top = _longest(bl, B.LEAD)
+    return None if top is None or float(top["window_ns"]) < MIN_LEAD_NS else top
+
+
 def lead_in_fact(bl) -> str | None:
     """The sentence naming what held back the run's longest lead-in, or None without one."""
-    top = _longest(bl, B.LEAD)
+    top = _longest_lead(bl)
     return None if top is None else f"{LEAD_FACT}, iteration {int(top['iteration'])}): {top['clause']}"
-_LATE_NOTES = ("borderline late entry", "late entry not tied")
 
 
 def _longest_late(bl, rank: int | None):
@@ -138,14 +146,12 @@ def with_step(v, bl, le):
     (a fact of a late-entry verdict, a note right after a late-entry note), and the run's longest
     lead-in named in a last note (lead_in_fact). One function for every page, `epscope report` and
     the stored summary (the same sentences everywhere)."""
-    import dataclasses
     v = _with_late(v, bl, le)
     lead = lead_in_fact(bl)
     return v if lead is None else dataclasses.replace(v, notes=tuple(v.notes) + (lead,))
 
 
 def _with_late(v, bl, le):
-    import dataclasses
     fact = late_entry_fact(bl, None if le is None else le.rank)
     if fact is None:
         return v
@@ -200,7 +206,7 @@ def before_entry(name: str, bl, le) -> BeforeEntry | None:
     top = _longest_late(bl, None if le is None else le.rank)
     sentence = None if top is None else _fact(top)
     if top is None:
-        top = _longest(bl, B.LEAD)
+        top = _longest_lead(bl)
         sentence = lead_in_fact(bl)
     if top is None:
         return None
