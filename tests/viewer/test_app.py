@@ -249,8 +249,11 @@ def test_compare_callback(app):
 def test_perfetto_download_route(app):
     c = app.server.test_client()
     r = c.get("/download/late.perfetto-trace")
-    assert r.status_code == 200 and len(r.data) > 100
-    assert "attachment" in r.headers["Content-Disposition"]
+    try:
+        assert r.status_code == 200 and len(r.data) > 100
+        assert "attachment" in r.headers["Content-Disposition"]
+    finally:
+        r.close()   # the response streams the exported file: a WSGI server closes it after sending
     assert c.get("/download/nope.perfetto-trace").status_code == 404
     # an encoded path does not match the download route at all: Dash's page route answers with
     # the app shell, never a file

@@ -238,4 +238,7 @@ def test_a_run_of_a_long_name_downloads(tmp_path):
     app = create_app([tmp_path / "root"], cache_dir=tmp_path / "cache")
     (run_id,) = app.catalog.ids()
     r = app.server.test_client().get(f"/download/{run_id}.perfetto-trace")
-    assert r.status_code == 200 and len(r.data) > 1000
+    try:
+        assert r.status_code == 200 and len(r.data) > 1000
+    finally:
+        r.close()   # the response streams the exported file: a WSGI server closes it after sending
