@@ -10,7 +10,7 @@
 # Both tune steps update $OUT/tuned.json, started from the committed ep_core/tuned.json (so its other
 # entries stay as they are: commit the result as ep_core/tuned.json).
 set -uo pipefail
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source benchmarks/gpu/env.sh   # the checkout on PYTHONPATH, NVLink multicast off
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16}
 # builds under the repo's git-ignored build/: a later device call on the same (warm) machine reuses
 # them (the catalogue's builds serve `epscope ab`'s side for this tree and `epscope tune`)

@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
     *) echo "catalogue_gpu.sh: unknown argument $1 (--only KEYS | --late-entry)" >&2; exit 2 ;;
   esac
 done
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source benchmarks/gpu/env.sh   # the checkout on PYTHONPATH, NVLink multicast off
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16}
 # builds under the repo's git-ignored build/: a later device call on the same (warm) machine reuses
 # them (the catalogue's builds serve `epscope ab`'s side for this tree and `epscope tune`)

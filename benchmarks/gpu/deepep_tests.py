@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from ep_core.launch import NO_MULTICAST_ENV
+
 ENV_DIR = "EPSCOPE_DEEPEP_DIR"
 # The scripts and the expert count each uses by default (their argparse defaults at DeepEP
 # 567632d); a rank count must divide it (both scripts assert num_experts % num_ranks == 0).
@@ -33,9 +37,9 @@ SCRIPTS = {"test_intranode.py": 256, "test_low_latency.py": 288}
 SHIM = '''"""deep_ep resolving to ep_core (epscope benchmarks/gpu/deepep_tests.py writes this file)."""
 from ep_core import Buffer, Config, EventOverlap, topk_idx_t  # noqa: F401
 '''
-# never NVLink multicast on the lent machines; the rest as the device notes ask
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
-            "PYTHONUNBUFFERED": "1"}
+# never NVLink multicast on the lent machines (ep_core.launch's variables, the ones its rank
+# processes get); output unbuffered
+SAFE_ENV = {**NO_MULTICAST_ENV, "PYTHONUNBUFFERED": "1"}
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@
 # writes lands under $OUT (logs, results JSON, traces tarball).
 #   run (device tool): bash benchmarks/gpu/ep_gpu.sh
 set -uo pipefail
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source benchmarks/gpu/env.sh   # the checkout on PYTHONPATH, NVLink multicast off
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=32
 OUT=${OUT:-/tmp/ep_gpu_out}
 mkdir -p "$OUT"

@@ -17,7 +17,7 @@
 # Parts can be skipped: TESTS=0 / BENCH=0 / RECORDER=0; DEEPEP=0 skips DeepEP (quotes measured-facts).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source benchmarks/gpu/env.sh   # the checkout on PYTHONPATH, NVLink multicast off
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" MAX_JOBS="${MAX_JOBS:-32}"
 OUT="${OUT:-/tmp/hostcost_out}"
 mkdir -p "$OUT"

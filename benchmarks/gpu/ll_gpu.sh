@@ -14,7 +14,7 @@
 # per-job report), the table (ll-*.md, ll-*.json), the story runs in three tarballs
 # (ll_traces_{1,2,3}.tar.gz, each well under 16 MiB). The summary is printed last.
 set -uo pipefail
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source benchmarks/gpu/env.sh   # the checkout on PYTHONPATH, NVLink multicast off
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=32
 OUT=${OUT:-/tmp/ll_gpu_out}
 mkdir -p "$OUT"

@@ -17,7 +17,7 @@
 # Usage (repo root): OUT=/tmp/out EP_COMMIT=<commit> bash benchmarks/gpu/recorder_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source benchmarks/gpu/env.sh   # the checkout on PYTHONPATH, NVLink multicast off
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" MAX_JOBS="${MAX_JOBS:-16}"
 export EPSCOPE_BUILD_DIR=${EPSCOPE_BUILD_DIR:-$PWD/build/epscope}
 OUT="${OUT:-/tmp/epscope-recorder-out}"

@@ -13,7 +13,7 @@
 # Any step can be skipped: TESTS=0 BENCH=0 STORIES=0 VERDICTS=0 (the verdict test then runs on the CPU
 # from tma_traces.tar.gz: EPSCOPE_VERDICT_RUNS=<untarred>/traces pytest tests/analysis/test_verdicts.py).
 set -uo pipefail
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source benchmarks/gpu/env.sh   # the checkout on PYTHONPATH, NVLink multicast off
 export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16}
 export EPSCOPE_BUILD_DIR=${EPSCOPE_BUILD_DIR:-$PWD/build/epscope}
 OUT=${OUT:-/tmp/tma_gpu_out}
