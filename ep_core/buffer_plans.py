@@ -61,6 +61,12 @@ def _align(n: int, a: int = REGION_ALIGN) -> int:
     return (n + a - 1) // a * a
 
 
+def _role_blocks(num_blocks: int, num_senders: int) -> int:
+    """Blocks of the smaller role, for the profile capacity bound (_prof_geometry): senders or
+    receivers; every block when a one-rank combine has no senders."""
+    return min(num_senders, max(num_blocks - num_senders, 1)) if num_senders else num_blocks
+
+
 class BufferPlans:
     """Argument checks, row regions, block split and plans of ep_core.Buffer (see the module docstring)."""
 
@@ -220,8 +226,7 @@ class BufferPlans:
         tma = _kernel_tma_buffers(config, hook) > 0
         prof_kernel = self._prof_geometry("dispatch", num_blocks, warps,
                                           units=0 if tma else self.group_size * handle.num_chunks,
-                                          role_blocks=(min(num_senders, max(num_blocks - num_senders, 1))
-                                                       if num_senders else num_blocks))
+                                          role_blocks=_role_blocks(num_blocks, num_senders))
         prof_open = self._prof_geometry("barrier", 1, 1) if open_op else None
         if not hook:
             return _Plan(config, cpp, prof_open, prof_kernel)
@@ -280,8 +285,7 @@ class BufferPlans:
                          self._prof_geometry("combine", 1, 1), self._prof_geometry("combine", num_blocks, warps))
         prof_kernel = self._prof_geometry("combine", num_blocks, warps,
                                           units=0 if tma else self.group_size * handle.num_chunks,
-                                          role_blocks=(min(num_senders, max(num_blocks - num_senders, 1))
-                                                       if num_senders else num_blocks))
+                                          role_blocks=_role_blocks(num_blocks, num_senders))
         return _Plan(config, cpp, prof_open, prof_kernel)
 
     def _check_fresh_dispatch(self, T: int, num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert, topk_idx,
