@@ -5,7 +5,8 @@
 # machine reuses them.
 #   JOBS="recorder deepep" OUT=... EPSCOPE_DEEPEP_DIR=<DeepEP checkout> bash benchmarks/gpu/onegpu_session.sh
 #   JOBS=torch_gt ...                    (issue 30's ground truth)
-# Caps (seconds) per job: CAP_recorder, CAP_deepep, CAP_torch_gt, CAP_tests (every one-GPU test); a job cut by its cap still packs
+# Caps (seconds) per job: CAP_recorder, CAP_deepep, CAP_torch_gt, CAP_tests (every one-GPU test), CAP_ep_cost, CAP_ncu
+# (issue 33's Nsight Compute run); a job cut by its cap still packs
 # what it wrote.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,8 +17,8 @@ OUT=${OUT:?set OUT}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | tail -n 2
 fi
-declare -A SCRIPT=([recorder]=recorder_gpu.sh [deepep]=deepep_gpu.sh [torch_gt]=torch_gt_gpu.sh [tests]=onegpu_tests.sh [ep_cost]=ep_cost_gpu.sh)
-declare -A CAP=([recorder]=${CAP_recorder:-360} [deepep]=${CAP_deepep:-220} [torch_gt]=${CAP_torch_gt:-500} [tests]=${CAP_tests:-300} [ep_cost]=${CAP_ep_cost:-200})
+declare -A SCRIPT=([recorder]=recorder_gpu.sh [deepep]=deepep_gpu.sh [torch_gt]=torch_gt_gpu.sh [tests]=onegpu_tests.sh [ep_cost]=ep_cost_gpu.sh [ncu]=ep_ncu_gpu.sh)
+declare -A CAP=([recorder]=${CAP_recorder:-360} [deepep]=${CAP_deepep:-220} [torch_gt]=${CAP_torch_gt:-500} [tests]=${CAP_tests:-300} [ep_cost]=${CAP_ep_cost:-200} [ncu]=${CAP_ncu:-560})
 for job in ${JOBS:?set JOBS}; do
   t0=$(date +%s)
   mkdir -p "/tmp/session/$job"
