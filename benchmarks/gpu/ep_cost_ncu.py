@@ -112,7 +112,9 @@ def ncu_worker(ctx, opts):
     """Per mode: `warm` unmeasured-by-intent (dispatch, combine) pairs, then `count` more. ncu profiles
     every matching launch; the list of launches in order lets the report's IDs be read by mode."""
     buffer, configs = _setup(ctx, opts["sms"])
-    launches = []   # one entry per dispatch / combine kernel launched here, in launch order
+    # one entry per dispatch / combine kernel launched here, in launch order; _setup's first
+    # dispatch of each SM count (the handle's) comes first
+    launches = [{"kernel": "dispatch_kernel", "mode": "setup", "sms": sms, "warm": True} for sms in opts["sms"]]
     for sms, fns_by_mode in configs.items():
         for m in MODES:
             for i in range(opts["warm"] + opts["count"]):
