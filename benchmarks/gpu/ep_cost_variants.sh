@@ -4,7 +4,8 @@
 # build directory, built in parallel, run one after another (each process compares its own
 # compiled-out and instrumented builds, so the percentages do not depend on the order).
 #   VARIANTS="label=TREE[:NVCC_FLAGS] ..." OUT=... bash benchmarks/gpu/ep_cost_variants.sh
-# e.g. VARIANTS="main=.stage/expA new=. new_park=.:-DEXP_PARK". Then, where TESTS names a label,
+# e.g. VARIANTS="main=.stage/expA new=. new_x=.:-DSOME_MACRO" (.stage/expA: `git archive` of an older
+# commit's ep_core, profiler and benchmarks/gpu, carried). Then, where TESTS names a label,
 # the one-GPU tests run against that variant's tree and build.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
