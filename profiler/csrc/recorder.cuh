@@ -124,7 +124,7 @@ class WarpRecorder {
   // Same, for kernels that number their warps themselves (e.g. a persistent kernel whose warp
   // plays several roles): region = block * warps_per_block + warp.
   __device__ __forceinline__ void init(void* buf, uint32_t block, uint32_t warp) {
-    buf_ = static_cast<char*>(buf);
+    base_ = nullptr;
     next_ = 0;
     last_ = 0;
     if (buf == nullptr) return;
@@ -136,14 +136,17 @@ class WarpRecorder {
     // memory; the decoder reports those regions as UNUSED. Only lane 0 records (last_ = 0 on lanes
     // 1..31: one predicate for the kernel's whole life, see put()).
     // An odd capacity would put the next regions' 16-byte headers 8 bytes off (a misaligned
-    // 16-byte store faults the kernel): the host rounds it up (pool.region_capacity). A region
-    // whose last slot is past kMaxSlot records nothing either (the slot counters are 32-bit).
-    if (warp >= wpb || region >= hdr->num_regions || cap == 0 || (cap & 1u) != 0 || lane_id() != 0) return;
-    const uint64_t first = region_first_slot(region, cap);
-    if (first + kHeaderSlots + cap - 1 > uint64_t(kMaxSlot)) return;
-    next_ = uint32_t(first) + kHeaderSlots;
-    last_ = uint32_t(first) + kHeaderSlots + cap - 1;  // > 0: the recorder is on
-    RegionHeader* rh = region_header(uint32_t(first));
+    // 16-byte store faults the kernel): the host rounds it up (pool.region_capacity).
+    if (warp >= wpb || region >= hdr->num_regions || cap == 0 || (cap & 1u) != 0 ||
+        cap > 0xffffffffu - kHeaderSlots || lane_id() != 0)
+      return;
+    // base_ is this warp's region, not the buffer: a value the compiler cannot re-read from the
+    // kernel's parameter bank, so a record adds its slot to a register instead of waiting on a
+    // constant load (an LDC per record, which the first format-2 build paid: NOTES.md issue 22).
+    base_ = static_cast<char*>(buf) + sizeof(BufferHeader) + uint64_t(region) * (sizeof(RegionHeader) + uint64_t(cap) * sizeof(Record8));
+    next_ = kHeaderSlots;
+    last_ = kHeaderSlots + cap - 1;  // > 0: the recorder is on
+    RegionHeader* rh = region_header();
     rh->sm = smid();
     rh->block = block;
     rh->warp = static_cast<uint16_t>(warp);
@@ -184,15 +187,11 @@ class WarpRecorder {
   // end anchor.
   __device__ __forceinline__ void finish() {
     if (last_ != 0) {
-      // the region's first slot from its last: the capacity is read back from the buffer's header
-      // once per warp, so that the state kept live through the kernel is two registers
-      const uint32_t cap = reinterpret_cast<const BufferHeader*>(buf_)->region_capacity;
-      const uint32_t first = last_ + 1 - cap - kHeaderSlots;
-      RegionHeader* rh = region_header(first);
+      RegionHeader* rh = region_header();
       const ClockPair a = clock_pair();
       rh->clk_end = a.clk;
       rh->gt_end = a.gt;
-      rh->attempted = next_ - (first + kHeaderSlots);
+      rh->attempted = next_ - kHeaderSlots;
       rh->state = kRegionFinished;
     }
     last_ = 0;
@@ -201,23 +200,13 @@ class WarpRecorder {
  private:
   static constexpr uint32_t kHeaderSlots = sizeof(RegionHeader) / sizeof(Record8);  // 8: the header in slots
   static_assert(sizeof(RegionHeader) % sizeof(Record8) == 0, "slot arithmetic: the region header is whole slots");
-  static_assert(sizeof(BufferHeader) % sizeof(Record8) == 0, "slot arithmetic: the buffer header is whole slots");
-  // Slots are counted from the buffer's start in 32 bits; the last slot of a region that records
-  // is at most kMaxSlot (layout.toml: 2^31 - 1, a 16 GiB buffer), so a warp can count 2^31 dropped
-  // records past its sink before `next_` could wrap into another warp's region.
-  static_assert(kMaxSlot <= 0x7FFFFFFFu, "slot counters need 2^31 of headroom for drops");
 
-  __device__ __forceinline__ static uint64_t region_first_slot(uint32_t region, uint32_t cap) {
-    return sizeof(BufferHeader) / sizeof(Record8) + uint64_t(region) * (kHeaderSlots + cap);
-  }
-  __device__ __forceinline__ RegionHeader* region_header(uint32_t first) const {
-    return reinterpret_cast<RegionHeader*>(buf_ + uint64_t(first) * sizeof(Record8));
-  }
+  __device__ __forceinline__ RegionHeader* region_header() const { return reinterpret_cast<RegionHeader*>(base_); }
 
-  // One 8-byte store at `slot`, clamped to the overflow sink (the last slot keeps the latest
-  // dropped record; the decoder counts drops from `attempted`).
+  // One 8-byte slot store at min(slot, last_): a full region clamps into its last slot (the
+  // overflow sink), so no record compares against the capacity.
   __device__ __forceinline__ void store(uint32_t slot, uint32_t lo, uint32_t hi) const {
-    const uint64_t dst = __cvta_generic_to_global(buf_) + uint64_t(min(slot, last_)) * sizeof(Record8);
+    const uint64_t dst = __cvta_generic_to_global(base_) + uint64_t(min(slot, last_)) * sizeof(Record8);
     asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst), "r"(lo), "r"(hi));
   }
 
@@ -229,19 +218,15 @@ class WarpRecorder {
   // predicate put a 13-cycle ISETP latency in front of every store). A narrow payload is
   // saturated (one VIMNMX; none for a constant). With recording off at run time (null buffer) or
   // on lanes 1..31 the predicate is false: the instructions issue but read no timer and store
-  // nothing. The address is the buffer plus the slot: where registers are free ptxas keeps the
-  // buffer in one (record_cost's loop is as before), where they are not it re-reads the kernel
-  // parameter (an LDC; the first format-2 build paid one per record, NOTES.md issue 22) rather
-  // than lay a hot loop out around it. History (benchmarks/NOTES.md): C++ branches 83 cycles a
-  // record; globaltimer + bound predicate 37-42; a deferred store 78-85; format 2 (16-byte store,
-  // clock64) 28.65 / 36.4 on 1x1 / 132x4, of which the 16-byte store alone 25.2 / 27.95 and an
-  // 8-byte one 19.2 / 20.7; format 3 with a per-warp region pointer 26.15 / 25.9 (H100).
+  // nothing. History (benchmarks/NOTES.md): C++ branches 83 cycles a record; globaltimer + bound
+  // predicate 37-42; a deferred store 78-85; format 2 (16-byte store, clock64) 28.65 / 36.4 on
+  // 1x1 / 132x4, of which the 16-byte store alone 25.2 / 27.95 and an 8-byte one 19.2 / 20.7.
   template <class Id>
   __device__ __forceinline__ void put(uint8_t kind, Id id, uint32_t payload) {
     EPSCOPE_REQUIRE_ENUM(Id);
     const bool wide = payload_wide(id);  // the family's registry, through ADL: a constant at most sites
     if (last_ != 0) {
-      const uint64_t dst = __cvta_generic_to_global(buf_) + uint64_t(min(next_, last_)) * sizeof(Record8);
+      const uint64_t dst = __cvta_generic_to_global(base_) + uint64_t(min(next_, last_)) * sizeof(Record8);
       const uint32_t meta = record_head(kind, id) | min(payload, kMetaPayloadMax);
       asm volatile(
           "{\n\t"
@@ -258,13 +243,11 @@ class WarpRecorder {
     next_ += wide ? 2u : 1u;  // counts drops too: nothing is dropped silently
   }
 
-  // The state a warp keeps live through its kernel: two registers. `buf_` is the launch's buffer,
-  // in the kernels the kernel parameter itself, which ptxas reads from the constant bank where it
-  // is used rather than holding it in a register (the region pointer of format 3's first build
-  // was two more registers, and the instrumented combine's reduce loop was laid out around them:
-  // 9 more instructions an iteration, +2.2 % with recording off; benchmarks/NOTES.md, issue 33).
-  char* buf_ = nullptr;
-  uint32_t next_ = 0;  // slot (8-byte unit from buf_) of this warp's next record; counts drops too
+  // The whole state, 4 registers: this warp's region (2: a register, not the parameter bank, see
+  // init), its next slot and its last slot. Format 1 kept 3 (the buffer from the parameter bank);
+  // the first instrumented build kept 8, which cost EP copy loops registers (NOTES.md issue 9).
+  char* base_ = nullptr;  // this warp's RegionHeader; its slots follow it
+  uint32_t next_ = 0;  // slot (8-byte unit from base_) of this warp's next record; counts drops too
   uint32_t last_ = 0;  // this warp's last slot, the overflow sink; 0: off (lanes 1..31, no region, finished)
 };
 

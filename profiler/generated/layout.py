@@ -3,7 +3,6 @@ import numpy as np
 
 MAGIC = 0x43535045
 VERSION = 3
-MAX_SLOT = 0x7FFFFFFF  # the last slot a buffer may have (format 3)
 
 KIND_EMPTY = 0
 KIND_BEGIN = 1

@@ -60,12 +60,6 @@ def make_header(*, registry_hash: int, num_regions: int, capacity: int, rank: in
     if capacity % 2:
         raise SessionError(f"region capacity {capacity} is odd: its regions' 16-byte headers would sit 8 bytes off "
                            "(region_capacity rounds a request up)")
-    last_slot = buffer_bytes(num_regions, capacity) // L.RECORD8_SIZE - 1
-    if last_slot > L.MAX_SLOT:
-        raise SessionError(f"a profile buffer of {num_regions} regions x {capacity} slots is "
-                           f"{buffer_bytes(num_regions, capacity) / 2**30:.1f} GiB: the recorder counts slots in 32 bits "
-                           f"and takes at most {(L.MAX_SLOT + 1) * L.RECORD8_SIZE / 2**30:.0f} GiB a launch "
-                           "(profiler/layout.toml, max_slot); record fewer records a warp")
     h = np.zeros(1, L.BUFFERHEADER_DTYPE)
     h["magic"], h["version"] = L.MAGIC, L.VERSION
     h["flags"] = L.FLAGS_HIRES  # formats 2-3: every record is clock64 cycles, whatever `hires` asks

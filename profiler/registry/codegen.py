@@ -86,8 +86,7 @@ def layout_cuh(lay: dict) -> str:
     out = [f"// {_BANNER.format(src='profiler/layout.toml')}", "#pragma once", "#include <cstdint>",
            "#include <cstddef>", "", "namespace epscope {", "",
            f"constexpr uint32_t kMagic = 0x{lay['magic']:08X}u;",
-           f"constexpr uint16_t kVersion = {lay['version']};",
-           f"constexpr uint32_t kMaxSlot = 0x{lay['max_slot']:08X}u;  // the last slot a buffer may have (format 3)", ""]
+           f"constexpr uint16_t kVersion = {lay['version']};", ""]
     for group, prefix in (("kinds", "kKind"), ("region_state", "kRegion"), ("flags", "kFlag")):
         for k, v in lay[group].items():
             out.append(f"constexpr uint{8 if group == 'kinds' else 16}_t {prefix}{_camel(k.lower())[1:]} = {v};")
@@ -114,8 +113,7 @@ def layout_cuh(lay: dict) -> str:
 
 def layout_py(lay: dict) -> str:
     out = [f'"""{_BANNER.format(src="profiler/layout.toml")}"""', "import numpy as np", "",
-           f"MAGIC = 0x{lay['magic']:08X}", f"VERSION = {lay['version']}",
-           f"MAX_SLOT = 0x{lay['max_slot']:08X}  # the last slot a buffer may have (format 3)", ""]
+           f"MAGIC = 0x{lay['magic']:08X}", f"VERSION = {lay['version']}", ""]
     for group in ("kinds", "region_state", "flags"):
         for k, v in lay[group].items():
             out.append(f"{group.upper()}_{k} = {v}" if group != "kinds" else f"KIND_{k} = {v}")

@@ -295,23 +295,3 @@ def test_an_odd_capacity_gets_one_more_slot_so_every_header_stays_16_byte_aligne
     with pytest.raises(SessionError, match="odd"):
         make_header(registry_hash=P.REGISTRY_HASH, num_regions=1, capacity=7, rank=0, launch_id=0,
                     warps_per_block=1, hires=False)
-
-
-def test_a_buffer_past_the_recorders_32_bit_slot_count_is_refused_where_it_is_made():
-    """The recorder counts a warp's slots in 32 bits from the buffer's start (two registers of
-    state; issue 33) and leaves 2^31 of headroom for dropped records: the last slot of a buffer is
-    at most layout.toml's max_slot (16 GiB). The largest buffer within it is made; one slot more
-    is refused, naming the limit, rather than handed to a kernel whose far regions record nothing."""
-    from profiler.record.pool import make_header
-
-    regions = 4096
-    fits = ((L.MAX_SLOT + 1) * L.RECORD8_SIZE - L.BUFFERHEADER_SIZE) // regions // L.RECORD8_SIZE
-    fits -= (L.REGIONHEADER_SIZE // L.RECORD8_SIZE) + (fits - L.REGIONHEADER_SIZE // L.RECORD8_SIZE) % 2
-    assert fits % 2 == 0 and buffer_bytes(regions, fits) // L.RECORD8_SIZE - 1 <= L.MAX_SLOT
-    make_header(registry_hash=P.REGISTRY_HASH, num_regions=regions, capacity=fits, rank=0, launch_id=0,
-                warps_per_block=8, hires=True)
-    too_many = fits + 2
-    assert buffer_bytes(regions, too_many) // L.RECORD8_SIZE - 1 > L.MAX_SLOT
-    with pytest.raises(SessionError, match="16 GiB"):
-        make_header(registry_hash=P.REGISTRY_HASH, num_regions=regions, capacity=too_many, rank=0, launch_id=0,
-                    warps_per_block=8, hires=True)

@@ -7,7 +7,6 @@ namespace epscope {
 
 constexpr uint32_t kMagic = 0x43535045u;
 constexpr uint16_t kVersion = 3;
-constexpr uint32_t kMaxSlot = 0x7FFFFFFFu;  // the last slot a buffer may have (format 3)
 
 constexpr uint8_t kKindEmpty = 0;
 constexpr uint8_t kKindBegin = 1;
