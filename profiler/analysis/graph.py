@@ -33,7 +33,7 @@ from . import edges as E
 from . import unfinished
 from .intervals import (BARRIER, GAP, HOST, IDLE, LAUNCH, SEG_KINDS, WAIT, WORK,  # noqa: F401 (re-exported)
                         Intervals, intervals)
-from .keys import index_dtype, ranges  # noqa: F401 (re-exported: the analyses' verdicts use it)
+from .keys import index_dtype, ranges, used_codes  # noqa: F401 (re-exported: the analyses' verdicts use it)
 from .lanes import lanes as _lanes, table as _table
 from .points import owners, points, segments
 from .semantics import Semantics, semantics, undeclared
@@ -168,8 +168,9 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
         E.host_sync_edges(t, pts, launches, e, seg.d)
     lat, bind = E.binding(pts, iv, iv_pb, iv_pe, e)
 
-    span_phases = t.phase_names[np.unique(t.phase_c[t.kind["span"] | t.kind["instant"]])] if t.n else []
-    bar_names = t.phase_names[np.unique(t.phase_c[iv.arr_rows])] if len(iv.arr_rows) else []
+    n_ph = len(t.phase_names)
+    span_phases = t.phase_names[used_codes(t.phase_c[t.kind["span"] | t.kind["instant"]], n_ph)] if t.n else []
+    bar_names = t.phase_names[used_codes(t.phase_c[iv.arr_rows], n_ph)] if len(iv.arr_rows) else []
     warns = tuple(sem.warnings) + tuple(undeclared(sem, span_phases, bar_names))
     src_row = np.where(iv.row >= 0, iv.row, iv.arr_row)
     return Graph(
