@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import BARRIER, WAIT, Intervals
-from .keys import asof_latest, pack
+from .keys import asof_latest, pack, used_codes
 from .lanes import Lanes, Table
 from .points import Points
 from .semantics import Semantics
@@ -76,7 +76,7 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
         return
     wrow = iv.row[wait_iv]
     rel_name_of_phase = [sem.release_of(p) for p in t.phase_names]
-    targets = sorted({rel_name_of_phase[c] for c in np.unique(t.phase_c[wrow])} - {""})
+    targets = sorted({rel_name_of_phase[c] for c in used_codes(t.phase_c[wrow], len(t.phase_names))} - {""})
     if not targets:
         return
     tgt_of_phase = np.array([targets.index(r) if r in targets else -1 for r in rel_name_of_phase], dtype=np.int64)
@@ -112,8 +112,12 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
 
     kr = key(rel_g, it[rel_rows], t.kernel_c[rel_rows], rank[rel_rows].astype(np.int64), t.payload[rel_rows])
     kq = key(q_g, it[wrow], t.kernel_c[wrow], t.payload[wrow], rank[wrow].astype(np.int64))
-    hit = asof_latest(np.where(kr >= 0, kr, -2), t.e_rel[rel_rows], np.where(kq >= 0, kq, -3), t.e_rel[wrow])
-    ok = (hit >= 0) & (kq >= 0)
+    q_ok = kq >= 0
+    kr[kr < 0] = -2                          # a release or wait naming no rank matches nothing
+    kq[~q_ok] = -3
+    hit = asof_latest(kr, t.e_rel[rel_rows], kq, t.e_rel[wrow])
+    del kr, kq
+    ok = (hit >= 0) & q_ok
     wi, rr = wait_iv[ok], rel_rows[hit[ok]]
     p_end = iv_pe[wi]
     rel = t.e_rel[rr] + t.t0

@@ -33,7 +33,7 @@ from . import edges as E
 from . import unfinished
 from .intervals import (BARRIER, GAP, HOST, IDLE, LAUNCH, SEG_KINDS, WAIT, WORK,  # noqa: F401 (re-exported)
                         Intervals, intervals)
-from .keys import ranges  # noqa: F401 (re-exported: the analyses' verdicts use it)
+from .keys import index_dtype, ranges, used_codes  # noqa: F401 (re-exported: the analyses' verdicts use it)
 from .lanes import lanes as _lanes, table as _table
 from .points import owners, points, segments
 from .semantics import Semantics, semantics, undeclared
@@ -47,13 +47,13 @@ class Graph:
     t0: int
     # points (sorted by lane, time)
     pt_t: np.ndarray             # int64 absolute ns
-    pt_lane: np.ndarray          # int64
+    pt_lane: np.ndarray          # int64 (kept wide: analyses compute keys from it)
     # incoming segment of each point (p-1 -> p); for a lane's first point the 'launch' pseudo-segment
     seg_kind: np.ndarray         # int8 codes into SEG_KINDS
     seg_phase: np.ndarray        # int32 code into phase_names, -1 for gaps / launch
-    seg_owner: np.ndarray        # int64 interval index, -1 if none
+    seg_owner: np.ndarray        # interval index, -1 if none
     d: np.ndarray                # int64 own duration in the recurrence
-    src: np.ndarray              # int64 cross predecessor point, -1 if none
+    src: np.ndarray              # cross predecessor point, -1 if none
     lat: np.ndarray              # int64 recorded latency src -> p (valid where src >= 0)
     binding: np.ndarray          # bool: cross edge is the binding predecessor in recorded time
     rel_t: np.ndarray            # int64 recorded release time (valid where src >= 0)
@@ -73,6 +73,9 @@ class Graph:
     iv_kernel: np.ndarray        # kernel code of the interval's row (into kernel_names)
     iv_launch: np.ndarray        # launch of the interval's row
     iv_unfinished: np.ndarray    # the kernel never ended it (closed where the kernel stopped)
+    # The index arrays (seg_owner, src, iv_row, iv_arr_row, iv_pb, iv_pe, row_pb, row_pe and the
+    # edges' point arrays) are int32 while the chunk's points and rows fit (keys.index_dtype):
+    # index with them, widen before arithmetic.
     # event rows -> points (for re-timing the table); -1 where the row has no point
     row_pb: np.ndarray
     row_pe: np.ndarray
@@ -156,7 +159,7 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
     iv_pe = np.concatenate([pts.row_pe[iv.span_rows], pts.row_pe[iv.bw_dep]])
     seg = segments(pts, iv, owners(iv_pb, iv_pe, pts.n))
 
-    e = E.Edges(src=np.full(pts.n, -1, dtype=np.int64), rel_t=np.full(pts.n, np.iinfo(np.int64).min, dtype=np.int64))
+    e = E.Edges(src=np.full(pts.n, -1, dtype=index_dtype(pts.n)), rel_t=np.full(pts.n, np.iinfo(np.int64).min, dtype=np.int64))
     E.wait_edges(t, ln, pts, iv, iv_pb, iv_pe, sem, e, seg.d)
     E.barrier_edges(t, pts, iv, iv_pb, iv_pe, sem, e, seg.d)
     launches = E.gpu_launches(t, ln, pts)
@@ -165,8 +168,9 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
         E.host_sync_edges(t, pts, launches, e, seg.d)
     lat, bind = E.binding(pts, iv, iv_pb, iv_pe, e)
 
-    span_phases = t.phase_names[np.unique(t.phase_c[t.kind["span"] | t.kind["instant"]])] if t.n else []
-    bar_names = t.phase_names[np.unique(t.phase_c[iv.arr_rows])] if len(iv.arr_rows) else []
+    n_ph = len(t.phase_names)
+    span_phases = t.phase_names[used_codes(t.phase_c[t.kind["span"] | t.kind["instant"]], n_ph)] if t.n else []
+    bar_names = t.phase_names[used_codes(t.phase_c[iv.arr_rows], n_ph)] if len(iv.arr_rows) else []
     warns = tuple(sem.warnings) + tuple(undeclared(sem, span_phases, bar_names))
     src_row = np.where(iv.row >= 0, iv.row, iv.arr_row)
     return Graph(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .keys import pack
+from .keys import index_dtype, pack
 from .lanes import Lanes, Table
 from .semantics import Semantics
 
@@ -25,7 +25,7 @@ class Intervals:
     span_rows: np.ndarray        # event rows of the spans (host spans included)
     bw_arr: np.ndarray           # barrier waits: own arrival row ...
     bw_dep: np.ndarray           # ... and own departure row
-    row: np.ndarray              # per interval: its span row, -1 for a barrier wait
+    row: np.ndarray              # per interval: its span row, -1 for a barrier wait (int32 while rows fit)
     arr_row: np.ndarray          # per interval: its arrival row, -1 for a span
     phase: np.ndarray            # phase / barrier code
     kind: np.ndarray             # WORK / WAIT / IDLE / HOST / BARRIER
@@ -76,10 +76,11 @@ def intervals(t: Table, lanes: Lanes, sem: Semantics) -> Intervals:
     arr_rows = np.flatnonzero(K["arrive"])
     dep_rows = np.flatnonzero(K["depart"])
     bw_arr, bw_dep = barrier_waits(t, lanes, arr_rows, dep_rows)
+    idx = index_dtype(t.n)                   # event rows kept by the graph, narrowed (keys.index_dtype)
     return Intervals(
         span_rows=span_rows, bw_arr=bw_arr, bw_dep=bw_dep,
-        row=np.concatenate([span_rows, np.full(len(bw_arr), -1, np.int64)]),
-        arr_row=np.concatenate([np.full(len(span_rows), -1, np.int64), bw_arr]),
+        row=np.concatenate([span_rows, np.full(len(bw_arr), -1, idx)], dtype=idx),
+        arr_row=np.concatenate([np.full(len(span_rows), -1, idx), bw_arr], dtype=idx),
         phase=np.concatenate([ph, t.phase_c[bw_arr]]).astype(np.int32),
         kind=np.concatenate([kind_span, np.full(len(bw_arr), BARRIER, np.int8)]),
         unfinished=np.concatenate([t.unfinished[span_rows], t.unfinished[bw_dep]]),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .intervals import GAP, LAUNCH, Intervals
+from .keys import index_dtype
 from .lanes import Lanes, Table
 
 
@@ -20,7 +21,7 @@ from .lanes import Lanes, Table
 class Points:
     pt_t: np.ndarray             # int64 absolute ns, sorted by (lane, time)
     pt_lane: np.ndarray
-    row_pb: np.ndarray           # per event row: its begin point
+    row_pb: np.ndarray           # per event row: its begin point (int32 while they fit: keys.index_dtype)
     row_pe: np.ndarray           # per event row: its end point
     lane_first: np.ndarray       # first point of each lane
     lane_last: np.ndarray
@@ -53,9 +54,10 @@ def points(t: Table, lanes: Lanes) -> Points:
         np.not_equal(pk_sorted[1:], pk_sorted[:-1], out=new[1:])
     pkey = pk_sorted[new]
     del pk_sorted
-    rank_of_sorted = np.cumsum(new, dtype=np.int64)
+    idx = index_dtype(2 * n)                 # points <= 2n: row_pb / row_pe narrowed (keys.index_dtype)
+    rank_of_sorted = np.cumsum(new, dtype=idx)
     rank_of_sorted -= 1
-    inv = np.empty(2 * n, np.int64)
+    inv = np.empty(2 * n, idx)
     inv[o] = rank_of_sorted
     del o, new, rank_of_sorted
     pt_lane = pkey >> t.tb
@@ -74,20 +76,20 @@ def owners(iv_pb: np.ndarray, iv_pe: np.ndarray, P: int) -> np.ndarray:
     beginning at the same point. Properly nested spans get their true depth; overlapping ones
     degrade to "latest begun wins". Painted shallow to deep, one vectorised pass per level."""
     n_iv = len(iv_pb)
-    owner = np.full(P, -1, dtype=np.int64)
+    owner = np.full(P, -1, dtype=index_dtype(n_iv))
     if n_iv == 0:
         return owner
     pbits = max(P, 1).bit_length()
-    order = np.argsort((iv_pb << pbits) | (P - iv_pe), kind="stable")   # by begin, longest first
+    # (iv_pb may be int32: widened before the shift)
+    order = np.argsort((iv_pb.astype(np.int64) << pbits) | (P - iv_pe), kind="stable")   # by begin, longest first
     pb_s = iv_pb[order]
     grp_first = np.flatnonzero(np.r_[True, pb_s[1:] != pb_s[:-1]])
     start_mark = np.zeros(n_iv, np.int64)
     start_mark[grp_first] = grp_first
     rank_in_grp = np.arange(n_iv) - np.maximum.accumulate(start_mark)
-    CB = np.cumsum(np.bincount(iv_pb, minlength=P))
-    CE = np.cumsum(np.bincount(iv_pe, minlength=P))
-    A = np.where(pb_s > 0, CB[np.maximum(pb_s - 1, 0)], 0) - CE[pb_s]
-    depth_s = np.maximum(A + rank_in_grp, 0)
+    depth_s = active_before(iv_pb, iv_pe, P)[pb_s]
+    depth_s += rank_in_grp
+    np.maximum(depth_s, 0, out=depth_s)
     for lvl in range(int(depth_s.max()) + 1):
         sel = order[depth_s == lvl]                 # in (begin, -end) order
         if len(sel) == 0:
@@ -108,17 +110,30 @@ def owners(iv_pb: np.ndarray, iv_pe: np.ndarray, P: int) -> np.ndarray:
     return owner
 
 
+def active_before(iv_pb: np.ndarray, iv_pe: np.ndarray, P: int) -> np.ndarray:
+    """Per point k: intervals begun before k minus those ended at or before k (for a point with a
+    begin: the intervals active across it, as the lanes' counts cancel in the global sums).
+    Two P-long arrays live at most (the prefix sums of begins and of ends, each then reused)."""
+    x = np.bincount(iv_pb, minlength=P)
+    out = np.cumsum(x)
+    out -= x                                 # begun strictly before k
+    del x
+    x = np.bincount(iv_pe, minlength=P)
+    out -= np.cumsum(x, out=x)               # ... minus ended at or before k
+    return out
+
+
 @dataclass
 class Segments:
     kind: np.ndarray             # int8 code into SEG_KINDS of the point's incoming segment
     phase: np.ndarray            # int32 phase code, -1 for gaps / launch
-    owner: np.ndarray            # int64 interval, -1 if none
+    owner: np.ndarray            # interval (int32 while they fit: keys.index_dtype), -1 if none
     d: np.ndarray                # int64 own duration in the recurrence (0 at a lane's first point)
 
 
 def segments(pts: Points, iv: Intervals, owner: np.ndarray) -> Segments:
     P = pts.n
-    seg_owner = np.full(P, -1, dtype=np.int64)
+    seg_owner = np.full(P, -1, dtype=owner.dtype)
     seg_owner[1:] = owner[:-1]
     is_first = pts.first_mask()
     seg_owner[is_first] = -1
