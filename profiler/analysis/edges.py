@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import graph_fast
 from .intervals import BARRIER, WAIT, Intervals
 from .keys import asof_latest, pack, used_codes
 from .lanes import Lanes, Table
@@ -57,7 +58,10 @@ class Edges:
 
 def wait_durations(d, pt_t, pb, pe, rel_t) -> None:
     """Set d for the pieces pb+1 .. pe of each released wait: nothing before the release, the
-    recorded time after it."""
+    recorded time after it (graph_fast's loop where it can run)."""
+    if graph_fast.enabled():
+        graph_fast.wait_durations(d, pt_t, pb, pe, rel_t)
+        return
     span = pe - pb
     multi = span > 1
     if np.any(multi):
