@@ -124,7 +124,46 @@ def _wait_durations(d, pt_t, pb, pe, rel_t):
                 d[x] = max(0, pt_t[x] - max(pt_t[x - 1], rel_t[w]))
 
 
+def _release_rows(phase_c, g_of_phase, n_g, host, arrive, depart, out_rows, out_g):
+    """edges.wait_edges' releasing rows: those whose phase names release target g (g_of_phase, -1
+    for none; a code of -1 reads the last entry, as numpy's indexing does) on a GPU lane and not a
+    barrier's arrive / depart, grouped by target and in row order within one; returns their number
+    (written while they fit the outputs: a first call with empty ones counts them). One pass per
+    target (targets are few: the registry's release phases), nothing allocated."""
+    n_ph = g_of_phase.shape[0]
+    m = 0
+    for g in range(n_g):
+        for r in range(phase_c.shape[0]):
+            c = phase_c[r]
+            if g_of_phase[c if c >= 0 else c + n_ph] == g and not (host[r] or arrive[r] or depart[r]):
+                if m < out_rows.shape[0]:
+                    out_rows[m] = r
+                    out_g[m] = g
+                m += 1
+    return m
+
+
+def _wait_keys(rows, g, it, kc, rank, payload, from_rank, it_min, n_it, n_k, rmin, rmax, n_r, out):
+    """edges.wait_edges' mixed-radix key of each row (group, iteration, kernel, rank from, rank to),
+    -1 where a rank is out of range or the group is -1: one pass instead of ~15 array passes. A
+    release goes from its rank to its payload's (from_rank), a wait from its payload's to its rank."""
+    for m in range(rows.shape[0]):
+        r = rows[m]
+        if from_rank:
+            rf, rt = np.int64(rank[r]), payload[r]
+        else:
+            rf, rt = payload[r], np.int64(rank[r])
+        gg = g[m]
+        if rf < rmin or rf > rmax or rt < rmin or rt > rmax or gg < 0:
+            out[m] = -1
+        else:
+            out[m] = (((gg * n_it + (np.int64(it[r]) - it_min)) * n_k + kc[r]) * n_r + rf - rmin) * n_r + rt - rmin
+
+
 _A = "{}[::1]".format
+# the stored schema's rank / iteration widths (int16 / int32) and plain int64 (tables made in memory)
+_KEY_VARIANTS = {(np.dtype(r), np.dtype(i)): f"wait_keys_{np.dtype(r).name}_{np.dtype(i).name}"
+                 for r in (np.int16, np.int64) for i in (np.int32, np.int64)}
 _EXPORTS = {
     "begins_sorted": (_begins_sorted, f"boolean({_A('int64')}, {_A('int64')})"),
     "merge_points": (_merge_points, "int64(" + ", ".join(
@@ -132,7 +171,12 @@ _EXPORTS = {
     "owners": (_owners, "void(" + ", ".join(
         [_A("int64"), _A("int32"), _A("int32"), "int64"] + [_A("int64")] * 6 + [_A("int32")]) + ")"),
     "wait_durations": (_wait_durations, "void(" + ", ".join([_A("int64")] * 5) + ")"),
+    "release_rows": (_release_rows, "int64(" + ", ".join([_A("int32"), _A("int64"), "int64"] + [_A("boolean")] * 3
+                                                         + [_A("int64")] * 2) + ")"),
 }
+for (_r, _i), _name in _KEY_VARIANTS.items():
+    _EXPORTS[_name] = (_wait_keys, "void(" + ", ".join([_A("int64"), _A("int64"), _A(_i.name), _A("int32"), _A(_r.name),
+                                                        _A("int64"), "boolean"] + ["int64"] * 6 + [_A("int64")]) + ")")
 _COMPILED: list = []
 
 
@@ -198,3 +242,27 @@ def owners(order, iv_pb, iv_pe, P: int):
 def wait_durations(d, pt_t, pb, pe, rel_t) -> None:
     assert d.dtype == np.int64 and d.flags.c_contiguous and pt_t.dtype == np.int64, "d and pt_t: int64 in place"
     _compiled().get("wait_durations")(d, pt_t, _i64(pb), _i64(pe), _i64(rel_t))
+
+
+def release_rows(phase_c, g_of_phase, n_g: int, host, arrive, depart):
+    """(rows, target of each) as edges.wait_edges selects them: grouped by target, in row order."""
+    f = _compiled().get("release_rows")
+    args = (np.ascontiguousarray(phase_c, np.int32), _i64(g_of_phase), np.int64(n_g),
+            *(np.ascontiguousarray(x, np.bool_) for x in (host, arrive, depart)))
+    m = int(f(*args, np.zeros(0, np.int64), np.zeros(0, np.int64)))   # count first: no n-long outputs
+    rows, g = np.empty(m, np.int64), np.empty(m, np.int64)
+    assert f(*args, rows, g) == m
+    return rows, g
+
+
+def wait_keys(rows, g, t, from_rank: bool, radix: tuple):
+    """edges.wait_edges' key of each row (see _wait_keys), or None for column widths without a
+    compiled variant (the numpy path then runs). radix: (it_min, n_it, n_k, rmin, rmax, n_r)."""
+    name = _KEY_VARIANTS.get((t.rank.dtype, t.it.dtype))
+    if name is None or t.payload.dtype != np.int64 or t.kernel_c.dtype != np.int32:
+        return None
+    out = np.empty(len(rows), np.int64)
+    _compiled().get(name)(_i64(rows), _i64(g), np.ascontiguousarray(t.it), np.ascontiguousarray(t.kernel_c),
+                          np.ascontiguousarray(t.rank), np.ascontiguousarray(t.payload), from_rank,
+                          *(np.int64(x) for x in radix), out)
+    return out

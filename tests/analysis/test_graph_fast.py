@@ -70,6 +70,33 @@ def test_points_owners_and_wait_durations_match_numpy_on_random_tables(seed, eng
     assert np.array_equal(d, d_np), "wait durations differ"
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_wait_keys_and_release_rows_match_numpy(seed, engine):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    rank_t, it_t = [(np.int16, np.int32), (np.int64, np.int64), (np.int16, np.int64), (np.int32, np.int32)][seed % 4]
+    names = np.array(["a", "b", "c", "d"], dtype=object)
+    t = SimpleNamespace(rank=rng.integers(0, 4, n).astype(rank_t), it=rng.integers(3, 6, n).astype(it_t),
+                        kernel_c=rng.integers(-1, 3, n).astype(np.int32), payload=rng.integers(-2, 6, n).astype(np.int64),
+                        phase_c=rng.integers(-1, 4, n).astype(np.int32), phase_names=names,
+                        kind={k: rng.random(n) < 0.2 for k in ("arrive", "depart")})
+    ln = SimpleNamespace(is_host_row=rng.random(n) < 0.2)
+    rows = rng.choice(n, size=int(rng.integers(0, n)), replace=False)
+    g = rng.integers(-1, 3, len(rows))
+    radix = (3, 3, 4, 0, 3, 4)
+    targets = sorted(rng.choice(names, size=2, replace=False))
+    for from_rank in (True, False):
+        engine("numpy")
+        want = edges.wait_keys(rows, g, t, from_rank, radix)
+        engine("auto")
+        assert np.array_equal(edges.wait_keys(rows, g, t, from_rank, radix), want), "wait keys differ"
+    engine("numpy")
+    want = edges.release_rows(t, ln, targets)
+    engine("auto")
+    got = edges.release_rows(t, ln, targets)
+    assert all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(want, got)), "release rows differ"
+
+
 def test_the_test_fails_when_the_paths_diverge(engine, monkeypatch):
     """A compiled merge that drops the ends' sort must be caught by the comparison above."""
     rng = np.random.default_rng(1)
