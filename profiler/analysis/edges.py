@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import graph_fast
 from .intervals import BARRIER, WAIT, Intervals
 from .keys import asof_latest, pack, used_codes
 from .lanes import Lanes, Table
@@ -57,7 +58,10 @@ class Edges:
 
 def wait_durations(d, pt_t, pb, pe, rel_t) -> None:
     """Set d for the pieces pb+1 .. pe of each released wait: nothing before the release, the
-    recorded time after it."""
+    recorded time after it (graph_fast's loop where it can run)."""
+    if graph_fast.enabled():
+        graph_fast.wait_durations(d, pt_t, pb, pe, rel_t)
+        return
     span = pe - pb
     multi = span > 1
     if np.any(multi):
@@ -81,14 +85,7 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
         return
     tgt_of_phase = np.array([targets.index(r) if r in targets else -1 for r in rel_name_of_phase], dtype=np.int64)
     q_g = tgt_of_phase[t.phase_c[wrow]]
-    not_barrier = ~lanes.is_host_row & ~t.kind["arrive"] & ~t.kind["depart"]
-    rel_rows_l, rel_g_l = [], []
-    for g, tname in enumerate(targets):
-        rr = np.flatnonzero((t.phase_names == tname)[t.phase_c] & not_barrier)
-        rel_rows_l.append(rr)
-        rel_g_l.append(np.full(len(rr), g, np.int64))
-    rel_rows = np.concatenate(rel_rows_l)
-    rel_g = np.concatenate(rel_g_l)
+    rel_rows, rel_g = release_rows(t, lanes, targets)
     rank, it = t.rank, t.it
     rmin, rmax = int(rank.min()), int(rank.max())
     # release key (group, iteration, kernel, releasing rank, the rank it signals) must equal the
@@ -97,21 +94,9 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
     n_it = int(it.max()) - int(it.min()) + 1
     n_k = len(t.kernel_names) + 1
     n_r = rmax - rmin + 1
-
-    def key(g_, it_, k_, r_from, r_to):
-        out = np.asarray(g_, np.int64) * n_it + (it_ - it.min())
-        out *= n_k
-        out += k_
-        out *= n_r
-        out += r_from - rmin
-        out *= n_r
-        out += r_to - rmin
-        bad = (r_from < rmin) | (r_from > rmax) | (r_to < rmin) | (r_to > rmax) | (np.asarray(g_) < 0)
-        out[bad] = -1
-        return out
-
-    kr = key(rel_g, it[rel_rows], t.kernel_c[rel_rows], rank[rel_rows].astype(np.int64), t.payload[rel_rows])
-    kq = key(q_g, it[wrow], t.kernel_c[wrow], t.payload[wrow], rank[wrow].astype(np.int64))
+    radix = (int(it.min()), n_it, n_k, rmin, rmax, n_r)
+    kr = wait_keys(rel_rows, rel_g, t, True, radix)
+    kq = wait_keys(wrow, q_g, t, False, radix)
     q_ok = kq >= 0
     kr[kr < 0] = -2                          # a release or wait naming no rank matches nothing
     kq[~q_ok] = -3
@@ -124,6 +109,46 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
     e.src[p_end] = pts.row_pe[rr]
     e.rel_t[p_end] = rel
     wait_durations(d, pts.pt_t, iv_pb[wi], p_end, rel)
+
+
+def wait_keys(rows, g, t: Table, from_rank: bool, radix: tuple) -> np.ndarray:
+    """wait_edges' key of each row: (group g, iteration, kernel, rank from, rank to) as one
+    mixed-radix integer (radix: it_min, n_it, n_k, rmin, rmax, n_r), -1 where a rank is out of range
+    or g is -1. A release goes from its rank to its payload's rank (from_rank), a wait from its
+    payload's rank to its own. graph_fast's one pass where it can run (~15 array passes here)."""
+    if graph_fast.enabled():
+        got = graph_fast.wait_keys(rows, g, t, from_rank, radix)
+        if got is not None:
+            return got
+    it_min, n_it, n_k, rmin, rmax, n_r = radix
+    rank = t.rank[rows].astype(np.int64)
+    r_from, r_to = (rank, t.payload[rows]) if from_rank else (t.payload[rows], rank)
+    out = np.asarray(g, np.int64) * n_it + (t.it[rows] - it_min)
+    out *= n_k
+    out += t.kernel_c[rows]
+    out *= n_r
+    out += r_from - rmin
+    out *= n_r
+    out += r_to - rmin
+    bad = (r_from < rmin) | (r_from > rmax) | (r_to < rmin) | (r_to > rmax) | (np.asarray(g) < 0)
+    out[bad] = -1
+    return out
+
+
+def release_rows(t: Table, lanes: Lanes, targets: list) -> tuple[np.ndarray, np.ndarray]:
+    """The rows that can release a wait of target g (their phase is targets[g], on a GPU lane, not
+    a barrier's arrive / depart), grouped by target, in row order within one; and their targets."""
+    if graph_fast.enabled():   # one pass per target, no mask per target
+        g_of_phase = np.array([targets.index(p) if p in targets else -1 for p in t.phase_names], np.int64)
+        return graph_fast.release_rows(t.phase_c, g_of_phase, len(targets), lanes.is_host_row, t.kind["arrive"],
+                                       t.kind["depart"])
+    not_barrier = ~lanes.is_host_row & ~t.kind["arrive"] & ~t.kind["depart"]
+    rows, g = [], []
+    for i, tname in enumerate(targets):
+        rr = np.flatnonzero((t.phase_names == tname)[t.phase_c] & not_barrier)
+        rows.append(rr)
+        g.append(np.full(len(rr), i, np.int64))
+    return np.concatenate(rows), np.concatenate(g)
 
 
 def occurrence_keys(rows, sem: Semantics, t: Table) -> np.ndarray:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import graph_fast
 from .intervals import GAP, LAUNCH, Intervals
 from .keys import index_dtype
 from .lanes import Lanes, Table
@@ -37,8 +38,27 @@ class Points:
 
 
 def points(t: Table, lanes: Lanes) -> Points:
-    """Unique (lane, t) of every row boundary. Rows usually come sorted by lane and begin (the
-    decoder's region order), so the stable sort (timsort) merges two near-sorted runs."""
+    """Unique (lane, t) of every row boundary: the compiled merge (graph_fast.points) where it can
+    run, else a stable sort of all 2n boundaries (rows usually come sorted by lane and begin, the
+    decoder's region order, so timsort merges two near-sorted runs)."""
+    if graph_fast.enabled():
+        got = graph_fast.points(lanes.lane_id, t.b_rel, t.e_rel, t.tb, t.t0, lanes.n)
+        if got is not None:
+            pt_t, pt_lane, row_pb, row_pe, count = got
+            return _points(pt_t, pt_lane, row_pb, row_pe, count, lanes.n)
+    return points_numpy(t, lanes)
+
+
+def _points(pt_t, pt_lane, row_pb, row_pe, count, n_lanes: int) -> Points:
+    """Points from their arrays and the points of each lane (`count`: first and last by its
+    prefix sums, lanes without points included)."""
+    ends = np.cumsum(count)
+    return Points(pt_t=pt_t, pt_lane=pt_lane, row_pb=row_pb, row_pe=row_pe,
+                  lane_first=np.r_[np.zeros(min(n_lanes, 1), ends.dtype), ends[:-1]], lane_last=ends - 1)
+
+
+def points_numpy(t: Table, lanes: Lanes) -> Points:
+    """points() by a stable argsort of the 2n (lane, time) keys."""
     n = t.n
     pk_all = np.empty(2 * n, np.int64)
     np.left_shift(lanes.lane_id, t.tb, out=pk_all[:n])
@@ -63,9 +83,8 @@ def points(t: Table, lanes: Lanes) -> Points:
     pt_lane = pkey >> t.tb
     # pt_lane is sorted: each lane's first and last point by counting (what searchsorted of every
     # lane would give, lanes without points included, at a fraction of its cost)
-    ends = np.cumsum(np.bincount(pt_lane, minlength=lanes.n))
-    return Points(pt_t=(pkey & ((1 << t.tb) - 1)) + t.t0, pt_lane=pt_lane, row_pb=inv[:n], row_pe=inv[n:],
-                  lane_first=np.r_[np.zeros(min(lanes.n, 1), ends.dtype), ends[:-1]], lane_last=ends - 1)
+    return _points((pkey & ((1 << t.tb) - 1)) + t.t0, pt_lane, inv[:n], inv[n:],
+                   np.bincount(pt_lane, minlength=lanes.n), lanes.n)
 
 
 def owners(iv_pb: np.ndarray, iv_pe: np.ndarray, P: int) -> np.ndarray:
@@ -82,6 +101,10 @@ def owners(iv_pb: np.ndarray, iv_pe: np.ndarray, P: int) -> np.ndarray:
     pbits = max(P, 1).bit_length()
     # (iv_pb may be int32: widened before the shift)
     order = np.argsort((iv_pb.astype(np.int64) << pbits) | (P - iv_pe), kind="stable")   # by begin, longest first
+    if graph_fast.enabled():   # the same, one pass and a counting sort by level
+        got = graph_fast.owners(order, iv_pb, iv_pe, P)
+        if got is not None:
+            return got
     pb_s = iv_pb[order]
     grp_first = np.flatnonzero(np.r_[True, pb_s[1:] != pb_s[:-1]])
     start_mark = np.zeros(n_iv, np.int64)

@@ -19,22 +19,16 @@ ahead of time with numba.pycc into a small extension module kept in a per-user c
 (`aot_dir()`), built on the first decode after installing or changing this file and loaded by
 every later process in under a millisecond without importing numba. Where that build cannot run
 (no C compiler, a numba without pycc) the same function runs under numba's JIT with its on-disk
-cache (`cache=True`).
+cache (`cache=True`). The mechanism is profiler/aot.py's, shared with the graph build's loops.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
-import platform
-import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .. import aot
 from ..generated import layout as L
-from ..store.cachedir import cache_root
 
 # Record as two u64 words: t, then id (bits 0-15) | kind (16-23) | reserved (24-31) | payload (32-63)
 _RF = L.RECORD_DTYPE.fields
@@ -297,97 +291,44 @@ def _signature(phase: str, role: str) -> str:
         "int64", "float64", "float64", "int64", "boolean", a("int64")]) + ")"
 
 
+def _exports() -> dict:
+    out = {name: (_launch, _signature(ph.name, ro.name)) for (ph, ro), name in _CODES.items()}
+    out["expand3"] = (_expand3, _EXPAND_SIGNATURE)
+    return out
+
+
 def aot_dir() -> Path:
     """Where the ahead-of-time build of this file lives: keyed by this file's bytes and the Python,
-    numpy and platform it was built for (under cachedir.cache_root())."""
-    key = hashlib.sha256(Path(__file__).read_bytes())
-    key.update(f"{sys.implementation.cache_tag} {np.__version__} {platform.machine()} {sys.platform}".encode())
-    return cache_root() / "decode" / key.hexdigest()[:16]
+    numpy and platform it was built for (under cachedir.cache_root(); profiler.aot.build_dir)."""
+    return aot.build_dir(Path(__file__), "decode")
 
 
 def _load_aot(where: Path):
-    paths = sorted(where.glob(f"{_AOT_MODULE}*.so")) + sorted(where.glob(f"{_AOT_MODULE}*.pyd"))
-    if not paths:
-        return None
-    spec = importlib.util.spec_from_file_location(_AOT_MODULE, paths[0])
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return aot.load(where, _AOT_MODULE)
 
 
 def build_aot(where: Path | None = None) -> Path:
-    """Compile `_launch` ahead of time (numba.pycc) into `where` (default aot_dir()); its path.
-    Built in a temporary directory beside it and renamed into place, so concurrent first decodes
-    never load a half-written module."""
-    import warnings
-    with warnings.catch_warnings():   # pycc is pending deprecation since numba 0.57, still shipped (0.68)
-        warnings.simplefilter("ignore")
-        from numba.pycc import CC
-    where = where or aot_dir()
-    where.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=where.parent))
-    cc = CC(_AOT_MODULE)
-    cc.output_dir = str(tmp)
-    cc.verbose = False
-    for (p, r), name in _CODES.items():
-        cc.export(name, _signature(p.name, r.name))(_launch)
-    cc.export("expand3", _EXPAND_SIGNATURE)(_expand3)
-    cc.compile()
-    try:
-        os.replace(tmp, where)
-    except OSError:   # another process got there first: use its build
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
-    return where
+    """Compile `_launch` and `_expand3` ahead of time (numba.pycc) into `where` (default aot_dir());
+    its path (profiler.aot.build: renamed into place, never half-written)."""
+    return aot.build(where or aot_dir(), _AOT_MODULE, _exports())
 
 
 class Kernels:
-    """The compiled `_launch` for each (phase, role) code width: the AOT module's, else the JIT's."""
+    """The compiled `_launch` for each (phase, role) code width: the AOT module's, else the JIT's
+    (profiler.aot.Compiled: built on first use, the JIT where pycc cannot run)."""
 
     def __init__(self, jit_only: bool = False):
-        self.aot, self.how = None, "jit"
-        if not jit_only:
-            where = aot_dir()
-            self.aot = _load_aot(where)
-            failed = where.parent / (where.name + ".failed")   # tried once per machine and source version
-            if self.aot is None and failed.exists():
-                self.build_error = failed.read_text()
-            elif self.aot is None:
-                try:
-                    self.aot = _load_aot(build_aot(where))
-                except Exception as e:  # noqa: BLE001  (no C compiler, no pycc: the JIT still works)
-                    self.build_error = f"{type(e).__name__}: {e}"
-                    try:
-                        failed.parent.mkdir(parents=True, exist_ok=True)
-                        failed.write_text(self.build_error)
-                    except OSError:
-                        pass
-            if self.aot is not None:
-                self.how = "aot"
-            else:
-                import warnings
-                warnings.warn(f"epscope decode: no ahead-of-time build of the record loop ({self.build_error}); numba's "
-                              "JIT runs it instead, ~0.5 s more per fresh process", RuntimeWarning, stacklevel=3)
-        self._jit = None
-        self._jit_expand = None
+        self._c = aot.Compiled(_AOT_MODULE, Path(__file__), "decode", _exports(), "the record loop", jit_only,
+                               builder=lambda where: build_aot(where))   # (looked up late: tests replace it)
+        self.aot, self.how, self.build_error = self._c.aot, self._c.how, self._c.build_error
 
     def expand3(self):
         """The compiled format-3 expansion (_expand3): the AOT module's, else the JIT's."""
-        if self.aot is not None:
-            return self.aot.expand3
-        if self._jit_expand is None:
-            import numba
-            self._jit_expand = numba.njit(cache=True, nogil=True, boundscheck=False)(_expand3)
-        return self._jit_expand
+        return self._c.get("expand3")
 
     def get(self, phase: np.dtype, role: np.dtype):
         name = _CODES.get((np.dtype(phase), np.dtype(role)))
-        if self.aot is not None and name is not None:
-            return getattr(self.aot, name)
-        if self._jit is None:
-            import numba
-            self._jit = numba.njit(cache=True, nogil=True, boundscheck=False)(_launch)
-        return self._jit
+        return self._c.get(name or "", _launch)   # no AOT variant of these widths: the JIT
 
 
 _KERNELS: dict[bool, Kernels] = {}
@@ -402,12 +343,7 @@ def kernels(jit_only: bool = False) -> Kernels:
 
 def available() -> bool:
     """Can this process run the compiled loop (an AOT build on disk, or numba to make one)?"""
-    try:
-        if _load_aot(aot_dir()) is not None:
-            return True
-    except (OSError, RuntimeError, ImportError):   # no home directory, an unreadable cache: numba decides
-        pass
-    return importlib.util.find_spec("numba") is not None
+    return aot.available(aot_dir(), _AOT_MODULE)
 
 
 def _segments(plan, nreg: int):
