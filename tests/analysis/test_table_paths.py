@@ -1,0 +1,100 @@
+"""The per-chunk tables' numpy paths held equal, to the bit, to the pandas group-bys they replace
+(issue 31: the stored results must not change by a byte). Random tables with the awkward cases:
+missing names, names that are not categorical, values that are not integral (pandas answers
+then), keys a search must miss."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+C = importlib.import_module("profiler.analysis.compare")   # the package re-exports the function
+
+
+def _table(rng, n: int, categorical: bool, missing: bool) -> pd.DataFrame:
+    kernels = np.array(["dispatch", "combine", "notify"], dtype=object)[rng.integers(0, 3, n)]
+    phases = np.array(["copy", "wait_data", "send", "recv"], dtype=object)[rng.integers(0, 4, n)]
+    if missing:
+        kernels[rng.random(n) < 0.05] = None
+        phases[rng.random(n) < 0.05] = None
+    df = pd.DataFrame({"iteration": rng.integers(3, 9, n), "kernel": kernels, "phase": phases})
+    if categorical:
+        # categories unused and out of order, as a run's tables carry the registry's names
+        df["kernel"] = pd.Categorical(df["kernel"], categories=["notify", "unused", "dispatch", "combine"])
+        df["phase"] = pd.Categorical(df["phase"], categories=["send", "recv", "copy", "wait_data", "idle"])
+    return df
+
+
+@pytest.mark.parametrize("categorical", [True, False])
+@pytest.mark.parametrize("missing", [True, False])
+@pytest.mark.parametrize("integral", [True, False])
+@pytest.mark.parametrize("by_phase", [True, False])
+def test_mean_samples_is_pandas_groupby_mean(categorical, missing, integral, by_phase):
+    rng = np.random.default_rng(7)
+    ev = _table(rng, 5000, categorical, missing)
+    rows = np.flatnonzero(rng.random(len(ev)) < 0.7)
+    v = rng.integers(0, 10**9, rows.size).astype(float)
+    if not integral:
+        v += rng.random(rows.size)
+    cols = ["kernel", "phase"] if by_phase else ["kernel"]
+    got = C._frame([C._mean_samples(ev, rows, by_phase, v)])
+    want = C._frame([C._mean_samples_pandas(ev, rows, cols, v)])
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_mean_samples_large_sums_go_to_pandas():
+    """Magnitudes adding up past 2**53: float sums could round, so pandas' compensated sum answers."""
+    rng = np.random.default_rng(3)
+    ev = _table(rng, 200, True, False)
+    rows = np.arange(len(ev))
+    v = rng.integers(2**50, 2**52, rows.size).astype(float)
+    got = C._frame([C._mean_samples(ev, rows, True, v)])
+    want = C._frame([C._mean_samples_pandas(ev, rows, ["kernel", "phase"], v)])
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_cut_of_is_reindex():
+    rng = np.random.default_rng(5)
+    ranks, launches = rng.integers(0, 8, 300), rng.integers(100, 100_000, 300)
+    keys = pd.MultiIndex.from_arrays([ranks, launches]).drop_duplicates()
+    cuts = pd.Series(rng.random(len(keys)) * 1e9, index=keys)
+    cuts.iloc[::7] = np.nan
+    # asked: known pairs, unknown pairs and ranks and launches outside the keys' range
+    r = np.concatenate([keys.get_level_values(0).to_numpy(), rng.integers(-2, 11, 500)])
+    la = np.concatenate([keys.get_level_values(1).to_numpy(), rng.integers(0, 200_000, 500)])
+    want = cuts.reindex(pd.MultiIndex.from_arrays([r, la])).to_numpy(float)
+    np.testing.assert_array_equal(C._cut_of(cuts, r, la), want)
+
+
+def test_cut_of_duplicate_labels_refused_as_reindex_does():
+    cuts = pd.Series([1.0, 2.0], index=pd.MultiIndex.from_arrays([[0, 0], [5, 5]]))
+    with pytest.raises(ValueError):
+        C._cut_of(cuts, np.array([0]), np.array([5]))
+
+
+@pytest.mark.parametrize("integral", [True, False])
+def test_lane_peer_sums_is_pandas_groupby_sum(integral):
+    IM = importlib.import_module("profiler.analysis.imbalance")
+    rng = np.random.default_rng(11)
+    n = 20_000
+    lane, peer = rng.integers(0, 300, n), rng.integers(0, 8, n)
+    w = rng.integers(1, 10**9, n).astype(float)
+    if not integral:
+        w += rng.random(n)
+    got = pd.DataFrame(dict(zip(["lane", "rank", "w"], IM.lane_peer_sums(lane, peer, w, 300))))
+    want = pd.DataFrame({"lane": lane, "rank": peer, "w": w}).groupby(["lane", "rank"], sort=False)["w"].sum().reset_index()
+    key = ["lane", "rank"]
+    pd.testing.assert_frame_equal(got.sort_values(key, ignore_index=True).astype({"lane": np.int64, "rank": np.int64}),
+                                  want.sort_values(key, ignore_index=True).astype({"lane": np.int64, "rank": np.int64}),
+                                  check_exact=True)
+
+
+def test_exact_sum_says_when():
+    from profiler.analysis.exactsum import exact_sum
+    assert exact_sum(np.array([1.0, 2.0, 3.0]))
+    assert not exact_sum(np.array([1.5, 2.0]))
+    assert not exact_sum(np.array([2.0 ** 52, 2.0 ** 52]))
+    assert not exact_sum(np.array([1.0, np.nan]))
+    assert exact_sum(np.zeros(0))
