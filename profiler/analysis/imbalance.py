@@ -208,9 +208,8 @@ def per_lane(g: G.Graph) -> pd.DataFrame:
 def _per_lane(g: G.Graph) -> pd.DataFrame:
     """One row per GPU lane (warp of one launch): busy / wait / kernel time, work spans."""
     L = g.lane
-    dur = G.segment_durations(g)
-    busy = G.lane_sums(g, (G.WORK,), dur)
-    wait = G.lane_sums(g, (G.WAIT, G.IDLE, G.BARRIER), dur)
+    busy = G.lane_sums(g, (G.WORK,))         # memoised: arrivals and critical_busy read it too
+    wait = G.lane_sums(g, (G.WAIT, G.IDLE, G.BARRIER))
     work_iv = (g.iv_kind == G.WORK) & (g.iv_row >= 0)
     spans = np.bincount(g.pt_lane[g.iv_pb[work_iv]], minlength=len(L))
     df = L.assign(busy_ns=busy, wait_ns=wait, spans=spans, first_ns=g.pt_t[g.lane_first], last_ns=g.pt_t[g.lane_last])
@@ -396,14 +395,20 @@ def silent_lanes(lanes: pd.DataFrame, launches: pd.DataFrame | None) -> pd.DataF
         return lanes.iloc[0:0]
     wpb = _warps_per_block(lanes, launches)
     seen = lanes.groupby(["rank", "launch"])
+    # each (rank, launch)'s regions: its first row's in the launch table, looked up in a dict made
+    # once (a boolean selection of the launch table per launch was half of this function's 0.08 s
+    # at 10 M events, and it runs twice: the idle page and the straggler decision)
+    regions_of: dict = {}
+    for r, la, reg in zip(launches["rank"].tolist(), launches["launch"].tolist(), launches["regions"].tolist()):
+        regions_of.setdefault((r, la), reg)
     out = []
     for (rank, launch), grp in seen:
-        row = launches[(launches["rank"] == rank) & (launches["launch"] == launch)]
-        if row.empty:
+        reg = regions_of.get((rank, launch))
+        if reg is None:
             continue
         kernel = grp["kernel"].iloc[0]
         w = int(wpb.get(kernel, 0))
-        regions = int(row["regions"].iloc[0])
+        regions = int(reg)
         if w <= 0 or regions <= len(grp) or regions % w:
             continue
         have = set(zip(grp["block"].to_numpy().tolist(), grp["warp"].to_numpy().tolist()))

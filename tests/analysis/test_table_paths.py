@@ -98,3 +98,46 @@ def test_exact_sum_says_when():
     assert not exact_sum(np.array([2.0 ** 52, 2.0 ** 52]))
     assert not exact_sum(np.array([1.0, np.nan]))
     assert exact_sum(np.zeros(0))
+
+
+RUNS = ["ep-host-late", "ep-barrier-straggler", "ep-rank-skew", "ep-timeout", "ep-zero-rank", "ll-host-b1",
+        "ll-barrier-a0", "selftest-starved-warps", "torch-host-before-dispatch"]
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_op_plan_is_op_latency_pandas(name):
+    """timemodel.op_latency's plan (grouping made once) against its pandas group-bys, at the recorded
+    times and at times moved by a random amount per point (a what-if's re-timed graph)."""
+    from pathlib import Path
+    from profiler.analysis import graph as G
+    from profiler.analysis import timemodel as TM
+    from profiler.store.runstore import load_run
+    run = load_run(Path(__file__).resolve().parents[2] / "traces" / name)
+    g = G.build(run.events, run.manifest.get("registry"), run.launches)
+    tm = TM.time_model(g)
+    if tm.ops.empty:
+        pytest.skip("no op occurrences")
+    plan = TM.OpPlan.of(g, tm)
+    assert plan is not None
+    rng = np.random.default_rng(1)
+    for times in (g.pt_t, g.pt_t + rng.integers(-5000, 5000, g.pt_t.size)):
+        pd.testing.assert_frame_equal(plan.latency(g, times), TM._op_latency_pandas(g, times, tm), check_exact=True)
+
+
+def test_op_plan_with_a_rank_that_never_launches():
+    """An occurrence a rank never launched: its op latency is NaN, and so is its iteration's."""
+    from profiler.analysis import graph as G
+    from profiler.analysis import timemodel as TM
+    from tests.analysis.tables import TEST_REGISTRY, span, table
+    rows = [span(0, 0, 0, "send_chunk", 0, 100), span(1, 0, 0, "send_chunk", 0, 100)]
+    rows += [span(0, 0, 0, "wait_data", 200, 900, 1, launch=1, iteration=1),
+             span(1, 0, 0, "send_chunk", 150, 190, kernel="combine", launch=1, iteration=1),
+             span(0, 0, 0, "send_chunk", 1000, 1300, launch=2, iteration=2),
+             span(1, 0, 0, "send_chunk", 1100, 1200, launch=2, iteration=2)]
+    g = G.build(table(rows), TEST_REGISTRY)
+    tm = TM.time_model(g)
+    assert (tm.ops["missing"] > 0).any()
+    plan = TM.OpPlan.of(g, tm)
+    got = plan.latency(g, g.pt_t)
+    pd.testing.assert_frame_equal(got, TM._op_latency_pandas(g, g.pt_t, tm), check_exact=True)
+    assert np.isnan(got["op_latency_ns"].to_numpy()[1]) and not np.isnan(got["op_latency_ns"].to_numpy()).all()
