@@ -141,3 +141,29 @@ def test_op_plan_with_a_rank_that_never_launches():
     got = plan.latency(g, g.pt_t)
     pd.testing.assert_frame_equal(got, TM._op_latency_pandas(g, g.pt_t, tm), check_exact=True)
     assert np.isnan(got["op_latency_ns"].to_numpy()[1]) and not np.isnan(got["op_latency_ns"].to_numpy()).all()
+
+
+@pytest.mark.parametrize("keep", [None, 0, 5, 40])
+def test_select_adjacent_ranks_in_one_pass(monkeypatch, keep):
+    """run_tables.select's last pass for adjacent ranks (a median's two middle values: one pass over
+    the windows' union) against the sorted durations, with the windows narrowed to single values,
+    to a few values, or sorted at once; even counts whose two middle values differ widely."""
+    RT = importlib.import_module("profiler.analysis.run_tables")
+    from profiler.analysis.spill import Spill
+    from tests.analysis.test_run_tables import _part
+    if keep is not None:
+        monkeypatch.setattr(RT, "SELECT_KEEP", keep)
+    rng = np.random.default_rng(9)
+    spill, parts, whole = Spill(), [], {0: [], 1: [], 2: []}
+    for c in range(3):
+        d0 = rng.lognormal(8, 4, 500 + 2 * c).astype(np.int64)            # even counts, skewed
+        d1 = np.r_[np.full(20, 7), np.full(20, 10**9)]                       # two middle values far apart
+        d2 = rng.integers(0, 4, 11 + c)
+        parts.append(_part([0, 1, 2], [d0, d1, d2], f"a{c}", spill))
+        for k, d in enumerate((d0, d1, d2)):
+            whole[k].append(d)
+    g = RT._groups(parts)
+    n = g["count"].to_numpy()
+    ks = [(n - 1) // 2, n // 2]
+    for k, got in zip(ks, RT.select(parts, spill, g, ks)):
+        np.testing.assert_array_equal(got, [np.sort(np.concatenate(whole[i]))[k[i]] for i in range(3)])
