@@ -28,6 +28,7 @@ from profiler.groundtruth.expect import Cause
 
 from . import stats as S
 from . import unfinished
+from .exactsum import dense_codes, exact_sum
 from .keys import isin_names
 from . import graph as G
 from . import timemodel as TM
@@ -151,24 +152,50 @@ def _model_cuts(tm: TM.TimeModel) -> pd.Series:
                                         on=["iteration", "kernel", "occurrence"]))
 
 
-def _clipped_waits(sp: pd.DataFrame, sem, cuts: pd.Series) -> np.ndarray:
-    """Span durations with the time before their op occurrence's last entry (cuts: entry_cuts)
-    removed from the spans of waits a peer releases (registry `waits_for`): the wait for a late
+def _clipped_waits(ev: pd.DataFrame, rows: np.ndarray, sem, cuts: pd.Series) -> np.ndarray:
+    """The durations of ev's spans at `rows`, with the time before their op occurrence's last entry
+    (cuts: entry_cuts) removed from the spans of waits a peer releases (registry `waits_for`): the wait for a late
     peer is the entry skew row's, not the phase's. A wait no peer releases (a pipeline stall)
     keeps its time."""
-    b = sp["begin_ns"].to_numpy()
-    e = sp["end_ns"].to_numpy()
+    b = ev["begin_ns"].to_numpy()[rows]
+    e = ev["end_ns"].to_numpy()[rows]
     dur = (e - b).astype(float)
     peer_waits = [w for w, rel in sem.waits.items() if rel]
     if cuts.empty or not peer_waits:
         return dur
-    rows = np.flatnonzero(isin_names(sp["phase"], peer_waits))
-    if not len(rows):
+    w = np.flatnonzero(isin_names(ev["phase"], peer_waits)[rows])
+    if not len(w):
         return dur
-    c = cuts.reindex(pd.MultiIndex.from_arrays([sp["rank"].to_numpy()[rows], sp["launch"].to_numpy()[rows]])).to_numpy(float)
-    bw, ew = b[rows].astype(float), e[rows].astype(float)
-    dur[rows] = np.where(np.isfinite(c), ew - np.clip(c, bw, ew), ew - bw)
+    at = rows[w]
+    c = _cut_of(cuts, ev["rank"].to_numpy()[at], ev["launch"].to_numpy()[at])
+    bw, ew = b[w].astype(float), e[w].astype(float)
+    dur[w] = np.where(np.isfinite(c), ew - np.clip(c, bw, ew), ew - bw)
     return dur
+
+
+def _cut_of(cuts: pd.Series, rank: np.ndarray, launch: np.ndarray) -> np.ndarray:
+    """cuts.reindex((rank, launch) pairs).to_numpy(float), by a search in the sorted keys rather than
+    a MultiIndex of every wait row (pandas hashed a million pairs a 2.5 M-event chunk). Integer
+    keys that pack into one int64 only; otherwise (and for keys reindex refuses) pandas answers."""
+    kr = cuts.index.get_level_values(0).to_numpy()
+    kl = cuts.index.get_level_values(1).to_numpy()
+    pandas = lambda: cuts.reindex(pd.MultiIndex.from_arrays([rank, launch])).to_numpy(float)
+    if not len(kr) or not all(np.issubdtype(a.dtype, np.integer) for a in (kr, kl, rank, launch)):
+        return pandas()
+    lo = int(min(kl.min(), launch.min()))
+    span = int(max(kl.max(), launch.max())) - lo + 1
+    r0, r1 = int(min(kr.min(), rank.min())), int(max(kr.max(), rank.max()))
+    if (r1 - r0 + 1) * span >= 2 ** 62:
+        return pandas()
+    key = (kr.astype(np.int64) - r0) * span + (kl.astype(np.int64) - lo)
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    if sk.size > 1 and not bool(np.all(sk[1:] > sk[:-1])):      # duplicate labels: reindex raises
+        return pandas()
+    want = (rank.astype(np.int64) - r0) * span + (launch.astype(np.int64) - lo)
+    at = np.minimum(np.searchsorted(sk, want), sk.size - 1)
+    vals = cuts.to_numpy(float)[order]
+    return np.where(sk[at] == want, vals[at], np.nan)
 
 
 def _model_samples(tm: TM.TimeModel) -> list[pd.DataFrame]:
@@ -204,25 +231,67 @@ def event_samples(ev: pd.DataFrame, sem, cuts: pd.Series) -> EventSamples:
     """EventSamples of `ev` (unfinished waits closed); cuts: entry_cuts of its launches."""
     parts = []
     kind = ev["kind"]
-    hs = isin_names(kind, ["host"])
-    if hs.any():
+    hs = np.flatnonzero(isin_names(kind, ["host"]))
+    if len(hs):
         # the host calls that launch each kernel (a host row's phase is its kernel): what a host-side
         # knob (buffers and plans cached or rebuilt per call) moves while the kernels' times stay
-        d = pd.DataFrame({"iteration": ev["iteration"].to_numpy()[hs], "kernel": ev["kernel"].array[hs],
-                          "value_ns": (ev["end_ns"].to_numpy()[hs] - ev["begin_ns"].to_numpy()[hs])})
-        m = d.groupby(["iteration", "kernel"], sort=True, observed=True)["value_ns"].mean().reset_index()
-        parts.append(m.assign(kernel=m["kernel"].astype(str), phase=HOST_CALL))
+        parts.append(_mean_samples(ev, hs, False, ev["end_ns"].to_numpy()[hs] - ev["begin_ns"].to_numpy()[hs]))
     span = np.flatnonzero(isin_names(kind, ["span"]))
     if len(span):
-        sp = ev[["iteration", "kernel", "phase", "rank", "launch", "begin_ns", "end_ns"]].iloc[span]
-        # grouped on the categorical columns (.array keeps them categorical: .to_numpy() would make a
-        # string object per row, 1.7 s at 10 M events); names become strings on the grouped rows only
-        d = pd.DataFrame({"iteration": sp["iteration"].to_numpy(), "kernel": sp["kernel"].array,
-                          "phase": sp["phase"].array, "value_ns": _clipped_waits(sp, sem, cuts)})
-        m = d.groupby(["iteration", "kernel", "phase"], sort=True, observed=True)["value_ns"].mean().reset_index()
-        parts.append(m.assign(kernel=m["kernel"].astype(str), phase=m["phase"].astype(str)))
+        parts.append(_mean_samples(ev, span, True, _clipped_waits(ev, span, sem, cuts)))
     return EventSamples(samples=_frame(parts), ranks=frozenset(int(r) for r in pd.unique(ev["rank"])),
                         kernels=frozenset(str(k) for k in pd.unique(ev["kernel"])))
+
+
+def _mean_samples(ev: pd.DataFrame, rows: np.ndarray, by_phase: bool, value: np.ndarray) -> pd.DataFrame:
+    """[iteration, kernel, phase, value_ns]: the mean of `value` (one per row of `rows`) per
+    (iteration, kernel, phase) of those rows (by_phase False: per (iteration, kernel), phase
+    HOST_CALL), as DataFrame.groupby([...], sort=True, observed=True)["value_ns"].mean() gives it
+    (rows with a missing kernel or phase dropped). Sums by bincount over the dense group codes,
+    not pandas' group-by (0.2 s and 190 MB above the graph a 2.5 M-event chunk: the peak of the
+    chunk's tables, issue 31); where a float sum could round (values not integral, or too large)
+    or a column's names are not distinct strings, pandas computes it: the means are its to the bit."""
+    v = np.asarray(value, dtype=np.float64)
+    cols = ["kernel", "phase"] if by_phase else ["kernel"]
+    keys = [_name_codes(ev[c], rows) for c in cols]
+    if not exact_sum(v) or any(k is None for k in keys):
+        return _mean_samples_pandas(ev, rows, cols, value)
+    it = ev["iteration"].to_numpy()[rows].astype(np.int64)
+    i0 = int(it.min()) if it.size else 0
+    key, ok = it - i0, np.ones(v.size, bool)
+    for c, names in keys:
+        key = key * max(len(names), 1) + c
+        ok &= c >= 0
+    uniq, inv = dense_codes(key[ok])
+    counts = np.bincount(inv, minlength=uniq.size)
+    sums = np.bincount(inv, weights=v[ok], minlength=uniq.size)
+    rest, named = uniq, {}
+    for col, (_, names) in reversed(list(zip(cols, keys))):
+        rest, code = np.divmod(rest, max(len(names), 1))
+        named[col] = np.asarray(names, dtype=object)[code]
+    return pd.DataFrame({"iteration": rest + i0, "kernel": named["kernel"],
+                         "phase": named["phase"] if by_phase else HOST_CALL, "value_ns": sums / counts})
+
+
+def _name_codes(col: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, list[str]] | None:
+    """(codes, -1 for a missing value; the names as strings) of a column's `rows`: its categories'
+    when it has them (no string per row); None when two names read as one string."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        c, names = col.cat.codes.to_numpy()[rows], [str(x) for x in col.cat.categories]
+    else:
+        c, uniq = pd.factorize(col.iloc[rows])
+        names = [str(x) for x in uniq]
+    return (c.astype(np.int64), names) if len(set(names)) == len(names) else None
+
+
+def _mean_samples_pandas(ev: pd.DataFrame, rows: np.ndarray, cols: list, value) -> pd.DataFrame:
+    """_mean_samples through pandas' group-by (its compensated sums: the reference)."""
+    # grouped on the categorical columns (.array keeps them categorical: .to_numpy() would make a
+    # string object per row, 1.7 s at 10 M events); names become strings on the grouped rows only
+    d = pd.DataFrame({"iteration": ev["iteration"].to_numpy()[rows], **{c: ev[c].array[rows] for c in cols},
+                      "value_ns": value})
+    m = d.groupby(["iteration", *cols], sort=True, observed=True)["value_ns"].mean().reset_index()
+    return m.assign(kernel=m["kernel"].astype(str), phase=m["phase"].astype(str) if "phase" in cols else HOST_CALL)
 
 
 def _frame(parts: list[pd.DataFrame]) -> pd.DataFrame:

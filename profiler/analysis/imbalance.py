@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
+from .exactsum import exact_sum
 from .verdict import MATERIAL_SHARE  # noqa: F401 (the imbalance's alarm share, documented there)
 from .peers import interval_peers
 from .timemodel import launch_rows, time_model
@@ -102,23 +103,43 @@ def _held_after_entry(g: G.Graph) -> pd.DataFrame:
         return pd.DataFrame(columns=HELD_COLUMNS)
     L = g.lane
     lane = g.pt_lane[g.iv_pb[iv]]
+    # each lane's cut (its launch's last entry; inf where unknown), looked up per lane rather than
+    # per wait (a MultiIndex of 650 k waits a 2.5 M-event chunk)
     key = pd.MultiIndex.from_arrays([rows["rank"].to_numpy(), rows["launch"].to_numpy()])
-    at = key.get_indexer(pd.MultiIndex.from_arrays([L["rank"].to_numpy()[lane], L["launch"].to_numpy()[lane]]))
+    at = key.get_indexer(pd.MultiIndex.from_arrays([L["rank"].to_numpy(), L["launch"].to_numpy()]))
     cut = np.where(at >= 0, rows["last_entry_ns"].to_numpy(float)[np.maximum(at, 0)], np.nan)
-    cut = np.where(np.isnan(cut), np.inf, cut)
+    cut = np.where(np.isnan(cut), np.inf, cut)[lane]
     b, e = g.pt_t[g.iv_pb[iv]].astype(float), g.pt_t[g.iv_pe[iv]].astype(float)
     after = np.clip(e - np.maximum(b, cut), 0, None)
     keep = after > 0
     if not keep.any():
         return pd.DataFrame(columns=HELD_COLUMNS)
-    df = pd.DataFrame({"lane": lane[keep], "rank": peer[iv][keep], "w": after[keep]})
-    per_lane = df.groupby(["lane", "rank"], sort=False)["w"].sum().reset_index()
-    ln = per_lane["lane"].to_numpy()
+    ln, pr, w = lane_peer_sums(lane[keep], peer[iv][keep], after[keep], len(L))
+    per_lane = pd.DataFrame({"lane": ln, "rank": pr, "w": w})
     per_lane = per_lane.assign(iteration=L["iteration"].to_numpy()[ln], kernel=L["kernel"].to_numpy()[ln].astype(str),
                                waiter=L["rank"].to_numpy()[ln], launch=L["launch"].to_numpy()[ln])
     held = per_lane.groupby(["iteration", "kernel", "rank", "waiter", "launch"], sort=True)["w"].max()
     out = held.groupby(level=["iteration", "kernel", "rank", "waiter"]).sum().rename("held_ns").reset_index()
     return out[HELD_COLUMNS]
+
+
+def lane_peer_sums(lane: np.ndarray, peer: np.ndarray, w: np.ndarray, n_lanes: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lane, peer, sum of w) per (lane, peer) pair present, as
+    DataFrame({"lane", "rank", "w"}).groupby(["lane", "rank"], sort=False)["w"].sum() gives them
+    (its rows in another order: every reader groups them again, sorted). A bincount over the
+    lanes x peers, not pandas' group-by of every wait (650 k a 2.5 M-event chunk): exact where the
+    values are integral and their sum below 2**53 (profiler.analysis.exactsum); otherwise pandas
+    sums them."""
+    if not exact_sum(w):
+        s = pd.DataFrame({"lane": lane, "rank": peer, "w": w}).groupby(["lane", "rank"], sort=False)["w"].sum()
+        return (s.index.get_level_values(0).to_numpy(), s.index.get_level_values(1).to_numpy(), s.to_numpy())
+    nr = int(peer.max()) + 1 if peer.size else 1
+    key = lane.astype(np.int64) * nr + peer
+    cnt = np.bincount(key, minlength=n_lanes * nr)
+    tot = np.bincount(key, weights=w, minlength=n_lanes * nr)
+    at = np.flatnonzero(cnt)
+    return at // nr, at % nr, tot[at]
 
 
 def net_held(held: pd.DataFrame, iterations: np.ndarray, ranks) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -187,9 +208,8 @@ def per_lane(g: G.Graph) -> pd.DataFrame:
 def _per_lane(g: G.Graph) -> pd.DataFrame:
     """One row per GPU lane (warp of one launch): busy / wait / kernel time, work spans."""
     L = g.lane
-    dur = G.segment_durations(g)
-    busy = G.lane_sums(g, (G.WORK,), dur)
-    wait = G.lane_sums(g, (G.WAIT, G.IDLE, G.BARRIER), dur)
+    busy = G.lane_sums(g, (G.WORK,))         # memoised: arrivals and critical_busy read it too
+    wait = G.lane_sums(g, (G.WAIT, G.IDLE, G.BARRIER))
     work_iv = (g.iv_kind == G.WORK) & (g.iv_row >= 0)
     spans = np.bincount(g.pt_lane[g.iv_pb[work_iv]], minlength=len(L))
     df = L.assign(busy_ns=busy, wait_ns=wait, spans=spans, first_ns=g.pt_t[g.lane_first], last_ns=g.pt_t[g.lane_last])
@@ -375,14 +395,20 @@ def silent_lanes(lanes: pd.DataFrame, launches: pd.DataFrame | None) -> pd.DataF
         return lanes.iloc[0:0]
     wpb = _warps_per_block(lanes, launches)
     seen = lanes.groupby(["rank", "launch"])
+    # each (rank, launch)'s regions: its first row's in the launch table, looked up in a dict made
+    # once (a boolean selection of the launch table per launch was half of this function's 0.08 s
+    # at 10 M events, and it runs twice: the idle page and the straggler decision)
+    regions_of: dict = {}
+    for r, la, reg in zip(launches["rank"].tolist(), launches["launch"].tolist(), launches["regions"].tolist()):
+        regions_of.setdefault((r, la), reg)
     out = []
     for (rank, launch), grp in seen:
-        row = launches[(launches["rank"] == rank) & (launches["launch"] == launch)]
-        if row.empty:
+        reg = regions_of.get((rank, launch))
+        if reg is None:
             continue
         kernel = grp["kernel"].iloc[0]
         w = int(wpb.get(kernel, 0))
-        regions = int(row["regions"].iloc[0])
+        regions = int(reg)
         if w <= 0 or regions <= len(grp) or regions % w:
             continue
         have = set(zip(grp["block"].to_numpy().tolist(), grp["warp"].to_numpy().tolist()))

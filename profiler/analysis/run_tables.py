@@ -290,6 +290,8 @@ def select(parts: list[ChunkPart], spill: Spill, groups: pd.DataFrame, ks: list[
             left[t] = cum[rows, j] - new_below
             below[t] = new_below
             lo[t], hi[t] = lo[t] + j * binw[t], np.minimum(lo[t] + (j + 1) * binw[t] - 1, hi[t])
+    if T > 1 and bool(np.all(np.abs(K - K[0]) <= 1)):
+        return _select_adjacent(parts, spill, gids, lo, hi, below, K)
     kept = [([], []) for _ in range(T)]
     same = _same_windows(lo, hi)
     for g, x in _spilled(parts, spill, gids):
@@ -305,6 +307,33 @@ def select(parts: list[ChunkPart], spill: Spill, groups: pd.DataFrame, ks: list[
         order = np.lexsort((kx, kg))
         first = np.searchsorted(kg[order], rows)             # each group's first kept value
         out.append(kx[order][first + (K[t] - below[t])])
+    return out
+
+
+def _select_adjacent(parts: list[ChunkPart], spill: Spill, gids: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                     below: np.ndarray, K: np.ndarray) -> list[np.ndarray]:
+    """select's last pass when every group's wanted ranks are adjacent (a median's two middle
+    values): one pass keeps the values of each group's windows together, [min lo, max hi], instead
+    of one pass per window (a third of the medians' CPU, issue 31). Exact and no larger: no value
+    lies strictly between the k-th and the (k+1)-th smallest, so the union window holds the
+    windows' values and nothing else. Each rank is then read from its own window's values, which
+    the union's (group, value) order keeps sorted."""
+    ulo, uhi = lo.min(axis=0), hi.max(axis=0)
+    kg, kx = [], []
+    for g, x in _spilled(parts, spill, gids):
+        inw = (x >= ulo[g]) & (x <= uhi[g])
+        kg.append(g[inw])
+        kx.append(x[inw].astype(np.int64))
+    kg, kx = np.concatenate(kg), np.concatenate(kx)
+    order = np.lexsort((kx, kg))
+    kg, kx = kg[order], kx[order]
+    rows = np.arange(len(gids))
+    out = []
+    for t in range(len(K)):
+        m = (kx >= lo[t, kg]) & (kx <= hi[t, kg])
+        sg, sx = kg[m], kx[m]
+        first = np.searchsorted(sg, rows)                     # each group's first value in its window
+        out.append(sx[first + (K[t] - below[t])])
     return out
 
 

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
+from .exactsum import exact_sum
 
 HOST, GPU, UNKNOWN, NEVER = "host", "gpu", "unknown", "never launched"
 
@@ -105,10 +106,20 @@ def _empty() -> TimeModel:
 def op_latency(g: G.Graph, times: np.ndarray) -> pd.DataFrame:
     """[iteration, op_latency_ns] with the graph's points at `times` (a re-timed graph: what-if),
     the op occurrences matched as recorded: per occurrence the last rank's entry to the last warp
-    end, summed per iteration (NaN where a rank never launched an occurrence)."""
+    end, summed per iteration (NaN where a rank never launched an occurrence). The grouping of the
+    lanes into launches, occurrences and iterations does not depend on the times: it is made once
+    per graph (OpPlan; a what-if asks twice a chunk, recorded and re-timed, issue 31)."""
     tm = time_model(g)
     if tm.ops.empty:
         return pd.DataFrame(columns=["iteration", "op_latency_ns"])
+    plan = G.memo(g, "op_latency_plan", lambda: OpPlan.of(g, tm))
+    out = plan.latency(g, times) if plan is not None else None
+    return _op_latency_pandas(g, times, tm) if out is None else out
+
+
+def _op_latency_pandas(g: G.Graph, times: np.ndarray, tm: "TimeModel") -> pd.DataFrame:
+    """op_latency through pandas' group-bys (the reference OpPlan is held equal to:
+    tests/analysis/test_table_paths.py)."""
     ext = _launch_extents(g, times).merge(tm.per_rank[["rank", "launch"]], on=["rank", "launch"])
     grp = ext.groupby(["iteration", "kernel", "occurrence"], sort=True)
     per = (grp["end_ns"].max() - grp["entry_ns"].max()).astype(float).rename("op").reset_index()
@@ -119,6 +130,107 @@ def op_latency(g: G.Graph, times: np.ndarray) -> pd.DataFrame:
     bad = per.groupby("iteration")["op"].apply(lambda x: x.isna().any())
     out[bad.reindex(out.index).to_numpy()] = np.nan
     return out.rename("op_latency_ns").reset_index()
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    """op_latency's grouping of a graph's GPU lanes, for any times at their first and last points:
+    the lanes (`lanes`, sorted by launch) of each launch the time model has (launch_starts), the
+    launches (sorted by occurrence) of each occurrence (occ_starts), the occurrences (sorted by
+    iteration) of each iteration (it_starts); per occurrence whether a rank never launched it."""
+    lanes: np.ndarray
+    launch_starts: np.ndarray
+    launches: np.ndarray
+    occ_starts: np.ndarray
+    missing: np.ndarray
+    it_starts: np.ndarray
+    iterations: np.ndarray
+
+    @classmethod
+    def of(cls, g: G.Graph, tm: "TimeModel") -> "OpPlan | None":
+        """The plan of g (numpy over its GPU lanes, as _launch_extents and _op_latency_pandas group
+        them: a launch's iteration and kernel its first lane's, an occurrence the launch's position
+        among its rank's launches of that kernel in the iteration), or None where
+        _op_latency_pandas must answer (keys it would not match one to one)."""
+        L = g.lane
+        gl = np.flatnonzero(~L["host"].to_numpy())
+        keep = tm.per_rank[["rank", "launch"]]
+        if not len(gl) or keep.duplicated().any() or tm.ops.duplicated(["iteration", "kernel", "occurrence"]).any():
+            return None
+        rank = L["rank"].to_numpy()[gl].astype(np.int64)
+        launch = L["launch"].to_numpy()[gl].astype(np.int64)
+        lo = int(launch.min())
+        span = int(launch.max()) - lo + 1
+        lane_launch = (rank - int(rank.min())) * span + (launch - lo)       # (rank, launch) order
+        o = np.argsort(lane_launch, kind="stable")
+        gl, lane_launch = gl[o], lane_launch[o]
+        starts = np.flatnonzero(np.r_[True, lane_launch[1:] != lane_launch[:-1]])
+        first = gl[starts]                                                    # each launch's first lane
+        l_rank, l_launch = L["rank"].to_numpy()[first], L["launch"].to_numpy()[first]
+        l_it = L["iteration"].to_numpy()[first]
+        names, l_kernel = np.unique(L["kernel"].to_numpy()[first].astype(str), return_inverse=True)
+        # occurrence: the launch's position among (rank, iteration, kernel)'s launches (they are in launch order)
+        g_code = _pack(l_rank, l_it, l_kernel)
+        by = np.argsort(g_code, kind="stable")
+        pos = np.empty(len(by), np.int64)
+        pos[by] = np.arange(len(by)) - np.searchsorted(g_code[by], g_code[by])
+        # the launches the time model has (its per_rank rows)
+        kept = pd.MultiIndex.from_frame(keep).get_indexer(pd.MultiIndex.from_arrays([l_rank, l_launch])) >= 0
+        n_l = len(first)
+        lane_of = np.repeat(np.arange(n_l), np.diff(np.r_[starts, len(gl)]))
+        launch_new = np.cumsum(kept) - 1
+        lanes = gl[kept[lane_of]]
+        lane_launch = launch_new[lane_of[kept[lane_of]]]
+        l_it, l_kernel, pos = l_it[kept], l_kernel[kept], pos[kept]
+        if not len(l_it):
+            return None
+        # occurrences numbered in (iteration, kernel name, occurrence) order, as the group-by sorts them
+        occ_u, occ = np.unique(_pack(l_it, l_kernel, pos), return_inverse=True)
+        occ = occ.reshape(-1)
+        by_occ = np.argsort(occ, kind="stable")
+        head = by_occ[np.r_[True, occ[by_occ][1:] != occ[by_occ][:-1]]]      # each occurrence's first launch
+        miss = tm.ops.set_index(["iteration", "kernel", "occurrence"])["missing"].reindex(
+            pd.MultiIndex.from_arrays([l_it[head], names[l_kernel[head]], pos[head]])).to_numpy() > 0
+        its = l_it[head]
+        return cls(lanes=lanes, launch_starts=_starts(lane_launch, int(kept.sum())), launches=by_occ,
+                   occ_starts=_starts(occ[by_occ], len(occ_u)), missing=miss,
+                   it_starts=np.flatnonzero(np.r_[True, its[1:] != its[:-1]]), iterations=its)
+
+    def latency(self, g: G.Graph, times: np.ndarray) -> pd.DataFrame | None:
+        """op_latency at `times` (None where a float sum could round: pandas' compensated sum answers)."""
+        b = times[g.lane_first[self.lanes]]
+        e = times[g.lane_last[self.lanes]]
+        entry = np.minimum.reduceat(b, self.launch_starts)[self.launches]
+        end = np.maximum.reduceat(e, self.launch_starts)[self.launches]
+        op = (np.maximum.reduceat(end, self.occ_starts) - np.maximum.reduceat(entry, self.occ_starts)).astype(float)
+        op[self.missing] = np.nan
+        known = op[~self.missing]
+        if not exact_sum(known):
+            return None
+        # integral values summed exactly: pandas' sum(min_count=1), NaN where any occurrence is
+        total = np.add.reduceat(np.where(self.missing, 0.0, op), self.it_starts)
+        bad = np.maximum.reduceat(self.missing.astype(np.int8), self.it_starts) > 0
+        total[bad] = np.nan
+        return pd.DataFrame({"iteration": self.iterations[self.it_starts], "op_latency_ns": total})
+
+
+def _pack(*cols: np.ndarray) -> np.ndarray:
+    """One int64 per row ordering as the rows of the integer columns do (lexicographically)."""
+    key = np.zeros(len(cols[0]), np.int64)
+    for c in cols:
+        c = np.asarray(c, np.int64)
+        c0 = int(c.min()) if c.size else 0
+        width = int(c.max()) - c0 + 1 if c.size else 1
+        assert float(key.max(initial=0) + 1) * width < 2.0 ** 62, "keys too wide to pack"
+        key = key * width + (c - c0)
+    return key
+
+
+def _starts(sorted_codes: np.ndarray, n: int) -> np.ndarray:
+    """Where each of the codes 0..n-1 begins in sorted_codes (each present at least once)."""
+    starts = np.searchsorted(sorted_codes, np.arange(n))
+    assert len(sorted_codes) == 0 or (np.all(np.diff(np.r_[starts, len(sorted_codes)]) > 0)), "a group without members"
+    return starts
 
 
 def _launch_extents(g: G.Graph, times: np.ndarray | None = None) -> pd.DataFrame:
