@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import retime_fast
 from .graph import Graph
 
 
@@ -17,6 +18,7 @@ from .graph import Graph
 # so that a window spans a short slice of time in which each warp has only a few targets
 RETIME_WINDOW = 4096
 WINDOW_SWEEPS = 12
+numpy_halved = 0   # windows the numpy path's last _solve halved (tests/analysis/test_retime_fast.py reads it)
 
 
 @dataclass
@@ -184,7 +186,13 @@ def retime(g: Graph, d: np.ndarray, iterations=None) -> np.ndarray:
 
 
 def _solve(inp: RetimeInput, own_off, ks, src_off, aoff, moff) -> np.ndarray:
-    """New times of the targets (retime's docstring), the offsets given."""
+    """New times of the targets (retime's docstring), the offsets given: retime_fast's compiled loop
+    where it can run (the same windows, sweeps and halving, the same T; its gathers made once, not a
+    window or a sweep at a time), else the numpy code below."""
+    if retime_fast.enabled():
+        T = retime_fast.solve(inp, own_off, ks, src_off, aoff, moff, RETIME_WINDOW, WINDOW_SWEEPS)
+        if T is not None:
+            return T
     NEG = np.iinfo(np.int64).min // 4
     nt = len(inp.tgt)
     first_t, has_src, fixed = inp.first, inp.has_src, inp.fixed
@@ -228,10 +236,14 @@ def _solve(inp: RetimeInput, own_off, ks, src_off, aoff, moff) -> np.ndarray:
             T[idx] = v
         if hi - lo == 1:
             return
+        halved[0] += 1
         mid = (lo + hi) // 2
         solve(lo, mid)
         solve(mid, hi)
 
+    halved = [0]
     for lo in range(0, n_solve, RETIME_WINDOW):
         solve(lo, min(lo + RETIME_WINDOW, n_solve))
+    global numpy_halved
+    numpy_halved = halved[0]
     return T
