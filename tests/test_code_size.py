@@ -17,6 +17,10 @@ ALLOWED = {
     "profiler/decode/decode_fast.py::_launch":
         "the compiled (numba) record loop: the reference decoder's rules record by record in one function, "
         "so the per-warp state stays in locals across the loop; held equal to the oracle by the fuzz tests",
+    "profiler/analysis/retime_fast.py::_solve":
+        "the compiled (numba, ahead of time) what-if solver: retime._solve's windows, Jacobi sweeps and halving "
+        "in one exported function (as the decoder's record loop), its window stack and scratch in locals across "
+        "the loop; held equal to the numpy solver by tests/analysis/test_retime_fast.py",
     "viewer/pages/timeline/logic.py::build_index":
         "the timeline's level-of-detail index built in one pass over the table; not split this session",
     "viewer/pages/timeline/logic.py::figure":
