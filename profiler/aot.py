@@ -131,3 +131,24 @@ def available(where: Path, module: str) -> bool:
     except (OSError, RuntimeError, ImportError):   # no home directory, an unreadable cache: numba decides
         pass
     return importlib.util.find_spec("numba") is not None
+
+
+class Loops:
+    """One source file's compiled loops, made on first use (the graph build's and the what-if
+    solver's modules: `compiled()` for the functions, `enabled(engine)` for whether to run them)."""
+
+    def __init__(self, module: str, source: Path, sub: str, exports: dict, what: str):
+        self.module, self.source, self.sub, self.exports, self.what = module, Path(source), sub, exports, what
+        self._compiled: Compiled | None = None
+
+    def compiled(self) -> Compiled:
+        if self._compiled is None:
+            self._compiled = Compiled(self.module, self.source, self.sub, self.exports, self.what)
+        return self._compiled
+
+    def enabled(self, engine: str) -> bool:
+        """Run the compiled loops? (engine "auto", and an AOT build on disk or numba to make one)"""
+        if engine == "numpy":
+            return False
+        return self._compiled is not None or available(build_dir(self.source, self.sub), self.module)
+

@@ -177,22 +177,16 @@ _EXPORTS = {
 for (_r, _i), _name in _KEY_VARIANTS.items():
     _EXPORTS[_name] = (_wait_keys, "void(" + ", ".join([_A("int64"), _A("int64"), _A(_i.name), _A("int32"), _A(_r.name),
                                                         _A("int64"), "boolean"] + ["int64"] * 6 + [_A("int64")]) + ")")
-_COMPILED: list = []
+_LOOPS = aot.Loops(_MODULE, Path(__file__), "graph", _EXPORTS, "the graph build's loops")
 
 
 def _compiled() -> aot.Compiled:
-    if not _COMPILED:
-        _COMPILED.append(aot.Compiled(_MODULE, Path(__file__), "graph", _EXPORTS, "the graph build's loops"))
-    return _COMPILED[0]
+    return _LOOPS.compiled()
 
 
 def enabled() -> bool:
     """Run the compiled loops? (ENGINE "auto" and an AOT build on disk or numba to make one)"""
-    if ENGINE == "numpy":
-        return False
-    if not _COMPILED and not aot.available(aot.build_dir(Path(__file__), "graph"), _MODULE):
-        return False
-    return True
+    return _LOOPS.enabled(ENGINE)
 
 
 def _i64(a) -> np.ndarray:

@@ -186,24 +186,18 @@ for _dt, _name in _VARIANTS.items():
     _EXPORTS[_name] = (_solve, "int64(" + ", ".join(
         [_X, _B, _B, _I, _B, _I, _I, _X, _X, _I, _I, _I, _X, _X, _I, _I, _I, "int64", "int64", "int64", _I,
          "int64[:, ::1]", _A("uint8"), _I, _I, _I, _I, _I, _I]) + ")")
-_COMPILED: list = []
 STACK = 128   # windows pending at once: two per halving level (a window of 2^62 targets)
 last_halved = 0   # windows the last solve halved (the tests read it)
+_LOOPS = aot.Loops(_MODULE, Path(__file__), "retime", _EXPORTS, "the what-if's re-timing loop")
 
 
 def _compiled() -> aot.Compiled:
-    if not _COMPILED:
-        _COMPILED.append(aot.Compiled(_MODULE, Path(__file__), "retime", _EXPORTS, "the what-if's re-timing loop"))
-    return _COMPILED[0]
+    return _LOOPS.compiled()
 
 
 def enabled() -> bool:
     """Run the compiled loop? (ENGINE "auto" and an AOT build on disk or numba to make one)"""
-    if ENGINE == "numpy":
-        return False
-    if not _COMPILED and not aot.available(aot.build_dir(Path(__file__), "retime"), _MODULE):
-        return False
-    return True
+    return _LOOPS.enabled(ENGINE)
 
 
 def _i64(a) -> np.ndarray:
