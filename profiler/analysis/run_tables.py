@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from . import timeline_fast as TF
 from .keys import pack
 from .lanes import codes
 from .spill import Spill
@@ -187,24 +188,17 @@ def _arrival_row(ev: pd.DataFrame, i: int, n_orig: int, rows: np.ndarray) -> int
     return int(rows[hits[0]]) if hits.size else int(rows[-1]) + 1 + i
 
 
-def chunk_part(ev: pd.DataFrame, n_orig: int, rows: np.ndarray, spill: Spill, name: str) -> ChunkPart:
-    """The chunk's share. ev: its closed table (profiler.analysis.unfinished.close) of n_orig
-    rows of the chunk (whole-table row numbers `rows`) and the departures closing appended."""
-    kind_c, kind_n = _codes(ev["kind"])
+def _span_groups_numpy(kind_c, kind_n, span, kc, pc, n_p: int, ev: pd.DataFrame):
+    """(rows per kind of KINDS, group ids, count / sum / max / min per group, each span's group and
+    duration): numpy's way."""
     counts = np.bincount(kind_c[kind_c >= 0], minlength=len(kind_n))
-    kinds = np.array([int(counts[list(kind_n).index(k)]) if k in kind_n else 0 for k in KINDS], np.int64)
-    kc, kn = _codes(ev["kernel"])
-    pc, pn = _codes(ev["phase"])
-    host = kind_c == (list(kind_n).index("host") if "host" in kind_n else -2)
-    gpu = ~host
-    span = kind_c == (list(kind_n).index("span") if "span" in kind_n else -2)
     rank = ev["rank"].to_numpy()[span].astype(np.int64)
     dur = ev["end_ns"].to_numpy()[span] - ev["begin_ns"].to_numpy()[span]
     # (kernel, phase, rank) over the chunk's rank range: a small key space, counted without a sort
     r0 = int(rank.min()) if rank.size else 0
     nr = int(rank.max()) - r0 + 1 if rank.size else 1
     key = kc[span].astype(np.int64)
-    key *= len(pn)
+    key *= n_p
     key += pc[span]
     key *= nr
     rank -= r0
@@ -212,8 +206,7 @@ def chunk_part(ev: pd.DataFrame, n_orig: int, rows: np.ndarray, spill: Spill, na
     del rank
     uk, gi = _dense(key)
     del key
-    ug = (uk // nr) * RANK_RADIX + uk % nr + r0            # the run-wide group id
-    n = ug.size
+    n = uk.size
     cnt = np.bincount(gi, minlength=n).astype(np.int64)
     tot = np.zeros(n, np.int64)
     np.add.at(tot, gi, dur)
@@ -221,7 +214,31 @@ def chunk_part(ev: pd.DataFrame, n_orig: int, rows: np.ndarray, spill: Spill, na
     np.maximum.at(mx, gi, dur)
     mn = np.full(n, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(mn, gi, dur)
-    narrow = dur.size == 0 or (int(dur.min()) >= 0 and int(dur.max()) < 2**31)
+    return counts, (uk // nr) * RANK_RADIX + uk % nr + r0, (cnt, tot, mx, mn), gi, dur
+
+
+def _span_groups(kind_c, kind_n, kc, pc, n_k: int, n_p: int, ev: pd.DataFrame):
+    """_span_groups_numpy's result, through timeline_fast's two passes where they can run."""
+    span_c = list(kind_n).index("span") if "span" in kind_n else -2
+    got = TF.span_groups(kind_c, span_c, kc, pc, n_k, n_p, ev["rank"].to_numpy(), ev["begin_ns"].to_numpy(),
+                         ev["end_ns"].to_numpy(), len(kind_n)) if TF.enabled() else None
+    if got is None:
+        return _span_groups_numpy(kind_c, kind_n, kind_c == span_c, kc, pc, n_p, ev)
+    counts, uk, r0, n_r, gi, dur, stats = got
+    return counts, (uk // n_r) * RANK_RADIX + uk % n_r + r0, stats, gi, dur
+
+
+def chunk_part(ev: pd.DataFrame, n_orig: int, rows: np.ndarray, spill: Spill, name: str) -> ChunkPart:
+    """The chunk's share. ev: its closed table (profiler.analysis.unfinished.close) of n_orig
+    rows of the chunk (whole-table row numbers `rows`) and the departures closing appended."""
+    kind_c, kind_n = _codes(ev["kind"])
+    kc, kn = _codes(ev["kernel"])
+    pc, pn = _codes(ev["phase"])
+    counts, ug, (cnt, tot, mx, mn), gi, dur = _span_groups(kind_c, kind_n, kc, pc, len(kn), len(pn), ev)
+    kinds = np.array([int(counts[list(kind_n).index(k)]) if k in kind_n else 0 for k in KINDS], np.int64)
+    host = kind_c == (list(kind_n).index("host") if "host" in kind_n else -2)
+    gpu = ~host
+    narrow = dur.size == 0 or (int(mn.min()) >= 0 and int(mx.max()) < 2**31)
     spill.put(name, {"group": gi.astype(np.int32), "duration": dur.astype(np.int32) if narrow else dur})
     return ChunkPart(kinds=kinds, groups=pd.DataFrame({"gid": ug, "count": cnt, "sum": tot, "max": mx, "min": mn}),
                      warp_time=_warp_time(kc, ev, gpu), unfinished=_unfinished(ev, n_orig, rows, kc, pc, kn, pn),

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import timeline_fast as TF
+
 # Events a fine bin covers at most. 100 M events in 100 iterations (1 M each): 512 bins a tile, 16
 # (rank, host) rows x 7 phases x 512 x 100 tiles = 5.7 M cells (23 MB); the page draws 320 bins,
 # so tiles alone serve any window of 0.6 iteration or more. Coarse (per block) bins: one rank's
@@ -209,18 +211,199 @@ class Overview:
         return e[m]
 
 
-def _lane_table(lcode: np.ndarray, a, n_b: int, n_w: int, origin: tuple) -> pd.DataFrame:
-    """The chunk's lanes (rank, block, warp, role) from each event's dense lane code; a lane's
-    role is its last event's (as the viewer's full index assigns it)."""
+def _lane_frame(lpos: np.ndarray, last: np.ndarray, role: np.ndarray, roles: list, n_b: int, n_w: int,
+                origin: tuple) -> pd.DataFrame:
+    """The chunk's lanes (rank, block, warp, role) from their dense lane codes (ascending) and each
+    one's last row: a lane's role is its last event's (as the viewer's full index assigns it)."""
     r0, b0, w0 = origin
-    lpos, lane_of = _dense(lcode)
-    last = np.full(lpos.size, -1, dtype=np.int64)
-    np.maximum.at(last, lane_of, np.arange(lcode.size, dtype=np.int64))
-    role_names = np.asarray(a.roles + [""], dtype=object)
+    role_names = np.asarray(roles + [""], dtype=object)
     lg, lw = np.divmod(lpos, n_w)
     lr, lb = np.divmod(lg, n_b)
     return pd.DataFrame({"rank": lr + r0, "block": lb + b0 - 1, "warp": lw + w0 - 1,
-                         "role": role_names[a.role[last]]})
+                         "role": role_names[role[last]]})
+
+
+def _lane_table(lcode: np.ndarray, a, n_b: int, n_w: int, origin: tuple) -> pd.DataFrame:
+    """_lane_frame of each event's dense lane code."""
+    lpos, lane_of = _dense(lcode)
+    last = np.full(lpos.size, -1, dtype=np.int64)
+    np.maximum.at(last, lane_of, np.arange(lcode.size, dtype=np.int64))
+    return _lane_frame(lpos, last, a.role, a.roles, n_b, n_w, origin)
+
+
+@dataclass
+class _Tile:
+    """One iteration's busy grid before it is kept (Builder's tiles tuple): grid [groups, phases
+    used, bins] float64, groups `ug` packed (rank, block + 1), `used` phase codes."""
+    iteration: int
+    t0: int
+    t1: int
+    bins: int
+    ug: np.ndarray
+    used: np.ndarray
+    grid: np.ndarray
+    rows: int                 # the iteration's events (all kinds)
+    ranks: int                # ranks with events in it
+
+
+def _kept(t: _Tile) -> tuple:
+    """What a tile keeps: the (rank, host) sums at full resolution and the groups' at one rank's
+    share (a [groups, phases, bins] grid a tile held 390 MB at 100 M events, these 50 MB)."""
+    ug, nb, n_u = t.ug, t.bins, t.used.size
+    rg, rg_of = np.unique((ug >> 32) * 2 + ((ug & 0xFFFFFFFF) == 0), return_inverse=True)
+    fine = np.zeros((rg.size, n_u, nb), dtype=np.float64)
+    for i, r in enumerate(rg_of.reshape(-1).tolist()):     # np.add.at's sums, in its order, a group at a time
+        fine[r] += t.grid[i]
+    nc = min(nb, tile_bins(t.rows // max(t.ranks, 1)))     # both powers of two: nc divides nb
+    coarse = t.grid.reshape(ug.size, n_u, nc, nb // nc).mean(axis=3)
+    return (t.iteration, t.t0, t.t1, nb, ug, rg, t.used, fine.astype(np.float32), coarse.astype(np.float32))
+
+
+def _extents_frame(epos: np.ndarray, n_r: int, origin: tuple, lo, hi, events, spans, opened) -> pd.DataFrame:
+    i0, r0 = origin
+    e_it, e_rank = np.divmod(epos, n_r)
+    return pd.DataFrame({"iteration": e_it + i0, "rank": e_rank + r0, "begin_ns": lo, "end_ns": hi,
+                         "events": events, "spans": spans, "open": opened})
+
+
+def _chunk_numpy(events: pd.DataFrame):
+    """(phase names, lanes, extents, tiles) of a chunk, numpy's way."""
+    a = span_arrays(events)
+    n = len(events)
+    # Lanes, groups and (iteration, rank) extents through dense mixed-radix codes over the
+    # chunk's few values (ranks x blocks x warps: hundreds to thousands) counted with bincount
+    # and ufunc.at, not sorts of every event: np.unique(return_index / return_inverse) and
+    # pd.factorize(sort=True) were 0.3 of this method's 0.7 s a chunk of 2.5 M events (issue
+    # 20, NOTES). The codes order like the packed keys the tables keep, so rows come out sorted.
+    b1, w1 = a.block + 1, a.warp + 1           # host events: block = warp = -1 -> 0
+    r0, b0, w0 = int(a.rank.min()), int(b1.min()), int(w1.min())
+    n_b, n_w = int(b1.max()) - b0 + 1, int(w1.max()) - w0 + 1
+    gcode = (a.rank - r0) * n_b + (b1 - b0)    # (rank, block) group, in (rank, block) order
+    lcode = gcode * n_w + (w1 - w0)            # (rank, block, warp) lane
+    del b1, w1
+    lanes = _lane_table(lcode, a, n_b, n_w, (r0, b0, w0))
+    del lcode
+    it = events["iteration"].to_numpy(np.int64)
+    begin = events["begin_ns"].to_numpy(np.int64)
+    end = np.maximum(events["end_ns"].to_numpy(np.int64), begin)
+    opened = events["open"].to_numpy(bool) if "open" in events else np.zeros(n, bool)
+    i0, n_r = int(it.min()), int(a.rank.max()) - r0 + 1
+    epos, codes = _dense((it - i0) * n_r + (a.rank - r0))      # (iteration, rank) order
+    n_e = epos.size
+    lo = np.full(n_e, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(lo, codes, begin)
+    hi = np.full(n_e, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(hi, codes, end)
+    extents = _extents_frame(epos, n_r, (i0, r0), lo, hi, np.bincount(codes, minlength=n_e).astype(np.int64),
+                             np.bincount(codes, weights=a.span, minlength=n_e).astype(np.int64),
+                             np.bincount(codes, weights=a.span & opened, minlength=n_e).astype(np.int64))
+    # the tiles need only these of the per-event arrays (the rest: 60 MB a chunk of 2.5 M events)
+    spanned, phase, names = a.span & (a.phase >= 0), a.phase, a.names
+    del codes, opened, a
+    return names, lanes, extents, _tiles_numpy(it, spanned, phase, gcode, begin, end, extents, (r0, b0, n_b))
+
+
+def _tiles_numpy(it, spanned, phase, gcode, begin, end, extents: pd.DataFrame, radix: tuple):
+    """Each iteration's tile (a _Tile's kept tuple), numpy's way."""
+    r0, b0, n_b = radix
+    i0 = int(it.min())
+    e_it, lo, hi = (extents[c].to_numpy() for c in ("iteration", "begin_ns", "end_ns"))
+    # a chunk holds whole iterations: one stable sort by iteration (none when sorted already,
+    # as the graph's table is within a chunk of one iteration) gives each its rows as a slice,
+    # in table order (binned_busy sums in that order)
+    order = None if bool(np.all(it[1:] >= it[:-1])) else np.argsort(it, kind="stable")
+    e_ends = np.cumsum(np.bincount(e_it - i0))                  # extents rows per iteration
+    cuts = np.concatenate([[0], np.cumsum(np.bincount(it - i0))])
+    out = []
+    for iteration in np.unique(e_it):
+        k = int(iteration) - i0
+        ex = slice(int(e_ends[k - 1]) if k else 0, int(e_ends[k]))
+        t0, t1 = int(lo[ex].min()), int(hi[ex].max())
+        n_rows = int(cuts[k + 1] - cuts[k])
+        nb = tile_bins(n_rows)
+        rows = slice(int(cuts[k]), int(cuts[k + 1])) if order is None else order[cuts[k]:cuts[k + 1]]
+        s = rows[spanned[rows]] if order is not None else np.flatnonzero(spanned[rows]) + rows.start
+        gpos, g_of = _dense(gcode[s])
+        ug = (gpos // n_b + r0) * (1 << 32) + (gpos % n_b + b0)     # (rank, block + 1) packed
+        used, ph = _dense(phase[s])
+        grid = binned_busy(begin[s], end[s], g_of * used.size + ph, ug.size * used.size,
+                           float(t0), float(max(t1, t0 + 1)), nb).reshape(ug.size, used.size, nb)
+        out.append(_kept(_Tile(int(iteration), t0, t1, nb, ug, used, grid, n_rows, ex.stop - ex.start)))
+    return out
+
+
+def _chunk_compiled(events: pd.DataFrame):
+    """_chunk_numpy's result through timeline_fast's two passes, or None where they cannot run
+    (category codes wider than int8, lane or group codes too sparse for dense tables)."""
+    kcode, knames = _codes(events["kind"])
+    pcode, pnames = _codes(events["phase"])
+    if kcode.dtype != np.int8 or pcode.dtype != np.int8:
+        return None
+    host_c, span_c = (knames.index(k) if k in knames else -99 for k in ("host", "span"))
+    lanes = TF.lane_columns(*(events[c].to_numpy() for c in ("rank", "block", "warp", "iteration")))
+    r0, r1, b0, b1, w0, w1, i0, i1 = (int(x) for x in TF.ranges(kcode, host_c, lanes))
+    n_r, n_b, n_w, n_it = r1 - r0 + 1, b1 - b0 + 1, w1 - w0 + 1, i1 - i0 + 1
+    n = len(events)
+    if max(n_r * n_b * n_w, n_it * n_r * n_b, n_it * 2 * len(pnames)) > max(4 * n, 1 << 16):
+        return None                                  # as _dense: np.unique's sort beats such tables
+    radix = np.array([r0, b0, w0, n_b, n_w, i0, n_r], np.int64)
+    begin = np.ascontiguousarray(events["begin_ns"].to_numpy(np.int64))
+    end = np.ascontiguousarray(events["end_ns"].to_numpy(np.int64))
+    opened = events["open"].to_numpy(bool) if "open" in events else np.zeros(n, bool)
+    sc = TF.scan(kcode, host_c, span_c, lanes, pcode, len(pnames), begin, end, opened, radix,
+                 (n_r * n_b * n_w, n_it * n_r, n_it, n_r * n_b))
+    lpos = np.flatnonzero(sc["last"] >= 0)
+    rcode, rnames = _codes(events["role"])
+    lane_df = _lane_frame(lpos, sc["last"][lpos], rcode.astype(np.int64), rnames, n_b, n_w, (r0, b0, w0))
+    epos = np.flatnonzero(sc["events"] > 0)
+    extents = _extents_frame(epos, n_r, (i0, r0), *(sc[k][epos] for k in ("lo", "hi", "events", "spans", "open")))
+    names = pnames + [f"host {p}" for p in pnames]
+    return names, lane_df, extents, _tiles_compiled(sc, extents, (kcode, host_c, span_c, lanes, pcode, len(pnames)),
+                                                    radix, (begin, end))
+
+
+def _tiles_compiled(sc: dict, extents: pd.DataFrame, cols: tuple, radix: np.ndarray, times: tuple) -> list:
+    """Each iteration's tile (a _Tile's kept tuple) from _scan's tables and _bin's sums."""
+    r0, b0, n_b, i0, n_r = (int(radix[j]) for j in (0, 1, 3, 5, 6))
+    n_it = sc["it_rows"].size
+    g_seen, p_seen = sc["g_seen"].reshape(n_it, -1), sc["p_seen"].reshape(n_it, -1)
+    e_it, lo, hi = (extents[c].to_numpy() for c in ("iteration", "begin_ns", "end_ns"))
+    e_ends = np.cumsum(np.bincount(e_it - i0, minlength=n_it))    # extents rows per iteration
+    t = {"g_map": np.full(g_seen.shape, -1, np.int64), "p_map": np.full(p_seen.shape, -1, np.int64),
+         "n_used": np.zeros(n_it, np.int64), "bins": np.ones(n_it, np.int64), "off": np.zeros(n_it, np.int64),
+         "t0": np.zeros(n_it), "t1": np.ones(n_it), "width": np.ones(n_it)}
+    made, cells = [], 0
+    for k in np.flatnonzero(sc["it_rows"]).tolist():
+        ex = slice(int(e_ends[k - 1]) if k else 0, int(e_ends[k]))
+        t0, t1 = int(lo[ex].min()), int(hi[ex].max())
+        n_rows = int(sc["it_rows"][k])
+        nb = tile_bins(n_rows)
+        gpos, used = np.flatnonzero(g_seen[k]), np.flatnonzero(p_seen[k])
+        t["g_map"][k, gpos], t["p_map"][k, used] = np.arange(gpos.size), np.arange(used.size)
+        t["n_used"][k], t["bins"][k], t["off"][k] = used.size, nb, cells
+        t["t0"][k], t["t1"][k] = float(t0), float(max(t1, t0 + 1))
+        t["width"][k] = (t["t1"][k] - t["t0"][k]) / nb           # binned_busy's width, the same float
+        ug = (gpos // n_b + r0) * (1 << 32) + (gpos % n_b + b0)   # (rank, block + 1) packed
+        made.append(_Tile(k + i0, t0, t1, nb, ug, used, None, n_rows, ex.stop - ex.start))
+        cells += gpos.size * used.size * (nb + 1)
+    t["g_map"], t["p_map"] = t["g_map"].reshape(-1), t["p_map"].reshape(-1)
+    one, first, last, diff = TF.bin_spans(*cols, *times, radix, t, cells)
+    out = []
+    for tile in made:
+        k, nb = tile.iteration - i0, tile.bins
+        n_keys = tile.ug.size * tile.used.size
+        seg = slice(int(t["off"][k]), int(t["off"][k]) + n_keys * (nb + 1))
+        flat = one[seg]                              # binned_busy's sums, added in its order, in place
+        flat += first[seg]
+        flat += last[seg]
+        whole = diff[seg].reshape(n_keys, nb + 1)
+        np.cumsum(whole, axis=1, out=whole)
+        flat += whole.reshape(-1)
+        # the same view binned_busy returns (the coarse means reduce it alike)
+        tile.grid = flat.reshape(n_keys, nb + 1)[:, :nb].reshape(tile.ug.size, tile.used.size, nb)
+        out.append(_kept(tile))
+        tile.grid = None
+    return out
 
 
 class Builder:
@@ -236,76 +419,16 @@ class Builder:
     def add(self, events: pd.DataFrame) -> None:
         if not len(events):
             return
-        a = span_arrays(events)
+        got = _chunk_compiled(events) if TF.enabled() else None
+        names, lanes, extents, tiles = got if got is not None else _chunk_numpy(events)
         if self._names is None:
-            self._names = a.names
-        elif a.names != self._names:
+            self._names = names
+        elif names != self._names:
             # every chunk of one run carries the whole table's categories (runreader; iloc keeps them)
             raise ValueError("timeline overview: chunks with different phase categories")
-        n = len(events)
-        # Lanes, groups and (iteration, rank) extents through dense mixed-radix codes over the
-        # chunk's few values (ranks x blocks x warps: hundreds to thousands) counted with bincount
-        # and ufunc.at, not sorts of every event: np.unique(return_index / return_inverse) and
-        # pd.factorize(sort=True) were 0.3 of this method's 0.7 s a chunk of 2.5 M events (issue
-        # 20, NOTES). The codes order like the packed keys the tables keep, so rows come out sorted.
-        b1, w1 = a.block + 1, a.warp + 1           # host events: block = warp = -1 -> 0
-        r0, b0, w0 = int(a.rank.min()), int(b1.min()), int(w1.min())
-        n_b, n_w = int(b1.max()) - b0 + 1, int(w1.max()) - w0 + 1
-        gcode = (a.rank - r0) * n_b + (b1 - b0)    # (rank, block) group, in (rank, block) order
-        lcode = gcode * n_w + (w1 - w0)            # (rank, block, warp) lane
-        del b1, w1
-        self._lanes.append(_lane_table(lcode, a, n_b, n_w, (r0, b0, w0)))
-        del lcode
-        it = events["iteration"].to_numpy(np.int64)
-        begin = events["begin_ns"].to_numpy(np.int64)
-        end = np.maximum(events["end_ns"].to_numpy(np.int64), begin)
-        opened = events["open"].to_numpy(bool) if "open" in events else np.zeros(n, bool)
-        i0, n_r = int(it.min()), int(a.rank.max()) - r0 + 1
-        epos, codes = _dense((it - i0) * n_r + (a.rank - r0))      # (iteration, rank) order
-        n_e = epos.size
-        lo = np.full(n_e, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(lo, codes, begin)
-        hi = np.full(n_e, np.iinfo(np.int64).min, dtype=np.int64)
-        np.maximum.at(hi, codes, end)
-        e_it, e_rank = np.divmod(epos, n_r)
-        e_it, e_rank = e_it + i0, e_rank + r0
-        events_n = np.bincount(codes, minlength=n_e).astype(np.int64)
-        self._extents.append(pd.DataFrame({
-            "iteration": e_it, "rank": e_rank, "begin_ns": lo, "end_ns": hi, "events": events_n,
-            "spans": np.bincount(codes, weights=a.span, minlength=n_e).astype(np.int64),
-            "open": np.bincount(codes, weights=a.span & opened, minlength=n_e).astype(np.int64)}))
-        # the tiles need only these of the per-event arrays (the rest: 60 MB a chunk of 2.5 M events)
-        spanned, phase = a.span & (a.phase >= 0), a.phase
-        del codes, opened, a
-        # a chunk holds whole iterations: one stable sort by iteration (none when sorted already,
-        # as the graph's table is within a chunk of one iteration) gives each its rows as a slice,
-        # in table order (binned_busy sums in that order)
-        order = None if bool(np.all(it[1:] >= it[:-1])) else np.argsort(it, kind="stable")
-        e_ends = np.cumsum(np.bincount(e_it - i0))                  # extents rows per iteration
-        cuts = np.concatenate([[0], np.cumsum(np.bincount(it - i0))])
-        for iteration in np.unique(e_it):
-            k = int(iteration) - i0
-            ex = slice(int(e_ends[k - 1]) if k else 0, int(e_ends[k]))
-            t0, t1 = int(lo[ex].min()), int(hi[ex].max())
-            n_rows = int(cuts[k + 1] - cuts[k])
-            nb = tile_bins(n_rows)
-            rows = slice(int(cuts[k]), int(cuts[k + 1])) if order is None else order[cuts[k]:cuts[k + 1]]
-            s = rows[spanned[rows]] if order is not None else np.flatnonzero(spanned[rows]) + rows.start
-            gpos, g_of = _dense(gcode[s])
-            ug = (gpos // n_b + r0) * (1 << 32) + (gpos % n_b + b0)     # (rank, block + 1) packed
-            used, ph = _dense(phase[s])
-            grid = binned_busy(begin[s], end[s], g_of * used.size + ph, ug.size * used.size,
-                               float(t0), float(max(t1, t0 + 1)), nb).reshape(ug.size, used.size, nb)
-            # kept per tile: the (rank, host) sums at full resolution and the groups' at one rank's
-            # share (a [groups, phases, bins] grid a tile held 390 MB at 100 M events, these 50 MB)
-            rg, rg_of = np.unique((ug >> 32) * 2 + ((ug & 0xFFFFFFFF) == 0), return_inverse=True)
-            fine = np.zeros((rg.size, used.size, nb), dtype=np.float64)
-            np.add.at(fine, rg_of.reshape(-1), grid)
-            n_ranks = ex.stop - ex.start                                 # ranks with events in it
-            nc = min(nb, tile_bins(n_rows // max(n_ranks, 1)))      # both powers of two: nc divides nb
-            coarse = grid.reshape(ug.size, used.size, nc, nb // nc).mean(axis=3)
-            self._tiles.append((int(iteration), t0, t1, nb, ug, rg, used, fine.astype(np.float32),
-                                coarse.astype(np.float32)))
+        self._lanes.append(lanes)
+        self._extents.append(extents)
+        self._tiles += tiles
 
     def merge(self, other: "Builder") -> None:
         """Take the chunks another builder was given, as if they were added here next (a chunk

@@ -1,0 +1,251 @@
+"""The timeline overview's and the report's run tables' per-event passes as compiled loops
+(optional: numba, the `fast` extra).
+
+timeline_overview.Builder.add and run_tables.chunk_part call these when the process can run them
+(`enabled()`: an ahead-of-time build on disk, or numba to make one, profiler/aot.py) and keep their
+numpy code as the fallback; tests/analysis/test_timeline_fast.py holds both paths equal, bit for
+bit, on random tables and on the bundled runs.
+
+Why: the numpy overview of a 2.5 M-event chunk reads every event ~40 times (int64 copies of the lane
+columns, masks, np.where, _dense's bincounts, binned_busy's dozen n-long temporaries, ufunc.at) and
+the run tables' groups ~10 more (np.add/maximum/minimum.at over the spans: 0.23 s of 0.42). Here the
+overview is two passes (`scan`: lanes, extents and which groups and phases each iteration's tiles
+hold; `bin`: every span's busy time into its tile) and the groups one pass after a key scan; the
+lane columns are read at their stored widths.
+
+Exactness: binned_busy sums a bin's spans in table order as three bincounts (a span's only bin, its
+first partial bin, its last partial bin) plus a difference array of whole counts, then adds them in
+that order. `bin` keeps the three sums apart in the same order (a span that weighs 0.0 there is
+skipped here: x + 0.0 == x for the non-negative sums) and the caller adds them as binned_busy does,
+so every cell is the same float. Integer sums, minima and maxima are order-free.
+
+The loops allocate nothing (the callers pass their outputs), so the AOT module needs no numba runtime.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .. import aot
+
+_MODULE = "_epscope_timeline_aot"
+ENGINE = "auto"   # "auto": compiled where available; "numpy": the fallback (tests set it)
+
+
+def _ranges(kind, host_c, rank, block, warp, it, out):
+    """out[0:8] = min / max of rank, block + 1, warp + 1 (host rows: 0) and iteration (out comes
+    filled with int64 max / min)."""
+    for i in range(rank.shape[0]):
+        h = kind[i] == host_c
+        v0 = np.int64(rank[i])
+        v1 = np.int64(0) if h else np.int64(block[i]) + 1
+        v2 = np.int64(0) if h else np.int64(warp[i]) + 1
+        v3 = np.int64(it[i])
+        out[0], out[1] = min(out[0], v0), max(out[1], v0)
+        out[2], out[3] = min(out[2], v1), max(out[3], v1)
+        out[4], out[5] = min(out[4], v2), max(out[5], v2)
+        out[6], out[7] = min(out[6], v3), max(out[7], v3)
+
+
+def _scan(kind, host_c, span_c, rank, block, warp, it, phase, n0, begin, end, opened, radix,
+          last, lo, hi, n_ev, n_span, n_open, it_rows, g_seen, p_seen):
+    """One pass: each lane's last row (last, filled with -1), each (iteration, rank) extent's first
+    begin, last end (end clamped to begin), events, spans and open spans (lo / hi filled with
+    int64 max / min, counts zeroed), rows per iteration, and which groups and phases each
+    iteration's drawn spans hold (g_seen [iterations x groups], p_seen [iterations x 2 n0]).
+    radix: r0, b0, w0, n_b, n_w, i0, n_r (timeline_overview.Builder.add's mixed radix; host rows
+    on block = warp = -1, their phase n0 on)."""
+    r0, b0, w0, n_b, n_w, i0, n_r = radix[0], radix[1], radix[2], radix[3], radix[4], radix[5], radix[6]
+    n_g = g_seen.shape[0] // it_rows.shape[0]
+    n_p = p_seen.shape[0] // it_rows.shape[0]
+    for i in range(rank.shape[0]):
+        h = kind[i] == host_c
+        b1 = np.int64(0) if h else np.int64(block[i]) + 1
+        w1 = np.int64(0) if h else np.int64(warp[i]) + 1
+        g = (np.int64(rank[i]) - r0) * n_b + (b1 - b0)
+        last[g * n_w + (w1 - w0)] = i
+        k = np.int64(it[i]) - i0
+        e = k * n_r + (np.int64(rank[i]) - r0)
+        b = begin[i]
+        lo[e] = min(lo[e], b)
+        hi[e] = max(hi[e], max(end[i], b))
+        n_ev[e] += 1
+        it_rows[k] += 1
+        if h or kind[i] == span_c:
+            n_span[e] += 1
+            if opened[i]:
+                n_open[e] += 1
+            if phase[i] >= 0:
+                g_seen[k * n_g + g] = True
+                p_seen[k * n_p + np.int64(phase[i]) + (n0 if h else 0)] = True
+
+
+def _bin(kind, host_c, span_c, rank, block, warp, it, phase, n0, begin, end, radix,
+         g_map, p_map, n_used, bins, off, t0, t1, width, one, first, last, diff):
+    """Every drawn span's busy time into its iteration's tile, as binned_busy computes it: key =
+    group index x phases used + phase index (g_map / p_map: per iteration, as _scan's g_seen /
+    p_seen), the tile's cells from off[k] ((bins + 1) a key): `one` the spans within one bin,
+    `first` / `last` the partial first and last bins of the others, `diff` +1 / -1 around their
+    whole bins."""
+    r0, b0, n_b, i0 = radix[0], radix[1], radix[3], radix[5]
+    n_g = g_map.shape[0] // bins.shape[0]
+    n_p = p_map.shape[0] // bins.shape[0]
+    for i in range(rank.shape[0]):
+        h = kind[i] == host_c
+        if not (h or kind[i] == span_c) or phase[i] < 0:
+            continue
+        b1 = np.int64(0) if h else np.int64(block[i]) + 1
+        g = (np.int64(rank[i]) - r0) * n_b + (b1 - b0)
+        k = np.int64(it[i]) - i0
+        p = np.int64(phase[i]) + (n0 if h else 0)
+        nb = bins[k]
+        at = off[k] + (g_map[k * n_g + g] * n_used[k] + p_map[k * n_p + p]) * (nb + 1)
+        lo_t, hi_t, w = t0[k], t1[k], width[k]
+        fb = (min(max(np.float64(begin[i]), lo_t), hi_t) - lo_t) / w
+        fe = (min(max(np.float64(max(end[i], begin[i])), lo_t), hi_t) - lo_t) / w
+        ib = min(np.int64(fb), nb - 1)      # fb, fe >= 0: truncation is floor
+        ie = min(np.int64(fe), nb - 1)
+        if ib == ie:
+            if fe > fb:
+                one[at + ib] += fe - fb
+        elif ie > ib:
+            first[at + ib] += (ib + 1) - fb
+            last[at + ie] += fe - ie
+            if ie - ib > 1:
+                diff[at + ib + 1] += 1.0
+                diff[at + ie] -= 1.0
+
+
+def _groups(kind, span_c, kernel, phase, n_p, rank, r0, n_r, kinds, seen):
+    """run_tables.chunk_part's rows per kind code (kinds, zeroed) and span keys ((kernel, phase) x
+    n_r + rank - r0) marked in `seen`; returns False at a span without a kernel or phase code."""
+    for i in range(kind.shape[0]):
+        c = kind[i]
+        if c >= 0:
+            kinds[c] += 1
+        if c != span_c:
+            continue
+        if kernel[i] < 0 or phase[i] < 0:
+            return False
+        seen[(np.int64(kernel[i]) * n_p + phase[i]) * n_r + (np.int64(rank[i]) - r0)] = True
+    return True
+
+
+def _group_stats(kind, span_c, kernel, phase, n_p, rank, r0, n_r, begin, end, index, gi, dur, cnt, tot, mx, mn):
+    """Each span's group (index: key -> dense group) and duration in table order, and per group its
+    count, summed, longest and shortest duration (cnt / tot zeroed, mx / mn filled with int64 min /
+    max)."""
+    j = 0
+    for i in range(kind.shape[0]):
+        if kind[i] != span_c:
+            continue
+        g = index[(np.int64(kernel[i]) * n_p + phase[i]) * n_r + (np.int64(rank[i]) - r0)]
+        d = end[i] - begin[i]
+        gi[j] = g
+        dur[j] = d
+        j += 1
+        cnt[g] += 1
+        tot[g] += d
+        mx[g] = max(mx[g], d)
+        mn[g] = min(mn[g], d)
+
+
+_A = "{}[::1]".format
+# the lane columns at the stored schema's widths (rank int16, block int32, warp int16, iteration
+# int32) or int64 (tables made in memory; other widths are widened to it); category codes int8
+# (pandas' codes below 128 categories; more: the numpy path)
+WIDTHS = {"schema": ("int16", "int32", "int16", "int32"), "wide": ("int64",) * 4}
+_EXPORTS = {}
+for _w, (_r, _b, _wp, _i) in WIDTHS.items():
+    _head = [_A("int8"), "int64", "int64", _A(_r), _A(_b), _A(_wp), _A(_i), _A("int8"), "int64", _A("int64"),
+             _A("int64")]
+    _EXPORTS[f"ranges_{_w}"] = (_ranges, "void(" + ", ".join(
+        [_A("int8"), "int64", _A(_r), _A(_b), _A(_wp), _A(_i), _A("int64")]) + ")")
+    _EXPORTS[f"scan_{_w}"] = (_scan, "void(" + ", ".join(
+        _head + [_A("boolean")] + [_A("int64")] * 8 + [_A("boolean")] * 2) + ")")
+    _EXPORTS[f"bin_{_w}"] = (_bin, "void(" + ", ".join(_head + [_A("int64")] * 6 + [_A("float64")] * 7) + ")")
+    _key = [_A("int8"), "int64", _A("int8"), _A("int8"), "int64", _A(_r), "int64", "int64"]
+    _EXPORTS[f"groups_{_w}"] = (_groups, "boolean(" + ", ".join(_key + [_A("int64"), _A("boolean")]) + ")")
+    _EXPORTS[f"group_stats_{_w}"] = (_group_stats, "void(" + ", ".join(
+        _key + [_A("int64")] * 3 + [_A("int32"), _A("int64")] + [_A("int64")] * 4) + ")")
+_LOOPS = aot.Loops(_MODULE, Path(__file__), "timeline", _EXPORTS, "the timeline overview's and run tables' loops")
+
+
+def enabled() -> bool:
+    """Run the compiled loops? (ENGINE "auto" and an AOT build on disk or numba to make one)"""
+    return _LOOPS.enabled(ENGINE)
+
+
+def get(name: str):
+    return _LOOPS.compiled().get(name)
+
+
+def _i64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, np.int64)
+
+
+def lane_columns(rank, block, warp, it) -> tuple[str, list[np.ndarray]]:
+    """(variant, the columns) at a compiled width: the stored schema's as they are, else int64."""
+    cols = [rank, block, warp, it]
+    if tuple(c.dtype.name for c in cols) == WIDTHS["schema"]:
+        return "schema", [np.ascontiguousarray(c) for c in cols]
+    return "wide", [_i64(c) for c in cols]
+
+
+def ranges(kind, host_c: int, lanes: tuple[str, list]) -> np.ndarray:
+    """min / max of rank, block + 1, warp + 1 (host rows: 0) and iteration: int64[8]."""
+    out = np.tile(np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], np.int64), 4)
+    get(f"ranges_{lanes[0]}")(kind, np.int64(host_c), *lanes[1], out)
+    return out
+
+
+def scan(kind, host_c: int, span_c: int, lanes: tuple[str, list], phase, n0: int, begin, end, opened,
+         radix: np.ndarray, sizes: tuple[int, int, int, int]) -> dict:
+    """_scan's outputs by name. sizes: lanes, extents, iterations, groups (the radix's ranges)."""
+    n_lanes, n_ext, n_it, n_g = sizes
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    out = {"last": np.full(n_lanes, -1, np.int64), "lo": np.full(n_ext, big, np.int64),
+           "hi": np.full(n_ext, small, np.int64), "events": np.zeros(n_ext, np.int64),
+           "spans": np.zeros(n_ext, np.int64), "open": np.zeros(n_ext, np.int64),
+           "it_rows": np.zeros(n_it, np.int64), "g_seen": np.zeros(n_it * n_g, np.bool_),
+           "p_seen": np.zeros(n_it * 2 * n0, np.bool_)}
+    get(f"scan_{lanes[0]}")(kind, np.int64(host_c), np.int64(span_c), *lanes[1], phase, np.int64(n0), begin, end,
+                            np.ascontiguousarray(opened, np.bool_), radix, *out.values())
+    return out
+
+
+def bin_spans(kind, host_c: int, span_c: int, lanes: tuple[str, list], phase, n0: int, begin, end,
+              radix: np.ndarray, tiles: dict, cells: int) -> tuple[np.ndarray, ...]:
+    """_bin's (one, first, last, diff) over `cells` cells. tiles: g_map, p_map, n_used, bins, off
+    (int64), t0, t1, width (float64), per iteration of the radix."""
+    acc = tuple(np.zeros(cells, np.float64) for _ in range(4))
+    get(f"bin_{lanes[0]}")(kind, np.int64(host_c), np.int64(span_c), *lanes[1], phase, np.int64(n0), begin, end,
+                           radix, *(tiles[k] for k in ("g_map", "p_map", "n_used", "bins", "off", "t0", "t1", "width")),
+                           *acc)
+    return acc
+
+
+def span_groups(kind, span_c: int, kernel, phase, n_k: int, n_p: int, rank, begin, end, n_kinds: int):
+    """run_tables.chunk_part's per-span work in two passes: (rows per kind code, distinct group keys
+    ascending as (kernel x n_p + phase) x n_r + rank - r0 with r0 and n_r, each span's group and
+    duration, per group count / sum / max / min); None where a span's kernel or phase code is
+    missing or the codes are not int8 (the numpy path then runs)."""
+    if kind.dtype != np.int8 or kernel.dtype != np.int8 or phase.dtype != np.int8:
+        return None
+    w, (rank,) = ("schema", [np.ascontiguousarray(rank)]) if rank.dtype == np.int16 else ("wide", [_i64(rank)])
+    r0 = int(rank.min()) if rank.size else 0
+    n_r = int(rank.max()) - r0 + 1 if rank.size else 1
+    kinds = np.zeros(n_kinds, np.int64)
+    seen = np.zeros(n_k * n_p * n_r, np.bool_)
+    head = (kind, np.int64(span_c), kernel, phase, np.int64(n_p), rank, np.int64(r0), np.int64(n_r))
+    if not get(f"groups_{w}")(*head, kinds, seen):
+        return None
+    uk = np.flatnonzero(seen)
+    index = np.cumsum(seen, dtype=np.int64) - 1
+    n_s = int(kinds[span_c]) if 0 <= span_c < n_kinds else 0
+    gi, dur = np.empty(n_s, np.int32), np.empty(n_s, np.int64)
+    stats = (np.zeros(uk.size, np.int64), np.zeros(uk.size, np.int64), np.full(uk.size, np.iinfo(np.int64).min),
+             np.full(uk.size, np.iinfo(np.int64).max))
+    get(f"group_stats_{w}")(*head, _i64(begin), _i64(end), index, gi, dur, *stats)
+    return kinds, uk, r0, n_r, gi, dur, stats
