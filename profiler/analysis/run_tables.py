@@ -133,19 +133,34 @@ def _lane_sorted(ev: pd.DataFrame, kc: np.ndarray, rows: np.ndarray) -> tuple[np
     return rows[order], np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
 
 
+def _runs_compiled(ev: pd.DataFrame, kc: np.ndarray, gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(first row of each GPU lane run, its active time) by timeline_fast's one pass, when each
+    lane is one run (as _lane_runs; None otherwise or where the pass cannot run)."""
+    got = TF.lane_runs(ev, kc, gpu) if TF.enabled() else None
+    if got is None:
+        return None
+    first, ext = got
+    heads = pd.DataFrame({i: v[first] for i, v in enumerate([ev[c].to_numpy() for c in _LANE_COLUMNS] + [kc])})
+    return None if heads.duplicated().any() else (first, ext)
+
+
 def _warp_time(kc: np.ndarray, ev: pd.DataFrame, gpu: np.ndarray) -> pd.DataFrame:
     """Per (kernel code, rank): the summed active time (first record to last) of the GPU lanes
     (rank, launch, block, warp) of that kernel."""
     if not gpu.any():
         return pd.DataFrame({"kernel": np.zeros(0, np.int64), "rank": np.zeros(0, np.int64),
                              "ns": np.zeros(0, np.int64)})
-    got = _lane_runs(ev, kc, gpu)
-    rows, starts = got if got is not None else _lane_sorted(ev, kc, np.flatnonzero(gpu))
-    b = ev["begin_ns"].to_numpy()[rows]
-    ext = np.maximum.reduceat(ev["end_ns"].to_numpy()[rows], starts)
-    ext -= np.minimum.reduceat(b, starts)
-    del b
-    first = rows[starts]
+    got = _runs_compiled(ev, kc, gpu)
+    if got is not None:
+        first, ext = got
+    else:
+        got = _lane_runs(ev, kc, gpu)
+        rows, starts = got if got is not None else _lane_sorted(ev, kc, np.flatnonzero(gpu))
+        b = ev["begin_ns"].to_numpy()[rows]
+        ext = np.maximum.reduceat(ev["end_ns"].to_numpy()[rows], starts)
+        ext -= np.minimum.reduceat(b, starts)
+        del b
+        first = rows[starts]
     lk = kc[first].astype(np.int64) * RANK_RADIX + ev["rank"].to_numpy()[first]
     u, inv = _dense(lk)
     ns = np.zeros(u.size, np.int64)
@@ -257,11 +272,51 @@ def _groups(parts: list[ChunkPart]) -> pd.DataFrame:
 
 
 def _spilled(parts: list[ChunkPart], spill: Spill, gids: np.ndarray):
-    """Each chunk's spilled spans as (run-wide group index, duration), one chunk at a time."""
+    """Each chunk's spilled spans as (its group -> run-wide group index, its rows' group, duration),
+    one chunk at a time."""
     for p in parts:
         arr = spill.get(p.name)
-        yield np.searchsorted(gids, p.groups["gid"].to_numpy())[arr["group"]], arr["duration"]
+        yield np.searchsorted(gids, p.groups["gid"].to_numpy()), arr["group"], arr["duration"]
         del arr
+
+
+def _count(parts: list[ChunkPart], spill: Spill, gids: np.ndarray, win: tuple, count: list[bool],
+           hist: np.ndarray) -> None:
+    """select's histogram pass: each spilled value inside wanted value t's window of its group,
+    win = (lo, hi, bin width) [T x groups], counted into hist[t] (groups x HIST_BINS) for the t
+    with count[t]."""
+    lo, hi, binw = win
+    G = len(gids)
+    for gmap, grp, x in _spilled(parts, spill, gids):
+        if TF.enabled():
+            TF.hist(grp, gmap, x, lo, hi, binw, np.asarray(count), hist)
+            continue
+        g = gmap[grp]
+        for t in np.flatnonzero(count):
+            lo_e = lo[t, g]
+            inw = (x >= lo_e) & (x <= hi[t, g])
+            gi = g[inw]
+            hist[t] += np.bincount(gi * HIST_BINS + (x[inw] - lo_e[inw]) // binw[t, gi], minlength=G * HIST_BINS)
+
+
+def _kept(parts: list[ChunkPart], spill: Spill, gids: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+          cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """(run-wide group index, value) of every spilled value inside its group's [lo, hi], chunk
+    after chunk in spill order. cap: how many there are at most (the histogram's counts)."""
+    if TF.enabled():
+        out_g, out_x = np.empty(cap, np.int64), np.empty(cap, np.int64)
+        m = 0
+        for gmap, grp, x in _spilled(parts, spill, gids):
+            m = TF.keep(grp, gmap, x, lo, hi, m, out_g, out_x)
+        if m <= cap:
+            return out_g[:m], out_x[:m]
+    kg, kx = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for gmap, grp, x in _spilled(parts, spill, gids):
+        g = gmap[grp]
+        inw = (x >= lo[g]) & (x <= hi[g])
+        kg.append(g[inw])
+        kx.append(x[inw].astype(np.int64))
+    return np.concatenate(kg), np.concatenate(kx)
 
 
 def _same_windows(lo: np.ndarray, hi: np.ndarray) -> list[int]:
@@ -292,14 +347,7 @@ def select(parts: list[ChunkPart], spill: Spill, groups: pd.DataFrame, ks: list[
         binw = (hi - lo) // HIST_BINS + 1                  # ceil((hi - lo + 1) / HIST_BINS)
         hist = np.zeros((T, G * HIST_BINS), np.int64)
         same = _same_windows(lo, hi)
-        for g, x in _spilled(parts, spill, gids):
-            for t in range(T):
-                if same[t] < t:                            # counted for an earlier value already
-                    continue
-                lo_e = lo[t, g]
-                inw = (x >= lo_e) & (x <= hi[t, g])
-                gi = g[inw]
-                hist[t] += np.bincount(gi * HIST_BINS + (x[inw] - lo_e[inw]) // binw[t, gi], minlength=G * HIST_BINS)
+        _count(parts, spill, gids, (lo, hi, binw), [same[t] == t for t in range(T)], hist)   # once a window
         for t in range(T):
             cum = below[t][:, None] + np.cumsum(hist[same[t]].reshape(G, HIST_BINS), axis=1)
             j = np.argmax(cum > K[t][:, None], axis=1)        # the bin holding the value
@@ -308,40 +356,29 @@ def select(parts: list[ChunkPart], spill: Spill, groups: pd.DataFrame, ks: list[
             below[t] = new_below
             lo[t], hi[t] = lo[t] + j * binw[t], np.minimum(lo[t] + (j + 1) * binw[t] - 1, hi[t])
     if T > 1 and bool(np.all(np.abs(K - K[0]) <= 1)):
-        return _select_adjacent(parts, spill, gids, lo, hi, below, K)
-    kept = [([], []) for _ in range(T)]
+        return _select_adjacent(parts, spill, gids, (lo, hi, left), below, K)
     same = _same_windows(lo, hi)
-    for g, x in _spilled(parts, spill, gids):
-        for t in range(T):
-            if same[t] < t:
-                continue
-            inw = (x >= lo[t, g]) & (x <= hi[t, g])
-            kept[t][0].append(g[inw])
-            kept[t][1].append(x[inw].astype(np.int64))
+    kept = [_kept(parts, spill, gids, lo[t], hi[t], int(left[t].sum())) if same[t] == t else None for t in range(T)]
     out = []
     for t in range(T):
-        kg, kx = np.concatenate(kept[same[t]][0]), np.concatenate(kept[same[t]][1])
+        kg, kx = kept[same[t]]
         order = np.lexsort((kx, kg))
         first = np.searchsorted(kg[order], rows)             # each group's first kept value
         out.append(kx[order][first + (K[t] - below[t])])
     return out
 
 
-def _select_adjacent(parts: list[ChunkPart], spill: Spill, gids: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                     below: np.ndarray, K: np.ndarray) -> list[np.ndarray]:
+def _select_adjacent(parts: list[ChunkPart], spill: Spill, gids: np.ndarray, win: tuple, below: np.ndarray,
+                     K: np.ndarray) -> list[np.ndarray]:
     """select's last pass when every group's wanted ranks are adjacent (a median's two middle
     values): one pass keeps the values of each group's windows together, [min lo, max hi], instead
     of one pass per window (a third of the medians' CPU, issue 31). Exact and no larger: no value
     lies strictly between the k-th and the (k+1)-th smallest, so the union window holds the
     windows' values and nothing else. Each rank is then read from its own window's values, which
     the union's (group, value) order keeps sorted."""
+    lo, hi, left = win
     ulo, uhi = lo.min(axis=0), hi.max(axis=0)
-    kg, kx = [], []
-    for g, x in _spilled(parts, spill, gids):
-        inw = (x >= ulo[g]) & (x <= uhi[g])
-        kg.append(g[inw])
-        kx.append(x[inw].astype(np.int64))
-    kg, kx = np.concatenate(kg), np.concatenate(kx)
+    kg, kx = _kept(parts, spill, gids, ulo, uhi, int(left.sum()))   # the union holds at most both windows' values
     order = np.lexsort((kx, kg))
     kg, kx = kg[order], kx[order]
     rows = np.arange(len(gids))

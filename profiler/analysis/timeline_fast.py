@@ -151,6 +151,64 @@ def _group_stats(kind, span_c, kernel, phase, n_p, rank, r0, n_r, begin, end, in
         mn[g] = min(mn[g], d)
 
 
+def _lane_runs(rank, launch, block, warp, kernel, gpu, begin, end, starts, ext):
+    """run_tables._warp_time's lane runs: rows where (rank, launch, block, warp, kernel, gpu) keep
+    their values are one run; of each GPU run its first row (starts) and its first begin to last
+    end (ext), written while they fit; returns the number of GPU runs (a first call with empty
+    outputs counts them)."""
+    m = 0
+    n = rank.shape[0]
+    lo = hi = np.int64(0)
+    for i in range(n + 1):
+        if i == n or i == 0 or (rank[i] != rank[i - 1] or launch[i] != launch[i - 1] or block[i] != block[i - 1]
+                                or warp[i] != warp[i - 1] or kernel[i] != kernel[i - 1] or gpu[i] != gpu[i - 1]):
+            if i > 0 and gpu[i - 1]:
+                if m < starts.shape[0]:
+                    ext[m] = hi - lo
+                m += 1
+            if i == n:
+                break
+            if gpu[i]:
+                if m < starts.shape[0]:
+                    starts[m] = i
+                lo, hi = begin[i], end[i]
+        elif gpu[i]:
+            lo, hi = min(lo, begin[i]), max(hi, end[i])
+    return m
+
+
+def _hist(group, gmap, x, lo, hi, binw, count, hist):
+    """run_tables.select's histogram pass over one spill: each value of group gmap[group] inside
+    wanted value t's window [lo, hi] (flat [T x groups]) counted into its bin of width binw
+    (hist flat [T x groups x bins]), for the t with count[t]."""
+    T = count.shape[0]
+    G = lo.shape[0] // T
+    HB = hist.shape[0] // lo.shape[0]
+    for i in range(x.shape[0]):
+        g = gmap[group[i]]
+        v = np.int64(x[i])
+        for t in range(T):
+            if not count[t]:
+                continue
+            c = t * G + g
+            if v >= lo[c] and v <= hi[c]:
+                hist[c * HB + (v - lo[c]) // binw[c]] += 1
+
+
+def _keep(group, gmap, x, lo, hi, m, out_g, out_x):
+    """The (group, value) pairs of one spill inside their group's window [lo, hi], appended to
+    out_g / out_x from m on while they fit; returns the new end."""
+    for i in range(x.shape[0]):
+        g = gmap[group[i]]
+        v = np.int64(x[i])
+        if v >= lo[g] and v <= hi[g]:
+            if m < out_g.shape[0]:
+                out_g[m] = g
+                out_x[m] = v
+            m += 1
+    return m
+
+
 _A = "{}[::1]".format
 # the lane columns at the stored schema's widths (rank int16, block int32, warp int16, iteration
 # int32) or int64 (tables made in memory; other widths are widened to it); category codes int8
@@ -169,6 +227,15 @@ for _w, (_r, _b, _wp, _i) in WIDTHS.items():
     _EXPORTS[f"groups_{_w}"] = (_groups, "boolean(" + ", ".join(_key + [_A("int64"), _A("boolean")]) + ")")
     _EXPORTS[f"group_stats_{_w}"] = (_group_stats, "void(" + ", ".join(
         _key + [_A("int64")] * 3 + [_A("int32"), _A("int64")] + [_A("int64")] * 4) + ")")
+_RUN_WIDTHS = {"schema": ("int16", "int32", "int32", "int16"), "wide": ("int64",) * 4}   # rank, launch, block, warp
+for _w, (_r, _l, _b, _wp) in _RUN_WIDTHS.items():
+    _EXPORTS[f"lane_runs_{_w}"] = (_lane_runs, "int64(" + ", ".join(
+        [_A(_r), _A(_l), _A(_b), _A(_wp), _A("int8"), _A("boolean")] + [_A("int64")] * 4) + ")")
+for _x in ("int32", "int64"):      # a spill's durations: int32 where they fit (run_tables.chunk_part)
+    _EXPORTS[f"hist_{_x}"] = (_hist, "void(" + ", ".join(
+        [_A("int32"), _A("int64"), _A(_x)] + [_A("int64")] * 3 + [_A("boolean"), _A("int64")]) + ")")
+    _EXPORTS[f"keep_{_x}"] = (_keep, "int64(" + ", ".join(
+        [_A("int32"), _A("int64"), _A(_x)] + [_A("int64")] * 2 + ["int64", _A("int64"), _A("int64")]) + ")")
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "timeline", _EXPORTS, "the timeline overview's and run tables' loops")
 
 
@@ -249,3 +316,42 @@ def span_groups(kind, span_c: int, kernel, phase, n_k: int, n_p: int, rank, begi
              np.full(uk.size, np.iinfo(np.int64).max))
     get(f"group_stats_{w}")(*head, _i64(begin), _i64(end), index, gi, dur, *stats)
     return kinds, uk, r0, n_r, gi, dur, stats
+
+
+def lane_runs(ev, kernel, gpu):
+    """(first row of each GPU lane run, its first begin to last end) as run_tables._lane_runs finds
+    the runs, or None for codes wider than int8 (the numpy path then runs)."""
+    if kernel.dtype != np.int8:
+        return None
+    cols = [ev[c].to_numpy() for c in ("rank", "launch", "block", "warp")]
+    if tuple(c.dtype.name for c in cols) == _RUN_WIDTHS["schema"]:
+        w, cols = "schema", [np.ascontiguousarray(c) for c in cols]
+    else:
+        w, cols = "wide", [_i64(c) for c in cols]
+    f = get(f"lane_runs_{w}")
+    args = (*cols, kernel, np.ascontiguousarray(gpu, np.bool_), _i64(ev["begin_ns"].to_numpy()),
+            _i64(ev["end_ns"].to_numpy()))
+    m = int(f(*args, np.zeros(0, np.int64), np.zeros(0, np.int64)))   # count first: no n-long outputs
+    starts, ext = np.empty(m, np.int64), np.empty(m, np.int64)
+    assert f(*args, starts, ext) == m
+    return starts, ext
+
+
+def _spill_args(group, gmap, x):
+    name = "int32" if x.dtype == np.int32 else "int64"
+    return name, (np.ascontiguousarray(group, np.int32), _i64(gmap), np.ascontiguousarray(x, name))
+
+
+def hist(group, gmap, x, lo, hi, binw, count, out) -> None:
+    """_hist over one spill (group: its rows' chunk group; gmap: chunk group -> run-wide group)."""
+    name, head = _spill_args(group, gmap, x)
+    get(f"hist_{name}")(*head, *(_i64(a).reshape(-1) for a in (lo, hi, binw)), np.ascontiguousarray(count, np.bool_),
+                        out.reshape(-1))
+
+
+def keep(group, gmap, x, lo, hi, m: int, out_g: np.ndarray, out_x: np.ndarray) -> int:
+    """_keep over one spill: its (group, value) pairs inside their group's [lo, hi] appended to
+    out_g / out_x (int64) from m on while they fit; returns the new end (past the outputs: more
+    than fit)."""
+    name, head = _spill_args(group, gmap, x)
+    return int(get(f"keep_{name}")(*head, _i64(lo), _i64(hi), np.int64(m), out_g, out_x))
