@@ -96,7 +96,7 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """(codes, names) of a column: a categorical's own codes (no copy, no widening), else codes
     of its values (lanes.codes)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(), np.asarray(col.cat.categories.astype(str), dtype=object)
+        return col.array.codes, np.asarray(col.cat.categories.astype(str), dtype=object)
     return codes(col)
 
 
@@ -140,8 +140,9 @@ def _runs_compiled(ev: pd.DataFrame, kc: np.ndarray, gpu: np.ndarray) -> tuple[n
     if got is None:
         return None
     first, ext = got
-    heads = pd.DataFrame({i: v[first] for i, v in enumerate([ev[c].to_numpy() for c in _LANE_COLUMNS] + [kc])})
-    return None if heads.duplicated().any() else (first, ext)
+    heads = [ev[c].to_numpy()[first].astype(np.int64) for c in _LANE_COLUMNS] + [kc[first].astype(np.int64)]
+    key = np.sort(pack([h - int(h.min()) if h.size else h for h in heads]))
+    return None if bool((key[1:] == key[:-1]).any()) else (first, ext)
 
 
 def _warp_time(kc: np.ndarray, ev: pd.DataFrame, gpu: np.ndarray) -> pd.DataFrame:
@@ -254,7 +255,7 @@ def chunk_part(ev: pd.DataFrame, n_orig: int, rows: np.ndarray, spill: Spill, na
     host = kind_c == (list(kind_n).index("host") if "host" in kind_n else -2)
     gpu = ~host
     narrow = dur.size == 0 or (int(mn.min()) >= 0 and int(mx.max()) < 2**31)
-    spill.put(name, {"group": gi.astype(np.int32), "duration": dur.astype(np.int32) if narrow else dur})
+    spill.put(name, {"group": gi.astype(np.int32, copy=False), "duration": dur.astype(np.int32) if narrow else dur})
     return ChunkPart(kinds=kinds, groups=pd.DataFrame({"gid": ug, "count": cnt, "sum": tot, "max": mx, "min": mn}),
                      warp_time=_warp_time(kc, ev, gpu), unfinished=_unfinished(ev, n_orig, rows, kc, pc, kn, pn),
                      kernel_names=tuple(map(str, kn)), phase_names=tuple(map(str, pn)), name=name)

@@ -33,21 +33,6 @@ _MODULE = "_epscope_timeline_aot"
 ENGINE = "auto"   # "auto": compiled where available; "numpy": the fallback (tests set it)
 
 
-def _ranges(kind, host_c, rank, block, warp, it, out):
-    """out[0:8] = min / max of rank, block + 1, warp + 1 (host rows: 0) and iteration (out comes
-    filled with int64 max / min)."""
-    for i in range(rank.shape[0]):
-        h = kind[i] == host_c
-        v0 = np.int64(rank[i])
-        v1 = np.int64(0) if h else np.int64(block[i]) + 1
-        v2 = np.int64(0) if h else np.int64(warp[i]) + 1
-        v3 = np.int64(it[i])
-        out[0], out[1] = min(out[0], v0), max(out[1], v0)
-        out[2], out[3] = min(out[2], v1), max(out[3], v1)
-        out[4], out[5] = min(out[4], v2), max(out[5], v2)
-        out[6], out[7] = min(out[6], v3), max(out[7], v3)
-
-
 def _scan(kind, host_c, span_c, rank, block, warp, it, phase, n0, begin, end, opened, radix,
           last, lo, hi, n_ev, n_span, n_open, it_rows, g_seen, p_seen):
     """One pass: each lane's last row (last, filled with -1), each (iteration, rank) extent's first
@@ -218,8 +203,6 @@ _EXPORTS = {}
 for _w, (_r, _b, _wp, _i) in WIDTHS.items():
     _head = [_A("int8"), "int64", "int64", _A(_r), _A(_b), _A(_wp), _A(_i), _A("int8"), "int64", _A("int64"),
              _A("int64")]
-    _EXPORTS[f"ranges_{_w}"] = (_ranges, "void(" + ", ".join(
-        [_A("int8"), "int64", _A(_r), _A(_b), _A(_wp), _A(_i), _A("int64")]) + ")")
     _EXPORTS[f"scan_{_w}"] = (_scan, "void(" + ", ".join(
         _head + [_A("boolean")] + [_A("int64")] * 8 + [_A("boolean")] * 2) + ")")
     _EXPORTS[f"bin_{_w}"] = (_bin, "void(" + ", ".join(_head + [_A("int64")] * 6 + [_A("float64")] * 7) + ")")
@@ -258,13 +241,6 @@ def lane_columns(rank, block, warp, it) -> tuple[str, list[np.ndarray]]:
     if tuple(c.dtype.name for c in cols) == WIDTHS["schema"]:
         return "schema", [np.ascontiguousarray(c) for c in cols]
     return "wide", [_i64(c) for c in cols]
-
-
-def ranges(kind, host_c: int, lanes: tuple[str, list]) -> np.ndarray:
-    """min / max of rank, block + 1, warp + 1 (host rows: 0) and iteration: int64[8]."""
-    out = np.tile(np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], np.int64), 4)
-    get(f"ranges_{lanes[0]}")(kind, np.int64(host_c), *lanes[1], out)
-    return out
 
 
 def scan(kind, host_c: int, span_c: int, lanes: tuple[str, list], phase, n0: int, begin, end, opened,
@@ -331,10 +307,15 @@ def lane_runs(ev, kernel, gpu):
     f = get(f"lane_runs_{w}")
     args = (*cols, kernel, np.ascontiguousarray(gpu, np.bool_), _i64(ev["begin_ns"].to_numpy()),
             _i64(ev["end_ns"].to_numpy()))
-    m = int(f(*args, np.zeros(0, np.int64), np.zeros(0, np.int64)))   # count first: no n-long outputs
-    starts, ext = np.empty(m, np.int64), np.empty(m, np.int64)
-    assert f(*args, starts, ext) == m
-    return starts, ext
+    # a lane's run holds many rows (~600 at 10 M events): room for a run every 8 rows (untouched
+    # pages cost nothing), and a second pass past it
+    cap = min(len(gpu), 1024 + len(gpu) // 8)
+    starts, ext = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    m = int(f(*args, starts, ext))
+    if m > cap:
+        starts, ext = np.empty(m, np.int64), np.empty(m, np.int64)
+        assert f(*args, starts, ext) == m
+    return starts[:m], ext[:m]
 
 
 def _spill_args(group, gmap, x):

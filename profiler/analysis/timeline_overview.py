@@ -91,7 +91,7 @@ def tile_bins(events: int) -> int:
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     c = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
-    return c.cat.codes.to_numpy(), [str(x) for x in c.cat.categories]
+    return c.array.codes, [str(x) for x in c.cat.categories]   # Categorical.codes: a view (.cat.codes copies)
 
 
 def _dense(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -211,24 +211,22 @@ class Overview:
         return e[m]
 
 
-def _lane_frame(lpos: np.ndarray, last: np.ndarray, role: np.ndarray, roles: list, n_b: int, n_w: int,
-                origin: tuple) -> pd.DataFrame:
-    """The chunk's lanes (rank, block, warp, role) from their dense lane codes (ascending) and each
-    one's last row: a lane's role is its last event's (as the viewer's full index assigns it)."""
+def _lane_frame(lpos: np.ndarray, role: np.ndarray, roles: list, n_b: int, n_w: int, origin: tuple) -> pd.DataFrame:
+    """The chunk's lanes (rank, block, warp, role) from their dense lane codes (ascending) and the
+    role code of each one's last row (as the viewer's full index assigns it; -1: none)."""
     r0, b0, w0 = origin
     role_names = np.asarray(roles + [""], dtype=object)
     lg, lw = np.divmod(lpos, n_w)
     lr, lb = np.divmod(lg, n_b)
-    return pd.DataFrame({"rank": lr + r0, "block": lb + b0 - 1, "warp": lw + w0 - 1,
-                         "role": role_names[role[last]]})
+    return pd.DataFrame({"rank": lr + r0, "block": lb + b0 - 1, "warp": lw + w0 - 1, "role": role_names[role]})
 
 
 def _lane_table(lcode: np.ndarray, a, n_b: int, n_w: int, origin: tuple) -> pd.DataFrame:
-    """_lane_frame of each event's dense lane code."""
+    """_lane_frame of each event's dense lane code: a lane's role is its last event's."""
     lpos, lane_of = _dense(lcode)
     last = np.full(lpos.size, -1, dtype=np.int64)
     np.maximum.at(last, lane_of, np.arange(lcode.size, dtype=np.int64))
-    return _lane_frame(lpos, last, a.role, a.roles, n_b, n_w, origin)
+    return _lane_frame(lpos, a.role[last], a.roles, n_b, n_w, origin)
 
 
 @dataclass
@@ -341,7 +339,12 @@ def _chunk_compiled(events: pd.DataFrame):
         return None
     host_c, span_c = (knames.index(k) if k in knames else -99 for k in ("host", "span"))
     lanes = TF.lane_columns(*(events[c].to_numpy() for c in ("rank", "block", "warp", "iteration")))
-    r0, r1, b0, b1, w0, w1, i0, i1 = (int(x) for x in TF.ranges(kcode, host_c, lanes))
+    # the mixed radix needs bounds of the codes, not their exact range (host rows' block and warp
+    # count as -1 whatever they hold): whole-column minima and maxima at the columns' widths
+    rank, block, warp, it = lanes[1]
+    r0, r1, i0, i1 = int(rank.min()), int(rank.max()), int(it.min()), int(it.max())
+    b0, b1 = min(int(block.min()) + 1, 0), max(int(block.max()) + 1, 0)
+    w0, w1 = min(int(warp.min()) + 1, 0), max(int(warp.max()) + 1, 0)
     n_r, n_b, n_w, n_it = r1 - r0 + 1, b1 - b0 + 1, w1 - w0 + 1, i1 - i0 + 1
     n = len(events)
     if max(n_r * n_b * n_w, n_it * n_r * n_b, n_it * 2 * len(pnames)) > max(4 * n, 1 << 16):
@@ -354,7 +357,7 @@ def _chunk_compiled(events: pd.DataFrame):
                  (n_r * n_b * n_w, n_it * n_r, n_it, n_r * n_b))
     lpos = np.flatnonzero(sc["last"] >= 0)
     rcode, rnames = _codes(events["role"])
-    lane_df = _lane_frame(lpos, sc["last"][lpos], rcode.astype(np.int64), rnames, n_b, n_w, (r0, b0, w0))
+    lane_df = _lane_frame(lpos, rcode[sc["last"][lpos]].astype(np.int64), rnames, n_b, n_w, (r0, b0, w0))
     epos = np.flatnonzero(sc["events"] > 0)
     extents = _extents_frame(epos, n_r, (i0, r0), *(sc[k][epos] for k in ("lo", "hi", "events", "spans", "open")))
     names = pnames + [f"host {p}" for p in pnames]
