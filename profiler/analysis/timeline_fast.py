@@ -102,6 +102,50 @@ def _bin(kind, host_c, span_c, rank, block, warp, it, phase, n0, begin, end, rad
                 diff[at + ie] -= 1.0
 
 
+def _combine(one, first, last, diff, start, stop, width):
+    """binned_busy's sum of _bin's parts over cells [start, stop) of rows `width` long, into `one`:
+    ((one + first) + last) + the running sum of diff along the row, the additions numpy makes in
+    that order (the running sums are whole numbers: exact in any order)."""
+    for row in range(start, stop, width):
+        run = 0.0
+        for c in range(row, row + width):
+            run += diff[c]
+            one[c] = ((one[c] + first[c]) + last[c]) + run
+
+
+def _coarse(flat, start, n_keys, width, nb, r, out):
+    """The mean of each r consecutive bins of each key's row (rows `width` long from `start`, their
+    first nb cells the bins) into out [keys x nb / r], as numpy's mean over that axis computes it:
+    its pairwise sum (numpy's pairwise_sum, one block: r <= 128 here) divided by r."""
+    nc = nb // r
+    for key in range(n_keys):
+        for c in range(nc):
+            a = start + key * width + c * r
+            if r < 8:
+                res = 0.0
+                for i in range(r):
+                    res += flat[a + i]
+            else:
+                r0, r1, r2, r3 = flat[a], flat[a + 1], flat[a + 2], flat[a + 3]
+                r4, r5, r6, r7 = flat[a + 4], flat[a + 5], flat[a + 6], flat[a + 7]
+                i = 8
+                while i < r - r % 8:
+                    r0 += flat[a + i]
+                    r1 += flat[a + i + 1]
+                    r2 += flat[a + i + 2]
+                    r3 += flat[a + i + 3]
+                    r4 += flat[a + i + 4]
+                    r5 += flat[a + i + 5]
+                    r6 += flat[a + i + 6]
+                    r7 += flat[a + i + 7]
+                    i += 8
+                res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+                while i < r:
+                    res += flat[a + i]
+                    i += 1
+            out[key * nc + c] = res / r
+
+
 def _groups(kind, span_c, kernel, phase, n_p, rank, r0, n_r, kinds, seen):
     """run_tables.chunk_part's rows per kind code (kinds, zeroed) and span keys ((kernel, phase) x
     n_r + rank - r0) marked in `seen`; returns False at a span without a kernel or phase code."""
@@ -210,6 +254,9 @@ for _w, (_r, _b, _wp, _i) in WIDTHS.items():
     _EXPORTS[f"groups_{_w}"] = (_groups, "boolean(" + ", ".join(_key + [_A("int64"), _A("boolean")]) + ")")
     _EXPORTS[f"group_stats_{_w}"] = (_group_stats, "void(" + ", ".join(
         _key + [_A("int64")] * 3 + [_A("int32"), _A("int64")] + [_A("int64")] * 4) + ")")
+_EXPORTS["combine"] = (_combine, "void(" + ", ".join([_A("float64")] * 4 + ["int64"] * 3) + ")")
+_EXPORTS["coarse"] = (_coarse, "void(" + ", ".join([_A("float64"), "int64", "int64", "int64", "int64", "int64",
+                                                      _A("float64")]) + ")")
 _RUN_WIDTHS = {"schema": ("int16", "int32", "int32", "int16"), "wide": ("int64",) * 4}   # rank, launch, block, warp
 for _w, (_r, _l, _b, _wp) in _RUN_WIDTHS.items():
     _EXPORTS[f"lane_runs_{_w}"] = (_lane_runs, "int64(" + ", ".join(
@@ -267,6 +314,22 @@ def bin_spans(kind, host_c: int, span_c: int, lanes: tuple[str, list], phase, n0
                            radix, *(tiles[k] for k in ("g_map", "p_map", "n_used", "bins", "off", "t0", "t1", "width")),
                            *acc)
     return acc
+
+
+def coarse_means(flat: np.ndarray, start: int, n_keys: int, nb: int, r: int) -> np.ndarray | None:
+    """_coarse of the rows (nb + 1 cells) from `start` of flat: [keys x nb / r], or None where r is
+    past numpy's one pairwise block (128; the tiles' r is at most MAX_BINS / MIN_BINS = 64)."""
+    if r > 128:
+        return None
+    out = np.empty(n_keys * (nb // r), np.float64)
+    get("coarse")(flat, np.int64(start), np.int64(n_keys), np.int64(nb + 1), np.int64(nb), np.int64(r), out)
+    return out
+
+
+def combine(acc: tuple, start: int, stop: int, width: int) -> np.ndarray:
+    """_combine over cells [start, stop) of bin_spans' sums: the tile's flat grid (a view of acc[0])."""
+    get("combine")(*acc, np.int64(start), np.int64(stop), np.int64(width))
+    return acc[0][start:stop]
 
 
 def span_groups(kind, span_c: int, kernel, phase, n_k: int, n_p: int, rank, begin, end, n_kinds: int):

@@ -244,16 +244,23 @@ class _Tile:
     ranks: int                # ranks with events in it
 
 
-def _kept(t: _Tile) -> tuple:
+def _coarse_bins(t: _Tile) -> int:
+    return min(t.bins, tile_bins(t.rows // max(t.ranks, 1)))     # both powers of two: divides bins
+
+
+def _kept(t: _Tile, coarse: np.ndarray | None = None) -> tuple:
     """What a tile keeps: the (rank, host) sums at full resolution and the groups' at one rank's
-    share (a [groups, phases, bins] grid a tile held 390 MB at 100 M events, these 50 MB)."""
+    share (a [groups, phases, bins] grid a tile held 390 MB at 100 M events, these 50 MB). coarse:
+    the groups' means when computed already (timeline_fast.coarse_means)."""
     ug, nb, n_u = t.ug, t.bins, t.used.size
     rg, rg_of = np.unique((ug >> 32) * 2 + ((ug & 0xFFFFFFFF) == 0), return_inverse=True)
     fine = np.zeros((rg.size, n_u, nb), dtype=np.float64)
     for i, r in enumerate(rg_of.reshape(-1).tolist()):     # np.add.at's sums, in its order, a group at a time
         fine[r] += t.grid[i]
-    nc = min(nb, tile_bins(t.rows // max(t.ranks, 1)))     # both powers of two: nc divides nb
-    coarse = t.grid.reshape(ug.size, n_u, nc, nb // nc).mean(axis=3)
+    nc = _coarse_bins(t)
+    if coarse is None:
+        coarse = t.grid.reshape(ug.size, n_u, nc, nb // nc).mean(axis=3)
+    coarse = coarse.reshape(ug.size, n_u, nc)
     return (t.iteration, t.t0, t.t1, nb, ug, rg, t.used, fine.astype(np.float32), coarse.astype(np.float32))
 
 
@@ -390,21 +397,16 @@ def _tiles_compiled(sc: dict, extents: pd.DataFrame, cols: tuple, radix: np.ndar
         made.append(_Tile(k + i0, t0, t1, nb, ug, used, None, n_rows, ex.stop - ex.start))
         cells += gpos.size * used.size * (nb + 1)
     t["g_map"], t["p_map"] = t["g_map"].reshape(-1), t["p_map"].reshape(-1)
-    one, first, last, diff = TF.bin_spans(*cols, *times, radix, t, cells)
+    acc = TF.bin_spans(*cols, *times, radix, t, cells)
     out = []
     for tile in made:
         k, nb = tile.iteration - i0, tile.bins
         n_keys = tile.ug.size * tile.used.size
         seg = slice(int(t["off"][k]), int(t["off"][k]) + n_keys * (nb + 1))
-        flat = one[seg]                              # binned_busy's sums, added in its order, in place
-        flat += first[seg]
-        flat += last[seg]
-        whole = diff[seg].reshape(n_keys, nb + 1)
-        np.cumsum(whole, axis=1, out=whole)
-        flat += whole.reshape(-1)
+        flat = TF.combine(acc, seg.start, seg.stop, nb + 1)     # binned_busy's sums, in its order
         # the same view binned_busy returns (the coarse means reduce it alike)
         tile.grid = flat.reshape(n_keys, nb + 1)[:, :nb].reshape(tile.ug.size, tile.used.size, nb)
-        out.append(_kept(tile))
+        out.append(_kept(tile, TF.coarse_means(acc[0], seg.start, n_keys, nb, nb // _coarse_bins(tile))))
         tile.grid = None
     return out
 

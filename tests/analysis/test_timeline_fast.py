@@ -168,3 +168,17 @@ def test_bundled_runs_closed_tables_match_numpy(name, engine):
     ev = unfinished.close(run.events, run.launches)
     assert_same_overview(ev, engine)
     assert_same_part(ev, engine)
+
+
+@pytest.mark.parametrize("r", [1, 2, 3, 4, 8, 16, 24, 64, 128])
+def test_coarse_means_are_numpys_mean_bit_for_bit(r):
+    """The tiles' coarse grids: numpy's mean over r bins (its pairwise sum) on the same view."""
+    rng = np.random.default_rng(r)
+    n_keys, nc = 12, 5
+    nb = nc * r
+    flat = rng.random(3 + n_keys * (nb + 1)) * rng.choice([0.0, 1e-9, 1.0, 1e6], 3 + n_keys * (nb + 1))
+    grid = flat[3:].reshape(n_keys, nb + 1)[:, :nb]
+    want = grid.reshape(n_keys, nc, r).mean(axis=2)
+    got = TF.coarse_means(flat, 3, n_keys, nb, r).reshape(n_keys, nc)
+    assert got.tobytes() == want.tobytes()
+    assert TF.coarse_means(flat, 3, n_keys, nb * 2, 256) is None     # past one pairwise block: numpy's
