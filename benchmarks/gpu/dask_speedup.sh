@@ -2,10 +2,9 @@
 # Issue 31: `epscope analyze --workers N` against one process on a machine with free cores (the lent
 # GPU host's 16 CPU cores; this CPU VM has 2 shared ones). No GPU is used. From the repository root:
 #   bash benchmarks/gpu/dask_speedup.sh [ITERATIONS=16] [WORKERS="2 4 8"]
-# The host has no dask or distributed: their wheels (and msgspec's, ijson's) travel in .whl/dev and
-# are installed into a folder on PYTHONPATH. numba does not fit the device's carry limit beside the
-# tracked tree (llvmlite is 41 MB even as xz), so the host runs the compiled loops' numpy fallbacks
-# (profiler/aot.py): per-chunk costs there are the numpy path's, both sides of each ratio alike. A synthetic slow_rank run of 8 ranks x ITERATIONS iterations x 2.5 M events (one
+# The host has numba but no dask: the wheels it lacks (dask, distributed, partd, locket, tornado,
+# tblib, zict, importlib_metadata, lazy_importer, msgspec, ijson; 3.5 MB, checked on the host)
+# travel in .whl/dev and are installed into a folder on PYTHONPATH. A synthetic slow_rank run of 8 ranks x ITERATIONS iterations x 2.5 M events (one
 # 2.5 M-event chunk an iteration) is written to local disk, the compiled loops built once, then
 # bench_entry_points.py times a fresh single-process analyze and a fresh --workers N analyze for
 # each N (the stored files compared byte for byte). Logs and the table go to $OUT.
