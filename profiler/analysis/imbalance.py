@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
-from .exactsum import exact_sum
+from . import lane_totals as LT
 from .verdict import MATERIAL_SHARE  # noqa: F401 (the imbalance's alarm share, documented there)
 from .peers import interval_peers
-from .timemodel import launch_rows, time_model
+from .timemodel import lane_cut, launch_rows, time_model
 
 RANK_COLUMNS = ["kernel", "role", "rank", "warps", "spans", "busy_ns", "kernel_ns", "waited_on_ns", "busy_ratio"]
 # A rank whose role is busy this multiple of the other ranks' (the median of the others: with 2
@@ -67,14 +67,9 @@ def waited_on(g: G.Graph) -> pd.DataFrame:
 def _waited_on(g: G.Graph) -> pd.DataFrame:
     """[iteration, kernel, rank, waited_on_ns]: per iteration and kernel, how long the other ranks
     were held waiting on `rank` (per waiting launch: its longest-waiting warp's wait on the rank)."""
-    peer = interval_peers(g)
-    iv = np.flatnonzero(peer >= 0)
-    if len(iv) == 0:
+    if not (interval_peers(g) >= 0).any():
         return pd.DataFrame(columns=WAITED_COLUMNS)
-    lane = g.pt_lane[g.iv_pb[iv]]
-    dur = g.pt_t[g.iv_pe[iv]] - g.pt_t[g.iv_pb[iv]]
-    nr = int(peer.max()) + 1
-    per = np.bincount(lane * nr + peer[iv], weights=dur, minlength=len(g.lane) * nr).reshape(len(g.lane), nr)
+    per = LT.intervals(g).waited          # per (lane, peer): its waits' time (lane_totals)
     li, pr = np.nonzero(per)
     L = g.lane
     df = pd.DataFrame({"iteration": L["iteration"].to_numpy()[li], "kernel": L["kernel"].to_numpy()[li],
@@ -96,50 +91,21 @@ def _held_after_entry(g: G.Graph) -> pd.DataFrame:
     at the occurrence's last entry, timemodel.launch_rows: what came before is the late entry's);
     per waiting launch its longest-waiting warp's, summed per iteration. A launch of an occurrence
     some rank never launched has no 'after entry' (its waits are the missing rank's)."""
-    peer = interval_peers(g)
-    iv = np.flatnonzero(peer >= 0)
     rows = launch_rows(g)
-    if len(iv) == 0 or rows is None:
+    if rows is None or not (interval_peers(g) >= 0).any():
         return pd.DataFrame(columns=HELD_COLUMNS)
     L = g.lane
-    lane = g.pt_lane[g.iv_pb[iv]]
-    # each lane's cut (its launch's last entry; inf where unknown), looked up per lane rather than
-    # per wait (a MultiIndex of 650 k waits a 2.5 M-event chunk)
-    key = pd.MultiIndex.from_arrays([rows["rank"].to_numpy(), rows["launch"].to_numpy()])
-    at = key.get_indexer(pd.MultiIndex.from_arrays([L["rank"].to_numpy(), L["launch"].to_numpy()]))
-    cut = np.where(at >= 0, rows["last_entry_ns"].to_numpy(float)[np.maximum(at, 0)], np.nan)
-    cut = np.where(np.isnan(cut), np.inf, cut)[lane]
-    b, e = g.pt_t[g.iv_pb[iv]].astype(float), g.pt_t[g.iv_pe[iv]].astype(float)
-    after = np.clip(e - np.maximum(b, cut), 0, None)
-    keep = after > 0
-    if not keep.any():
+    # per (lane, peer): its waits on the peer after its launch's last entry (lane_totals)
+    h = LT.held(g, lane_cut(g, rows))
+    if len(h.lane) == 0:
         return pd.DataFrame(columns=HELD_COLUMNS)
-    ln, pr, w = lane_peer_sums(lane[keep], peer[iv][keep], after[keep], len(L))
-    per_lane = pd.DataFrame({"lane": ln, "rank": pr, "w": w})
+    ln = h.lane
+    per_lane = pd.DataFrame({"lane": ln, "rank": h.peer, "w": h.held})
     per_lane = per_lane.assign(iteration=L["iteration"].to_numpy()[ln], kernel=L["kernel"].to_numpy()[ln].astype(str),
                                waiter=L["rank"].to_numpy()[ln], launch=L["launch"].to_numpy()[ln])
     held = per_lane.groupby(["iteration", "kernel", "rank", "waiter", "launch"], sort=True)["w"].max()
     out = held.groupby(level=["iteration", "kernel", "rank", "waiter"]).sum().rename("held_ns").reset_index()
     return out[HELD_COLUMNS]
-
-
-def lane_peer_sums(lane: np.ndarray, peer: np.ndarray, w: np.ndarray, n_lanes: int
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(lane, peer, sum of w) per (lane, peer) pair present, as
-    DataFrame({"lane", "rank", "w"}).groupby(["lane", "rank"], sort=False)["w"].sum() gives them
-    (its rows in another order: every reader groups them again, sorted). A bincount over the
-    lanes x peers, not pandas' group-by of every wait (650 k a 2.5 M-event chunk): exact where the
-    values are integral and their sum below 2**53 (profiler.analysis.exactsum); otherwise pandas
-    sums them."""
-    if not exact_sum(w):
-        s = pd.DataFrame({"lane": lane, "rank": peer, "w": w}).groupby(["lane", "rank"], sort=False)["w"].sum()
-        return (s.index.get_level_values(0).to_numpy(), s.index.get_level_values(1).to_numpy(), s.to_numpy())
-    nr = int(peer.max()) + 1 if peer.size else 1
-    key = lane.astype(np.int64) * nr + peer
-    cnt = np.bincount(key, minlength=n_lanes * nr)
-    tot = np.bincount(key, weights=w, minlength=n_lanes * nr)
-    at = np.flatnonzero(cnt)
-    return at // nr, at % nr, tot[at]
 
 
 def net_held(held: pd.DataFrame, iterations: np.ndarray, ranks) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -165,14 +131,10 @@ def phase_busy(g: G.Graph) -> pd.DataFrame:
 
 def _phase_busy(g: G.Graph) -> pd.DataFrame:
     """[kernel, phase, rank, busy_ns, spans, busy_ratio]: leaf busy time per work phase and rank."""
-    dur = G.segment_durations(g)
-    sel = (g.seg_kind == G.WORK) & (dur > 0) & (g.seg_phase >= 0)
     nph = max(len(g.phase_names), 1)
-    key = g.pt_lane[sel] * nph + g.seg_phase[sel]
-    busy = np.bincount(key, weights=dur[sel], minlength=len(g.lane) * nph).reshape(len(g.lane), nph)
-    work_iv = np.flatnonzero((g.iv_kind == G.WORK) & (g.iv_row >= 0))
-    spans = np.bincount(g.pt_lane[g.iv_pb[work_iv]] * nph + g.iv_phase[work_iv],
-                        minlength=len(g.lane) * nph).reshape(len(g.lane), nph)
+    busy = LT.points(g).work_phase        # per (lane, phase): work time (lane_totals)
+    spans = LT.intervals(g).spans_phase
+    assert busy.shape == spans.shape == (len(g.lane), nph), "per (lane, phase) tables of one shape"
     li, ph = np.nonzero(busy)
     L = g.lane
     df = pd.DataFrame({"kernel": L["kernel"].to_numpy()[li], "phase": g.phase_names[ph], "rank": L["rank"].to_numpy()[li],
@@ -208,10 +170,8 @@ def per_lane(g: G.Graph) -> pd.DataFrame:
 def _per_lane(g: G.Graph) -> pd.DataFrame:
     """One row per GPU lane (warp of one launch): busy / wait / kernel time, work spans."""
     L = g.lane
-    busy = G.lane_sums(g, (G.WORK,))         # memoised: arrivals and critical_busy read it too
-    wait = G.lane_sums(g, (G.WAIT, G.IDLE, G.BARRIER))
-    work_iv = (g.iv_kind == G.WORK) & (g.iv_row >= 0)
-    spans = np.bincount(g.pt_lane[g.iv_pb[work_iv]], minlength=len(L))
+    pts = LT.points(g)                      # memoised: arrivals and critical_busy read it too
+    busy, wait, spans = pts.work, pts.wait, LT.intervals(g).spans
     df = L.assign(busy_ns=busy, wait_ns=wait, spans=spans, first_ns=g.pt_t[g.lane_first], last_ns=g.pt_t[g.lane_last])
     df = df[~df["host"]]
     launch_span = df.groupby(["rank", "launch"], sort=False).agg(b=("first_ns", "min"), e=("last_ns", "max"))
@@ -331,7 +291,7 @@ def critical_busy(g: G.Graph) -> pd.DataFrame:
 def _critical_busy(g: G.Graph) -> pd.DataFrame:
     """[iteration, rank, kernel, busy_ns]: per launch the busiest warp's busy time (the longest
     chain of work in the kernel on that rank), summed per (iteration, rank, kernel)."""
-    busy = G.lane_sums(g, (G.WORK,))
+    busy = LT.points(g).work
     L = g.lane
     gpu = ~L["host"].to_numpy()
     df = pd.DataFrame({"iteration": L["iteration"].to_numpy()[gpu], "rank": L["rank"].to_numpy()[gpu],

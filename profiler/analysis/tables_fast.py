@@ -1,0 +1,137 @@
+"""The per-chunk tables' passes over points and intervals as compiled loops (optional: numba, the
+`fast` extra).
+
+profiler.analysis.lane_totals calls these when the process can run them (`enabled()`: an
+ahead-of-time build on disk, or numba to make one, profiler/aot.py) and keeps its numpy code as the
+fallback; tests/analysis/test_tables_fast.py holds both paths equal on random graphs and on the
+bundled runs.
+
+Why: the tables of a 2.5 M-event chunk (2.4 M points, 1.6 M intervals) read every point through a
+kind mask, a duration and a bincount for each of the per-lane busy and wait sums, the busy time per
+(lane, phase), and the waits before / after the occurrence's last entry; and every interval again
+for the waits on a peer, the waits after entry and the work spans (issue 31: 0.56 s CPU a chunk
+for all the tables). Here each is one pass that adds into per-lane arrays.
+
+Sums are in int64 (the numpy path's are float64 bincounts of integral ns): equal to the bit while
+they stay below 2**53 (profiler.analysis.exactsum); the passes return their total so the caller
+can check that, and the numpy path runs where it fails. The loops allocate nothing (the callers
+pass the zeroed outputs), so the AOT module needs no numba runtime.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .. import aot
+
+_MODULE = "_epscope_tables_aot"
+ENGINE = "auto"   # "auto": compiled where available; "numpy": the fallback (tests set it)
+
+
+def _point_sums(pt_lane, seg_kind, seg_phase, dur, is_work, is_wait, nph, work, wait, work_lp):
+    """Per lane: the time of its work segments (work) and of its wait / idle / barrier segments
+    (wait); per (lane, phase): its work time (work_lp, phase >= 0). Returns the total time added."""
+    tot = np.int64(0)
+    for p in range(dur.shape[0]):
+        d = dur[p]
+        if d <= 0:
+            continue
+        k = seg_kind[p]
+        lane = pt_lane[p]
+        if is_work[k]:
+            work[lane] += d
+            tot += d
+            ph = seg_phase[p]
+            if ph >= 0:
+                work_lp[lane * nph + ph] += d
+        elif is_wait[k]:
+            wait[lane] += d
+            tot += d
+    return tot
+
+
+def _entry_sums(pt_t, pt_lane, seg_kind, seg_phase, dur, is_wait, cut, has_cut, nph1, before, after, before_lp):
+    """Per lane: its wait segments' time before its occurrence's last entry (cut, where has_cut;
+    all of it elsewhere) and after it; per (lane, phase + 1): the time before. Returns the total."""
+    tot = np.int64(0)
+    for p in range(dur.shape[0]):
+        d = dur[p]
+        if d <= 0 or not is_wait[seg_kind[p]]:
+            continue
+        lane = pt_lane[p]
+        bf = d
+        if has_cut[lane]:
+            e = pt_t[p]
+            m = e if e < cut[lane] else cut[lane]
+            bf = m - (e - d)
+            if bf < 0:
+                bf = np.int64(0)
+        before[lane] += bf
+        after[lane] += d - bf
+        tot += d
+        if bf > 0:
+            before_lp[lane * nph1 + seg_phase[p] + 1] += bf
+    return tot
+
+
+def _interval_sums(iv_pb, iv_pe, pt_t, pt_lane, peer, iv_kind, iv_row, iv_phase, work_k, nr, nph,
+                   waited, spans, spans_lp):
+    """Per (lane, peer): the time of the lane's waits on that peer (waited); per lane and per
+    (lane, phase): its work spans (spans, spans_lp). Returns the total wait time added."""
+    tot = np.int64(0)
+    for i in range(iv_pb.shape[0]):
+        lane = pt_lane[iv_pb[i]]
+        if iv_kind[i] == work_k and iv_row[i] >= 0:
+            spans[lane] += 1
+            spans_lp[lane * nph + iv_phase[i]] += 1
+        pr = peer[i]
+        if pr >= 0:
+            d = pt_t[iv_pe[i]] - pt_t[iv_pb[i]]
+            waited[lane * nr + pr] += d
+            tot += d if d >= 0 else -d
+    return tot
+
+
+def _held_sums(iv_pb, iv_pe, pt_t, pt_lane, peer, cut, has_cut, nr, held, held_n):
+    """Per (lane, peer): the time of the lane's waits on that peer after its occurrence's last entry
+    (cut; none where not has_cut), and how many waits had some. Returns the total time added."""
+    tot = np.int64(0)
+    for i in range(iv_pb.shape[0]):
+        pr = peer[i]
+        if pr < 0:
+            continue
+        lane = pt_lane[iv_pb[i]]
+        if not has_cut[lane]:
+            continue
+        b = pt_t[iv_pb[i]]
+        m = b if b > cut[lane] else cut[lane]
+        a = pt_t[iv_pe[i]] - m
+        if a > 0:
+            held[lane * nr + pr] += a
+            held_n[lane * nr + pr] += 1
+            tot += a
+    return tot
+
+
+_A = "{}[::1]".format
+_I64, _I32, _I8, _B = _A("int64"), _A("int32"), _A("int8"), _A("boolean")
+_EXPORTS = {
+    "point_sums": (_point_sums, f"int64({_I64}, {_I8}, {_I32}, {_I64}, {_B}, {_B}, int64, {_I64}, {_I64}, {_I64})"),
+    "entry_sums": (_entry_sums, f"int64({_I64}, {_I64}, {_I8}, {_I32}, {_I64}, {_B}, {_I64}, {_B}, int64, "
+                                f"{_I64}, {_I64}, {_I64})"),
+    "interval_sums": (_interval_sums, f"int64({_I32}, {_I32}, {_I64}, {_I64}, {_I64}, {_I8}, {_I32}, {_I32}, "
+                                      f"int64, int64, int64, {_I64}, {_I64}, {_I64})"),
+    "held_sums": (_held_sums, f"int64({_I32}, {_I32}, {_I64}, {_I64}, {_I64}, {_I64}, {_B}, int64, {_I64}, {_I64})"),
+}
+_LOOPS = aot.Loops(_MODULE, Path(__file__), "tables", _EXPORTS, "the chunk tables' loops")
+
+
+def enabled() -> bool:
+    """Run the compiled loops? (ENGINE "auto" and an AOT build on disk or numba to make one)"""
+    return _LOOPS.enabled(ENGINE)
+
+
+def run(name: str, *args) -> int:
+    """The compiled loop `name` on args (already of its signature's dtypes, contiguous)."""
+    return int(_LOOPS.compiled().get(name)(*args))
