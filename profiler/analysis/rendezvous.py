@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
+from . import lane_totals as LT
 from .timemodel import launch_rows
 
 NO_WORK_SHARE = 0.01   # idle.NO_WORK_SHARE documents it; a warp below it did no work
@@ -43,7 +44,7 @@ def _arrivals(g: G.Graph) -> pd.DataFrame:
         ok = pos >= 0
         dep_t[pos[ok]] = g.pt_t[g.iv_pe[bw[ok]]]
         unf[pos[ok]] = g.iv_unfinished[bw[ok]]
-    busy = G.lane_sums(g, (G.WORK,))
+    busy = LT.points(g).work
     kern = g.lane["kernel"].to_numpy()
     brought = _work_since_sync(g, pa, bw)
     L = g.lane
@@ -74,7 +75,7 @@ def kernel_busy_top(g: G.Graph) -> pd.Series:
     over the whole run, so a run analysed in chunks of iterations combines it with max
     (profiler.analysis.chunked) before it classifies arrivals."""
     def compute():
-        busy = G.lane_sums(g, (G.WORK,))
+        busy = LT.points(g).work
         return pd.Series(busy).groupby(g.lane["kernel"].astype(str).to_numpy()).max()
     return G.memo(g, "kernel_busy_top", compute).copy()
 

@@ -114,6 +114,48 @@ def _held_sums(iv_pb, iv_pe, pt_t, pt_lane, peer, cut, has_cut, nr, held, held_n
     return tot
 
 
+def _sample_sums(kind_c, kind_code, it, i0, kc, nk, pc, nph, by_phase, b, e, wait_ph, rank, launch, r0, n_rank, lo,
+                 span, cut, has_cut, counts, sums, stats):
+    """compare._mean_samples of the rows of kind `kind_code` in one pass: per (iteration - i0,
+    kernel[, phase]) key (codes >= 0), the count and sum of end - begin, a wait a peer releases
+    (wait_ph[phase]) cut at its (rank, launch)'s last entry (cut, where has_cut; a table of n_rank
+    x span from (r0, lo)). stats: [sum of |value|, largest |begin| or |end|, rows of the kind]."""
+    tot = np.int64(0)
+    tmax = np.int64(0)
+    n = np.int64(0)
+    for r in range(kind_c.shape[0]):
+        if kind_c[r] != kind_code:
+            continue
+        n += 1
+        k = np.int64(kc[r])
+        if k < 0:
+            continue
+        bb = np.int64(b[r])
+        ee = np.int64(e[r])
+        v = ee - bb
+        key = (np.int64(it[r]) - i0) * nk + k
+        if by_phase:
+            ph = np.int64(pc[r])
+            if ph < 0:
+                continue
+            key = key * nph + ph
+            if wait_ph[ph]:
+                ri = np.int64(rank[r]) - r0
+                li = np.int64(launch[r]) - lo
+                if ri >= 0 and ri < n_rank and li >= 0 and li < span and has_cut[ri * span + li]:
+                    c = cut[ri * span + li]
+                    c = bb if c < bb else c
+                    c = ee if c > ee else c
+                    v = ee - c
+        counts[key] += 1
+        sums[key] += v
+        tot += v if v >= 0 else -v
+        tmax = max(tmax, bb if bb >= 0 else -bb, ee if ee >= 0 else -ee)
+    stats[0] = tot
+    stats[1] = tmax
+    stats[2] = n
+
+
 _A = "{}[::1]".format
 _I64, _I32, _I8, _B = _A("int64"), _A("int32"), _A("int8"), _A("boolean")
 _EXPORTS = {
@@ -124,6 +166,14 @@ _EXPORTS = {
                                       f"int64, int64, int64, {_I64}, {_I64}, {_I64})"),
     "held_sums": (_held_sums, f"int64({_I32}, {_I32}, {_I64}, {_I64}, {_I64}, {_I64}, {_B}, int64, {_I64}, {_I64})"),
 }
+# the event columns' widths: the stored schema's (codes int8, iteration and launch int32, rank
+# int16) and plain int64 (anything else is widened to it)
+SAMPLE_VARIANTS = {w: f"sample_sums_{w}" for w in ("stored", "wide")}
+for _w, (_c, _it, _rk, _la) in {"stored": ("int8", "int32", "int16", "int32"),
+                                "wide": ("int64", "int64", "int64", "int64")}.items():
+    _EXPORTS[SAMPLE_VARIANTS[_w]] = (_sample_sums, "void(" + ", ".join(
+        [_A(_c), "int64", _A(_it), "int64", _A(_c), "int64", _A(_c), "int64", "boolean", _I64, _I64, _B, _A(_rk),
+         _A(_la), "int64", "int64", "int64", "int64", _I64, _B, _I64, _I64, _I64]) + ")")
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "tables", _EXPORTS, "the chunk tables' loops")
 
 
@@ -135,3 +185,8 @@ def enabled() -> bool:
 def run(name: str, *args) -> int:
     """The compiled loop `name` on args (already of its signature's dtypes, contiguous)."""
     return int(_LOOPS.compiled().get(name)(*args))
+
+
+def run_void(name: str, *args) -> None:
+    """The compiled loop `name` (returning nothing) on args."""
+    _LOOPS.compiled().get(name)(*args)
