@@ -156,6 +156,41 @@ def _sample_sums(kind_c, kind_code, it, i0, kc, nk, pc, nph, by_phase, b, e, wai
     stats[2] = n
 
 
+def _path_walk(ends, ends_it, binding, src, lane_first, pt_lane, lane_it, mark, out_p, out_it):
+    """path_walk.path_points' walk: from each end back along the binding predecessors (the cross
+    edge where binding, else the lane's previous point) while the point is of the end's iteration;
+    a cross edge back to a point of the same chain (equal timestamps) falls back to the lane's
+    previous point. Each chain written earliest first into out_p / out_it; returns their length.
+    mark: zeroed scratch, one per point."""
+    m = 0
+    for c in range(ends.shape[0]):
+        p = np.int64(ends[c])
+        i = ends_it[c]
+        start = m
+        stamp = c + 1
+        while p >= 0 and lane_it[pt_lane[p]] == i:
+            out_p[m] = p
+            out_it[m] = i
+            m += 1
+            mark[p] = stamp
+            first = lane_first[pt_lane[p]] == p
+            if binding[p]:
+                q = np.int64(src[p])
+            elif first:
+                q = np.int64(-1)
+            else:
+                q = p - 1
+            if q >= 0 and mark[q] == stamp:
+                q = np.int64(-1) if first else p - 1
+            p = q
+        a, b = start, m - 1
+        while a < b:
+            out_p[a], out_p[b] = out_p[b], out_p[a]
+            a += 1
+            b -= 1
+    return m
+
+
 _A = "{}[::1]".format
 _I64, _I32, _I8, _B = _A("int64"), _A("int32"), _A("int8"), _A("boolean")
 _EXPORTS = {
@@ -174,6 +209,8 @@ for _w, (_c, _it, _rk, _la) in {"stored": ("int8", "int32", "int16", "int32"),
     _EXPORTS[SAMPLE_VARIANTS[_w]] = (_sample_sums, "void(" + ", ".join(
         [_A(_c), "int64", _A(_it), "int64", _A(_c), "int64", _A(_c), "int64", "boolean", _I64, _I64, _B, _A(_rk),
          _A(_la), "int64", "int64", "int64", "int64", _I64, _B, _I64, _I64, _I64]) + ")")
+_EXPORTS["path_walk"] = (_path_walk, "int64(" + ", ".join(
+    [_I64, _I64, _B, _I32, _I64, _I64, _I32, _I64, _I64, _I64]) + ")")
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "tables", _EXPORTS, "the chunk tables' loops")
 
 

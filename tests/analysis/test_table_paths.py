@@ -76,14 +76,14 @@ def test_cut_of_duplicate_labels_refused_as_reindex_does():
 
 @pytest.mark.parametrize("integral", [True, False])
 def test_lane_peer_sums_is_pandas_groupby_sum(integral):
-    IM = importlib.import_module("profiler.analysis.imbalance")
+    LT = importlib.import_module("profiler.analysis.lane_totals")
     rng = np.random.default_rng(11)
     n = 20_000
     lane, peer = rng.integers(0, 300, n), rng.integers(0, 8, n)
     w = rng.integers(1, 10**9, n).astype(float)
     if not integral:
         w += rng.random(n)
-    got = pd.DataFrame(dict(zip(["lane", "rank", "w"], IM.lane_peer_sums(lane, peer, w, 300))))
+    got = pd.DataFrame(dict(zip(["lane", "rank", "w"], LT.lane_peer_sums(lane, peer, w, 300))))
     want = pd.DataFrame({"lane": lane, "rank": peer, "w": w}).groupby(["lane", "rank"], sort=False)["w"].sum().reset_index()
     key = ["lane", "rank"]
     pd.testing.assert_frame_equal(got.sort_values(key, ignore_index=True).astype({"lane": np.int64, "rank": np.int64}),
