@@ -131,6 +131,24 @@ def phase_busy(g: G.Graph) -> pd.DataFrame:
 
 def _phase_busy(g: G.Graph) -> pd.DataFrame:
     """[kernel, phase, rank, busy_ns, spans, busy_ratio]: leaf busy time per work phase and rank."""
+    out = phase_sums(g)
+    if out.empty:
+        return out
+    # ranks that ran the kernel but never recorded the phase: zeros (see per_rank)
+    L = g.lane
+    gl = ~L["host"].to_numpy()
+    ran = pd.DataFrame({"kernel": L["kernel"].to_numpy()[gl], "rank": L["rank"].to_numpy()[gl]}).drop_duplicates()
+    return phase_ratios(out, ran)
+
+
+def phase_sums(g: G.Graph) -> pd.DataFrame:
+    """[kernel, phase, rank, busy_ns, spans] per work phase and rank that recorded it (phase_busy's
+    sums, before the zero rows and ratios: what a run analysed in chunks sums over its chunks,
+    chunked._phase_busy); an empty frame of PHASE_COLUMNS when no rank recorded one. Memoised."""
+    return G.memo(g, "phase_sums", lambda: _phase_sums(g)).copy()
+
+
+def _phase_sums(g: G.Graph) -> pd.DataFrame:
     nph = max(len(g.phase_names), 1)
     busy = LT.points(g).work_phase        # per (lane, phase): work time (lane_totals)
     spans = LT.intervals(g).spans_phase
@@ -143,10 +161,7 @@ def _phase_busy(g: G.Graph) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=PHASE_COLUMNS)
     out = df.groupby(["kernel", "phase", "rank"], sort=True)[["busy_ns", "spans"]].sum().reset_index()
-    # ranks that ran the kernel but never recorded the phase: zeros (see per_rank)
-    gl = ~L["host"].to_numpy()
-    ran = pd.DataFrame({"kernel": L["kernel"].to_numpy()[gl], "rank": L["rank"].to_numpy()[gl]}).drop_duplicates()
-    return phase_ratios(out, ran)
+    return out.astype({"busy_ns": np.int64, "spans": np.int64})
 
 
 def phase_ratios(out: pd.DataFrame, ran: pd.DataFrame) -> pd.DataFrame:
