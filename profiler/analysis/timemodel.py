@@ -235,7 +235,36 @@ def _starts(sorted_codes: np.ndarray, n: int) -> np.ndarray:
 
 
 def _launch_extents(g: G.Graph, times: np.ndarray | None = None) -> pd.DataFrame:
-    """Per GPU (rank, launch): iteration, kernel, entry (first warp point), end (last warp point)."""
+    """Per GPU (rank, launch): iteration, kernel, entry (first warp point), end (last warp point);
+    the occurrence: the launch's position among its rank's launches of that kernel in the
+    iteration. By sorted segments (as OpPlan groups them), not pandas' group-bys: the same frame
+    (_launch_extents_pandas, the reference: tests/analysis/test_tables_fast.py)."""
+    t = g.pt_t if times is None else times
+    L = g.lane
+    gl = np.flatnonzero(~L["host"].to_numpy())
+    if not len(gl):
+        return _launch_extents_pandas(g, times)
+    rank, launch = L["rank"].to_numpy()[gl], L["launch"].to_numpy()[gl]
+    o = np.lexsort((launch, rank))                 # stable: a launch's lanes in lane order
+    rs, ls = rank[o], launch[o]
+    starts = np.flatnonzero(np.r_[True, (rs[1:] != rs[:-1]) | (ls[1:] != ls[:-1])])
+    first = gl[o[starts]]
+    it = L["iteration"].to_numpy()[first]
+    kernel = L["kernel"].to_numpy()[first].astype(str)
+    ext = pd.DataFrame({"rank": rs[starts], "launch": ls[starts], "iteration": it, "kernel": kernel,
+                        "entry_ns": np.minimum.reduceat(t[g.lane_first[gl[o]]], starts),
+                        "end_ns": np.maximum.reduceat(t[g.lane_last[gl[o]]], starts)})
+    _, kc = np.unique(kernel, return_inverse=True)
+    key = _pack(ext["rank"].to_numpy(), it, kc.reshape(-1))
+    by = np.argsort(key, kind="stable")            # launches stay in launch order within a group
+    pos = np.empty(len(by), np.int64)
+    pos[by] = np.arange(len(by)) - np.searchsorted(key[by], key[by])
+    ext["occurrence"] = pos
+    return ext
+
+
+def _launch_extents_pandas(g: G.Graph, times: np.ndarray | None = None) -> pd.DataFrame:
+    """_launch_extents through pandas' group-bys (the reference)."""
     t = g.pt_t if times is None else times
     L = g.lane
     gl = ~L["host"].to_numpy()

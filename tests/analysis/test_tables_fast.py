@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from profiler.analysis import chunked as CH, graph as G, lane_totals as LT, tables_fast, unfinished
+from profiler.analysis import timemodel as TM
 from profiler.analysis.semantics import semantics
 from profiler.groundtruth.synthetic import make_events
 from profiler.store.runstore import load_run
@@ -66,6 +67,8 @@ def _tables_both(ev, launches, registry, engine) -> tuple[dict, dict]:
         g.table_ref = closed
         g.derived["run_ranks"] = int(pd.unique(ev["rank"]).size)
         out.append(CH._tables(g, np.arange(len(ev))))
+    # the launches' extents by sorted segments, as pandas' group-bys make them
+    _same(TM._launch_extents_pandas(g), TM._launch_extents(g), "launch extents")
     return out[0], out[1]
 
 
