@@ -232,8 +232,7 @@ def event_samples(ev: pd.DataFrame, sem, cuts: pd.Series) -> EventSamples:
     """EventSamples of `ev` (unfinished waits closed); cuts: entry_cuts of its launches."""
     parts = _fast_samples(ev, sem, cuts)
     if parts is not None:
-        return EventSamples(samples=_frame(parts), ranks=frozenset(int(r) for r in pd.unique(ev["rank"])),
-                            kernels=frozenset(str(k) for k in pd.unique(ev["kernel"])))
+        return EventSamples(samples=_frame(parts), ranks=_used_ranks(ev["rank"]), kernels=_used_kernels(ev["kernel"]))
     parts = []
     kind = ev["kind"]
     hs = np.flatnonzero(isin_names(kind, ["host"]))
@@ -297,6 +296,30 @@ def _fast_samples(ev: pd.DataFrame, sem, cuts: pd.Series) -> list[pd.DataFrame] 
 
 
 _EXACT = 2 ** 53
+
+
+def _used_ranks(col: pd.Series) -> frozenset:
+    """The ranks a column holds (pd.unique's, by one compiled pass marking them)."""
+    v = col.to_numpy()
+    name = tables_fast.SEEN_VARIANTS.get(v.dtype)
+    if name is None or not len(v):
+        return frozenset(int(r) for r in pd.unique(col))
+    lo, hi = int(v.min()), int(v.max())
+    seen = np.zeros(hi - lo + 1, bool)
+    tables_fast.run_void(name, np.ascontiguousarray(v), np.int64(lo), seen)
+    return frozenset(int(r) for r in np.flatnonzero(seen) + lo)
+
+
+def _used_kernels(col: pd.Series) -> frozenset:
+    """The kernel names a categorical column holds as str (pd.unique's: 'nan' for a missing one)."""
+    codes = col.cat.codes.to_numpy()
+    name = tables_fast.SEEN_VARIANTS.get(codes.dtype)
+    if name is None:
+        return frozenset(str(k) for k in pd.unique(col))
+    seen = np.zeros(len(col.cat.categories) + 1, bool)
+    tables_fast.run_void(name, np.ascontiguousarray(codes), np.int64(-1), seen)
+    names = [str(col.cat.categories[c]) for c in np.flatnonzero(seen[1:])]
+    return frozenset(names + (["nan"] if seen[0] else []))
 
 
 def _cut_table(cuts: pd.Series, sem) -> tuple | None:

@@ -191,6 +191,25 @@ def _path_walk(ends, ends_it, binding, src, lane_first, pt_lane, lane_it, mark, 
     return m
 
 
+def _work_between(seg_kind, dur, work_k, start, end, out):
+    """Per pair: the work time of the points in (start, end] (negated where end < start), as the
+    difference of graph.cum_work at end and start."""
+    for i in range(start.shape[0]):
+        a, b = start[i], end[i]
+        lo, hi = (a, b) if a <= b else (b, a)
+        w = np.int64(0)
+        for p in range(lo + 1, hi + 1):
+            if seg_kind[p] == work_k:
+                w += dur[p]
+        out[i] = w if a <= b else -w
+
+
+def _seen(values, lo, seen):
+    """seen[v - lo] = True for every value v (each within lo .. lo + len(seen) - 1)."""
+    for i in range(values.shape[0]):
+        seen[np.int64(values[i]) - lo] = True
+
+
 _A = "{}[::1]".format
 _I64, _I32, _I8, _B = _A("int64"), _A("int32"), _A("int8"), _A("boolean")
 _EXPORTS = {
@@ -211,6 +230,10 @@ for _w, (_c, _it, _rk, _la) in {"stored": ("int8", "int32", "int16", "int32"),
          _A(_la), "int64", "int64", "int64", "int64", _I64, _B, _I64, _I64, _I64]) + ")")
 _EXPORTS["path_walk"] = (_path_walk, "int64(" + ", ".join(
     [_I64, _I64, _B, _I32, _I64, _I64, _I32, _I64, _I64, _I64]) + ")")
+_EXPORTS["work_between"] = (_work_between, f"void({_I8}, {_I64}, int64, {_I64}, {_I64}, {_I64})")
+SEEN_VARIANTS = {np.dtype(t): f"seen_{t}" for t in ("int8", "int16", "int32", "int64")}
+for _t, _name in SEEN_VARIANTS.items():
+    _EXPORTS[_name] = (_seen, f"void({_A(_t.name)}, int64, {_B})")
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "tables", _EXPORTS, "the chunk tables' loops")
 
 
