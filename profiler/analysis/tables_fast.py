@@ -210,6 +210,28 @@ def _seen(values, lo, seen):
         seen[np.int64(values[i]) - lo] = True
 
 
+def _wait_peers(iv_kind, iv_row, iv_arr_row, iv_phase, wait_k, peer_wait, payload, rank_ok, rmin, row_rank, out):
+    """peers.interval_peers' pass over the intervals (out holds the barrier waits' peers already):
+    a wait a peer releases (peer_wait[phase]) waited on the rank its payload names, when that is a
+    rank of the graph (rank_ok[rank - rmin]); then a peer equal to the interval's own rank is none."""
+    n_rows = row_rank.shape[0]
+    for i in range(iv_kind.shape[0]):
+        r = np.int64(iv_row[i])
+        ph = np.int64(iv_phase[i])
+        if ph < 0:
+            ph += peer_wait.shape[0]   # as numpy indexes with a negative code
+        if iv_kind[i] == wait_k and r >= 0 and peer_wait[ph]:
+            p = payload[r] - rmin
+            if p >= 0 and p < rank_ok.shape[0] and rank_ok[p]:
+                out[i] = payload[r]
+        if r < 0:
+            r = np.int64(iv_arr_row[i])
+            if r < 0:
+                r += n_rows        # as numpy indexes with -1: the last row
+        if out[i] == row_rank[r]:
+            out[i] = -1
+
+
 _A = "{}[::1]".format
 _I64, _I32, _I8, _B = _A("int64"), _A("int32"), _A("int8"), _A("boolean")
 _EXPORTS = {
@@ -234,6 +256,10 @@ _EXPORTS["work_between"] = (_work_between, f"void({_I8}, {_I64}, int64, {_I64}, 
 SEEN_VARIANTS = {np.dtype(t): f"seen_{t}" for t in ("int8", "int16", "int32", "int64")}
 for _t, _name in SEEN_VARIANTS.items():
     _EXPORTS[_name] = (_seen, f"void({_A(_t.name)}, int64, {_B})")
+PEER_VARIANTS = {np.dtype(t): f"wait_peers_{t}" for t in ("int16", "int32", "int64")}
+for _t, _name in PEER_VARIANTS.items():
+    _EXPORTS[_name] = (_wait_peers, "void(" + ", ".join(
+        [_I8, _I32, _I32, _I32, "int64", _B, _I64, _B, "int64", _A(_t.name), _I64]) + ")")
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "tables", _EXPORTS, "the chunk tables' loops")
 
 
