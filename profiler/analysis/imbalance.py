@@ -16,6 +16,7 @@ import pandas as pd
 
 from . import graph as G
 from . import lane_totals as LT
+from .exactsum import exact_sum
 from .verdict import MATERIAL_SHARE  # noqa: F401 (the imbalance's alarm share, documented there)
 from .peers import interval_peers
 from .timemodel import lane_cut, launch_rows, time_model
@@ -72,13 +73,43 @@ def _waited_on(g: G.Graph) -> pd.DataFrame:
     per = LT.intervals(g).waited          # per (lane, peer): its waits' time (lane_totals)
     li, pr = np.nonzero(per)
     L = g.lane
-    df = pd.DataFrame({"iteration": L["iteration"].to_numpy()[li], "kernel": L["kernel"].to_numpy()[li],
-                       "waiter": L["rank"].to_numpy()[li], "launch": L["launch"].to_numpy()[li],
-                       "rank": pr, "w": per[li, pr]})
-    held = df.groupby(["iteration", "kernel", "rank", "waiter", "launch"], sort=True)["w"].max()
-    out = held.groupby(level=["iteration", "kernel", "rank"]).sum().rename("waited_on_ns").reset_index()
+    cols = {"iteration": L["iteration"].to_numpy()[li], "kernel": L["kernel"].to_numpy()[li],
+            "waiter": L["rank"].to_numpy()[li], "launch": L["launch"].to_numpy()[li], "rank": pr}
+    out = max_then_sum(cols, per[li, pr], ["iteration", "kernel", "rank", "waiter", "launch"],
+                       ["iteration", "kernel", "rank"], "waited_on_ns")
     out["waited_on_ns"] = out["waited_on_ns"].astype(np.int64)
     return out[WAITED_COLUMNS]
+
+
+def max_then_sum(cols: dict, w: np.ndarray, inner: list, outer: list, name: str) -> pd.DataFrame:
+    """DataFrame({**cols, "w": w}).groupby(inner, sort=True)["w"].max().groupby(level=outer).sum()
+    .rename(name).reset_index() (outer a prefix of inner: per launch its longest wait, summed per
+    iteration), by sorted segments: a few thousand (lane, peer) rows a chunk, where pandas' group-by
+    of five keys cost more than the loops that sum the waits (issue 31). pandas answers where a
+    float sum could round (exactsum) or a key is missing or not a string or an integer."""
+    def pandas():
+        df = pd.DataFrame({**cols, "w": w})
+        return df.groupby(inner, sort=True)["w"].max().groupby(level=outer).sum().rename(name).reset_index()
+    codes = []
+    for c in inner:
+        v = cols[c]
+        if v.dtype.kind == "O" and all(isinstance(x, str) for x in set(v.tolist())):
+            v = np.unique(v.astype(str), return_inverse=True)[1].reshape(-1)
+        elif v.dtype.kind not in "iuU":
+            return pandas()
+        codes.append(v)
+    if not len(w):
+        return pandas()
+    o = np.lexsort(codes[::-1])
+    k = [c[o] for c in codes]
+    starts = np.flatnonzero(np.r_[True, np.any([c[1:] != c[:-1] for c in k], axis=0)])
+    top = np.maximum.reduceat(np.asarray(w, np.float64)[o], starts)
+    if not exact_sum(top):
+        return pandas()
+    k3 = [c[starts] for c in k[:len(outer)]]
+    s3 = np.flatnonzero(np.r_[True, np.any([c[1:] != c[:-1] for c in k3], axis=0)])
+    heads = o[starts[s3]]
+    return pd.DataFrame({**{c: cols[c][heads] for c in outer}, name: np.add.reduceat(top, s3)})
 
 
 def held_after_entry(g: G.Graph) -> pd.DataFrame:
@@ -100,11 +131,10 @@ def _held_after_entry(g: G.Graph) -> pd.DataFrame:
     if len(h.lane) == 0:
         return pd.DataFrame(columns=HELD_COLUMNS)
     ln = h.lane
-    per_lane = pd.DataFrame({"lane": ln, "rank": h.peer, "w": h.held})
-    per_lane = per_lane.assign(iteration=L["iteration"].to_numpy()[ln], kernel=L["kernel"].to_numpy()[ln].astype(str),
-                               waiter=L["rank"].to_numpy()[ln], launch=L["launch"].to_numpy()[ln])
-    held = per_lane.groupby(["iteration", "kernel", "rank", "waiter", "launch"], sort=True)["w"].max()
-    out = held.groupby(level=["iteration", "kernel", "rank", "waiter"]).sum().rename("held_ns").reset_index()
+    cols = {"rank": h.peer, "iteration": L["iteration"].to_numpy()[ln], "kernel": L["kernel"].to_numpy()[ln].astype(str),
+            "waiter": L["rank"].to_numpy()[ln], "launch": L["launch"].to_numpy()[ln]}
+    out = max_then_sum(cols, h.held, ["iteration", "kernel", "rank", "waiter", "launch"],
+                       ["iteration", "kernel", "rank", "waiter"], "held_ns")
     return out[HELD_COLUMNS]
 
 

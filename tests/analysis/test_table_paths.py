@@ -167,3 +167,26 @@ def test_select_adjacent_ranks_in_one_pass(monkeypatch, keep):
     ks = [(n - 1) // 2, n // 2]
     for k, got in zip(ks, RT.select(parts, spill, g, ks)):
         np.testing.assert_array_equal(got, [np.sort(np.concatenate(whole[i]))[k[i]] for i in range(3)])
+
+
+@pytest.mark.parametrize("integral", [True, False])
+@pytest.mark.parametrize("kernel_as", ["object", "unicode"])
+def test_max_then_sum_is_pandas_groupby(integral, kernel_as):
+    """imbalance.max_then_sum (sorted segments) against the group-bys it replaces: same frame,
+    dtypes and order; pandas answers for values that are not integral."""
+    IM = importlib.import_module("profiler.analysis.imbalance")
+    rng = np.random.default_rng(3)
+    n = 5000
+    kernel = np.array(["dispatch", "combine", "notify"], dtype=object)[rng.integers(0, 3, n)]
+    cols = {"iteration": rng.integers(3, 9, n).astype(np.int32),
+            "kernel": kernel if kernel_as == "object" else kernel.astype(str),
+            "rank": rng.integers(0, 8, n), "waiter": rng.integers(0, 8, n).astype(np.int16),
+            "launch": rng.integers(0, 40, n).astype(np.int32)}
+    w = rng.integers(1, 10**9, n).astype(float) + (0 if integral else rng.random(n))
+    inner = ["iteration", "kernel", "rank", "waiter", "launch"]
+    for outer in (inner[:3], inner[:4]):
+        want = (pd.DataFrame({**cols, "w": w}).groupby(inner, sort=True)["w"].max().groupby(level=outer).sum()
+                .rename("x").reset_index())
+        got = IM.max_then_sum(cols, w, inner, outer, "x")
+        assert list(got.dtypes) == list(want.dtypes)
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
