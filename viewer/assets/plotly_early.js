@@ -9,26 +9,23 @@
  * start and its rows request delayed them by ~0.3 s, issue 31). dcc.Graph
  * then finds window.Plotly. Should a figure come first, dcc.Graph loads the same URL itself:
  * slower, never wrong.
- * The same moment, the lazy chunks the page's first answer mounts (dcc.Graph's, AG Grid's,
- * dcc.Markdown's static tables') are fetched too (a <link rel=preload>, not run): they were asked
- * for only once the answer's components mounted, 0.05-0.7 s each on the loaded 2-core VM before
- * the page's figure or grids could be drawn (issue 31 session 5). A chunk a page does not mount
- * costs a download while the page waits on the server, never a wrong page. */
+ * The same moment, dcc.Graph's lazy chunk is fetched too (a <link rel=preload>, not run): it was
+ * asked for only once the answer's graph mounted, 0.05-0.16 s on the loaded 2-core VM before the
+ * page's figure could be drawn (issue 31 session 5). Only that one: with AG Grid's (0.9 MB) and
+ * dcc.Markdown's chunks preloaded as well, the grids mounted in the same task as the figure and
+ * came before it (the idle page's renderer CPU up to its first figure 1.1-1.3 s in every sample,
+ * against 0.7-1.3 s when AG Grid's chunk still had to arrive); fetched when they mount, they come
+ * after it. */
 (function () {
   var URL = "/_dash-component-suites/plotly/package_data/plotly.min.js";
   var FIGURE_PAGES = ["/timeline", "/critical-path", "/idle", "/barriers"];
-  var DCC = "/_dash-component-suites/dash/dcc/", GRID = "/_dash-component-suites/dash_ag_grid/";
-  var ANALYSIS = [DCC + "async-graph.js", GRID + "async-community.js", DCC + "async-markdown.js"];
-  var CHUNKS = {"/timeline": [DCC + "async-graph.js"], "/critical-path": ANALYSIS, "/idle": ANALYSIS,
-                "/barriers": ANALYSIS};
-  function chunks(path) {
-    (CHUNKS[path] || []).forEach(function (href) {
-      var l = document.createElement("link");
-      l.rel = "preload";
-      l.as = "script";
-      l.href = href;
-      document.head.appendChild(l);
-    });
+  var GRAPH_CHUNK = "/_dash-component-suites/dash/dcc/async-graph.js";
+  function chunk() {
+    var l = document.createElement("link");
+    l.rel = "preload";
+    l.as = "script";
+    l.href = GRAPH_CHUNK;
+    document.head.appendChild(l);
   }
   var ANSWERS_FIRST = {"/": 2};   // answers a page without figures draws before plotly (default 1)
   var started = false;
@@ -58,7 +55,7 @@
     if (started || url.indexOf("_dash-update-component") < 0) { return answer; }
     var path = window.location.pathname;
     if (FIGURE_PAGES.indexOf(path) >= 0) {   // a figure comes: now (the user may have come from Runs)
-      chunks(path);
+      chunk();
       setTimeout(load, 0);
       return answer;
     }
