@@ -11,11 +11,10 @@
  * slower, never wrong.
  * The same moment, dcc.Graph's lazy chunk is fetched too (a <link rel=preload>, not run): it was
  * asked for only once the answer's graph mounted, 0.05-0.16 s on the loaded 2-core VM before the
- * page's figure could be drawn (issue 31 session 5). Only that one: with AG Grid's (0.9 MB) and
- * dcc.Markdown's chunks preloaded as well, the grids mounted in the same task as the figure and
- * came before it (the idle page's renderer CPU up to its first figure 1.1-1.3 s in every sample,
- * against 0.7-1.3 s when AG Grid's chunk still had to arrive); fetched when they mount, they come
- * after it. */
+ * page's figure could be drawn (issue 31 session 5). Only that one: AG Grid's (0.9 MB) and
+ * dcc.Markdown's chunks preloaded as well made no difference measurable on the shared VM (four
+ * interleaved rounds at load 16-20), for 1.2 MB more for the server to send while it builds the
+ * page; in a traced visit the grids and the first figure were drawn in one task either way. */
 (function () {
   var URL = "/_dash-component-suites/plotly/package_data/plotly.min.js";
   var FIGURE_PAGES = ["/timeline", "/critical-path", "/idle", "/barriers"];
