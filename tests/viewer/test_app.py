@@ -215,41 +215,6 @@ def test_timeline_autosize_before_the_first_view_draws_it(app):
     assert again[TlIds.GRAPH]["figure"]["data"][0]["type"] == first[TlIds.GRAPH]["figure"]["data"][0]["type"]
 
 
-def _by_id(component, found=None) -> dict:
-    """Every component with an id in a page's JSON, by id: its props."""
-    found = {} if found is None else found
-    if isinstance(component, dict):
-        props = component.get("props", {})
-        if isinstance(props, dict) and "id" in props:
-            found[props["id"]] = props
-        for v in (props.values() if isinstance(props, dict) else component.values()):
-            _by_id(v, found)
-    elif isinstance(component, list):
-        for v in component:
-            _by_id(v, found)
-    return found
-
-
-def test_the_timeline_s_first_view_comes_with_the_page(app):
-    """The page's first answer holds the view the rows' callback draws for the controls as they
-    start (figure, info line, window): drawn by the callback on mounting, it took one more round
-    trip and a draw of the empty graph (issue 31)."""
-    page = _by_id(route(app, "/timeline", "late")[PAGE]["children"])
-    assert "figure" in page[TlIds.GRAPH] and page[TlIds.WINDOW]["data"] is not None
-    drawn = call(app, [(TlIds.GRAPH, "figure"), (TlIds.INFO, "children"), (TlIds.WINDOW, "data")],
-                 [(TlIds.RUN, "data", "late")] + [(i, "value", page[i]["value"]) for i in
-                                                  (TlIds.LEVEL, TlIds.RANKS, TlIds.BLOCK_LO, TlIds.BLOCK_HI, TlIds.CRITICAL)]
-                 + [(TlIds.GRAPH, "relayoutData", None), (TlIds.RESET, "n_clicks", None),
-                    (TlIds.CP_READY, "data", page[TlIds.CP_READY]["data"])],
-                 state=[(TlIds.WINDOW, "data", None)], changed=[f"{TlIds.RUN}.data"])
-    assert json.loads(json.dumps(drawn[TlIds.GRAPH]["figure"])) == json.loads(json.dumps(page[TlIds.GRAPH]["figure"]))
-    assert drawn[TlIds.INFO]["children"] == page[TlIds.INFO]["children"] and "level" in page[TlIds.INFO]["children"]
-    assert drawn[TlIds.WINDOW]["data"] == pytest.approx(page[TlIds.WINDOW]["data"])
-    # plotly's autosize on mounting the drawn graph changes nothing on the server
-    assert _timeline(app, {"autosize": True}, changed=[f"{TlIds.GRAPH}.relayoutData"],
-                     current=page[TlIds.WINDOW]["data"]) is None
-
-
 def test_what_if_reports_projected_change(app):
     r = call(app, [(CpIds.RESULT, "children")], [(CpIds.APPLY, "n_clicks", 1)],
              state=[(CpIds.RUN, "data", "late"), (CpIds.PHASE, "value", "send_chunk"), (CpIds.RANK, "value", "all"),

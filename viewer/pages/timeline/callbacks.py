@@ -12,7 +12,6 @@ from ...inputs import (BLOCK, CLICKS, RANK, RUN_ID, X_RANGE, checked, list_of, m
 from ..progress import logic as progress_logic
 from ..progress.layout import again
 from . import logic, torch_logic
-from .draw import draw
 from .ids import Ids
 
 LEVEL = opt(one_of(*logic.LEVELS))
@@ -46,7 +45,7 @@ def register(app, catalog) -> None:
                   Input(Ids.RUN, "data"), Input(Ids.LEVEL, "value"), Input(Ids.RANKS, "value"),
                   Input(Ids.BLOCK_LO, "value"), Input(Ids.BLOCK_HI, "value"), Input(Ids.CRITICAL, "value"),
                   Input(Ids.GRAPH, "relayoutData"), Input(Ids.RESET, "n_clicks"), Input(Ids.CP_READY, "data"),
-                  State(Ids.WINDOW, "data"), prevent_initial_call=True)
+                  State(Ids.WINDOW, "data"))
     @checked(lambda msg: (no_update, msg, no_update), run_id=RUN_ID, crit=opt(list_of(text(16), 4)), _reset=CLICKS,
              relayout=opt(mapping(**{"xaxis.range[0]": number(), "xaxis.range[1]": number(), "xaxis.range": X_RANGE})),
              current=opt(X_RANGE), **ROWS)
@@ -58,21 +57,29 @@ def register(app, catalog) -> None:
                 t0, t1 = win
             elif current:
                 raise PreventUpdate          # a y-only zoom or a resize: the browser handles it
-            # else no view drawn yet (the page's first view comes with the page, layout.py; this is
-            # one whose events could not be read then): this draws it (answering nothing left the
-            # timeline blank when plotly's autosize on mounting the empty graph came first: issue 20)
+            # else no view drawn yet: plotly's autosize on mounting the empty graph came while the
+            # page's first request was in flight, and Dash keeps only the newest request's answer
+            # for the same outputs, so this one draws the first view (answering nothing left the
+            # timeline blank when the first answer was slow: 100 M events, after a drill-down)
         elif ctx.triggered_id != Ids.RESET and current:
             t0, t1 = float(current[0]) * 1e3, float(current[1]) * 1e3   # keep the time window when the rows change
         try:
             run = catalog.load(run_id)
         except ViewerError as e:
             return no_update, str(e), no_update
+        ix = analyses.timeline_index(run)
         blocks = (int(blo or 0), int(bhi if bhi is not None else blo or 0))
         try:
-            d = draw(catalog, run_id, run, level, ranks, blocks, t0, t1, crit)
+            view = analyses.timeline_view(run, level or "rank", ranks or None, blocks, t0, t1)
         except RunError as e:     # a window's events unreadable (the run damaged or rewritten since it was opened)
             return no_update, catalog.shown(str(e)), no_update
-        return d.figure, d.info, d.window
+        segs = None
+        if crit and "on" in crit:
+            if run.has(analyses.RESULTS["critical"][2]):
+                segs = analyses.critical(run).segments
+            else:   # drawn without it now; the tick below redraws when it is computed
+                analyses.request(catalog, run_id, ("critical",))
+        return logic.figure(view, ix, segs), logic.describe(view), [view.t0 / 1e3, view.t1 / 1e3]
 
     _register_torch(app, catalog)
 
@@ -98,7 +105,7 @@ def register(app, catalog) -> None:
 def _register_torch(app, catalog) -> None:
     """The PyTorch panel (runs with merged traces): redrawn whenever the lanes' window changes."""
     @app.callback(Output(Ids.TORCH_GRAPH, "figure"), Output(Ids.TORCH_NOTES, "children"),
-                  Input(Ids.WINDOW, "data"), State(Ids.RUN, "data"))
+                  Input(Ids.WINDOW, "data"), State(Ids.RUN, "data"), prevent_initial_call=True)
     @checked(lambda msg: (no_update, [html.Li(msg)]), window=opt(X_RANGE), run_id=RUN_ID)
     def torch_panel(window, run_id):
         try:

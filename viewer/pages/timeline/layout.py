@@ -2,33 +2,22 @@ from __future__ import annotations
 
 from dash import dcc, html
 
-from profiler.errors import RunError
-
 from ... import analyses, components as C
 from ..progress.layout import poll, when_ready
 from . import logic
-from .draw import draw
 from .ids import Ids
 
 CP_TICK_MS = 500   # how often the page asks whether the critical path (drawn in red) is computed
 
 
 def layout(catalog, run_id, retry=True):
-    return when_ready(catalog, run_id, "/timeline", ("timeline_index",),
-                      lambda entry, run: _page(catalog, entry, run), retry)
+    return when_ready(catalog, run_id, "/timeline", ("timeline_index",), _page, retry)
 
 
-def _page(catalog, entry, run):
+def _page(entry, run):
     ix = analyses.timeline_index(run)
     cp_ready = run.has(analyses.RESULTS["critical"][2])
     n_blocks = int(ix.lane_block.max(initial=0)) + 1
-    # the first view, drawn as the controls below start (ranks, all of them, blocks 0-1, the critical
-    # path on), comes with the page: drawn by the rows' callback on mounting it took one more
-    # round trip and a draw of the empty graph first (benchmarks/NOTES.md, issue 31 session 5)
-    try:
-        first = draw(catalog, entry.run_id, run, "rank", None, (0, min(n_blocks - 1, 1)), None, None, ["on"])
-    except RunError as e:    # unreadable events: said here; plotly's first relayout asks the callback again
-        first, unread = None, catalog.shown(str(e))
     controls = html.Div([
         html.Label("rows"),
         dcc.RadioItems(id=Ids.LEVEL, options=[{"label": " ranks", "value": "rank"},
@@ -55,18 +44,17 @@ def _page(catalog, entry, run):
         dcc.Store(id=Ids.RUN, data=entry.run_id),
         # the window on screen, for the rows' callbacks to keep: read instead of the figure, whose
         # hundreds of KB a State would upload with every zoom (benchmarks/NOTES.md, issue 20)
-        dcc.Store(id=Ids.WINDOW, data=first and first.window),
+        dcc.Store(id=Ids.WINDOW, data=None),
         # the critical path is computed in the background: the figure is drawn without it first
         # and again with it when this turns true (callbacks.py)
         dcc.Store(id=Ids.CP_READY, data=cp_ready),
         poll(Ids.CP_TICK, CP_TICK_MS, disabled=cp_ready),
         controls,
-        html.Div(first.info if first else unread, id=Ids.INFO, className="info-line"),
+        html.Div(id=Ids.INFO, className="info-line"),
         html.Div([html.Span([html.Span(className="swatch", style={"background": colour}), name], className="legend-item")
                   for name, colour in logic.phase_legend(ix)], className="phase-legend"),
         dcc.Loading(dcc.Graph(id=Ids.GRAPH, config={"displaylogo": False, "scrollZoom": True},
-                              className="timeline-graph", **({"figure": first.figure} if first else {})),
-                    type="dot", delay_show=300),
+                              className="timeline-graph"), type="dot", delay_show=300),
         html.Div("Drag to zoom in time (server re-aggregates the window), double-click to reset. "
                  "Zoomed out, each cell shows the phase with the most busy time in it, shaded by busy share; "
                  "zoomed in, every span is drawn. Click a rank row to open its blocks, a block row to open its warps. "
