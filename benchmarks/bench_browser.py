@@ -2,7 +2,7 @@
 synthetic 10-million-event run of 8 ranks (issue 14's targets).
 
     python benchmarks/bench_browser.py [--run RUN_DIR] [--repeat 5] [--app-root DIR] [--out FILE]
-        [--skip-cold] [--skip-warm] [--sections switches,drags,deepdrags,zooms,drill,whatif]
+        [--skip-cold] [--skip-warm] [--sections switches,drags,deepdrags,zooms,drill,whatif] [--trace DIR]
 
 Debian's /usr/bin/chromium through Playwright's Python API (never a downloaded browser). Measures:
   * cold: each page's first visit in a fresh server process (a new `viewer.app.serve` per sample),
@@ -268,6 +268,11 @@ def url(base, path, run_id):
 
 
 COLD_PAGES = ("/timeline", "/critical-path", "/idle", "/barriers")
+# --trace: the renderer's tasks, scripts, network and V8's CPU profile (samples with stacks): where
+# a cold page's renderer time goes (benchmarks/NOTES.md, issue 31 session 5). Open a file in
+# Chromium's DevTools (Performance) or ui.perfetto.dev.
+TRACE_CATEGORIES = ["devtools.timeline", "disabled-by-default-devtools.timeline", "v8.execute", "v8",
+                    "disabled-by-default-v8.cpu_profiler", "blink.user_timing", "loading", "toplevel"]
 
 
 def cold_visits(args, browser, run_id, rows):
@@ -295,8 +300,13 @@ def cold_visits(args, browser, run_id, rows):
             server = Server(args.app_root, args.run.parent, port)
             try:
                 pg = browser.new_page(shared)
+                if args.trace:   # a Chromium performance trace of the visit (it slows the page down)
+                    browser.browser.start_tracing(page=pg, path=args.trace / f"{path.strip('/')}-{i}.json",
+                                                  categories=TRACE_CATEGORIES)
                 s = measure(pg, server, browser, lambda: pg.goto(url(server.base, path, run_id), wait_until="commit"),
                             content, fp_js % CONTENT[path])
+                if args.trace:
+                    browser.browser.stop_tracing()
                 row.samples.append(s)
                 # the fresh server's peak RSS once the page is complete (issue 20: with one run open);
                 # its background warming of the other results may still be running
@@ -686,6 +696,9 @@ def main() -> int:
     ap.add_argument("--browser-cache", choices=("cold", "warm"), default="cold",
                     help="cold visits in a fresh browser context each (cold, the default) or in one context "
                          "whose HTTP and code caches hold the viewer's scripts from an earlier visit (warm)")
+    ap.add_argument("--trace", type=Path, metavar="DIR",
+                    help="write a Chromium performance trace of each cold visit to DIR/<page>-<n>.json (the "
+                         "tracing and V8's profiler slow the page: its times are not comparable to untraced ones)")
     ap.add_argument("--skip-warm", action="store_true")
     ap.add_argument("--sections", default=",".join(WARM_SECTIONS),
                     help=f"which warm measurements, comma-separated, of {','.join(WARM_SECTIONS)}")
@@ -706,6 +719,8 @@ def main() -> int:
     unknown = set(args.sections) - set(WARM_SECTIONS)
     if unknown:
         ap.error(f"unknown --sections {sorted(unknown)}; known: {','.join(WARM_SECTIONS)}")
+    if args.trace:
+        args.trace.mkdir(parents=True, exist_ok=True)
 
     tmp = None
     if args.runs_page:
