@@ -321,7 +321,12 @@ def host_sync_edges(t: Table, pts: Points, L: Launches, e: Edges, d: np.ndarray)
 
 def binding(pts: Points, iv: Intervals, iv_pb, iv_pe, e: Edges) -> tuple[np.ndarray, np.ndarray]:
     """(latency from release to point, whether the cross edge binds in recorded time: the release
-    came after the wait began; always at a lane's first point)."""
+    came after the wait began; always at a lane's first point). graph_fast's one pass where it can run."""
+    if graph_fast.enabled():
+        got = graph_fast.binding(pts.pt_t, e.src, e.rel_t, pts.first_mask(), iv.kind, iv_pb, iv_pe, (WAIT, BARRIER),
+                                 e.host_sync_pb, e.host_sync_pe)
+        if got is not None:
+            return got
     has_src = e.src >= 0
     lat = np.where(has_src, pts.pt_t - e.rel_t, 0)
     wait_begin = np.full(pts.n, np.iinfo(np.int64).max, dtype=np.int64)

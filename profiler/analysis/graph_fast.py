@@ -36,6 +36,63 @@ def _begins_sorted(lane_id, b_rel):
     return True
 
 
+def _lane_runs(host_kind, rank, it, launch, block, warp, rmin, imin, lmin, nr, nl, nb, nw, is_host, run_start,
+               run_key):
+    """lanes.lanes' key of every row (the same mixed radix: a host row's (rank, iteration) after
+    every GPU lane's (rank, launch, block, warp)) as runs of equal keys: the first row and key of
+    each run, and each row's host flag (kind 'host' or block < 0); returns the number of runs."""
+    m = 0
+    prev = np.int64(0)
+    for r in range(host_kind.shape[0]):
+        h = host_kind[r] or block[r] < 0
+        is_host[r] = h
+        if h:
+            k = (np.int64(it[r]) - imin + (np.int64(rank[r]) - rmin + nr) * nl) * nb * nw
+        else:
+            k = (((np.int64(launch[r]) - lmin + (np.int64(rank[r]) - rmin) * nl) * nb + np.int64(block[r]) + 1) * nw
+                 + np.int64(warp[r]) + 1)
+        if m == 0 or k != prev:
+            run_start[m] = r
+            run_key[m] = k
+            m += 1
+            prev = k
+    return m
+
+
+def _begins_sorted_by(order, lane_id, b_rel):
+    """Rows taken in `order` (rows grouped by lane, in row order within one) sorted by (lane, begin)?"""
+    for i in range(1, order.shape[0]):
+        r, q = order[i], order[i - 1]
+        if lane_id[r] < lane_id[q] or (lane_id[r] == lane_id[q] and b_rel[r] < b_rel[q]):
+            return False
+    return True
+
+
+def _ends_order(ob, lane_id, e_rel, tb, oe, budget):
+    """The rows sorted by (lane, end) into oe, by an insertion sort from the begins' order (ob, or
+    row order when empty): a lane's ends come near-sorted (nested spans end before their parent), so
+    the moves are few; gives up (False) past `budget` moves, and the caller sorts. Rows of equal
+    (lane, end) may come in another order than a stable sort's: they share one point, whatever the
+    order (merge_points)."""
+    n = oe.shape[0]
+    moves = 0
+    for j in range(n):
+        r = ob[j] if ob.shape[0] else j
+        k = (lane_id[r] << tb) | e_rel[r]
+        i = j
+        while i > 0:
+            q = oe[i - 1]
+            if ((lane_id[q] << tb) | e_rel[q]) <= k:
+                break
+            oe[i] = q
+            i -= 1
+        moves += j - i
+        if moves > budget:
+            return False
+        oe[i] = r
+    return True
+
+
 def _merge_points(lane_id, b_rel, e_rel, ob, oe, tb, t0, pt_t, pt_lane, row_pb, row_pe, lane_count):
     """Unique (lane, t) of the begins (in order ob, or row order when ob is empty) merged with the
     ends (in order oe), both sorted by (lane, t): the points in pt_t / pt_lane, each row's begin and
@@ -160,6 +217,45 @@ def _wait_keys(rows, g, it, kc, rank, payload, from_rank, it_min, n_it, n_k, rmi
             out[m] = (((gg * n_it + (np.int64(it[r]) - it_min)) * n_k + kc[r]) * n_r + rf - rmin) * n_r + rt - rmin
 
 
+def _segments(owner, iv_kind, iv_phase, lane_first, pt_t, gap, launch, is_first, seg_owner, kind, phase, d):
+    """points.segments in one pass: each point's incoming segment (owner of the segment before it,
+    its kind and phase, its length), the 'launch' pseudo-segment of length 0 at a lane's first
+    point; is_first (zeroed) gets the lanes' first points marked."""
+    P = pt_t.shape[0]
+    for lane in range(lane_first.shape[0]):
+        if lane_first[lane] < P:
+            is_first[lane_first[lane]] = True
+    for p in range(P):
+        first = is_first[p]
+        o = -1 if p == 0 or first else owner[p - 1]
+        seg_owner[p] = o
+        if o >= 0:
+            kind[p] = iv_kind[o]
+            phase[p] = iv_phase[o]
+        else:
+            kind[p] = launch if first else gap
+            phase[p] = -1
+        d[p] = 0 if p == 0 or first else pt_t[p] - pt_t[p - 1]
+
+
+def _binding(pt_t, src, rel_t, is_first, iv_kind, iv_pb, iv_pe, wait, barrier, hs_pb, hs_pe, wait_begin, lat,
+             bind):
+    """edges.binding in one pass over the intervals and one over the points; wait_begin: scratch of
+    the points, filled with the int64 maximum."""
+    for j in range(iv_kind.shape[0]):   # in interval order, then the host syncs: the last write wins
+        if iv_kind[j] == wait or iv_kind[j] == barrier:
+            wait_begin[iv_pe[j]] = pt_t[iv_pb[j]]
+    for i in range(hs_pe.shape[0]):
+        wait_begin[hs_pe[i]] = pt_t[hs_pb[i]]
+    for p in range(pt_t.shape[0]):
+        if src[p] >= 0:
+            lat[p] = pt_t[p] - rel_t[p]
+            bind[p] = is_first[p] or rel_t[p] > wait_begin[p]
+        else:
+            lat[p] = 0
+            bind[p] = False
+
+
 _A = "{}[::1]".format
 # the stored schema's rank / iteration widths (int16 / int32) and plain int64 (tables made in memory)
 _KEY_VARIANTS = {(np.dtype(r), np.dtype(i)): f"wait_keys_{np.dtype(r).name}_{np.dtype(i).name}"
@@ -177,6 +273,22 @@ _EXPORTS = {
 for (_r, _i), _name in _KEY_VARIANTS.items():
     _EXPORTS[_name] = (_wait_keys, "void(" + ", ".join([_A("int64"), _A("int64"), _A(_i.name), _A("int32"), _A(_r.name),
                                                         _A("int64"), "boolean"] + ["int64"] * 6 + [_A("int64")]) + ")")
+# lanes.lanes' columns (rank, iteration, launch, block, warp): the stored schema's widths, and int64
+_LANE_VARIANTS = {tuple(np.dtype(x) for x in w): "lane_runs_" + "_".join(np.dtype(x).name for x in w)
+                  for w in ((np.int16, np.int32, np.int32, np.int32, np.int16), (np.int64,) * 5)}
+for _w, _name in _LANE_VARIANTS.items():
+    _EXPORTS[_name] = (_lane_runs, "int64(" + ", ".join([_A("boolean")] + [_A(x.name) for x in _w] + ["int64"] * 7
+                                                        + [_A("boolean"), _A("int64"), _A("int64")]) + ")")
+_EXPORTS.update({
+    "begins_sorted_by": (_begins_sorted_by, f"boolean({_A('int64')}, {_A('int64')}, {_A('int64')})"),
+    "ends_order": (_ends_order, "boolean(" + ", ".join([_A("int64")] * 3 + ["int64", _A("int64"), "int64"]) + ")"),
+    "segments": (_segments, "void(" + ", ".join([_A("int32"), _A("int8"), _A("int32"), _A("int64"), _A("int64"), "int64",
+                                                 "int64", _A("boolean"), _A("int32"), _A("int8"), _A("int32"),
+                                                 _A("int64")]) + ")"),
+    "binding": (_binding, "void(" + ", ".join([_A("int64"), _A("int32"), _A("int64"), _A("boolean"), _A("int8"),
+                                               _A("int32"), _A("int32"), "int64", "int64", _A("int64"), _A("int64"),
+                                               _A("int64"), _A("int64"), _A("boolean")]) + ")"),
+})
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "graph", _EXPORTS, "the graph build's loops")
 
 
@@ -193,21 +305,28 @@ def _i64(a) -> np.ndarray:
     return np.ascontiguousarray(a, np.int64)
 
 
-def points(lane_id, b_rel, e_rel, tb: int, t0: int, n_lanes: int):
+def points(lane_id, b_rel, e_rel, tb: int, t0: int, n_lanes: int, by_lane=None):
     """(pt_t, pt_lane, row_pb, row_pe, points per lane) as points.points computes them, or None
-    where the index arrays would not be int32 (the numpy path then runs)."""
+    where the index arrays would not be int32 (the numpy path then runs). by_lane: the rows grouped
+    by lane (lanes.Lanes.by_lane), None where row order is."""
     n = len(lane_id)
     if 2 * n > np.iinfo(np.int32).max:
         return None
     c = _compiled()
     lane_id, b_rel, e_rel = _i64(lane_id), _i64(b_rel), _i64(e_rel)
     ob = np.zeros(0, np.int64)
-    if not c.get("begins_sorted")(lane_id, b_rel):
+    if by_lane is not None:    # the begins are in order when each lane's rows are (the decoder's order)
+        ob = _i64(by_lane)
+        if not c.get("begins_sorted_by")(ob, lane_id, b_rel):
+            ob = np.argsort((lane_id << tb) | b_rel, kind="stable")
+    elif not c.get("begins_sorted")(lane_id, b_rel):
         ob = np.argsort((lane_id << tb) | b_rel, kind="stable")
-    ke = lane_id << tb
-    ke |= e_rel
-    oe = np.argsort(ke, kind="stable")   # ends of nested spans come out of order: timsort's runs
-    del ke
+    oe = np.empty(n, np.int64)
+    if not c.get("ends_order")(ob, lane_id, e_rel, np.int64(tb), oe, np.int64(8 * n + 4096)):
+        ke = lane_id << tb                   # many spans end out of their begins' order: sort them
+        ke |= e_rel
+        oe = np.argsort(ke, kind="stable")
+        del ke
     pt_t, pt_lane = np.empty(2 * n, np.int64), np.empty(2 * n, np.int64)
     row_pb, row_pe = np.empty(n, np.int32), np.empty(n, np.int32)
     count = np.zeros(n_lanes, np.int64)
@@ -260,3 +379,46 @@ def wait_keys(rows, g, t, from_rank: bool, radix: tuple):
                           np.ascontiguousarray(t.rank), np.ascontiguousarray(t.payload), from_rank,
                           *(np.int64(x) for x in radix), out)
     return out
+
+
+def lane_runs(t, consts: tuple):
+    """(host flag of each row, first row and key of each run of equal lane keys) as lanes.lanes
+    keys the rows, or None for column widths without a compiled variant (the numpy path then runs).
+    consts: (rmin, imin, lmin, nr, nl, nb, nw)."""
+    cols = (t.rank, t.it, t.launch, t.block, t.warp)
+    name = _LANE_VARIANTS.get(tuple(c.dtype for c in cols))
+    if name is None:
+        return None
+    n = len(t.rank)
+    is_host = np.empty(n, np.bool_)
+    start, key = np.empty(n, np.int64), np.empty(n, np.int64)   # pages past the runs are never touched
+    m = int(_compiled().get(name)(np.ascontiguousarray(t.kind["host"], np.bool_), *(np.ascontiguousarray(c) for c in cols),
+                                  *(np.int64(x) for x in consts), is_host, start, key))
+    return is_host, start[:m].copy(), key[:m].copy()
+
+
+def segments(owner, iv_kind, iv_phase, lane_first, pt_t, gap: int, launch: int):
+    """(is_first, seg_owner, kind, phase, d) as points.segments computes them, or None where the
+    owners are not int32 (the numpy path then runs)."""
+    if owner.dtype != np.int32 or iv_kind.dtype != np.int8 or iv_phase.dtype != np.int32:
+        return None
+    P = len(pt_t)
+    out = (np.zeros(P, np.bool_), np.empty(P, np.int32), np.empty(P, np.int8), np.empty(P, np.int32),
+           np.empty(P, np.int64))
+    _compiled().get("segments")(np.ascontiguousarray(owner), np.ascontiguousarray(iv_kind), np.ascontiguousarray(iv_phase),
+                                _i64(lane_first), _i64(pt_t), np.int64(gap), np.int64(launch), *out)
+    return out
+
+
+def binding(pt_t, src, rel_t, is_first, iv_kind, iv_pb, iv_pe, kinds: tuple, hs_pb, hs_pe):
+    """(lat, bind) as edges.binding computes them, or None where the index arrays are not int32.
+    kinds: the (wait, barrier) interval kind codes."""
+    if src.dtype != np.int32 or iv_pb.dtype != np.int32 or iv_pe.dtype != np.int32 or iv_kind.dtype != np.int8:
+        return None
+    P = len(pt_t)
+    lat, bind = np.empty(P, np.int64), np.empty(P, np.bool_)
+    _compiled().get("binding")(_i64(pt_t), np.ascontiguousarray(src), _i64(rel_t), np.ascontiguousarray(is_first, np.bool_),
+                               np.ascontiguousarray(iv_kind), np.ascontiguousarray(iv_pb), np.ascontiguousarray(iv_pe),
+                               *(np.int64(k) for k in kinds), _i64(hs_pb), _i64(hs_pe),
+                               np.full(P, np.iinfo(np.int64).max, np.int64), lat, bind)
+    return lat, bind

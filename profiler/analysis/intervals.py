@@ -71,8 +71,10 @@ def intervals(t: Table, lanes: Lanes, sem: Semantics) -> Intervals:
     K = t.kind
     span_rows = np.flatnonzero((K["span"] | K["host"]) & (t.end > t.begin))
     ph = t.phase_c[span_rows]
-    kind_span = np.where(K["host"][span_rows], HOST,
-                         np.where(is_wait_ph[ph], WAIT, np.where(is_idle_ph[ph], IDLE, WORK))).astype(np.int8)
+    # kind per phase code, looked up once per span (a code of -1 reads the last entry, as before)
+    kind_of_phase = np.where(is_wait_ph, WAIT, np.where(is_idle_ph, IDLE, WORK)).astype(np.int8)
+    kind_span = kind_of_phase[ph]
+    kind_span[K["host"][span_rows]] = HOST
     arr_rows = np.flatnonzero(K["arrive"])
     dep_rows = np.flatnonzero(K["depart"])
     bw_arr, bw_dep = barrier_waits(t, lanes, arr_rows, dep_rows)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TooWideToAnalyse
+from . import graph_fast
 
 EVENT_KINDS = ("span", "instant", "arrive", "depart", "host")
 
@@ -77,6 +78,7 @@ class Lanes:
     lane_id: np.ndarray          # per row
     is_host_row: np.ndarray      # per row: a host row (kind 'host' or block < 0)
     frame: pd.DataFrame          # per lane: rank, kernel, launch, iteration, block, warp, role, host
+    by_lane: np.ndarray | None = None   # the rows grouped by lane (row order within one); None: row order is
 
     @property
     def n(self) -> int:
@@ -84,33 +86,20 @@ class Lanes:
 
 
 def lanes(t: Table) -> Lanes:
+    """Lane codes by first appearance: the compiled pass (graph_fast.lane_runs: the key of each row
+    in one pass, as runs of equal keys) where it can run, else the key by numpy passes."""
     n = t.n
-    is_host = t.kind["host"] | (t.block < 0)
-    if n:
-        rmin, imin, lmin = int(t.rank.min()), int(t.it.min()), int(t.launch.min())
-        nr = int(t.rank.max()) - rmin + 1
-        nl = max(int(t.it.max()) - imin, int(t.launch.max()) - lmin) + 1
-        nb, nw = int(t.block.max()) + 2, int(t.warp.max()) + 2
-        if (2 * nr * nl * nb * nw).bit_length() > 62:
-            raise TooWideToAnalyse("event table too wide to analyse (lane key exceeds 62 bits)")
-        key = np.where(is_host, t.it, t.launch).astype(np.int64)
-        key -= np.where(is_host, imin, lmin)
-        key += (t.rank.astype(np.int64) - rmin + nr * is_host) * nl
-        key *= nb
-        key += np.where(is_host, 0, t.block + 1)
-        key *= nw
-        key += np.where(is_host, 0, t.warp + 1)
+    consts = _radix(t) if n else None
+    runs = graph_fast.lane_runs(t, consts) if n and graph_fast.enabled() else None
+    if runs is not None:
+        is_host, lane_id, first_row, by_lane = _from_runs(*runs, n)
     else:
-        key = np.zeros(0, np.int64)
-    if n and np.all(key[1:] >= key[:-1]):     # rows already grouped by lane (the decoder's order)
-        lane_id = np.r_[0, np.cumsum(key[1:] != key[:-1])].astype(np.int64)
-    else:
-        lane_id = np.asarray(pd.factorize(key)[0] if n else np.zeros(0), dtype=np.int64)
-    n_lanes = int(lane_id.max()) + 1 if n else 0
+        is_host = t.kind["host"] | (t.block < 0)
+        lane_id = _lane_ids(_lane_key(t, is_host, consts) if n else np.zeros(0, np.int64))
+        first_row, by_lane = _first_rows(lane_id), None
+    n_lanes = len(first_row)
     if n_lanes.bit_length() + t.tb > 62:
         raise TooWideToAnalyse("event table too wide to analyse (lanes x time range exceeds 62 bits)")
-    first_row = np.zeros(n_lanes, dtype=np.int64)
-    first_row[lane_id[::-1]] = np.arange(n - 1, -1, -1)    # the last write (the first row) wins
     frame = pd.DataFrame({
         "rank": t.rank[first_row], "kernel": t.kernel_names[t.kernel_c[first_row]] if n else [],
         "launch": np.where(is_host[first_row], -1, t.launch[first_row]),
@@ -118,4 +107,61 @@ def lanes(t: Table) -> Lanes:
         "warp": np.where(is_host[first_row], -1, t.warp[first_row]),
         "role": t.role_names[t.role_c[first_row]] if n else [], "host": is_host[first_row],
     })
-    return Lanes(lane_id=lane_id, is_host_row=is_host, frame=frame)
+    return Lanes(lane_id=lane_id, is_host_row=is_host, frame=frame, by_lane=by_lane)
+
+
+def _radix(t: Table) -> tuple:
+    """(rmin, imin, lmin, nr, nl, nb, nw): the lane key's mixed radix (a host lane keyed by rank and
+    iteration, after every GPU lane's rank, launch, block, warp)."""
+    rmin, imin, lmin = int(t.rank.min()), int(t.it.min()), int(t.launch.min())
+    nr = int(t.rank.max()) - rmin + 1
+    nl = max(int(t.it.max()) - imin, int(t.launch.max()) - lmin) + 1
+    nb, nw = int(t.block.max()) + 2, int(t.warp.max()) + 2
+    if (2 * nr * nl * nb * nw).bit_length() > 62:
+        raise TooWideToAnalyse("event table too wide to analyse (lane key exceeds 62 bits)")
+    return rmin, imin, lmin, nr, nl, nb, nw
+
+
+def _lane_key(t: Table, is_host: np.ndarray, consts: tuple) -> np.ndarray:
+    rmin, imin, lmin, nr, nl, nb, nw = consts
+    key = np.where(is_host, t.it, t.launch).astype(np.int64)
+    key -= np.where(is_host, imin, lmin)
+    key += (t.rank.astype(np.int64) - rmin + nr * is_host) * nl
+    key *= nb
+    key += np.where(is_host, 0, t.block + 1)
+    key *= nw
+    key += np.where(is_host, 0, t.warp + 1)
+    return key
+
+
+def _lane_ids(key: np.ndarray) -> np.ndarray:
+    """Codes of the keys by first appearance."""
+    n = len(key)
+    if n and np.all(key[1:] >= key[:-1]):     # rows already grouped by lane (the decoder's order)
+        return np.r_[0, np.cumsum(key[1:] != key[:-1])].astype(np.int64)
+    return np.asarray(pd.factorize(key)[0] if n else np.zeros(0), dtype=np.int64)
+
+
+def _first_rows(lane_id: np.ndarray) -> np.ndarray:
+    n = len(lane_id)
+    first_row = np.zeros(int(lane_id.max()) + 1 if n else 0, dtype=np.int64)
+    first_row[lane_id[::-1]] = np.arange(n - 1, -1, -1)    # the last write (the first row) wins
+    return first_row
+
+
+def _from_runs(is_host, run_start, run_key, n: int):
+    """(host flags, lane of each row, first row of each lane, rows grouped by lane or None) from the
+    runs of equal lane keys: the keys factorized per run, not per row (a few runs a lane: the
+    decoder writes a launch's host row before its warps')."""
+    code, _ = pd.factorize(run_key)
+    code = code.astype(np.int64)
+    run_len = np.diff(np.r_[run_start, n])
+    lane_id = np.repeat(code, run_len)
+    first_row = np.zeros(int(code.max()) + 1, np.int64)
+    first_row[code[::-1]] = run_start[::-1]           # the last write (the first run) wins
+    if np.all(code[1:] >= code[:-1]):
+        return is_host, lane_id, first_row, None
+    o = np.argsort(code, kind="stable")               # runs by lane, in row order within one
+    by_lane = np.repeat(run_start[o] - (np.cumsum(run_len[o]) - run_len[o]), run_len[o])
+    by_lane += np.arange(n)
+    return is_host, lane_id, first_row, by_lane
