@@ -102,6 +102,11 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
     kq[~q_ok] = -3
     hit = asof_latest(kr, t.e_rel[rel_rows], kq, t.e_rel[wrow])
     del kr, kq
+    if graph_fast.enabled():   # the writes below in one pass (hit >= 0 only where q_ok: keys -2 vs -3)
+        got = graph_fast.wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, pts.row_pe, t.e_rel, t.t0, e.src, e.rel_t)
+        if got is not None:
+            wait_durations(d, pts.pt_t, *got)
+            return
     ok = (hit >= 0) & q_ok
     wi, rr = wait_iv[ok], rel_rows[hit[ok]]
     p_end = iv_pe[wi]

@@ -34,7 +34,7 @@ from . import unfinished
 from .intervals import (BARRIER, GAP, HOST, IDLE, LAUNCH, SEG_KINDS, WAIT, WORK,  # noqa: F401 (re-exported)
                         Intervals, intervals)
 from .keys import index_dtype, ranges, used_codes  # noqa: F401 (re-exported: the analyses' verdicts use it)
-from .lanes import lanes as _lanes, table as _table
+from .lanes import EVENT_KINDS, lanes as _lanes, table as _table
 from .points import owners, points, segments
 from .semantics import Semantics, semantics, undeclared
 
@@ -169,7 +169,7 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
     lat, bind = E.binding(pts, iv, iv_pb, iv_pe, e)
 
     n_ph = len(t.phase_names)
-    span_phases = t.phase_names[used_codes(t.phase_c[t.kind["span"] | t.kind["instant"]], n_ph)] if t.n else []
+    span_phases = t.phase_names[_span_codes(t)] if t.n else []
     bar_names = t.phase_names[used_codes(t.phase_c[iv.arr_rows], n_ph)] if len(iv.arr_rows) else []
     warns = tuple(sem.warnings) + tuple(undeclared(sem, span_phases, bar_names))
     src_row = np.where(iv.row >= 0, iv.row, iv.arr_row)
@@ -188,6 +188,15 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
         prev_first_pt=e.prev_first_pt, prev_grp=e.prev_grp, prev_lat=e.prev_lat,
         prev_member_pt=e.prev_member_pt, prev_starts=e.prev_starts, sem=sem, warnings=warns,
     )
+
+
+def _span_codes(t) -> np.ndarray:
+    """The phase codes of span and instant rows, sorted (-1 included when one has none): from the
+    table pass's counts where it made them (lanes.table), else from the rows."""
+    if t.kind_phase is not None:
+        used = t.kind_phase[EVENT_KINDS.index("span")] + t.kind_phase[EVENT_KINDS.index("instant")]
+        return (np.flatnonzero(used) - 1).astype(t.phase_c.dtype)
+    return used_codes(t.phase_c[t.kind["span"] | t.kind["instant"]], len(t.phase_names))
 
 
 # -- derived per-graph arrays (computed once, read-only) -------------------------------------

@@ -97,35 +97,45 @@ def _merge_points(lane_id, b_rel, e_rel, ob, oe, tb, t0, pt_t, pt_lane, row_pb, 
     """Unique (lane, t) of the begins (in order ob, or row order when ob is empty) merged with the
     ends (in order oe), both sorted by (lane, t): the points in pt_t / pt_lane, each row's begin and
     end point in row_pb / row_pe, the points of each lane counted in lane_count; returns the number
-    of points. The key (lane << tb) | t orders as points.points' does (t < 2^tb)."""
+    of points. The key (lane << tb) | t orders as points.points' does (t < 2^tb, keys < 2^62: an
+    exhausted side reads as the int64 maximum, and each side's key is made once a row)."""
     n = lane_id.shape[0]
     mask = (np.int64(1) << tb) - 1
-    i = j = 0
+    done = np.int64(0x7FFFFFFFFFFFFFFF)
     p = -1
     last = np.int64(-1)
+    i = j = 0
     rb = re = 0
-    kb = ke = np.int64(-1)
-    while i < n or j < n:
-        if i < n:
-            rb = ob[i] if ob.shape[0] else i
-            kb = (lane_id[rb] << tb) | b_rel[rb]
-        if j < n:
-            re = oe[j]
-            ke = (lane_id[re] << tb) | e_rel[re]
-        take_begin = i < n and (j >= n or kb <= ke)
-        k = kb if take_begin else ke
+    kb = ke = done
+    if n > 0:
+        rb = ob[0] if ob.shape[0] else 0
+        kb = (lane_id[rb] << tb) | b_rel[rb]
+        re = oe[0]
+        ke = (lane_id[re] << tb) | e_rel[re]
+    for _ in range(2 * n):
+        k = kb if kb <= ke else ke
         if p < 0 or k != last:
             p += 1
             last = k
             pt_t[p] = (k & mask) + t0
             pt_lane[p] = k >> tb
             lane_count[k >> tb] += 1
-        if take_begin:
+        if kb <= ke:
             row_pb[rb] = p
             i += 1
+            if i < n:
+                rb = ob[i] if ob.shape[0] else i
+                kb = (lane_id[rb] << tb) | b_rel[rb]
+            else:
+                kb = done
         else:
             row_pe[re] = p
             j += 1
+            if j < n:
+                re = oe[j]
+                ke = (lane_id[re] << tb) | e_rel[re]
+            else:
+                ke = done
     return p + 1
 
 
@@ -256,6 +266,80 @@ def _binding(pt_t, src, rel_t, is_first, iv_kind, iv_pb, iv_pe, wait, barrier, h
             bind[p] = False
 
 
+def _asof_probe(kr_s, order, cq, t_q, tb, tmin, hit):
+    """keys.asof_latest's probe: for each query (code cq, time t_q), the release of the last sorted
+    key kr_s <= (cq << tb) + t_q - tmin (order: the releases' sorted order) when its code is the
+    query's, else -1. Queries come in ascending runs (a lane's waits on one peer): each search
+    gallops forward from the previous one's position, a binary search of all where a run restarts
+    (numpy's searchsorted of unsorted queries searched from scratch every time)."""
+    n = kr_s.shape[0]
+    pos = 0
+    prev = np.int64(0)
+    for j in range(cq.shape[0]):
+        k = (cq[j] << tb) + t_q[j] - tmin
+        if j == 0 or k < prev:
+            lo, hi = 0, n
+        else:   # kr_s[:pos] <= prev <= k: the answer is at pos or after, found by doubling steps
+            lo, hi, step = pos, pos, 1
+            while hi < n and kr_s[hi] <= k:
+                lo = hi + 1
+                hi = lo + step
+                step *= 2
+            hi = min(hi, n)
+        while lo < hi:   # the first sorted key > k in [lo, hi)
+            mid = (lo + hi) >> 1
+            if kr_s[mid] <= k:
+                lo = mid + 1
+            else:
+                hi = mid
+        pos = lo
+        prev = k
+        # the release's code is its sorted key's high bits (t - tmin < 2^tb): read in order, not
+        # through `order` (a gather of cr by it missed the cache on most queries)
+        hit[j] = order[pos - 1] if pos > 0 and (kr_s[pos - 1] >> tb) == cq[j] else -1
+
+
+def _wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, e_rel, t0, src, rel_t, pb, pe, rel):
+    """edges.wait_edges' writes for the waits its join released (hit >= 0, into rel_rows): the
+    wait's end point gets the releasing row's end point and time, in wait order (a point two waits
+    end at keeps the later); the released waits' (begin point, end point, release time) go to pb /
+    pe / rel for wait_durations. Returns their number."""
+    m = 0
+    for j in range(hit.shape[0]):
+        h = hit[j]
+        if h < 0:
+            continue
+        w = wait_iv[j]
+        r = rel_rows[h]
+        p_end = iv_pe[w]
+        t = e_rel[r] + t0
+        src[p_end] = row_pe[r]
+        rel_t[p_end] = t
+        pb[m] = iv_pb[w]
+        pe[m] = p_end
+        rel[m] = t
+        m += 1
+    return m
+
+
+def _table_pass(kind8, slot_of_kind, phase_c, n_ph, begin, end, t0, masks, b_rel, e_rel, pairs):
+    """lanes.table's per-row columns in one pass: each event kind's mask (masks[slot], slot of
+    EVENT_KINDS by kind code, -1 for a kind outside them), the times relative to t0, and the rows
+    of each (kind slot, phase code + 1) counted (which phases each kind uses: graph._build's
+    undeclared-phase check). Returns the largest relative end."""
+    emax = np.int64(0)
+    for r in range(kind8.shape[0]):
+        s = slot_of_kind[kind8[r]] if kind8[r] >= 0 else -1
+        if s >= 0:
+            masks[s, r] = True
+            pairs[s, phase_c[r] + 1] += 1   # a categorical's codes: -1 (missing) and up
+        b_rel[r] = begin[r] - t0
+        e = end[r] - t0
+        e_rel[r] = e
+        emax = max(emax, e)
+    return emax
+
+
 _A = "{}[::1]".format
 # the stored schema's rank / iteration widths (int16 / int32) and plain int64 (tables made in memory)
 _KEY_VARIANTS = {(np.dtype(r), np.dtype(i)): f"wait_keys_{np.dtype(r).name}_{np.dtype(i).name}"
@@ -289,6 +373,12 @@ _EXPORTS.update({
                                                _A("int32"), _A("int32"), "int64", "int64", _A("int64"), _A("int64"),
                                                _A("int64"), _A("int64"), _A("boolean")]) + ")"),
 })
+_EXPORTS["asof_probe"] = (_asof_probe, "void(" + ", ".join([_A("int64")] * 4 + ["int64", "int64", _A("int64")]) + ")")
+_EXPORTS["wait_apply"] = (_wait_apply, "int64(" + ", ".join([_A("int64")] * 3 + [_A("int32")] * 3 + [_A("int64"), "int64",
+                                                               _A("int32")] + [_A("int64")] * 4) + ")")
+_EXPORTS["table_pass"] = (_table_pass, "int64(" + ", ".join([_A("int8"), _A("int64"), _A("int32"), "int64", _A("int64"),
+                                                               _A("int64"), "int64", "boolean[:, ::1]", _A("int64"),
+                                                               _A("int64"), "int64[:, ::1]"]) + ")")
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "graph", _EXPORTS, "the graph build's loops")
 
 
@@ -422,3 +512,37 @@ def binding(pt_t, src, rel_t, is_first, iv_kind, iv_pb, iv_pe, kinds: tuple, hs_
                                *(np.int64(k) for k in kinds), _i64(hs_pb), _i64(hs_pe),
                                np.full(P, np.iinfo(np.int64).max, np.int64), lat, bind)
     return lat, bind
+
+
+def asof_probe(kr_sorted, order, cq, t_q, tb: int, tmin: int) -> np.ndarray:
+    """keys.asof_latest's hits from its sorted release keys (see _asof_probe)."""
+    hit = np.empty(len(cq), np.int64)
+    _compiled().get("asof_probe")(_i64(kr_sorted), _i64(order), _i64(cq), _i64(t_q), np.int64(tb),
+                                  np.int64(tmin), hit)
+    return hit
+
+
+def wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, e_rel, t0: int, src, rel_t):
+    """(begin point, end point, release time) of the released waits, src / rel_t written in place
+    (see _wait_apply), or None where the index arrays are not int32."""
+    if not (iv_pb.dtype == iv_pe.dtype == row_pe.dtype == src.dtype == np.int32) or rel_t.dtype != np.int64:
+        return None
+    out = tuple(np.empty(len(hit), np.int64) for _ in range(3))
+    m = int(_compiled().get("wait_apply")(_i64(wait_iv), _i64(hit), _i64(rel_rows), np.ascontiguousarray(iv_pb),
+                                          np.ascontiguousarray(iv_pe), np.ascontiguousarray(row_pe), _i64(e_rel),
+                                          np.int64(t0), src, rel_t, *out))
+    return tuple(x[:m] for x in out)
+
+
+def table_pass(kind_codes, slot_of_kind, phase_c, n_ph: int, begin, end, t0: int, n_slots: int):
+    """(masks, b_rel, e_rel, pairs, largest relative end) as lanes.table computes them (see
+    _table_pass), or None where the kind codes are not int8 (the numpy path then runs)."""
+    if kind_codes.dtype != np.int8 or phase_c.dtype != np.int32:
+        return None
+    n = len(kind_codes)
+    masks = np.zeros((n_slots, n), np.bool_)
+    b_rel, e_rel = np.empty(n, np.int64), np.empty(n, np.int64)
+    pairs = np.zeros((n_slots, n_ph + 1), np.int64)
+    emax = _compiled().get("table_pass")(np.ascontiguousarray(kind_codes), _i64(slot_of_kind), np.ascontiguousarray(phase_c),
+                                         np.int64(n_ph), _i64(begin), _i64(end), np.int64(t0), masks, b_rel, e_rel, pairs)
+    return masks, b_rel, e_rel, pairs, int(emax)

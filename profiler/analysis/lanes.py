@@ -50,27 +50,42 @@ class Table:
     b_rel: np.ndarray
     e_rel: np.ndarray
     tb: int                      # bits of a relative time (+1)
+    # rows per (EVENT_KINDS index, phase code + 1), where the compiled pass counted them (else None)
+    kind_phase: np.ndarray | None = None
 
 
 def table(ev: pd.DataFrame) -> Table:
+    """The columns as arrays: kinds as masks, times relative to the first; graph_fast's one pass
+    over the rows for the masks and times where it can run (and it counts each kind's phases)."""
     n = len(ev)
-    kind_c, kind_names = codes(ev["kind"])
-    kind_of = {k: i for i, k in enumerate(kind_names)}
-    K = {k: (kind_c == kind_of[k]) if k in kind_of else np.zeros(n, bool) for k in EVENT_KINDS}
+    kind_s = ev["kind"]
     phase_c, phase_names = codes(ev["phase"])
     kernel_c, kernel_names = codes(ev["kernel"])
     role_c, role_names = codes(ev["role"])
     begin = ev["begin_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
     t0 = int(min(begin.min(), end.min())) if n else 0
-    e_rel = end - t0
-    tmax = int(e_rel.max()) if n else 0
+    got = None
+    if n and isinstance(kind_s.dtype, pd.CategoricalDtype) and graph_fast.enabled():
+        kind_names = np.asarray(kind_s.cat.categories.astype(str), dtype=object)
+        slot = np.array([EVENT_KINDS.index(k) if k in EVENT_KINDS else -1 for k in kind_names], np.int64)
+        got = graph_fast.table_pass(kind_s.cat.codes.to_numpy(), slot, phase_c, len(phase_names), begin, end, t0,
+                                    len(EVENT_KINDS))
+    if got is not None:
+        masks, b_rel, e_rel, kind_phase, tmax = got
+        K = dict(zip(EVENT_KINDS, masks))
+    else:
+        kind_c, kind_names = codes(kind_s)
+        kind_of = {k: i for i, k in enumerate(kind_names)}
+        K = {k: (kind_c == kind_of[k]) if k in kind_of else np.zeros(n, bool) for k in EVENT_KINDS}
+        b_rel, e_rel, kind_phase = begin - t0, end - t0, None
+        tmax = int(e_rel.max()) if n else 0
     return Table(n=n, rank=ev["rank"].to_numpy(), launch=ev["launch"].to_numpy(), it=ev["iteration"].to_numpy(),
                  block=ev["block"].to_numpy(), warp=ev["warp"].to_numpy(), begin=begin, end=end,
                  payload=ev["payload"].to_numpy(), unfinished=ev["open"].to_numpy(bool), kind=K,
                  phase_c=phase_c, phase_names=phase_names, kernel_c=kernel_c, kernel_names=kernel_names,
-                 role_c=role_c, role_names=role_names, t0=t0, b_rel=begin - t0, e_rel=e_rel,
-                 tb=max(tmax, 1).bit_length() + 1)
+                 role_c=role_c, role_names=role_names, t0=t0, b_rel=b_rel, e_rel=e_rel,
+                 tb=max(tmax, 1).bit_length() + 1, kind_phase=kind_phase)
 
 
 @dataclass
