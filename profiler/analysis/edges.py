@@ -100,17 +100,17 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
     q_ok = kq >= 0
     kr[kr < 0] = -2                          # a release or wait naming no rank matches nothing
     kq[~q_ok] = -3
-    hit = asof_latest(kr, t.e_rel[rel_rows], kq, t.e_rel[wrow])
+    hit = asof_latest(kr, t.end[rel_rows] - t.t0, kq, t.end[wrow] - t.t0)
     del kr, kq
     if graph_fast.enabled():   # the writes below in one pass (hit >= 0 only where q_ok: keys -2 vs -3)
-        got = graph_fast.wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, pts.row_pe, t.e_rel, t.t0, e.src, e.rel_t)
+        got = graph_fast.wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, pts.row_pe, t.end, e.src, e.rel_t)
         if got is not None:
             wait_durations(d, pts.pt_t, *got)
             return
     ok = (hit >= 0) & q_ok
     wi, rr = wait_iv[ok], rel_rows[hit[ok]]
     p_end = iv_pe[wi]
-    rel = t.e_rel[rr] + t.t0
+    rel = t.end[rr]
     e.src[p_end] = pts.row_pe[rr]
     e.rel_t[p_end] = rel
     wait_durations(d, pts.pt_t, iv_pb[wi], p_end, rel)
@@ -175,7 +175,7 @@ def barrier_edges(t: Table, pts: Points, iv: Intervals, iv_pb, iv_pe, sem: Seman
         return
     occ = occurrence_keys(arr_rows, sem, t)
     e.arr_occ = pd.factorize(occ)[0].astype(np.int64)
-    o = np.lexsort((t.b_rel[arr_rows], e.arr_occ))
+    o = np.lexsort((t.begin[arr_rows], e.arr_occ))
     oc_s = e.arr_occ[o]
     e.occ_starts = np.flatnonzero(np.r_[True, oc_s[1:] != oc_s[:-1]])
     e.occ_arr_row = arr_rows[o]
@@ -191,14 +191,14 @@ def barrier_edges(t: Table, pts: Points, iv: Intervals, iv_pb, iv_pe, sem: Seman
     bw_arr, bw_dep = iv.bw_arr, iv.bw_dep
     # an unfinished wait was never released; a malformed occurrence whose last arrival comes after
     # this departure gives no edge either
-    okb = (t.b_rel[lr] <= t.e_rel[bw_dep]) & ~iv.unfinished[bw_iv]
+    okb = (t.begin[lr] <= t.end[bw_dep]) & ~iv.unfinished[bw_iv]
     bw_iv, bw_occ, lr, bw_arr = bw_iv[okb], bw_occ[okb], lr[okb], bw_arr[okb]
     e.bw_end_pt = iv_pe[bw_iv]
     e.bw_occ = bw_occ
     e.bw_arr_row = bw_arr
     e.src[e.bw_end_pt] = pts.row_pb[lr]
-    e.rel_t[e.bw_end_pt] = t.b_rel[lr] + t.t0
-    wait_durations(d, pts.pt_t, iv_pb[bw_iv], e.bw_end_pt, t.b_rel[lr] + t.t0)
+    e.rel_t[e.bw_end_pt] = t.begin[lr]
+    wait_durations(d, pts.pt_t, iv_pb[bw_iv], e.bw_end_pt, t.begin[lr])
 
 
 @dataclass

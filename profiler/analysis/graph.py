@@ -172,15 +172,17 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
     span_phases = t.phase_names[_span_codes(t)] if t.n else []
     bar_names = t.phase_names[used_codes(t.phase_c[iv.arr_rows], n_ph)] if len(iv.arr_rows) else []
     warns = tuple(sem.warnings) + tuple(undeclared(sem, span_phases, bar_names))
-    src_row = np.where(iv.row >= 0, iv.row, iv.arr_row)
+    if iv.kernel is None:                    # the compiled intervals pass made them already
+        src_row = np.where(iv.row >= 0, iv.row, iv.arr_row)
+        iv.kernel = t.kernel_c[src_row] if iv.n else np.zeros(0, np.int32)
+        iv.launch = t.launch[src_row].astype(np.int64) if iv.n else np.zeros(0, np.int64)
     return Graph(
         table_ref=ev, t0=t.t0, pt_t=pts.pt_t, pt_lane=pts.pt_lane, seg_kind=seg.kind, seg_phase=seg.phase,
         seg_owner=seg.owner, d=seg.d, src=e.src, lat=lat, binding=bind, rel_t=e.rel_t,
         lane_first=pts.lane_first, lane_last=pts.lane_last, lane=ln.frame, phase_names=t.phase_names,
         kernel_names=t.kernel_names,
         iv_row=iv.row, iv_arr_row=iv.arr_row, iv_phase=iv.phase, iv_kind=iv.kind, iv_pb=iv_pb, iv_pe=iv_pe,
-        iv_kernel=t.kernel_c[src_row] if iv.n else np.zeros(0, np.int32),
-        iv_launch=t.launch[src_row].astype(np.int64) if iv.n else np.zeros(0, np.int64),
+        iv_kernel=iv.kernel, iv_launch=iv.launch,
         iv_unfinished=iv.unfinished,
         row_pb=pts.row_pb, row_pe=pts.row_pe, arr_rows=iv.arr_rows, arr_occ=e.arr_occ,
         occ_arr_row=e.occ_arr_row, occ_arr_pt=e.occ_arr_pt, occ_starts=e.occ_starts,

@@ -28,10 +28,10 @@ _MODULE = "_epscope_graph_aot"
 ENGINE = "auto"   # "auto": compiled where available; "numpy": the fallback (tests set it)
 
 
-def _begins_sorted(lane_id, b_rel):
+def _begins_sorted(lane_id, begin):
     """Rows sorted by (lane, begin)? (then the begins need no sort)"""
     for i in range(1, lane_id.shape[0]):
-        if lane_id[i] < lane_id[i - 1] or (lane_id[i] == lane_id[i - 1] and b_rel[i] < b_rel[i - 1]):
+        if lane_id[i] < lane_id[i - 1] or (lane_id[i] == lane_id[i - 1] and begin[i] < begin[i - 1]):
             return False
     return True
 
@@ -59,16 +59,16 @@ def _lane_runs(host_kind, rank, it, launch, block, warp, rmin, imin, lmin, nr, n
     return m
 
 
-def _begins_sorted_by(order, lane_id, b_rel):
+def _begins_sorted_by(order, lane_id, begin):
     """Rows taken in `order` (rows grouped by lane, in row order within one) sorted by (lane, begin)?"""
     for i in range(1, order.shape[0]):
         r, q = order[i], order[i - 1]
-        if lane_id[r] < lane_id[q] or (lane_id[r] == lane_id[q] and b_rel[r] < b_rel[q]):
+        if lane_id[r] < lane_id[q] or (lane_id[r] == lane_id[q] and begin[r] < begin[q]):
             return False
     return True
 
 
-def _ends_order(ob, lane_id, e_rel, tb, oe, budget):
+def _ends_order(ob, lane_id, end, t0, tb, oe, budget):
     """The rows sorted by (lane, end) into oe, by an insertion sort from the begins' order (ob, or
     row order when empty): a lane's ends come near-sorted (nested spans end before their parent), so
     the moves are few; gives up (False) past `budget` moves, and the caller sorts. Rows of equal
@@ -78,11 +78,11 @@ def _ends_order(ob, lane_id, e_rel, tb, oe, budget):
     moves = 0
     for j in range(n):
         r = ob[j] if ob.shape[0] else j
-        k = (lane_id[r] << tb) | e_rel[r]
+        k = (lane_id[r] << tb) | (end[r] - t0)
         i = j
         while i > 0:
             q = oe[i - 1]
-            if ((lane_id[q] << tb) | e_rel[q]) <= k:
+            if ((lane_id[q] << tb) | (end[q] - t0)) <= k:
                 break
             oe[i] = q
             i -= 1
@@ -93,7 +93,7 @@ def _ends_order(ob, lane_id, e_rel, tb, oe, budget):
     return True
 
 
-def _merge_points(lane_id, b_rel, e_rel, ob, oe, tb, t0, pt_t, pt_lane, row_pb, row_pe, lane_count):
+def _merge_points(lane_id, begin, end, ob, oe, tb, t0, pt_t, pt_lane, row_pb, row_pe, lane_count):
     """Unique (lane, t) of the begins (in order ob, or row order when ob is empty) merged with the
     ends (in order oe), both sorted by (lane, t): the points in pt_t / pt_lane, each row's begin and
     end point in row_pb / row_pe, the points of each lane counted in lane_count; returns the number
@@ -109,9 +109,9 @@ def _merge_points(lane_id, b_rel, e_rel, ob, oe, tb, t0, pt_t, pt_lane, row_pb, 
     kb = ke = done
     if n > 0:
         rb = ob[0] if ob.shape[0] else 0
-        kb = (lane_id[rb] << tb) | b_rel[rb]
+        kb = (lane_id[rb] << tb) | (begin[rb] - t0)
         re = oe[0]
-        ke = (lane_id[re] << tb) | e_rel[re]
+        ke = (lane_id[re] << tb) | (end[re] - t0)
     for _ in range(2 * n):
         k = kb if kb <= ke else ke
         if p < 0 or k != last:
@@ -125,7 +125,7 @@ def _merge_points(lane_id, b_rel, e_rel, ob, oe, tb, t0, pt_t, pt_lane, row_pb, 
             i += 1
             if i < n:
                 rb = ob[i] if ob.shape[0] else i
-                kb = (lane_id[rb] << tb) | b_rel[rb]
+                kb = (lane_id[rb] << tb) | (begin[rb] - t0)
             else:
                 kb = done
         else:
@@ -133,7 +133,7 @@ def _merge_points(lane_id, b_rel, e_rel, ob, oe, tb, t0, pt_t, pt_lane, row_pb, 
             j += 1
             if j < n:
                 re = oe[j]
-                ke = (lane_id[re] << tb) | e_rel[re]
+                ke = (lane_id[re] << tb) | (end[re] - t0)
             else:
                 ke = done
     return p + 1
@@ -142,7 +142,7 @@ def _merge_points(lane_id, b_rel, e_rel, ob, oe, tb, t0, pt_t, pt_lane, row_pb, 
 def _owners(order, iv_pb, iv_pe, P, act, dep, eff, last, cnt, bucket, owner):
     """points.owners in one pass over the intervals in (begin, -end) order, then a counting sort by
     level and one painting loop (shallow levels first, so deeper ones overwrite them). Scratch:
-    act (P + 1), dep / eff / bucket (n_iv), last / cnt (n_iv + 2), all int64, act and cnt zeroed,
+    act (P + 1), dep / eff / bucket (n_iv), last / cnt (n_iv + 2), all int32, act and cnt zeroed,
     last filled with -1."""
     n_iv = order.shape[0]
     for j in range(n_iv):   # active_before: begun before k minus ended at or before k, as prefix sums
@@ -299,9 +299,9 @@ def _asof_probe(kr_s, order, cq, t_q, tb, tmin, hit):
         hit[j] = order[pos - 1] if pos > 0 and (kr_s[pos - 1] >> tb) == cq[j] else -1
 
 
-def _wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, e_rel, t0, src, rel_t, pb, pe, rel):
+def _wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, end, src, rel_t, pb, pe, rel):
     """edges.wait_edges' writes for the waits its join released (hit >= 0, into rel_rows): the
-    wait's end point gets the releasing row's end point and time, in wait order (a point two waits
+    wait's end point gets the releasing row's end point and end time, in wait order (a point two waits
     end at keeps the later); the released waits' (begin point, end point, release time) go to pb /
     pe / rel for wait_durations. Returns their number."""
     m = 0
@@ -312,7 +312,7 @@ def _wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, e_rel, t0, src, re
         w = wait_iv[j]
         r = rel_rows[h]
         p_end = iv_pe[w]
-        t = e_rel[r] + t0
+        t = end[r]
         src[p_end] = row_pe[r]
         rel_t[p_end] = t
         pb[m] = iv_pb[w]
@@ -322,7 +322,7 @@ def _wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, e_rel, t0, src, re
     return m
 
 
-def _table_pass(kind8, slot_of_kind, phase_c, n_ph, begin, end, t0, masks, b_rel, e_rel, pairs):
+def _table_pass(kind8, slot_of_kind, phase_c, n_ph, end, t0, masks, pairs):
     """lanes.table's per-row columns in one pass: each event kind's mask (masks[slot], slot of
     EVENT_KINDS by kind code, -1 for a kind outside them), the times relative to t0, and the rows
     of each (kind slot, phase code + 1) counted (which phases each kind uses: graph._build's
@@ -333,11 +333,55 @@ def _table_pass(kind8, slot_of_kind, phase_c, n_ph, begin, end, t0, masks, b_rel
         if s >= 0:
             masks[s, r] = True
             pairs[s, phase_c[r] + 1] += 1   # a categorical's codes: -1 (missing) and up
-        b_rel[r] = begin[r] - t0
-        e = end[r] - t0
-        e_rel[r] = e
-        emax = max(emax, e)
+        emax = max(emax, end[r] - t0)
     return emax
+
+
+def _intervals_pass(span, host, begin, end, phase_c, kind_of_phase, host_kind, unfinished, kernel_c, launch, bw_arr,
+                    bw_dep, barrier, span_rows, row, arr_row, phase, kind, unf, iv_kernel, iv_launch):
+    """intervals.intervals' arrays in one pass over the rows: the spans (span or host rows of positive
+    length) in row order, then the barrier waits (bw_arr / bw_dep); each interval's row (-1 for a
+    barrier wait), arrival row (-1 for a span), phase, kind (per phase code, a code of -1 reading the
+    last entry; host rows HOST), unfinished flag, kernel code and launch (graph.Graph's iv_kernel /
+    iv_launch). The outputs hold at least spans + barrier waits; returns the number of spans."""
+    n_ph = kind_of_phase.shape[0]
+    m = 0
+    for r in range(span.shape[0]):
+        if (span[r] or host[r]) and end[r] > begin[r]:
+            c = phase_c[r]
+            span_rows[m] = r
+            row[m] = r
+            arr_row[m] = -1
+            phase[m] = c
+            kind[m] = host_kind if host[r] else kind_of_phase[c if c >= 0 else c + n_ph]
+            unf[m] = unfinished[r]
+            iv_kernel[m] = kernel_c[r]
+            iv_launch[m] = launch[r]
+            m += 1
+    for i in range(bw_arr.shape[0]):
+        a = bw_arr[i]
+        row[m + i] = -1
+        arr_row[m + i] = a
+        phase[m + i] = phase_c[a]
+        kind[m + i] = barrier
+        unf[m + i] = unfinished[bw_dep[i]]
+        iv_kernel[m + i] = kernel_c[a]
+        iv_launch[m + i] = launch[a]
+    return m
+
+
+def _expand_runs(run_start, run_len, code, run_order, lane_id, by_lane):
+    """lanes._from_runs' per-row arrays: each row's lane (its run's code) and, where run_order is
+    not empty, the rows grouped by lane (the runs in run_order, each in row order)."""
+    for k in range(run_start.shape[0]):
+        for r in range(run_start[k], run_start[k] + run_len[k]):
+            lane_id[r] = code[k]
+    m = 0
+    for i in range(run_order.shape[0]):
+        k = run_order[i]
+        for r in range(run_start[k], run_start[k] + run_len[k]):
+            by_lane[m] = r
+            m += 1
 
 
 _A = "{}[::1]".format
@@ -349,7 +393,7 @@ _EXPORTS = {
     "merge_points": (_merge_points, "int64(" + ", ".join(
         [_A("int64")] * 5 + ["int64", "int64", _A("int64"), _A("int64"), _A("int32"), _A("int32"), _A("int64")]) + ")"),
     "owners": (_owners, "void(" + ", ".join(
-        [_A("int64"), _A("int32"), _A("int32"), "int64"] + [_A("int64")] * 6 + [_A("int32")]) + ")"),
+        [_A("int64"), _A("int32"), _A("int32"), "int64"] + [_A("int32")] * 7) + ")"),
     "wait_durations": (_wait_durations, "void(" + ", ".join([_A("int64")] * 5) + ")"),
     "release_rows": (_release_rows, "int64(" + ", ".join([_A("int32"), _A("int64"), "int64"] + [_A("boolean")] * 3
                                                          + [_A("int64")] * 2) + ")"),
@@ -365,7 +409,7 @@ for _w, _name in _LANE_VARIANTS.items():
                                                         + [_A("boolean"), _A("int64"), _A("int64")]) + ")")
 _EXPORTS.update({
     "begins_sorted_by": (_begins_sorted_by, f"boolean({_A('int64')}, {_A('int64')}, {_A('int64')})"),
-    "ends_order": (_ends_order, "boolean(" + ", ".join([_A("int64")] * 3 + ["int64", _A("int64"), "int64"]) + ")"),
+    "ends_order": (_ends_order, "boolean(" + ", ".join([_A("int64")] * 3 + ["int64", "int64", _A("int64"), "int64"]) + ")"),
     "segments": (_segments, "void(" + ", ".join([_A("int32"), _A("int8"), _A("int32"), _A("int64"), _A("int64"), "int64",
                                                  "int64", _A("boolean"), _A("int32"), _A("int8"), _A("int32"),
                                                  _A("int64")]) + ")"),
@@ -374,11 +418,18 @@ _EXPORTS.update({
                                                _A("int64"), _A("int64"), _A("boolean")]) + ")"),
 })
 _EXPORTS["asof_probe"] = (_asof_probe, "void(" + ", ".join([_A("int64")] * 4 + ["int64", "int64", _A("int64")]) + ")")
-_EXPORTS["wait_apply"] = (_wait_apply, "int64(" + ", ".join([_A("int64")] * 3 + [_A("int32")] * 3 + [_A("int64"), "int64",
-                                                               _A("int32")] + [_A("int64")] * 4) + ")")
+_EXPORTS["wait_apply"] = (_wait_apply, "int64(" + ", ".join([_A("int64")] * 3 + [_A("int32")] * 3 + [_A("int64"), _A("int32")]
+                                                              + [_A("int64")] * 4) + ")")
 _EXPORTS["table_pass"] = (_table_pass, "int64(" + ", ".join([_A("int8"), _A("int64"), _A("int32"), "int64", _A("int64"),
-                                                               _A("int64"), "int64", "boolean[:, ::1]", _A("int64"),
-                                                               _A("int64"), "int64[:, ::1]"]) + ")")
+                                                               "int64", "boolean[:, ::1]", "int64[:, ::1]"]) + ")")
+# intervals.intervals' launch column: the stored schema's int32 and int64
+_IV_VARIANTS = {np.dtype(w): f"intervals_pass_{np.dtype(w).name}" for w in (np.int32, np.int64)}
+for _w, _name in _IV_VARIANTS.items():
+    _EXPORTS[_name] = (_intervals_pass, "int64(" + ", ".join(
+        [_A("boolean")] * 2 + [_A("int64")] * 2 + [_A("int32"), _A("int8"), "int64", _A("boolean"), _A("int32"), _A(_w.name)]
+        + [_A("int64")] * 2 + ["int64", _A("int64"), _A("int32"), _A("int32"), _A("int32"), _A("int8"), _A("boolean"),
+                               _A("int32"), _A("int64")]) + ")")
+_EXPORTS["expand_runs"] = (_expand_runs, "void(" + ", ".join([_A("int64")] * 6) + ")")
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "graph", _EXPORTS, "the graph build's loops")
 
 
@@ -395,32 +446,33 @@ def _i64(a) -> np.ndarray:
     return np.ascontiguousarray(a, np.int64)
 
 
-def points(lane_id, b_rel, e_rel, tb: int, t0: int, n_lanes: int, by_lane=None):
-    """(pt_t, pt_lane, row_pb, row_pe, points per lane) as points.points computes them, or None
-    where the index arrays would not be int32 (the numpy path then runs). by_lane: the rows grouped
-    by lane (lanes.Lanes.by_lane), None where row order is."""
+def points(lane_id, begin, end, tb: int, t0: int, n_lanes: int, by_lane=None):
+    """(pt_t, pt_lane, row_pb, row_pe, points per lane) as points.points computes them from the
+    absolute times (relative to t0 inside the loops), or None where the index arrays would not be
+    int32 (the numpy path then runs). by_lane: the rows grouped by lane (lanes.Lanes.by_lane), None
+    where row order is."""
     n = len(lane_id)
     if 2 * n > np.iinfo(np.int32).max:
         return None
     c = _compiled()
-    lane_id, b_rel, e_rel = _i64(lane_id), _i64(b_rel), _i64(e_rel)
+    lane_id, begin, end = _i64(lane_id), _i64(begin), _i64(end)
     ob = np.zeros(0, np.int64)
     if by_lane is not None:    # the begins are in order when each lane's rows are (the decoder's order)
         ob = _i64(by_lane)
-        if not c.get("begins_sorted_by")(ob, lane_id, b_rel):
-            ob = np.argsort((lane_id << tb) | b_rel, kind="stable")
-    elif not c.get("begins_sorted")(lane_id, b_rel):
-        ob = np.argsort((lane_id << tb) | b_rel, kind="stable")
+        if not c.get("begins_sorted_by")(ob, lane_id, begin):
+            ob = np.argsort((lane_id << tb) | (begin - t0), kind="stable")
+    elif not c.get("begins_sorted")(lane_id, begin):
+        ob = np.argsort((lane_id << tb) | (begin - t0), kind="stable")
     oe = np.empty(n, np.int64)
-    if not c.get("ends_order")(ob, lane_id, e_rel, np.int64(tb), oe, np.int64(8 * n + 4096)):
+    if not c.get("ends_order")(ob, lane_id, end, np.int64(t0), np.int64(tb), oe, np.int64(8 * n + 4096)):
         ke = lane_id << tb                   # many spans end out of their begins' order: sort them
-        ke |= e_rel
+        ke |= end - t0
         oe = np.argsort(ke, kind="stable")
         del ke
     pt_t, pt_lane = np.empty(2 * n, np.int64), np.empty(2 * n, np.int64)
     row_pb, row_pe = np.empty(n, np.int32), np.empty(n, np.int32)
     count = np.zeros(n_lanes, np.int64)
-    P = int(c.get("merge_points")(lane_id, b_rel, e_rel, ob, oe, np.int64(tb), np.int64(t0), pt_t, pt_lane,
+    P = int(c.get("merge_points")(lane_id, begin, end, ob, oe, np.int64(tb), np.int64(t0), pt_t, pt_lane,
                                   row_pb, row_pe, count))
     pt_t.resize(P, refcheck=False)        # in place: the unused tail goes back, no copy
     pt_lane.resize(P, refcheck=False)
@@ -434,10 +486,11 @@ def owners(order, iv_pb, iv_pe, P: int):
     if iv_pb.dtype != np.int32 or iv_pe.dtype != np.int32 or n_iv > np.iinfo(np.int32).max:
         return None
     owner = np.full(P, -1, np.int32)
-    last = np.full(n_iv + 2, -1, np.int64)
-    scratch = [np.zeros(P + 1, np.int64)] + [np.empty(n_iv, np.int64) for _ in range(3)]
+    last = np.full(n_iv + 2, -1, np.int32)
+    # int32 scratch (counts, levels and points all fit: n_iv and P < 2^31): half the bytes to touch
+    scratch = [np.zeros(P + 1, np.int32)] + [np.empty(n_iv, np.int32) for _ in range(3)]
     _compiled().get("owners")(_i64(order), np.ascontiguousarray(iv_pb), np.ascontiguousarray(iv_pe), np.int64(P),
-                              scratch[0], scratch[1], scratch[2], last, np.zeros(n_iv + 2, np.int64), scratch[3],
+                              scratch[0], scratch[1], scratch[2], last, np.zeros(n_iv + 2, np.int32), scratch[3],
                               owner)
     return owner
 
@@ -522,27 +575,57 @@ def asof_probe(kr_sorted, order, cq, t_q, tb: int, tmin: int) -> np.ndarray:
     return hit
 
 
-def wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, e_rel, t0: int, src, rel_t):
+def wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, end, src, rel_t):
     """(begin point, end point, release time) of the released waits, src / rel_t written in place
     (see _wait_apply), or None where the index arrays are not int32."""
     if not (iv_pb.dtype == iv_pe.dtype == row_pe.dtype == src.dtype == np.int32) or rel_t.dtype != np.int64:
         return None
     out = tuple(np.empty(len(hit), np.int64) for _ in range(3))
     m = int(_compiled().get("wait_apply")(_i64(wait_iv), _i64(hit), _i64(rel_rows), np.ascontiguousarray(iv_pb),
-                                          np.ascontiguousarray(iv_pe), np.ascontiguousarray(row_pe), _i64(e_rel),
-                                          np.int64(t0), src, rel_t, *out))
+                                          np.ascontiguousarray(iv_pe), np.ascontiguousarray(row_pe), _i64(end), src,
+                                          rel_t, *out))
     return tuple(x[:m] for x in out)
 
 
-def table_pass(kind_codes, slot_of_kind, phase_c, n_ph: int, begin, end, t0: int, n_slots: int):
-    """(masks, b_rel, e_rel, pairs, largest relative end) as lanes.table computes them (see
-    _table_pass), or None where the kind codes are not int8 (the numpy path then runs)."""
+def table_pass(kind_codes, slot_of_kind, phase_c, n_ph: int, end, t0: int, n_slots: int):
+    """(kind masks, rows per (kind slot, phase code + 1), largest end - t0) as lanes.table computes
+    them (see _table_pass), or None where the kind codes are not int8 (the numpy path then runs)."""
     if kind_codes.dtype != np.int8 or phase_c.dtype != np.int32:
         return None
-    n = len(kind_codes)
-    masks = np.zeros((n_slots, n), np.bool_)
-    b_rel, e_rel = np.empty(n, np.int64), np.empty(n, np.int64)
+    masks = np.zeros((n_slots, len(kind_codes)), np.bool_)
     pairs = np.zeros((n_slots, n_ph + 1), np.int64)
     emax = _compiled().get("table_pass")(np.ascontiguousarray(kind_codes), _i64(slot_of_kind), np.ascontiguousarray(phase_c),
-                                         np.int64(n_ph), _i64(begin), _i64(end), np.int64(t0), masks, b_rel, e_rel, pairs)
-    return masks, b_rel, e_rel, pairs, int(emax)
+                                         np.int64(n_ph), _i64(end), np.int64(t0), masks, pairs)
+    return masks, pairs, int(emax)
+
+
+def intervals_pass(t, kind_of_phase, bw_arr, bw_dep, kinds: tuple):
+    """(span rows, row, arr_row, phase, kind, unfinished, kernel code, launch) of every interval as
+    intervals.intervals and graph._build compute them (see _intervals_pass), or None where the rows
+    or the column widths do not fit its variants (the numpy path then runs). kinds: (HOST, BARRIER)."""
+    name = _IV_VARIANTS.get(t.launch.dtype)
+    if (name is None or t.n > np.iinfo(np.int32).max or t.phase_c.dtype != np.int32 or t.kernel_c.dtype != np.int32
+            or t.begin.dtype != np.int64 or t.end.dtype != np.int64):
+        return None
+    cap = t.n + len(bw_arr)                  # pages past the intervals are never touched
+    out = (np.empty(t.n, np.int64), np.empty(cap, np.int32), np.empty(cap, np.int32), np.empty(cap, np.int32),
+           np.empty(cap, np.int8), np.empty(cap, np.bool_), np.empty(cap, np.int32), np.empty(cap, np.int64))
+    K = t.kind
+    m = int(_compiled().get(name)(np.ascontiguousarray(K["span"]), np.ascontiguousarray(K["host"]), t.begin, t.end,
+                                  np.ascontiguousarray(t.phase_c), np.ascontiguousarray(kind_of_phase, np.int8),
+                                  np.int64(kinds[0]), np.ascontiguousarray(t.unfinished, np.bool_),
+                                  np.ascontiguousarray(t.kernel_c), np.ascontiguousarray(t.launch), _i64(bw_arr),
+                                  _i64(bw_dep), np.int64(kinds[1]), *out))
+    out[0].resize(m, refcheck=False)         # in place: the unused tails go back, no copy (as points)
+    for x in out[1:]:
+        x.resize(m + len(bw_arr), refcheck=False)
+    return out
+
+
+def expand_runs(run_start, run_len, code, run_order, n: int):
+    """(lane of each row, rows grouped by lane or None where run_order is None): see _expand_runs."""
+    lane_id = np.empty(n, np.int64)
+    by_lane = np.empty(n if run_order is not None else 0, np.int64)
+    _compiled().get("expand_runs")(_i64(run_start), _i64(run_len), _i64(code),
+                                   _i64(run_order if run_order is not None else np.zeros(0, np.int64)), lane_id, by_lane)
+    return lane_id, (by_lane if run_order is not None else None)

@@ -6,7 +6,7 @@ times relative to `t0`, never on strings per row.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -47,11 +47,24 @@ class Table:
     role_c: np.ndarray
     role_names: np.ndarray
     t0: int                      # time origin of b_rel / e_rel
-    b_rel: np.ndarray
-    e_rel: np.ndarray
     tb: int                      # bits of a relative time (+1)
     # rows per (EVENT_KINDS index, phase code + 1), where the compiled pass counted them (else None)
     kind_phase: np.ndarray | None = None
+    _rel: dict = field(default_factory=dict, repr=False)
+
+    # begin / end - t0 of every row, made on first use: the compiled loops and the edges read the
+    # absolute times (two n-long int64 arrays, 40 MB a 2.5 M-event chunk, not made there)
+    @property
+    def b_rel(self) -> np.ndarray:
+        if "b" not in self._rel:
+            self._rel["b"] = self.begin - self.t0
+        return self._rel["b"]
+
+    @property
+    def e_rel(self) -> np.ndarray:
+        if "e" not in self._rel:
+            self._rel["e"] = self.end - self.t0
+        return self._rel["e"]
 
 
 def table(ev: pd.DataFrame) -> Table:
@@ -69,23 +82,22 @@ def table(ev: pd.DataFrame) -> Table:
     if n and isinstance(kind_s.dtype, pd.CategoricalDtype) and graph_fast.enabled():
         kind_names = np.asarray(kind_s.cat.categories.astype(str), dtype=object)
         slot = np.array([EVENT_KINDS.index(k) if k in EVENT_KINDS else -1 for k in kind_names], np.int64)
-        got = graph_fast.table_pass(kind_s.cat.codes.to_numpy(), slot, phase_c, len(phase_names), begin, end, t0,
+        got = graph_fast.table_pass(kind_s.cat.codes.to_numpy(), slot, phase_c, len(phase_names), end, t0,
                                     len(EVENT_KINDS))
     if got is not None:
-        masks, b_rel, e_rel, kind_phase, tmax = got
+        masks, kind_phase, tmax = got
         K = dict(zip(EVENT_KINDS, masks))
     else:
         kind_c, kind_names = codes(kind_s)
         kind_of = {k: i for i, k in enumerate(kind_names)}
         K = {k: (kind_c == kind_of[k]) if k in kind_of else np.zeros(n, bool) for k in EVENT_KINDS}
-        b_rel, e_rel, kind_phase = begin - t0, end - t0, None
-        tmax = int(e_rel.max()) if n else 0
+        kind_phase = None
+        tmax = int(end.max()) - t0 if n else 0
     return Table(n=n, rank=ev["rank"].to_numpy(), launch=ev["launch"].to_numpy(), it=ev["iteration"].to_numpy(),
                  block=ev["block"].to_numpy(), warp=ev["warp"].to_numpy(), begin=begin, end=end,
                  payload=ev["payload"].to_numpy(), unfinished=ev["open"].to_numpy(bool), kind=K,
                  phase_c=phase_c, phase_names=phase_names, kernel_c=kernel_c, kernel_names=kernel_names,
-                 role_c=role_c, role_names=role_names, t0=t0, b_rel=b_rel, e_rel=e_rel,
-                 tb=max(tmax, 1).bit_length() + 1, kind_phase=kind_phase)
+                 role_c=role_c, role_names=role_names, t0=t0, tb=max(tmax, 1).bit_length() + 1, kind_phase=kind_phase)
 
 
 @dataclass
@@ -171,12 +183,9 @@ def _from_runs(is_host, run_start, run_key, n: int):
     code, _ = pd.factorize(run_key)
     code = code.astype(np.int64)
     run_len = np.diff(np.r_[run_start, n])
-    lane_id = np.repeat(code, run_len)
     first_row = np.zeros(int(code.max()) + 1, np.int64)
     first_row[code[::-1]] = run_start[::-1]           # the last write (the first run) wins
-    if np.all(code[1:] >= code[:-1]):
-        return is_host, lane_id, first_row, None
-    o = np.argsort(code, kind="stable")               # runs by lane, in row order within one
-    by_lane = np.repeat(run_start[o] - (np.cumsum(run_len[o]) - run_len[o]), run_len[o])
-    by_lane += np.arange(n)
+    # runs by lane, in row order within one (None: the rows are grouped by lane already)
+    o = None if np.all(code[1:] >= code[:-1]) else np.argsort(code, kind="stable")
+    lane_id, by_lane = graph_fast.expand_runs(run_start, run_len, code, o, n)
     return is_host, lane_id, first_row, by_lane

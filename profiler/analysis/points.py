@@ -47,7 +47,7 @@ def points(t: Table, lanes: Lanes) -> Points:
     run, else a stable sort of all 2n boundaries (rows usually come sorted by lane and begin, the
     decoder's region order, so timsort merges two near-sorted runs)."""
     if graph_fast.enabled():
-        got = graph_fast.points(lanes.lane_id, t.b_rel, t.e_rel, t.tb, t.t0, lanes.n, lanes.by_lane)
+        got = graph_fast.points(lanes.lane_id, t.begin, t.end, t.tb, t.t0, lanes.n, lanes.by_lane)
         if got is not None:
             pt_t, pt_lane, row_pb, row_pe, count = got
             return _points(pt_t, pt_lane, row_pb, row_pe, count, lanes.n)

@@ -32,6 +32,7 @@ def _table(rng, n, lanes, sorted_rows):
         o = np.lexsort((b, lane))
         lane, b, e = lane[o], b[o], e[o]
     t = SimpleNamespace(n=n, b_rel=b.astype(np.int64), e_rel=e.astype(np.int64), t0=1000,
+                        begin=b.astype(np.int64) + 1000, end=e.astype(np.int64) + 1000,
                         tb=max(int(e.max()) if n else 0, 1).bit_length() + 1)
     return t, SimpleNamespace(lane_id=lane.astype(np.int64), n=lanes, by_lane=None)
 
