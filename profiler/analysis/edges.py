@@ -79,12 +79,14 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
     if len(wait_iv) == 0:
         return
     wrow = iv.row[wait_iv]
+    wph = iv.phase[wait_iv]                  # = t.phase_c[wrow] (a span's phase), read in order
     rel_name_of_phase = [sem.release_of(p) for p in t.phase_names]
-    targets = sorted({rel_name_of_phase[c] for c in used_codes(t.phase_c[wrow], len(t.phase_names))} - {""})
+    targets = sorted({rel_name_of_phase[c] for c in used_codes(wph, len(t.phase_names))} - {""})
     if not targets:
         return
     tgt_of_phase = np.array([targets.index(r) if r in targets else -1 for r in rel_name_of_phase], dtype=np.int64)
-    q_g = tgt_of_phase[t.phase_c[wrow]]
+    q_g = tgt_of_phase[wph]
+    del wph
     rel_rows, rel_g = release_rows(t, lanes, targets)
     rank, it = t.rank, t.it
     rmin, rmax = int(rank.min()), int(rank.max())
