@@ -1,20 +1,25 @@
-"""The graph build's per-lane passes as compiled loops (optional: numba, the `fast` extra).
+"""The graph build's per-row, per-lane and per-point passes as compiled loops (optional: numba, the
+`fast` extra).
 
-points.points, points.owners and edges.wait_durations call these when the process can run them
-(`enabled()`: an ahead-of-time build on disk, or numba to make one, profiler/aot.py) and keep their
-numpy code as the fallback; tests/analysis/test_graph_fast.py holds both paths equal, array for
-array, on random tables and on the bundled runs.
+Every step of graph._build calls these when the process can run them (`enabled()`: an
+ahead-of-time build on disk, or numba to make one, profiler/aot.py) and keeps its numpy code as the
+fallback: lanes.table (kind masks, each kind's phases counted), lanes.lanes (the lane key as runs of
+equal keys), intervals.intervals, points.points (begins in the lanes' order, ends by an insertion
+sort, one merge), points.owners, points.segments, edges.wait_edges (release rows, keys, the writes
+of the released waits), keys.asof_latest's probe, edges.wait_durations and edges.binding.
+tests/analysis/test_graph_fast.py holds both paths equal, array for array, on random inputs, whole
+random tables and the bundled runs.
 
-Why: the numpy build of a 2.5 M-event chunk spends ~0.65 s CPU over ~15 steps (benchmarks/NOTES.md,
-"Issue 31: the graph build"); the points' argsort of 2n keys, owners' per-level painting and the
-wait durations' repeat/arange index arithmetic each read every point or interval several times.
-Here each is one pass: rows come grouped by lane and sorted by begin (the decoder's region order),
-so the points are a merge of the begins with the ends sorted by an n-key argsort; owners paints
-every level in one loop after a counting sort by level.
+Why: the numpy build of a 2.5 M-event chunk spent ~0.65 s CPU over ~15 steps (benchmarks/NOTES.md,
+"Issue 31: the graph build"), each reading every row, point or interval several times (masks made
+again per step, argsorts of keys that come near-sorted, gathers through index arrays); here each
+step is one or two passes. Rows come grouped by lane and sorted by begin (the decoder's region
+order, a launch's host row before its warps'), so the points are a merge of the begins with the
+ends, which nested spans leave only a little out of order.
 
 The loops allocate nothing (the callers pass their outputs and scratch), so the AOT module needs no
-numba runtime; index arrays are int32 (keys.index_dtype below 2^31 items): beyond that the numpy
-path runs.
+numba runtime; index arrays are int32 (keys.index_dtype below 2^31 items): beyond that, and for
+column widths without a compiled variant, the numpy path runs.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from .. import aot
 _MODULE = "_epscope_graph_aot"
 ENGINE = "auto"   # "auto": compiled where available; "numpy": the fallback (tests set it)
 # the ends' insertion sort gives up past END_MOVES[0] moves a row + END_MOVES[1] (then an argsort:
-# ~20 comparisons a row at 2.5 M rows; the 10 M run's chunks make well under one move a row)
+# ~20 comparisons a row at 2.5 M rows; the 10 M run's chunks make 0.1-0.2 moves a row)
 END_MOVES = (8, 4096)
 
 
