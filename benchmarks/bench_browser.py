@@ -2,7 +2,7 @@
 synthetic 10-million-event run of 8 ranks (issue 14's targets).
 
     python benchmarks/bench_browser.py [--run RUN_DIR] [--repeat 5] [--app-root DIR] [--out FILE]
-        [--skip-cold] [--skip-warm] [--sections switches,drags,deepdrags,zooms,drill,whatif]
+        [--skip-cold] [--skip-warm] [--sections switches,drags,deepdrags,zooms,drill,whatif] [--trace DIR]
 
 Debian's /usr/bin/chromium through Playwright's Python API (never a downloaded browser). Measures:
   * cold: each page's first visit in a fresh server process (a new `viewer.app.serve` per sample),
@@ -172,6 +172,9 @@ class Sample:
     first_paint_s: float | None = None
     renderer_task_s: float = 0.0     # the page's renderer main thread busy (CDP Performance.TaskDuration)
     renderer_script_s: float = 0.0   # ... of it running JavaScript (ScriptDuration: Dash, React, Plotly)
+    # the renderer main thread's CPU time (ThreadTime): busy and script above are wall time inside its
+    # tasks, which stretches with the machine's load; this does far less (issue 31, session 5)
+    renderer_cpu_s: float = 0.0
     gesture_s: float | None = None   # mouse rows: mouse-down to mouse-up as driven (the drag itself)
     redraws: int = 0                 # mouse rows: plotly redraws (afterplot events) after the mouse-up
 
@@ -207,10 +210,11 @@ class Browser:
         return pg
 
 
-def renderer_times(pg) -> tuple[float, float]:
-    """Seconds the page's renderer main thread has been busy so far, and running script of it."""
+def renderer_times(pg) -> tuple[float, float, float]:
+    """Seconds the page's renderer main thread has been busy so far, running script of it, and its
+    CPU time."""
     m = {x["name"]: x["value"] for x in pg.cdp.send("Performance.getMetrics")["metrics"]}
-    return m.get("TaskDuration", 0.0), m.get("ScriptDuration", 0.0)
+    return m.get("TaskDuration", 0.0), m.get("ScriptDuration", 0.0), m.get("ThreadTime", 0.0)
 
 
 def _comm(pid: int) -> str:
@@ -254,8 +258,9 @@ def measure(pg, server, browser, action, content: str, first_paint: str | None =
             retries += 1
     wall = time.perf_counter() - t
     waited, n = pg.evaluate(SERVER_WAIT_JS, t_js)
-    task, script = renderer_times(pg)
-    return Sample(wall, waited / 1e3, server.cpu() - c_srv, browser.cpu() - c_br, n, fp, task - c_rt[0], script - c_rt[1])
+    task, script, thread = renderer_times(pg)
+    return Sample(wall, waited / 1e3, server.cpu() - c_srv, browser.cpu() - c_br, n, fp, task - c_rt[0], script - c_rt[1],
+                  renderer_cpu_s=thread - c_rt[2])
 
 
 def url(base, path, run_id):
@@ -263,6 +268,11 @@ def url(base, path, run_id):
 
 
 COLD_PAGES = ("/timeline", "/critical-path", "/idle", "/barriers")
+# --trace: the renderer's tasks, scripts, network and V8's CPU profile (samples with stacks): where
+# a cold page's renderer time goes (benchmarks/NOTES.md, issue 31 session 5). Open a file in
+# Chromium's DevTools (Performance) or ui.perfetto.dev.
+TRACE_CATEGORIES = ["devtools.timeline", "disabled-by-default-devtools.timeline", "v8.execute", "v8",
+                    "disabled-by-default-v8.cpu_profiler", "blink.user_timing", "loading", "toplevel"]
 
 
 def cold_visits(args, browser, run_id, rows):
@@ -290,14 +300,19 @@ def cold_visits(args, browser, run_id, rows):
             server = Server(args.app_root, args.run.parent, port)
             try:
                 pg = browser.new_page(shared)
+                if args.trace:   # a Chromium performance trace of the visit (it slows the page down)
+                    browser.browser.start_tracing(page=pg, path=args.trace / f"{path.strip('/')}-{i}.json",
+                                                  categories=TRACE_CATEGORIES)
                 s = measure(pg, server, browser, lambda: pg.goto(url(server.base, path, run_id), wait_until="commit"),
                             content, fp_js % CONTENT[path])
+                if args.trace:
+                    browser.browser.stop_tracing()
                 row.samples.append(s)
                 # the fresh server's peak RSS once the page is complete (issue 20: with one run open);
                 # its background warming of the other results may still be running
                 peaks.append(server.peak_rss_gb())
                 print(f"  {row.name} #{i}: first paint {s.first_paint_s:.2f} s, complete {s.wall_s:.2f} s, "
-                      f"server cpu {s.server_cpu_s:.1f} s, peak RSS {peaks[-1]:.2f} GB, "
+                      f"server cpu {s.server_cpu_s:.1f} s, renderer main thread cpu {s.renderer_cpu_s:.2f} s, peak RSS {peaks[-1]:.2f} GB, "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
                 assert not pg.errors, pg.errors
                 pg.close() if shared is not None else pg.context.close()
@@ -464,11 +479,12 @@ def mouse(pg, server, browser, press, release, done: str, timeout_s: float = INT
                            f"info {pg.inner_text('#tl-info')!r}") from e
     tl = pg.evaluate("window.__tl")
     end = min(p[1] for p in tl["painted"] if p[0] >= tl["info"])
-    task, script = renderer_times(pg)
+    task, script, thread = renderer_times(pg)
     waited, n = pg.evaluate(SERVER_WAIT_JS, t_js)
     gesture = (tl["up"] - tl["down"]) / 1e3 if tl["down"] is not None else None
     return Sample((end - tl["up"]) / 1e3, waited / 1e3, server.cpu() - c_srv, browser.cpu() - c_br, n, None,
-                  task - c_rt[0], script - c_rt[1], gesture, sum(p[0] >= tl["up"] for p in tl["painted"]))
+                  task - c_rt[0], script - c_rt[1], gesture, sum(p[0] >= tl["up"] for p in tl["painted"]),
+                  renderer_cpu_s=thread - c_rt[2])
 
 
 CP_DRAWN = ("(() => { const gd = document.querySelector('#tl-graph .js-plotly-plot');"
@@ -629,7 +645,7 @@ def p95(xs):
 
 def table(rows) -> tuple[list[str], bool]:
     lines = ["| measurement | n | browser end-to-end median | p95 | waiting on the server (median) | "
-             "server CPU (median) | browser CPU (median) | renderer main thread: busy / script (median) | target | ok |",
+             "server CPU (median) | browser CPU (median) | renderer main thread: busy / script / CPU (median) | target | ok |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     ok_all = True
     for r in rows:
@@ -641,7 +657,8 @@ def table(rows) -> tuple[list[str], bool]:
         sc = statistics.median(s.server_cpu_s for s in r.samples)
         bc = statistics.median(s.browser_cpu_s for s in r.samples)
         rt = (f"{statistics.median(s.renderer_task_s for s in r.samples):.2f} s / "
-              f"{statistics.median(s.renderer_script_s for s in r.samples):.2f} s")
+              f"{statistics.median(s.renderer_script_s for s in r.samples):.2f} s / "
+              f"{statistics.median(s.renderer_cpu_s for s in r.samples):.2f} s")
         if r.kind == "cold":
             fps = [s.first_paint_s for s in r.samples]
             fmed, fhi = statistics.median(fps), max(fps)
@@ -679,6 +696,9 @@ def main() -> int:
     ap.add_argument("--browser-cache", choices=("cold", "warm"), default="cold",
                     help="cold visits in a fresh browser context each (cold, the default) or in one context "
                          "whose HTTP and code caches hold the viewer's scripts from an earlier visit (warm)")
+    ap.add_argument("--trace", type=Path, metavar="DIR",
+                    help="write a Chromium performance trace of each cold visit to DIR/<page>-<n>.json (the "
+                         "tracing and V8's profiler slow the page: its times are not comparable to untraced ones)")
     ap.add_argument("--skip-warm", action="store_true")
     ap.add_argument("--sections", default=",".join(WARM_SECTIONS),
                     help=f"which warm measurements, comma-separated, of {','.join(WARM_SECTIONS)}")
@@ -699,6 +719,8 @@ def main() -> int:
     unknown = set(args.sections) - set(WARM_SECTIONS)
     if unknown:
         ap.error(f"unknown --sections {sorted(unknown)}; known: {','.join(WARM_SECTIONS)}")
+    if args.trace:
+        args.trace.mkdir(parents=True, exist_ok=True)
 
     tmp = None
     if args.runs_page:

@@ -46,7 +46,8 @@ print(f"stored results read: {c1 - c0:.2f} s CPU, {w1 - w0:.2f} s wall; peak RSS
 
 
 def _timed(cmd: list[str]) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # the checkout first; a PYTHONPATH the caller set (dependencies installed to a folder) kept after it
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     load = os.getloadavg()[0]
     p = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env, cwd=ROOT)
     if p.returncode:

@@ -25,7 +25,8 @@ PACKAGE_DATA = ("ep_core/tuned.json", "ep_core/csrc/bindings.cpp", "ep_core/csrc
                 "ep_core/phases/ep_intranode.toml", "profiler/layout.toml", "profiler/csrc/recorder.cuh",
                 "profiler/phases/selftest.toml", "viewer/assets/epscope.css", "profiler/workflows/ab_worker.py",
                 "viewer/assets/plotly_early.js", "viewer/plotlyjs/plotly-cartesian.min.js", "viewer/plotlyjs/LICENSE",
-                "viewer/plotlyjs/README.md")
+                "viewer/plotlyjs/README.md", "viewer/regenerator/runtime.js", "viewer/regenerator/LICENSE",
+                "viewer/regenerator/README.md")
 
 
 def _run(cmd, cwd, env=None, timeout=600) -> subprocess.CompletedProcess:

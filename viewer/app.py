@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import inspect
 import logging
+import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode
 
@@ -43,6 +44,18 @@ PLOTLY_JS_VERSION = "4.1.1"
 # The URL dcc.Graph loads plotly.js from when window.Plotly is not defined yet (dash-renderer sets
 # window._dashPlotlyJSURL to it when serving locally, Dash 2.13+); served here instead of Dash's file.
 PLOTLY_JS_URL = "/_dash-component-suites/plotly/package_data/plotly.min.js"
+# Dash puts @babel/polyfill 7.12.1 (core-js 2 and regenerator-runtime) first on every page, for
+# browsers older than the ones the viewer supports (any current Chromium, Firefox or Safari). On a
+# fresh page it cost 40-340 ms of the renderer's main thread before Dash could ask for the layout
+# (a Chromium trace of each analysis page at 10 M events, load ~9: benchmarks/NOTES.md, issue 31
+# session 5), and core-js 2 replaces String.prototype.trim (it finds U+180E not trimmed, as no
+# current engine does) with a regex in JavaScript that plotly calls for every label it draws. What
+# the Dash bundles need of it is the global regeneratorRuntime (dash-renderer's and dcc's loader of
+# lazy components: dcc.Graph, dcc.Dropdown, dcc.Markdown): regenerator-runtime 0.14.1, vendored
+# unchanged (viewer/regenerator/README.md), in the polyfill's place.
+REGENERATOR_JS = Path(__file__).parent / "regenerator" / "runtime.js"
+REGENERATOR_JS_URL = "/_epscope/regenerator-runtime-0.14.1.js"
+_POLYFILL_TAG = re.compile(r'<script src="[^"]*/deps/polyfill@[^"]*"></script>\n?')
 
 # path -> (nav label, layout module, callbacks module)
 PAGES = {
@@ -75,12 +88,23 @@ def _nav(pathname: str, run_id: str | None) -> list:
             for path, (label, _, _) in PAGES.items()]
 
 
+class _Dash(dash.Dash):
+    """Dash, its page without @babel/polyfill: regenerator-runtime alone in its place (why: at
+    REGENERATOR_JS). interpolate_index is Dash's documented hook for the page's HTML."""
+
+    def interpolate_index(self, **kwargs):
+        scripts, n = _POLYFILL_TAG.subn("", kwargs.get("scripts", ""))
+        assert n <= 1, "Dash's page has the polyfill twice"
+        kwargs["scripts"] = f'<script src="{REGENERATOR_JS_URL}"></script>\n' + scripts
+        return super().interpolate_index(**kwargs)
+
+
 def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.Dash:
     catalog = Catalog([Path(r) for r in roots], cache_dir=cache_dir, **catalog_options)
     # plotly.js preloaded from the page's head (it downloads beside Dash's scripts); assets/
     # plotly_early.js runs it once the first callback request is sent, while the page waits on the
     # server, instead of after the page's first figure asked for it (then dcc.Graph finds window.Plotly)
-    app = dash.Dash(__name__, assets_folder=str(ASSETS), title="epscope",
+    app = _Dash(__name__, assets_folder=str(ASSETS), title="epscope",
                     suppress_callback_exceptions=True, update_title=None,
                     external_stylesheets=[{"rel": "preload", "as": "script", "href": PLOTLY_JS_URL}])
     app.catalog = catalog   # tests and the benchmark reach the catalog through the app
@@ -141,6 +165,10 @@ def create_app(roots, cache_dir: Path | None = None, **catalog_options) -> dash.
     @app.server.route(PLOTLY_JS_URL)   # a static rule: werkzeug matches it before Dash's component route
     def plotly_js():
         return flask.send_file(PLOTLY_JS, mimetype="text/javascript", max_age=0)
+
+    @app.server.route(REGENERATOR_JS_URL)   # the version in the URL: a browser may keep it a day
+    def regenerator_js():
+        return flask.send_file(REGENERATOR_JS, mimetype="text/javascript", max_age=86400)
 
     server_limits.install_request_checks(app)   # malformed framework requests: 4xx, never 500
     _download_route(app, catalog)

@@ -274,7 +274,8 @@ def _tables(g: G.Graph, rows: np.ndarray) -> dict:
     out["per_lane"] = IM.per_lane(g)
     out["ran"] = pd.DataFrame({"kernel": out["per_lane"]["kernel"].to_numpy(),
                                "rank": out["per_lane"]["rank"].to_numpy()}).drop_duplicates()
-    out["phase_busy"] = IM.phase_busy(g)
+    # the sums only: _phase_busy takes the ratios over the chunks' sums (a chunk's were never read)
+    out["phase_busy"] = IM.phase_sums(g)
     out["kernel_first"] = IM.kernel_first(g)
     out["stalls"] = timeouts.stalls(g).table
     out["phase_names"] = set(map(str, g.phase_names))

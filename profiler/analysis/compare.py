@@ -31,6 +31,7 @@ from . import unfinished
 from .exactsum import dense_codes, exact_sum
 from .keys import isin_names
 from . import graph as G
+from . import tables_fast
 from . import timemodel as TM
 from .critical_path import from_graph
 from .verdict import Verdict, fmt_ns
@@ -229,6 +230,9 @@ class EventSamples:
 
 def event_samples(ev: pd.DataFrame, sem, cuts: pd.Series) -> EventSamples:
     """EventSamples of `ev` (unfinished waits closed); cuts: entry_cuts of its launches."""
+    parts = _fast_samples(ev, sem, cuts)
+    if parts is not None:
+        return EventSamples(samples=_frame(parts), ranks=_used_ranks(ev["rank"]), kernels=_used_kernels(ev["kernel"]))
     parts = []
     kind = ev["kind"]
     hs = np.flatnonzero(isin_names(kind, ["host"]))
@@ -241,6 +245,118 @@ def event_samples(ev: pd.DataFrame, sem, cuts: pd.Series) -> EventSamples:
         parts.append(_mean_samples(ev, span, True, _clipped_waits(ev, span, sem, cuts)))
     return EventSamples(samples=_frame(parts), ranks=frozenset(int(r) for r in pd.unique(ev["rank"])),
                         kernels=frozenset(str(k) for k in pd.unique(ev["kernel"])))
+
+
+_STORED = {"iteration": np.int32, "rank": np.int16, "launch": np.int32}
+
+
+def _fast_samples(ev: pd.DataFrame, sem, cuts: pd.Series) -> list[pd.DataFrame] | None:
+    """event_samples' parts (host calls, then spans) from one compiled pass over the events per
+    part (profiler.analysis.tables_fast), equal to _mean_samples of _clipped_waits to the bit; None
+    where it cannot run or a sum could round (integral ns below 2**53: exactsum), or a column is
+    not categorical with distinct names, or the keys are not dense: the numpy path then runs."""
+    cat = [ev[c] for c in ("kind", "kernel", "phase")]
+    if not tables_fast.enabled() or not len(ev) or not all(isinstance(c.dtype, pd.CategoricalDtype) for c in cat):
+        return None
+    names = [[str(x) for x in c.cat.categories] for c in cat[1:]]
+    it = ev["iteration"].to_numpy()
+    i0 = int(it.min())
+    nk, nph = max(len(names[0]), 1), max(len(names[1]), 1)
+    table = _cut_table(cuts, sem)
+    if (any(len(set(n)) != len(n) for n in names) or table is None
+            or (int(it.max()) - i0 + 1) * nk * nph > max(4 * len(ev), 1 << 16)):
+        return None
+    codes = [c.cat.codes.to_numpy() for c in cat]
+    ints = {c: ev[c].to_numpy() for c in _STORED}
+    stored = all(c.dtype == np.int8 for c in codes) and all(ints[c].dtype == d for c, d in _STORED.items())
+    if not stored:
+        codes = [np.ascontiguousarray(c, np.int64) for c in codes]
+        ints = {c: np.ascontiguousarray(v, np.int64) for c, v in ints.items()}
+    r0, n_rank, lo, span, cut, has = table
+    waits = set(w for w, rel in sem.waits.items() if rel) if len(cut) else set()
+    wait_ph = np.zeros(nph, bool)
+    wait_ph[:len(names[1])] = [c in waits for c in cat[2].cat.categories]
+    b, e = (np.ascontiguousarray(ev[c].to_numpy(), np.int64) for c in ("begin_ns", "end_ns"))
+    parts = []
+    for kind, by_phase in (("host", False), ("span", True)):
+        if kind not in list(cat[0].cat.categories):
+            continue
+        n_keys = (int(it.max()) - i0 + 1) * nk * (nph if by_phase else 1)
+        counts, sums, stats = np.zeros(n_keys, np.int64), np.zeros(n_keys, np.int64), np.zeros(3, np.int64)
+        tables_fast.run_void(tables_fast.SAMPLE_VARIANTS["stored" if stored else "wide"], codes[0],
+                             np.int64(list(cat[0].cat.categories).index(kind)), ints["iteration"], np.int64(i0),
+                             codes[1], np.int64(nk), codes[2], np.int64(nph), by_phase, b, e, wait_ph,
+                             ints["rank"], ints["launch"], np.int64(r0), np.int64(n_rank), np.int64(lo),
+                             np.int64(span), cut, has, counts, sums, stats)
+        if stats[0] >= _EXACT or stats[1] >= _EXACT:
+            return None
+        if stats[2]:
+            parts.append(_keyed_means(counts, sums, i0, names if by_phase else names[:1], by_phase))
+    return parts
+
+
+_EXACT = 2 ** 53
+
+
+def _used_ranks(col: pd.Series) -> frozenset:
+    """The ranks a column holds (pd.unique's, by one compiled pass marking them)."""
+    v = col.to_numpy()
+    name = tables_fast.SEEN_VARIANTS.get(v.dtype)
+    if name is None or not len(v):
+        return frozenset(int(r) for r in pd.unique(col))
+    lo, hi = int(v.min()), int(v.max())
+    seen = np.zeros(hi - lo + 1, bool)
+    tables_fast.run_void(name, np.ascontiguousarray(v), np.int64(lo), seen)
+    return frozenset(int(r) for r in np.flatnonzero(seen) + lo)
+
+
+def _used_kernels(col: pd.Series) -> frozenset:
+    """The kernel names a categorical column holds as str (pd.unique's: 'nan' for a missing one)."""
+    codes = col.cat.codes.to_numpy()
+    name = tables_fast.SEEN_VARIANTS.get(codes.dtype)
+    if name is None:
+        return frozenset(str(k) for k in pd.unique(col))
+    seen = np.zeros(len(col.cat.categories) + 1, bool)
+    tables_fast.run_void(name, np.ascontiguousarray(codes), np.int64(-1), seen)
+    names = [str(col.cat.categories[c]) for c in np.flatnonzero(seen[1:])]
+    return frozenset(names + (["nan"] if seen[0] else []))
+
+
+def _cut_table(cuts: pd.Series, sem) -> tuple | None:
+    """entry_cuts as a dense table over (rank, launch): (r0, ranks, lo, span, cut int64, has cut),
+    empty where no wait is cut (none, or no wait a peer releases); None where _cut_of would not
+    search (keys not integers, duplicates) or a cut is not an integer float64 holds exactly."""
+    if cuts.empty or not any(rel for rel in sem.waits.values()):
+        return 0, 0, 0, 0, np.zeros(0, np.int64), np.zeros(0, bool)
+    kr = cuts.index.get_level_values(0).to_numpy()
+    kl = cuts.index.get_level_values(1).to_numpy()
+    if not all(np.issubdtype(a.dtype, np.integer) for a in (kr, kl)):
+        return None
+    r0, lo = int(kr.min()), int(kl.min())
+    n_rank, span = int(kr.max()) - r0 + 1, int(kl.max()) - lo + 1
+    if n_rank * span > (1 << 22):
+        return None
+    at = (kr.astype(np.int64) - r0) * span + (kl.astype(np.int64) - lo)
+    v = cuts.to_numpy(float)
+    fin = np.isfinite(v)
+    if (np.unique(at).size != at.size or not bool(np.all(v[fin] == np.floor(v[fin])))
+            or (fin.any() and float(np.abs(v[fin]).max()) >= _EXACT)):
+        return None
+    cut, has = np.zeros(n_rank * span, np.int64), np.zeros(n_rank * span, bool)
+    cut[at[fin]] = v[fin].astype(np.int64)
+    has[at[fin]] = True
+    return r0, n_rank, lo, span, cut, has
+
+
+def _keyed_means(counts: np.ndarray, sums: np.ndarray, i0: int, names: list, by_phase: bool) -> pd.DataFrame:
+    """_mean_samples' frame from the dense per-key counts and sums of _fast_samples."""
+    uniq = np.flatnonzero(counts)
+    rest, named = uniq, {}
+    for col, nm in reversed(list(zip(["kernel", "phase"], names))):
+        rest, code = np.divmod(rest, max(len(nm), 1))
+        named[col] = np.asarray(nm, dtype=object)[code]
+    return pd.DataFrame({"iteration": rest + i0, "kernel": named["kernel"],
+                         "phase": named["phase"] if by_phase else HOST_CALL, "value_ns": sums[uniq] / counts[uniq]})
 
 
 def _mean_samples(ev: pd.DataFrame, rows: np.ndarray, by_phase: bool, value: np.ndarray) -> pd.DataFrame:

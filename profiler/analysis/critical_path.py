@@ -22,8 +22,9 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
+from . import lane_totals as LT
 from .path_verdict import headline as _headline
-from .path_walk import TOTAL_COLUMNS, iteration_totals, path_points, predecessors  # noqa: F401 (re-exported)
+from .path_walk import TOTAL_COLUMNS, iteration_totals, path_points, predecessors, predecessors_at  # noqa: F401 (re-exported)
 from .peers import interval_peers
 
 SEGMENT_COLUMNS = ["iteration", "rank", "kernel", "launch", "block", "warp", "role", "phase", "kind",
@@ -101,11 +102,11 @@ def _lead_ins(g: G.Graph, pts: np.ndarray, its: np.ndarray, totals: pd.DataFrame
 
 
 def _segments(g: G.Graph, pts: np.ndarray, its: np.ndarray, totals: pd.DataFrame) -> pd.DataFrame:
-    pred = predecessors(g)
+    pred = predecessors_at(g, pts)
     lead = _lead_ins(g, pts, its, totals)
-    has = pred[pts] >= 0
+    has = pred >= 0
     pts, its = pts[has], its[has]
-    q = pred[pts]
+    q = pred[has]
     begin = g.pt_t[q]
     end = g.pt_t[pts]
     keep = end > begin
@@ -143,7 +144,7 @@ def _slack(g: G.Graph, path_lanes: np.ndarray, totals: pd.DataFrame) -> pd.DataF
     nl = len(L)
     if nl == 0:
         return pd.DataFrame({c: pd.Series([], dtype="int64") for c in SLACK_COLUMNS})
-    busy = G.lane_sums(g, (G.WORK,))
+    busy = LT.points(g).work
     it_end = totals.set_index("iteration")["end_ns"].reindex(L["iteration"].to_numpy()).to_numpy()
     # a lane that ends in a barrier wait is released by others: its end carries no float of its own
     ends_in_barrier = g.seg_kind[g.lane_last] == G.BARRIER

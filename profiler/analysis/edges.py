@@ -79,12 +79,14 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
     if len(wait_iv) == 0:
         return
     wrow = iv.row[wait_iv]
+    wph = iv.phase[wait_iv]                  # = t.phase_c[wrow] (a span's phase), read in order
     rel_name_of_phase = [sem.release_of(p) for p in t.phase_names]
-    targets = sorted({rel_name_of_phase[c] for c in used_codes(t.phase_c[wrow], len(t.phase_names))} - {""})
+    targets = sorted({rel_name_of_phase[c] for c in used_codes(wph, len(t.phase_names))} - {""})
     if not targets:
         return
     tgt_of_phase = np.array([targets.index(r) if r in targets else -1 for r in rel_name_of_phase], dtype=np.int64)
-    q_g = tgt_of_phase[t.phase_c[wrow]]
+    q_g = tgt_of_phase[wph]
+    del wph
     rel_rows, rel_g = release_rows(t, lanes, targets)
     rank, it = t.rank, t.it
     rmin, rmax = int(rank.min()), int(rank.max())
@@ -100,12 +102,17 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
     q_ok = kq >= 0
     kr[kr < 0] = -2                          # a release or wait naming no rank matches nothing
     kq[~q_ok] = -3
-    hit = asof_latest(kr, t.e_rel[rel_rows], kq, t.e_rel[wrow])
+    hit = asof_latest(kr, t.end[rel_rows] - t.t0, kq, t.end[wrow] - t.t0)
     del kr, kq
+    if graph_fast.enabled():   # the writes below in one pass (hit >= 0 only where q_ok: keys -2 vs -3)
+        got = graph_fast.wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, pts.row_pe, t.end, e.src, e.rel_t)
+        if got is not None:
+            wait_durations(d, pts.pt_t, *got)
+            return
     ok = (hit >= 0) & q_ok
     wi, rr = wait_iv[ok], rel_rows[hit[ok]]
     p_end = iv_pe[wi]
-    rel = t.e_rel[rr] + t.t0
+    rel = t.end[rr]
     e.src[p_end] = pts.row_pe[rr]
     e.rel_t[p_end] = rel
     wait_durations(d, pts.pt_t, iv_pb[wi], p_end, rel)
@@ -170,7 +177,7 @@ def barrier_edges(t: Table, pts: Points, iv: Intervals, iv_pb, iv_pe, sem: Seman
         return
     occ = occurrence_keys(arr_rows, sem, t)
     e.arr_occ = pd.factorize(occ)[0].astype(np.int64)
-    o = np.lexsort((t.b_rel[arr_rows], e.arr_occ))
+    o = np.lexsort((t.begin[arr_rows], e.arr_occ))
     oc_s = e.arr_occ[o]
     e.occ_starts = np.flatnonzero(np.r_[True, oc_s[1:] != oc_s[:-1]])
     e.occ_arr_row = arr_rows[o]
@@ -186,14 +193,14 @@ def barrier_edges(t: Table, pts: Points, iv: Intervals, iv_pb, iv_pe, sem: Seman
     bw_arr, bw_dep = iv.bw_arr, iv.bw_dep
     # an unfinished wait was never released; a malformed occurrence whose last arrival comes after
     # this departure gives no edge either
-    okb = (t.b_rel[lr] <= t.e_rel[bw_dep]) & ~iv.unfinished[bw_iv]
+    okb = (t.begin[lr] <= t.end[bw_dep]) & ~iv.unfinished[bw_iv]
     bw_iv, bw_occ, lr, bw_arr = bw_iv[okb], bw_occ[okb], lr[okb], bw_arr[okb]
     e.bw_end_pt = iv_pe[bw_iv]
     e.bw_occ = bw_occ
     e.bw_arr_row = bw_arr
     e.src[e.bw_end_pt] = pts.row_pb[lr]
-    e.rel_t[e.bw_end_pt] = t.b_rel[lr] + t.t0
-    wait_durations(d, pts.pt_t, iv_pb[bw_iv], e.bw_end_pt, t.b_rel[lr] + t.t0)
+    e.rel_t[e.bw_end_pt] = t.begin[lr]
+    wait_durations(d, pts.pt_t, iv_pb[bw_iv], e.bw_end_pt, t.begin[lr])
 
 
 @dataclass
@@ -321,7 +328,12 @@ def host_sync_edges(t: Table, pts: Points, L: Launches, e: Edges, d: np.ndarray)
 
 def binding(pts: Points, iv: Intervals, iv_pb, iv_pe, e: Edges) -> tuple[np.ndarray, np.ndarray]:
     """(latency from release to point, whether the cross edge binds in recorded time: the release
-    came after the wait began; always at a lane's first point)."""
+    came after the wait began; always at a lane's first point). graph_fast's one pass where it can run."""
+    if graph_fast.enabled():
+        got = graph_fast.binding(pts.pt_t, e.src, e.rel_t, pts.first_mask(), iv.kind, iv_pb, iv_pe, (WAIT, BARRIER),
+                                 e.host_sync_pb, e.host_sync_pe)
+        if got is not None:
+            return got
     has_src = e.src >= 0
     lat = np.where(has_src, pts.pt_t - e.rel_t, 0)
     wait_begin = np.full(pts.n, np.iinfo(np.int64).max, dtype=np.int64)

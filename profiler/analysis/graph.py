@@ -34,7 +34,7 @@ from . import unfinished
 from .intervals import (BARRIER, GAP, HOST, IDLE, LAUNCH, SEG_KINDS, WAIT, WORK,  # noqa: F401 (re-exported)
                         Intervals, intervals)
 from .keys import index_dtype, ranges, used_codes  # noqa: F401 (re-exported: the analyses' verdicts use it)
-from .lanes import lanes as _lanes, table as _table
+from .lanes import EVENT_KINDS, lanes as _lanes, table as _table
 from .points import owners, points, segments
 from .semantics import Semantics, semantics, undeclared
 
@@ -155,6 +155,7 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
     ln = _lanes(t)
     iv = intervals(t, ln, sem)
     pts = points(t, ln)
+    ln.by_lane = None                        # read by points only (20 MB a 2.5 M-event chunk)
     iv_pb = np.concatenate([pts.row_pb[iv.span_rows], pts.row_pb[iv.bw_arr]])
     iv_pe = np.concatenate([pts.row_pe[iv.span_rows], pts.row_pe[iv.bw_dep]])
     seg = segments(pts, iv, owners(iv_pb, iv_pe, pts.n))
@@ -169,18 +170,20 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
     lat, bind = E.binding(pts, iv, iv_pb, iv_pe, e)
 
     n_ph = len(t.phase_names)
-    span_phases = t.phase_names[used_codes(t.phase_c[t.kind["span"] | t.kind["instant"]], n_ph)] if t.n else []
+    span_phases = t.phase_names[_span_codes(t)] if t.n else []
     bar_names = t.phase_names[used_codes(t.phase_c[iv.arr_rows], n_ph)] if len(iv.arr_rows) else []
     warns = tuple(sem.warnings) + tuple(undeclared(sem, span_phases, bar_names))
-    src_row = np.where(iv.row >= 0, iv.row, iv.arr_row)
+    if iv.kernel is None:                    # the compiled intervals pass made them already
+        src_row = np.where(iv.row >= 0, iv.row, iv.arr_row)
+        iv.kernel = t.kernel_c[src_row] if iv.n else np.zeros(0, np.int32)
+        iv.launch = t.launch[src_row].astype(np.int64) if iv.n else np.zeros(0, np.int64)
     return Graph(
         table_ref=ev, t0=t.t0, pt_t=pts.pt_t, pt_lane=pts.pt_lane, seg_kind=seg.kind, seg_phase=seg.phase,
         seg_owner=seg.owner, d=seg.d, src=e.src, lat=lat, binding=bind, rel_t=e.rel_t,
         lane_first=pts.lane_first, lane_last=pts.lane_last, lane=ln.frame, phase_names=t.phase_names,
         kernel_names=t.kernel_names,
         iv_row=iv.row, iv_arr_row=iv.arr_row, iv_phase=iv.phase, iv_kind=iv.kind, iv_pb=iv_pb, iv_pe=iv_pe,
-        iv_kernel=t.kernel_c[src_row] if iv.n else np.zeros(0, np.int32),
-        iv_launch=t.launch[src_row].astype(np.int64) if iv.n else np.zeros(0, np.int64),
+        iv_kernel=iv.kernel, iv_launch=iv.launch,
         iv_unfinished=iv.unfinished,
         row_pb=pts.row_pb, row_pe=pts.row_pe, arr_rows=iv.arr_rows, arr_occ=e.arr_occ,
         occ_arr_row=e.occ_arr_row, occ_arr_pt=e.occ_arr_pt, occ_starts=e.occ_starts,
@@ -188,6 +191,15 @@ def _build(ev: pd.DataFrame, sem: Semantics) -> Graph:
         prev_first_pt=e.prev_first_pt, prev_grp=e.prev_grp, prev_lat=e.prev_lat,
         prev_member_pt=e.prev_member_pt, prev_starts=e.prev_starts, sem=sem, warnings=warns,
     )
+
+
+def _span_codes(t) -> np.ndarray:
+    """The phase codes of span and instant rows, sorted (-1 included when one has none): from the
+    table pass's counts where it made them (lanes.table), else from the rows."""
+    if t.kind_phase is not None:
+        used = t.kind_phase[EVENT_KINDS.index("span")] + t.kind_phase[EVENT_KINDS.index("instant")]
+        return (np.flatnonzero(used) - 1).astype(t.phase_c.dtype)
+    return used_codes(t.phase_c[t.kind["span"] | t.kind["instant"]], len(t.phase_names))
 
 
 # -- derived per-graph arrays (computed once, read-only) -------------------------------------

@@ -1,20 +1,25 @@
-"""The graph build's per-lane passes as compiled loops (optional: numba, the `fast` extra).
+"""The graph build's per-row, per-lane and per-point passes as compiled loops (optional: numba, the
+`fast` extra).
 
-points.points, points.owners and edges.wait_durations call these when the process can run them
-(`enabled()`: an ahead-of-time build on disk, or numba to make one, profiler/aot.py) and keep their
-numpy code as the fallback; tests/analysis/test_graph_fast.py holds both paths equal, array for
-array, on random tables and on the bundled runs.
+Every step of graph._build calls these when the process can run them (`enabled()`: an
+ahead-of-time build on disk, or numba to make one, profiler/aot.py) and keeps its numpy code as the
+fallback: lanes.table (kind masks, each kind's phases counted), lanes.lanes (the lane key as runs of
+equal keys), intervals.intervals, points.points (begins in the lanes' order, ends by an insertion
+sort, one merge), points.owners, points.segments, edges.wait_edges (release rows, keys, the writes
+of the released waits), keys.asof_latest's probe, edges.wait_durations and edges.binding.
+tests/analysis/test_graph_fast.py holds both paths equal, array for array, on random inputs, whole
+random tables and the bundled runs.
 
-Why: the numpy build of a 2.5 M-event chunk spends ~0.65 s CPU over ~15 steps (benchmarks/NOTES.md,
-"Issue 31: the graph build"); the points' argsort of 2n keys, owners' per-level painting and the
-wait durations' repeat/arange index arithmetic each read every point or interval several times.
-Here each is one pass: rows come grouped by lane and sorted by begin (the decoder's region order),
-so the points are a merge of the begins with the ends sorted by an n-key argsort; owners paints
-every level in one loop after a counting sort by level.
+Why: the numpy build of a 2.5 M-event chunk spent ~0.65 s CPU over ~15 steps (benchmarks/NOTES.md,
+"Issue 31: the graph build"), each reading every row, point or interval several times (masks made
+again per step, argsorts of keys that come near-sorted, gathers through index arrays); here each
+step is one or two passes. Rows come grouped by lane and sorted by begin (the decoder's region
+order, a launch's host row before its warps'), so the points are a merge of the begins with the
+ends, which nested spans leave only a little out of order.
 
 The loops allocate nothing (the callers pass their outputs and scratch), so the AOT module needs no
-numba runtime; index arrays are int32 (keys.index_dtype below 2^31 items): beyond that the numpy
-path runs.
+numba runtime; index arrays are int32 (keys.index_dtype below 2^31 items): beyond that, and for
+column widths without a compiled variant, the numpy path runs.
 """
 from __future__ import annotations
 
@@ -26,56 +31,126 @@ from .. import aot
 
 _MODULE = "_epscope_graph_aot"
 ENGINE = "auto"   # "auto": compiled where available; "numpy": the fallback (tests set it)
+# the ends' insertion sort gives up past END_MOVES[0] moves a row + END_MOVES[1] (then an argsort:
+# ~20 comparisons a row at 2.5 M rows; the 10 M run's chunks make 0.1-0.2 moves a row)
+END_MOVES = (8, 4096)
 
 
-def _begins_sorted(lane_id, b_rel):
+def _begins_sorted(lane_id, begin):
     """Rows sorted by (lane, begin)? (then the begins need no sort)"""
     for i in range(1, lane_id.shape[0]):
-        if lane_id[i] < lane_id[i - 1] or (lane_id[i] == lane_id[i - 1] and b_rel[i] < b_rel[i - 1]):
+        if lane_id[i] < lane_id[i - 1] or (lane_id[i] == lane_id[i - 1] and begin[i] < begin[i - 1]):
             return False
     return True
 
 
-def _merge_points(lane_id, b_rel, e_rel, ob, oe, tb, t0, pt_t, pt_lane, row_pb, row_pe, lane_count):
+def _lane_runs(host_kind, rank, it, launch, block, warp, rmin, imin, lmin, nr, nl, nb, nw, is_host, run_start,
+               run_key):
+    """lanes.lanes' key of every row (the same mixed radix: a host row's (rank, iteration) after
+    every GPU lane's (rank, launch, block, warp)) as runs of equal keys: the first row and key of
+    each run, and each row's host flag (kind 'host' or block < 0); returns the number of runs."""
+    m = 0
+    prev = np.int64(0)
+    for r in range(host_kind.shape[0]):
+        h = host_kind[r] or block[r] < 0
+        is_host[r] = h
+        if h:
+            k = (np.int64(it[r]) - imin + (np.int64(rank[r]) - rmin + nr) * nl) * nb * nw
+        else:
+            k = (((np.int64(launch[r]) - lmin + (np.int64(rank[r]) - rmin) * nl) * nb + np.int64(block[r]) + 1) * nw
+                 + np.int64(warp[r]) + 1)
+        if m == 0 or k != prev:
+            run_start[m] = r
+            run_key[m] = k
+            m += 1
+            prev = k
+    return m
+
+
+def _begins_sorted_by(order, lane_id, begin):
+    """Rows taken in `order` (rows grouped by lane, in row order within one) sorted by (lane, begin)?"""
+    for i in range(1, order.shape[0]):
+        r, q = order[i], order[i - 1]
+        if lane_id[r] < lane_id[q] or (lane_id[r] == lane_id[q] and begin[r] < begin[q]):
+            return False
+    return True
+
+
+def _ends_order(ob, lane_id, end, t0, tb, oe, budget):
+    """The rows sorted by (lane, end) into oe, by an insertion sort from the begins' order (ob, or
+    row order when empty): a lane's ends come near-sorted (nested spans end before their parent), so
+    the moves are few; gives up (False) past `budget` moves, and the caller sorts. Rows of equal
+    (lane, end) may come in another order than a stable sort's: they share one point, whatever the
+    order (merge_points)."""
+    n = oe.shape[0]
+    moves = 0
+    for j in range(n):
+        r = ob[j] if ob.shape[0] else j
+        k = (lane_id[r] << tb) | (end[r] - t0)
+        i = j
+        while i > 0:
+            q = oe[i - 1]
+            if ((lane_id[q] << tb) | (end[q] - t0)) <= k:
+                break
+            oe[i] = q
+            i -= 1
+        moves += j - i
+        if moves > budget:
+            return False
+        oe[i] = r
+    return True
+
+
+def _merge_points(lane_id, begin, end, ob, oe, tb, t0, pt_t, pt_lane, row_pb, row_pe, lane_count):
     """Unique (lane, t) of the begins (in order ob, or row order when ob is empty) merged with the
     ends (in order oe), both sorted by (lane, t): the points in pt_t / pt_lane, each row's begin and
     end point in row_pb / row_pe, the points of each lane counted in lane_count; returns the number
-    of points. The key (lane << tb) | t orders as points.points' does (t < 2^tb)."""
+    of points. The key (lane << tb) | t orders as points.points' does (t < 2^tb, keys < 2^62: an
+    exhausted side reads as the int64 maximum, and each side's key is made once a row)."""
     n = lane_id.shape[0]
     mask = (np.int64(1) << tb) - 1
-    i = j = 0
+    done = np.int64(0x7FFFFFFFFFFFFFFF)
     p = -1
     last = np.int64(-1)
+    i = j = 0
     rb = re = 0
-    kb = ke = np.int64(-1)
-    while i < n or j < n:
-        if i < n:
-            rb = ob[i] if ob.shape[0] else i
-            kb = (lane_id[rb] << tb) | b_rel[rb]
-        if j < n:
-            re = oe[j]
-            ke = (lane_id[re] << tb) | e_rel[re]
-        take_begin = i < n and (j >= n or kb <= ke)
-        k = kb if take_begin else ke
+    kb = ke = done
+    if n > 0:
+        rb = ob[0] if ob.shape[0] else 0
+        kb = (lane_id[rb] << tb) | (begin[rb] - t0)
+        re = oe[0]
+        ke = (lane_id[re] << tb) | (end[re] - t0)
+    for _ in range(2 * n):
+        k = kb if kb <= ke else ke
         if p < 0 or k != last:
             p += 1
             last = k
             pt_t[p] = (k & mask) + t0
             pt_lane[p] = k >> tb
             lane_count[k >> tb] += 1
-        if take_begin:
+        if kb <= ke:
             row_pb[rb] = p
             i += 1
+            if i < n:
+                rb = ob[i] if ob.shape[0] else i
+                kb = (lane_id[rb] << tb) | (begin[rb] - t0)
+            else:
+                kb = done
         else:
             row_pe[re] = p
             j += 1
+            if j < n:
+                re = oe[j]
+                ke = (lane_id[re] << tb) | (end[re] - t0)
+            else:
+                ke = done
     return p + 1
 
 
 def _owners(order, iv_pb, iv_pe, P, act, dep, eff, last, cnt, bucket, owner):
     """points.owners in one pass over the intervals in (begin, -end) order, then a counting sort by
     level and one painting loop (shallow levels first, so deeper ones overwrite them). Scratch:
-    act (P + 1), dep / eff / bucket (n_iv), last / cnt (n_iv + 2), all int64, act and cnt zeroed,
+    act (P + 1), dep / eff / bucket (n_iv), last / cnt (n_iv + 2), all int32, act and cnt zeroed,
     last filled with -1."""
     n_iv = order.shape[0]
     for j in range(n_iv):   # active_before: begun before k minus ended at or before k, as prefix sums
@@ -124,23 +199,31 @@ def _wait_durations(d, pt_t, pb, pe, rel_t):
                 d[x] = max(0, pt_t[x] - max(pt_t[x - 1], rel_t[w]))
 
 
-def _release_rows(phase_c, g_of_phase, n_g, host, arrive, depart, out_rows, out_g):
+def _release_rows(phase_c, g_of_phase, n_g, host, arrive, depart, out_rows, out_g, cnt):
     """edges.wait_edges' releasing rows: those whose phase names release target g (g_of_phase, -1
     for none; a code of -1 reads the last entry, as numpy's indexing does) on a GPU lane and not a
-    barrier's arrive / depart, grouped by target and in row order within one; returns their number
-    (written while they fit the outputs: a first call with empty ones counts them). One pass per
-    target (targets are few: the registry's release phases), nothing allocated."""
+    barrier's arrive / depart, grouped by target and in row order within one; returns their number.
+    Two calls: with empty outputs it counts them per target into cnt (n_g + 1, zeroed); then, cnt
+    kept, it writes each where its target's rows begin (a counting sort: two passes over the rows
+    for any number of targets, nothing allocated)."""
     n_ph = g_of_phase.shape[0]
-    m = 0
-    for g in range(n_g):
+    if out_rows.shape[0] == 0:
         for r in range(phase_c.shape[0]):
             c = phase_c[r]
-            if g_of_phase[c if c >= 0 else c + n_ph] == g and not (host[r] or arrive[r] or depart[r]):
-                if m < out_rows.shape[0]:
-                    out_rows[m] = r
-                    out_g[m] = g
-                m += 1
-    return m
+            g = g_of_phase[c if c >= 0 else c + n_ph]
+            if g >= 0 and not (host[r] or arrive[r] or depart[r]):
+                cnt[g + 1] += 1
+        for g in range(n_g):
+            cnt[g + 1] += cnt[g]
+        return cnt[n_g]
+    for r in range(phase_c.shape[0]):
+        c = phase_c[r]
+        g = g_of_phase[c if c >= 0 else c + n_ph]
+        if g >= 0 and not (host[r] or arrive[r] or depart[r]):
+            out_rows[cnt[g]] = r
+            out_g[cnt[g]] = g
+            cnt[g] += 1
+    return out_rows.shape[0]
 
 
 def _wait_keys(rows, g, it, kc, rank, payload, from_rank, it_min, n_it, n_k, rmin, rmax, n_r, out):
@@ -160,6 +243,163 @@ def _wait_keys(rows, g, it, kc, rank, payload, from_rank, it_min, n_it, n_k, rmi
             out[m] = (((gg * n_it + (np.int64(it[r]) - it_min)) * n_k + kc[r]) * n_r + rf - rmin) * n_r + rt - rmin
 
 
+def _segments(owner, iv_kind, iv_phase, lane_first, pt_t, gap, launch, is_first, seg_owner, kind, phase, d):
+    """points.segments in one pass: each point's incoming segment (owner of the segment before it,
+    its kind and phase, its length), the 'launch' pseudo-segment of length 0 at a lane's first
+    point; is_first (zeroed) gets the lanes' first points marked."""
+    P = pt_t.shape[0]
+    for lane in range(lane_first.shape[0]):
+        if lane_first[lane] < P:
+            is_first[lane_first[lane]] = True
+    for p in range(P):
+        first = is_first[p]
+        o = -1 if p == 0 or first else owner[p - 1]
+        seg_owner[p] = o
+        if o >= 0:
+            kind[p] = iv_kind[o]
+            phase[p] = iv_phase[o]
+        else:
+            kind[p] = launch if first else gap
+            phase[p] = -1
+        d[p] = 0 if p == 0 or first else pt_t[p] - pt_t[p - 1]
+
+
+def _binding(pt_t, src, rel_t, is_first, iv_kind, iv_pb, iv_pe, wait, barrier, hs_pb, hs_pe, wait_begin, lat,
+             bind):
+    """edges.binding in one pass over the intervals and one over the points; wait_begin: scratch of
+    the points, filled with the int64 maximum."""
+    for j in range(iv_kind.shape[0]):   # in interval order, then the host syncs: the last write wins
+        if iv_kind[j] == wait or iv_kind[j] == barrier:
+            wait_begin[iv_pe[j]] = pt_t[iv_pb[j]]
+    for i in range(hs_pe.shape[0]):
+        wait_begin[hs_pe[i]] = pt_t[hs_pb[i]]
+    for p in range(pt_t.shape[0]):
+        if src[p] >= 0:
+            lat[p] = pt_t[p] - rel_t[p]
+            bind[p] = is_first[p] or rel_t[p] > wait_begin[p]
+        else:
+            lat[p] = 0
+            bind[p] = False
+
+
+def _asof_probe(kr_s, order, cq, t_q, tb, tmin, hit):
+    """keys.asof_latest's probe: for each query (code cq, time t_q), the release of the last sorted
+    key kr_s <= (cq << tb) + t_q - tmin (order: the releases' sorted order) when its code is the
+    query's, else -1. Queries come in ascending runs (a lane's waits on one peer): each search
+    gallops forward from the previous one's position, a binary search of all where a run restarts
+    (numpy's searchsorted of unsorted queries searched from scratch every time)."""
+    n = kr_s.shape[0]
+    pos = 0
+    prev = np.int64(0)
+    for j in range(cq.shape[0]):
+        k = (cq[j] << tb) + t_q[j] - tmin
+        if j == 0 or k < prev:
+            lo, hi = 0, n
+        else:   # kr_s[:pos] <= prev <= k: the answer is at pos or after, found by doubling steps
+            lo, hi, step = pos, pos, 1
+            while hi < n and kr_s[hi] <= k:
+                lo = hi + 1
+                hi = lo + step
+                step *= 2
+            hi = min(hi, n)
+        while lo < hi:   # the first sorted key > k in [lo, hi)
+            mid = (lo + hi) >> 1
+            if kr_s[mid] <= k:
+                lo = mid + 1
+            else:
+                hi = mid
+        pos = lo
+        prev = k
+        # the release's code is its sorted key's high bits (t - tmin < 2^tb): read in order, not
+        # through `order` (a gather of cr by it missed the cache on most queries)
+        hit[j] = order[pos - 1] if pos > 0 and (kr_s[pos - 1] >> tb) == cq[j] else -1
+
+
+def _wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, end, src, rel_t, pb, pe, rel):
+    """edges.wait_edges' writes for the waits its join released (hit >= 0, into rel_rows): the
+    wait's end point gets the releasing row's end point and end time, in wait order (a point two waits
+    end at keeps the later); the released waits' (begin point, end point, release time) go to pb /
+    pe / rel for wait_durations. Returns their number."""
+    m = 0
+    for j in range(hit.shape[0]):
+        h = hit[j]
+        if h < 0:
+            continue
+        w = wait_iv[j]
+        r = rel_rows[h]
+        p_end = iv_pe[w]
+        t = end[r]
+        src[p_end] = row_pe[r]
+        rel_t[p_end] = t
+        pb[m] = iv_pb[w]
+        pe[m] = p_end
+        rel[m] = t
+        m += 1
+    return m
+
+
+def _table_pass(kind8, slot_of_kind, phase_c, n_ph, end, t0, masks, pairs):
+    """lanes.table's per-row columns in one pass: each event kind's mask (masks[slot], slot of
+    EVENT_KINDS by kind code, -1 for a kind outside them), the times relative to t0, and the rows
+    of each (kind slot, phase code + 1) counted (which phases each kind uses: graph._build's
+    undeclared-phase check). Returns the largest relative end."""
+    emax = np.int64(0)
+    for r in range(kind8.shape[0]):
+        s = slot_of_kind[kind8[r]] if kind8[r] >= 0 else -1
+        if s >= 0:
+            masks[s, r] = True
+            pairs[s, phase_c[r] + 1] += 1   # a categorical's codes: -1 (missing) and up
+        emax = max(emax, end[r] - t0)
+    return emax
+
+
+def _intervals_pass(span, host, begin, end, phase_c, kind_of_phase, host_kind, unfinished, kernel_c, launch, bw_arr,
+                    bw_dep, barrier, span_rows, row, arr_row, phase, kind, unf, iv_kernel, iv_launch):
+    """intervals.intervals' arrays in one pass over the rows: the spans (span or host rows of positive
+    length) in row order, then the barrier waits (bw_arr / bw_dep); each interval's row (-1 for a
+    barrier wait), arrival row (-1 for a span), phase, kind (per phase code, a code of -1 reading the
+    last entry; host rows HOST), unfinished flag, kernel code and launch (graph.Graph's iv_kernel /
+    iv_launch). The outputs hold at least spans + barrier waits; returns the number of spans."""
+    n_ph = kind_of_phase.shape[0]
+    m = 0
+    for r in range(span.shape[0]):
+        if (span[r] or host[r]) and end[r] > begin[r]:
+            c = phase_c[r]
+            span_rows[m] = r
+            row[m] = r
+            arr_row[m] = -1
+            phase[m] = c
+            kind[m] = host_kind if host[r] else kind_of_phase[c if c >= 0 else c + n_ph]
+            unf[m] = unfinished[r]
+            iv_kernel[m] = kernel_c[r]
+            iv_launch[m] = launch[r]
+            m += 1
+    for i in range(bw_arr.shape[0]):
+        a = bw_arr[i]
+        row[m + i] = -1
+        arr_row[m + i] = a
+        phase[m + i] = phase_c[a]
+        kind[m + i] = barrier
+        unf[m + i] = unfinished[bw_dep[i]]
+        iv_kernel[m + i] = kernel_c[a]
+        iv_launch[m + i] = launch[a]
+    return m
+
+
+def _expand_runs(run_start, run_len, code, run_order, lane_id, by_lane):
+    """lanes._from_runs' per-row arrays: each row's lane (its run's code) and, where run_order is
+    not empty, the rows grouped by lane (the runs in run_order, each in row order)."""
+    for k in range(run_start.shape[0]):
+        for r in range(run_start[k], run_start[k] + run_len[k]):
+            lane_id[r] = code[k]
+    m = 0
+    for i in range(run_order.shape[0]):
+        k = run_order[i]
+        for r in range(run_start[k], run_start[k] + run_len[k]):
+            by_lane[m] = r
+            m += 1
+
+
 _A = "{}[::1]".format
 # the stored schema's rank / iteration widths (int16 / int32) and plain int64 (tables made in memory)
 _KEY_VARIANTS = {(np.dtype(r), np.dtype(i)): f"wait_keys_{np.dtype(r).name}_{np.dtype(i).name}"
@@ -169,14 +409,43 @@ _EXPORTS = {
     "merge_points": (_merge_points, "int64(" + ", ".join(
         [_A("int64")] * 5 + ["int64", "int64", _A("int64"), _A("int64"), _A("int32"), _A("int32"), _A("int64")]) + ")"),
     "owners": (_owners, "void(" + ", ".join(
-        [_A("int64"), _A("int32"), _A("int32"), "int64"] + [_A("int64")] * 6 + [_A("int32")]) + ")"),
+        [_A("int64"), _A("int32"), _A("int32"), "int64"] + [_A("int32")] * 7) + ")"),
     "wait_durations": (_wait_durations, "void(" + ", ".join([_A("int64")] * 5) + ")"),
     "release_rows": (_release_rows, "int64(" + ", ".join([_A("int32"), _A("int64"), "int64"] + [_A("boolean")] * 3
-                                                         + [_A("int64")] * 2) + ")"),
+                                                         + [_A("int64")] * 3) + ")"),
 }
 for (_r, _i), _name in _KEY_VARIANTS.items():
     _EXPORTS[_name] = (_wait_keys, "void(" + ", ".join([_A("int64"), _A("int64"), _A(_i.name), _A("int32"), _A(_r.name),
                                                         _A("int64"), "boolean"] + ["int64"] * 6 + [_A("int64")]) + ")")
+# lanes.lanes' columns (rank, iteration, launch, block, warp): the stored schema's widths, and int64
+_LANE_VARIANTS = {tuple(np.dtype(x) for x in w): "lane_runs_" + "_".join(np.dtype(x).name for x in w)
+                  for w in ((np.int16, np.int32, np.int32, np.int32, np.int16), (np.int64,) * 5)}
+for _w, _name in _LANE_VARIANTS.items():
+    _EXPORTS[_name] = (_lane_runs, "int64(" + ", ".join([_A("boolean")] + [_A(x.name) for x in _w] + ["int64"] * 7
+                                                        + [_A("boolean"), _A("int64"), _A("int64")]) + ")")
+_EXPORTS.update({
+    "begins_sorted_by": (_begins_sorted_by, f"boolean({_A('int64')}, {_A('int64')}, {_A('int64')})"),
+    "ends_order": (_ends_order, "boolean(" + ", ".join([_A("int64")] * 3 + ["int64", "int64", _A("int64"), "int64"]) + ")"),
+    "segments": (_segments, "void(" + ", ".join([_A("int32"), _A("int8"), _A("int32"), _A("int64"), _A("int64"), "int64",
+                                                 "int64", _A("boolean"), _A("int32"), _A("int8"), _A("int32"),
+                                                 _A("int64")]) + ")"),
+    "binding": (_binding, "void(" + ", ".join([_A("int64"), _A("int32"), _A("int64"), _A("boolean"), _A("int8"),
+                                               _A("int32"), _A("int32"), "int64", "int64", _A("int64"), _A("int64"),
+                                               _A("int64"), _A("int64"), _A("boolean")]) + ")"),
+})
+_EXPORTS["asof_probe"] = (_asof_probe, "void(" + ", ".join([_A("int64")] * 4 + ["int64", "int64", _A("int64")]) + ")")
+_EXPORTS["wait_apply"] = (_wait_apply, "int64(" + ", ".join([_A("int64")] * 3 + [_A("int32")] * 3 + [_A("int64"), _A("int32")]
+                                                              + [_A("int64")] * 4) + ")")
+_EXPORTS["table_pass"] = (_table_pass, "int64(" + ", ".join([_A("int8"), _A("int64"), _A("int32"), "int64", _A("int64"),
+                                                               "int64", "boolean[:, ::1]", "int64[:, ::1]"]) + ")")
+# intervals.intervals' launch column: the stored schema's int32 and int64
+_IV_VARIANTS = {np.dtype(w): f"intervals_pass_{np.dtype(w).name}" for w in (np.int32, np.int64)}
+for _w, _name in _IV_VARIANTS.items():
+    _EXPORTS[_name] = (_intervals_pass, "int64(" + ", ".join(
+        [_A("boolean")] * 2 + [_A("int64")] * 2 + [_A("int32"), _A("int8"), "int64", _A("boolean"), _A("int32"), _A(_w.name)]
+        + [_A("int64")] * 2 + ["int64", _A("int64"), _A("int32"), _A("int32"), _A("int32"), _A("int8"), _A("boolean"),
+                               _A("int32"), _A("int64")]) + ")")
+_EXPORTS["expand_runs"] = (_expand_runs, "void(" + ", ".join([_A("int64")] * 6) + ")")
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "graph", _EXPORTS, "the graph build's loops")
 
 
@@ -193,25 +462,34 @@ def _i64(a) -> np.ndarray:
     return np.ascontiguousarray(a, np.int64)
 
 
-def points(lane_id, b_rel, e_rel, tb: int, t0: int, n_lanes: int):
-    """(pt_t, pt_lane, row_pb, row_pe, points per lane) as points.points computes them, or None
-    where the index arrays would not be int32 (the numpy path then runs)."""
+def points(lane_id, begin, end, tb: int, t0: int, n_lanes: int, by_lane=None):
+    """(pt_t, pt_lane, row_pb, row_pe, points per lane) as points.points computes them from the
+    absolute times (relative to t0 inside the loops), or None where the index arrays would not be
+    int32 (the numpy path then runs). by_lane: the rows grouped by lane (lanes.Lanes.by_lane), None
+    where row order is."""
     n = len(lane_id)
     if 2 * n > np.iinfo(np.int32).max:
         return None
     c = _compiled()
-    lane_id, b_rel, e_rel = _i64(lane_id), _i64(b_rel), _i64(e_rel)
+    lane_id, begin, end = _i64(lane_id), _i64(begin), _i64(end)
     ob = np.zeros(0, np.int64)
-    if not c.get("begins_sorted")(lane_id, b_rel):
-        ob = np.argsort((lane_id << tb) | b_rel, kind="stable")
-    ke = lane_id << tb
-    ke |= e_rel
-    oe = np.argsort(ke, kind="stable")   # ends of nested spans come out of order: timsort's runs
-    del ke
+    if by_lane is not None:    # the begins are in order when each lane's rows are (the decoder's order)
+        ob = _i64(by_lane)
+        if not c.get("begins_sorted_by")(ob, lane_id, begin):
+            ob = np.argsort((lane_id << tb) | (begin - t0), kind="stable")
+    elif not c.get("begins_sorted")(lane_id, begin):
+        ob = np.argsort((lane_id << tb) | (begin - t0), kind="stable")
+    oe = np.empty(n, np.int64)
+    budget = END_MOVES[0] * n + END_MOVES[1]
+    if not c.get("ends_order")(ob, lane_id, end, np.int64(t0), np.int64(tb), oe, np.int64(budget)):
+        ke = lane_id << tb                   # many spans end out of their begins' order: sort them
+        ke |= end - t0
+        oe = np.argsort(ke, kind="stable")
+        del ke
     pt_t, pt_lane = np.empty(2 * n, np.int64), np.empty(2 * n, np.int64)
     row_pb, row_pe = np.empty(n, np.int32), np.empty(n, np.int32)
     count = np.zeros(n_lanes, np.int64)
-    P = int(c.get("merge_points")(lane_id, b_rel, e_rel, ob, oe, np.int64(tb), np.int64(t0), pt_t, pt_lane,
+    P = int(c.get("merge_points")(lane_id, begin, end, ob, oe, np.int64(tb), np.int64(t0), pt_t, pt_lane,
                                   row_pb, row_pe, count))
     pt_t.resize(P, refcheck=False)        # in place: the unused tail goes back, no copy
     pt_lane.resize(P, refcheck=False)
@@ -225,10 +503,11 @@ def owners(order, iv_pb, iv_pe, P: int):
     if iv_pb.dtype != np.int32 or iv_pe.dtype != np.int32 or n_iv > np.iinfo(np.int32).max:
         return None
     owner = np.full(P, -1, np.int32)
-    last = np.full(n_iv + 2, -1, np.int64)
-    scratch = [np.zeros(P + 1, np.int64)] + [np.empty(n_iv, np.int64) for _ in range(3)]
+    last = np.full(n_iv + 2, -1, np.int32)
+    # int32 scratch (counts, levels and points all fit: n_iv and P < 2^31): half the bytes to touch
+    scratch = [np.zeros(P + 1, np.int32)] + [np.empty(n_iv, np.int32) for _ in range(3)]
     _compiled().get("owners")(_i64(order), np.ascontiguousarray(iv_pb), np.ascontiguousarray(iv_pe), np.int64(P),
-                              scratch[0], scratch[1], scratch[2], last, np.zeros(n_iv + 2, np.int64), scratch[3],
+                              scratch[0], scratch[1], scratch[2], last, np.zeros(n_iv + 2, np.int32), scratch[3],
                               owner)
     return owner
 
@@ -243,9 +522,11 @@ def release_rows(phase_c, g_of_phase, n_g: int, host, arrive, depart):
     f = _compiled().get("release_rows")
     args = (np.ascontiguousarray(phase_c, np.int32), _i64(g_of_phase), np.int64(n_g),
             *(np.ascontiguousarray(x, np.bool_) for x in (host, arrive, depart)))
-    m = int(f(*args, np.zeros(0, np.int64), np.zeros(0, np.int64)))   # count first: no n-long outputs
+    cnt = np.zeros(n_g + 1, np.int64)
+    m = int(f(*args, np.zeros(0, np.int64), np.zeros(0, np.int64), cnt))   # count first: no n-long outputs
     rows, g = np.empty(m, np.int64), np.empty(m, np.int64)
-    assert f(*args, rows, g) == m
+    if m:
+        f(*args, rows, g, cnt)
     return rows, g
 
 
@@ -260,3 +541,110 @@ def wait_keys(rows, g, t, from_rank: bool, radix: tuple):
                           np.ascontiguousarray(t.rank), np.ascontiguousarray(t.payload), from_rank,
                           *(np.int64(x) for x in radix), out)
     return out
+
+
+def lane_runs(t, consts: tuple):
+    """(host flag of each row, first row and key of each run of equal lane keys) as lanes.lanes
+    keys the rows, or None for column widths without a compiled variant (the numpy path then runs).
+    consts: (rmin, imin, lmin, nr, nl, nb, nw)."""
+    cols = (t.rank, t.it, t.launch, t.block, t.warp)
+    name = _LANE_VARIANTS.get(tuple(c.dtype for c in cols))
+    if name is None:
+        return None
+    n = len(t.rank)
+    is_host = np.empty(n, np.bool_)
+    start, key = np.empty(n, np.int64), np.empty(n, np.int64)   # pages past the runs are never touched
+    m = int(_compiled().get(name)(np.ascontiguousarray(t.kind["host"], np.bool_), *(np.ascontiguousarray(c) for c in cols),
+                                  *(np.int64(x) for x in consts), is_host, start, key))
+    return is_host, start[:m].copy(), key[:m].copy()
+
+
+def segments(owner, iv_kind, iv_phase, lane_first, pt_t, gap: int, launch: int):
+    """(is_first, seg_owner, kind, phase, d) as points.segments computes them, or None where the
+    owners are not int32 (the numpy path then runs)."""
+    if owner.dtype != np.int32 or iv_kind.dtype != np.int8 or iv_phase.dtype != np.int32:
+        return None
+    P = len(pt_t)
+    out = (np.zeros(P, np.bool_), np.empty(P, np.int32), np.empty(P, np.int8), np.empty(P, np.int32),
+           np.empty(P, np.int64))
+    _compiled().get("segments")(np.ascontiguousarray(owner), np.ascontiguousarray(iv_kind), np.ascontiguousarray(iv_phase),
+                                _i64(lane_first), _i64(pt_t), np.int64(gap), np.int64(launch), *out)
+    return out
+
+
+def binding(pt_t, src, rel_t, is_first, iv_kind, iv_pb, iv_pe, kinds: tuple, hs_pb, hs_pe):
+    """(lat, bind) as edges.binding computes them, or None where the index arrays are not int32.
+    kinds: the (wait, barrier) interval kind codes."""
+    if src.dtype != np.int32 or iv_pb.dtype != np.int32 or iv_pe.dtype != np.int32 or iv_kind.dtype != np.int8:
+        return None
+    P = len(pt_t)
+    lat, bind = np.empty(P, np.int64), np.empty(P, np.bool_)
+    _compiled().get("binding")(_i64(pt_t), np.ascontiguousarray(src), _i64(rel_t), np.ascontiguousarray(is_first, np.bool_),
+                               np.ascontiguousarray(iv_kind), np.ascontiguousarray(iv_pb), np.ascontiguousarray(iv_pe),
+                               *(np.int64(k) for k in kinds), _i64(hs_pb), _i64(hs_pe),
+                               np.full(P, np.iinfo(np.int64).max, np.int64), lat, bind)
+    return lat, bind
+
+
+def asof_probe(kr_sorted, order, cq, t_q, tb: int, tmin: int) -> np.ndarray:
+    """keys.asof_latest's hits from its sorted release keys (see _asof_probe)."""
+    hit = np.empty(len(cq), np.int64)
+    _compiled().get("asof_probe")(_i64(kr_sorted), _i64(order), _i64(cq), _i64(t_q), np.int64(tb),
+                                  np.int64(tmin), hit)
+    return hit
+
+
+def wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, end, src, rel_t):
+    """(begin point, end point, release time) of the released waits, src / rel_t written in place
+    (see _wait_apply), or None where the index arrays are not int32."""
+    if not (iv_pb.dtype == iv_pe.dtype == row_pe.dtype == src.dtype == np.int32) or rel_t.dtype != np.int64:
+        return None
+    out = tuple(np.empty(len(hit), np.int64) for _ in range(3))
+    m = int(_compiled().get("wait_apply")(_i64(wait_iv), _i64(hit), _i64(rel_rows), np.ascontiguousarray(iv_pb),
+                                          np.ascontiguousarray(iv_pe), np.ascontiguousarray(row_pe), _i64(end), src,
+                                          rel_t, *out))
+    return tuple(x[:m] for x in out)
+
+
+def table_pass(kind_codes, slot_of_kind, phase_c, n_ph: int, end, t0: int, n_slots: int):
+    """(kind masks, rows per (kind slot, phase code + 1), largest end - t0) as lanes.table computes
+    them (see _table_pass), or None where the kind codes are not int8 (the numpy path then runs)."""
+    if kind_codes.dtype != np.int8 or phase_c.dtype != np.int32:
+        return None
+    masks = np.zeros((n_slots, len(kind_codes)), np.bool_)
+    pairs = np.zeros((n_slots, n_ph + 1), np.int64)
+    emax = _compiled().get("table_pass")(np.ascontiguousarray(kind_codes), _i64(slot_of_kind), np.ascontiguousarray(phase_c),
+                                         np.int64(n_ph), _i64(end), np.int64(t0), masks, pairs)
+    return masks, pairs, int(emax)
+
+
+def intervals_pass(t, kind_of_phase, bw_arr, bw_dep, kinds: tuple):
+    """(span rows, row, arr_row, phase, kind, unfinished, kernel code, launch) of every interval as
+    intervals.intervals and graph._build compute them (see _intervals_pass), or None where the rows
+    or the column widths do not fit its variants (the numpy path then runs). kinds: (HOST, BARRIER)."""
+    name = _IV_VARIANTS.get(t.launch.dtype)
+    if (name is None or t.n > np.iinfo(np.int32).max or t.phase_c.dtype != np.int32 or t.kernel_c.dtype != np.int32
+            or t.begin.dtype != np.int64 or t.end.dtype != np.int64):
+        return None
+    cap = t.n + len(bw_arr)                  # pages past the intervals are never touched
+    out = (np.empty(t.n, np.int64), np.empty(cap, np.int32), np.empty(cap, np.int32), np.empty(cap, np.int32),
+           np.empty(cap, np.int8), np.empty(cap, np.bool_), np.empty(cap, np.int32), np.empty(cap, np.int64))
+    K = t.kind
+    m = int(_compiled().get(name)(np.ascontiguousarray(K["span"]), np.ascontiguousarray(K["host"]), t.begin, t.end,
+                                  np.ascontiguousarray(t.phase_c), np.ascontiguousarray(kind_of_phase, np.int8),
+                                  np.int64(kinds[0]), np.ascontiguousarray(t.unfinished, np.bool_),
+                                  np.ascontiguousarray(t.kernel_c), np.ascontiguousarray(t.launch), _i64(bw_arr),
+                                  _i64(bw_dep), np.int64(kinds[1]), *out))
+    out[0].resize(m, refcheck=False)         # in place: the unused tails go back, no copy (as points)
+    for x in out[1:]:
+        x.resize(m + len(bw_arr), refcheck=False)
+    return out
+
+
+def expand_runs(run_start, run_len, code, run_order, n: int):
+    """(lane of each row, rows grouped by lane or None where run_order is None): see _expand_runs."""
+    lane_id = np.empty(n, np.int64)
+    by_lane = np.empty(n if run_order is not None else 0, np.int64)
+    _compiled().get("expand_runs")(_i64(run_start), _i64(run_len), _i64(code),
+                                   _i64(run_order if run_order is not None else np.zeros(0, np.int64)), lane_id, by_lane)
+    return lane_id, (by_lane if run_order is not None else None)

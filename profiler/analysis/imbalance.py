@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
+from . import lane_totals as LT
 from .exactsum import exact_sum
 from .verdict import MATERIAL_SHARE  # noqa: F401 (the imbalance's alarm share, documented there)
 from .peers import interval_peers
-from .timemodel import launch_rows, time_model
+from .timemodel import lane_cut, launch_rows, time_model
 
 RANK_COLUMNS = ["kernel", "role", "rank", "warps", "spans", "busy_ns", "kernel_ns", "waited_on_ns", "busy_ratio"]
 # A rank whose role is busy this multiple of the other ranks' (the median of the others: with 2
@@ -67,23 +68,48 @@ def waited_on(g: G.Graph) -> pd.DataFrame:
 def _waited_on(g: G.Graph) -> pd.DataFrame:
     """[iteration, kernel, rank, waited_on_ns]: per iteration and kernel, how long the other ranks
     were held waiting on `rank` (per waiting launch: its longest-waiting warp's wait on the rank)."""
-    peer = interval_peers(g)
-    iv = np.flatnonzero(peer >= 0)
-    if len(iv) == 0:
+    if not (interval_peers(g) >= 0).any():
         return pd.DataFrame(columns=WAITED_COLUMNS)
-    lane = g.pt_lane[g.iv_pb[iv]]
-    dur = g.pt_t[g.iv_pe[iv]] - g.pt_t[g.iv_pb[iv]]
-    nr = int(peer.max()) + 1
-    per = np.bincount(lane * nr + peer[iv], weights=dur, minlength=len(g.lane) * nr).reshape(len(g.lane), nr)
+    per = LT.intervals(g).waited          # per (lane, peer): its waits' time (lane_totals)
     li, pr = np.nonzero(per)
     L = g.lane
-    df = pd.DataFrame({"iteration": L["iteration"].to_numpy()[li], "kernel": L["kernel"].to_numpy()[li],
-                       "waiter": L["rank"].to_numpy()[li], "launch": L["launch"].to_numpy()[li],
-                       "rank": pr, "w": per[li, pr]})
-    held = df.groupby(["iteration", "kernel", "rank", "waiter", "launch"], sort=True)["w"].max()
-    out = held.groupby(level=["iteration", "kernel", "rank"]).sum().rename("waited_on_ns").reset_index()
+    cols = {"iteration": L["iteration"].to_numpy()[li], "kernel": L["kernel"].to_numpy()[li],
+            "waiter": L["rank"].to_numpy()[li], "launch": L["launch"].to_numpy()[li], "rank": pr}
+    out = max_then_sum(cols, per[li, pr], ["iteration", "kernel", "rank", "waiter", "launch"],
+                       ["iteration", "kernel", "rank"], "waited_on_ns")
     out["waited_on_ns"] = out["waited_on_ns"].astype(np.int64)
     return out[WAITED_COLUMNS]
+
+
+def max_then_sum(cols: dict, w: np.ndarray, inner: list, outer: list, name: str) -> pd.DataFrame:
+    """DataFrame({**cols, "w": w}).groupby(inner, sort=True)["w"].max().groupby(level=outer).sum()
+    .rename(name).reset_index() (outer a prefix of inner: per launch its longest wait, summed per
+    iteration), by sorted segments: a few thousand (lane, peer) rows a chunk, where pandas' group-by
+    of five keys cost more than the loops that sum the waits (issue 31). pandas answers where a
+    float sum could round (exactsum) or a key is missing or not a string or an integer."""
+    def pandas():
+        df = pd.DataFrame({**cols, "w": w})
+        return df.groupby(inner, sort=True)["w"].max().groupby(level=outer).sum().rename(name).reset_index()
+    codes = []
+    for c in inner:
+        v = cols[c]
+        if v.dtype.kind == "O" and all(isinstance(x, str) for x in set(v.tolist())):
+            v = np.unique(v.astype(str), return_inverse=True)[1].reshape(-1)
+        elif v.dtype.kind not in "iuU":
+            return pandas()
+        codes.append(v)
+    if not len(w):
+        return pandas()
+    o = np.lexsort(codes[::-1])
+    k = [c[o] for c in codes]
+    starts = np.flatnonzero(np.r_[True, np.any([c[1:] != c[:-1] for c in k], axis=0)])
+    top = np.maximum.reduceat(np.asarray(w, np.float64)[o], starts)
+    if not exact_sum(top):
+        return pandas()
+    k3 = [c[starts] for c in k[:len(outer)]]
+    s3 = np.flatnonzero(np.r_[True, np.any([c[1:] != c[:-1] for c in k3], axis=0)])
+    heads = o[starts[s3]]
+    return pd.DataFrame({**{c: cols[c][heads] for c in outer}, name: np.add.reduceat(top, s3)})
 
 
 def held_after_entry(g: G.Graph) -> pd.DataFrame:
@@ -96,50 +122,20 @@ def _held_after_entry(g: G.Graph) -> pd.DataFrame:
     at the occurrence's last entry, timemodel.launch_rows: what came before is the late entry's);
     per waiting launch its longest-waiting warp's, summed per iteration. A launch of an occurrence
     some rank never launched has no 'after entry' (its waits are the missing rank's)."""
-    peer = interval_peers(g)
-    iv = np.flatnonzero(peer >= 0)
     rows = launch_rows(g)
-    if len(iv) == 0 or rows is None:
+    if rows is None or not (interval_peers(g) >= 0).any():
         return pd.DataFrame(columns=HELD_COLUMNS)
     L = g.lane
-    lane = g.pt_lane[g.iv_pb[iv]]
-    # each lane's cut (its launch's last entry; inf where unknown), looked up per lane rather than
-    # per wait (a MultiIndex of 650 k waits a 2.5 M-event chunk)
-    key = pd.MultiIndex.from_arrays([rows["rank"].to_numpy(), rows["launch"].to_numpy()])
-    at = key.get_indexer(pd.MultiIndex.from_arrays([L["rank"].to_numpy(), L["launch"].to_numpy()]))
-    cut = np.where(at >= 0, rows["last_entry_ns"].to_numpy(float)[np.maximum(at, 0)], np.nan)
-    cut = np.where(np.isnan(cut), np.inf, cut)[lane]
-    b, e = g.pt_t[g.iv_pb[iv]].astype(float), g.pt_t[g.iv_pe[iv]].astype(float)
-    after = np.clip(e - np.maximum(b, cut), 0, None)
-    keep = after > 0
-    if not keep.any():
+    # per (lane, peer): its waits on the peer after its launch's last entry (lane_totals)
+    h = LT.held(g, lane_cut(g, rows))
+    if len(h.lane) == 0:
         return pd.DataFrame(columns=HELD_COLUMNS)
-    ln, pr, w = lane_peer_sums(lane[keep], peer[iv][keep], after[keep], len(L))
-    per_lane = pd.DataFrame({"lane": ln, "rank": pr, "w": w})
-    per_lane = per_lane.assign(iteration=L["iteration"].to_numpy()[ln], kernel=L["kernel"].to_numpy()[ln].astype(str),
-                               waiter=L["rank"].to_numpy()[ln], launch=L["launch"].to_numpy()[ln])
-    held = per_lane.groupby(["iteration", "kernel", "rank", "waiter", "launch"], sort=True)["w"].max()
-    out = held.groupby(level=["iteration", "kernel", "rank", "waiter"]).sum().rename("held_ns").reset_index()
+    ln = h.lane
+    cols = {"rank": h.peer, "iteration": L["iteration"].to_numpy()[ln], "kernel": L["kernel"].to_numpy()[ln].astype(str),
+            "waiter": L["rank"].to_numpy()[ln], "launch": L["launch"].to_numpy()[ln]}
+    out = max_then_sum(cols, h.held, ["iteration", "kernel", "rank", "waiter", "launch"],
+                       ["iteration", "kernel", "rank", "waiter"], "held_ns")
     return out[HELD_COLUMNS]
-
-
-def lane_peer_sums(lane: np.ndarray, peer: np.ndarray, w: np.ndarray, n_lanes: int
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(lane, peer, sum of w) per (lane, peer) pair present, as
-    DataFrame({"lane", "rank", "w"}).groupby(["lane", "rank"], sort=False)["w"].sum() gives them
-    (its rows in another order: every reader groups them again, sorted). A bincount over the
-    lanes x peers, not pandas' group-by of every wait (650 k a 2.5 M-event chunk): exact where the
-    values are integral and their sum below 2**53 (profiler.analysis.exactsum); otherwise pandas
-    sums them."""
-    if not exact_sum(w):
-        s = pd.DataFrame({"lane": lane, "rank": peer, "w": w}).groupby(["lane", "rank"], sort=False)["w"].sum()
-        return (s.index.get_level_values(0).to_numpy(), s.index.get_level_values(1).to_numpy(), s.to_numpy())
-    nr = int(peer.max()) + 1 if peer.size else 1
-    key = lane.astype(np.int64) * nr + peer
-    cnt = np.bincount(key, minlength=n_lanes * nr)
-    tot = np.bincount(key, weights=w, minlength=n_lanes * nr)
-    at = np.flatnonzero(cnt)
-    return at // nr, at % nr, tot[at]
 
 
 def net_held(held: pd.DataFrame, iterations: np.ndarray, ranks) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -165,14 +161,28 @@ def phase_busy(g: G.Graph) -> pd.DataFrame:
 
 def _phase_busy(g: G.Graph) -> pd.DataFrame:
     """[kernel, phase, rank, busy_ns, spans, busy_ratio]: leaf busy time per work phase and rank."""
-    dur = G.segment_durations(g)
-    sel = (g.seg_kind == G.WORK) & (dur > 0) & (g.seg_phase >= 0)
+    out = phase_sums(g)
+    if out.empty:
+        return out
+    # ranks that ran the kernel but never recorded the phase: zeros (see per_rank)
+    L = g.lane
+    gl = ~L["host"].to_numpy()
+    ran = pd.DataFrame({"kernel": L["kernel"].to_numpy()[gl], "rank": L["rank"].to_numpy()[gl]}).drop_duplicates()
+    return phase_ratios(out, ran)
+
+
+def phase_sums(g: G.Graph) -> pd.DataFrame:
+    """[kernel, phase, rank, busy_ns, spans] per work phase and rank that recorded it (phase_busy's
+    sums, before the zero rows and ratios: what a run analysed in chunks sums over its chunks,
+    chunked._phase_busy); an empty frame of PHASE_COLUMNS when no rank recorded one. Memoised."""
+    return G.memo(g, "phase_sums", lambda: _phase_sums(g)).copy()
+
+
+def _phase_sums(g: G.Graph) -> pd.DataFrame:
     nph = max(len(g.phase_names), 1)
-    key = g.pt_lane[sel] * nph + g.seg_phase[sel]
-    busy = np.bincount(key, weights=dur[sel], minlength=len(g.lane) * nph).reshape(len(g.lane), nph)
-    work_iv = np.flatnonzero((g.iv_kind == G.WORK) & (g.iv_row >= 0))
-    spans = np.bincount(g.pt_lane[g.iv_pb[work_iv]] * nph + g.iv_phase[work_iv],
-                        minlength=len(g.lane) * nph).reshape(len(g.lane), nph)
+    busy = LT.points(g).work_phase        # per (lane, phase): work time (lane_totals)
+    spans = LT.intervals(g).spans_phase
+    assert busy.shape == spans.shape == (len(g.lane), nph), "per (lane, phase) tables of one shape"
     li, ph = np.nonzero(busy)
     L = g.lane
     df = pd.DataFrame({"kernel": L["kernel"].to_numpy()[li], "phase": g.phase_names[ph], "rank": L["rank"].to_numpy()[li],
@@ -181,10 +191,7 @@ def _phase_busy(g: G.Graph) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=PHASE_COLUMNS)
     out = df.groupby(["kernel", "phase", "rank"], sort=True)[["busy_ns", "spans"]].sum().reset_index()
-    # ranks that ran the kernel but never recorded the phase: zeros (see per_rank)
-    gl = ~L["host"].to_numpy()
-    ran = pd.DataFrame({"kernel": L["kernel"].to_numpy()[gl], "rank": L["rank"].to_numpy()[gl]}).drop_duplicates()
-    return phase_ratios(out, ran)
+    return out.astype({"busy_ns": np.int64, "spans": np.int64})
 
 
 def phase_ratios(out: pd.DataFrame, ran: pd.DataFrame) -> pd.DataFrame:
@@ -208,10 +215,8 @@ def per_lane(g: G.Graph) -> pd.DataFrame:
 def _per_lane(g: G.Graph) -> pd.DataFrame:
     """One row per GPU lane (warp of one launch): busy / wait / kernel time, work spans."""
     L = g.lane
-    busy = G.lane_sums(g, (G.WORK,))         # memoised: arrivals and critical_busy read it too
-    wait = G.lane_sums(g, (G.WAIT, G.IDLE, G.BARRIER))
-    work_iv = (g.iv_kind == G.WORK) & (g.iv_row >= 0)
-    spans = np.bincount(g.pt_lane[g.iv_pb[work_iv]], minlength=len(L))
+    pts = LT.points(g)                      # memoised: arrivals and critical_busy read it too
+    busy, wait, spans = pts.work, pts.wait, LT.intervals(g).spans
     df = L.assign(busy_ns=busy, wait_ns=wait, spans=spans, first_ns=g.pt_t[g.lane_first], last_ns=g.pt_t[g.lane_last])
     df = df[~df["host"]]
     launch_span = df.groupby(["rank", "launch"], sort=False).agg(b=("first_ns", "min"), e=("last_ns", "max"))
@@ -331,7 +336,7 @@ def critical_busy(g: G.Graph) -> pd.DataFrame:
 def _critical_busy(g: G.Graph) -> pd.DataFrame:
     """[iteration, rank, kernel, busy_ns]: per launch the busiest warp's busy time (the longest
     chain of work in the kernel on that rank), summed per (iteration, rank, kernel)."""
-    busy = G.lane_sums(g, (G.WORK,))
+    busy = LT.points(g).work
     L = g.lane
     gpu = ~L["host"].to_numpy()
     df = pd.DataFrame({"iteration": L["iteration"].to_numpy()[gpu], "rank": L["rank"].to_numpy()[gpu],

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from . import graph_fast
 from .keys import index_dtype, pack
 from .lanes import Lanes, Table
 from .semantics import Semantics
@@ -32,6 +33,10 @@ class Intervals:
     unfinished: np.ndarray       # the kernel never ended it (closed at its stop: unfinished.close)
     arr_rows: np.ndarray         # every arrival row of the table
     dep_rows: np.ndarray
+    # per interval: kernel code and launch of its row (graph.Graph's iv_kernel / iv_launch), where
+    # the compiled pass made them with the rest (else None: the graph gathers them)
+    kernel: np.ndarray | None = None
+    launch: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -67,15 +72,24 @@ def barrier_waits(t: Table, lanes: Lanes, arr_rows: np.ndarray, dep_rows: np.nda
 
 
 def intervals(t: Table, lanes: Lanes, sem: Semantics) -> Intervals:
+    """The spans (row order), then the barrier waits: graph_fast's one pass over the rows where it
+    can run, else numpy's."""
     is_wait_ph, is_idle_ph = phase_flags(t, sem)
+    # kind per phase code, looked up once per span (a code of -1 reads the last entry, as before)
+    kind_of_phase = np.where(is_wait_ph, WAIT, np.where(is_idle_ph, IDLE, WORK)).astype(np.int8)
     K = t.kind
-    span_rows = np.flatnonzero((K["span"] | K["host"]) & (t.end > t.begin))
-    ph = t.phase_c[span_rows]
-    kind_span = np.where(K["host"][span_rows], HOST,
-                         np.where(is_wait_ph[ph], WAIT, np.where(is_idle_ph[ph], IDLE, WORK))).astype(np.int8)
     arr_rows = np.flatnonzero(K["arrive"])
     dep_rows = np.flatnonzero(K["depart"])
     bw_arr, bw_dep = barrier_waits(t, lanes, arr_rows, dep_rows)
+    got = graph_fast.intervals_pass(t, kind_of_phase, bw_arr, bw_dep, (HOST, BARRIER)) if graph_fast.enabled() else None
+    if got is not None:
+        span_rows, row, arr_row, phase, kind, unf, kernel, launch = got
+        return Intervals(span_rows=span_rows, bw_arr=bw_arr, bw_dep=bw_dep, row=row, arr_row=arr_row, phase=phase,
+                         kind=kind, unfinished=unf, arr_rows=arr_rows, dep_rows=dep_rows, kernel=kernel, launch=launch)
+    span_rows = np.flatnonzero((K["span"] | K["host"]) & (t.end > t.begin))
+    ph = t.phase_c[span_rows]
+    kind_span = kind_of_phase[ph]
+    kind_span[K["host"][span_rows]] = HOST
     idx = index_dtype(t.n)                   # event rows kept by the graph, narrowed (keys.index_dtype)
     return Intervals(
         span_rows=span_rows, bw_arr=bw_arr, bw_dep=bw_dep,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import graph_fast
+
 # Index arrays a graph keeps (event rows -> points, points -> intervals, cross predecessors) are
 # int32 while every index they can hold fits: half the bytes of int64 (a 7.5 M-event chunk keeps
 # ~0.8 GB of graph, issue 31). Consumers only index with them and compare them to -1; an
@@ -73,6 +75,8 @@ def asof_latest(key_rel: np.ndarray, t_rel: np.ndarray, key_q: np.ndarray, t_q: 
         kr -= tmin
         order = np.argsort(kr, kind="stable")
         kr = kr[order]
+        if graph_fast.enabled():   # the probe below in one compiled pass (no query-long temporaries)
+            return graph_fast.asof_probe(kr, order, cq, t_q, tb, tmin)
         kq = np.left_shift(cq, tb)
         kq += t_q
         kq -= tmin

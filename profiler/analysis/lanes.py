@@ -6,12 +6,13 @@ times relative to `t0`, never on strings per row.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from ..errors import TooWideToAnalyse
+from . import graph_fast
 
 EVENT_KINDS = ("span", "instant", "arrive", "depart", "host")
 
@@ -46,30 +47,57 @@ class Table:
     role_c: np.ndarray
     role_names: np.ndarray
     t0: int                      # time origin of b_rel / e_rel
-    b_rel: np.ndarray
-    e_rel: np.ndarray
     tb: int                      # bits of a relative time (+1)
+    # rows per (EVENT_KINDS index, phase code + 1), where the compiled pass counted them (else None)
+    kind_phase: np.ndarray | None = None
+    _rel: dict = field(default_factory=dict, repr=False)
+
+    # begin / end - t0 of every row, made on first use: the compiled loops and the edges read the
+    # absolute times (two n-long int64 arrays, 40 MB a 2.5 M-event chunk, not made there)
+    @property
+    def b_rel(self) -> np.ndarray:
+        if "b" not in self._rel:
+            self._rel["b"] = self.begin - self.t0
+        return self._rel["b"]
+
+    @property
+    def e_rel(self) -> np.ndarray:
+        if "e" not in self._rel:
+            self._rel["e"] = self.end - self.t0
+        return self._rel["e"]
 
 
 def table(ev: pd.DataFrame) -> Table:
+    """The columns as arrays: kinds as masks, times relative to the first; graph_fast's one pass
+    over the rows for the masks and times where it can run (and it counts each kind's phases)."""
     n = len(ev)
-    kind_c, kind_names = codes(ev["kind"])
-    kind_of = {k: i for i, k in enumerate(kind_names)}
-    K = {k: (kind_c == kind_of[k]) if k in kind_of else np.zeros(n, bool) for k in EVENT_KINDS}
+    kind_s = ev["kind"]
     phase_c, phase_names = codes(ev["phase"])
     kernel_c, kernel_names = codes(ev["kernel"])
     role_c, role_names = codes(ev["role"])
     begin = ev["begin_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
     t0 = int(min(begin.min(), end.min())) if n else 0
-    e_rel = end - t0
-    tmax = int(e_rel.max()) if n else 0
+    got = None
+    if n and isinstance(kind_s.dtype, pd.CategoricalDtype) and graph_fast.enabled():
+        kind_names = np.asarray(kind_s.cat.categories.astype(str), dtype=object)
+        slot = np.array([EVENT_KINDS.index(k) if k in EVENT_KINDS else -1 for k in kind_names], np.int64)
+        got = graph_fast.table_pass(kind_s.cat.codes.to_numpy(), slot, phase_c, len(phase_names), end, t0,
+                                    len(EVENT_KINDS))
+    if got is not None:
+        masks, kind_phase, tmax = got
+        K = dict(zip(EVENT_KINDS, masks))
+    else:
+        kind_c, kind_names = codes(kind_s)
+        kind_of = {k: i for i, k in enumerate(kind_names)}
+        K = {k: (kind_c == kind_of[k]) if k in kind_of else np.zeros(n, bool) for k in EVENT_KINDS}
+        kind_phase = None
+        tmax = int(end.max()) - t0 if n else 0
     return Table(n=n, rank=ev["rank"].to_numpy(), launch=ev["launch"].to_numpy(), it=ev["iteration"].to_numpy(),
                  block=ev["block"].to_numpy(), warp=ev["warp"].to_numpy(), begin=begin, end=end,
                  payload=ev["payload"].to_numpy(), unfinished=ev["open"].to_numpy(bool), kind=K,
                  phase_c=phase_c, phase_names=phase_names, kernel_c=kernel_c, kernel_names=kernel_names,
-                 role_c=role_c, role_names=role_names, t0=t0, b_rel=begin - t0, e_rel=e_rel,
-                 tb=max(tmax, 1).bit_length() + 1)
+                 role_c=role_c, role_names=role_names, t0=t0, tb=max(tmax, 1).bit_length() + 1, kind_phase=kind_phase)
 
 
 @dataclass
@@ -77,6 +105,7 @@ class Lanes:
     lane_id: np.ndarray          # per row
     is_host_row: np.ndarray      # per row: a host row (kind 'host' or block < 0)
     frame: pd.DataFrame          # per lane: rank, kernel, launch, iteration, block, warp, role, host
+    by_lane: np.ndarray | None = None   # the rows grouped by lane (row order within one); None: row order is
 
     @property
     def n(self) -> int:
@@ -84,33 +113,20 @@ class Lanes:
 
 
 def lanes(t: Table) -> Lanes:
+    """Lane codes by first appearance: the compiled pass (graph_fast.lane_runs: the key of each row
+    in one pass, as runs of equal keys) where it can run, else the key by numpy passes."""
     n = t.n
-    is_host = t.kind["host"] | (t.block < 0)
-    if n:
-        rmin, imin, lmin = int(t.rank.min()), int(t.it.min()), int(t.launch.min())
-        nr = int(t.rank.max()) - rmin + 1
-        nl = max(int(t.it.max()) - imin, int(t.launch.max()) - lmin) + 1
-        nb, nw = int(t.block.max()) + 2, int(t.warp.max()) + 2
-        if (2 * nr * nl * nb * nw).bit_length() > 62:
-            raise TooWideToAnalyse("event table too wide to analyse (lane key exceeds 62 bits)")
-        key = np.where(is_host, t.it, t.launch).astype(np.int64)
-        key -= np.where(is_host, imin, lmin)
-        key += (t.rank.astype(np.int64) - rmin + nr * is_host) * nl
-        key *= nb
-        key += np.where(is_host, 0, t.block + 1)
-        key *= nw
-        key += np.where(is_host, 0, t.warp + 1)
+    consts = _radix(t) if n else None
+    runs = graph_fast.lane_runs(t, consts) if n and graph_fast.enabled() else None
+    if runs is not None:
+        is_host, lane_id, first_row, by_lane = _from_runs(*runs, n)
     else:
-        key = np.zeros(0, np.int64)
-    if n and np.all(key[1:] >= key[:-1]):     # rows already grouped by lane (the decoder's order)
-        lane_id = np.r_[0, np.cumsum(key[1:] != key[:-1])].astype(np.int64)
-    else:
-        lane_id = np.asarray(pd.factorize(key)[0] if n else np.zeros(0), dtype=np.int64)
-    n_lanes = int(lane_id.max()) + 1 if n else 0
+        is_host = t.kind["host"] | (t.block < 0)
+        lane_id = _lane_ids(_lane_key(t, is_host, consts) if n else np.zeros(0, np.int64))
+        first_row, by_lane = _first_rows(lane_id), None
+    n_lanes = len(first_row)
     if n_lanes.bit_length() + t.tb > 62:
         raise TooWideToAnalyse("event table too wide to analyse (lanes x time range exceeds 62 bits)")
-    first_row = np.zeros(n_lanes, dtype=np.int64)
-    first_row[lane_id[::-1]] = np.arange(n - 1, -1, -1)    # the last write (the first row) wins
     frame = pd.DataFrame({
         "rank": t.rank[first_row], "kernel": t.kernel_names[t.kernel_c[first_row]] if n else [],
         "launch": np.where(is_host[first_row], -1, t.launch[first_row]),
@@ -118,4 +134,58 @@ def lanes(t: Table) -> Lanes:
         "warp": np.where(is_host[first_row], -1, t.warp[first_row]),
         "role": t.role_names[t.role_c[first_row]] if n else [], "host": is_host[first_row],
     })
-    return Lanes(lane_id=lane_id, is_host_row=is_host, frame=frame)
+    return Lanes(lane_id=lane_id, is_host_row=is_host, frame=frame, by_lane=by_lane)
+
+
+def _radix(t: Table) -> tuple:
+    """(rmin, imin, lmin, nr, nl, nb, nw): the lane key's mixed radix (a host lane keyed by rank and
+    iteration, after every GPU lane's rank, launch, block, warp)."""
+    rmin, imin, lmin = int(t.rank.min()), int(t.it.min()), int(t.launch.min())
+    nr = int(t.rank.max()) - rmin + 1
+    nl = max(int(t.it.max()) - imin, int(t.launch.max()) - lmin) + 1
+    nb, nw = int(t.block.max()) + 2, int(t.warp.max()) + 2
+    if (2 * nr * nl * nb * nw).bit_length() > 62:
+        raise TooWideToAnalyse("event table too wide to analyse (lane key exceeds 62 bits)")
+    return rmin, imin, lmin, nr, nl, nb, nw
+
+
+def _lane_key(t: Table, is_host: np.ndarray, consts: tuple) -> np.ndarray:
+    rmin, imin, lmin, nr, nl, nb, nw = consts
+    key = np.where(is_host, t.it, t.launch).astype(np.int64)
+    key -= np.where(is_host, imin, lmin)
+    key += (t.rank.astype(np.int64) - rmin + nr * is_host) * nl
+    key *= nb
+    key += np.where(is_host, 0, t.block + 1)
+    key *= nw
+    key += np.where(is_host, 0, t.warp + 1)
+    return key
+
+
+def _lane_ids(key: np.ndarray) -> np.ndarray:
+    """Codes of the keys by first appearance."""
+    n = len(key)
+    if n and np.all(key[1:] >= key[:-1]):     # rows already grouped by lane (the decoder's order)
+        return np.r_[0, np.cumsum(key[1:] != key[:-1])].astype(np.int64)
+    return np.asarray(pd.factorize(key)[0] if n else np.zeros(0), dtype=np.int64)
+
+
+def _first_rows(lane_id: np.ndarray) -> np.ndarray:
+    n = len(lane_id)
+    first_row = np.zeros(int(lane_id.max()) + 1 if n else 0, dtype=np.int64)
+    first_row[lane_id[::-1]] = np.arange(n - 1, -1, -1)    # the last write (the first row) wins
+    return first_row
+
+
+def _from_runs(is_host, run_start, run_key, n: int):
+    """(host flags, lane of each row, first row of each lane, rows grouped by lane or None) from the
+    runs of equal lane keys: the keys factorized per run, not per row (a few runs a lane: the
+    decoder writes a launch's host row before its warps')."""
+    code, _ = pd.factorize(run_key)
+    code = code.astype(np.int64)
+    run_len = np.diff(np.r_[run_start, n])
+    first_row = np.zeros(int(code.max()) + 1, np.int64)
+    first_row[code[::-1]] = run_start[::-1]           # the last write (the first run) wins
+    # runs by lane, in row order within one (None: the rows are grouped by lane already)
+    o = None if np.all(code[1:] >= code[:-1]) else np.argsort(code, kind="stable")
+    lane_id, by_lane = graph_fast.expand_runs(run_start, run_len, code, o, n)
+    return is_host, lane_id, first_row, by_lane

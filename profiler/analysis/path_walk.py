@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
+from . import tables_fast
 
 TOTAL_COLUMNS = ["iteration", "begin_ns", "end_ns", "total_ns"]
 
@@ -16,6 +17,13 @@ def predecessors(g: G.Graph) -> np.ndarray:
     """The binding predecessor point of every point in recorded time (-1 at a start)."""
     pred = np.where(g.first_mask(), -1, np.arange(g.n_points) - 1)
     return np.where(g.binding, g.src, pred)
+
+
+def predecessors_at(g: G.Graph, pts: np.ndarray) -> np.ndarray:
+    """predecessors(g)[pts], without a pass over every point."""
+    pts = np.asarray(pts, np.int64)
+    first = g.lane_first[g.pt_lane[pts]] == pts
+    return np.where(g.binding[pts], g.src[pts], np.where(first, -1, pts - 1))
 
 
 def iteration_totals(g: G.Graph, times: np.ndarray | None = None) -> pd.DataFrame:
@@ -48,10 +56,7 @@ def path_points(g: G.Graph, iterations=None) -> tuple[np.ndarray, np.ndarray]:
     """Points along the path of each iteration, earliest first; returns (points, iteration)."""
     if g.n_points == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    pred = predecessors(g)
-    is_first = g.first_mask()
     lane_it = g.lane["iteration"].to_numpy()
-    it_of_pt = lane_it[g.pt_lane]
     # last point of each iteration: the latest GPU lane end (host lanes only in an iteration
     # without GPU lanes), the first such lane among ties
     host = g.lane["host"].to_numpy()
@@ -60,11 +65,19 @@ def path_points(g: G.Graph, iterations=None) -> tuple[np.ndarray, np.ndarray]:
     o = np.lexsort((-np.arange(len(last_t)), last_t, lane_it))
     last_mask = np.r_[lane_it[o][1:] != lane_it[o][:-1], True]
     ends = g.lane_last[o[last_mask]]
+    ends_it = lane_it[g.pt_lane[ends]]
+    if iterations is not None:
+        keep = np.asarray([int(i) in iterations for i in ends_it], bool)
+        ends, ends_it = ends[keep], ends_it[keep]
+    walked = _walk_compiled(g, ends, ends_it, lane_it)
+    if walked is not None:
+        return walked
+    pred = predecessors(g)
+    is_first = g.first_mask()
+    it_of_pt = lane_it[g.pt_lane]
     pts, its = [], []
     for p in ends:
         i = int(it_of_pt[p])
-        if iterations is not None and i not in iterations:
-            continue
         chain, seen = [], set()
         p = int(p)
         while p >= 0 and it_of_pt[p] == i:
@@ -82,3 +95,16 @@ def path_points(g: G.Graph, iterations=None) -> tuple[np.ndarray, np.ndarray]:
     if not pts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(pts), np.concatenate(its)
+
+
+def _walk_compiled(g: G.Graph, ends: np.ndarray, ends_it: np.ndarray, lane_it: np.ndarray):
+    """path_points' chains from one compiled walk (tables_fast), or None where it cannot run."""
+    if not tables_fast.enabled() or g.src.dtype != np.int32 or lane_it.dtype != np.int32:
+        return None
+    n = g.n_points
+    out_p, out_it = np.empty(n, np.int64), np.empty(n, np.int64)
+    m = tables_fast.run("path_walk", np.ascontiguousarray(ends, np.int64), np.ascontiguousarray(ends_it, np.int64),
+                        np.ascontiguousarray(g.binding), np.ascontiguousarray(g.src),
+                        np.ascontiguousarray(g.lane_first, np.int64), np.ascontiguousarray(g.pt_lane, np.int64),
+                        np.ascontiguousarray(lane_it), np.zeros(n, np.int64), out_p, out_it)
+    return out_p[:m].copy(), out_it[:m].copy()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import graph as G
+from . import tables_fast
 
 
 def interval_peers(g: G.Graph) -> np.ndarray:
@@ -25,7 +26,8 @@ def interval_peers(g: G.Graph) -> np.ndarray:
     # a wait's payload names its peer only when the registry says a peer releases it (waits_for):
     # a stall on the warp's own copy (ep_intranode's stage_wait) carries an item index there
     peer_waits = np.array([bool(g.sem.release_of(p)) for p in g.phase_names], bool)
-    w = np.flatnonzero((g.iv_kind == G.WAIT) & (g.iv_row >= 0))
+    loop = _compiled_pass(g, row_rank, payload, peer_waits, ranks)
+    w = np.flatnonzero((g.iv_kind == G.WAIT) & (g.iv_row >= 0)) if loop is None else np.zeros(0, np.int64)
     w = w[peer_waits[g.iv_phase[w]]] if len(w) and len(peer_waits) else w[:0]
     if len(w):
         pay = payload[g.iv_row[w]]
@@ -48,8 +50,28 @@ def interval_peers(g: G.Graph) -> np.ndarray:
                 missing = [int(r) for r in ranks if int(r) not in arrived]
                 if missing:
                     out[i] = missing[0]
-    own = row_rank[np.where(g.iv_row >= 0, g.iv_row, g.iv_arr_row)] if n else np.zeros(0, np.int64)
-    out = np.where(out == own, -1, out)
+    if loop is not None:
+        loop(out)              # the waits' peers, then none where a peer is the interval's own rank
+    else:
+        own = row_rank[np.where(g.iv_row >= 0, g.iv_row, g.iv_arr_row)] if n else np.zeros(0, np.int64)
+        out = np.where(out == own, -1, out)
     out.flags.writeable = False
     g.derived["iv_peer"] = out
     return out
+
+
+def _compiled_pass(g: G.Graph, row_rank: np.ndarray, payload: np.ndarray, peer_waits: np.ndarray, ranks: np.ndarray):
+    """The pass over every interval (the waits' peers from their payloads, then none where the peer
+    is the interval's own rank) as one compiled loop (profiler.analysis.tables_fast), to run once
+    the barrier waits' peers are set; None where it cannot run (the numpy code above then does)."""
+    name = tables_fast.PEER_VARIANTS.get(row_rank.dtype)
+    arrays = (g.iv_row, g.iv_arr_row, g.iv_phase)
+    if (name is None or not tables_fast.enabled() or not len(peer_waits) or not len(ranks) or not len(row_rank)
+            or payload.dtype != np.int64 or any(a.dtype != np.int32 for a in arrays)):
+        return None
+    rmin = int(ranks.min())
+    rank_ok = np.zeros(int(ranks.max()) - rmin + 1, bool)
+    rank_ok[ranks.astype(np.int64) - rmin] = True
+    args = (np.ascontiguousarray(g.iv_kind, np.int8), *(np.ascontiguousarray(a) for a in arrays), np.int64(G.WAIT),
+            peer_waits, np.ascontiguousarray(payload), rank_ok, np.int64(rmin), np.ascontiguousarray(row_rank))
+    return lambda out: tables_fast.run_void(name, *args, out)

@@ -26,15 +26,20 @@ class Points:
     row_pe: np.ndarray           # per event row: its end point
     lane_first: np.ndarray       # first point of each lane
     lane_last: np.ndarray
+    is_first: np.ndarray | None = None   # first_mask(), once made (segments and binding both read it)
 
     @property
     def n(self) -> int:
         return len(self.pt_t)
 
     def first_mask(self) -> np.ndarray:
-        m = np.zeros(self.n, dtype=bool)
-        m[self.lane_first[self.lane_first < self.n]] = True
-        return m
+        """A point is a lane's first (read-only, made once)."""
+        if self.is_first is None:
+            m = np.zeros(self.n, dtype=bool)
+            m[self.lane_first[self.lane_first < self.n]] = True
+            m.flags.writeable = False
+            self.is_first = m
+        return self.is_first
 
 
 def points(t: Table, lanes: Lanes) -> Points:
@@ -42,7 +47,7 @@ def points(t: Table, lanes: Lanes) -> Points:
     run, else a stable sort of all 2n boundaries (rows usually come sorted by lane and begin, the
     decoder's region order, so timsort merges two near-sorted runs)."""
     if graph_fast.enabled():
-        got = graph_fast.points(lanes.lane_id, t.b_rel, t.e_rel, t.tb, t.t0, lanes.n)
+        got = graph_fast.points(lanes.lane_id, t.begin, t.end, t.tb, t.t0, lanes.n, lanes.by_lane)
         if got is not None:
             pt_t, pt_lane, row_pb, row_pe, count = got
             return _points(pt_t, pt_lane, row_pb, row_pe, count, lanes.n)
@@ -155,6 +160,18 @@ class Segments:
 
 
 def segments(pts: Points, iv: Intervals, owner: np.ndarray) -> Segments:
+    """Each point's incoming segment: graph_fast's one pass where it can run, else numpy's."""
+    if graph_fast.enabled():
+        got = graph_fast.segments(owner, iv.kind, iv.phase, pts.lane_first, pts.pt_t, GAP, LAUNCH)
+        if got is not None:
+            is_first, seg_owner, kind, phase, d = got
+            is_first.flags.writeable = False
+            pts.is_first = is_first
+            return Segments(kind=kind, phase=phase, owner=seg_owner, d=d)
+    return segments_numpy(pts, iv, owner)
+
+
+def segments_numpy(pts: Points, iv: Intervals, owner: np.ndarray) -> Segments:
     P = pts.n
     seg_owner = np.full(P, -1, dtype=owner.dtype)
     seg_owner[1:] = owner[:-1]

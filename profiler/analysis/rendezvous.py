@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
+from . import lane_totals as LT
+from . import tables_fast
 from .timemodel import launch_rows
 
 NO_WORK_SHARE = 0.01   # idle.NO_WORK_SHARE documents it; a warp below it did no work
@@ -43,7 +45,7 @@ def _arrivals(g: G.Graph) -> pd.DataFrame:
         ok = pos >= 0
         dep_t[pos[ok]] = g.pt_t[g.iv_pe[bw[ok]]]
         unf[pos[ok]] = g.iv_unfinished[bw[ok]]
-    busy = G.lane_sums(g, (G.WORK,))
+    busy = LT.points(g).work
     kern = g.lane["kernel"].to_numpy()
     brought = _work_since_sync(g, pa, bw)
     L = g.lane
@@ -74,7 +76,7 @@ def kernel_busy_top(g: G.Graph) -> pd.Series:
     over the whole run, so a run analysed in chunks of iterations combines it with max
     (profiler.analysis.chunked) before it classifies arrivals."""
     def compute():
-        busy = G.lane_sums(g, (G.WORK,))
+        busy = LT.points(g).work
         return pd.Series(busy).groupby(g.lane["kernel"].astype(str).to_numpy()).max()
     return G.memo(g, "kernel_busy_top", compute).copy()
 
@@ -101,7 +103,6 @@ def _work_since_sync(g: G.Graph, pa: np.ndarray, bw: np.ndarray) -> np.ndarray:
     """Per arrival point: the arriving warp's work time since it last synchronised, i.e. since its
     departure from its previous barrier in the launch, or since its first record (points are
     sorted by lane then time, so a lane's earlier barrier waits have smaller point indices)."""
-    cw = G.cum_work(g)
     lane = g.pt_lane[pa]
     start = g.lane_first[lane]
     if len(bw):
@@ -113,6 +114,14 @@ def _work_since_sync(g: G.Graph, pa: np.ndarray, bw: np.ndarray) -> np.ndarray:
         prev = dep[np.maximum(k, 0)]
         ok = (k >= 0) & (g.pt_lane[arr[np.maximum(k, 0)]] == lane)
         start = np.where(ok, np.maximum(prev, start), start)
+    if tables_fast.enabled():
+        # the work in (start, arrival] of the arrivals' own lanes, not a running total of every point
+        out = np.empty(len(pa), np.int64)
+        tables_fast.run_void("work_between", np.ascontiguousarray(g.seg_kind, np.int8), G.segment_durations(g),
+                             np.int64(G.WORK), np.ascontiguousarray(start, np.int64),
+                             np.ascontiguousarray(pa, np.int64), out)
+        return out.astype(float)
+    cw = G.cum_work(g)
     return (cw[pa] - cw[start]).astype(float)
 
 

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from . import graph as G
+from . import lane_totals as LT
 from .exactsum import exact_sum
 
 HOST, GPU, UNKNOWN, NEVER = "host", "gpu", "unknown", "never launched"
@@ -234,7 +235,36 @@ def _starts(sorted_codes: np.ndarray, n: int) -> np.ndarray:
 
 
 def _launch_extents(g: G.Graph, times: np.ndarray | None = None) -> pd.DataFrame:
-    """Per GPU (rank, launch): iteration, kernel, entry (first warp point), end (last warp point)."""
+    """Per GPU (rank, launch): iteration, kernel, entry (first warp point), end (last warp point);
+    the occurrence: the launch's position among its rank's launches of that kernel in the
+    iteration. By sorted segments (as OpPlan groups them), not pandas' group-bys: the same frame
+    (_launch_extents_pandas, the reference: tests/analysis/test_tables_fast.py)."""
+    t = g.pt_t if times is None else times
+    L = g.lane
+    gl = np.flatnonzero(~L["host"].to_numpy())
+    if not len(gl):
+        return _launch_extents_pandas(g, times)
+    rank, launch = L["rank"].to_numpy()[gl], L["launch"].to_numpy()[gl]
+    o = np.lexsort((launch, rank))                 # stable: a launch's lanes in lane order
+    rs, ls = rank[o], launch[o]
+    starts = np.flatnonzero(np.r_[True, (rs[1:] != rs[:-1]) | (ls[1:] != ls[:-1])])
+    first = gl[o[starts]]
+    it = L["iteration"].to_numpy()[first]
+    kernel = L["kernel"].to_numpy()[first].astype(str)
+    ext = pd.DataFrame({"rank": rs[starts], "launch": ls[starts], "iteration": it, "kernel": kernel,
+                        "entry_ns": np.minimum.reduceat(t[g.lane_first[gl[o]]], starts),
+                        "end_ns": np.maximum.reduceat(t[g.lane_last[gl[o]]], starts)})
+    _, kc = np.unique(kernel, return_inverse=True)
+    key = _pack(ext["rank"].to_numpy(), it, kc.reshape(-1))
+    by = np.argsort(key, kind="stable")            # launches stay in launch order within a group
+    pos = np.empty(len(by), np.int64)
+    pos[by] = np.arange(len(by)) - np.searchsorted(key[by], key[by])
+    ext["occurrence"] = pos
+    return ext
+
+
+def _launch_extents_pandas(g: G.Graph, times: np.ndarray | None = None) -> pd.DataFrame:
+    """_launch_extents through pandas' group-bys (the reference)."""
     t = g.pt_t if times is None else times
     L = g.lane
     gl = ~L["host"].to_numpy()
@@ -262,10 +292,22 @@ def _host_calls(g: G.Graph) -> pd.DataFrame:
                                                          host_end_ns=("host_end_ns", "max")).reset_index()
 
 
+def lane_cut(g: G.Graph, rows: pd.DataFrame) -> np.ndarray:
+    """Per lane: the last entry of its (rank, launch)'s op occurrence (rows: launch_rows, its
+    last_entry_ns set), inf where the lane has no row or the entry is unknown: where each lane's
+    waits are cut (the time model's late / peer waits, imbalance.held_after_entry)."""
+    L = g.lane
+    key = pd.MultiIndex.from_arrays([rows["rank"].to_numpy(), rows["launch"].to_numpy()])
+    at = key.get_indexer(pd.MultiIndex.from_arrays([L["rank"].to_numpy(), L["launch"].to_numpy()]))
+    cut = np.where(at >= 0, rows["last_entry_ns"].to_numpy(float)[np.maximum(at, 0)], np.nan)
+    return np.where(np.isnan(cut), np.inf, cut)
+
+
 def _waits(g: G.Graph, ext: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(late_wait, peer_wait, late_phase) per row of `ext`: per launch, its longest-waiting warp's
     wait segments before / after the occurrence's last entry (ext['last_entry_ns']), and the phase
-    or barrier that held the most of the launch's waiting before it ('' when none)."""
+    or barrier that held the most of the launch's waiting before it ('' when none). The per-lane
+    sums: lane_totals.entry."""
     n = len(ext)
     if g.n_points == 0 or n == 0:
         return np.zeros(n), np.zeros(n), np.full(n, "", dtype=object)
@@ -273,30 +315,20 @@ def _waits(g: G.Graph, ext: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
     key = pd.MultiIndex.from_arrays([ext["rank"].to_numpy(), ext["launch"].to_numpy()])
     lane_row = key.get_indexer(pd.MultiIndex.from_arrays([L["rank"].to_numpy(), L["launch"].to_numpy()]))
     lane_row = np.where(L["host"].to_numpy(), -1, lane_row)
-    first = g.first_mask()
-    p = np.flatnonzero(G.kind_mask(g.seg_kind, (G.WAIT, G.IDLE, G.BARRIER)) & ~first)
-    row = lane_row[g.pt_lane[p]]
-    p, row = p[row >= 0], row[row >= 0]
-    b, e = g.pt_t[p - 1], g.pt_t[p]
-    cut = ext["last_entry_ns"].to_numpy(float)[row]
-    cut = np.where(np.isnan(cut), np.inf, cut)
-    before = np.clip(np.minimum(e, cut) - b, 0, None)
-    after = (e - b) - before
-    lanes = g.pt_lane[p]
+    tot = LT.entry(g, lane_cut(g, ext))
+    lanes = np.flatnonzero(lane_row >= 0)
+    row = lane_row[lanes]
     late = np.zeros(n)
     peer = np.zeros(n)
     phase = np.full(n, "", dtype=object)
-    if len(p):
-        per_lane_late = np.bincount(lanes, weights=before, minlength=len(L))
-        per_lane_peer = np.bincount(lanes, weights=after, minlength=len(L))
-        np.maximum.at(late, lane_row[lanes], per_lane_late[lanes])
-        np.maximum.at(peer, lane_row[lanes], per_lane_peer[lanes])
-        w = before > 0
-        if w.any():
-            ph = pd.DataFrame({"row": row[w], "ph": g.seg_phase[p[w]], "t": before[w]})
-            top = ph.groupby(["row", "ph"])["t"].sum().reset_index().sort_values("t").drop_duplicates("row", keep="last")
-            ok = top["ph"].to_numpy() >= 0
-            phase[top["row"].to_numpy()[ok]] = g.phase_names[top["ph"].to_numpy()[ok]].astype(str)
+    np.maximum.at(late, row, tot.before[lanes])
+    np.maximum.at(peer, row, tot.after[lanes])
+    li, pc = np.nonzero(tot.before_phase[lanes] > 0)
+    if len(li):
+        ph = pd.DataFrame({"row": row[li], "ph": (pc - 1).astype(np.int32), "t": tot.before_phase[lanes][li, pc]})
+        top = ph.groupby(["row", "ph"])["t"].sum().reset_index().sort_values("t").drop_duplicates("row", keep="last")
+        ok = top["ph"].to_numpy() >= 0
+        phase[top["row"].to_numpy()[ok]] = g.phase_names[top["ph"].to_numpy()[ok]].astype(str)
     return late, peer, phase
 
 

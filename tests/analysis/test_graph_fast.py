@@ -6,11 +6,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from profiler.analysis import edges, graph as G, graph_fast, points as PT, unfinished
+from profiler.analysis import edges, graph as G, graph_fast, keys, points as PT, unfinished
 from profiler.analysis.semantics import semantics
 from profiler.store.runstore import load_run
+from tests.analysis.tables import TEST_REGISTRY, barrier, host, instant, span, table
 
 pytestmark = pytest.mark.skipif(not graph_fast.enabled(), reason="no compiled loops here (numba absent)")
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -32,13 +34,16 @@ def _table(rng, n, lanes, sorted_rows):
         o = np.lexsort((b, lane))
         lane, b, e = lane[o], b[o], e[o]
     t = SimpleNamespace(n=n, b_rel=b.astype(np.int64), e_rel=e.astype(np.int64), t0=1000,
+                        begin=b.astype(np.int64) + 1000, end=e.astype(np.int64) + 1000,
                         tb=max(int(e.max()) if n else 0, 1).bit_length() + 1)
-    return t, SimpleNamespace(lane_id=lane.astype(np.int64), n=lanes)
+    return t, SimpleNamespace(lane_id=lane.astype(np.int64), n=lanes, by_lane=None)
 
 
 def _same(a, b, what):
     for f in a.__dataclass_fields__:
         x, y = getattr(a, f), getattr(b, f)
+        if x is None and y is None:          # a cache not made yet (Points.is_first)
+            continue
         assert x.dtype == y.dtype and np.array_equal(x, y), f"{what}: {f} differs"
 
 
@@ -120,7 +125,91 @@ def test_bundled_graphs_match_numpy(name, engine):
     want = G._build(closed, sem)
     engine("auto")
     got = G._build(closed, sem)
+    _same_graph(want, got, name)
+
+
+def _same_graph(want, got, what):
     for f, x in vars(want).items():
         if isinstance(x, np.ndarray):
             y = getattr(got, f)
-            assert x.dtype == y.dtype and np.array_equal(x, y), f"{name}: {f} differs"
+            assert x.dtype == y.dtype and np.array_equal(x, y), f"{what}: {f} differs"
+    pd.testing.assert_frame_equal(want.lane, got.lane)
+    assert want.warnings == got.warnings, f"{what}: warnings differ"
+
+
+def _random_events(rng, order: str) -> pd.DataFrame:
+    """A random table of the test registry's phases: per warp lane nested sends with wait spans
+    naming a peer rank, release instants, barrier pairs, zero-length spans; host rows per launch.
+    order: "decoder" (a launch's host row before its warps', lanes in order), "shuffled" (rows in
+    any order: the sorts' fallbacks) or "nested" (one span around many, ending last: the ends'
+    insertion sort gives up)."""
+    rows, ranks = [], int(rng.integers(1, 4))
+    for it in range(int(rng.integers(1, 3))):
+        for lch in range(2):
+            for r in range(ranks):
+                t0 = int(rng.integers(0, 50)) + 1000 * (2 * it + lch)
+                rows.append(host(r, "notify", t0, t0 + int(rng.integers(0, 400)), launch=lch, iteration=it))
+                for blk in range(int(rng.integers(1, 3))):
+                    for w in range(int(rng.integers(1, 3))):
+                        rows += _lane_rows(rng, r, blk, w, ranks, t0 + 5, lch, it, order == "nested")
+    if order == "shuffled":
+        rows = [rows[i] for i in rng.permutation(len(rows))]
+    return unfinished.close(table(rows), None)
+
+
+def _lane_rows(rng, r, blk, w, ranks, t, lch, it, nested):
+    kw = dict(launch=lch, iteration=it)
+    out, t0 = [], t
+    for k in range(int(rng.integers(0, 12))):
+        b = t + int(rng.integers(0, 3))
+        e = b + int(rng.integers(0, 20))
+        peer = int(rng.integers(-1, ranks + 1))          # -1 / ranks: a payload naming no rank
+        out.append(span(r, blk, w, "send_chunk", b, e, k, **kw))
+        out.append(span(r, blk, w, rng.choice(["wait_space", "wait_data"]), b, b + int(rng.integers(0, 6)), peer, **kw))
+        out.append(instant(r, blk, w, rng.choice(["publish_tail", "publish_head"]), e, peer, **kw))
+        if rng.random() < 0.2:
+            out += barrier(r, blk, w, rng.choice(["rank_start", "grid", "block_sync"]), e, e + int(rng.integers(0, 9)),
+                           int(rng.integers(0, 2)), **kw)
+        t = e + int(rng.integers(0, 4))
+    if nested and out:
+        out.insert(0, span(r, blk, w, "reduce", t0, t + 50, 0, **kw))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_graphs_match_numpy(seed, engine, monkeypatch):
+    """Every compiled loop of the build (table, lanes, intervals, points, owners, segments, wait
+    edges, as-of join, binding) against the numpy path on whole random tables: rows in the decoder's
+    order, shuffled, with spans ending far out of their begins' order, and with the column widths
+    of tables made in memory (int64: the other compiled variants; int32 ranks: none, numpy runs)."""
+    rng = np.random.default_rng(seed)
+    order = ("decoder", "shuffled", "nested")[seed % 3]
+    ev = _random_events(rng, order)
+    if order == "nested":                     # any move past the budget: the ends' argsort runs
+        monkeypatch.setattr(graph_fast, "END_MOVES", (0, int(rng.integers(0, 3))))
+    if seed % 4 == 1:
+        ev = ev.astype({c: np.int64 for c in ("rank", "launch", "iteration", "block", "warp")})
+    elif seed % 4 == 2:
+        ev = ev.astype({"rank": np.int32})
+    sem = semantics(TEST_REGISTRY)
+    engine("numpy")
+    want = G._build(ev, sem)
+    engine("auto")
+    _same_graph(want, G._build(ev, sem), f"seed {seed}")
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_asof_join_matches_numpy(seed, engine):
+    """keys.asof_latest's compiled probe against searchsorted: ties of key and time (the last
+    release wins), queries in ascending runs and out of order, keys with no release."""
+    rng = np.random.default_rng(seed)
+    nr, nq = int(rng.integers(1, 300)), int(rng.integers(1, 300))
+    kr, tr = rng.integers(-2, 6, nr), rng.integers(0, 30, nr)
+    kq, tq = rng.integers(-3, 7, nq), rng.integers(-2, 34, nq)
+    if seed % 2:
+        o = np.lexsort((tq, kq))
+        kq, tq = kq[o], tq[o]
+    engine("numpy")
+    want = keys.asof_latest(kr, tr, kq, tq)
+    engine("auto")
+    assert np.array_equal(keys.asof_latest(kr, tr, kq, tq), want)

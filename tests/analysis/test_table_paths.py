@@ -76,14 +76,14 @@ def test_cut_of_duplicate_labels_refused_as_reindex_does():
 
 @pytest.mark.parametrize("integral", [True, False])
 def test_lane_peer_sums_is_pandas_groupby_sum(integral):
-    IM = importlib.import_module("profiler.analysis.imbalance")
+    LT = importlib.import_module("profiler.analysis.lane_totals")
     rng = np.random.default_rng(11)
     n = 20_000
     lane, peer = rng.integers(0, 300, n), rng.integers(0, 8, n)
     w = rng.integers(1, 10**9, n).astype(float)
     if not integral:
         w += rng.random(n)
-    got = pd.DataFrame(dict(zip(["lane", "rank", "w"], IM.lane_peer_sums(lane, peer, w, 300))))
+    got = pd.DataFrame(dict(zip(["lane", "rank", "w"], LT.lane_peer_sums(lane, peer, w, 300))))
     want = pd.DataFrame({"lane": lane, "rank": peer, "w": w}).groupby(["lane", "rank"], sort=False)["w"].sum().reset_index()
     key = ["lane", "rank"]
     pd.testing.assert_frame_equal(got.sort_values(key, ignore_index=True).astype({"lane": np.int64, "rank": np.int64}),
@@ -167,3 +167,26 @@ def test_select_adjacent_ranks_in_one_pass(monkeypatch, keep):
     ks = [(n - 1) // 2, n // 2]
     for k, got in zip(ks, RT.select(parts, spill, g, ks)):
         np.testing.assert_array_equal(got, [np.sort(np.concatenate(whole[i]))[k[i]] for i in range(3)])
+
+
+@pytest.mark.parametrize("integral", [True, False])
+@pytest.mark.parametrize("kernel_as", ["object", "unicode"])
+def test_max_then_sum_is_pandas_groupby(integral, kernel_as):
+    """imbalance.max_then_sum (sorted segments) against the group-bys it replaces: same frame,
+    dtypes and order; pandas answers for values that are not integral."""
+    IM = importlib.import_module("profiler.analysis.imbalance")
+    rng = np.random.default_rng(3)
+    n = 5000
+    kernel = np.array(["dispatch", "combine", "notify"], dtype=object)[rng.integers(0, 3, n)]
+    cols = {"iteration": rng.integers(3, 9, n).astype(np.int32),
+            "kernel": kernel if kernel_as == "object" else kernel.astype(str),
+            "rank": rng.integers(0, 8, n), "waiter": rng.integers(0, 8, n).astype(np.int16),
+            "launch": rng.integers(0, 40, n).astype(np.int32)}
+    w = rng.integers(1, 10**9, n).astype(float) + (0 if integral else rng.random(n))
+    inner = ["iteration", "kernel", "rank", "waiter", "launch"]
+    for outer in (inner[:3], inner[:4]):
+        want = (pd.DataFrame({**cols, "w": w}).groupby(inner, sort=True)["w"].max().groupby(level=outer).sum()
+                .rename("x").reset_index())
+        got = IM.max_then_sum(cols, w, inner, outer, "x")
+        assert list(got.dtypes) == list(want.dtypes)
+        pd.testing.assert_frame_equal(got, want, check_exact=True)

@@ -386,3 +386,26 @@ def test_plotly_js_is_the_vendored_partial_bundle_preloaded_by_the_page(app):
     index = c.get("/").data.decode()
     assert f'<link rel="preload" as="script" href="{PLOTLY_JS_URL}">' in index
     assert "/assets/plotly_early.js" in index and PLOTLY_JS_URL in c.get("/assets/plotly_early.js").data.decode()
+
+
+def test_the_page_has_regenerator_runtime_in_place_of_dash_s_polyfill(app):
+    """Dash's @babel/polyfill is left out of the page and the vendored regenerator-runtime is served
+    first in its place (viewer/regenerator/README.md: what Dash's bundles use of the polyfill);
+    the lazy chunk assets/plotly_early.js preloads is a file Dash serves."""
+    import hashlib
+    import re
+
+    from viewer.app import REGENERATOR_JS, REGENERATOR_JS_URL
+    c = app.server.test_client()
+    index = c.get("/timeline").data.decode()
+    scripts = re.findall(r'<script src="([^"]+)"', index)
+    assert scripts[0] == REGENERATOR_JS_URL and not any("polyfill" in s for s in scripts)
+    r = c.get(REGENERATOR_JS_URL)
+    assert r.status_code == 200 and r.data == REGENERATOR_JS.read_bytes() and b"regeneratorRuntime = runtime" in r.data
+    readme = (REGENERATOR_JS.parent / "README.md").read_text()
+    assert hashlib.sha256(r.data).hexdigest() in readme and REGENERATOR_JS_URL.split("-")[-1][:-3] in readme
+    assert (REGENERATOR_JS.parent / "LICENSE").read_text().startswith("MIT License")
+    early = c.get("/assets/plotly_early.js").data.decode()
+    chunks = re.findall(r'"(/_dash-component-suites/[^"]+/async-[a-z]+\.js)"', early)
+    assert chunks == ["/_dash-component-suites/dash/dcc/async-graph.js"]
+    assert all(c.get(u).status_code == 200 for u in chunks)

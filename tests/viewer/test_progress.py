@@ -13,6 +13,7 @@ import pytest
 from viewer import analyses
 from viewer.app import NAV, PAGE, RUN_SELECT, URL, create_app
 from viewer.pages.progress.ids import Ids as P
+from viewer.pages.progress.layout import FIRST_TICK_MS, TICK_MS
 from viewer.pages.timeline.ids import Ids as TlIds
 
 from .dashclient import call, post, text_of
@@ -50,8 +51,8 @@ def _route(app, path, run):
 
 
 def _poll(app, path, run):
-    return call(app, [(P.ROOT, "children"), (P.BOX, "children"), (P.TICK, "max_intervals")], [(P.TICK, "n_intervals", 1)],
-                state=[(P.TARGET, "data", {"path": path, "run": run})])
+    return call(app, [(P.ROOT, "children"), (P.BOX, "children"), (P.TICK, "max_intervals"), (P.TICK, "interval")],
+                [(P.TICK, "n_intervals", 1)], state=[(P.TARGET, "data", {"path": path, "run": run})])
 
 
 def _ids(component) -> set:
@@ -65,9 +66,12 @@ def test_a_page_comes_at_once_as_its_progress_state_then_fills_in(app, hold):
     assert "Perfetto trace" in text and "synthetic-starvation" in text      # the run header, at once
     assert "Computing in the background" in text and "idle warps:" in text
     assert P.TICK in _ids(page) and "idle-verdict" not in _ids(page)
+    tick = re.search(r'"id": "%s"[^}]*' % P.TICK, json.dumps(page)).group(0)
+    assert f'"interval": {FIRST_TICK_MS}' in tick      # the first ask at once: the server's wait paces it
     r = _poll(app, "/idle", "starved")                                       # still computing
     assert P.ROOT not in r and "idle warps:" in text_of(r[P.BOX]["children"])
     assert r[P.TICK]["max_intervals"] == 2      # one tick more after this answer (tick 1), never two in flight
+    assert r[P.TICK]["interval"] == TICK_MS     # ... TICK_MS after it
     go.set()
     assert app.catalog.jobs.wait([("starved", "idle")], T)
     done = _poll(app, "/idle", "starved")[P.ROOT]["children"]
@@ -166,8 +170,8 @@ def test_the_timeline_says_when_its_critical_path_failed(app, hold):
 @pytest.mark.parametrize("target", [{"path": "/", "run": "late"}, {"path": "/nowhere", "run": "late"},
                                     {"path": "/idle", "run": "nope"}, {"path": "/idle", "run": ["x"]}, "abc", None])
 def test_a_wrong_progress_target_is_a_message_not_a_500(app, target):
-    r = post(app, [(P.ROOT, "children"), (P.BOX, "children"), (P.TICK, "max_intervals")], [(P.TICK, "n_intervals", 1)],
-             state=[(P.TARGET, "data", target)])
+    r = post(app, [(P.ROOT, "children"), (P.BOX, "children"), (P.TICK, "max_intervals"), (P.TICK, "interval")],
+             [(P.TICK, "n_intervals", 1)], state=[(P.TARGET, "data", target)])
     assert r.status_code == 200 and "Traceback" not in r.get_data(as_text=True)
 
 

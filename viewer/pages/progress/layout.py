@@ -17,6 +17,12 @@ from .ids import Ids
 
 TICK_MS = 400           # how often a waiting page asks again (each ask also waits: POLL_WAIT_S)
 POLL_WAIT_S = 0.3
+# A page's first ask, right after its progress state is drawn: the server's wait (POLL_WAIT_S)
+# paces it, and the usual cause of the progress state is stored results that took longer to read
+# than the page request waits (jobs.READY_WAIT_S; 0.4-0.6 s for the timeline's at 10 M events on
+# the loaded 2-core VM), so the page is ready then: with TICK_MS the page waited 0.4 s more for
+# nothing (benchmarks/NOTES.md, issue 31 session 5). Later asks come every TICK_MS.
+FIRST_TICK_MS = 50
 
 
 # A poll asks again only once its answer is in. dash-renderer keeps the newest request of a
@@ -60,7 +66,7 @@ def pending(catalog, entry, path: str, wanted) -> html.Div:
         *([html.Div(summary, className="info-line run-summary")] if summary else []),
         dcc.Store(id=Ids.TARGET, data={"path": path, "run": entry.run_id}),
         html.Div(box(catalog, entry.run_id, wanted), id=Ids.BOX),
-        poll(Ids.TICK),
+        poll(Ids.TICK, FIRST_TICK_MS),
     ], id=Ids.ROOT)
 
 
