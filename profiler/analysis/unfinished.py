@@ -30,22 +30,30 @@ def stop_times(events: pd.DataFrame, launches: pd.DataFrame | None = None) -> pd
     return last
 
 
-def _kind_mask(events: pd.DataFrame, kind: str) -> np.ndarray:
-    return isin_names(events["kind"], [kind])
+def _kind_rows(events: pd.DataFrame, kind: str) -> np.ndarray:
+    """Rows of one kind; a categorical column compared by its code (one pass over int8 codes:
+    keys.isin_names' np.isin widens them to intp first, 2.2 ms of a 2.5 M-event chunk's 9.5)."""
+    col = events["kind"]
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return np.flatnonzero(isin_names(col, [kind]))
+    cats = list(col.cat.categories)
+    if kind not in cats:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(col.cat.codes.to_numpy() == cats.index(kind))
 
 
 def _unmatched_arrivals(events: pd.DataFrame) -> np.ndarray:
     """Rows of barrier arrivals that have no departure of the same warp, barrier and occurrence."""
-    arr = np.flatnonzero(_kind_mask(events, "arrive"))
+    arr = _kind_rows(events, "arrive")
     if len(arr) == 0:
         return arr
-    dep = np.flatnonzero(_kind_mask(events, "depart"))
+    dep = _kind_rows(events, "depart")
     cols = ("rank", "launch", "block", "warp", "payload")
     phase = events["phase"]
     pc = phase.cat.codes.to_numpy() if isinstance(phase.dtype, pd.CategoricalDtype) else pd.factorize(phase)[0]
     rows = np.concatenate([arr, dep])
-    keys = pack([events[c].to_numpy()[rows].astype(np.int64) - int(events[c].to_numpy()[rows].min()) for c in cols]
-                + [pc[rows].astype(np.int64) + 1])
+    sel = [events[c].to_numpy()[rows].astype(np.int64) for c in cols]
+    keys = pack([v - int(v.min()) for v in sel] + [pc[rows].astype(np.int64) + 1])
     return arr[~np.isin(keys[: len(arr)], keys[len(arr):])]
 
 

@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 from . import atomic, validate
 from ..errors import (ChecksumMismatch, CorruptRun, DowngradedRun, EmptyRun, InvalidManifest, OutsideRoots,  # noqa: F401
                      RunChanged, RunError, RunNotFound, UnsupportedRunVersion)
-from .schema import COLUMNS, LAUNCH_COLUMNS, MAX_NAME_CHARS, MAX_NAMES
+from .schema import CATEGORICAL, COLUMNS, LAUNCH_COLUMNS, MAX_NAME_CHARS, MAX_NAMES
 
 MANIFEST = "manifest.json"
 EVENTS = "events.parquet"
@@ -60,9 +60,11 @@ LAUNCHES = "launches.parquet"
 TRACE = "trace.perfetto-trace"
 DATA_FILES = validate.DATA_FILES   # the files `checksums` covers (the trace is derived: export remakes it)
 VERSION_KEY = b"epscope.version_id"   # parquet schema metadata key holding the write's version id
-# Bytes hashed per read call: large enough that the hash runs at memory speed (sha256 with the
-# CPU's SHA extensions: 1.5 GB/s on the dev machine), small enough to stay out of the RSS.
-HASH_CHUNK = 8 << 20
+# Bytes hashed per read call: large enough that the calls cost nothing beside the hash (sha256 with
+# the CPU's SHA extensions: 1.5 GB/s on the dev machine), small enough to stay in the CPU's cache
+# between the read and the hash: 37.5 MB took 47 ms to read and hash in 8 MB pieces (each a fresh
+# `bytes`), 28 ms in 1 MB pieces read into Arrow buffers (issue 31, session 5).
+HASH_CHUNK = 1 << 20
 # A reader that meets two versions retries this many times (a writer swaps a directory in one
 # rename, so the second read sees one version unless another write lands in between).
 READ_RETRIES = 3
@@ -83,9 +85,10 @@ class RunFiles:
 def file_hash(f) -> str:
     """`sha256:<hex>` of an open binary file from its current position to its end."""
     h = hashlib.sha256()
+    read = getattr(f, "read_buffer", None) or f.read   # an Arrow file: no copy into a `bytes`
     while True:
-        b = f.read(HASH_CHUNK)
-        if not b:
+        b = read(HASH_CHUNK)
+        if not len(b):
             return f"{validate.CHECKSUM_ALGO}:{h.hexdigest()}"
         h.update(b)
 
@@ -241,7 +244,7 @@ class Run:
             # another's rows
             with self.open_events() as f:
                 try:
-                    pf = pq.ParquetFile(f)
+                    pf = events_file(f)
                     got = _version_of(pf.schema_arrow)
                     if self.version_id is not None and got != self.version_id:
                         raise RunChanged(f"{self.path}: the run was rewritten since it was opened (events of "
@@ -287,6 +290,33 @@ class Run:
 _ARROW_TYPES = {"int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(), "bool": pa.bool_()}
 
 
+_POOL_LOCK = threading.Lock()
+
+
+def events_file(f: pa.NativeFile) -> pq.ParquetFile:
+    """events.parquet's reader. A file that stores the categorical columns as write_run does
+    (dictionaries of strings) has them decoded with int32 indices, as parquet holds them: the
+    Arrow schema's int8 costs a cast per row group and column (0.07 s of pyarrow's 0.6 s at 10 M
+    events); the codes are narrowed once, by _categorical.
+
+    Its reads allocate from the system allocator (a reader takes the default Arrow pool when it is
+    made): the columns become the frame's arrays without a copy (_read_event_columns), so they
+    live where numpy's arrays and the analyses' temporaries do, and the memory a chunk frees serves
+    the next one (profiler.analysis.heap). From Arrow's own pool (mimalloc) its freed pages stayed
+    beside those the process heap kept: peak RSS of `epscope analyze` at 10 M events 0.99 GB
+    instead of 0.83 GB (issue 31, session 5)."""
+    pf = pq.ParquetFile(f)
+    if not _stored_as_written(pf.schema_arrow):
+        return pf
+    with _POOL_LOCK:
+        default = pa.default_memory_pool()
+        pa.set_memory_pool(pa.system_memory_pool())
+        try:
+            return pq.ParquetFile(f, metadata=pf.metadata, read_dictionary=list(CATEGORICAL))
+        finally:
+            pa.set_memory_pool(default)
+
+
 def _stored_as_written(schema: pa.Schema) -> bool:
     """The file holds exactly the types write_run writes (integers of the schema's widths,
     dictionary-encoded strings for the categorical columns)."""
@@ -303,99 +333,136 @@ def _stored_as_written(schema: pa.Schema) -> bool:
 def _read_event_columns(pf: pq.ParquetFile, file: str, groups: Sequence[int] | None = None,
                         keep: RowFilter | None = None, stats: Sequence[GroupStats] | None = None
                         ) -> tuple[pd.DataFrame, np.ndarray | None]:
-    """The event columns as a DataFrame, read one row group at a time.
+    """The event columns of the row groups `groups` (None: all) as a DataFrame, of each the rows
+    `keep` selects (checked against the groups' `stats`), and the rows' numbers in the whole table
+    (second value; None for the whole table, no filter).
 
-    All row groups and no filter (the whole table): into arrays allocated once. Against
-    pq.read_table(...).to_pandas() on 10 M events (benchmarks/bench_load.py): half the CPU time
-    and 0.7 instead of 1.1 GB peak, since only one row group of Arrow buffers is alive at a time.
-    Otherwise (EventReader): the row groups `groups`, of each the rows `keep` selects (checked
-    against the groups' `stats`), and the rows' numbers in the whole table (second value; None
-    for the whole table). A file of other
-    types (nulls, other widths, plain strings) takes the general path, and profiler.store.validate then
-    says what is wrong with it."""
+    One pyarrow read of the row groups (pq.ParquetFile.read_row_groups, one thread: CPU time, not
+    wall, is what a user pays on a shared box), whose integer and bool columns come as one Arrow
+    array each, taken by numpy without a copy (a column that comes in several pieces is copied
+    into one); the dictionary columns' indices are the Categoricals' codes. Reading the groups one
+    at a time and concatenating them copied every byte once more: 0.1 s of the 0.75 s a 10 M-event
+    run's chunks took (benchmarks/NOTES.md, "Issue 31 (session 5): reading the events"). A file
+    of other types (nulls, other widths, plain strings) takes the general path, and
+    profiler.store.validate then says what is wrong with it."""
     names = pf.schema_arrow.names
     dup = sorted({c for c in COLUMNS if names.count(c) > 1})
     if dup:
         raise CorruptRun(f"{file}: event columns {dup} appear more than once")
-    n_file = pf.metadata.num_rows
     offsets = _row_group_offsets(pf.metadata, file)
     whole = groups is None and keep is None
-    groups = range(pf.num_row_groups) if groups is None else list(groups)
+    groups = list(range(pf.num_row_groups) if groups is None else groups)
     if not _stored_as_written(pf.schema_arrow):
         return _read_other_types(pf, file, groups, keep, offsets, whole)
-    n = n_file if whole else None
-    out: dict[str, object] = {c: np.empty(n, t) if whole else [] for c, t in COLUMNS.items() if t != "category"}
-    dict_chunks: dict[str, list] = {c: [] for c, t in COLUMNS.items() if t == "category"}
-    rows: list[np.ndarray] = []
-    off = 0
-    for i in groups:
-        rg = pf.read_row_group(i, columns=list(COLUMNS))
-        if rg.num_rows != offsets[i + 1] - offsets[i]:
-            raise CorruptRun(f"{file}: row group {i} holds {rg.num_rows:,} rows, the footer says "
-                             f"{offsets[i + 1] - offsets[i]:,}")
-        for c in ("iteration", "rank"):
-            if rg.column(c).null_count:
-                raise validate.InvalidEvents(f"{file}: column {c!r}: {rg.column(c).null_count:,} rows are missing")
-        sel = None
-        if keep is not None:
-            it, rk = rg.column("iteration").to_numpy(), rg.column("rank").to_numpy()
-            if stats is not None:
-                stats[i].check(i, it, rk, file)
-            m = keep.mask(it, rk)
-            if not m.all():
-                sel = np.flatnonzero(m)
-        if not whole:
-            rows.append(offsets[i] + (np.arange(rg.num_rows, dtype=np.int64) if sel is None else sel))
-        for c in COLUMNS:
-            col = rg.column(c)
-            if c in dict_chunks:
-                dict_chunks[c].extend(col.chunks if sel is None else col.take(sel).chunks)
-                continue
-            if col.null_count:
-                raise validate.InvalidEvents(f"{file}: column {c!r}: {col.null_count:,} rows are missing")
-            if not whole:
-                v = col.to_numpy()
-                out[c].append(v if sel is None else v[sel])
-                continue
-            o = off
-            for ch in col.chunks:
-                out[c][o:o + len(ch)] = ch.to_numpy(zero_copy_only=False)
-                o += len(ch)
-        off += rg.num_rows
-        del rg
-    if whole and off != n:
-        raise CorruptRun(f"{file}: row groups hold {off:,} rows, the footer says {n:,}")
-    if not whole:
-        for c, t in COLUMNS.items():
-            if t != "category":
-                out[c] = np.concatenate(out[c]).astype(t, copy=False) if out[c] else np.zeros(0, t)
-        if not any(dict_chunks.values()) and pf.num_row_groups:
-            # nothing selected: the categories still come from the file (as the whole table's do)
-            first = pf.read_row_group(0, columns=list(dict_chunks))
-            for c in dict_chunks:
-                dict_chunks[c] = [ch.slice(0, 0) for ch in first.column(c).chunks]
-    for c, chunks in dict_chunks.items():
-        out[c] = _categorical(c, pa.chunked_array(chunks, type=pf.schema_arrow.field(c).type), file)
+    sizes = [int(offsets[i + 1] - offsets[i]) for i in groups]
+    t = pf.read_row_groups(groups, columns=list(COLUMNS), use_threads=False) if groups else \
+        pf.schema_arrow.empty_table().select(list(COLUMNS))
+    _check_rows(t, groups, sizes, file)
+    sel = _selection(t, groups, sizes, keep, stats, file)
+    out: dict[str, object] = {}
+    for c, ty in COLUMNS.items():
+        col = t.column(c)
+        if ty == "category":
+            out[c] = col if sel is None else col.take(sel)
+            continue
+        if col.null_count:
+            raise validate.InvalidEvents(f"{file}: column {c!r}: {col.null_count:,} rows are missing")
+        v = _numpy(col)
+        out[c] = (v if sel is None else v[sel]).astype(ty, copy=False)
+    if not groups and pf.num_row_groups:
+        # nothing selected: the categories still come from the file (as the whole table's do)
+        first = pf.read_row_group(0, columns=[c for c, ty in COLUMNS.items() if ty == "category"])
+        out.update({c: pa.chunked_array([ch.slice(0, 0) for ch in first.column(c).chunks], type=first.schema.field(c).type)
+                    for c in first.column_names})
+    del t
+    for c, ty in COLUMNS.items():
+        if ty == "category":
+            out[c] = _categorical(c, out[c], file)
     df = pd.DataFrame(out, copy=False)[list(COLUMNS)]
-    return df, None if whole else (np.concatenate(rows) if rows else np.zeros(0, np.int64))
+    if whole:
+        return df, None
+    rows = np.empty(sum(sizes), np.int64)
+    o = 0
+    for i, k in zip(groups, sizes):
+        rows[o:o + k] = np.arange(offsets[i], offsets[i] + k)
+        o += k
+    return df, rows if sel is None else rows[sel]
+
+
+def _numpy(col: pa.ChunkedArray) -> np.ndarray:
+    """A column without nulls as a writable numpy array: a view of the one Arrow buffer a column of
+    fixed width read in one piece has (its memory is this array's alone once the table is dropped;
+    pyarrow's own to_numpy views are read-only, and a frame over them refuses `df.loc[...] = x`),
+    else a copy (bools are bits in Arrow; a column in several pieces is joined)."""
+    if col.num_chunks == 1:
+        a = col.chunk(0)
+        buf = a.buffers()[1]
+        width = a.type.bit_width // 8 if pa.types.is_integer(a.type) else 0
+        if width and buf is not None and buf.is_mutable:
+            return np.frombuffer(buf, a.type.to_pandas_dtype(), count=len(a), offset=a.offset * width)
+        a = a.to_numpy(zero_copy_only=False)
+        return a if a.flags.writeable else a.copy()
+    return col.to_numpy()
+
+
+def _check_rows(t: pa.Table, groups: list, sizes: list, file: str) -> None:
+    """The rows read are the rows the footer counts: in all, and per row group where a column
+    comes in one piece per row group (the dictionary columns do)."""
+    if t.num_rows != sum(sizes):
+        raise CorruptRun(f"{file}: row groups hold {t.num_rows:,} rows, the footer says {sum(sizes):,}")
+    for c in t.column_names:
+        col = t.column(c)
+        if col.num_chunks != len(groups):
+            continue
+        for i, ch, k in zip(groups, col.chunks, sizes):
+            if len(ch) != k:
+                raise CorruptRun(f"{file}: row group {i} holds {len(ch):,} rows, the footer says {k:,}")
+
+
+def _selection(t: pa.Table, groups: list, sizes: list, keep: RowFilter | None,
+               stats: Sequence[GroupStats] | None, file: str) -> np.ndarray | None:
+    """The rows of `t` that `keep` selects (None: all of them), after each row group's `iteration`
+    and `rank` were checked against the footer statistics that chose it to be read."""
+    for c in ("iteration", "rank"):
+        if t.column(c).null_count:
+            raise validate.InvalidEvents(f"{file}: column {c!r}: {t.column(c).null_count:,} rows are missing")
+    if keep is None:
+        return None
+    it, rk = (_numpy(t.column(c)) for c in ("iteration", "rank"))
+    if stats is not None:
+        o = 0
+        for i, k in zip(groups, sizes):
+            stats[i].check(i, it[o:o + k], rk[o:o + k], file)
+            o += k
+    m = keep.mask(it, rk)
+    return None if m.all() else np.flatnonzero(m)
 
 
 def _categorical(c: str, col: pa.ChunkedArray, file: str) -> pd.Categorical:
-    """A dictionary-encoded column as a pandas Categorical, its dictionary and indices checked."""
-    arr = col.unify_dictionaries()
-    d = arr.chunk(0).dictionary if arr.num_chunks else pa.array([], pa.string())
+    """A dictionary-encoded column as a pandas Categorical, its dictionary and indices checked.
+    Row groups written by write_run share one dictionary: their indices are the codes as they come
+    (int8 for a column of up to 127 names: what pandas keeps); others are unified first."""
+    first = col.chunk(0).dictionary if col.num_chunks else pa.array([], pa.string())
+    if not all(ch.dictionary.equals(first) for ch in col.chunks[1:]):
+        col = col.unify_dictionaries()
+        first = col.chunk(0).dictionary
+    d = first
     longest = int(pc.max(pc.utf8_length(d)).as_py() or 0) if len(d) else 0
     if len(d) > MAX_NAMES or longest > MAX_NAME_CHARS:   # before a Python string is made of each
         raise validate.InvalidEvents(f"{file}: column {c!r}: {len(d):,} names of up to {longest:,} characters "
                                      f"(at most {MAX_NAMES:,} of {MAX_NAME_CHARS} characters)")
     cats = d.to_pylist()
-    codes = [ch.indices.fill_null(-1).to_numpy(zero_copy_only=False) for ch in arr.chunks]
-    codes = np.concatenate(codes).astype(np.int32, copy=False) if codes else np.zeros(0, np.int32)
     if len(set(cats)) != len(cats) or any(x is None for x in cats):
         raise validate.InvalidEvents(f"{file}: column {c!r}: its dictionary holds repeated or missing values")
-    if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= len(cats)):
-        # parquet readers do not check dictionary indices: a damaged page can point past the end
-        raise validate.InvalidEvents(f"{file}: column {c!r}: dictionary indices outside its {len(cats)} values")
+    parts = [_numpy(pa.chunked_array([ch.indices.fill_null(-1) if ch.null_count else ch.indices]))
+             for ch in col.chunks]
+    for p in parts:
+        if len(p) and (int(p.min()) < -1 or int(p.max()) >= len(cats)):
+            # parquet readers do not check dictionary indices: a damaged page can point past the end
+            raise validate.InvalidEvents(f"{file}: column {c!r}: dictionary indices outside its {len(cats)} values")
+    # the codes' width pandas keeps for this many categories (pandas.core.dtypes.cast.coerce_indexer_dtype)
+    width = next(t for t in (np.int8, np.int16, np.int32, np.int64) if len(cats) < np.iinfo(t).max)
+    codes = np.concatenate(parts, dtype=width, casting="unsafe") if parts else np.zeros(0, width)   # checked above
     return pd.Categorical.from_codes(codes, categories=cats, validate=False)
 
 
@@ -841,7 +908,7 @@ class EventReader:
         self.label = str(run.path / EVENTS)
         self._f = run.open_events()
         try:
-            self._pf = pq.ParquetFile(self._f)
+            self._pf = events_file(self._f)
             got = _version_of(self._pf.schema_arrow)
             if run.version_id is not None and got != run.version_id:
                 raise RunChanged(f"{run.path}: the run was rewritten since it was opened (events of "

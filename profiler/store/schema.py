@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import checks_fast
+
 EVENT_KINDS = ("span", "instant", "arrive", "depart", "host")
 
 # column -> dtype; categorical columns are listed in CATEGORICAL and stored as pandas categories
@@ -104,7 +106,7 @@ def category_column(c: str, s: pd.Series) -> pd.Series:
     if len(cats) and pd.api.types.infer_dtype(cats, skipna=False) != "string":
         raise SchemaError(f"column {c!r} holds non-string names (e.g. {_bad_values(pd.Series(cats), np.ones(len(cats), bool))})")
     check_names(c, cats)
-    missing = int((s.cat.codes.to_numpy() < 0).sum())
+    missing = int(np.count_nonzero(s.cat.codes.to_numpy() < 0))
     if missing:
         raise SchemaError(f"column {c!r}: {missing:,} rows are missing")
     return s
@@ -204,13 +206,15 @@ def validate_events(df: pd.DataFrame) -> None:
     if list(df["kind"].cat.categories) != list(EVENT_KINDS):
         raise SchemaError(f"column 'kind' has categories {list(df['kind'].cat.categories)}, "
                           f"schema says {list(EVENT_KINDS)}")
+    if checks_fast.enabled(len(df)) and checks_fast.rows_ok(df, MIN_VALUE, EVENT_KINDS.index("host"), TIME_LIMIT_NS):
+        return   # every row passes the checks below (one compiled pass; they name what fails)
     if (df["kind"].cat.codes.to_numpy() < 0).any():
         raise SchemaError("column 'kind' has missing values")
     for c, lo in MIN_VALUE.items():
         check_range(c, df[c].to_numpy(), lo, np.iinfo(COLUMNS[c]).max)
     gpu = df["kind"].cat.codes.to_numpy() != EVENT_KINDS.index("host")
     for c in ("sm", "block", "warp"):   # -1 ("none") is for host rows only
-        n = int((df[c].to_numpy()[gpu] < 0).sum())
+        n = int(np.count_nonzero((df[c].to_numpy() < 0) & gpu))
         if n:
             raise SchemaError(f"column {c!r}: {n:,} GPU rows (kind other than 'host') hold -1, which only host rows may")
     for c in ("begin_ns", "end_ns"):

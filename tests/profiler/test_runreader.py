@@ -293,8 +293,9 @@ def test_a_filtered_read_opens_only_the_row_groups_of_its_iterations(tmp_path, m
     read = []
     with EventReader(run) as r:
         assert len(r.groups) > 5 * 4
-        orig = r._pf.read_row_group
-        monkeypatch.setattr(r._pf, "read_row_group", lambda i, **kw: read.append(i) or orig(i, **kw))
+        orig, orig_one = r._pf.read_row_groups, r._pf.read_row_group
+        monkeypatch.setattr(r._pf, "read_row_groups", lambda gs, **kw: read.extend(gs) or orig(gs, **kw))
+        monkeypatch.setattr(r._pf, "read_row_group", lambda i, **kw: read.append(i) or orig_one(i, **kw))
         for want_it, want_rk in (([0], None), ([1, 3], None), ([2, 3, 4], [1, 2]), (None, [3]), ([4], [0])):
             read.clear()
             got = r.read(iterations=want_it, ranks=want_rk)
