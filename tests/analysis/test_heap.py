@@ -35,6 +35,21 @@ def test_between_chunks_gives_the_heap_back_only_past_keep_resident(monkeypatch)
         assert heap.resident_bytes() <= held - (128 << 20)
 
 
+@glibc
+def test_between_chunks_gives_back_free_pages_inside_the_heap_too(monkeypatch):
+    """Blocks freed below one still held (the heap's top is not free): the top's trim gives nothing
+    back, malloc_trim does."""
+    with heap.kept():
+        blocks = [np.ones(8 << 20, np.uint8) for _ in range(24)]
+        pin = np.ones(1 << 20, np.uint8)                   # allocated after them: above them in the heap
+        del blocks
+        held = heap.resident_bytes()
+        monkeypatch.setattr(heap, "KEEP_RESIDENT", held - (64 << 20))
+        assert heap.between_chunks()
+        assert heap.resident_bytes() <= held - (128 << 20)
+        assert pin.sum() == 1 << 20
+
+
 @pytest.mark.skipif(heap.resident_bytes() is None, reason="/proc/self/statm only (Linux)")
 @pytest.mark.skipif(pa.default_memory_pool().backend_name == "system", reason="pyarrow's pool is glibc's own")
 def test_release_read_buffers_gives_back_what_a_parquet_read_left_in_pyarrows_pool(tmp_path, monkeypatch):
