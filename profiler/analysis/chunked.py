@@ -184,7 +184,9 @@ class Summaries:
         """The graphs of the chunks numbered `which`, in order (read and built again)."""
         if not which:
             return
-        for i, item in enumerate(self.rechunk()):
+        i = -1
+        for item in self.rechunk():       # not enumerate(): see _analyze_chunks
+            i += 1
             if i not in which:
                 del item
                 continue
@@ -484,7 +486,8 @@ def analyze_chunks(chunks: Callable[[], Iterable], *, registry=None, launches=No
     graph before the next chunk is read). spills: where the chunks' what-if inputs and span
     durations go (default: memory; on disk every chunk's what-if input is written, in memory
     only while a balancing what-if looks possible). Freed memory stays in the process while it
-    runs (heap.kept: the chunks' temporaries are not faulted in again for each chunk)."""
+    runs (heap.kept: the chunks' temporaries are not faulted in again for each chunk), given back
+    between chunks past heap.KEEP_RESIDENT (heap.between_chunks)."""
     spills = Spills() if spills is None else spills
     with heap.kept():
         return _analyze_chunks(chunks, registry=registry, launches=launches, ranks=ranks, count=count, spills=spills)
@@ -503,7 +506,12 @@ def _analyze_chunks(chunks, *, registry, launches, ranks: int, count, spills: Sp
             return False
         return spills.what_if.on_disk or _what_if_possible(per + [tables])
 
-    for i, item in enumerate(chunks()):
+    # a plain loop, not enumerate(): enumerate's result tuple, reused from one item to the next,
+    # would hold the previous chunk's events alive while the next chunk is read (a chunk's table
+    # more in memory during every read, and the heap fragmented by it: issue 31)
+    i = -1
+    for item in chunks():
+        i += 1
         ev, la = _split(item)
         del item
         if la is not None:
@@ -517,8 +525,10 @@ def _analyze_chunks(chunks, *, registry, launches, ranks: int, count, spills: Sp
         per.append(out.tables)
         if count is not None and count > 1:
             g = None                      # before the next chunk is read
-    if len(outs) > 1:
+            heap.between_chunks()
+    if len(outs) > 1 and g is not None:
         g = None
+        heap.between_chunks()
     if la_parts:
         launches = pd.concat(la_parts, ignore_index=True)
     return _finish(outs, sem=sem, ranks=ranks, launches=launches, spills=spills, graph=g, rechunk=chunks)
@@ -580,7 +590,7 @@ def analyze_run(run, *, max_events: int | None = None, spills: Spills | None = N
     def chunks():
         with EventReader(run) as r:
             for grp in groups:
-                yield r.read(iterations=grp)   # indexed by row number in the whole table (occurrence order)
+                yield read_chunk(r, grp)
     return analyze_chunks(chunks, registry=run.manifest.get("registry"), launches=run.launches, ranks=ranks,
                           count=len(groups), spills=spills)
 
@@ -590,4 +600,13 @@ def _read_chunks(run, groups):
 
     with EventReader(run) as r:
         for grp in groups:
-            yield r.read(iterations=grp)
+            yield read_chunk(r, grp)
+
+
+def read_chunk(reader, iterations) -> pd.DataFrame:
+    """One chunk's events (runreader.EventReader.read: indexed by row number in the whole table,
+    the occurrences' order), the read's buffers given back before the chunk's pass
+    (heap.release_read_buffers)."""
+    ev = reader.read(iterations=iterations)
+    heap.release_read_buffers()
+    return ev

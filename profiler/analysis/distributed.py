@@ -92,9 +92,10 @@ def chunk_task(path: str, version_id, index: int, iterations, ranks: int, what_i
                durations_dir: str) -> chunked.ChunkOut:
     """One chunk's pass on a worker (what analyze_run's loop does for it in one process)."""
     _keep_freed_memory()
+    heap.between_chunks()                  # the worker's previous chunk's free pages (heap.py)
     ctx = _context(path, version_id)
     with ctx.lock:
-        ev = ctx.reader.read(iterations=iterations)
+        ev = chunked.read_chunk(ctx.reader, iterations)
     spills = chunked.Spills(what_if=Spill(Path(what_if_dir)), durations=Spill(Path(durations_dir)))
     out, _ = chunked.chunk_pass(ev, ctx.run.launches, ctx.sem, ranks, index, spills, lambda tables: True)
     return out

@@ -171,3 +171,34 @@ def test_a_run_on_disk_spills_to_files_and_keeps_nothing_of_the_chunks_in_memory
     for rank in (None, 2):
         _frame_equal(mem.critical.graph.what_if_summary(phase="copy_out", speedup=0.5, rank=rank),
                      disk.critical.graph.what_if_summary(phase="copy_out", speedup=0.5, rank=rank), "what_if")
+
+
+@pytest.mark.parametrize("count", [None, 4])
+def test_a_chunk_is_freed_before_the_next_is_read_and_the_heap_trimmed_between(count, monkeypatch):
+    """Nothing holds a chunk's events (nor its graph) once its pass is done: the next chunk is read
+    with the previous one gone (enumerate() over the chunks held it, issue 31), and between two
+    chunks heap.between_chunks may give the freed pages back."""
+    import gc
+    import weakref
+    from profiler.analysis import heap
+    ev, la, man = make_events(ranks=4, events=40_000, scenario="slow_rank", iterations=4, seed=2)
+    its = ev["iteration"].to_numpy()
+    refs, alive_at_read, trims = [], [], []
+    monkeypatch.setattr(heap, "between_chunks", lambda: trims.append(len(refs)) or False)
+
+    def chunks():
+        for it in np.unique(its):
+            gc.collect()
+            alive_at_read.append(sum(r() is not None for r in refs))
+            rows = np.flatnonzero(its == it)
+            part = ev.iloc[rows].copy()
+            part.index = rows
+            refs.append(weakref.ref(part))
+            yield part
+            del part
+    res = chunked.analyze_chunks(chunks, registry=man["registry"], launches=la, ranks=4, count=count)
+    assert res.chunks == 4
+    if count is None:       # count unknown: the last chunk's graph is kept until the next chunk comes
+        assert alive_at_read[1:] == [1, 1, 1] and trims == [4]
+    else:
+        assert alive_at_read == [0, 0, 0, 0] and trims == [1, 2, 3, 4]
