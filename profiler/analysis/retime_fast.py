@@ -176,6 +176,165 @@ def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw,
     return halved
 
 
+def _mark(lane_first, bw_end_pt, prev_first_pt, d, src, fl, S, kx):
+    """retime._prepare's pass over the points: fl (uint8, len(d)) gets bit 1 at a lane's first point,
+    2 at a barrier departure, 4 at a lane's first point after a previous launch, 8 at a target (any
+    of those or a cross source); S the prefix sums of d with a lane's first point counted 0; kx the
+    target at or before each point (-1 before the first). Returns the number of targets."""
+    P = fl.shape[0]
+    for p in range(P):
+        fl[p] = 0
+    for j in range(lane_first.shape[0]):
+        fl[lane_first[j]] |= 1
+    for j in range(bw_end_pt.shape[0]):
+        fl[bw_end_pt[j]] |= 2
+    for j in range(prev_first_pt.shape[0]):
+        fl[prev_first_pt[j]] |= 4
+    s = np.int64(0)
+    k = np.int64(-1)
+    for p in range(P):
+        f = fl[p]
+        if not f & 1:
+            s += d[p]
+        S[p] = s
+        if f != 0 or src[p] >= 0:
+            k += 1
+            fl[p] = f | 8
+        kx[p] = k
+    return k + 1
+
+
+def _fill(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_grp, prev_lat,
+          tgt, t, first, fixed, own_off, has_src, src_pt, ks, src_off, occ_of_t, lat_bw, grp_of_t, lat_pf):
+    """retime._prepare's per-target arrays (the numpy expressions there, one target at a time), from
+    _mark's fl, S and kx."""
+    P = fl.shape[0]
+    i = 0
+    for p in range(P):
+        f = fl[p]
+        if not f & 8:
+            continue
+        tgt[i] = p
+        t[i] = pt_t[p]
+        isf = (f & 1) != 0
+        first[i] = isf
+        own_off[i] = 0 if isf else S[p] - S[tgt[i - 1 if i > 0 else 0]]
+        sp = src[p]
+        hs = sp >= 0 and not f & 2          # departures use the occurrence maximum instead
+        has_src[i] = hs
+        src_pt[i] = sp if hs else 0
+        fixed[i] = isf and sp < 0 and not f & 4
+        occ_of_t[i] = -1
+        lat_bw[i] = 0
+        grp_of_t[i] = -1
+        lat_pf[i] = 0
+        i += 1
+    for i in range(tgt.shape[0]):          # every target known: a source's may lie after its own
+        if has_src[i]:
+            sp = src_pt[i]
+            k = kx[sp]
+            ks[i] = k
+            src_off[i] = S[sp] - S[tgt[max(k, 0)]] + lat[tgt[i]]
+        else:
+            ks[i] = -1
+            src_off[i] = 0
+    for j in range(bw_end_pt.shape[0]):    # in order: a repeated point keeps the last (numpy's assignment)
+        q = kx[bw_end_pt[j]]
+        occ_of_t[q] = bw_occ[j]
+        lat_bw[q] = lat[bw_end_pt[j]]
+    for j in range(prev_first_pt.shape[0]):
+        q = kx[prev_first_pt[j]]
+        grp_of_t[q] = prev_grp[j]
+        lat_pf[q] = prev_lat[j]
+    return i
+
+
+def _narrow32(a, out):
+    """out[:] = a where every value fits int32 (returns 1), else 0 (out then holds a part): retime._narrow
+    in one pass, where numpy's min, max and astype made three."""
+    lo = np.int64(-2**31)
+    hi = np.int64(2**31)
+    for j in range(a.shape[0]):
+        x = a[j]
+        if x < lo or x >= hi:
+            return 0
+        out[j] = x
+    return 1
+
+
+def _segments(lane_first, seg_kind, seg_phase, d, pt_lane, kind_ok, fl, seg_pt, seg_d, seg_ph, seg_lane):
+    """whatif.WhatIfInput.from_graph's segments (the points whose segment a what-if can shorten: not a
+    lane's first, kind_ok[seg_kind], a phase) written int32 into the outputs when they are None
+    (count = len(outputs) == 0: returns how many), else filled; -1 where a value does not fit int32
+    (the numpy code then runs). fl: uint8 scratch, len(seg_kind)."""
+    P = seg_kind.shape[0]
+    for p in range(P):
+        fl[p] = 0
+    for j in range(lane_first.shape[0]):
+        if lane_first[j] < P:
+            fl[lane_first[j]] = 1
+    n = 0
+    fill = seg_pt.shape[0] > 0
+    lo = np.int64(-2**31)
+    hi = np.int64(2**31)
+    for p in range(P):
+        if fl[p] or not kind_ok[seg_kind[p]] or seg_phase[p] < 0:
+            continue
+        if fill:
+            x = d[p]
+            y = pt_lane[p]
+            if x < lo or x >= hi or y < lo or y >= hi or p >= hi:
+                return -1
+            seg_pt[n] = p
+            seg_d[n] = x
+            seg_ph[n] = seg_phase[p]
+            seg_lane[n] = y
+        n += 1
+    return n
+
+
+RADIX_BITS = 11          # a digit of the time order's radix sort: 2048 counts (16 kB) stay in L1
+
+
+def _time_order(t, tmin, passes, order, k1, i1, k2, i2, cnt):
+    """np.lexsort((arange(n), t)) (a stable sort of positions by t) into order, as a least significant
+    digit first radix sort of t - tmin (non-negative, below 2**(RADIX_BITS * passes)): each pass is
+    stable, so equal times keep position order. A chunk's target times span ~2**21 ns (10 M-event
+    synthetic run): two passes over 755 k targets, where np.lexsort's merge sorts take ~37 ms.
+    Scratch: k1, i1, k2, i2 (len(t)), cnt (passes, 2**RADIX_BITS)."""
+    n = t.shape[0]
+    nb = cnt.shape[1]
+    mask = nb - 1
+    for q in range(passes):
+        for b in range(nb):
+            cnt[q, b] = 0
+    for j in range(n):
+        u = t[j] - tmin
+        k1[j] = u
+        i1[j] = j
+        for q in range(passes):
+            cnt[q, (u >> (RADIX_BITS * q)) & mask] += 1
+    sk, si, dk, di = k1, i1, k2, i2
+    for q in range(passes):
+        s = 0
+        for b in range(nb):             # counts -> each digit's first slot
+            c = cnt[q, b]
+            cnt[q, b] = s
+            s += c
+        sh = RADIX_BITS * q
+        for j in range(n):
+            u = sk[j]
+            b = (u >> sh) & mask
+            o = cnt[q, b]
+            cnt[q, b] = o + 1
+            dk[o] = u
+            di[o] = si[j]
+        sk, si, dk, di = dk, di, sk, si
+    for j in range(n):
+        order[j] = si[j]
+    return n
+
+
 _A = "{}[::1]".format
 _B, _I = _A("boolean"), _A("int64")
 # the per-target index / latency arrays as the stored input narrows them (int32) or as retime() makes them
@@ -186,6 +345,17 @@ for _dt, _name in _VARIANTS.items():
     _EXPORTS[_name] = (_solve, "int64(" + ", ".join(
         [_X, _B, _B, _I, _B, _I, _I, _X, _X, _I, _I, _I, _X, _X, _I, _I, _I, "int64", "int64", "int64", _I,
          "int64[:, ::1]", _A("uint8"), _I, _I, _I, _I, _I, _I]) + ")")
+# retime._prepare's loops, for a graph whose `src` is int32 (graph.index_dtype) or int64
+for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
+    _X = _A(_dt.name)
+    _EXPORTS["mark_" + _sfx] = (_mark, f"int64({_I}, {_I}, {_I}, {_I}, {_X}, {_A('uint8')}, {_I}, {_I})")
+    _EXPORTS["fill_" + _sfx] = (_fill, "int64(" + ", ".join(
+        [_A("uint8"), _I, _I, _X, _I, _I, _I, _I, _I, _I, _I, _I, _I, _B, _B, _I, _B, _I, _I, _I, _I, _I, _I, _I])
+        + ")")
+_EXPORTS["narrow32"] = (_narrow32, f"int64({_I}, {_A('int32')})")
+_EXPORTS["segments"] = (_segments, "int64(" + ", ".join(
+    [_I, _A("int8"), _A("int32"), _I, _I, _B, _A("uint8")] + [_A("int32")] * 4) + ")")
+_EXPORTS["time_order"] = (_time_order, f"int64({_I}, int64, int64, {_I}, {_I}, {_I}, {_I}, {_I}, int64[:, ::1])")
 STACK = 128   # windows pending at once: two per halving level (a window of 2^62 targets)
 last_halved = 0   # windows the last solve halved (the tests read it)
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "retime", _EXPORTS, "the what-if's re-timing loop")
@@ -243,3 +413,87 @@ def solve(inp, own_off, ks, src_off, aoff, moff, window: int, sweeps: int):
         return None
     last_halved = h
     return T
+
+
+def prepare(g, d: np.ndarray, out_pt: np.ndarray):
+    """retime._prepare's arrays of graph g and durations d (a dict of RetimeInput's fields, with the
+    same dtypes and values as its numpy code), the target at or before each point and the prefix
+    sums; None where the compiled loops cannot run them as numpy would (an index outside its array,
+    arrays of unequal lengths, an unexpected dtype): the numpy code then runs."""
+    P = int(g.n_points)
+    src = g.src
+    lf, bw, pf = _i64(g.lane_first), _i64(g.bw_end_pt), _i64(g.prev_first_pt)
+    a_pt, m_pt, out_pt = _i64(g.occ_arr_pt), _i64(g.prev_member_pt), _i64(out_pt)
+    bw_occ, prev_grp, prev_lat = _i64(g.bw_occ), _i64(g.prev_grp), _i64(g.prev_lat)
+    if P == 0 or src.dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or g.pt_t.dtype != np.int64:
+        return None
+    if not (len(d) == len(src) == len(g.lat) == len(g.pt_t) == P and len(bw_occ) == len(bw)
+            and len(prev_grp) == len(prev_lat) == len(pf)):
+        return None
+    if not (_in(src, -1, P) and all(_in(a, 0, P) for a in (lf, bw, pf, a_pt, m_pt, out_pt))):
+        return None
+    c = _compiled()
+    sfx = src.dtype.name
+    src = np.ascontiguousarray(src)
+    lat, pt_t = _i64(g.lat), _i64(g.pt_t)
+    fl, S, kx = np.empty(P, np.uint8), np.empty(P, np.int64), np.empty(P, np.int64)
+    nt = int(c.get("mark_" + sfx)(lf, bw, pf, _i64(d), src, fl, S, kx))
+    a = {k: np.empty(nt, np.int64) for k in ("tgt", "t", "own_off", "src_pt", "ks", "src_off", "occ_of_t", "lat_bw",
+                                              "grp_of_t", "lat_pf", "order")}
+    a.update({k: np.empty(nt, np.bool_) for k in ("first", "fixed", "has_src")})
+    c.get("fill_" + sfx)(fl, S, kx, src, lat, pt_t, bw, bw_occ, pf, prev_grp, prev_lat, a["tgt"], a["t"], a["first"],
+                         a["fixed"], a["own_off"], a["has_src"], a["src_pt"], a["ks"], a["src_off"], a["occ_of_t"],
+                         a["lat_bw"], a["grp_of_t"], a["lat_pf"])
+    del fl
+    if not _radix_order(c, a["t"], a["order"]):
+        a["order"] = np.lexsort((a["tgt"], a["t"]))
+    a["src_pt"] = a["src_pt"].astype(src.dtype, copy=False)     # numpy's where(has_src, src, 0) keeps src's dtype
+    tgt = a["tgt"]
+
+    def off(x, k):
+        return S[x] - S[tgt[k]]
+    ak, mk, out_k = kx[a_pt], kx[m_pt], kx[out_pt]
+    a.update(a_pt=g.occ_arr_pt, ak=ak, aoff=off(a_pt, ak), occ_starts=g.occ_starts, m_pt=g.prev_member_pt, mk=mk,
+             moff=off(m_pt, mk), prev_starts=g.prev_starts, out_k=out_k, out_off=off(out_pt, out_k))
+    return a, kx, S
+
+
+def _radix_order(c, t: np.ndarray, order: np.ndarray) -> bool:
+    """Fill order with np.lexsort((arange(n), t)) by _time_order; False where the times span 2**62 ns
+    or more (the radix keys are int64)."""
+    if len(t) == 0:
+        return True
+    tmin, span = int(t.min()), int(t.max()) - int(t.min())
+    if span >= 2**62:
+        return False
+    passes = -(-span.bit_length() // RADIX_BITS)
+    n = len(t)
+    c.get("time_order")(t, np.int64(tmin), np.int64(passes), order, np.empty(n, np.int64), np.empty(n, np.int64),
+                        np.empty(n, np.int64), np.empty(n, np.int64), np.empty((passes, 1 << RADIX_BITS), np.int64))
+    return True
+
+
+def narrow32(a: np.ndarray) -> np.ndarray | None:
+    """a (int64) as int32 when every value fits, else None (retime._narrow's test)."""
+    out = np.empty(len(a), np.int32)
+    return out if _compiled().get("narrow32")(np.ascontiguousarray(a), out) else None
+
+
+def segments(g, kinds: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """(point, duration, phase, lane) of the points not a lane's first whose segment kind is one of
+    `kinds` (a bool look-up by kind code) and that have a phase, each int32; None where a value does
+    not fit int32 or the arrays are not the graph's usual dtypes (int8 kinds, int32 phases)."""
+    if g.seg_kind.dtype != np.int8 or g.seg_phase.dtype != np.int32 or g.n_points >= 2**31:
+        return None
+    sk = g.seg_kind
+    if len(sk) and (int(sk.min()) < 0 or int(sk.max()) >= len(kinds)) or not _in(g.lane_first, 0, 2**62):
+        return None
+    f = _compiled().get("segments")
+    args = (_i64(g.lane_first), np.ascontiguousarray(sk), np.ascontiguousarray(g.seg_phase), _i64(g.d),
+            _i64(g.pt_lane), _b(kinds), np.empty(len(sk), np.uint8))
+    e = np.empty(0, np.int32)
+    n = int(f(*args, e, e, e, e))
+    if n <= 0:        # none: numpy's narrowing keeps empty arrays int64
+        return None
+    out = tuple(np.empty(n, np.int32) for _ in range(4))
+    return out if int(f(*args, *out)) == n else None
