@@ -72,12 +72,17 @@ class RetimeInput:
 
             def D(x):                                  # shortening at or before each point
                 return cum[np.searchsorted(pts, x, side="right")]
-        dt = D(self.tgt)
-        nt = len(self.tgt)
-        prev = np.maximum(np.arange(nt) - 1, 0)
-        own = np.where(self.first, 0, self.own_off - (dt - dt[prev]))
         ks = self.ks.astype(np.int64)
-        src = np.where(self.has_src, self.src_off - (D(self.src_pt) - dt[np.maximum(ks, 0)]), 0)
+        fast = (retime_fast.offsets(self, pts, cum) if pts is not None and len(pts) and retime_fast.enabled()
+                else None)
+        if fast is not None:                       # the same arrays, one pass
+            dt, own, src = fast
+        else:
+            dt = D(self.tgt)
+            nt = len(self.tgt)
+            prev = np.maximum(np.arange(nt) - 1, 0)
+            own = np.where(self.first, 0, self.own_off - (dt - dt[prev]))
+            src = np.where(self.has_src, self.src_off - (D(self.src_pt) - dt[np.maximum(ks, 0)]), 0)
         ak, mk = self.ak.astype(np.int64), self.mk.astype(np.int64)
         aoff = self.aoff - (D(self.a_pt) - dt[ak])
         moff = self.moff - (D(self.m_pt) - dt[mk])

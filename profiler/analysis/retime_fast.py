@@ -38,9 +38,12 @@ NEG = np.iinfo(np.int64).min // 4
 
 
 def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw, ak, aoff, occ_starts,
-           grp_of_t, lat_pf, mk, moff, prev_starts, window, sweeps, neg, T, W, fl, v, stack, om, om_st, gm, gm_st):
+           grp_of_t, lat_pf, mk, moff, prev_starts, window, sweeps, neg, T, Tw, inv, perm, pkw, oow, ksw, sow, occw,
+           lbw, grpw, lpw, fvw, fl, v, stack, om, om_st, gm, gm_st):
     """retime._solve's loop over T (the recorded times on entry, the new ones on return). Scratch:
-    W (12, len(T)) int64, fl (len(T)) uint8, v (window) int64, stack 2 * STACK int64; om / om_st one
+    Tw ... fvw (len(T) int64 each: twelve arrays, not one block of 12 x len(T), whose 72 MB at a 10 M-event
+    run's chunk are past glibc's largest mmap threshold, so every solve faulted them in afresh: 13 ms of
+    ~55 on that chunk), fl (len(T)) uint8, v (window) int64, stack 2 * STACK int64; om / om_st one
     per occurrence, gm / gm_st one per group (stamps filled with -1). Returns the number of windows
     halved, or -1 where `order` repeats a target (the caller then runs numpy's code).
 
@@ -49,8 +52,6 @@ def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw,
     dependencies (near it in time) near it in memory; the sweeps themselves are numpy's."""
     nt = T.shape[0]
     n_solve = order.shape[0]
-    Tw, inv, perm, pkw, oow, ksw, sow, occw, lbw, grpw, lpw, fvw = (W[0], W[1], W[2], W[3], W[4], W[5], W[6], W[7],
-                                                                  W[8], W[9], W[10], W[11])
     for q in range(nt):
         inv[q] = -1
     for i in range(n_solve):
@@ -293,6 +294,45 @@ def _segments(lane_first, seg_kind, seg_phase, d, pt_lane, kind_ok, fl, seg_pt, 
     return n
 
 
+def _offsets(tgt, first, own_off, has_src, src_pt, ks, src_off, pts, cum, dt, own, src):
+    """RetimeInput.solve's offsets for segments ending at `pts` made shorter (cum: the prefix sums of
+    the shortening, 0 first): dt the shortening at or before each target, own and src its offsets
+    (the numpy expressions there, one target at a time). Returns 0, or -1 where tgt or pts is not
+    ascending or a ks lies past the targets (numpy then does what it does)."""
+    nt = tgt.shape[0]
+    npts = pts.shape[0]
+    for j in range(1, npts):
+        if pts[j] < pts[j - 1]:
+            return -1
+    j = 0
+    for i in range(nt):                   # targets ascending: a merge with pts
+        x = tgt[i]
+        if i and x < tgt[i - 1]:
+            return -1
+        while j < npts and pts[j] <= x:
+            j += 1
+        dt[i] = cum[j]
+    for i in range(nt):
+        k = ks[i]
+        if k >= nt:
+            return -1
+        own[i] = 0 if first[i] else own_off[i] - (dt[i] - dt[i - 1 if i > 0 else 0])
+        if has_src[i]:
+            x = src_pt[i]
+            lo = 0                         # searchsorted(pts, x, side="right")
+            hi = npts
+            while lo < hi:
+                m = (lo + hi) >> 1
+                if pts[m] <= x:
+                    lo = m + 1
+                else:
+                    hi = m
+            src[i] = src_off[i] - (cum[lo] - dt[k if k > 0 else 0])
+        else:
+            src[i] = 0
+    return 0
+
+
 RADIX_BITS = 11          # a digit of the time order's radix sort: 2048 counts (16 kB) stay in L1
 
 
@@ -343,8 +383,8 @@ _EXPORTS = {}
 for _dt, _name in _VARIANTS.items():
     _X = _A(_dt.name)
     _EXPORTS[_name] = (_solve, "int64(" + ", ".join(
-        [_X, _B, _B, _I, _B, _I, _I, _X, _X, _I, _I, _I, _X, _X, _I, _I, _I, "int64", "int64", "int64", _I,
-         "int64[:, ::1]", _A("uint8"), _I, _I, _I, _I, _I, _I]) + ")")
+        [_X, _B, _B, _I, _B, _I, _I, _X, _X, _I, _I, _I, _X, _X, _I, _I, _I, "int64", "int64", "int64", _I]
+        + [_I] * 12 + [_A("uint8"), _I, _I, _I, _I, _I, _I]) + ")")
 # retime._prepare's loops, for a graph whose `src` is int32 (graph.index_dtype) or int64
 for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
     _X = _A(_dt.name)
@@ -355,6 +395,9 @@ for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
 _EXPORTS["narrow32"] = (_narrow32, f"int64({_I}, {_A('int32')})")
 _EXPORTS["segments"] = (_segments, "int64(" + ", ".join(
     [_I, _A("int8"), _A("int32"), _I, _I, _B, _A("uint8")] + [_A("int32")] * 4) + ")")
+for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
+    _X = _A(_dt.name)
+    _EXPORTS["offsets_" + _sfx] = (_offsets, "int64(" + ", ".join([_X, _B, _X, _B, _X, _X, _X] + [_I] * 5) + ")")
 _EXPORTS["time_order"] = (_time_order, f"int64({_I}, int64, int64, {_I}, {_I}, {_I}, {_I}, {_I}, int64[:, ::1])")
 STACK = 128   # windows pending at once: two per halving level (a window of 2^62 targets)
 last_halved = 0   # windows the last solve halved (the tests read it)
@@ -405,7 +448,7 @@ def solve(inp, own_off, ks, src_off, aoff, moff, window: int, sweeps: int):
     h = int(_compiled().get(_VARIANTS[dt])(
         order, _b(inp.first), _b(inp.fixed), _i64(own_off), _b(inp.has_src), ks, _i64(src_off), occ_of_t, lat_bw,
         ak, _i64(aoff), occ_starts, grp_of_t, lat_pf, mk, _i64(moff), prev_starts, np.int64(window),
-        np.int64(sweeps), np.int64(NEG), T, np.empty((12, nt), np.int64), np.empty(nt, np.uint8),
+        np.int64(sweeps), np.int64(NEG), T, *(np.empty(nt, np.int64) for _ in range(12)), np.empty(nt, np.uint8),
         np.empty(min(window, max(len(order), 1)), np.int64), np.empty(2 * STACK, np.int64),
         np.empty(len(occ_starts), np.int64), np.full(len(occ_starts), -1, np.int64),
         np.empty(len(prev_starts), np.int64), np.full(len(prev_starts), -1, np.int64)))
@@ -497,3 +540,18 @@ def segments(g, kinds: np.ndarray) -> tuple[np.ndarray, ...] | None:
         return None
     out = tuple(np.empty(n, np.int32) for _ in range(4))
     return out if int(f(*args, *out)) == n else None
+
+
+def offsets(inp, pts: np.ndarray, cum: np.ndarray):
+    """(dt, own, src) of RetimeInput.solve (the shortening at or before each target, the offsets
+    from the previous target and from the source's) by _offsets, or None (numpy's code then runs)."""
+    big = (inp.tgt, inp.own_off, inp.src_pt, inp.ks, inp.src_off)
+    if not all(len(a) == len(inp.tgt) for a in (*big, inp.first, inp.has_src)) or not all(a.dtype.kind == "i" for a in big):
+        return None
+    dt = np.dtype(np.int32) if all(a.dtype == np.int32 for a in big) else np.dtype(np.int64)
+    big = [np.ascontiguousarray(a, dt) for a in big]
+    n = len(inp.tgt)
+    d, own, src = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    r = _compiled().get("offsets_" + dt.name)(big[0], _b(inp.first), big[1], _b(inp.has_src), big[2], big[3], big[4],
+                                              _i64(pts), _i64(cum), d, own, src)
+    return None if r < 0 else (d, own, src)
