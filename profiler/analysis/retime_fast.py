@@ -39,24 +39,41 @@ NEG = np.iinfo(np.int64).min // 4
 
 def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw, ak, aoff, occ_starts,
            grp_of_t, lat_pf, mk, moff, prev_starts, window, sweeps, neg, T, Tw, inv, perm, pkw, oow, ksw, sow, occw,
-           lbw, grpw, lpw, fvw, fl, v, stack, om, om_st, gm, gm_st):
+           lbw, grpw, lpw, fvw, fl, fq, v, stack, om, om_st, gm, gm_st):
     """retime._solve's loop over T (the recorded times on entry, the new ones on return). Scratch:
     Tw ... fvw (len(T) int64 each: twelve arrays, not one block of 12 x len(T), whose 72 MB at a 10 M-event
     run's chunk are past glibc's largest mmap threshold, so every solve faulted them in afresh: 13 ms of
-    ~55 on that chunk), fl (len(T)) uint8, v (window) int64, stack 2 * STACK int64; om / om_st one
+    ~55 on that chunk), fl and fq (len(T)) uint8, v (window) int64, stack 2 * STACK int64; om / om_st one
     per occurrence, gm / gm_st one per group (stamps filled with -1). Returns the number of windows
-    halved, or -1 where `order` repeats a target (the caller then runs numpy's code).
+    halved, or -1 where `order` repeats a target or an index lies outside its array (order, ks,
+    occ_of_t and grp_of_t are checked here, in the passes that read them; the caller then runs
+    numpy's code).
 
     The targets are relabelled once into solving order (position i: order[i], then the targets not
     solved): what a sweep reads of a target's own constants is then read in sequence, and its
     dependencies (near it in time) near it in memory; the sweeps themselves are numpy's."""
     nt = T.shape[0]
     n_solve = order.shape[0]
-    for q in range(nt):
+    bw = ak.shape[0] > 0
+    pf = mk.shape[0] > 0
+    n_occ = occ_starts.shape[0]
+    n_grp = prev_starts.shape[0]
+    for q in range(nt):               # in target order (sequential): the checks, the flags packed
+        k = ks[q]
+        if k < -1 or k >= nt:
+            return -1
+        if bw and (occ_of_t[q] < -1 or occ_of_t[q] >= n_occ):
+            return -1
+        if pf and (grp_of_t[q] < -1 or grp_of_t[q] >= n_grp):
+            return -1
+        if fixed[q]:
+            fq[q] = 2
+        else:
+            fq[q] = (1 if first[q] else 0) | (4 if has_src[q] else 0)
         inv[q] = -1
     for i in range(n_solve):
         q = order[i]
-        if inv[q] >= 0:
+        if q < 0 or q >= nt or inv[q] >= 0:
             return -1
         inv[q] = i
         perm[i] = q
@@ -71,32 +88,34 @@ def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw,
         Tw[i] = T[p]
     for i in range(n_solve):          # read only what the sweeps will read: fewer cache misses
         p = perm[i]
-        f = np.uint8(0)
-        if fixed[p]:
-            fl[i] = 2
+        f = fq[p]
+        fl[i] = f
+        if f & 2:
             fvw[i] = Tw[i]
             continue
-        if first[p]:
-            f |= 1
-        else:
+        if not f & 1:
             pkw[i] = inv[p - 1 if p > 0 else 0]
             oow[i] = own_off[p]
-        if has_src[p]:
-            f |= 4
+        if f & 4:
             k = ks[p]
             ksw[i] = inv[max(0, k)]
             sow[i] = src_off[p]
-        o = occ_of_t[p]
-        occw[i] = o
-        if o >= 0:
-            lbw[i] = lat_bw[p]
-        o = grp_of_t[p]
-        grpw[i] = o
-        if o >= 0:
-            lpw[i] = lat_pf[p]
-        fl[i] = f
-    bw = ak.shape[0] > 0
-    pf = mk.shape[0] > 0
+        occw[i] = -1
+        grpw[i] = -1
+    # departures and a launch's first points after a previous one are few (8 k and 4 k of 755 k
+    # targets at 10 M events): scattered from a sequential pass, not gathered for every target
+    for q in range(nt if bw else 0):
+        o = occ_of_t[q]
+        i = inv[q]
+        if o >= 0 and i < n_solve and not fq[q] & 2:
+            occw[i] = o
+            lbw[i] = lat_bw[q]
+    for q in range(nt if pf else 0):
+        o = grp_of_t[q]
+        i = inv[q]
+        if o >= 0 and i < n_solve and not fq[q] & 2:
+            grpw[i] = o
+            lpw[i] = lat_pf[q]
     stamp = np.int64(0)
     halved = np.int64(0)
     for lo0 in range(0, n_solve, window):
@@ -206,9 +225,9 @@ def _mark(lane_first, bw_end_pt, prev_first_pt, d, src, fl, S, kx):
 
 
 def _fill(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_grp, prev_lat,
-          tgt, t, first, fixed, own_off, has_src, src_pt, ks, src_off, occ_of_t, lat_bw, grp_of_t, lat_pf):
+          tgt, t, first, fixed, own_off, has_src, src_pt, ks, src_off, occ_of_t, lat_bw, grp_of_t, lat_pf, St):
     """retime._prepare's per-target arrays (the numpy expressions there, one target at a time), from
-    _mark's fl, S and kx."""
+    _mark's fl, S and kx. St: scratch (a target's S, read by its dependants' offsets)."""
     P = fl.shape[0]
     i = 0
     for p in range(P):
@@ -217,13 +236,15 @@ def _fill(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_grp,
             continue
         tgt[i] = p
         t[i] = pt_t[p]
+        St[i] = S[p]
         isf = (f & 1) != 0
         first[i] = isf
-        own_off[i] = 0 if isf else S[p] - S[tgt[i - 1 if i > 0 else 0]]
+        own_off[i] = 0 if isf else S[p] - St[i - 1 if i > 0 else 0]
         sp = src[p]
         hs = sp >= 0 and not f & 2          # departures use the occurrence maximum instead
         has_src[i] = hs
         src_pt[i] = sp if hs else 0
+        src_off[i] = lat[p]                 # the latency, until the source's offset is added below
         fixed[i] = isf and sp < 0 and not f & 4
         occ_of_t[i] = -1
         lat_bw[i] = 0
@@ -235,7 +256,7 @@ def _fill(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_grp,
             sp = src_pt[i]
             k = kx[sp]
             ks[i] = k
-            src_off[i] = S[sp] - S[tgt[max(k, 0)]] + lat[tgt[i]]
+            src_off[i] += S[sp] - St[max(k, 0)]
         else:
             ks[i] = -1
             src_off[i] = 0
@@ -336,12 +357,13 @@ def _offsets(tgt, first, own_off, has_src, src_pt, ks, src_off, pts, cum, dt, ow
 RADIX_BITS = 11          # a digit of the time order's radix sort: 2048 counts (16 kB) stay in L1
 
 
-def _time_order(t, tmin, passes, order, k1, i1, k2, i2, cnt):
+def _time_order(t, tmin, passes, low, order, k1, i1, k2, i2, cnt):
     """np.lexsort((arange(n), t)) (a stable sort of positions by t) into order, as a least significant
     digit first radix sort of t - tmin (non-negative, below 2**(RADIX_BITS * passes)): each pass is
     stable, so equal times keep position order. A chunk's target times span ~2**21 ns (10 M-event
     synthetic run): two passes over 755 k targets, where np.lexsort's merge sorts take ~37 ms.
-    Scratch: k1, i1, k2, i2 (len(t)), cnt (passes, 2**RADIX_BITS)."""
+    low > 0: the positions fit in `low` bits under the time (both in one int64): each pass moves one
+    array, not two (i1, i2 unused). Scratch: k1, i1, k2, i2 (len(t)), cnt (passes, 2**RADIX_BITS)."""
     n = t.shape[0]
     nb = cnt.shape[1]
     mask = nb - 1
@@ -350,8 +372,11 @@ def _time_order(t, tmin, passes, order, k1, i1, k2, i2, cnt):
             cnt[q, b] = 0
     for j in range(n):
         u = t[j] - tmin
-        k1[j] = u
-        i1[j] = j
+        if low > 0:
+            k1[j] = (u << low) | j
+        else:
+            k1[j] = u
+            i1[j] = j
         for q in range(passes):
             cnt[q, (u >> (RADIX_BITS * q)) & mask] += 1
     sk, si, dk, di = k1, i1, k2, i2
@@ -361,17 +386,23 @@ def _time_order(t, tmin, passes, order, k1, i1, k2, i2, cnt):
             c = cnt[q, b]
             cnt[q, b] = s
             s += c
-        sh = RADIX_BITS * q
+        sh = RADIX_BITS * q + low
         for j in range(n):
             u = sk[j]
             b = (u >> sh) & mask
             o = cnt[q, b]
             cnt[q, b] = o + 1
             dk[o] = u
-            di[o] = si[j]
+            if low == 0:
+                di[o] = si[j]
         sk, si, dk, di = dk, di, sk, si
-    for j in range(n):
-        order[j] = si[j]
+    if low > 0:
+        m = (np.int64(1) << low) - 1
+        for j in range(n):
+            order[j] = sk[j] & m
+    else:
+        for j in range(n):
+            order[j] = si[j]
     return n
 
 
@@ -384,13 +415,13 @@ for _dt, _name in _VARIANTS.items():
     _X = _A(_dt.name)
     _EXPORTS[_name] = (_solve, "int64(" + ", ".join(
         [_X, _B, _B, _I, _B, _I, _I, _X, _X, _I, _I, _I, _X, _X, _I, _I, _I, "int64", "int64", "int64", _I]
-        + [_I] * 12 + [_A("uint8"), _I, _I, _I, _I, _I, _I]) + ")")
+        + [_I] * 12 + [_A("uint8"), _A("uint8"), _I, _I, _I, _I, _I, _I]) + ")")
 # retime._prepare's loops, for a graph whose `src` is int32 (graph.index_dtype) or int64
 for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
     _X = _A(_dt.name)
     _EXPORTS["mark_" + _sfx] = (_mark, f"int64({_I}, {_I}, {_I}, {_I}, {_X}, {_A('uint8')}, {_I}, {_I})")
     _EXPORTS["fill_" + _sfx] = (_fill, "int64(" + ", ".join(
-        [_A("uint8"), _I, _I, _X, _I, _I, _I, _I, _I, _I, _I, _I, _I, _B, _B, _I, _B, _I, _I, _I, _I, _I, _I, _I])
+        [_A("uint8"), _I, _I, _X, _I, _I, _I, _I, _I, _I, _I, _I, _I, _B, _B, _I, _B, _I, _I, _I, _I, _I, _I, _I, _I])
         + ")")
 _EXPORTS["narrow32"] = (_narrow32, f"int64({_I}, {_A('int32')})")
 _EXPORTS["segments"] = (_segments, "int64(" + ", ".join(
@@ -398,7 +429,7 @@ _EXPORTS["segments"] = (_segments, "int64(" + ", ".join(
 for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
     _X = _A(_dt.name)
     _EXPORTS["offsets_" + _sfx] = (_offsets, "int64(" + ", ".join([_X, _B, _X, _B, _X, _X, _X] + [_I] * 5) + ")")
-_EXPORTS["time_order"] = (_time_order, f"int64({_I}, int64, int64, {_I}, {_I}, {_I}, {_I}, {_I}, int64[:, ::1])")
+_EXPORTS["time_order"] = (_time_order, f"int64({_I}, int64, int64, int64, {_I}, {_I}, {_I}, {_I}, {_I}, int64[:, ::1])")
 STACK = 128   # windows pending at once: two per halving level (a window of 2^62 targets)
 last_halved = 0   # windows the last solve halved (the tests read it)
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "retime", _EXPORTS, "the what-if's re-timing loop")
@@ -437,18 +468,22 @@ def solve(inp, own_off, ks, src_off, aoff, moff, window: int, sweeps: int):
     ak, mk = _i64(inp.ak), _i64(inp.mk)
     occ_starts, prev_starts = _i64(inp.occ_starts), _i64(inp.prev_starts)
     ks = _i64(ks)
-    if window < 1 or len(inp.t) != nt or not (_in(order, 0, nt) and _in(ks, -1, nt) and _in(ak, 0, nt)
-                                               and _in(mk, 0, nt)):
+    # order, ks, occ_of_t and grp_of_t (a target's each) are checked by the loop, in passes it makes anyway
+    if window < 1 or len(inp.t) != nt or not all(len(a) == nt for a in (ks, occ_of_t, grp_of_t, inp.first,
+                                                                         inp.fixed, inp.has_src)):
         return None
-    if len(ak) and not (_in(occ_starts, 0, len(ak)) and _in(occ_of_t, -1, len(occ_starts))):
+    if not (_in(ak, 0, nt) and _in(mk, 0, nt)):
         return None
-    if len(mk) and not (_in(prev_starts, 0, len(mk)) and _in(grp_of_t, -1, len(prev_starts))):
+    if len(ak) and not _in(occ_starts, 0, len(ak)):
+        return None
+    if len(mk) and not _in(prev_starts, 0, len(mk)):
         return None
     T = inp.t.astype(np.int64)
     h = int(_compiled().get(_VARIANTS[dt])(
         order, _b(inp.first), _b(inp.fixed), _i64(own_off), _b(inp.has_src), ks, _i64(src_off), occ_of_t, lat_bw,
         ak, _i64(aoff), occ_starts, grp_of_t, lat_pf, mk, _i64(moff), prev_starts, np.int64(window),
         np.int64(sweeps), np.int64(NEG), T, *(np.empty(nt, np.int64) for _ in range(12)), np.empty(nt, np.uint8),
+        np.empty(nt, np.uint8),
         np.empty(min(window, max(len(order), 1)), np.int64), np.empty(2 * STACK, np.int64),
         np.empty(len(occ_starts), np.int64), np.full(len(occ_starts), -1, np.int64),
         np.empty(len(prev_starts), np.int64), np.full(len(prev_starts), -1, np.int64)))
@@ -486,7 +521,7 @@ def prepare(g, d: np.ndarray, out_pt: np.ndarray):
     a.update({k: np.empty(nt, np.bool_) for k in ("first", "fixed", "has_src")})
     c.get("fill_" + sfx)(fl, S, kx, src, lat, pt_t, bw, bw_occ, pf, prev_grp, prev_lat, a["tgt"], a["t"], a["first"],
                          a["fixed"], a["own_off"], a["has_src"], a["src_pt"], a["ks"], a["src_off"], a["occ_of_t"],
-                         a["lat_bw"], a["grp_of_t"], a["lat_pf"])
+                         a["lat_bw"], a["grp_of_t"], a["lat_pf"], np.empty(nt, np.int64))
     del fl
     if not _radix_order(c, a["t"], a["order"]):
         a["order"] = np.lexsort((a["tgt"], a["t"]))
@@ -511,8 +546,12 @@ def _radix_order(c, t: np.ndarray, order: np.ndarray) -> bool:
         return False
     passes = -(-span.bit_length() // RADIX_BITS)
     n = len(t)
-    c.get("time_order")(t, np.int64(tmin), np.int64(passes), order, np.empty(n, np.int64), np.empty(n, np.int64),
-                        np.empty(n, np.int64), np.empty(n, np.int64), np.empty((passes, 1 << RADIX_BITS), np.int64))
+    low = max(n - 1, 1).bit_length()
+    packed = span.bit_length() + low <= 62                  # time and position in one int64
+    m = 0 if packed else n
+    c.get("time_order")(t, np.int64(tmin), np.int64(passes), np.int64(low if packed else 0), order,
+                        np.empty(n, np.int64), np.empty(m, np.int64), np.empty(n, np.int64), np.empty(m, np.int64),
+                        np.empty((passes, 1 << RADIX_BITS), np.int64))
     return True
 
 
