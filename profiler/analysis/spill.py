@@ -132,33 +132,35 @@ def file_sha256(path: Path) -> str:
         os.close(fd)
 
 
-class _Checksums(dict):
+class _Checksums:
     """Spill.sha256: an entry's checksum, made from its file when first asked for. What asks is a
     stored result (the what-if inputs: profiler.analysis.stored) or a distributed run's driver; the
     report's span durations, read back by this process and dropped, never are, and hashing them as
-    they were written was a third of their write (25 MB a 2.5 M-event chunk, 0.017 s)."""
+    they were written was a third of their write (25 MB a 2.5 M-event chunk, 0.017 s). A plain
+    object, not a dict subclass: a Spill travels pickled to a distributed run's workers, and a
+    dict's items are restored before its attributes."""
 
     def __init__(self, spill: "Spill"):
-        super().__init__()
         self._spill = spill
+        self._done: dict[str, str] = {}
         self._pending: set[str] = set()
 
     def later(self, name: str) -> None:
-        super().pop(name, None)
+        self._done.pop(name, None)
         self._pending.add(name)
 
     def __contains__(self, name) -> bool:
-        return name in self._pending or super().__contains__(name)
+        return name in self._pending or name in self._done
 
     def __getitem__(self, name: str) -> str:
         if name in self._pending:
-            super().__setitem__(name, file_sha256(self._spill.path(name)))
+            self._done[name] = file_sha256(self._spill.path(name))
             self._pending.discard(name)
-        return super().__getitem__(name)
+        return self._done[name]
 
     def __setitem__(self, name: str, value: str) -> None:
         self._pending.discard(name)
-        super().__setitem__(name, value)
+        self._done[name] = value
 
     def get(self, name, default=None):
         return self[name] if name in self else default
@@ -167,7 +169,7 @@ class _Checksums(dict):
         if name in self._pending:
             self._pending.discard(name)
             return default[0] if default else None
-        return super().pop(name, *default)
+        return self._done.pop(name, *default)
 
 
 def read(path: Path) -> dict[str, np.ndarray]:
@@ -190,7 +192,7 @@ class Spill:
     def __init__(self, directory: Path | None = None):
         self.directory = None if directory is None else Path(directory)
         self._mem: dict[str, dict] = {}
-        self.sha256: dict[str, str] = _Checksums(self)   # each file entry's, made when first asked for
+        self.sha256 = _Checksums(self)   # each file entry's, made when first asked for
         self.sizes: dict[str, int] = {}
         if self.directory is not None:
             self.directory.mkdir(exist_ok=True)

@@ -43,3 +43,15 @@ def test_file_sha256_of_an_empty_file(tmp_path):
     p = tmp_path / "e"
     p.write_bytes(b"")
     assert spill.file_sha256(p) == hashlib.sha256(b"").hexdigest()
+
+
+def test_a_spill_travels_pickled_with_its_checksums(tmp_path):
+    """A distributed run sends its Spill to the workers pickled: entries known, hashed or not yet."""
+    import pickle
+    sp = spill.Spill(tmp_path / "s")
+    sp.put("whatif-00000", {"a": np.arange(10)})
+    sp.put("whatif-00001", {"a": np.arange(11)})
+    want = sp.sha256["whatif-00001"]
+    back = pickle.loads(pickle.dumps(sp))
+    assert "whatif-00000" in back.sha256 and back.sha256["whatif-00001"] == want
+    assert back.sha256["whatif-00000"] == hashlib.sha256(sp.path("whatif-00000").read_bytes()).hexdigest()
