@@ -72,12 +72,17 @@ class RetimeInput:
 
             def D(x):                                  # shortening at or before each point
                 return cum[np.searchsorted(pts, x, side="right")]
-        dt = D(self.tgt)
-        nt = len(self.tgt)
-        prev = np.maximum(np.arange(nt) - 1, 0)
-        own = np.where(self.first, 0, self.own_off - (dt - dt[prev]))
         ks = self.ks.astype(np.int64)
-        src = np.where(self.has_src, self.src_off - (D(self.src_pt) - dt[np.maximum(ks, 0)]), 0)
+        fast = (retime_fast.offsets(self, pts, cum) if pts is not None and len(pts) and retime_fast.enabled()
+                else None)
+        if fast is not None:                       # the same arrays, one pass
+            dt, own, src = fast
+        else:
+            dt = D(self.tgt)
+            nt = len(self.tgt)
+            prev = np.maximum(np.arange(nt) - 1, 0)
+            own = np.where(self.first, 0, self.own_off - (dt - dt[prev]))
+            src = np.where(self.has_src, self.src_off - (D(self.src_pt) - dt[np.maximum(ks, 0)]), 0)
         ak, mk = self.ak.astype(np.int64), self.mk.astype(np.int64)
         aoff = self.aoff - (D(self.a_pt) - dt[ak])
         moff = self.moff - (D(self.m_pt) - dt[mk])
@@ -87,13 +92,27 @@ class RetimeInput:
 
 
 def _narrow(a: np.ndarray) -> np.ndarray:
-    if a.dtype.kind == "i" and a.itemsize > 4 and len(a) and a.min() >= -2**31 and a.max() < 2**31:
+    if a.dtype.kind != "i" or a.itemsize <= 4 or not len(a):
+        return a
+    if a.ndim == 1 and a.dtype == np.int64 and len(a) > 4096 and retime_fast.enabled():
+        n = retime_fast.narrow32(a)            # one pass instead of min, max and astype
+        return a if n is None else n
+    if a.min() >= -2**31 and a.max() < 2**31:
         return a.astype(np.int32)
     return a
 
 
 def _prepare(g: Graph, d: np.ndarray, iterations=None, out_pt: np.ndarray | None = None):
-    """(RetimeInput of durations d, the target at or before each point, the prefix sums S)."""
+    """(RetimeInput of durations d, the target at or before each point, the prefix sums S):
+    retime_fast's compiled loops where they can run (the same arrays), else the numpy code below."""
+    out_pt = np.zeros(0, np.int64) if out_pt is None else out_pt
+    fast = retime_fast.prepare(g, d, out_pt) if retime_fast.enabled() else None
+    if fast is not None:
+        a, kx, S = fast
+        inp = RetimeInput(**a, out_pt=out_pt)
+        if iterations is not None:
+            inp.order = _of_iterations(g, inp.order, inp.tgt, iterations)
+        return inp, kx, S
     is_first = np.zeros(g.n_points, bool)
     is_first[g.lane_first] = True
     dd = np.where(is_first, 0, d).astype(np.int64)
@@ -141,9 +160,7 @@ def _prepare(g: Graph, d: np.ndarray, iterations=None, out_pt: np.ndarray | None
 
     order = np.lexsort((tgt, g.pt_t[tgt]))
     if iterations is not None:
-        it_of_t = g.lane["iteration"].to_numpy()[g.pt_lane[tgt]]
-        order = order[np.isin(it_of_t[order], np.atleast_1d(iterations))]
-    out_pt = np.zeros(0, np.int64) if out_pt is None else out_pt
+        order = _of_iterations(g, order, tgt, iterations)
     out_k = kx[out_pt]
     inp = RetimeInput(tgt=tgt, t=g.pt_t[tgt], first=first_t, fixed=fixed, own_off=own_off, has_src=has_src,
                       src_pt=src_pt, ks=ks, src_off=src_off, occ_of_t=occ_of_t, lat_bw=lat_bw, a_pt=g.occ_arr_pt,
@@ -151,6 +168,12 @@ def _prepare(g: Graph, d: np.ndarray, iterations=None, out_pt: np.ndarray | None
                       m_pt=g.prev_member_pt, mk=mk, moff=off(g.prev_member_pt, mk), prev_starts=g.prev_starts,
                       order=order, out_pt=out_pt, out_k=out_k, out_off=off(out_pt, out_k))
     return inp, kx, S
+
+
+def _of_iterations(g: Graph, order: np.ndarray, tgt: np.ndarray, iterations) -> np.ndarray:
+    """The targets of `order` in the lanes of `iterations` (retime's `iterations`)."""
+    it_of_t = g.lane["iteration"].to_numpy()[g.pt_lane[tgt]]
+    return order[np.isin(it_of_t[order], np.atleast_1d(iterations))]
 
 
 def retime_input(g: Graph, out_pt: np.ndarray) -> RetimeInput:

@@ -21,8 +21,17 @@ would do. What differs is only the work:
   window's targets read, once each per sweep (a stamp array), with reduceat's semantics (an empty or
   reversed range gives the element at its start).
 
-The loop allocates nothing (the caller passes T, the sweep's buffer and the scratch), so the AOT
-module needs no numba runtime. Arithmetic is int64 and wraps as numpy's does.
+The loops allocate nothing (the callers pass the outputs and the scratch), so the AOT module needs no
+numba runtime. Arithmetic is int64 and wraps as numpy's does.
+
+The same module makes the solver's input (issue 31: whatif.WhatIfInput.from_graph was 0.51 s of
+`epscope analyze` at 10 M events): retime._prepare's arrays (`prepare`: a pass over the points, one
+over the targets, a radix sort for their time order in place of np.lexsort), whatif's segments
+(`segments`) and int32 narrowing in one pass (`narrow32`), and RetimeInput.solve's offsets
+(`offsets`: a merge with the shortened points, not five searchsorted and a dozen array passes).
+Each returns exactly the arrays its numpy code does (values and dtypes: the what-if inputs are stored
+and compared byte for byte), or None where an input is outside what it handles, and the numpy code
+runs; tests/analysis/test_retime_fast.py holds them equal on random graphs and every bundled run.
 """
 from __future__ import annotations
 
@@ -38,24 +47,42 @@ NEG = np.iinfo(np.int64).min // 4
 
 
 def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw, ak, aoff, occ_starts,
-           grp_of_t, lat_pf, mk, moff, prev_starts, window, sweeps, neg, T, W, fl, v, stack, om, om_st, gm, gm_st):
+           grp_of_t, lat_pf, mk, moff, prev_starts, window, sweeps, neg, T, Tw, inv, perm, pkw, oow, ksw, sow, occw,
+           lbw, grpw, lpw, fvw, fl, fq, v, stack, om, om_st, gm, gm_st):
     """retime._solve's loop over T (the recorded times on entry, the new ones on return). Scratch:
-    W (12, len(T)) int64, fl (len(T)) uint8, v (window) int64, stack 2 * STACK int64; om / om_st one
+    Tw ... fvw (len(T) int64 each: twelve arrays, not one block of 12 x len(T), whose 72 MB at a 10 M-event
+    run's chunk are past glibc's largest mmap threshold, so every solve faulted them in afresh: 13 ms of
+    ~55 on that chunk), fl and fq (len(T)) uint8, v (window) int64, stack 2 * STACK int64; om / om_st one
     per occurrence, gm / gm_st one per group (stamps filled with -1). Returns the number of windows
-    halved, or -1 where `order` repeats a target (the caller then runs numpy's code).
+    halved, or -1 where `order` repeats a target or an index lies outside its array (order, ks,
+    occ_of_t and grp_of_t are checked here, in the passes that read them; the caller then runs
+    numpy's code).
 
     The targets are relabelled once into solving order (position i: order[i], then the targets not
     solved): what a sweep reads of a target's own constants is then read in sequence, and its
     dependencies (near it in time) near it in memory; the sweeps themselves are numpy's."""
     nt = T.shape[0]
     n_solve = order.shape[0]
-    Tw, inv, perm, pkw, oow, ksw, sow, occw, lbw, grpw, lpw, fvw = (W[0], W[1], W[2], W[3], W[4], W[5], W[6], W[7],
-                                                                  W[8], W[9], W[10], W[11])
-    for q in range(nt):
+    bw = ak.shape[0] > 0
+    pf = mk.shape[0] > 0
+    n_occ = occ_starts.shape[0]
+    n_grp = prev_starts.shape[0]
+    for q in range(nt):               # in target order (sequential): the checks, the flags packed
+        k = ks[q]
+        if k < -1 or k >= nt:
+            return -1
+        if bw and (occ_of_t[q] < -1 or occ_of_t[q] >= n_occ):
+            return -1
+        if pf and (grp_of_t[q] < -1 or grp_of_t[q] >= n_grp):
+            return -1
+        if fixed[q]:
+            fq[q] = 2
+        else:
+            fq[q] = (1 if first[q] else 0) | (4 if has_src[q] else 0)
         inv[q] = -1
     for i in range(n_solve):
         q = order[i]
-        if inv[q] >= 0:
+        if q < 0 or q >= nt or inv[q] >= 0:
             return -1
         inv[q] = i
         perm[i] = q
@@ -70,32 +97,34 @@ def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw,
         Tw[i] = T[p]
     for i in range(n_solve):          # read only what the sweeps will read: fewer cache misses
         p = perm[i]
-        f = np.uint8(0)
-        if fixed[p]:
-            fl[i] = 2
+        f = fq[p]
+        fl[i] = f
+        if f & 2:
             fvw[i] = Tw[i]
             continue
-        if first[p]:
-            f |= 1
-        else:
+        if not f & 1:
             pkw[i] = inv[p - 1 if p > 0 else 0]
             oow[i] = own_off[p]
-        if has_src[p]:
-            f |= 4
+        if f & 4:
             k = ks[p]
             ksw[i] = inv[max(0, k)]
             sow[i] = src_off[p]
-        o = occ_of_t[p]
-        occw[i] = o
-        if o >= 0:
-            lbw[i] = lat_bw[p]
-        o = grp_of_t[p]
-        grpw[i] = o
-        if o >= 0:
-            lpw[i] = lat_pf[p]
-        fl[i] = f
-    bw = ak.shape[0] > 0
-    pf = mk.shape[0] > 0
+        occw[i] = -1
+        grpw[i] = -1
+    # departures and a launch's first points after a previous one are few (8 k and 4 k of 755 k
+    # targets at 10 M events): scattered from a sequential pass, not gathered for every target
+    for q in range(nt if bw else 0):
+        o = occ_of_t[q]
+        i = inv[q]
+        if o >= 0 and i < n_solve and not fq[q] & 2:
+            occw[i] = o
+            lbw[i] = lat_bw[q]
+    for q in range(nt if pf else 0):
+        o = grp_of_t[q]
+        i = inv[q]
+        if o >= 0 and i < n_solve and not fq[q] & 2:
+            grpw[i] = o
+            lpw[i] = lat_pf[q]
     stamp = np.int64(0)
     halved = np.int64(0)
     for lo0 in range(0, n_solve, window):
@@ -176,6 +205,216 @@ def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw,
     return halved
 
 
+def _mark(lane_first, bw_end_pt, prev_first_pt, d, src, fl, S, kx):
+    """retime._prepare's pass over the points: fl (uint8, len(d)) gets bit 1 at a lane's first point,
+    2 at a barrier departure, 4 at a lane's first point after a previous launch, 8 at a target (any
+    of those or a cross source); S the prefix sums of d with a lane's first point counted 0; kx the
+    target at or before each point (-1 before the first). Returns the number of targets."""
+    P = fl.shape[0]
+    for p in range(P):
+        fl[p] = 0
+    for j in range(lane_first.shape[0]):
+        fl[lane_first[j]] |= 1
+    for j in range(bw_end_pt.shape[0]):
+        fl[bw_end_pt[j]] |= 2
+    for j in range(prev_first_pt.shape[0]):
+        fl[prev_first_pt[j]] |= 4
+    s = np.int64(0)
+    k = np.int64(-1)
+    for p in range(P):
+        f = fl[p]
+        if not f & 1:
+            s += d[p]
+        S[p] = s
+        if f != 0 or src[p] >= 0:
+            k += 1
+            fl[p] = f | 8
+        kx[p] = k
+    return k + 1
+
+
+def _fill(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_grp, prev_lat,
+          tgt, t, first, fixed, own_off, has_src, src_pt, ks, src_off, occ_of_t, lat_bw, grp_of_t, lat_pf, St):
+    """retime._prepare's per-target arrays (the numpy expressions there, one target at a time), from
+    _mark's fl, S and kx. St: scratch (a target's S, read by its dependants' offsets)."""
+    P = fl.shape[0]
+    i = 0
+    for p in range(P):
+        f = fl[p]
+        if not f & 8:
+            continue
+        tgt[i] = p
+        t[i] = pt_t[p]
+        St[i] = S[p]
+        isf = (f & 1) != 0
+        first[i] = isf
+        own_off[i] = 0 if isf else S[p] - St[i - 1 if i > 0 else 0]
+        sp = src[p]
+        hs = sp >= 0 and not f & 2          # departures use the occurrence maximum instead
+        has_src[i] = hs
+        src_pt[i] = sp if hs else 0
+        src_off[i] = lat[p]                 # the latency, until the source's offset is added below
+        fixed[i] = isf and sp < 0 and not f & 4
+        occ_of_t[i] = -1
+        lat_bw[i] = 0
+        grp_of_t[i] = -1
+        lat_pf[i] = 0
+        i += 1
+    for i in range(tgt.shape[0]):          # every target known: a source's may lie after its own
+        if has_src[i]:
+            sp = src_pt[i]
+            k = kx[sp]
+            ks[i] = k
+            src_off[i] += S[sp] - St[max(k, 0)]
+        else:
+            ks[i] = -1
+            src_off[i] = 0
+    for j in range(bw_end_pt.shape[0]):    # in order: a repeated point keeps the last (numpy's assignment)
+        q = kx[bw_end_pt[j]]
+        occ_of_t[q] = bw_occ[j]
+        lat_bw[q] = lat[bw_end_pt[j]]
+    for j in range(prev_first_pt.shape[0]):
+        q = kx[prev_first_pt[j]]
+        grp_of_t[q] = prev_grp[j]
+        lat_pf[q] = prev_lat[j]
+    return i
+
+
+def _narrow32(a, out):
+    """out[:] = a where every value fits int32 (returns 1), else 0 (out then holds a part): retime._narrow
+    in one pass, where numpy's min, max and astype made three."""
+    lo = np.int64(-2**31)
+    hi = np.int64(2**31)
+    for j in range(a.shape[0]):
+        x = a[j]
+        if x < lo or x >= hi:
+            return 0
+        out[j] = x
+    return 1
+
+
+def _segments(lane_first, seg_kind, seg_phase, d, pt_lane, kind_ok, fl, seg_pt, seg_d, seg_ph, seg_lane):
+    """whatif.WhatIfInput.from_graph's segments (the points whose segment a what-if can shorten: not a
+    lane's first, kind_ok[seg_kind], a phase) written int32 into the outputs when they are None
+    (count = len(outputs) == 0: returns how many), else filled; -1 where a value does not fit int32
+    (the numpy code then runs). fl: uint8 scratch, len(seg_kind)."""
+    P = seg_kind.shape[0]
+    for p in range(P):
+        fl[p] = 0
+    for j in range(lane_first.shape[0]):
+        if lane_first[j] < P:
+            fl[lane_first[j]] = 1
+    n = 0
+    fill = seg_pt.shape[0] > 0
+    lo = np.int64(-2**31)
+    hi = np.int64(2**31)
+    for p in range(P):
+        if fl[p] or not kind_ok[seg_kind[p]] or seg_phase[p] < 0:
+            continue
+        if fill:
+            x = d[p]
+            y = pt_lane[p]
+            if x < lo or x >= hi or y < lo or y >= hi or p >= hi:
+                return -1
+            seg_pt[n] = p
+            seg_d[n] = x
+            seg_ph[n] = seg_phase[p]
+            seg_lane[n] = y
+        n += 1
+    return n
+
+
+def _offsets(tgt, first, own_off, has_src, src_pt, ks, src_off, pts, cum, dt, own, src):
+    """RetimeInput.solve's offsets for segments ending at `pts` made shorter (cum: the prefix sums of
+    the shortening, 0 first): dt the shortening at or before each target, own and src its offsets
+    (the numpy expressions there, one target at a time). Returns 0, or -1 where tgt or pts is not
+    ascending or a ks lies past the targets (numpy then does what it does)."""
+    nt = tgt.shape[0]
+    npts = pts.shape[0]
+    for j in range(1, npts):
+        if pts[j] < pts[j - 1]:
+            return -1
+    j = 0
+    for i in range(nt):                   # targets ascending: a merge with pts
+        x = tgt[i]
+        if i and x < tgt[i - 1]:
+            return -1
+        while j < npts and pts[j] <= x:
+            j += 1
+        dt[i] = cum[j]
+    for i in range(nt):
+        k = ks[i]
+        if k >= nt:
+            return -1
+        own[i] = 0 if first[i] else own_off[i] - (dt[i] - dt[i - 1 if i > 0 else 0])
+        if has_src[i]:
+            x = src_pt[i]
+            lo = 0                         # searchsorted(pts, x, side="right")
+            hi = npts
+            while lo < hi:
+                m = (lo + hi) >> 1
+                if pts[m] <= x:
+                    lo = m + 1
+                else:
+                    hi = m
+            src[i] = src_off[i] - (cum[lo] - dt[k if k > 0 else 0])
+        else:
+            src[i] = 0
+    return 0
+
+
+RADIX_BITS = 11          # a digit of the time order's radix sort: 2048 counts (16 kB) stay in L1
+
+
+def _time_order(t, tmin, passes, low, order, k1, i1, k2, i2, cnt):
+    """np.lexsort((arange(n), t)) (a stable sort of positions by t) into order, as a least significant
+    digit first radix sort of t - tmin (non-negative, below 2**(RADIX_BITS * passes)): each pass is
+    stable, so equal times keep position order. A chunk's target times span ~2**21 ns (10 M-event
+    synthetic run): two passes over 755 k targets, where np.lexsort's merge sorts take ~37 ms.
+    low > 0: the positions fit in `low` bits under the time (both in one int64): each pass moves one
+    array, not two (i1, i2 unused). Scratch: k1, i1, k2, i2 (len(t)), cnt (passes, 2**RADIX_BITS)."""
+    n = t.shape[0]
+    nb = cnt.shape[1]
+    mask = nb - 1
+    for q in range(passes):
+        for b in range(nb):
+            cnt[q, b] = 0
+    for j in range(n):
+        u = t[j] - tmin
+        if low > 0:
+            k1[j] = (u << low) | j
+        else:
+            k1[j] = u
+            i1[j] = j
+        for q in range(passes):
+            cnt[q, (u >> (RADIX_BITS * q)) & mask] += 1
+    sk, si, dk, di = k1, i1, k2, i2
+    for q in range(passes):
+        s = 0
+        for b in range(nb):             # counts -> each digit's first slot
+            c = cnt[q, b]
+            cnt[q, b] = s
+            s += c
+        sh = RADIX_BITS * q + low
+        for j in range(n):
+            u = sk[j]
+            b = (u >> sh) & mask
+            o = cnt[q, b]
+            cnt[q, b] = o + 1
+            dk[o] = u
+            if low == 0:
+                di[o] = si[j]
+        sk, si, dk, di = dk, di, sk, si
+    if low > 0:
+        m = (np.int64(1) << low) - 1
+        for j in range(n):
+            order[j] = sk[j] & m
+    else:
+        for j in range(n):
+            order[j] = si[j]
+    return n
+
+
 _A = "{}[::1]".format
 _B, _I = _A("boolean"), _A("int64")
 # the per-target index / latency arrays as the stored input narrows them (int32) or as retime() makes them
@@ -184,8 +423,22 @@ _EXPORTS = {}
 for _dt, _name in _VARIANTS.items():
     _X = _A(_dt.name)
     _EXPORTS[_name] = (_solve, "int64(" + ", ".join(
-        [_X, _B, _B, _I, _B, _I, _I, _X, _X, _I, _I, _I, _X, _X, _I, _I, _I, "int64", "int64", "int64", _I,
-         "int64[:, ::1]", _A("uint8"), _I, _I, _I, _I, _I, _I]) + ")")
+        [_X, _B, _B, _I, _B, _I, _I, _X, _X, _I, _I, _I, _X, _X, _I, _I, _I, "int64", "int64", "int64", _I]
+        + [_I] * 12 + [_A("uint8"), _A("uint8"), _I, _I, _I, _I, _I, _I]) + ")")
+# retime._prepare's loops, for a graph whose `src` is int32 (graph.index_dtype) or int64
+for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
+    _X = _A(_dt.name)
+    _EXPORTS["mark_" + _sfx] = (_mark, f"int64({_I}, {_I}, {_I}, {_I}, {_X}, {_A('uint8')}, {_I}, {_I})")
+    _EXPORTS["fill_" + _sfx] = (_fill, "int64(" + ", ".join(
+        [_A("uint8"), _I, _I, _X, _I, _I, _I, _I, _I, _I, _I, _I, _I, _B, _B, _I, _B, _I, _I, _I, _I, _I, _I, _I, _I])
+        + ")")
+_EXPORTS["narrow32"] = (_narrow32, f"int64({_I}, {_A('int32')})")
+_EXPORTS["segments"] = (_segments, "int64(" + ", ".join(
+    [_I, _A("int8"), _A("int32"), _I, _I, _B, _A("uint8")] + [_A("int32")] * 4) + ")")
+for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
+    _X = _A(_dt.name)
+    _EXPORTS["offsets_" + _sfx] = (_offsets, "int64(" + ", ".join([_X, _B, _X, _B, _X, _X, _X] + [_I] * 5) + ")")
+_EXPORTS["time_order"] = (_time_order, f"int64({_I}, int64, int64, int64, {_I}, {_I}, {_I}, {_I}, {_I}, int64[:, ::1])")
 STACK = 128   # windows pending at once: two per halving level (a window of 2^62 targets)
 last_halved = 0   # windows the last solve halved (the tests read it)
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "retime", _EXPORTS, "the what-if's re-timing loop")
@@ -224,18 +477,22 @@ def solve(inp, own_off, ks, src_off, aoff, moff, window: int, sweeps: int):
     ak, mk = _i64(inp.ak), _i64(inp.mk)
     occ_starts, prev_starts = _i64(inp.occ_starts), _i64(inp.prev_starts)
     ks = _i64(ks)
-    if window < 1 or len(inp.t) != nt or not (_in(order, 0, nt) and _in(ks, -1, nt) and _in(ak, 0, nt)
-                                               and _in(mk, 0, nt)):
+    # order, ks, occ_of_t and grp_of_t (a target's each) are checked by the loop, in passes it makes anyway
+    if window < 1 or len(inp.t) != nt or not all(len(a) == nt for a in (ks, occ_of_t, grp_of_t, inp.first,
+                                                                         inp.fixed, inp.has_src)):
         return None
-    if len(ak) and not (_in(occ_starts, 0, len(ak)) and _in(occ_of_t, -1, len(occ_starts))):
+    if not (_in(ak, 0, nt) and _in(mk, 0, nt)):
         return None
-    if len(mk) and not (_in(prev_starts, 0, len(mk)) and _in(grp_of_t, -1, len(prev_starts))):
+    if len(ak) and not _in(occ_starts, 0, len(ak)):
+        return None
+    if len(mk) and not _in(prev_starts, 0, len(mk)):
         return None
     T = inp.t.astype(np.int64)
     h = int(_compiled().get(_VARIANTS[dt])(
         order, _b(inp.first), _b(inp.fixed), _i64(own_off), _b(inp.has_src), ks, _i64(src_off), occ_of_t, lat_bw,
         ak, _i64(aoff), occ_starts, grp_of_t, lat_pf, mk, _i64(moff), prev_starts, np.int64(window),
-        np.int64(sweeps), np.int64(NEG), T, np.empty((12, nt), np.int64), np.empty(nt, np.uint8),
+        np.int64(sweeps), np.int64(NEG), T, *(np.empty(nt, np.int64) for _ in range(12)), np.empty(nt, np.uint8),
+        np.empty(nt, np.uint8),
         np.empty(min(window, max(len(order), 1)), np.int64), np.empty(2 * STACK, np.int64),
         np.empty(len(occ_starts), np.int64), np.full(len(occ_starts), -1, np.int64),
         np.empty(len(prev_starts), np.int64), np.full(len(prev_starts), -1, np.int64)))
@@ -243,3 +500,106 @@ def solve(inp, own_off, ks, src_off, aoff, moff, window: int, sweeps: int):
         return None
     last_halved = h
     return T
+
+
+def prepare(g, d: np.ndarray, out_pt: np.ndarray):
+    """retime._prepare's arrays of graph g and durations d (a dict of RetimeInput's fields, with the
+    same dtypes and values as its numpy code), the target at or before each point and the prefix
+    sums; None where the compiled loops cannot run them as numpy would (an index outside its array,
+    arrays of unequal lengths, an unexpected dtype): the numpy code then runs."""
+    P = int(g.n_points)
+    src = g.src
+    lf, bw, pf = _i64(g.lane_first), _i64(g.bw_end_pt), _i64(g.prev_first_pt)
+    a_pt, m_pt, out_pt = _i64(g.occ_arr_pt), _i64(g.prev_member_pt), _i64(out_pt)
+    bw_occ, prev_grp, prev_lat = _i64(g.bw_occ), _i64(g.prev_grp), _i64(g.prev_lat)
+    if P == 0 or src.dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or g.pt_t.dtype != np.int64:
+        return None
+    if not (len(d) == len(src) == len(g.lat) == len(g.pt_t) == P and len(bw_occ) == len(bw)
+            and len(prev_grp) == len(prev_lat) == len(pf)):
+        return None
+    if not (_in(src, -1, P) and all(_in(a, 0, P) for a in (lf, bw, pf, a_pt, m_pt, out_pt))):
+        return None
+    c = _compiled()
+    sfx = src.dtype.name
+    src = np.ascontiguousarray(src)
+    lat, pt_t = _i64(g.lat), _i64(g.pt_t)
+    fl, S, kx = np.empty(P, np.uint8), np.empty(P, np.int64), np.empty(P, np.int64)
+    nt = int(c.get("mark_" + sfx)(lf, bw, pf, _i64(d), src, fl, S, kx))
+    a = {k: np.empty(nt, np.int64) for k in ("tgt", "t", "own_off", "src_pt", "ks", "src_off", "occ_of_t", "lat_bw",
+                                              "grp_of_t", "lat_pf", "order")}
+    a.update({k: np.empty(nt, np.bool_) for k in ("first", "fixed", "has_src")})
+    c.get("fill_" + sfx)(fl, S, kx, src, lat, pt_t, bw, bw_occ, pf, prev_grp, prev_lat, a["tgt"], a["t"], a["first"],
+                         a["fixed"], a["own_off"], a["has_src"], a["src_pt"], a["ks"], a["src_off"], a["occ_of_t"],
+                         a["lat_bw"], a["grp_of_t"], a["lat_pf"], np.empty(nt, np.int64))
+    del fl
+    if not _radix_order(c, a["t"], a["order"]):
+        a["order"] = np.lexsort((a["tgt"], a["t"]))
+    a["src_pt"] = a["src_pt"].astype(src.dtype, copy=False)     # numpy's where(has_src, src, 0) keeps src's dtype
+    tgt = a["tgt"]
+
+    def off(x, k):
+        return S[x] - S[tgt[k]]
+    ak, mk, out_k = kx[a_pt], kx[m_pt], kx[out_pt]
+    a.update(a_pt=g.occ_arr_pt, ak=ak, aoff=off(a_pt, ak), occ_starts=g.occ_starts, m_pt=g.prev_member_pt, mk=mk,
+             moff=off(m_pt, mk), prev_starts=g.prev_starts, out_k=out_k, out_off=off(out_pt, out_k))
+    return a, kx, S
+
+
+def _radix_order(c, t: np.ndarray, order: np.ndarray) -> bool:
+    """Fill order with np.lexsort((arange(n), t)) by _time_order; False where the times span 2**62 ns
+    or more (the radix keys are int64)."""
+    if len(t) == 0:
+        return True
+    tmin, span = int(t.min()), int(t.max()) - int(t.min())
+    if span >= 2**62:
+        return False
+    passes = -(-span.bit_length() // RADIX_BITS)
+    n = len(t)
+    low = max(n - 1, 1).bit_length()
+    packed = span.bit_length() + low <= 62                  # time and position in one int64
+    m = 0 if packed else n
+    c.get("time_order")(t, np.int64(tmin), np.int64(passes), np.int64(low if packed else 0), order,
+                        np.empty(n, np.int64), np.empty(m, np.int64), np.empty(n, np.int64), np.empty(m, np.int64),
+                        np.empty((passes, 1 << RADIX_BITS), np.int64))
+    return True
+
+
+def narrow32(a: np.ndarray) -> np.ndarray | None:
+    """a (int64) as int32 when every value fits, else None (retime._narrow's test)."""
+    out = np.empty(len(a), np.int32)
+    return out if _compiled().get("narrow32")(np.ascontiguousarray(a), out) else None
+
+
+def segments(g, kinds: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """(point, duration, phase, lane) of the points not a lane's first whose segment kind is one of
+    `kinds` (a bool look-up by kind code) and that have a phase, each int32; None where a value does
+    not fit int32 or the arrays are not the graph's usual dtypes (int8 kinds, int32 phases)."""
+    if g.seg_kind.dtype != np.int8 or g.seg_phase.dtype != np.int32 or g.n_points >= 2**31:
+        return None
+    sk = g.seg_kind
+    if len(sk) and (int(sk.min()) < 0 or int(sk.max()) >= len(kinds)) or not _in(g.lane_first, 0, 2**62):
+        return None
+    f = _compiled().get("segments")
+    args = (_i64(g.lane_first), np.ascontiguousarray(sk), np.ascontiguousarray(g.seg_phase), _i64(g.d),
+            _i64(g.pt_lane), _b(kinds), np.empty(len(sk), np.uint8))
+    e = np.empty(0, np.int32)
+    n = int(f(*args, e, e, e, e))
+    if n <= 0:        # none: numpy's narrowing keeps empty arrays int64
+        return None
+    out = tuple(np.empty(n, np.int32) for _ in range(4))
+    return out if int(f(*args, *out)) == n else None
+
+
+def offsets(inp, pts: np.ndarray, cum: np.ndarray):
+    """(dt, own, src) of RetimeInput.solve (the shortening at or before each target, the offsets
+    from the previous target and from the source's) by _offsets, or None (numpy's code then runs)."""
+    big = (inp.tgt, inp.own_off, inp.src_pt, inp.ks, inp.src_off)
+    if not all(len(a) == len(inp.tgt) for a in (*big, inp.first, inp.has_src)) or not all(a.dtype.kind == "i" for a in big):
+        return None
+    dt = np.dtype(np.int32) if all(a.dtype == np.int32 for a in big) else np.dtype(np.int64)
+    big = [np.ascontiguousarray(a, dt) for a in big]
+    n = len(inp.tgt)
+    d, own, src = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    r = _compiled().get("offsets_" + dt.name)(big[0], _b(inp.first), big[1], _b(inp.has_src), big[2], big[3], big[4],
+                                              _i64(pts), _i64(cum), d, own, src)
+    return None if r < 0 else (d, own, src)

@@ -157,3 +157,94 @@ def test_bundled_runs_retime_inputs_match_numpy(name, engine, monkeypatch):
         got = stored.solve(pts, shorter)
         _same(want, got, f"{name}, shortened, window {window}")
         assert h_np == retime_fast.last_halved
+
+
+def _prepared(g, engine, out_pt):
+    """retime._prepare's (RetimeInput, kx, S) by numpy, then by the compiled loops."""
+    engine("numpy")
+    want = R._prepare(g, g.d, out_pt=out_pt)
+    engine("auto")
+    got = R._prepare(g, g.d, out_pt=out_pt)
+    return want, got
+
+
+def _same_input(want, got, what):
+    for k, v in vars(want[0]).items():
+        w = getattr(got[0], k)
+        assert v.dtype == w.dtype and np.array_equal(v, w), f"{what}: RetimeInput.{k} differs"
+    assert np.array_equal(want[1], got[1]) and np.array_equal(want[2], got[2]), f"{what}: kx or S differs"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TRACES.iterdir() if (p / "manifest.json").exists()
+                                         and (p / "events.parquet").exists()))
+def test_bundled_runs_prepare_and_segments_match_numpy(name, engine):
+    """The compiled retime._prepare (mark, fill, radix time order), narrowing and whatif's segments
+    give numpy's arrays, dtypes included (the stored what-if inputs are compared byte for byte)."""
+    from profiler.analysis import whatif as W
+    r = load_run(TRACES / name)
+    g = G._build(unfinished.close(r.events, r.launches), semantics(r.manifest.get("registry")))
+    if g.n_points == 0:
+        return
+    out = np.concatenate([g.lane_first, g.lane_last])
+    _same_input(*_prepared(g, engine, out), name)
+    arrays = {}
+    for eng in ("numpy", "auto"):
+        engine(eng)
+        arrays[eng] = W.WhatIfInput.from_graph(g, None).to_arrays()
+    for k, v in arrays["numpy"].items():
+        w = arrays["auto"][k]
+        assert v.dtype == w.dtype and np.array_equal(v, w), f"{name}: to_arrays()[{k!r}] differs"
+
+
+def _graph_like(rng, P):
+    """The fields retime._prepare reads, random: lanes of random lengths, sources anywhere (ties in
+    time, times out of order within a lane, repeated departures), every dtype as a graph has it."""
+    from types import SimpleNamespace
+    cuts = np.unique(np.r_[0, rng.integers(1, P, int(rng.integers(0, max(P // 3, 1))))])
+    lane_first = cuts.astype(np.int64)
+    src = np.where(rng.random(P) < 0.3, rng.integers(-1, P, P), -1).astype(np.int32)
+    bw = rng.integers(0, P, int(rng.integers(0, 6))).astype(np.int32)
+    pf = rng.choice(lane_first, int(rng.integers(0, len(lane_first) + 1))).astype(np.int64)
+    n_occ = int(rng.integers(0, 4))
+    a_pt = rng.integers(0, P, int(rng.integers(0, 8))).astype(np.int32)
+    m_pt = rng.integers(0, P, int(rng.integers(0, 8))).astype(np.int64)
+    spread = 1 if rng.random() < 0.2 else 2**int(rng.integers(1, 40))
+    return SimpleNamespace(
+        n_points=P, lane_first=lane_first, src=src, d=rng.integers(0, 50, P).astype(np.int64),
+        lat=rng.integers(-5, 50, P).astype(np.int64), pt_t=rng.integers(0, spread, P).astype(np.int64) - spread // 3,
+        bw_end_pt=bw, bw_occ=rng.integers(0, max(n_occ, 1), len(bw)).astype(np.int64), occ_arr_pt=a_pt,
+        occ_starts=np.sort(rng.integers(0, max(len(a_pt), 1), n_occ)).astype(np.int64), prev_first_pt=pf,
+        prev_grp=rng.integers(0, 3, len(pf)).astype(np.int64), prev_lat=rng.integers(0, 9, len(pf)).astype(np.int64),
+        prev_member_pt=m_pt, prev_starts=np.sort(rng.integers(0, max(len(m_pt), 1), 2)).astype(np.int64))
+
+
+def test_random_graphs_prepare_matches_numpy(engine):
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        g = _graph_like(rng, int(rng.integers(1, 400)))
+        _same_input(*_prepared(g, engine, rng.integers(0, g.n_points, 5)), f"seed {seed}")
+
+
+def test_radix_time_order_is_lexsort():
+    """Ties, one value, negative times and spans of 0 to 2**61 ns, against np.lexsort."""
+    c = retime_fast._compiled()
+    for seed in range(100):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(0, 5000))
+        span = 2**int(rng.integers(0, 62))
+        t = (rng.integers(0, span, n) if span > 1 else np.zeros(n, np.int64)) - span // 2
+        order = np.empty(n, np.int64)
+        assert retime_fast._radix_order(c, t.astype(np.int64), order)
+        assert np.array_equal(order, np.lexsort((np.arange(n), t))), f"seed {seed}"
+    assert not retime_fast._radix_order(c, np.array([-2**62, 2**62], np.int64), np.empty(2, np.int64))
+
+
+def test_narrowing_matches_numpy(engine):
+    """retime._narrow: int32 exactly where every value fits, by either path."""
+    for a in (np.arange(-5000, 5000, dtype=np.int64), np.r_[np.zeros(5000, np.int64), 2**31],
+              np.r_[np.zeros(5000, np.int64), -2**31], np.r_[np.zeros(5000, np.int64), -2**31 - 1]):
+        engine("numpy")
+        want = R._narrow(a)
+        engine("auto")
+        got = R._narrow(a)
+        assert want.dtype == got.dtype and np.array_equal(want, got)
