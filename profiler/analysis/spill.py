@@ -120,16 +120,23 @@ def write(path: Path, arrays: dict[str, np.ndarray], *, checksum: bool = True) -
     return (h.hexdigest() if h is not None else None), size
 
 
+# file_sha256's read size: a few of these in the process at a time, never the file (a mapping of a
+# 7.5 M-event chunk's 180 MB what-if input counted in the process's RSS while it was hashed, and
+# set the 30 M-event run's peak: 1.83 -> 2.05 GB, issue 31 session 5)
+HASH_BLOCK = 1 << 20
+
+
 def file_sha256(path: Path) -> str:
-    """SHA-256 hex of a file's bytes, hashed from a mapping of it (no copy into this process)."""
+    """SHA-256 hex of a file's bytes, read a block at a time."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    h, buf = hashlib.sha256(), bytearray(HASH_BLOCK)
+    view = memoryview(buf)
     try:
-        if os.fstat(fd).st_size == 0:
-            return hashlib.sha256().hexdigest()
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
-            return hashlib.sha256(mm).hexdigest()
+        while n := os.readv(fd, [buf]):
+            h.update(view[:n])
     finally:
         os.close(fd)
+    return h.hexdigest()
 
 
 class _Checksums:
@@ -189,10 +196,14 @@ def read(path: Path) -> dict[str, np.ndarray]:
 class Spill:
     """Named dicts of arrays: in memory (directory None) or one file each in `directory`."""
 
-    def __init__(self, directory: Path | None = None):
+    def __init__(self, directory: Path | None = None, *, hash_on_write: bool = True):
+        """hash_on_write: each file entry's checksum made from its bytes as they are written (the
+        what-if inputs: every one is asked for, by the stored index); False: made from its file
+        when first asked for (the report's span durations, which nobody asks for)."""
         self.directory = None if directory is None else Path(directory)
+        self.hash_on_write = hash_on_write
         self._mem: dict[str, dict] = {}
-        self.sha256 = _Checksums(self)   # each file entry's, made when first asked for
+        self.sha256 = _Checksums(self)
         self.sizes: dict[str, int] = {}
         if self.directory is not None:
             self.directory.mkdir(exist_ok=True)
@@ -209,8 +220,11 @@ class Spill:
         if self.directory is None:
             self._mem[name] = dict(arrays)
             return
-        _, self.sizes[name] = write(self.path(name), arrays, checksum=False)
-        self.sha256.later(name)
+        sha, self.sizes[name] = write(self.path(name), arrays, checksum=self.hash_on_write)
+        if sha is None:
+            self.sha256.later(name)
+        else:
+            self.sha256[name] = sha
 
     def adopt(self, name: str, sha256: str, size: int) -> None:
         """Know an entry another process wrote into this directory (a distributed run's worker)."""
