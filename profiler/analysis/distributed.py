@@ -96,7 +96,7 @@ def chunk_task(path: str, version_id, index: int, iterations, ranks: int, what_i
     ctx = _context(path, version_id)
     with ctx.lock:
         ev = chunked.read_chunk(ctx.reader, iterations)
-    spills = chunked.Spills(what_if=Spill(Path(what_if_dir)), durations=Spill(Path(durations_dir), hash_on_write=False))
+    spills = chunked.Spills(what_if=Spill(Path(what_if_dir)), durations=Spill(Path(durations_dir), checksums=False))
     out, _ = chunked.chunk_pass(ev, ctx.run.launches, ctx.sem, ranks, index, spills, lambda tables: True)
     return out
 

@@ -109,7 +109,7 @@ def decode(buf, where: str) -> dict[str, np.ndarray]:
 
 def write(path: Path, arrays: dict[str, np.ndarray], *, checksum: bool = True) -> tuple[str | None, int]:
     """Write the arrays to a new file at path (never over an existing one); (SHA-256 hex, bytes),
-    the checksum None when not asked for (file_sha256 makes it later from the file)."""
+    the checksum None when not asked for."""
     h, size = (hashlib.sha256() if checksum else None), 0
     with atomic.create_exclusive(path) as f:
         for piece in encode(arrays):
@@ -118,65 +118,6 @@ def write(path: Path, arrays: dict[str, np.ndarray], *, checksum: bool = True) -
                 h.update(piece)
             size += len(piece)
     return (h.hexdigest() if h is not None else None), size
-
-
-# file_sha256's read size: a few of these in the process at a time, never the file (a mapping of a
-# 7.5 M-event chunk's 180 MB what-if input counted in the process's RSS while it was hashed, and
-# set the 30 M-event run's peak: 1.83 -> 2.05 GB, issue 31 session 5)
-HASH_BLOCK = 1 << 20
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 hex of a file's bytes, read a block at a time."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    h, buf = hashlib.sha256(), bytearray(HASH_BLOCK)
-    view = memoryview(buf)
-    try:
-        while n := os.readv(fd, [buf]):
-            h.update(view[:n])
-    finally:
-        os.close(fd)
-    return h.hexdigest()
-
-
-class _Checksums:
-    """Spill.sha256: an entry's checksum, made from its file when first asked for. What asks is a
-    stored result (the what-if inputs: profiler.analysis.stored) or a distributed run's driver; the
-    report's span durations, read back by this process and dropped, never are, and hashing them as
-    they were written was a third of their write (25 MB a 2.5 M-event chunk, 0.017 s). A plain
-    object, not a dict subclass: a Spill travels pickled to a distributed run's workers, and a
-    dict's items are restored before its attributes."""
-
-    def __init__(self, spill: "Spill"):
-        self._spill = spill
-        self._done: dict[str, str] = {}
-        self._pending: set[str] = set()
-
-    def later(self, name: str) -> None:
-        self._done.pop(name, None)
-        self._pending.add(name)
-
-    def __contains__(self, name) -> bool:
-        return name in self._pending or name in self._done
-
-    def __getitem__(self, name: str) -> str:
-        if name in self._pending:
-            self._done[name] = file_sha256(self._spill.path(name))
-            self._pending.discard(name)
-        return self._done[name]
-
-    def __setitem__(self, name: str, value: str) -> None:
-        self._pending.discard(name)
-        self._done[name] = value
-
-    def get(self, name, default=None):
-        return self[name] if name in self else default
-
-    def pop(self, name, *default):
-        if name in self._pending:
-            self._pending.discard(name)
-            return default[0] if default else None
-        return self._done.pop(name, *default)
 
 
 def read(path: Path) -> dict[str, np.ndarray]:
@@ -196,14 +137,15 @@ def read(path: Path) -> dict[str, np.ndarray]:
 class Spill:
     """Named dicts of arrays: in memory (directory None) or one file each in `directory`."""
 
-    def __init__(self, directory: Path | None = None, *, hash_on_write: bool = True):
-        """hash_on_write: each file entry's checksum made from its bytes as they are written (the
-        what-if inputs: every one is asked for, by the stored index); False: made from its file
-        when first asked for (the report's span durations, which nobody asks for)."""
+    def __init__(self, directory: Path | None = None, *, checksums: bool = True):
+        """checksums: each file entry's SHA-256 made from its bytes as they are written, in
+        `sha256` (the what-if inputs: the stored index states every one). False: none made (the
+        report's span durations, read back by this process and dropped, whose checksums nobody
+        asks for; hashing them was a third of their write: 25 MB a 2.5 M-event chunk, 0.017 s)."""
         self.directory = None if directory is None else Path(directory)
-        self.hash_on_write = hash_on_write
+        self.checksums = checksums
         self._mem: dict[str, dict] = {}
-        self.sha256 = _Checksums(self)
+        self.sha256: dict[str, str] = {}
         self.sizes: dict[str, int] = {}
         if self.directory is not None:
             self.directory.mkdir(exist_ok=True)
@@ -220,10 +162,8 @@ class Spill:
         if self.directory is None:
             self._mem[name] = dict(arrays)
             return
-        sha, self.sizes[name] = write(self.path(name), arrays, checksum=self.hash_on_write)
-        if sha is None:
-            self.sha256.later(name)
-        else:
+        sha, self.sizes[name] = write(self.path(name), arrays, checksum=self.checksums)
+        if sha is not None:
             self.sha256[name] = sha
 
     def adopt(self, name: str, sha256: str, size: int) -> None:

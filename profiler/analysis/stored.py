@@ -377,7 +377,7 @@ def store_run(path, *, step=None, engine=None) -> Path:
     atomic.clean_leftovers(work_dest)
     work, fd = atomic.make_temp_dir(work_dest)
     try:
-        spills = chunked.Spills(what_if=Spill(work / "whatif"), durations=Spill(work / "durations", hash_on_write=False))
+        spills = chunked.Spills(what_if=Spill(work / "whatif"), durations=Spill(work / "durations", checksums=False))
         try:
             step(f"analysing {run.num_events:,} events" + (f" on {engine.describe()}" if engine is not None else ""))
             res = summary.analyze(run, spills=spills, engine=engine)
