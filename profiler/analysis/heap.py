@@ -111,9 +111,11 @@ def between_chunks() -> bool:
 
 
 def release_read_buffers() -> bool:
-    """Called after a chunk's read: the unused memory of pyarrow's pool (the read's decoded row
-    groups; the chunk's columns were copied out of them) goes back to the system when the process
-    holds more than KEEP_RESIDENT. Returns whether it went back."""
+    """Called after a chunk's read: the unused memory of pyarrow's default pool goes back to the
+    system when the process holds more than KEEP_RESIDENT. Returns whether it went back. A file
+    stored as write_run writes it is read from the system allocator instead, its columns the frame's
+    arrays (runreader.events_file): this serves the reads of other files, which decode into the
+    default pool and copy the columns out of it."""
     if not _past_keep():
         return False
     pa.default_memory_pool().release_unused()
