@@ -78,6 +78,12 @@ class ChunkPart:
     phase_names: tuple
     name: str
 
+    def span_phases(self) -> frozenset:
+        """The names of the phases its spans have (its groups' phases: no pass over the rows)."""
+        kp = self.groups["gid"].to_numpy() // RANK_RADIX
+        return frozenset(self.phase_names[int(c)] for c in np.unique(kp % len(self.phase_names))) \
+            if len(kp) else frozenset()
+
 
 def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct non-negative keys ascending, each element's index into them), by a bincount over
