@@ -102,11 +102,12 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _prepare(g: Graph, d: np.ndarray, iterations=None, out_pt: np.ndarray | None = None):
+def _prepare(g: Graph, d: np.ndarray, iterations=None, out_pt: np.ndarray | None = None, narrow: bool = False):
     """(RetimeInput of durations d, the target at or before each point, the prefix sums S):
-    retime_fast's compiled loops where they can run (the same arrays), else the numpy code below."""
+    retime_fast's compiled loops where they can run (the same arrays), else the numpy code below.
+    narrow: the compiled loops may make int32 what _narrow would (retime_input narrows the rest)."""
     out_pt = np.zeros(0, np.int64) if out_pt is None else out_pt
-    fast = retime_fast.prepare(g, d, out_pt) if retime_fast.enabled() else None
+    fast = retime_fast.prepare(g, d, out_pt, narrow) if retime_fast.enabled() else None
     if fast is not None:
         a, kx, S = fast
         inp = RetimeInput(**a, out_pt=out_pt)
@@ -179,7 +180,7 @@ def _of_iterations(g: Graph, order: np.ndarray, tgt: np.ndarray, iterations) -> 
 def retime_input(g: Graph, out_pt: np.ndarray) -> RetimeInput:
     """The graph's RetimeInput with its recorded durations, answering for the points `out_pt`
     (integers narrowed: about 50 bytes a target)."""
-    inp, _, _ = _prepare(g, g.d, out_pt=out_pt)
+    inp, _, _ = _prepare(g, g.d, out_pt=out_pt, narrow=True)
     for k, v in vars(inp).items():
         if isinstance(v, np.ndarray):
             setattr(inp, k, _narrow(v))

@@ -280,6 +280,71 @@ def _fill(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_grp,
     return i
 
 
+def _fill32(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_grp, prev_lat,
+            tgt, t, first, fixed, own_off, has_src, src_pt, ks, src_off, occ_of_t, lat_bw, grp_of_t, lat_pf, St):
+    """_fill with its index, offset and latency arrays written int32 (t stays int64), as
+    retime.retime_input narrows them: they are not written int64 and then narrowed in a pass each
+    (9 ms of a 2.5 M-event chunk's 60 ms what-if input). Returns the targets, or -1 where a value
+    does not fit int32 (then _fill and the narrowing run: retime._narrow keeps such an array int64)."""
+    lo = np.int64(-2**31)
+    hi = np.int64(2**31)
+    P = fl.shape[0]
+    if P >= hi:
+        return -1
+    i = 0
+    for p in range(P):
+        f = fl[p]
+        if not f & 8:
+            continue
+        tgt[i] = p
+        t[i] = pt_t[p]
+        s = S[p]
+        St[i] = s
+        isf = (f & 1) != 0
+        first[i] = isf
+        x = np.int64(0) if isf else s - St[i - 1 if i > 0 else 0]
+        if x < lo or x >= hi:
+            return -1
+        own_off[i] = x
+        sp = src[p]
+        hs = sp >= 0 and not f & 2          # departures use the occurrence maximum instead
+        has_src[i] = hs
+        src_pt[i] = sp if hs else 0
+        fixed[i] = isf and sp < 0 and not f & 4
+        occ_of_t[i] = -1
+        lat_bw[i] = 0
+        grp_of_t[i] = -1
+        lat_pf[i] = 0
+        i += 1
+    for i in range(tgt.shape[0]):          # every target known: a source's may lie after its own
+        if has_src[i]:
+            sp = src_pt[i]
+            k = kx[sp]
+            ks[i] = k
+            x = lat[tgt[i]] + (S[sp] - St[max(k, 0)])
+            if x < lo or x >= hi:
+                return -1
+            src_off[i] = x
+        else:
+            ks[i] = -1
+            src_off[i] = 0
+    for j in range(bw_end_pt.shape[0]):    # in order: a repeated point keeps the last (numpy's assignment)
+        q = kx[bw_end_pt[j]]
+        x, y = bw_occ[j], lat[bw_end_pt[j]]
+        if x < lo or x >= hi or y < lo or y >= hi:
+            return -1
+        occ_of_t[q] = x
+        lat_bw[q] = y
+    for j in range(prev_first_pt.shape[0]):
+        q = kx[prev_first_pt[j]]
+        x, y = prev_grp[j], prev_lat[j]
+        if x < lo or x >= hi or y < lo or y >= hi:
+            return -1
+        grp_of_t[q] = x
+        lat_pf[q] = y
+    return tgt.shape[0]
+
+
 def _narrow32(a, out):
     """out[:] = a where every value fits int32 (returns 1), else 0 (out then holds a part): retime._narrow
     in one pass, where numpy's min, max and astype made three."""
@@ -432,6 +497,9 @@ for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
     _EXPORTS["fill_" + _sfx] = (_fill, "int64(" + ", ".join(
         [_A("uint8"), _I, _I, _X, _I, _I, _I, _I, _I, _I, _I, _I, _I, _B, _B, _I, _B, _I, _I, _I, _I, _I, _I, _I, _I])
         + ")")
+_J = _A("int32")
+_EXPORTS["fill32_int32"] = (_fill32, "int64(" + ", ".join(
+    [_A("uint8"), _I, _I, _J, _I, _I, _I, _I, _I, _I, _I, _J, _I, _B, _B, _J, _B, _J, _J, _J, _J, _J, _J, _J, _I]) + ")")
 _EXPORTS["narrow32"] = (_narrow32, f"int64({_I}, {_A('int32')})")
 _EXPORTS["segments"] = (_segments, "int64(" + ", ".join(
     [_I, _A("int8"), _A("int32"), _I, _I, _B, _A("uint8")] + [_A("int32")] * 4) + ")")
@@ -502,11 +570,13 @@ def solve(inp, own_off, ks, src_off, aoff, moff, window: int, sweeps: int):
     return T
 
 
-def prepare(g, d: np.ndarray, out_pt: np.ndarray):
+def prepare(g, d: np.ndarray, out_pt: np.ndarray, narrow: bool = False):
     """retime._prepare's arrays of graph g and durations d (a dict of RetimeInput's fields, with the
     same dtypes and values as its numpy code), the target at or before each point and the prefix
     sums; None where the compiled loops cannot run them as numpy would (an index outside its array,
-    arrays of unequal lengths, an unexpected dtype): the numpy code then runs."""
+    arrays of unequal lengths, an unexpected dtype): the numpy code then runs. narrow: the per-target
+    arrays that retime._narrow would make int32 are made int32 where all of them fit (_fill32; a
+    graph whose `src` is int32), for retime.retime_input (which narrows the rest)."""
     P = int(g.n_points)
     src = g.src
     lf, bw, pf = _i64(g.lane_first), _i64(g.bw_end_pt), _i64(g.prev_first_pt)
@@ -525,12 +595,7 @@ def prepare(g, d: np.ndarray, out_pt: np.ndarray):
     lat, pt_t = _i64(g.lat), _i64(g.pt_t)
     fl, S, kx = np.empty(P, np.uint8), np.empty(P, np.int64), np.empty(P, np.int64)
     nt = int(c.get("mark_" + sfx)(lf, bw, pf, _i64(d), src, fl, S, kx))
-    a = {k: np.empty(nt, np.int64) for k in ("tgt", "t", "own_off", "src_pt", "ks", "src_off", "occ_of_t", "lat_bw",
-                                              "grp_of_t", "lat_pf", "order")}
-    a.update({k: np.empty(nt, np.bool_) for k in ("first", "fixed", "has_src")})
-    c.get("fill_" + sfx)(fl, S, kx, src, lat, pt_t, bw, bw_occ, pf, prev_grp, prev_lat, a["tgt"], a["t"], a["first"],
-                         a["fixed"], a["own_off"], a["has_src"], a["src_pt"], a["ks"], a["src_off"], a["occ_of_t"],
-                         a["lat_bw"], a["grp_of_t"], a["lat_pf"], np.empty(nt, np.int64))
+    a = _filled(c, sfx, narrow, nt, (fl, S, kx, src, lat, pt_t, bw, bw_occ, pf, prev_grp, prev_lat))
     del fl
     if not _radix_order(c, a["t"], a["order"]):
         a["order"] = np.lexsort((a["tgt"], a["t"]))
@@ -543,6 +608,29 @@ def prepare(g, d: np.ndarray, out_pt: np.ndarray):
     a.update(a_pt=g.occ_arr_pt, ak=ak, aoff=off(a_pt, ak), occ_starts=g.occ_starts, m_pt=g.prev_member_pt, mk=mk,
              moff=off(m_pt, mk), prev_starts=g.prev_starts, out_k=out_k, out_off=off(out_pt, out_k))
     return a, kx, S
+
+
+_FILLED = ("tgt", "t", "first", "fixed", "own_off", "has_src", "src_pt", "ks", "src_off", "occ_of_t", "lat_bw",
+           "grp_of_t", "lat_pf")
+_NARROWED = ("tgt", "own_off", "src_pt", "ks", "src_off", "occ_of_t", "lat_bw", "grp_of_t", "lat_pf")   # by _fill32
+
+
+def _filled(c, sfx: str, narrow: bool, nt: int, args: tuple) -> dict:
+    """_fill's (or, narrow and an int32 `src`, _fill32's) per-target arrays by name, and `order`
+    (unfilled). args: _mark's fl, S, kx and the graph's arrays _fill reads."""
+    def arrays(narrowed):
+        a = {k: np.empty(nt, np.bool_ if k in ("first", "fixed", "has_src") else
+                         np.int32 if k in narrowed else np.int64) for k in _FILLED}
+        return a, [a[k] for k in _FILLED]
+    if narrow and sfx == "int32":
+        a, out = arrays(_NARROWED)
+        if int(c.get("fill32_int32")(*args, *out, np.empty(nt, np.int64))) >= 0:
+            a["order"] = np.empty(nt, np.int64)
+            return a
+    a, out = arrays(())
+    c.get("fill_" + sfx)(*args, *out, np.empty(nt, np.int64))
+    a["order"] = np.empty(nt, np.int64)
+    return a
 
 
 def _radix_order(c, t: np.ndarray, order: np.ndarray) -> bool:

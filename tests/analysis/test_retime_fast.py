@@ -225,6 +225,30 @@ def test_random_graphs_prepare_matches_numpy(engine):
         _same_input(*_prepared(g, engine, rng.integers(0, g.n_points, 5)), f"seed {seed}")
 
 
+def test_random_graphs_retime_input_matches_numpy(engine):
+    """retime_input's arrays (the compiled fill writing int32 where all values fit, else the int64
+    fill narrowed) equal numpy's _prepare narrowed, dtypes included: offsets and latencies past int32
+    in some graphs, so both routes run."""
+    ran = {True: 0, False: 0}
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        g = _graph_like(rng, int(rng.integers(1, 400)))
+        if seed % 3 == 0:
+            g.lat = g.lat * 2**int(rng.integers(20, 34))          # some past int32
+        if seed % 5 == 0:
+            g.d = g.d * 2**int(rng.integers(20, 34))
+        out = rng.integers(0, g.n_points, 5)
+        engine("numpy")
+        want = R.retime_input(g, out)
+        engine("auto")
+        got = R.retime_input(g, out)
+        for k, v in vars(want).items():
+            w = getattr(got, k)
+            assert v.dtype == w.dtype and np.array_equal(v, w), f"seed {seed}: RetimeInput.{k} differs"
+        ran[got.own_off.dtype == np.int32 and got.src_off.dtype == np.int32] += 1
+    assert ran[True] and ran[False], ran
+
+
 def test_radix_time_order_is_lexsort():
     """Ties, one value, negative times and spans of 0 to 2**61 ns, against np.lexsort."""
     c = retime_fast._compiled()
