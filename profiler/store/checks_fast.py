@@ -87,8 +87,21 @@ def _lane_runs(rank, launch, block, warp, begin, end, kernel, iteration, sm, rol
     return runs
 
 
+def _codes8(indices, n, out):
+    """A dictionary column's indices (int32, as parquet holds them) checked to lie in [-1, n) and
+    written into out as int8 codes, in one pass (numpy's min, max and a narrowing concatenate made
+    three); False at the first index outside (out then holds a part)."""
+    for i in range(indices.shape[0]):
+        x = indices[i]
+        if x < -1 or x >= n:
+            return False
+        out[i] = x
+    return True
+
+
 _A = "{}[::1]".format
 _EXPORTS = {
+    "codes8": (_codes8, f"boolean({_A('int32')}, int64, {_A('int8')})"),
     "rows_ok": (_rows_ok, "boolean(" + ", ".join(
         [_A("int16"), _A("int32"), _A("int32"), _A("int16"), _A("int32"), _A("int16"), _A("int8"), _A("int64"),
          _A("int64"), _A("int64"), "int64", "int64"]) + ")"),
@@ -123,6 +136,21 @@ def _columns(ev: pd.DataFrame, names) -> list | None:
         if v.dtype != want:
             return None
         out.append(np.ascontiguousarray(v))
+    return out
+
+
+def codes8(parts: list, n: int) -> np.ndarray | None:
+    """Dictionary indices (int32 arrays, no nulls) as one int8 array of codes, each checked to lie in
+    [-1, n) (n < 127: pandas keeps int8 codes for that many categories); None where one lies outside
+    or a part is not int32 (the caller's numpy code then runs and says what is wrong)."""
+    if n >= 127 or not all(p.dtype == np.int32 for p in parts):
+        return None
+    out = np.empty(sum(len(p) for p in parts), np.int8)
+    f, o = _compiled().get("codes8"), 0
+    for p in parts:
+        if not f(np.ascontiguousarray(p), np.int64(n), out[o:o + len(p)]):
+            return None
+        o += len(p)
     return out
 
 

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import atomic, validate
+from . import atomic, checks_fast, validate
 from ..errors import (ChecksumMismatch, CorruptRun, DowngradedRun, EmptyRun, InvalidManifest, OutsideRoots,  # noqa: F401
                      RunChanged, RunError, RunNotFound, UnsupportedRunVersion)
 from .schema import CATEGORICAL, COLUMNS, LAUNCH_COLUMNS, MAX_NAME_CHARS, MAX_NAMES
@@ -538,6 +538,9 @@ def _categorical(c: str, col: pa.ChunkedArray, file: str) -> pd.Categorical:
         raise validate.InvalidEvents(f"{file}: column {c!r}: its dictionary holds repeated or missing values")
     parts = [_numpy(pa.chunked_array([ch.indices.fill_null(-1) if ch.null_count else ch.indices]))
              for ch in col.chunks]
+    codes = checks_fast.codes8(parts, len(cats)) if checks_fast.enabled(sum(map(len, parts))) else None
+    if codes is not None:         # checked and narrowed in one pass
+        return pd.Categorical.from_codes(codes, categories=cats, validate=False)
     for p in parts:
         if len(p) and (int(p.min()) < -1 or int(p.max()) >= len(cats)):
             # parquet readers do not check dictionary indices: a damaged page can point past the end

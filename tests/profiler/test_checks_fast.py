@@ -150,3 +150,22 @@ def test_other_code_widths_are_left_to_numpy():
     assert df["phase"].cat.codes.dtype == np.int16
     assert not checks_fast.no_repeats(df)
     validate.no_duplicate_rows(df)
+
+
+def test_codes8_matches_numpy():
+    """codes8 narrows dictionary indices as runreader's numpy code does, and answers None for an
+    index outside [-1, n), for n past int8 codes and for indices of another width."""
+    rng = np.random.default_rng(0)
+    for seed in range(50):
+        n = int(rng.integers(1, 127))
+        parts = [rng.integers(-1, n, int(rng.integers(0, 2000))).astype(np.int32) for _ in range(int(rng.integers(1, 5)))]
+        got = checks_fast.codes8(parts, n)
+        want = np.concatenate(parts, dtype=np.int8, casting="unsafe")
+        assert got.dtype == np.int8 and np.array_equal(got, want), f"seed {seed}"
+        bad = [p.copy() for p in parts]
+        j = max(range(len(bad)), key=lambda i: len(bad[i]))
+        if len(bad[j]):
+            bad[j][int(rng.integers(0, len(bad[j])))] = rng.choice([-2, n, n + 200, -300])
+            assert checks_fast.codes8(bad, n) is None, f"seed {seed}"
+    assert checks_fast.codes8([np.zeros(3, np.int32)], 127) is None
+    assert checks_fast.codes8([np.zeros(3, np.int64)], 5) is None
