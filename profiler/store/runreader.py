@@ -355,9 +355,6 @@ def _read_event_columns(pf: pq.ParquetFile, file: str, groups: Sequence[int] | N
     if not _stored_as_written(pf.schema_arrow):
         return _read_other_types(pf, file, groups, keep, offsets, whole)
     sizes = [int(offsets[i + 1] - offsets[i]) for i in groups]
-    if groups and _all_kept(keep, stats, groups):
-        df = _read_groups(pf, file, groups, sizes, keep, stats)
-        return df, None if whole else _rows(offsets, groups, sizes)
     t = pf.read_row_groups(groups, columns=list(COLUMNS), use_threads=False) if groups else \
         pf.schema_arrow.empty_table().select(list(COLUMNS))
     _check_rows(t, groups, sizes, file)
@@ -399,76 +396,6 @@ def _rows(offsets: np.ndarray, groups: list, sizes: list) -> np.ndarray:
         rows[o:o + k] = np.arange(offsets[i], offsets[i] + k)
         o += k
     return rows
-
-
-def _all_kept(keep: RowFilter | None, stats: Sequence[GroupStats] | None, groups: list) -> bool:
-    """Does `keep` select every row of the row groups, by their footer statistics (which the rows
-    read are then checked against)? Each group's [min, max] of iteration and rank lies in the wanted
-    values (a chunk of whole iterations of a run written since issue 20: every group it reads)."""
-    if keep is None:
-        return True
-    if stats is None:
-        return False
-    for i in groups:
-        st = stats[i]
-        for want, lo, hi in ((keep.iterations, st.iteration_min, st.iteration_max),
-                             (keep.ranks, st.rank_min, st.rank_max)):
-            if want is None:
-                continue
-            if lo is None:
-                return False
-            # want: sorted distinct integers; all of lo..hi are in it when it holds hi - lo + 1 of them
-            if int(np.searchsorted(want, hi, "right") - np.searchsorted(want, lo, "left")) != hi - lo + 1:
-                return False
-    return True
-
-
-def _read_groups(pf: pq.ParquetFile, file: str, groups: list, sizes: list, keep: RowFilter | None,
-                 stats: Sequence[GroupStats] | None) -> pd.DataFrame:
-    """_read_event_columns of row groups whose every row is wanted (_all_kept), a file stored as
-    written: each row group read alone and its integer and bool columns copied into the frame's
-    arrays, made once at the chunk's size. One read of all the groups (pq read_row_groups) grew
-    each column's buffer as it decoded, by doubling: 318 MB of fresh pages for a 2.5 M-event
-    chunk's 147 MB, 0.26 s CPU; a group at a time 178 MB and 0.21 s, the copy included (issue 31,
-    session 6). The dictionary columns keep their per-group chunks, as one read returns them."""
-    n = sum(sizes)
-    out: dict[str, object] = {c: None if ty == "category" else np.empty(n, ty) for c, ty in COLUMNS.items()}
-    dicts: dict[str, list] = {c: [] for c in CATEGORICAL}
-    o = 0
-    for i, k in zip(groups, sizes):
-        t = pf.read_row_group(i, columns=list(COLUMNS), use_threads=False)
-        if t.num_rows != k:
-            raise CorruptRun(f"{file}: row group {i} holds {t.num_rows:,} rows, the footer says {k:,}")
-        for c in ("iteration", "rank"):
-            if t.column(c).null_count:
-                raise validate.InvalidEvents(f"{file}: column {c!r}: {t.column(c).null_count:,} rows are missing")
-        for c, ty in COLUMNS.items():
-            col = t.column(c)
-            if ty == "category":
-                dicts[c].extend(col.chunks)
-                continue
-            if col.null_count:
-                raise validate.InvalidEvents(f"{file}: column {c!r}: {col.null_count:,} rows are missing")
-            _copy_into(out[c][o:o + k], col)
-        del t
-        if keep is not None and stats is not None:
-            stats[i].check(i, out["iteration"][o:o + k], out["rank"][o:o + k], file)
-        o += k
-    for c in CATEGORICAL:
-        out[c] = _categorical(c, pa.chunked_array(dicts.pop(c), type=pf.schema_arrow.field(c).type), file)
-    return pd.DataFrame(out, copy=False)[list(COLUMNS)]
-
-
-def _copy_into(dst: np.ndarray, col: pa.ChunkedArray) -> None:
-    """A column without nulls (of dst's type, bool as bits) copied into dst."""
-    o = 0
-    for a in col.chunks:
-        k = len(a)
-        if pa.types.is_boolean(a.type):
-            dst[o:o + k] = a.to_numpy(zero_copy_only=False)
-        else:
-            dst[o:o + k] = np.frombuffer(a.buffers()[1], dst.dtype, count=k, offset=a.offset * dst.itemsize)
-        o += k
 
 
 def _numpy(col: pa.ChunkedArray) -> np.ndarray:
