@@ -443,8 +443,28 @@ def _selection(t: pa.Table, groups: list, sizes: list, keep: RowFilter | None,
         for i, k in zip(groups, sizes):
             stats[i].check(i, it[o:o + k], rk[o:o + k], file)
             o += k
+    if stats is not None and _all_kept(keep, stats, groups):
+        return None                      # the statistics just checked say every row is wanted
     m = keep.mask(it, rk)
     return None if m.all() else np.flatnonzero(m)
+
+
+def _all_kept(keep: RowFilter, stats: Sequence[GroupStats], groups: list) -> bool:
+    """Does `keep` select every row of the row groups by their footer statistics (each group's
+    [min, max] of iteration and rank within the wanted values: a chunk of whole iterations of a run
+    written since issue 20 reads no other group)? The mask's passes over the rows are then not made."""
+    for i in groups:
+        st = stats[i]
+        for want, lo, hi in ((keep.iterations, st.iteration_min, st.iteration_max),
+                             (keep.ranks, st.rank_min, st.rank_max)):
+            if want is None:
+                continue
+            if lo is None:
+                return False
+            # want: sorted distinct integers; all of lo..hi are in it when it holds hi - lo + 1 of them
+            if int(np.searchsorted(want, hi, "right") - np.searchsorted(want, lo, "left")) != hi - lo + 1:
+                return False
+    return True
 
 
 def _categorical(c: str, col: pa.ChunkedArray, file: str) -> pd.Categorical:

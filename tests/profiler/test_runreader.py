@@ -343,3 +343,18 @@ def test_a_filtered_read_of_a_file_of_other_types_equals_the_full_read_filtered(
             np.testing.assert_array_equal(got.index.to_numpy(), want.index.to_numpy())
             pd.testing.assert_frame_equal(got.astype({c: str for c in ("kernel", "role", "kind", "phase")}),
                                           want.astype({c: str for c in ("kernel", "role", "kind", "phase")}))
+
+
+def test_all_kept_asks_every_value_of_each_groups_statistics():
+    """A filtered read skips its row mask only where each row group's [min, max] of iteration and
+    rank lies in the wanted values (sorted, distinct: RowFilter.of), and never without statistics."""
+    from profiler.store.runreader import GroupStats, RowFilter, _all_kept
+    st = [GroupStats(0, 10, 2, 2, 0, 0), GroupStats(10, 10, 3, 4, 1, 1), GroupStats(20, 5, None, None, 0, 0)]
+    assert _all_kept(RowFilter.of([2, 3, 4]), st, [0, 1])
+    assert _all_kept(RowFilter.of([2, 3, 4], [0, 1]), st, [0, 1])
+    assert not _all_kept(RowFilter.of([2, 4]), st, [0, 1])          # 3 not wanted: rows of it may be there
+    assert not _all_kept(RowFilter.of([3]), st, [1])
+    assert not _all_kept(RowFilter.of([2, 3, 4], [1]), st, [0, 1])
+    assert not _all_kept(RowFilter.of([2]), st, [2])                 # no iteration statistics
+    assert _all_kept(RowFilter.of(None, [0]), st, [2])
+    assert not _all_kept(RowFilter.of([]), st, [0])
