@@ -202,3 +202,23 @@ def test_a_chunk_is_freed_before_the_next_is_read_and_the_heap_trimmed_between(c
         assert alive_at_read[1:] == [1, 1, 1] and trims == [4]
     else:
         assert alive_at_read == [0, 0, 0, 0] and trims == [1, 2, 3, 4]
+
+
+def test_a_run_read_in_chunks_hashes_its_events_once_and_names_its_span_phases_and_ranks(tmp_path, monkeypatch):
+    """analyze_run plans the chunks and reads them through one open file (events.parquet hashed
+    against its checksum once, not once more for the plan); each chunk's span phases and ranks
+    (from its span groups and its graph's lanes) are the whole table's."""
+    from profiler.analysis import stored
+    from profiler.analysis.spill import Spill
+    from profiler.store import runreader
+    ev, la, man = make_events(ranks=4, events=40_000, scenario="slow_rank", iterations=4, seed=2)
+    run = load_run(write_run(tmp_path / "r", ev, la, man, perfetto=False))
+    assert run.checksummed
+    hashed = []
+    real = runreader.file_hash
+    monkeypatch.setattr(runreader, "file_hash", lambda f: hashed.append(1) or real(f))
+    spills = chunked.Spills(what_if=Spill(tmp_path / "w"), durations=Spill(tmp_path / "d"))
+    res = chunked.analyze_run(run, max_events=len(ev) // 3, spills=spills)   # every what-if input kept: no re-read
+    assert res.chunks >= 3 and len(hashed) == 1
+    assert list(res.span_phases) == stored.span_phases(run.events)
+    assert list(res.ranks) == sorted(run.events["rank"].unique().tolist())
