@@ -27,7 +27,8 @@ numba runtime. Arithmetic is int64 and wraps as numpy's does.
 The same module makes the solver's input (issue 31: whatif.WhatIfInput.from_graph was 0.51 s of
 `epscope analyze` at 10 M events): retime._prepare's arrays (`prepare`: a pass over the points, one
 over the targets, a radix sort for their time order in place of np.lexsort), whatif's segments
-(`segments`) and int32 narrowing in one pass (`narrow32`), and RetimeInput.solve's offsets
+(`segments`) and int32 narrowing in one pass (`narrow32`; for retime_input the fill writes the arrays it
+would narrow as int32 at once, `_fill32`), and RetimeInput.solve's offsets
 (`offsets`: a merge with the shortened points, not five searchsorted and a dozen array passes).
 Each returns exactly the arrays its numpy code does (values and dtypes: the what-if inputs are stored
 and compared byte for byte), or None where an input is outside what it handles, and the numpy code
