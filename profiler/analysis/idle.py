@@ -229,9 +229,14 @@ def idle_warps(events: pd.DataFrame, *, registry=None, launches=None) -> IdleRep
 def from_graph(g, launches=None) -> IdleReport:
     """The report of a graph (graph.Graph, or the combined summaries of a run analysed in chunks:
     profiler.analysis.chunked), read through the memoised per-graph tables only."""
-    lanes = per_lane(g)
-    # warps that recorded nothing (the launch table says how many there were) did no work either
-    lanes = pd.concat([lanes, IM.silent_lanes(lanes, launches)], ignore_index=True) if launches is not None else lanes
+    # warps that recorded nothing (the launch table says how many there were) did no work either;
+    # the straggler decision's rows when its launch table is this one (computed once: straggler.lanes)
+    shared = launches is g.derived.get("launches")
+    if shared:
+        lanes = ST.lanes(g)
+    else:
+        lanes = per_lane(g)
+        lanes = pd.concat([lanes, IM.silent_lanes(lanes, launches)], ignore_index=True) if launches is not None else lanes
     if lanes.empty:
         v = Verdict(page="idle", alarm=False, cause=Cause.NONE, detail="no GPU warps in the run",
                     warnings=tuple(g.warnings))
@@ -263,7 +268,7 @@ def from_graph(g, launches=None) -> IdleReport:
 
     waited = IM.waited_on(g)
     phases = IM.phase_busy(g)
-    ranks = IM.per_rank(lanes, waited, phases)
+    ranks = ST.rank_table(g).copy() if shared else IM.per_rank(lanes, waited, phases)
     rep = IdleReport(per_warp=pw, per_block=pb, imbalance=im, ranks=ranks, phases=phases, waited=waited,
                      verdict=None, evidence=pw.iloc[0:0], warnings=tuple(g.warnings))
     v, findings = headline(rep, g)
