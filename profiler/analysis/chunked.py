@@ -58,6 +58,7 @@ from . import idle as I
 from . import imbalance as IM
 from . import path_verdict as PV
 from . import rendezvous as RV
+from . import retime_fast
 from . import timemodel as TM
 from . import timeline_overview as TLO
 from . import timeouts
@@ -177,9 +178,10 @@ class Summaries:
                            missing_ok=True, keep_retimed=False, path=self.path).summary
         again = self._graphs({i for i, w in enumerate(self.what_if_inputs) if w is None})
         names = [w for w in self.what_if_inputs if w is not None]
-        done = iter(self.mapper.map(_what_if_one, [(w, self.what_if_recorded.get(w)) for w in names],
-                                    spill=self.spills.what_if, tm=self.derived["time_model"],
-                                    path=_path_only(self.path), phase=phase, speedup=speedup, rank=rank))
+        with retime_fast.kept_scratch():      # the chunks' solves here reuse one scratch (a worker's: its own)
+            done = iter(self.mapper.map(_what_if_one, [(w, self.what_if_recorded.get(w)) for w in names],
+                                        spill=self.spills.what_if, tm=self.derived["time_model"],
+                                        path=_path_only(self.path), phase=phase, speedup=speedup, rank=rank))
         parts = []
         for w in self.what_if_inputs:
             if w is not None:
