@@ -248,3 +248,20 @@ def test_narrowing_matches_numpy(engine):
         engine("auto")
         got = R._narrow(a)
         assert want.dtype == got.dtype and np.array_equal(want, got)
+
+
+def test_kept_scratch_gives_the_same_times(engine):
+    """Solves inside retime_fast.kept_scratch (one scratch reused, grown, sliced to each input) give the
+    times of solves that allocate their own, for inputs of several sizes in a row (a larger then a
+    smaller one reads only its own part of the kept arrays)."""
+    engine("auto")
+    inputs = [_random_input(np.random.default_rng(seed), narrow=seed % 2 == 1) for seed in (3, 11, 4, 29)]
+    args = [(inp.own_off.astype(np.int64), inp.ks.astype(np.int64), inp.src_off.astype(np.int64),
+             inp.aoff.astype(np.int64), inp.moff.astype(np.int64)) for inp in inputs]
+    want = [R._solve(inp, *a) for inp, a in zip(inputs, args)]
+    with retime_fast.kept_scratch():
+        got = [R._solve(inp, *a) for inp, a in zip(inputs, args)]
+        assert retime_fast._held.scratch, "nothing kept inside kept_scratch"
+    assert retime_fast._held.scratch is None
+    for i, (w, g) in enumerate(zip(want, got)):
+        _same(w, g, f"input {i}")
