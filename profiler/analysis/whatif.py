@@ -166,7 +166,13 @@ class WhatIfInput:
         if not speedup < 1:
             raise ValueError(f"what_if: speedup must be < 1 (a fraction of the phase's time), got {speedup}")
         codes, lane_ok = _chosen(self.phase_names, self.ends.lane, phase, rank)
-        sel = np.flatnonzero(_is_code(self.seg_phase, codes, len(self.phase_names)) & lane_ok[self.seg_lane])
+        sel = None
+        if retime_fast.enabled():
+            lut = np.zeros(len(self.phase_names), bool)
+            lut[codes] = True
+            sel = retime_fast.select(self.seg_phase, self.seg_lane, lut, lane_ok)
+        if sel is None:
+            sel = np.flatnonzero(_is_code(self.seg_phase, codes, len(self.phase_names)) & lane_ok[self.seg_lane])
         d = self.seg_d[sel].astype(np.int64)
         shorter = d - np.round(d * (1.0 - speedup)).astype(np.int64)
         after = self.retime.solve(self.seg_pt[sel].astype(np.int64), shorter)

@@ -265,3 +265,24 @@ def test_kept_scratch_gives_the_same_times(engine):
     assert retime_fast._held.scratch is None
     for i, (w, g) in enumerate(zip(want, got)):
         _same(w, g, f"input {i}")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_select_is_numpys_selection(dtype):
+    """retime_fast.select against np.flatnonzero(phase_ok[seg_phase] & lane_ok[seg_lane]) on random
+    segments, and None (numpy's code then runs) where a phase or a lane lies outside its look-up."""
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        n, nph, nl = int(rng.integers(0, 500)), int(rng.integers(1, 9)), int(rng.integers(1, 40))
+        ph, ln = rng.integers(0, nph, n).astype(dtype), rng.integers(0, nl, n).astype(dtype)
+        phase_ok, lane_ok = rng.random(nph) < 0.4, rng.random(nl) < 0.5
+        got = retime_fast.select(ph, ln, phase_ok, lane_ok)
+        want = np.flatnonzero(phase_ok[ph] & lane_ok[ln])
+        assert got is not None and got.dtype == want.dtype and np.array_equal(got, want), f"seed {seed}"
+        if n:
+            bad = ph.copy()
+            bad[n // 2] = -1
+            assert retime_fast.select(bad, ln, phase_ok, lane_ok) is None
+            bad = ln.copy()
+            bad[n // 2] = nl
+            assert retime_fast.select(ph, bad, phase_ok, lane_ok) is None
