@@ -65,30 +65,31 @@ class RetimeInput:
         """New times of `out_pt` when the segments ending at points `pts` (ascending, none a
         lane's first) are `shorter` (ns) than recorded; None: the recorded durations."""
         if pts is None or len(pts) == 0:
-            pts, cum = np.zeros(0, np.int64), np.zeros(1, np.int64)
+            def D(x):
+                return np.zeros(len(x), np.int64)
         else:
             cum = np.r_[np.int64(0), np.cumsum(shorter, dtype=np.int64)]
 
-        def D(x):                                      # shortening at or before each point
-            return cum[np.searchsorted(pts, x, side="right")]
-        ak, mk = self.ak.astype(np.int64), self.mk.astype(np.int64)
-        # the shortening at a target is D of its point (dt below: the same values)
-        aoff = self.aoff - (D(self.a_pt) - D(self.tgt[ak]))
-        moff = self.moff - (D(self.m_pt) - D(self.tgt[mk]))
-        T = None
-        if retime_fast.enabled():                      # the offsets made in the loop's own pass
-            T = retime_fast.solve(self, self.own_off, self.ks, self.src_off, aoff, moff, RETIME_WINDOW,
-                                  WINDOW_SWEEPS, pts=pts, cum=cum)
-        if T is None:
-            ks = self.ks.astype(np.int64)
+            def D(x):                                  # shortening at or before each point
+                return cum[np.searchsorted(pts, x, side="right")]
+        fast = (retime_fast.offsets(self, pts, cum) if pts is not None and len(pts) and retime_fast.enabled()
+                else None)
+        # ks as stored (int32: the compiled loop reads it so, numpy indexes with it), not an int64 copy
+        ks = self.ks
+        if fast is not None:                       # the same arrays, one pass
+            dt, own, src = fast
+        else:
             dt = D(self.tgt)
             nt = len(self.tgt)
             prev = np.maximum(np.arange(nt) - 1, 0)
             own = np.where(self.first, 0, self.own_off - (dt - dt[prev]))
             src = np.where(self.has_src, self.src_off - (D(self.src_pt) - dt[np.maximum(ks, 0)]), 0)
-            T = _solve(self, own, ks, src, aoff, moff)
+        ak, mk = self.ak.astype(np.int64), self.mk.astype(np.int64)
+        aoff = self.aoff - (D(self.a_pt) - dt[ak])
+        moff = self.moff - (D(self.m_pt) - dt[mk])
+        T = _solve(self, own, ks, src, aoff, moff)
         k = self.out_k.astype(np.int64)
-        return T[k] + (self.out_off - (D(self.out_pt) - D(self.tgt[k])))
+        return T[k] + (self.out_off - (D(self.out_pt) - dt[k]))
 
 
 def _narrow(a: np.ndarray) -> np.ndarray:

@@ -27,9 +27,8 @@ numba runtime. Arithmetic is int64 and wraps as numpy's does.
 The same module makes the solver's input (issue 31: whatif.WhatIfInput.from_graph was 0.51 s of
 `epscope analyze` at 10 M events): retime._prepare's arrays (`prepare`: a pass over the points, one
 over the targets, a radix sort for their time order in place of np.lexsort), whatif's segments
-(`segments`) and int32 narrowing in one pass (`narrow32`); RetimeInput.solve's offsets are made by
-the solving loop itself (a merge with the shortened points where it reads the targets, not five
-searchsorted and a dozen array passes).
+(`segments`) and int32 narrowing in one pass (`narrow32`), and RetimeInput.solve's offsets
+(`offsets`: a merge with the shortened points, not five searchsorted and a dozen array passes).
 Each returns exactly the arrays its numpy code does (values and dtypes: the what-if inputs are stored
 and compared byte for byte), or None where an input is outside what it handles, and the numpy code
 runs; tests/analysis/test_retime_fast.py holds them equal on random graphs and every bundled run.
@@ -50,8 +49,8 @@ NEG = np.iinfo(np.int64).min // 4
 
 
 def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw, ak, aoff, occ_starts,
-           grp_of_t, lat_pf, mk, moff, prev_starts, tgt, src_pt, pts, cum, window, sweeps, neg, T, Tw, inv, dt, pkw,
-           oow, ksw, sow, occw, lbw, grpw, lpw, fvw, fl, fq, v, stack, om, om_st, gm, gm_st):
+           grp_of_t, lat_pf, mk, moff, prev_starts, window, sweeps, neg, T, Tw, inv, perm, pkw, oow, ksw, sow, occw,
+           lbw, grpw, lpw, fvw, fl, fq, v, stack, om, om_st, gm, gm_st):
     """retime._solve's loop over T (the recorded times on entry, the new ones on return). Scratch:
     Tw ... fvw (len(T) int64 each: twelve arrays, not one block of 12 x len(T), whose 72 MB at a 10 M-event
     run's chunk are past glibc's largest mmap threshold, so every solve faulted them in afresh: 13 ms of
@@ -61,29 +60,15 @@ def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw,
     occ_of_t and grp_of_t are checked here, in the passes that read them; the caller then runs
     numpy's code).
 
-    own_off and src_off are the offsets of the durations solved for when `pts` is empty (cum [0]);
-    with `pts` (ascending points whose segments are shorter, cum: the prefix sums of the shortening,
-    0 first) they are the recorded ones and the loop subtracts the shortening between the points
-    they span, as RetimeInput.solve's numpy expressions do (tgt, src_pt: the targets' points and
-    their sources'; -1 where tgt or pts is not ascending): the offsets are made where they are
-    gathered, not in a pass of their own into two more arrays (11 of a 10 M-event chunk's ~60 ms).
-
     The targets are relabelled once into solving order (position i: order[i], then the targets not
     solved): what a sweep reads of a target's own constants is then read in sequence, and its
-    dependencies (near it in time) near it in memory; the sweeps themselves are numpy's. The
-    constants are read in target order and scattered to their positions (sequential reads, where
-    gathering them in solving order missed the cache at every read)."""
+    dependencies (near it in time) near it in memory; the sweeps themselves are numpy's."""
     nt = T.shape[0]
     n_solve = order.shape[0]
     bw = ak.shape[0] > 0
     pf = mk.shape[0] > 0
     n_occ = occ_starts.shape[0]
     n_grp = prev_starts.shape[0]
-    npts = pts.shape[0]
-    for j in range(1, npts):
-        if pts[j] < pts[j - 1]:
-            return -1
-    j = 0
     for q in range(nt):               # in target order (sequential): the checks, the flags packed
         k = ks[q]
         if k < -1 or k >= nt:
@@ -97,59 +82,50 @@ def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw,
         else:
             fq[q] = (1 if first[q] else 0) | (4 if has_src[q] else 0)
         inv[q] = -1
-        if npts:                      # the shortening at or before each target: a merge with pts
-            x = tgt[q]
-            if q and x < tgt[q - 1]:
-                return -1
-            while j < npts and pts[j] <= x:
-                j += 1
-            dt[q] = cum[j]
     for i in range(n_solve):
         q = order[i]
         if q < 0 or q >= nt or inv[q] >= 0:
             return -1
         inv[q] = i
+        perm[i] = q
     r = n_solve
     for q in range(nt):
         if inv[q] < 0:
             inv[q] = r
+            perm[r] = q
             r += 1
-    for q in range(nt):               # read in target order, scattered to solving order
-        i = inv[q]
-        Tw[i] = T[q]
-        if i >= n_solve:
-            continue
-        f = fq[q]
+    for i in range(nt):
+        p = perm[i]
+        Tw[i] = T[p]
+    for i in range(n_solve):          # read only what the sweeps will read: fewer cache misses
+        p = perm[i]
+        f = fq[p]
         fl[i] = f
         if f & 2:
-            fvw[i] = T[q]
+            fvw[i] = Tw[i]
             continue
         if not f & 1:
-            pkw[i] = inv[q - 1 if q > 0 else 0]
-            oow[i] = own_off[q] - (dt[q] - dt[q - 1 if q > 0 else 0]) if npts else own_off[q]
+            pkw[i] = inv[p - 1 if p > 0 else 0]
+            oow[i] = own_off[p]
         if f & 4:
-            k = ks[q]
+            k = ks[p]
             ksw[i] = inv[max(0, k)]
-            if npts:
-                x = src_pt[q]
-                lo = 0                # searchsorted(pts, x, side="right")
-                hi = npts
-                while lo < hi:
-                    m = (lo + hi) >> 1
-                    if pts[m] <= x:
-                        lo = m + 1
-                    else:
-                        hi = m
-                sow[i] = src_off[q] - (cum[lo] - dt[k if k > 0 else 0])
-            else:
-                sow[i] = src_off[q]
-        # departures and a launch's first points after a previous one are few (8 k and 4 k of 755 k
-        # targets at 10 M events)
-        occw[i] = occ_of_t[q] if bw and occ_of_t[q] >= 0 else -1
-        if occw[i] >= 0:
+            sow[i] = src_off[p]
+        occw[i] = -1
+        grpw[i] = -1
+    # departures and a launch's first points after a previous one are few (8 k and 4 k of 755 k
+    # targets at 10 M events): scattered from a sequential pass, not gathered for every target
+    for q in range(nt if bw else 0):
+        o = occ_of_t[q]
+        i = inv[q]
+        if o >= 0 and i < n_solve and not fq[q] & 2:
+            occw[i] = o
             lbw[i] = lat_bw[q]
-        grpw[i] = grp_of_t[q] if pf and grp_of_t[q] >= 0 else -1
-        if grpw[i] >= 0:
+    for q in range(nt if pf else 0):
+        o = grp_of_t[q]
+        i = inv[q]
+        if o >= 0 and i < n_solve and not fq[q] & 2:
+            grpw[i] = o
             lpw[i] = lat_pf[q]
     stamp = np.int64(0)
     halved = np.int64(0)
@@ -224,10 +200,8 @@ def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw,
             stack[2 * sp + 2] = lo
             stack[2 * sp + 3] = mid
             sp += 2
-    for q in range(nt):
-        i = inv[q]
-        if i < n_solve:
-            T[q] = Tw[i]
+    for i in range(n_solve):
+        T[perm[i]] = Tw[i]
     return halved
 
 
@@ -350,6 +324,45 @@ def _segments(lane_first, seg_kind, seg_phase, d, pt_lane, kind_ok, fl, seg_pt, 
     return n
 
 
+def _offsets(tgt, first, own_off, has_src, src_pt, ks, src_off, pts, cum, dt, own, src):
+    """RetimeInput.solve's offsets for segments ending at `pts` made shorter (cum: the prefix sums of
+    the shortening, 0 first): dt the shortening at or before each target, own and src its offsets
+    (the numpy expressions there, one target at a time). Returns 0, or -1 where tgt or pts is not
+    ascending or a ks lies past the targets (numpy then does what it does)."""
+    nt = tgt.shape[0]
+    npts = pts.shape[0]
+    for j in range(1, npts):
+        if pts[j] < pts[j - 1]:
+            return -1
+    j = 0
+    for i in range(nt):                   # targets ascending: a merge with pts
+        x = tgt[i]
+        if i and x < tgt[i - 1]:
+            return -1
+        while j < npts and pts[j] <= x:
+            j += 1
+        dt[i] = cum[j]
+    for i in range(nt):
+        k = ks[i]
+        if k >= nt:
+            return -1
+        own[i] = 0 if first[i] else own_off[i] - (dt[i] - dt[i - 1 if i > 0 else 0])
+        if has_src[i]:
+            x = src_pt[i]
+            lo = 0                         # searchsorted(pts, x, side="right")
+            hi = npts
+            while lo < hi:
+                m = (lo + hi) >> 1
+                if pts[m] <= x:
+                    lo = m + 1
+                else:
+                    hi = m
+            src[i] = src_off[i] - (cum[lo] - dt[k if k > 0 else 0])
+        else:
+            src[i] = 0
+    return 0
+
+
 def _select(seg_phase, seg_lane, phase_ok, lane_ok, out):
     """The segments whose phase and lane are chosen (phase_ok[seg_phase] & lane_ok[seg_lane]): their
     positions written into out, or only counted when out is empty; returns how many, or -1 where a
@@ -430,8 +443,8 @@ _EXPORTS = {}
 for _dt, _name in _VARIANTS.items():
     _X = _A(_dt.name)
     _EXPORTS[_name] = (_solve, "int64(" + ", ".join(
-        [_X, _B, _B, _X, _B, _X, _X, _X, _X, _I, _I, _I, _X, _X, _I, _I, _I, _X, _X, _I, _I, "int64", "int64", "int64",
-         _I] + [_I] * 12 + [_A("uint8"), _A("uint8"), _I, _I, _I, _I, _I, _I]) + ")")
+        [_X, _B, _B, _I, _B, _X, _I, _X, _X, _I, _I, _I, _X, _X, _I, _I, _I, "int64", "int64", "int64", _I]
+        + [_I] * 12 + [_A("uint8"), _A("uint8"), _I, _I, _I, _I, _I, _I]) + ")")
 # retime._prepare's loops, for a graph whose `src` is int32 (graph.index_dtype) or int64
 for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
     _X = _A(_dt.name)
@@ -444,11 +457,15 @@ _EXPORTS["segments"] = (_segments, "int64(" + ", ".join(
     [_I, _A("int8"), _A("int32"), _I, _I, _B, _A("uint8")] + [_A("int32")] * 4) + ")")
 for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
     _X = _A(_dt.name)
+    _EXPORTS["offsets_" + _sfx] = (_offsets, "int64(" + ", ".join([_X, _B, _X, _B, _X, _X, _X] + [_I] * 5) + ")")
+for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
+    _X = _A(_dt.name)
     _EXPORTS["select_" + _sfx] = (_select, f"int64({_X}, {_X}, {_B}, {_B}, {_I})")
 _EXPORTS["time_order"] = (_time_order, f"int64({_I}, int64, int64, int64, {_I}, {_I}, {_I}, {_I}, {_I}, int64[:, ::1])")
 STACK = 128   # windows pending at once: two per halving level (a window of 2^62 targets)
 last_halved = 0   # windows the last solve halved (the tests read it)
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "retime", _EXPORTS, "the what-if's re-timing loop")
+
 _held = threading.local()   # .scratch: the solving loop's scratch kept by `kept_scratch`, else absent
 
 
@@ -457,7 +474,7 @@ def kept_scratch():
     """Solves inside reuse one set of the loop's per-target scratch (fourteen arrays, 74 MB at a 10 M-event
     run's chunk of 755 k targets), grown to the largest chunk, instead of allocating it for each: a run's
     what-if solves its chunks one after another, and each fresh set was faulted in again (4,000 page
-    faults, ~12 of a chunk's ~62 ms). Given back on leaving; per thread."""
+    faults, ~9 ms of CPU a chunk). Given back on leaving; per thread."""
     if getattr(_held, "scratch", None) is not None:
         yield
         return
@@ -499,28 +516,21 @@ def _in(a, lo: int, hi: int) -> bool:
     return len(a) == 0 or (int(a.min()) >= lo and int(a.max()) < hi)
 
 
-def solve(inp, own_off, ks, src_off, aoff, moff, window: int, sweeps: int, pts=None, cum=None):
+def solve(inp, own_off, ks, src_off, aoff, moff, window: int, sweeps: int):
     """retime._solve's T, or None where an index would fall outside its array (numpy's fancy
     indexing wraps negatives or raises) or `order` repeats a target: the numpy path then runs and
-    does what it does. pts, cum: the points whose segments are shorter and the prefix sums of the
-    shortening (RetimeInput.solve's), own_off and src_off then the recorded offsets (_solve makes
-    the shortened ones as it reads them; None also where tgt or pts is not ascending)."""
+    does what it does."""
     global last_halved
     nt = len(inp.tgt)
-    pts = np.zeros(0, np.int64) if pts is None else _i64(pts)
-    cum = np.zeros(1, np.int64) if cum is None else _i64(cum)
-    # per target: int32 throughout where the stored input is (no conversion), else int64
-    big = (inp.order, inp.occ_of_t, inp.lat_bw, inp.grp_of_t, inp.lat_pf, own_off, ks, src_off, inp.tgt, inp.src_pt)
+    # the per-target indices int32 where the stored input's are (ks too: no int64 copy), else int64
+    big = (inp.order, inp.occ_of_t, inp.lat_bw, inp.grp_of_t, inp.lat_pf, ks)
     dt = np.dtype(np.int32) if all(a.dtype == np.int32 for a in big) else np.dtype(np.int64)
-    order, occ_of_t, lat_bw, grp_of_t, lat_pf, own_off, ks, src_off, tgt, src_pt = (np.ascontiguousarray(a, dt)
-                                                                                    for a in big)
+    order, occ_of_t, lat_bw, grp_of_t, lat_pf, ks = (np.ascontiguousarray(a, dt) for a in big)
     ak, mk = _i64(inp.ak), _i64(inp.mk)
     occ_starts, prev_starts = _i64(inp.occ_starts), _i64(inp.prev_starts)
     # order, ks, occ_of_t and grp_of_t (a target's each) are checked by the loop, in passes it makes anyway
     if window < 1 or len(inp.t) != nt or not all(len(a) == nt for a in (ks, occ_of_t, grp_of_t, inp.first,
-                                                                         inp.fixed, inp.has_src, own_off, src_off)):
-        return None
-    if len(pts) and (len(src_pt) != nt or len(cum) != len(pts) + 1):
+                                                                         inp.fixed, inp.has_src)):
         return None
     if not (_in(ak, 0, nt) and _in(mk, 0, nt)):
         return None
@@ -530,9 +540,9 @@ def solve(inp, own_off, ks, src_off, aoff, moff, window: int, sweeps: int, pts=N
         return None
     T = inp.t.astype(np.int64)
     h = int(_compiled().get(_VARIANTS[dt])(
-        order, _b(inp.first), _b(inp.fixed), own_off, _b(inp.has_src), ks, src_off, occ_of_t, lat_bw,
-        ak, _i64(aoff), occ_starts, grp_of_t, lat_pf, mk, _i64(moff), prev_starts, tgt, src_pt, pts, cum,
-        np.int64(window), np.int64(sweeps), np.int64(NEG), T, *_scratch(nt),
+        order, _b(inp.first), _b(inp.fixed), _i64(own_off), _b(inp.has_src), ks, _i64(src_off), occ_of_t, lat_bw,
+        ak, _i64(aoff), occ_starts, grp_of_t, lat_pf, mk, _i64(moff), prev_starts, np.int64(window),
+        np.int64(sweeps), np.int64(NEG), T, *_scratch(nt),
         np.empty(min(window, max(len(order), 1)), np.int64), np.empty(2 * STACK, np.int64),
         np.empty(len(occ_starts), np.int64), np.full(len(occ_starts), -1, np.int64),
         np.empty(len(prev_starts), np.int64), np.full(len(prev_starts), -1, np.int64)))
@@ -645,3 +655,18 @@ def segments(g, kinds: np.ndarray) -> tuple[np.ndarray, ...] | None:
         return None
     out = tuple(np.empty(n, np.int32) for _ in range(4))
     return out if int(f(*args, *out)) == n else None
+
+
+def offsets(inp, pts: np.ndarray, cum: np.ndarray):
+    """(dt, own, src) of RetimeInput.solve (the shortening at or before each target, the offsets
+    from the previous target and from the source's) by _offsets, or None (numpy's code then runs)."""
+    big = (inp.tgt, inp.own_off, inp.src_pt, inp.ks, inp.src_off)
+    if not all(len(a) == len(inp.tgt) for a in (*big, inp.first, inp.has_src)) or not all(a.dtype.kind == "i" for a in big):
+        return None
+    dt = np.dtype(np.int32) if all(a.dtype == np.int32 for a in big) else np.dtype(np.int64)
+    big = [np.ascontiguousarray(a, dt) for a in big]
+    n = len(inp.tgt)
+    d, own, src = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    r = _compiled().get("offsets_" + dt.name)(big[0], _b(inp.first), big[1], _b(inp.has_src), big[2], big[3], big[4],
+                                              _i64(pts), _i64(cum), d, own, src)
+    return None if r < 0 else (d, own, src)
