@@ -69,10 +69,13 @@ def _statements(per_warp: pd.DataFrame, per_block: pd.DataFrame, order: list[str
     """One starvation finding per (rank, kernel) with warps that did no work, most idle first."""
     out = []
     working_kernels = set(per_warp.loc[per_warp["did_work"], "kernel"])
+    # each (rank, kernel)'s warps, split once (a selection of every warp per group was 10 of this
+    # function's 15 ms at 10 M events: 24 groups); a group keeps the rows' order and index
+    by_group = dict(iter(per_warp.groupby(["rank", "kernel"], sort=False, observed=True)))
     for (rank, kernel), blk in per_block.groupby(["rank", "kernel"], sort=True, observed=True):
         if kernel not in working_kernels:
             continue     # a kernel in which no warp of any rank works (a pure barrier kernel) is not starved
-        warps = per_warp[(per_warp["rank"] == rank) & (per_warp["kernel"] == kernel)]
+        warps = by_group.get((rank, kernel), per_warp.iloc[0:0])
         working = int(warps["did_work"].sum())
         n_idle = int((~warps["did_work"]).sum())
         if n_idle == 0:
