@@ -58,6 +58,7 @@ from . import idle as I
 from . import imbalance as IM
 from . import path_verdict as PV
 from . import rendezvous as RV
+from . import retime_fast
 from . import timemodel as TM
 from . import timeline_overview as TLO
 from . import timeouts
@@ -111,11 +112,21 @@ def _recorded_one(name: str, *, spill: Spill, tm) -> pd.DataFrame:
     return WhatIfInput.from_arrays(spill.get(name), tm).recorded()
 
 
-def _what_if_one(item: tuple, *, spill: Spill, tm, path, phase: str, speedup: float, rank) -> pd.DataFrame:
-    """One chunk's what-if summary from its input (item: its name and its whatif.recorded)."""
+@dataclass
+class WhatIfPart:
+    """One chunk's what-if summary and its whatif.recorded, made from one read of its input."""
+    summary: pd.DataFrame
+    recorded: pd.DataFrame
+
+
+def _what_if_one(item: tuple, *, spill: Spill, tm, path, phase: str, speedup: float, rank) -> WhatIfPart:
+    """One chunk's what-if summary from its input (item: its name and its whatif.recorded, None when
+    not made yet: made here from the same input, whose op-latency plan (timemodel.OpPlan, memoised
+    on the input's lanes) then serves both, instead of a second read and plan in _recorded)."""
     name, rec = item
     inp = WhatIfInput.from_arrays(spill.get(name), tm)
-    return inp.summary(phase=phase, speedup=speedup, rank=rank, path=path, rec=rec)
+    rec = inp.recorded() if rec is None else rec
+    return WhatIfPart(inp.summary(phase=phase, speedup=speedup, rank=rank, path=path, rec=rec), rec)
 
 
 def _path_only(cp) -> "CP.CriticalPath":
@@ -142,7 +153,8 @@ class Summaries:
     # chunk kept without one: _what_if_possible)
     what_if_inputs: list = field(default_factory=list, repr=False)
     spills: Spills | None = field(default=None, repr=False)
-    # per input name: whatif.recorded of its chunk (the same for every what-if: computed once)
+    # per input name: whatif.recorded of its chunk (the same for every what-if: made once, by the first
+    # what-if that re-times the chunk or else by _finish's _recorded)
     what_if_recorded: dict = field(default_factory=dict, repr=False)
     mapper: object = field(default=LOCAL, repr=False)     # where the chunks' what-ifs run
     # to read and build again a chunk without an input (analyze_chunks's `chunks`, launch table)
@@ -165,13 +177,16 @@ class Summaries:
                            missing_ok=True, keep_retimed=False, path=self.path).summary
         again = self._graphs({i for i, w in enumerate(self.what_if_inputs) if w is None})
         names = [w for w in self.what_if_inputs if w is not None]
-        done = iter(self.mapper.map(_what_if_one, [(w, self.what_if_recorded.get(w)) for w in names],
-                                    spill=self.spills.what_if, tm=self.derived["time_model"],
-                                    path=_path_only(self.path), phase=phase, speedup=speedup, rank=rank))
+        with retime_fast.kept_scratch():      # the chunks' solves here reuse one scratch (a worker's: its own)
+            done = iter(self.mapper.map(_what_if_one, [(w, self.what_if_recorded.get(w)) for w in names],
+                                        spill=self.spills.what_if, tm=self.derived["time_model"],
+                                        path=_path_only(self.path), phase=phase, speedup=speedup, rank=rank))
         parts = []
         for w in self.what_if_inputs:
             if w is not None:
-                parts.append(next(done))
+                part = next(done)
+                self.what_if_recorded.setdefault(w, part.recorded)
+                parts.append(part.summary)
                 continue
             g = next(again)
             parts.append(what_if(g.events, phase=phase, speedup=speedup, rank=rank, graph=g, new_path=False,
@@ -434,7 +449,6 @@ def _finish(outs: list[ChunkOut], *, sem, ranks: int, launches, spills: Spills, 
     s.path, s.graph, s.what_if_inputs, s.spills, s.rechunk, s.launches = cp, graph, wif, spills, rechunk, launches
     s.derived["launches"] = launches      # the straggler decision's silent warps (imbalance.silent_lanes)
     s.mapper = mapper
-    s.what_if_recorded = _recorded(spills, wif, s.derived["time_model"], mapper)
     if graph is not None:
         # the run's time model serves the kept graph (what_if reads its rows of the chunk's launches)
         graph.derived["time_model"] = s.derived["time_model"]
@@ -445,6 +459,8 @@ def _finish(outs: list[ChunkOut], *, sem, ranks: int, launches, spills: Spills, 
     tl = TLO.Builder()
     for o in outs:
         tl.merge(o.timeline)
+    # after the verdicts: the balancing what-if (idle) made those of the chunks it re-timed
+    s.what_if_recorded = _recorded(spills, wif, s.derived["time_model"], mapper, s.what_if_recorded)
     rt = RT.finish([o.run_tables for o in outs], spills.durations, launches)
     for o in outs:
         spills.durations.drop(o.run_tables.name)
@@ -458,10 +474,12 @@ def _finish(outs: list[ChunkOut], *, sem, ranks: int, launches, spills: Spills, 
                    what_if=tuple(w for w in wif if w is not None), spills=spills, what_if_recorded=s.what_if_recorded)
 
 
-def _recorded(spills: Spills, names: list, tm, mapper) -> dict:
-    """whatif.recorded of every chunk kept with a what-if input (it reads the input's lanes only)."""
-    todo = [n for n in names if n is not None]
-    return dict(zip(todo, mapper.map(_recorded_one, todo, spill=spills.what_if, tm=tm)))
+def _recorded(spills: Spills, names: list, tm, mapper, made: dict) -> dict:
+    """whatif.recorded of every chunk kept with a what-if input, in chunk order (it reads the input's
+    lanes only); made: those a what-if already made (Summaries.what_if_summary), not made again."""
+    todo = [n for n in names if n is not None and n not in made]
+    made = {**made, **dict(zip(todo, mapper.map(_recorded_one, todo, spill=spills.what_if, tm=tm)))}
+    return {n: made[n] for n in names if n is not None}
 
 
 # -- drivers ---------------------------------------------------------------------------------

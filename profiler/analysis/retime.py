@@ -72,9 +72,10 @@ class RetimeInput:
 
             def D(x):                                  # shortening at or before each point
                 return cum[np.searchsorted(pts, x, side="right")]
-        ks = self.ks.astype(np.int64)
         fast = (retime_fast.offsets(self, pts, cum) if pts is not None and len(pts) and retime_fast.enabled()
                 else None)
+        # ks as stored (int32: the compiled loop reads it so, numpy indexes with it), not an int64 copy
+        ks = self.ks
         if fast is not None:                       # the same arrays, one pass
             dt, own, src = fast
         else:

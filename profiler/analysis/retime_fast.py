@@ -36,6 +36,8 @@ runs; tests/analysis/test_retime_fast.py holds them equal on random graphs and e
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +141,7 @@ def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw,
             settled = False
             for _ in range(sweeps):
                 stamp += 1
+                same = True
                 for i in range(lo, hi):
                     f = fl[i]
                     if f & 2:
@@ -182,11 +185,8 @@ def _solve(order, first, fixed, own_off, has_src, ks, src_off, occ_of_t, lat_bw,
                             y = gm[o] + lpw[i]
                             x = max(x, y)
                     v[i - lo] = x
-                same = True
-                for i in range(lo, hi):
-                    if v[i - lo] != Tw[i]:
+                    if x != Tw[i]:            # the sweep's comparison, made as it goes
                         same = False
-                        break
                 if same:
                     settled = True
                     break
@@ -429,6 +429,26 @@ def _offsets(tgt, first, own_off, has_src, src_pt, ks, src_off, pts, cum, dt, ow
     return 0
 
 
+def _select(seg_phase, seg_lane, phase_ok, lane_ok, out):
+    """The segments whose phase and lane are chosen (phase_ok[seg_phase] & lane_ok[seg_lane]): their
+    positions written into out, or only counted when out is empty; returns how many, or -1 where a
+    phase or lane lies outside its look-up (numpy's indexing would wrap or raise: it then runs)."""
+    nph = phase_ok.shape[0]
+    nl = lane_ok.shape[0]
+    fill = out.shape[0] > 0
+    n = 0
+    for i in range(seg_phase.shape[0]):
+        p = seg_phase[i]
+        q = seg_lane[i]
+        if p < 0 or p >= nph or q < 0 or q >= nl:
+            return -1
+        if phase_ok[p] and lane_ok[q]:
+            if fill:
+                out[n] = i
+            n += 1
+    return n
+
+
 RADIX_BITS = 11          # a digit of the time order's radix sort: 2048 counts (16 kB) stay in L1
 
 
@@ -489,7 +509,7 @@ _EXPORTS = {}
 for _dt, _name in _VARIANTS.items():
     _X = _A(_dt.name)
     _EXPORTS[_name] = (_solve, "int64(" + ", ".join(
-        [_X, _B, _B, _I, _B, _I, _I, _X, _X, _I, _I, _I, _X, _X, _I, _I, _I, "int64", "int64", "int64", _I]
+        [_X, _B, _B, _I, _B, _X, _I, _X, _X, _I, _I, _I, _X, _X, _I, _I, _I, "int64", "int64", "int64", _I]
         + [_I] * 12 + [_A("uint8"), _A("uint8"), _I, _I, _I, _I, _I, _I]) + ")")
 # retime._prepare's loops, for a graph whose `src` is int32 (graph.index_dtype) or int64
 for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
@@ -507,10 +527,41 @@ _EXPORTS["segments"] = (_segments, "int64(" + ", ".join(
 for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
     _X = _A(_dt.name)
     _EXPORTS["offsets_" + _sfx] = (_offsets, "int64(" + ", ".join([_X, _B, _X, _B, _X, _X, _X] + [_I] * 5) + ")")
+for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
+    _X = _A(_dt.name)
+    _EXPORTS["select_" + _sfx] = (_select, f"int64({_X}, {_X}, {_B}, {_B}, {_I})")
 _EXPORTS["time_order"] = (_time_order, f"int64({_I}, int64, int64, int64, {_I}, {_I}, {_I}, {_I}, {_I}, int64[:, ::1])")
 STACK = 128   # windows pending at once: two per halving level (a window of 2^62 targets)
 last_halved = 0   # windows the last solve halved (the tests read it)
 _LOOPS = aot.Loops(_MODULE, Path(__file__), "retime", _EXPORTS, "the what-if's re-timing loop")
+
+_held = threading.local()   # .scratch: the solving loop's scratch kept by `kept_scratch`, else absent
+
+
+@contextlib.contextmanager
+def kept_scratch():
+    """Solves inside reuse one set of the loop's per-target scratch (fourteen arrays, 74 MB at a 10 M-event
+    run's chunk of 755 k targets), grown to the largest chunk, instead of allocating it for each: a run's
+    what-if solves its chunks one after another, and each fresh set was faulted in again (4,000 page
+    faults, ~9 ms of CPU a chunk). Given back on leaving; per thread."""
+    if getattr(_held, "scratch", None) is not None:
+        yield
+        return
+    _held.scratch = []
+    try:
+        yield
+    finally:
+        _held.scratch = None
+
+
+def _scratch(nt: int) -> list:
+    """Twelve int64 and two uint8 arrays of nt elements (views of the kept ones inside kept_scratch)."""
+    kept = getattr(_held, "scratch", None)
+    if kept is None:
+        return [np.empty(nt, np.int64) for _ in range(12)] + [np.empty(nt, np.uint8) for _ in range(2)]
+    if not kept or len(kept[0]) < nt:
+        kept[:] = [np.empty(nt, np.int64) for _ in range(12)] + [np.empty(nt, np.uint8) for _ in range(2)]
+    return [a[:nt] for a in kept]
 
 
 def _compiled() -> aot.Compiled:
@@ -540,12 +591,12 @@ def solve(inp, own_off, ks, src_off, aoff, moff, window: int, sweeps: int):
     does what it does."""
     global last_halved
     nt = len(inp.tgt)
-    big = (inp.order, inp.occ_of_t, inp.lat_bw, inp.grp_of_t, inp.lat_pf)
+    # the per-target indices int32 where the stored input's are (ks too: no int64 copy), else int64
+    big = (inp.order, inp.occ_of_t, inp.lat_bw, inp.grp_of_t, inp.lat_pf, ks)
     dt = np.dtype(np.int32) if all(a.dtype == np.int32 for a in big) else np.dtype(np.int64)
-    order, occ_of_t, lat_bw, grp_of_t, lat_pf = (np.ascontiguousarray(a, dt) for a in big)
+    order, occ_of_t, lat_bw, grp_of_t, lat_pf, ks = (np.ascontiguousarray(a, dt) for a in big)
     ak, mk = _i64(inp.ak), _i64(inp.mk)
     occ_starts, prev_starts = _i64(inp.occ_starts), _i64(inp.prev_starts)
-    ks = _i64(ks)
     # order, ks, occ_of_t and grp_of_t (a target's each) are checked by the loop, in passes it makes anyway
     if window < 1 or len(inp.t) != nt or not all(len(a) == nt for a in (ks, occ_of_t, grp_of_t, inp.first,
                                                                          inp.fixed, inp.has_src)):
@@ -560,8 +611,7 @@ def solve(inp, own_off, ks, src_off, aoff, moff, window: int, sweeps: int):
     h = int(_compiled().get(_VARIANTS[dt])(
         order, _b(inp.first), _b(inp.fixed), _i64(own_off), _b(inp.has_src), ks, _i64(src_off), occ_of_t, lat_bw,
         ak, _i64(aoff), occ_starts, grp_of_t, lat_pf, mk, _i64(moff), prev_starts, np.int64(window),
-        np.int64(sweeps), np.int64(NEG), T, *(np.empty(nt, np.int64) for _ in range(12)), np.empty(nt, np.uint8),
-        np.empty(nt, np.uint8),
+        np.int64(sweeps), np.int64(NEG), T, *_scratch(nt),
         np.empty(min(window, max(len(order), 1)), np.int64), np.empty(2 * STACK, np.int64),
         np.empty(len(occ_starts), np.int64), np.full(len(occ_starts), -1, np.int64),
         np.empty(len(prev_starts), np.int64), np.full(len(prev_starts), -1, np.int64)))
@@ -657,6 +707,23 @@ def narrow32(a: np.ndarray) -> np.ndarray | None:
     """a (int64) as int32 when every value fits, else None (retime._narrow's test)."""
     out = np.empty(len(a), np.int32)
     return out if _compiled().get("narrow32")(np.ascontiguousarray(a), out) else None
+
+
+def select(seg_phase: np.ndarray, seg_lane: np.ndarray, phase_ok: np.ndarray, lane_ok: np.ndarray) -> np.ndarray | None:
+    """np.flatnonzero(phase_ok[seg_phase] & lane_ok[seg_lane]) (whatif.WhatIfInput.summary's segments
+    to shorten) in two passes of _select, counting then filling, where numpy made five over 1.57 M
+    segments a 10 M-event chunk (7 ms), or None (numpy then runs) where the dtypes are not one of the
+    loop's or an index lies outside its look-up."""
+    dt = seg_phase.dtype
+    if dt not in (np.dtype(np.int32), np.dtype(np.int64)) or seg_lane.dtype != dt or len(seg_lane) != len(seg_phase):
+        return None
+    f = _compiled().get("select_" + dt.name)
+    args = (np.ascontiguousarray(seg_phase), np.ascontiguousarray(seg_lane), _b(phase_ok), _b(lane_ok))
+    n = int(f(*args, np.empty(0, np.int64)))
+    if n < 0:
+        return None
+    out = np.empty(n, np.int64)
+    return out if n == 0 or int(f(*args, out)) == n else None
 
 
 def segments(g, kinds: np.ndarray) -> tuple[np.ndarray, ...] | None:

@@ -94,15 +94,23 @@ def decision(g: G.Graph) -> Straggler | None:
     return G.memo(g, "straggler", lambda: _decision(g))
 
 
-def rank_table(g: G.Graph) -> pd.DataFrame:
-    """imbalance.per_rank with the warps that recorded nothing (the launch table's regions)."""
+def lanes(g: G.Graph) -> pd.DataFrame:
+    """imbalance.per_lane with the warps that recorded nothing (imbalance.silent_lanes of the launch
+    table in g.derived["launches"], when there is one). Memoised: the idle page reads the same rows
+    (idle.from_graph); not to be changed by the reader."""
     def compute():
-        lanes = IM.per_lane(g)
+        got = IM.per_lane(g)
         launches = g.derived.get("launches")
         if launches is not None:
-            lanes = pd.concat([lanes, IM.silent_lanes(lanes, launches)], ignore_index=True)
-        return IM.per_rank(lanes, IM.waited_on(g), IM.phase_busy(g))
-    return G.memo(g, "rank_table", compute)
+            got = pd.concat([got, IM.silent_lanes(got, launches)], ignore_index=True)
+        return got
+    return G.memo(g, "lanes_with_silent", compute)
+
+
+def rank_table(g: G.Graph) -> pd.DataFrame:
+    """imbalance.per_rank with the warps that recorded nothing (the launch table's regions).
+    Memoised: the idle page's `ranks` are these rows (a copy)."""
+    return G.memo(g, "rank_table", lambda: IM.per_rank(lanes(g), IM.waited_on(g), IM.phase_busy(g)))
 
 
 def _decision(g: G.Graph) -> Straggler | None:

@@ -272,3 +272,41 @@ def test_narrowing_matches_numpy(engine):
         engine("auto")
         got = R._narrow(a)
         assert want.dtype == got.dtype and np.array_equal(want, got)
+
+
+def test_kept_scratch_gives_the_same_times(engine):
+    """Solves inside retime_fast.kept_scratch (one scratch reused, grown, sliced to each input) give the
+    times of solves that allocate their own, for inputs of several sizes in a row (a larger then a
+    smaller one reads only its own part of the kept arrays)."""
+    engine("auto")
+    inputs = [_random_input(np.random.default_rng(seed), narrow=seed % 2 == 1) for seed in (3, 11, 4, 29)]
+    args = [(inp.own_off.astype(np.int64), inp.ks.astype(np.int64), inp.src_off.astype(np.int64),
+             inp.aoff.astype(np.int64), inp.moff.astype(np.int64)) for inp in inputs]
+    want = [R._solve(inp, *a) for inp, a in zip(inputs, args)]
+    with retime_fast.kept_scratch():
+        got = [R._solve(inp, *a) for inp, a in zip(inputs, args)]
+        assert retime_fast._held.scratch, "nothing kept inside kept_scratch"
+    assert retime_fast._held.scratch is None
+    for i, (w, g) in enumerate(zip(want, got)):
+        _same(w, g, f"input {i}")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_select_is_numpys_selection(dtype):
+    """retime_fast.select against np.flatnonzero(phase_ok[seg_phase] & lane_ok[seg_lane]) on random
+    segments, and None (numpy's code then runs) where a phase or a lane lies outside its look-up."""
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        n, nph, nl = int(rng.integers(0, 500)), int(rng.integers(1, 9)), int(rng.integers(1, 40))
+        ph, ln = rng.integers(0, nph, n).astype(dtype), rng.integers(0, nl, n).astype(dtype)
+        phase_ok, lane_ok = rng.random(nph) < 0.4, rng.random(nl) < 0.5
+        got = retime_fast.select(ph, ln, phase_ok, lane_ok)
+        want = np.flatnonzero(phase_ok[ph] & lane_ok[ln])
+        assert got is not None and got.dtype == want.dtype and np.array_equal(got, want), f"seed {seed}"
+        if n:
+            bad = ph.copy()
+            bad[n // 2] = -1
+            assert retime_fast.select(bad, ln, phase_ok, lane_ok) is None
+            bad = ln.copy()
+            bad[n // 2] = nl
+            assert retime_fast.select(ph, bad, phase_ok, lane_ok) is None

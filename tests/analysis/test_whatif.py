@@ -155,3 +155,35 @@ def test_what_if_input_kept_without_the_graph_gives_the_graphs_summary(scenario,
                     keep_retimed=False, path=cp).summary
         got = inp.summary(phase=phase, speedup=s, rank=rank, path=cp)
         assert got.equals(w), (phase, s)
+
+
+def _local_saving_by_groupby(lane, tgt_lane, shorter, iterations):
+    """The group-by chain _local_saving replaced: per lane the sum, the largest per launch, summed per
+    rank, the largest per iteration."""
+    import pandas as pd
+    lanes = lane.iloc[tgt_lane]
+    per = pd.DataFrame({"it": lanes["iteration"].to_numpy(), "rank": lanes["rank"].to_numpy(),
+                        "launch": lanes["launch"].to_numpy(), "lane": tgt_lane, "s": shorter})
+    saving = (per.groupby(["it", "rank", "launch", "lane"])["s"].sum()
+              .groupby(level=[0, 1, 2]).max().groupby(level=[0, 1]).sum().groupby(level=0).max())
+    return saving.reindex(iterations).fillna(0).to_numpy().astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_local_saving_is_the_group_by_chain(seed):
+    """whatif._local_saving (sorted reductions) against the pandas group-bys it replaced, on random
+    lanes (launches of several warps, ranks, iterations, some iterations without a shortened
+    segment, empty selections)."""
+    import pandas as pd
+    from profiler.analysis.whatif import _local_saving
+    rng = np.random.default_rng(seed)
+    n_lanes = int(rng.integers(1, 60))
+    lane = pd.DataFrame({"iteration": rng.integers(0, 5, n_lanes), "rank": rng.integers(0, 4, n_lanes),
+                         "launch": rng.integers(0, 6, n_lanes)})
+    n = int(rng.integers(0, 200)) if seed % 7 else 0
+    tgt_lane = rng.integers(0, n_lanes, n).astype(np.int64)
+    shorter = rng.integers(0, 10_000, n).astype(np.int64)
+    iterations = np.arange(-1, 7, dtype=np.int64)
+    got = _local_saving(lane, tgt_lane, shorter, iterations)
+    want = _local_saving_by_groupby(lane, tgt_lane, shorter, iterations)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
