@@ -75,6 +75,8 @@ def wait_durations(d, pt_t, pb, pe, rel_t) -> None:
 
 def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe, sem: Semantics,
                e: Edges, d: np.ndarray) -> None:
+    if graph_fast.enabled() and _wait_join(t, lanes, pts, iv, iv_pb, iv_pe, sem, e, d):
+        return
     wait_iv = np.flatnonzero((iv.kind == WAIT) & ~iv.unfinished)
     if len(wait_iv) == 0:
         return
@@ -116,6 +118,25 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
     e.src[p_end] = pts.row_pe[rr]
     e.rel_t[p_end] = rel
     wait_durations(d, pts.pt_t, iv_pb[wi], p_end, rel)
+
+
+def _wait_join(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe, sem: Semantics, e: Edges,
+               d: np.ndarray) -> bool:
+    """wait_edges in graph_fast's compiled passes (no release rows, keys, sort order or hits as
+    arrays), or False where they cannot run. The targets are every phase's release, not only those
+    of the chunk's waits: a target no wait names adds releases that match nothing, the same edges."""
+    if not len(iv.kind):
+        return True
+    rel_name_of_phase = [sem.release_of(p) for p in t.phase_names]
+    targets = sorted(set(rel_name_of_phase) - {""})
+    if not targets:
+        return True
+    g_of_phase = np.array([targets.index(p) if p in targets else -1 for p in t.phase_names], np.int64)
+    tgt_of_phase = np.array([targets.index(r) if r in targets else -1 for r in rel_name_of_phase], np.int64)
+    rmin, rmax, it_min = int(t.rank.min()), int(t.rank.max()), int(t.it.min())
+    radix = (it_min, int(t.it.max()) - it_min + 1, len(t.kernel_names) + 1, rmin, rmax, rmax - rmin + 1)
+    return graph_fast.wait_join(t, lanes.is_host_row, iv, iv_pb, iv_pe, pts.row_pe, pts.pt_t, e.src, e.rel_t, d,
+                                g_of_phase, tgt_of_phase, radix, WAIT)
 
 
 def wait_keys(rows, g, t: Table, from_rank: bool, radix: tuple) -> np.ndarray:
