@@ -133,8 +133,8 @@ def _wait_join(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
         return True
     g_of_phase = np.array([targets.index(p) if p in targets else -1 for p in t.phase_names], np.int64)
     tgt_of_phase = np.array([targets.index(r) if r in targets else -1 for r in rel_name_of_phase], np.int64)
-    rmin, rmax, it_min = int(t.rank.min()), int(t.rank.max()), int(t.it.min())
-    radix = (it_min, int(t.it.max()) - it_min + 1, len(t.kernel_names) + 1, rmin, rmax, rmax - rmin + 1)
+    (rmin, rmax), (it_min, it_max) = t.bounds("rank"), t.bounds("it")
+    radix = (it_min, it_max - it_min + 1, len(t.kernel_names) + 1, rmin, rmax, rmax - rmin + 1)
     return graph_fast.wait_join(t, lanes.is_host_row, iv, iv_pb, iv_pe, pts.row_pe, pts.pt_t, e.src, e.rel_t, d,
                                 g_of_phase, tgt_of_phase, radix, WAIT)
 
