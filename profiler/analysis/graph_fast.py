@@ -428,19 +428,21 @@ def _wait_probe(iv_kind, iv_unf, iv_row, iv_phase, tgt_of_phase, iv_pb, iv_pe, w
     return m
 
 
-def _table_pass(kind8, slot_of_kind, phase_c, n_ph, end, t0, masks, pairs):
+def _table_pass(kind8, slot_of_kind, phase_c, n_ph, begin, end, masks, pairs, bounds):
     """lanes.table's per-row columns in one pass: each event kind's mask (masks[slot], slot of
-    EVENT_KINDS by kind code, -1 for a kind outside them), the times relative to t0, and the rows
-    of each (kind slot, phase code + 1) counted (which phases each kind uses: graph._build's
-    undeclared-phase check). Returns the largest relative end."""
-    emax = np.int64(0)
+    EVENT_KINDS by kind code, -1 for a kind outside them), the rows of each (kind slot, phase code
+    + 1) counted (which phases each kind uses: graph._build's undeclared-phase check), and the
+    times' bounds (the time origin and width): bounds = [least begin, least end, largest end]."""
+    bmin, emin, emax = begin[0], end[0], end[0]
     for r in range(kind8.shape[0]):
         s = slot_of_kind[kind8[r]] if kind8[r] >= 0 else -1
         if s >= 0:
             masks[s, r] = True
             pairs[s, phase_c[r] + 1] += 1   # a categorical's codes: -1 (missing) and up
-        emax = max(emax, end[r] - t0)
-    return emax
+        bmin = min(bmin, begin[r])
+        emin = min(emin, end[r])
+        emax = max(emax, end[r])
+    bounds[0], bounds[1], bounds[2] = bmin, emin, emax
 
 
 def _intervals_pass(span, host, begin, end, phase_c, kind_of_phase, host_kind, unfinished, kernel_c, launch, bw_arr,
@@ -541,8 +543,8 @@ for (_r, _i), _name in _JOIN_VARIANTS.items():
                                     _A("int64"), _A("int64"), _A("int64"), _A("int32"), _A("int64")]) + ")")
 _EXPORTS["wait_release_fill"] = (_wait_release_fill, "void(" + ", ".join(
     [_A("int32"), _A("int32"), _A("int64"), _A("int32"), "int64", "int64", _A("int64"), _A("int64"), _A("int32")]) + ")")
-_EXPORTS["table_pass"] = (_table_pass, "int64(" + ", ".join([_A("int8"), _A("int64"), _A("int32"), "int64", _A("int64"),
-                                                               "int64", "boolean[:, ::1]", "int64[:, ::1]"]) + ")")
+_EXPORTS["table_pass"] = (_table_pass, "void(" + ", ".join([_A("int8"), _A("int64"), _A("int32"), "int64", _A("int64"),
+                                                              _A("int64"), "boolean[:, ::1]", "int64[:, ::1]", _A("int64")]) + ")")
 # intervals.intervals' launch column: the stored schema's int32 and int64
 _IV_VARIANTS = {np.dtype(w): f"intervals_pass_{np.dtype(w).name}" for w in (np.int32, np.int64)}
 for _w, _name in _IV_VARIANTS.items():
@@ -750,16 +752,19 @@ def wait_join(t, host, iv, iv_pb, iv_pe, row_pe, pt_t, src, rel_t, d, g_of_phase
     return True
 
 
-def table_pass(kind_codes, slot_of_kind, phase_c, n_ph: int, end, t0: int, n_slots: int):
-    """(kind masks, rows per (kind slot, phase code + 1), largest end - t0) as lanes.table computes
-    them (see _table_pass), or None where the kind codes are not int8 (the numpy path then runs)."""
-    if kind_codes.dtype != np.int8 or phase_c.dtype != np.int32:
+def table_pass(kind_codes, slot_of_kind, phase_c, n_ph: int, begin, end, n_slots: int):
+    """(kind masks, rows per (kind slot, phase code + 1), time origin t0, largest end - t0) as
+    lanes.table computes them (see _table_pass), or None where the kind codes are not int8 or there
+    are no rows (the numpy path then runs)."""
+    if kind_codes.dtype != np.int8 or phase_c.dtype != np.int32 or not len(kind_codes):
         return None
     masks = np.zeros((n_slots, len(kind_codes)), np.bool_)
     pairs = np.zeros((n_slots, n_ph + 1), np.int64)
-    emax = _compiled().get("table_pass")(np.ascontiguousarray(kind_codes), _i64(slot_of_kind), np.ascontiguousarray(phase_c),
-                                         np.int64(n_ph), _i64(end), np.int64(t0), masks, pairs)
-    return masks, pairs, int(emax)
+    bounds = np.zeros(3, np.int64)
+    _compiled().get("table_pass")(np.ascontiguousarray(kind_codes), _i64(slot_of_kind), np.ascontiguousarray(phase_c),
+                                  np.int64(n_ph), _i64(begin), _i64(end), masks, pairs, bounds)
+    t0 = int(min(bounds[0], bounds[1]))
+    return masks, pairs, t0, int(bounds[2]) - t0
 
 
 def intervals_pass(t, kind_of_phase, bw_arr, bw_dep, kinds: tuple):
