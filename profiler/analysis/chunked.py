@@ -269,11 +269,14 @@ _CONCAT = ("iteration_totals", "rank_lateness", "waited_on", "held_after_entry",
 
 def _tables(g: G.Graph, rows: np.ndarray) -> dict:
     """rows: the chunk's row numbers in the whole table (to order occurrences as it does)."""
+    # the time model's rows first: their cut of each lane's waits lets lane_totals sum the points for
+    # the entry totals and the critical path's busy time in one pass
+    rows_tm = TM.launch_rows(g)
     cp = CP.from_graph(g, verdict=False)
     cp.graph = None                       # keep the chunk's tables, not its graph
     out = {"cp": cp}
     out["iteration_totals"] = CP.iteration_totals(g)
-    out["time_model_rows"] = TM.launch_rows(g)
+    out["time_model_rows"] = rows_tm
     # Compare's host-call and phase samples: means within an iteration, the waits clipped at their
     # occurrence's last entry, which the chunk's own launch rows give (timemodel.launch_rows)
     out["compare"] = CMP.event_samples(g.table_ref, g.sem, CMP.entry_cuts(out["time_model_rows"]))

@@ -75,6 +75,8 @@ def wait_durations(d, pt_t, pb, pe, rel_t) -> None:
 
 def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe, sem: Semantics,
                e: Edges, d: np.ndarray) -> None:
+    if graph_fast.enabled() and _wait_join(t, lanes, pts, iv, iv_pb, iv_pe, sem, e, d):
+        return
     wait_iv = np.flatnonzero((iv.kind == WAIT) & ~iv.unfinished)
     if len(wait_iv) == 0:
         return
@@ -116,6 +118,25 @@ def wait_edges(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe,
     e.src[p_end] = pts.row_pe[rr]
     e.rel_t[p_end] = rel
     wait_durations(d, pts.pt_t, iv_pb[wi], p_end, rel)
+
+
+def _wait_join(t: Table, lanes: Lanes, pts: Points, iv: Intervals, iv_pb, iv_pe, sem: Semantics, e: Edges,
+               d: np.ndarray) -> bool:
+    """wait_edges in graph_fast's compiled passes (no release rows, keys, sort order or hits as
+    arrays), or False where they cannot run. The targets are every phase's release, not only those
+    of the chunk's waits: a target no wait names adds releases that match nothing, the same edges."""
+    if not len(iv.kind):
+        return True
+    rel_name_of_phase = [sem.release_of(p) for p in t.phase_names]
+    targets = sorted(set(rel_name_of_phase) - {""})
+    if not targets:
+        return True
+    g_of_phase = np.array([targets.index(p) if p in targets else -1 for p in t.phase_names], np.int64)
+    tgt_of_phase = np.array([targets.index(r) if r in targets else -1 for r in rel_name_of_phase], np.int64)
+    (rmin, rmax), (it_min, it_max) = t.bounds("rank"), t.bounds("it")
+    radix = (it_min, it_max - it_min + 1, len(t.kernel_names) + 1, rmin, rmax, rmax - rmin + 1)
+    return graph_fast.wait_join(t, lanes.is_host_row, iv, iv_pb, iv_pe, pts.row_pe, pts.pt_t, e.src, e.rel_t, d,
+                                g_of_phase, tgt_of_phase, radix, WAIT)
 
 
 def wait_keys(rows, g, t: Table, from_rank: bool, radix: tuple) -> np.ndarray:
@@ -185,10 +206,8 @@ def barrier_edges(t: Table, pts: Points, iv: Intervals, iv_pb, iv_pe, sem: Seman
     if len(iv.bw_arr) == 0:
         return
     last_row_of_occ = arr_rows[o][np.r_[e.occ_starts[1:], len(o)] - 1]
-    occ_of_arr = np.full(t.n, -1, np.int64)
-    occ_of_arr[arr_rows] = e.arr_occ
     bw_iv = np.arange(iv.n_spans, iv.n)
-    bw_occ = occ_of_arr[iv.arr_row[bw_iv]]
+    bw_occ = _occurrence_of(iv.arr_row[bw_iv], arr_rows, e.arr_occ)
     lr = last_row_of_occ[bw_occ]
     bw_arr, bw_dep = iv.bw_arr, iv.bw_dep
     # an unfinished wait was never released; a malformed occurrence whose last arrival comes after
@@ -201,6 +220,14 @@ def barrier_edges(t: Table, pts: Points, iv: Intervals, iv_pb, iv_pe, sem: Seman
     e.src[e.bw_end_pt] = pts.row_pb[lr]
     e.rel_t[e.bw_end_pt] = t.begin[lr]
     wait_durations(d, pts.pt_t, iv_pb[bw_iv], e.bw_end_pt, t.begin[lr])
+
+
+def _occurrence_of(rows, arr_rows, arr_occ) -> np.ndarray:
+    """The occurrence of each arrival row in `rows`, -1 for a row that is none: a search of the
+    sorted arrival rows (a table-long look-up array was 20 MB of fresh pages a 2.5 M-event chunk)."""
+    assert len(arr_rows) < 2 or bool(np.all(arr_rows[1:] > arr_rows[:-1])), "arrival rows: ascending"
+    pos = np.minimum(np.searchsorted(arr_rows, rows), len(arr_rows) - 1)
+    return np.where(arr_rows[pos] == rows, arr_occ[pos], -1)
 
 
 @dataclass

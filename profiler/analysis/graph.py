@@ -214,8 +214,9 @@ def segment_durations(g: Graph) -> np.ndarray:
     """Length of each point's incoming segment (0 at a lane's first point: the launch pseudo-segment)."""
     dur = g.derived.get("dur")
     if dur is None:
-        dur = np.zeros(g.n_points, np.int64)
+        dur = np.empty(g.n_points, np.int64)   # every point written below: no zeroing pass first
         if g.n_points:
+            dur[0] = 0
             np.subtract(g.pt_t[1:], g.pt_t[:-1], out=dur[1:])
             dur[g.lane_first] = 0
         dur.flags.writeable = False

@@ -267,7 +267,8 @@ def _segments(owner, iv_kind, iv_phase, lane_first, pt_t, gap, launch, is_first,
 def _binding(pt_t, src, rel_t, is_first, iv_kind, iv_pb, iv_pe, wait, barrier, hs_pb, hs_pe, wait_begin, lat,
              bind):
     """edges.binding in one pass over the intervals and one over the points; wait_begin: scratch of
-    the points, filled with the int64 maximum."""
+    the points, filled with the int64 maximum (lat itself may be it: each point's is read before
+    its lat is written)."""
     for j in range(iv_kind.shape[0]):   # in interval order, then the host syncs: the last write wins
         if iv_kind[j] == wait or iv_kind[j] == barrier:
             wait_begin[iv_pe[j]] = pt_t[iv_pb[j]]
@@ -275,8 +276,9 @@ def _binding(pt_t, src, rel_t, is_first, iv_kind, iv_pb, iv_pe, wait, barrier, h
         wait_begin[hs_pe[i]] = pt_t[hs_pb[i]]
     for p in range(pt_t.shape[0]):
         if src[p] >= 0:
+            wb = wait_begin[p]
             lat[p] = pt_t[p] - rel_t[p]
-            bind[p] = is_first[p] or rel_t[p] > wait_begin[p]
+            bind[p] = is_first[p] or rel_t[p] > wb
         else:
             lat[p] = 0
             bind[p] = False
@@ -338,19 +340,109 @@ def _wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, end, src, rel_t, p
     return m
 
 
-def _table_pass(kind8, slot_of_kind, phase_c, n_ph, end, t0, masks, pairs):
+def _wait_release_count(phase_c, g_of_phase, host, arrive, depart, it, kc, rank, payload, it_min, n_it, n_k, rmin,
+                        rmax, n_r, cnt, rel_k, rel_r):
+    """edges.wait_edges' releases: the rows _release_rows selects (g: their target), keyed as
+    _wait_keys keys them, less those keyed -1 (they match no wait); each one's key and row in row
+    order (rel_k, rel_r), counted per key into cnt[key + 1] (zeroed). Returns their number."""
+    n_ph = g_of_phase.shape[0]
+    m = 0
+    for r in range(phase_c.shape[0]):
+        c = phase_c[r]
+        g = g_of_phase[c if c >= 0 else c + n_ph]
+        rf, rt = np.int64(rank[r]), payload[r]
+        if g >= 0 and not (host[r] or arrive[r] or depart[r]) and rmin <= rf <= rmax and rmin <= rt <= rmax:
+            k = (((g * n_it + (np.int64(it[r]) - it_min)) * n_k + kc[r]) * n_r + rf - rmin) * n_r + rt - rmin
+            cnt[k + 1] += 1
+            rel_k[m], rel_r[m] = k, r
+            m += 1
+    return m
+
+
+def _wait_release_fill(rel_k, rel_r, end, row_pe, t0, tb, cnt, s_k, s_p):
+    """_wait_release_count's releases grouped by key in row order (a counting sort): (key << tb) |
+    (end - t0) (s_k) and their end point (s_p). Key k ends up at [cnt[k - 1], cnt[k]) (from 0 for
+    k = 0); a stable sort of s_k then sorts each key's by time."""
+    for k in range(cnt.shape[0] - 1):
+        cnt[k + 1] += cnt[k]
+    for i in range(s_k.shape[0]):
+        k, r = rel_k[i], rel_r[i]
+        s_k[cnt[k]] = (np.int64(k) << tb) | (end[r] - t0)
+        s_p[cnt[k]] = row_pe[r]
+        cnt[k] += 1
+
+
+def _wait_probe(iv_kind, iv_unf, iv_row, iv_phase, tgt_of_phase, iv_pb, iv_pe, wait, it, kc, rank, payload, end,
+                it_min, n_it, n_k, rmin, rmax, n_r, t0, tb, cnt, s_k, s_p, pt_t, src, rel_t, d, last, single_pe,
+                single_rel):
+    """edges.wait_edges' as-of join and writes over the sorted releases (s_k: (key << tb) | (end -
+    t0), s_p: their end points, key k at [cnt[k - 1], cnt[k])): each wait interval the kernel ended
+    (in interval order) takes the last release of its key at or before its end (galloping on from
+    where the previous wait of its key stopped, last[k], -1 at first: a lane's waits on one peer
+    come in order); its end point gets the release's end point (src) and time (rel_t), and
+    wait_durations' d: the waits of several pieces at once, those of one after (single_pe /
+    single_rel: scratch of the waits). Returns the waits released."""
+    n_ph = tgt_of_phase.shape[0]
+    m, n_single = 0, 0
+    low = (np.int64(1) << tb) - 1
+    for j in range(iv_kind.shape[0]):
+        if iv_kind[j] != wait or iv_unf[j]:
+            continue
+        r, c = iv_row[j], iv_phase[j]
+        g = tgt_of_phase[c if c >= 0 else c + n_ph]
+        rf, rt = payload[r], np.int64(rank[r])
+        if g < 0 or not (rmin <= rf <= rmax and rmin <= rt <= rmax):
+            continue
+        k = (((g * n_it + (np.int64(it[r]) - it_min)) * n_k + kc[r]) * n_r + rf - rmin) * n_r + rt - rmin
+        q = (k << tb) | (end[r] - t0)
+        first = cnt[k - 1] if k > 0 else 0
+        lo, hi = first, cnt[k]
+        p = last[k]
+        if p >= 0 and (p == first or s_k[p - 1] <= q):   # s_k[first:p] <= q: gallop on from p
+            a, b, step = p, p, 1
+            while b < hi and s_k[b] <= q:
+                a, b, step = b + 1, b + 1 + step, step * 2
+            lo, hi = a, min(b, hi)
+        while lo < hi:   # the first key > q
+            mid = (lo + hi) >> 1
+            if s_k[mid] <= q:
+                lo = mid + 1
+            else:
+                hi = mid
+        last[k] = lo
+        if lo == first:   # no release of its key at or before its end
+            continue
+        p_end, t = iv_pe[j], (s_k[lo - 1] & low) + t0
+        src[p_end] = s_p[lo - 1]
+        rel_t[p_end] = t
+        m += 1
+        if p_end - iv_pb[j] > 1:
+            for x in range(iv_pb[j] + 1, p_end + 1):
+                d[x] = max(0, pt_t[x] - max(pt_t[x - 1], t))
+        elif p_end - iv_pb[j] == 1:
+            single_pe[n_single], single_rel[n_single] = p_end, t
+            n_single += 1
+    for i in range(n_single):
+        x = single_pe[i]
+        d[x] = max(0, pt_t[x] - max(pt_t[x - 1], single_rel[i]))
+    return m
+
+
+def _table_pass(kind8, slot_of_kind, phase_c, n_ph, begin, end, masks, pairs, bounds):
     """lanes.table's per-row columns in one pass: each event kind's mask (masks[slot], slot of
-    EVENT_KINDS by kind code, -1 for a kind outside them), the times relative to t0, and the rows
-    of each (kind slot, phase code + 1) counted (which phases each kind uses: graph._build's
-    undeclared-phase check). Returns the largest relative end."""
-    emax = np.int64(0)
+    EVENT_KINDS by kind code, -1 for a kind outside them), the rows of each (kind slot, phase code
+    + 1) counted (which phases each kind uses: graph._build's undeclared-phase check), and the
+    times' bounds (the time origin and width): bounds = [least begin, least end, largest end]."""
+    bmin, emin, emax = begin[0], end[0], end[0]
     for r in range(kind8.shape[0]):
         s = slot_of_kind[kind8[r]] if kind8[r] >= 0 else -1
         if s >= 0:
             masks[s, r] = True
             pairs[s, phase_c[r] + 1] += 1   # a categorical's codes: -1 (missing) and up
-        emax = max(emax, end[r] - t0)
-    return emax
+        bmin = min(bmin, begin[r])
+        emin = min(emin, end[r])
+        emax = max(emax, end[r])
+    bounds[0], bounds[1], bounds[2] = bmin, emin, emax
 
 
 def _intervals_pass(span, host, begin, end, phase_c, kind_of_phase, host_kind, unfinished, kernel_c, launch, bw_arr,
@@ -436,8 +528,23 @@ _EXPORTS.update({
 _EXPORTS["asof_probe"] = (_asof_probe, "void(" + ", ".join([_A("int64")] * 4 + ["int64", "int64", _A("int64")]) + ")")
 _EXPORTS["wait_apply"] = (_wait_apply, "int64(" + ", ".join([_A("int64")] * 3 + [_A("int32")] * 3 + [_A("int64"), _A("int32")]
                                                               + [_A("int64")] * 4) + ")")
-_EXPORTS["table_pass"] = (_table_pass, "int64(" + ", ".join([_A("int8"), _A("int64"), _A("int32"), "int64", _A("int64"),
-                                                               "int64", "boolean[:, ::1]", "int64[:, ::1]"]) + ")")
+# edges.wait_edges' join (_wait_release_count, _wait_probe; _wait_release_fill has one): per (rank,
+# iteration) width as _KEY_VARIANTS
+_JOIN_VARIANTS = {k: v.replace("wait_keys_", "") for k, v in _KEY_VARIANTS.items()}
+_RADIX = ["int64"] * 6
+for (_r, _i), _name in _JOIN_VARIANTS.items():
+    _cols = [_A(_i.name), _A("int32"), _A(_r.name), _A("int64")]     # it, kernel code, rank, payload
+    _sel = [_A("int32"), _A("int64")] + [_A("boolean")] * 3 + _cols
+    _EXPORTS["wait_release_count_" + _name] = (_wait_release_count, "int64(" + ", ".join(
+        _sel + _RADIX + [_A("int64"), _A("int32"), _A("int32")]) + ")")
+    _EXPORTS["wait_probe_" + _name] = (_wait_probe, "int64(" + ", ".join(
+        [_A("int8"), _A("boolean"), _A("int32"), _A("int32"), _A("int64"), _A("int32"), _A("int32"), "int64"] + _cols
+        + [_A("int64")] + _RADIX + ["int64", "int64", _A("int64"), _A("int64"), _A("int32"), _A("int64"), _A("int32"),
+                                    _A("int64"), _A("int64"), _A("int64"), _A("int32"), _A("int64")]) + ")")
+_EXPORTS["wait_release_fill"] = (_wait_release_fill, "void(" + ", ".join(
+    [_A("int32"), _A("int32"), _A("int64"), _A("int32"), "int64", "int64", _A("int64"), _A("int64"), _A("int32")]) + ")")
+_EXPORTS["table_pass"] = (_table_pass, "void(" + ", ".join([_A("int8"), _A("int64"), _A("int32"), "int64", _A("int64"),
+                                                              _A("int64"), "boolean[:, ::1]", "int64[:, ::1]", _A("int64")]) + ")")
 # intervals.intervals' launch column: the stored schema's int32 and int64
 _IV_VARIANTS = {np.dtype(w): f"intervals_pass_{np.dtype(w).name}" for w in (np.int32, np.int64)}
 for _w, _name in _IV_VARIANTS.items():
@@ -578,11 +685,11 @@ def binding(pt_t, src, rel_t, is_first, iv_kind, iv_pb, iv_pe, kinds: tuple, hs_
     if src.dtype != np.int32 or iv_pb.dtype != np.int32 or iv_pe.dtype != np.int32 or iv_kind.dtype != np.int8:
         return None
     P = len(pt_t)
-    lat, bind = np.empty(P, np.int64), np.empty(P, np.bool_)
+    # lat is the wait begins' scratch too: no second array of the points (19 MB a 2.5 M-event chunk)
+    lat, bind = np.full(P, np.iinfo(np.int64).max, np.int64), np.empty(P, np.bool_)
     _compiled().get("binding")(_i64(pt_t), np.ascontiguousarray(src), _i64(rel_t), np.ascontiguousarray(is_first, np.bool_),
                                np.ascontiguousarray(iv_kind), np.ascontiguousarray(iv_pb), np.ascontiguousarray(iv_pe),
-                               *(np.int64(k) for k in kinds), _i64(hs_pb), _i64(hs_pe),
-                               np.full(P, np.iinfo(np.int64).max, np.int64), lat, bind)
+                               *(np.int64(k) for k in kinds), _i64(hs_pb), _i64(hs_pe), lat, lat, bind)
     return lat, bind
 
 
@@ -606,16 +713,58 @@ def wait_apply(wait_iv, hit, rel_rows, iv_pb, iv_pe, row_pe, end, src, rel_t):
     return tuple(x[:m] for x in out)
 
 
-def table_pass(kind_codes, slot_of_kind, phase_c, n_ph: int, end, t0: int, n_slots: int):
-    """(kind masks, rows per (kind slot, phase code + 1), largest end - t0) as lanes.table computes
-    them (see _table_pass), or None where the kind codes are not int8 (the numpy path then runs)."""
-    if kind_codes.dtype != np.int8 or phase_c.dtype != np.int32:
+def wait_join(t, host, iv, iv_pb, iv_pe, row_pe, pt_t, src, rel_t, d, g_of_phase, tgt_of_phase, radix: tuple,
+              wait: int) -> bool:
+    """edges.wait_edges' join and writes (src, rel_t, d in place): the releases counted and grouped
+    by key in two compiled passes (one over the rows, one over the releases), sorted by (key, time) with one stable argsort (few runs: one per
+    key and signalling lane), the waits joined and written in a third (see _wait_probe); or False
+    where the widths or the key space do not fit (the numpy path then runs). g_of_phase /
+    tgt_of_phase: the release target a row's phase is / a wait's phase waits for (-1 for none);
+    radix: (it_min, n_it, n_k, rmin, rmax, n_r) of wait_keys."""
+    name = _JOIN_VARIANTS.get((t.rank.dtype, t.it.dtype))
+    it_min, n_it, n_k, rmin, rmax, n_r = radix
+    n_keys = (max(int(g_of_phase.max(initial=-1)), int(tgt_of_phase.max(initial=-1))) + 1) * n_it * n_k * n_r * n_r
+    ints = (iv.row, iv.phase, iv_pb, iv_pe, row_pe, src)
+    if (name is None or any(x.dtype != np.int32 for x in ints) or iv.kind.dtype != np.int8
+            or t.payload.dtype != np.int64 or t.kernel_c.dtype != np.int32 or t.phase_c.dtype != np.int32
+            or rel_t.dtype != np.int64 or d.dtype != np.int64 or n_keys > max(t.n // 4, 1 << 16)
+            or n_keys.bit_length() + t.tb > 62):
+        return False
+    c = _compiled()
+    sel = (np.ascontiguousarray(t.phase_c), _i64(g_of_phase), np.ascontiguousarray(host, np.bool_),
+           np.ascontiguousarray(t.kind["arrive"]), np.ascontiguousarray(t.kind["depart"]))
+    cols = (np.ascontiguousarray(t.it), np.ascontiguousarray(t.kernel_c), np.ascontiguousarray(t.rank),
+            np.ascontiguousarray(t.payload))
+    rad = tuple(np.int64(x) for x in radix) + (np.int64(t.t0), np.int64(t.tb))
+    cnt = np.zeros(n_keys + 1, np.int64)
+    rel_k, rel_r = np.empty(t.n, np.int32), np.empty(t.n, np.int32)   # pages past the releases: never touched
+    m = int(c.get("wait_release_count_" + name)(*sel, *cols, *rad[:6], cnt, rel_k, rel_r))
+    s_k, s_p = np.empty(m, np.int64), np.empty(m, np.int32)
+    c.get("wait_release_fill")(rel_k, rel_r, _i64(t.end), np.ascontiguousarray(row_pe), *rad[6:], cnt, s_k, s_p)
+    del rel_k, rel_r
+    order = np.argsort(s_k, kind="stable")
+    s_k, s_p = s_k[order], s_p[order]
+    del order
+    n_iv = len(iv.kind)   # the waits' scratch: pages past the single-piece waits are never touched
+    c.get("wait_probe_" + name)(iv.kind, np.ascontiguousarray(iv.unfinished, np.bool_), iv.row, iv.phase, _i64(tgt_of_phase),
+                                iv_pb, iv_pe, np.int64(wait), *cols, _i64(t.end), *rad, cnt, s_k, s_p, _i64(pt_t), src,
+                                rel_t, d, np.full(n_keys, -1, np.int64), np.empty(n_iv, np.int32), np.empty(n_iv, np.int64))
+    return True
+
+
+def table_pass(kind_codes, slot_of_kind, phase_c, n_ph: int, begin, end, n_slots: int):
+    """(kind masks, rows per (kind slot, phase code + 1), time origin t0, largest end - t0) as
+    lanes.table computes them (see _table_pass), or None where the kind codes are not int8 or there
+    are no rows (the numpy path then runs)."""
+    if kind_codes.dtype != np.int8 or phase_c.dtype != np.int32 or not len(kind_codes):
         return None
     masks = np.zeros((n_slots, len(kind_codes)), np.bool_)
     pairs = np.zeros((n_slots, n_ph + 1), np.int64)
-    emax = _compiled().get("table_pass")(np.ascontiguousarray(kind_codes), _i64(slot_of_kind), np.ascontiguousarray(phase_c),
-                                         np.int64(n_ph), _i64(end), np.int64(t0), masks, pairs)
-    return masks, pairs, int(emax)
+    bounds = np.zeros(3, np.int64)
+    _compiled().get("table_pass")(np.ascontiguousarray(kind_codes), _i64(slot_of_kind), np.ascontiguousarray(phase_c),
+                                  np.int64(n_ph), _i64(begin), _i64(end), masks, pairs, bounds)
+    t0 = int(min(bounds[0], bounds[1]))
+    return masks, pairs, t0, int(bounds[2]) - t0
 
 
 def intervals_pass(t, kind_of_phase, bw_arr, bw_dep, kinds: tuple):

@@ -155,6 +155,11 @@ def entry(g: G.Graph, cut: np.ndarray) -> EntryTotals:
 def _entry(g: G.Graph, cut: np.ndarray) -> EntryTotals:
     nl, nph1 = len(g.lane), len(g.phase_names) + 1
     ci = _cut_ints(cut) if tables_fast.enabled() and _times_exact(g) else None
+    if ci is not None and "lane_totals.points" not in g.derived:   # no pass over the points yet: one for both
+        got = _points_and_entry(g, ci)
+        if got is not None:
+            g.derived["lane_totals.points"] = got[0]
+            return got[1]
     if ci is not None:
         before, after, blp = np.zeros(nl, np.int64), np.zeros(nl, np.int64), np.zeros(nl * nph1, np.int64)
         tot = tables_fast.run("entry_sums", _i(g.pt_t, np.int64), _i(g.pt_lane, np.int64), _i(g.seg_kind, np.int8),
@@ -173,6 +178,25 @@ def _entry(g: G.Graph, cut: np.ndarray) -> EntryTotals:
     return EntryTotals(before=np.bincount(lanes, weights=before, minlength=nl),
                        after=np.bincount(lanes, weights=after, minlength=nl),
                        before_phase=np.bincount(key, weights=before[w], minlength=nl * nph1).reshape(nl, nph1))
+
+
+def _points_and_entry(g: G.Graph, ci: tuple) -> tuple[PointTotals, EntryTotals] | None:
+    """_points' and _entry's compiled sums in one pass over the points (tables_fast's
+    point_entry_sums: the chunk's tables ask for the time model's entry totals first, chunked._tables),
+    or None where a sum could round (each then runs on its own, with its own fallback)."""
+    nl, nph, nph1 = len(g.lane), _nph(g), len(g.phase_names) + 1
+    work, wait, wlp = np.zeros(nl, np.int64), np.zeros(nl, np.int64), np.zeros(nl * nph, np.int64)
+    before, after, blp = np.zeros(nl, np.int64), np.zeros(nl, np.int64), np.zeros(nl * nph1, np.int64)
+    tots = np.zeros(2, np.int64)
+    tables_fast.run_void("point_entry_sums", _i(g.pt_t, np.int64), _i(g.pt_lane, np.int64), _i(g.seg_kind, np.int8),
+                         _i(g.seg_phase, np.int32), G.segment_durations(g), _kind_lut((G.WORK,)), _kind_lut(WAIT_KINDS),
+                         np.int64(nph), ci[0], _i(ci[1], np.bool_), np.int64(nph1), work, wait, wlp, before, after, blp,
+                         tots)
+    if tots[0] >= _EXACT or tots[1] >= _EXACT:
+        return None
+    return (PointTotals(work=work, wait=wait, work_phase=wlp.astype(np.float64).reshape(nl, nph)),
+            EntryTotals(before=before.astype(np.float64), after=after.astype(np.float64),
+                        before_phase=blp.astype(np.float64).reshape(nl, nph1)))
 
 
 def held(g: G.Graph, cut: np.ndarray) -> HeldPairs:

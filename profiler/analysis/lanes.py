@@ -25,6 +25,14 @@ def codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return c.astype(np.int32), np.asarray(uniq, dtype=object)
 
 
+def _native_codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, names) as `codes`, a categorical's codes in their own width (int8): for a column
+    read through them only (the role; an int32 copy was 10 MB of fresh pages a 2.5 M-event chunk)."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        return s.cat.codes.to_numpy(), np.asarray(s.cat.categories.astype(str), dtype=object)
+    return codes(s)
+
+
 @dataclass
 class Table:
     """The columns of one event table as native arrays (narrow dtypes kept: tables reach 10 M
@@ -51,6 +59,15 @@ class Table:
     # rows per (EVENT_KINDS index, phase code + 1), where the compiled pass counted them (else None)
     kind_phase: np.ndarray | None = None
     _rel: dict = field(default_factory=dict, repr=False)
+    _range: dict = field(default_factory=dict, repr=False)
+
+    def bounds(self, col: str) -> tuple[int, int]:
+        """(min, max) of column `col` (rank, it, launch, block, warp), computed once: the lane key's
+        radix and the wait edges' keys both read the ranks' and iterations' (one pass each)."""
+        if col not in self._range:
+            a = getattr(self, col)
+            self._range[col] = (int(a.min()), int(a.max()))
+        return self._range[col]
 
     # begin / end - t0 of every row, made on first use: the compiled loops and the edges read the
     # absolute times (two n-long int64 arrays, 40 MB a 2.5 M-event chunk, not made there)
@@ -74,20 +91,20 @@ def table(ev: pd.DataFrame) -> Table:
     kind_s = ev["kind"]
     phase_c, phase_names = codes(ev["phase"])
     kernel_c, kernel_names = codes(ev["kernel"])
-    role_c, role_names = codes(ev["role"])
+    role_c, role_names = _native_codes(ev["role"])
     begin = ev["begin_ns"].to_numpy()
     end = ev["end_ns"].to_numpy()
-    t0 = int(min(begin.min(), end.min())) if n else 0
     got = None
     if n and isinstance(kind_s.dtype, pd.CategoricalDtype) and graph_fast.enabled():
         kind_names = np.asarray(kind_s.cat.categories.astype(str), dtype=object)
         slot = np.array([EVENT_KINDS.index(k) if k in EVENT_KINDS else -1 for k in kind_names], np.int64)
-        got = graph_fast.table_pass(kind_s.cat.codes.to_numpy(), slot, phase_c, len(phase_names), end, t0,
+        got = graph_fast.table_pass(kind_s.cat.codes.to_numpy(), slot, phase_c, len(phase_names), begin, end,
                                     len(EVENT_KINDS))
-    if got is not None:
-        masks, kind_phase, tmax = got
+    if got is not None:   # the time origin from the same pass (two reductions of the rows fewer)
+        masks, kind_phase, t0, tmax = got
         K = dict(zip(EVENT_KINDS, masks))
     else:
+        t0 = int(min(begin.min(), end.min())) if n else 0
         kind_c, kind_names = codes(kind_s)
         kind_of = {k: i for i, k in enumerate(kind_names)}
         K = {k: (kind_c == kind_of[k]) if k in kind_of else np.zeros(n, bool) for k in EVENT_KINDS}
@@ -140,9 +157,9 @@ def lanes(t: Table) -> Lanes:
 def _radix(t: Table) -> tuple:
     """(rmin, imin, lmin, nr, nl, nb, nw): the lane key's mixed radix (a host lane keyed by rank and
     iteration, after every GPU lane's rank, launch, block, warp)."""
-    rmin, imin, lmin = int(t.rank.min()), int(t.it.min()), int(t.launch.min())
-    nr = int(t.rank.max()) - rmin + 1
-    nl = max(int(t.it.max()) - imin, int(t.launch.max()) - lmin) + 1
+    (rmin, rmax), (imin, imax), (lmin, lmax) = t.bounds("rank"), t.bounds("it"), t.bounds("launch")
+    nr = rmax - rmin + 1
+    nl = max(imax - imin, lmax - lmin) + 1
     nb, nw = int(t.block.max()) + 2, int(t.warp.max()) + 2
     if (2 * nr * nl * nb * nw).bit_length() > 62:
         raise TooWideToAnalyse("event table too wide to analyse (lane key exceeds 62 bits)")

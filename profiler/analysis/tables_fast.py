@@ -75,6 +75,43 @@ def _entry_sums(pt_t, pt_lane, seg_kind, seg_phase, dur, is_wait, cut, has_cut, 
     return tot
 
 
+def _point_entry_sums(pt_t, pt_lane, seg_kind, seg_phase, dur, is_work, is_wait, nph, cut, has_cut, nph1, work,
+                      wait, work_lp, before, after, before_lp, tots):
+    """_point_sums and _entry_sums in one pass over the points (a chunk's tables ask for both, the
+    time model's cut known first): the same sums; tots = [_point_sums' total, _entry_sums']."""
+    t_pts = np.int64(0)
+    t_ent = np.int64(0)
+    for p in range(dur.shape[0]):
+        d = dur[p]
+        if d <= 0:
+            continue
+        k = seg_kind[p]
+        lane = pt_lane[p]
+        if is_work[k]:
+            work[lane] += d
+            t_pts += d
+            ph = seg_phase[p]
+            if ph >= 0:
+                work_lp[lane * nph + ph] += d
+        elif is_wait[k]:
+            wait[lane] += d
+            t_pts += d
+            bf = d
+            if has_cut[lane]:
+                e = pt_t[p]
+                m = e if e < cut[lane] else cut[lane]
+                bf = m - (e - d)
+                if bf < 0:
+                    bf = np.int64(0)
+            before[lane] += bf
+            after[lane] += d - bf
+            t_ent += d
+            if bf > 0:
+                before_lp[lane * nph1 + seg_phase[p] + 1] += bf
+    tots[0] = t_pts
+    tots[1] = t_ent
+
+
 def _interval_sums(iv_pb, iv_pe, pt_t, pt_lane, peer, iv_kind, iv_row, iv_phase, work_k, nr, nph,
                    waited, spans, spans_lp):
     """Per (lane, peer): the time of the lane's waits on that peer (waited); per lane and per
@@ -236,6 +273,8 @@ _A = "{}[::1]".format
 _I64, _I32, _I8, _B = _A("int64"), _A("int32"), _A("int8"), _A("boolean")
 _EXPORTS = {
     "point_sums": (_point_sums, f"int64({_I64}, {_I8}, {_I32}, {_I64}, {_B}, {_B}, int64, {_I64}, {_I64}, {_I64})"),
+    "point_entry_sums": (_point_entry_sums, f"void({_I64}, {_I64}, {_I8}, {_I32}, {_I64}, {_B}, {_B}, int64, {_I64}, "
+                                            f"{_B}, int64, {_I64}, {_I64}, {_I64}, {_I64}, {_I64}, {_I64}, {_I64})"),
     "entry_sums": (_entry_sums, f"int64({_I64}, {_I64}, {_I8}, {_I32}, {_I64}, {_B}, {_I64}, {_B}, int64, "
                                 f"{_I64}, {_I64}, {_I64})"),
     "interval_sums": (_interval_sums, f"int64({_I32}, {_I32}, {_I64}, {_I64}, {_I64}, {_I8}, {_I32}, {_I32}, "

@@ -135,6 +135,7 @@ def _same_graph(want, got, what):
             assert x.dtype == y.dtype and np.array_equal(x, y), f"{what}: {f} differs"
     pd.testing.assert_frame_equal(want.lane, got.lane)
     assert want.warnings == got.warnings, f"{what}: warnings differ"
+    assert want.t0 == got.t0, f"{what}: time origin differs"
 
 
 def _random_events(rng, order: str) -> pd.DataFrame:

@@ -94,7 +94,7 @@ def test_bundled_tables_match_numpy(name, engine):
 def test_the_test_fails_when_the_paths_diverge(engine, monkeypatch):
     """A compiled wait split that counts the time after the cut as before must be caught."""
     ev, la, m = make_events(ranks=4, events=20_000, scenario="late_host", seed=3)
-    real = tables_fast.run
+    real, real_void = tables_fast.run, tables_fast.run_void
 
     def swapped(name, *args):
         tot = real(name, *args)
@@ -102,7 +102,14 @@ def test_the_test_fails_when_the_paths_diverge(engine, monkeypatch):
             before, after = args[-3], args[-2]
             before += after
         return tot
+
+    def swapped_void(name, *args):   # the entry sums made in one pass with the points' (lane_totals)
+        real_void(name, *args)
+        if name == "point_entry_sums":
+            before, after = args[-4], args[-3]
+            before += after
     monkeypatch.setattr(tables_fast, "run", swapped)
+    monkeypatch.setattr(tables_fast, "run_void", swapped_void)
     want, got = _tables_both(ev, la, m.get("registry"), engine)
     with pytest.raises(AssertionError):
         _same(want, got, "late_host")
@@ -187,3 +194,25 @@ def test_event_samples_fall_back_where_times_are_not_exact(engine):
     ev = ev.assign(begin_ns=ev["begin_ns"] + 2 ** 53, end_ns=ev["end_ns"] + 2 ** 53)
     engine("auto")
     assert CMP._fast_samples(ev, _Sem({"wait_data": "publish"}), _cuts(rng, "plain")) is None
+
+
+def test_points_and_entry_in_one_pass_match_the_two_passes(engine, monkeypatch):
+    """lane_totals' merged pass over the points (the entry totals asked for first, as chunked._tables
+    does) against the points' and the entry's own compiled passes."""
+    ev, la, m = make_events(ranks=4, events=20_000, scenario="late_host", seed=3)
+    sem = semantics(m.get("registry"))
+    engine("auto")
+    calls, real_void = [], tables_fast.run_void
+    monkeypatch.setattr(tables_fast, "run_void", lambda name, *a: (calls.append(name), real_void(name, *a)))
+    got = []
+    for merged in (True, False):
+        _, g = _graph(ev, la, sem)
+        g.derived["run_ranks"] = 4
+        if not merged:
+            LT.points(g)                     # the points first: each pass on its own
+        TM.launch_rows(g)
+        got.append((LT.points(g), g.derived["lane_totals.entry"]))
+        assert ("point_entry_sums" in calls) == merged, "the merged pass ran where it should not, or not"
+        calls.clear()
+    _same(got[0][0], got[1][0], "points")
+    _same(got[0][1], got[1][1], "entry")
