@@ -108,8 +108,9 @@ LOCAL = LocalMap()
 
 
 def _recorded_one(name: str, *, spill: Spill, tm) -> pd.DataFrame:
-    """whatif.recorded of the chunk whose what-if input is `name` (it reads the input's lanes)."""
-    return WhatIfInput.from_arrays(spill.get(name), tm).recorded()
+    """whatif.recorded of the chunk whose what-if input is `name` (it reads the input's lanes: its
+    packed arrays are not expanded)."""
+    return WhatIfInput.recorded_from_arrays(spill.get(name, packed=True), tm)
 
 
 @dataclass

@@ -33,7 +33,9 @@ current and are computed again). `run_tables` is what `epscope report` prints be
 longest unfinished row), and `what_if` the exact what-if's re-timing inputs of a run analysed in
 several chunks, one file a chunk (format 4, issue 31):
 
-    RUN/analysis/whatif/whatif-00000.arrays   whatif.WhatIfInput.to_arrays of chunk 0 (spill.py's format)
+    RUN/analysis/whatif/whatif-00000.arrays   whatif.WhatIfInput.to_arrays of chunk 0 (spill.py's format:
+                                              version 2, its fields of mostly one value packed; the
+                                              version 1 files written before read the same)
     "what_if": {"phase_names": [...], "chunks": [{"file": "whatif-00000.arrays", "sha256": "<hex>",
                                                   "bytes": 123}, ...],
                 "recorded": "what_if.recorded"} | null      # the table of whatif.recorded per chunk
@@ -318,7 +320,7 @@ def _what_if_files(results: chunked.Results, where: Path, w: "_Writer") -> dict 
                 shutil.copyfile(sp.path(name), where / file)
             chunks.append({"file": file, "sha256": sp.sha256[name], "bytes": sp.sizes[name]})
             continue
-        out.put(name, sp.get(name))
+        out.put(name, sp.get(name, packed=True))      # as put: packed as the files of a directory spill
         chunks.append({"file": file, "sha256": out.sha256[name], "bytes": out.sizes[name]})
     names = sorted(set(str(p) for p in results.critical.graph.derived["phase_names"]))
     rec = pd.concat([results.what_if_recorded[n].assign(chunk=i) for i, n in enumerate(results.what_if)],
@@ -360,6 +362,13 @@ def store(run, results: chunked.Results, *, compare=None, dest: Path | None = No
 
 
 WORK = "analysis-work"       # beside RUN/analysis: the spills of an analysis in progress
+# Span durations (run_tables.chunk_part: 8 bytes a span) kept in memory up to this, written to the
+# work directory past it (spill.Spill's keep_bytes): they are read back by this process and dropped,
+# and writing them cost 4-5 ms of system time per MB on the issue-31 VM (page cache faulted in).
+# The 10 M-event synthetic run's are 53 MB (4 chunks of 13 MB): all kept, against the 1 GB target's
+# 210-230 MB above its 770-790 MB peak; a longer run keeps its first ~64 MB and writes the rest, so
+# its peak stays bounded by a chunk's (30 M events: one 7.5 M-event chunk's 40 MB kept).
+DURATIONS_IN_MEMORY = 64 << 20
 
 
 def store_run(path, *, step=None, engine=None) -> Path:
@@ -377,7 +386,8 @@ def store_run(path, *, step=None, engine=None) -> Path:
     atomic.clean_leftovers(work_dest)
     work, fd = atomic.make_temp_dir(work_dest)
     try:
-        spills = chunked.Spills(what_if=Spill(work / "whatif"), durations=Spill(work / "durations", checksums=False))
+        spills = chunked.Spills(what_if=Spill(work / "whatif"), durations=Spill(
+            work / "durations", checksums=False, keep_bytes=DURATIONS_IN_MEMORY))
         try:
             step(f"analysing {run.num_events:,} events" + (f" on {engine.describe()}" if engine is not None else ""))
             res = summary.analyze(run, spills=spills, engine=engine)

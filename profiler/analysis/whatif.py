@@ -21,6 +21,7 @@ import pandas as pd
 
 from . import graph as G
 from . import retime_fast
+from . import spill
 from .critical_path import CriticalPath, critical_path, from_graph
 from .path_walk import _iteration_totals
 from .retime import RetimeInput, _narrow, retime, retime_input
@@ -105,6 +106,20 @@ class LaneEnds:
         return np.arange(len(self.lane), 2 * len(self.lane))
 
 
+# What to_arrays packs (the what-if inputs stored with a run: 61 MB a 2.5 M-event chunk as is, issue 31).
+# Measured on chunk 0 of the 10 M-event synthetic run (755 k targets, 1.57 M segments, 4112 lanes):
+# only barrier departures carry an occurrence and its latency (8.2 k targets), only a lane's first
+# point after a previous launch a group and its latency (4.1 k), a lane's first (4.1 k) or fixed (8)
+# points are few and targets without a cross source (8.2 k): 3 MB int32 or 0.75 MB bool each, some
+# 0.1 MB as positions and values. The segments come sorted by point, so by lane: seg_lane is 4112
+# runs (6.3 MB int32 -> 33 kB); their phase codes are under a dozen (int8) and durations under 32 us
+# (int16: 4344 ns the longest), where a what-if reads them as they are (summary casts what it uses).
+# spill.sparse and spill.runs keep the array as it is where packing it would not be smaller.
+PACKED_SPARSE = {"retime.occ_of_t": -1, "retime.lat_bw": 0, "retime.grp_of_t": -1, "retime.lat_pf": 0,
+                 "retime.first": False, "retime.fixed": False, "retime.has_src": True}
+NARROW = ("seg_phase", "seg_d", "seg_lane")     # seg_lane: its runs' values
+
+
 @dataclass
 class WhatIfInput:
     """What the what-if summary of one graph needs, kept without the graph (chunked.py keeps one
@@ -133,9 +148,11 @@ class WhatIfInput:
         return self.retime.nbytes + sum(a.nbytes for a in (self.lane_t, self.seg_pt, self.seg_d, self.seg_phase,
                                                            self.seg_lane))
 
-    def to_arrays(self) -> dict[str, np.ndarray]:
+    def to_arrays(self) -> dict:
         """Every field as a named array (profiler.analysis.spill writes them as one file of arrays, no pickle):
-        the re-timing input's under `retime.`, the lanes' columns the summary reads under `lane.`."""
+        the re-timing input's under `retime.`, the lanes' columns the summary reads under `lane.`; the
+        fields of mostly one value packed (PACKED_SPARSE, seg_lane's runs: spill.Sparse, spill.Runs),
+        the segments' phases, durations and lanes in the narrowest dtype of their values (NARROW)."""
         out = {f"retime.{k}": v for k, v in vars(self.retime).items()}
         lane = self.ends.lane
         kernel = pd.Categorical(lane["kernel"].astype(str))
@@ -146,18 +163,28 @@ class WhatIfInput:
                     "n_points": np.asarray(self.ends.n_points, np.int64), "lane_t": self.lane_t,
                     "phase_names": np.asarray([str(p) for p in self.phase_names], dtype=str),
                     "seg_pt": self.seg_pt, "seg_d": self.seg_d, "seg_phase": self.seg_phase, "seg_lane": self.seg_lane})
+        out["seg_lane"] = spill.runs(self.seg_lane)
+        out.update({k: spill.sparse(out[k], fill) for k, fill in PACKED_SPARSE.items()})
+        out.update({k: spill.narrowest(out[k]) for k in NARROW})
         return out
 
     @classmethod
-    def from_arrays(cls, a: dict[str, np.ndarray], time_model) -> "WhatIfInput":
-        """The input to_arrays wrote, answering with the run's time model (what op_latency reads)."""
+    def from_arrays(cls, a: dict, time_model) -> "WhatIfInput":
+        """The input to_arrays wrote, answering with the run's time model (what op_latency reads):
+        a's packed arrays expanded (spill.read does; a dict of to_arrays as it is too), those
+        stored narrower (NARROW) read as they are. A file of the layout before issue 31's packing
+        (every field as is, spill version 1) reads the same."""
+        a = {k: spill.expand(v) for k, v in a.items()}
         rt = RetimeInput(**{f.name: a[f"retime.{f.name}"] for f in dataclasses.fields(RetimeInput)})
-        names = [str(k) for k in a["lane.kernel_names"]]
-        lane = pd.DataFrame({"rank": a["lane.rank"], "kernel": pd.Categorical.from_codes(a["lane.kernel"], names),
-                             "launch": a["lane.launch"], "iteration": a["lane.iteration"], "host": a["lane.host"]})
-        return cls(retime=rt, ends=LaneEnds(lane, int(a["n_points"]), {"time_model": time_model}),
-                   lane_t=a["lane_t"], phase_names=np.asarray(a["phase_names"]).astype(object), seg_pt=a["seg_pt"],
-                   seg_d=a["seg_d"], seg_phase=a["seg_phase"], seg_lane=a["seg_lane"])
+        ends, lane_t = _lanes_of_arrays(a, time_model)
+        return cls(retime=rt, ends=ends, lane_t=lane_t, phase_names=np.asarray(a["phase_names"]).astype(object),
+                   seg_pt=a["seg_pt"], seg_d=a["seg_d"], seg_phase=a["seg_phase"], seg_lane=a["seg_lane"])
+
+    @staticmethod
+    def recorded_from_arrays(a: dict, time_model) -> pd.DataFrame:
+        """recorded() of the input to_arrays wrote, from its lanes alone (a packed array, as
+        spill.read(..., packed=True) gives it, is not expanded)."""
+        return recorded(*_lanes_of_arrays(a, time_model))
 
     def summary(self, *, phase: str, speedup: float, rank, path: CriticalPath,
                 rec: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -181,6 +208,14 @@ class WhatIfInput:
 
     def recorded(self) -> pd.DataFrame:
         return recorded(self.ends, self.lane_t)
+
+
+def _lanes_of_arrays(a: dict, time_model) -> tuple[LaneEnds, np.ndarray]:
+    """(the lanes, their ends' recorded times) of the input to_arrays wrote."""
+    names = [str(k) for k in a["lane.kernel_names"]]
+    lane = pd.DataFrame({"rank": a["lane.rank"], "kernel": pd.Categorical.from_codes(a["lane.kernel"], names),
+                         "launch": a["lane.launch"], "iteration": a["lane.iteration"], "host": a["lane.host"]})
+    return LaneEnds(lane, int(a["n_points"]), {"time_model": time_model}), a["lane_t"]
 
 
 RECORDED_COLUMNS = ["iteration", "before_ns", "op_before_ns"]

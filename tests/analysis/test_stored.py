@@ -270,3 +270,92 @@ def test_a_run_of_one_chunk_stores_no_what_if_inputs(run_copy):
 def test_a_what_if_index_that_does_not_validate_is_not_served(chunked_run, edit):
     _edit_index(chunked_run[0], edit)
     assert stored.load(chunked_run[0]) is None
+
+
+def _to_arrays_before_packing(self) -> dict:
+    """whatif.WhatIfInput.to_arrays as main wrote it before issue 31 packed the inputs (3e89dcf):
+    every field as it is in memory (spill version 1)."""
+    import numpy as np
+    out = {f"retime.{k}": v for k, v in vars(self.retime).items()}
+    lane = self.ends.lane
+    kernel = pd.Categorical(lane["kernel"].astype(str))
+    out.update({"lane.rank": lane["rank"].to_numpy(), "lane.launch": lane["launch"].to_numpy(),
+                "lane.iteration": lane["iteration"].to_numpy(), "lane.host": lane["host"].to_numpy(bool),
+                "lane.kernel": kernel.codes.astype(np.int32),
+                "lane.kernel_names": np.asarray([str(k) for k in kernel.categories], dtype=str),
+                "n_points": np.asarray(self.ends.n_points, np.int64), "lane_t": self.lane_t,
+                "phase_names": np.asarray([str(p) for p in self.phase_names], dtype=str),
+                "seg_pt": self.seg_pt, "seg_d": self.seg_d, "seg_phase": self.seg_phase, "seg_lane": self.seg_lane})
+    return out
+
+
+def test_what_if_inputs_stored_before_their_packing_answer_the_same(tmp_path, monkeypatch):
+    """A run stored by an epscope that wrote the what-if inputs as they are (spill version 1) keeps
+    opening and answers the exact what-if as one stored packed: the same rows, the same as the
+    whole run's what_if. The packed inputs expand to the same arrays (of a narrower dtype only
+    where whatif.NARROW says), in fewer bytes (>= 30 % at 75 k events a chunk, ~36 a lane; 46 % at
+    the 10 M-event run's 2.5 M, ~600 a lane: benchmarks/NOTES.md); every other stored file is the
+    same byte for byte, the index differing only in the inputs' checksums and sizes (and its seal)."""
+    import numpy as np
+    from profiler.analysis import chunked, spill, what_if, whatif
+    from profiler.groundtruth.synthetic import make_events
+    from profiler.store.runstore import write_run
+    ev, la, man = make_events(ranks=4, events=300_000, scenario="slow_rank", iterations=4, seed=5)
+    old = write_run(tmp_path / "old", ev, la, man, perfetto=False)
+    new = tmp_path / "new"
+    shutil.copytree(old, new)
+    monkeypatch.setattr(chunked, "MAX_EVENTS", len(ev) // 4)
+    with monkeypatch.context() as m:
+        m.setattr(whatif.WhatIfInput, "to_arrays", _to_arrays_before_packing)
+        stored.store_run(old)
+    stored.store_run(new)
+    a, b = stored.load(old), stored.load(new)
+    for c, d in zip(a.what_if.chunks, b.what_if.chunks):
+        po, pn = a.what_if.directory / c["file"], b.what_if.directory / d["file"]
+        assert spill._PRE.unpack_from(po.read_bytes())[1] == 1 and spill._PRE.unpack_from(pn.read_bytes())[1] == 2
+        assert d["bytes"] <= 0.7 * c["bytes"], (c, d)
+        xo, xn = spill.read(po), spill.read(pn)
+        assert list(xo) == list(xn)
+        for k in xo:
+            assert np.array_equal(xo[k], xn[k]), k
+            assert xo[k].dtype == xn[k].dtype or k in whatif.NARROW, k
+    for phase, rank in (("dispatch/send_chunk", 3), ("copy_out", None), ("combine/wait_data", [0, 1])):
+        got = a.what_if_summary(phase=phase, speedup=0.4, rank=rank)
+        pd.testing.assert_frame_equal(got, b.what_if_summary(phase=phase, speedup=0.4, rank=rank))
+        whole = what_if(ev, phase=phase, speedup=0.4, rank=rank, registry=man["registry"], launches=la).summary
+        pd.testing.assert_frame_equal(got, whole)
+    files = sorted(p.relative_to(old) for p in (old / stored.DIR).rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(new) for p in (new / stored.DIR).rglob("*") if p.is_file())
+    for f in files:
+        if f.parts[1] not in (stored.WHAT_IF_DIR, stored.INDEX):
+            assert (old / f).read_bytes() == (new / f).read_bytes(), f
+    io, inew = (json.loads((r / stored.DIR / stored.INDEX).read_text()) for r in (old, new))
+    for i in (io, inew):
+        i.pop("seal")
+        for c in i["what_if"]["chunks"]:
+            c.pop("sha256"), c.pop("bytes")
+    assert io == inew
+
+
+def test_span_durations_stay_in_memory_within_their_budget_and_results_are_the_same(chunked_run, monkeypatch):
+    """store_run keeps the report's span durations in memory up to stored.DURATIONS_IN_MEMORY and
+    writes only what comes past it; the stored results are the same byte for byte either way, and
+    the same as a run analysed with its spills in memory (its what-if inputs written packed as a
+    directory spill writes them)."""
+    from profiler.analysis import spill
+    d = chunked_run[0]
+    want = {p.relative_to(d): p.read_bytes() for p in sorted((d / stored.DIR).rglob("*")) if p.is_file()}
+    written = []
+    real = spill.write
+    monkeypatch.setattr(spill, "write", lambda path, arrays, **k: written.append(path.name) or real(path, arrays, **k))
+    for budget, durations_written in ((stored.DURATIONS_IN_MEMORY, 0), (0, 4)):
+        monkeypatch.setattr(stored, "DURATIONS_IN_MEMORY", budget)
+        written.clear()
+        stored.store_run(d)
+        assert sum(n.startswith("durations-") for n in written) == durations_written, written
+        got = {p.relative_to(d): p.read_bytes() for p in sorted((d / stored.DIR).rglob("*")) if p.is_file()}
+        assert got == want
+    run = load_run(d)
+    mem = stored.store(run, summary.analyze(run), dest=d / "in-memory")
+    assert {p.relative_to(mem): p.read_bytes() for p in sorted(mem.rglob("*")) if p.is_file()} == \
+        {k.relative_to(stored.DIR): v for k, v in want.items()}
