@@ -22,7 +22,7 @@ whole run are combined as such, before anything reads them:
 Only the idle page's balancing projection (a what-if) needs more than tables after the chunks are
 done: it re-times each chunk (`Summaries.what_if_summary`) from the chunk's whatif.WhatIfInput,
 made in the first pass (the re-timing input at the scale of the graph's targets, and the segments
-a what-if can shorten: 61 MB a 2.5 M-event chunk) and left in `Spills.what_if`
+a what-if can shorten: 61 MB a 2.5 M-event chunk, 33 MB packed as spilled) and left in `Spills.what_if`
 (profiler.analysis.spill): on disk for `epscope analyze`, one chunk's input read back at a time and
 stored with the results for the exact what-if of a stored run (issue 31); in memory (a viewer
 analysing a run it does not store) only while the chunks so far leave a balancing what-if possible
