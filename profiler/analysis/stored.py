@@ -80,6 +80,7 @@ from profiler.groundtruth.expect import Cause, Direction
 from profiler.store import atomic, hashcache, validate
 
 from . import chunked
+from . import heap
 from . import summary
 from . import timeline_overview as TLO
 from .barriers import BarrierReport
@@ -177,6 +178,14 @@ class StoredWhatIf:
         name = phase.split("/", 1)[-1]
         if name not in self.phase_names:
             raise ValueError(f"what_if: the run records no phase {name!r}")
+        # the chunks' inputs and temporaries are alike in size: freed blocks kept for the next
+        # chunk (heap.kept) instead of faulted in again (10 M events, 4 chunks: 13 k page faults
+        # instead of 50 k, system time 0.02-0.10 s instead of 0.10-0.14 a what-if)
+        with heap.kept():
+            return chunked.what_if_rows(self._parts(phase=phase, speedup=speedup, rank=rank, path=path,
+                                                    time_model=time_model))
+
+    def _parts(self, *, phase: str, speedup: float, rank, path: CriticalPath, time_model) -> list[pd.DataFrame]:
         parts = []
         for c, rec in zip(self.chunks, self.recorded):
             p = self.directory / c["file"]
@@ -193,7 +202,7 @@ class StoredWhatIf:
             del a
             parts.append(inp.summary(phase=phase, speedup=speedup, rank=rank, path=path, rec=rec))
             del inp
-        return chunked.what_if_rows(parts)
+        return parts
 
 
 # -- writing -----------------------------------------------------------------------------------
