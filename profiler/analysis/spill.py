@@ -324,7 +324,8 @@ class Spill:
     """Named dicts of arrays: in memory (directory None) or one file each in `directory`, the
     first ones in memory while they hold at most `keep_bytes` together."""
 
-    def __init__(self, directory: Path | None = None, *, checksums: bool = True, keep_bytes: int = 0):
+    def __init__(self, directory: Path | None = None, *, checksums: bool = True, keep_bytes: int = 0,
+                 keep_entry_bytes: int | None = None):
         """checksums: each file entry's SHA-256 made from its bytes as they are written, in
         `sha256` (the what-if inputs: the stored index states every one). False: none made (the
         report's span durations, read back by this process and dropped, whose checksums nobody
@@ -332,10 +333,12 @@ class Spill:
         keep_bytes: of a directory spill, how many bytes of entries stay in memory (put while the
         entries kept hold at most that, with the new one), never written: only for entries
         this process reads back itself (a distributed run's workers write theirs for the driver)
-        and nobody asks the checksum or size of."""
+        and nobody asks the checksum or size of. keep_entry_bytes: the largest entry kept so
+        (default keep_bytes); a larger one is written whatever is kept."""
         self.directory = None if directory is None else Path(directory)
         self.checksums = checksums
         self.keep_bytes = int(keep_bytes)
+        self.keep_entry_bytes = self.keep_bytes if keep_entry_bytes is None else int(keep_entry_bytes)
         self._mem: dict[str, dict] = {}
         self._held = 0
         self.sha256: dict[str, str] = {}
@@ -354,7 +357,7 @@ class Spill:
         """Keep the entry (arrays, or Sparse and Runs: kept packed in memory, written packed)."""
         _check(name)
         nbytes = _nbytes(arrays)
-        if self.directory is None or self._held + nbytes <= self.keep_bytes:
+        if self.directory is None or (self._held + nbytes <= self.keep_bytes and nbytes <= self.keep_entry_bytes):
             old = self._mem.pop(name, None)
             self._held -= 0 if old is None else _nbytes(old)
             self._mem[name] = dict(arrays)

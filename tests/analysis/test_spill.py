@@ -139,3 +139,7 @@ def test_a_spill_keeps_entries_in_memory_up_to_its_budget_and_writes_the_rest(tm
         with pytest.raises(FileNotFoundError):
             sp.get(gone)
     assert spill.Spill(tmp_path / "w").keep_bytes == 0       # the what-if inputs: always written
+    small = spill.Spill(tmp_path / "e", checksums=False, keep_bytes=1000, keep_entry_bytes=500)
+    small.put("durations-00000", b)
+    small.put("durations-00001", a)            # 800 > 500: written, though 880 <= 1000
+    assert sorted(p.name for p in (tmp_path / "e").iterdir()) == ["durations-00001.arrays"]

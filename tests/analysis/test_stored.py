@@ -338,8 +338,8 @@ def test_what_if_inputs_stored_before_their_packing_answer_the_same(tmp_path, mo
 
 
 def test_span_durations_stay_in_memory_within_their_budget_and_results_are_the_same(chunked_run, monkeypatch):
-    """store_run keeps the report's span durations in memory up to stored.DURATIONS_IN_MEMORY and
-    writes only what comes past it; the stored results are the same byte for byte either way, and
+    """store_run keeps the report's span durations in memory up to stored.DURATIONS_IN_MEMORY (none
+    larger than DURATIONS_ENTRY_IN_MEMORY) and writes only what comes past it; the stored results are the same byte for byte either way, and
     the same as a run analysed with its spills in memory (its what-if inputs written packed as a
     directory spill writes them)."""
     from profiler.analysis import spill
@@ -348,8 +348,10 @@ def test_span_durations_stay_in_memory_within_their_budget_and_results_are_the_s
     written = []
     real = spill.write
     monkeypatch.setattr(spill, "write", lambda path, arrays, **k: written.append(path.name) or real(path, arrays, **k))
-    for budget, durations_written in ((stored.DURATIONS_IN_MEMORY, 0), (0, 4)):
+    full, entry = stored.DURATIONS_IN_MEMORY, stored.DURATIONS_ENTRY_IN_MEMORY
+    for budget, largest, durations_written in ((full, entry, 0), (0, entry, 4), (full, 0, 4)):
         monkeypatch.setattr(stored, "DURATIONS_IN_MEMORY", budget)
+        monkeypatch.setattr(stored, "DURATIONS_ENTRY_IN_MEMORY", largest)
         written.clear()
         stored.store_run(d)
         assert sum(n.startswith("durations-") for n in written) == durations_written, written
