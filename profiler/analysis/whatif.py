@@ -112,12 +112,14 @@ class LaneEnds:
 # point after a previous launch a group and its latency (4.1 k), a lane's first (4.1 k) or fixed (8)
 # points are few and targets without a cross source (8.2 k): 3 MB int32 or 0.75 MB bool each, some
 # 0.1 MB as positions and values. The segments come sorted by point, so by lane: seg_lane is 4112
-# runs (6.3 MB int32 -> 33 kB); their phase codes are under a dozen (int8) and durations under 32 us
-# (int16: 4344 ns the longest), where a what-if reads them as they are (summary casts what it uses).
+# runs (6.3 MB int32 -> 33 kB). Their phase codes are under a dozen (int8) and durations under 32 us
+# (int16: 4344 ns the longest); the durations are read as stored (summary casts those it selects),
+# the phase codes back to the lanes' dtype (retime_fast.select takes both of one dtype, int32 or int64:
+# 3.6 ms a chunk against numpy's 8.5). 61 -> 33 MB a chunk in all.
 # spill.sparse and spill.runs keep the array as it is where packing it would not be smaller.
 PACKED_SPARSE = {"retime.occ_of_t": -1, "retime.lat_bw": 0, "retime.grp_of_t": -1, "retime.lat_pf": 0,
                  "retime.first": False, "retime.fixed": False, "retime.has_src": True}
-NARROW = ("seg_phase", "seg_d", "seg_lane")     # seg_lane: its runs' values
+NARROW = ("seg_phase", "seg_d")
 
 
 @dataclass
@@ -152,7 +154,7 @@ class WhatIfInput:
         """Every field as a named array (profiler.analysis.spill writes them as one file of arrays, no pickle):
         the re-timing input's under `retime.`, the lanes' columns the summary reads under `lane.`; the
         fields of mostly one value packed (PACKED_SPARSE, seg_lane's runs: spill.Sparse, spill.Runs),
-        the segments' phases, durations and lanes in the narrowest dtype of their values (NARROW)."""
+        the segments' phases and durations in the narrowest dtype of their values (NARROW)."""
         out = {f"retime.{k}": v for k, v in vars(self.retime).items()}
         lane = self.ends.lane
         kernel = pd.Categorical(lane["kernel"].astype(str))
@@ -171,10 +173,12 @@ class WhatIfInput:
     @classmethod
     def from_arrays(cls, a: dict, time_model) -> "WhatIfInput":
         """The input to_arrays wrote, answering with the run's time model (what op_latency reads):
-        a's packed arrays expanded (spill.read does; a dict of to_arrays as it is too), those
-        stored narrower (NARROW) read as they are. A file of the layout before issue 31's packing
-        (every field as is, spill version 1) reads the same."""
+        a's packed arrays expanded (spill.read does; a dict of to_arrays as it is too), the phase
+        codes stored narrower (NARROW) read in the lanes' dtype, the durations as they are. A file
+        of the layout before issue 31's packing (every field as is, spill version 1) reads the same."""
         a = {k: spill.expand(v) for k, v in a.items()}
+        if a["seg_phase"].dtype.itemsize < a["seg_lane"].dtype.itemsize:
+            a["seg_phase"] = a["seg_phase"].astype(a["seg_lane"].dtype)
         rt = RetimeInput(**{f.name: a[f"retime.{f.name}"] for f in dataclasses.fields(RetimeInput)})
         ends, lane_t = _lanes_of_arrays(a, time_model)
         return cls(retime=rt, ends=ends, lane_t=lane_t, phase_names=np.asarray(a["phase_names"]).astype(object),

@@ -180,7 +180,7 @@ def _same_input(want, got, what):
 def test_bundled_runs_prepare_and_segments_match_numpy(name, engine):
     """The compiled retime._prepare (mark, fill, radix time order), narrowing and whatif's segments
     give numpy's arrays, dtypes included (the stored what-if inputs are compared byte for byte)."""
-    from profiler.analysis import whatif as W
+    from profiler.analysis import spill, whatif as W
     r = load_run(TRACES / name)
     g = G._build(unfinished.close(r.events, r.launches), semantics(r.manifest.get("registry")))
     if g.n_points == 0:
@@ -193,7 +193,10 @@ def test_bundled_runs_prepare_and_segments_match_numpy(name, engine):
         arrays[eng] = W.WhatIfInput.from_graph(g, None).to_arrays()
     for k, v in arrays["numpy"].items():
         w = arrays["auto"][k]
+        assert type(v) is type(w), f"{name}: to_arrays()[{k!r}] packed differently"
+        v, w = spill.expand(v), spill.expand(w)
         assert v.dtype == w.dtype and np.array_equal(v, w), f"{name}: to_arrays()[{k!r}] differs"
+    assert b"".join(map(bytes, spill.encode(arrays["numpy"]))) == b"".join(map(bytes, spill.encode(arrays["auto"])))
 
 
 def _graph_like(rng, P):

@@ -319,6 +319,13 @@ def test_what_if_inputs_stored_before_their_packing_answer_the_same(tmp_path, mo
         for k in xo:
             assert np.array_equal(xo[k], xn[k]), k
             assert xo[k].dtype == xn[k].dtype or k in whatif.NARROW, k
+        # in memory: the same input, the durations only in their stored dtype (summary casts them)
+        io, inew = (whatif.WhatIfInput.from_arrays(x, None) for x in (xo, xn))
+        for k, v in vars(io.retime).items():
+            assert v.dtype == getattr(inew.retime, k).dtype and np.array_equal(v, getattr(inew.retime, k)), k
+        for k in ("lane_t", "seg_pt", "seg_d", "seg_phase", "seg_lane"):
+            assert np.array_equal(getattr(io, k), getattr(inew, k)), k
+            assert getattr(io, k).dtype == getattr(inew, k).dtype or k == "seg_d", k
     for phase, rank in (("dispatch/send_chunk", 3), ("copy_out", None), ("combine/wait_data", [0, 1])):
         got = a.what_if_summary(phase=phase, speedup=0.4, rank=rank)
         pd.testing.assert_frame_equal(got, b.what_if_summary(phase=phase, speedup=0.4, rank=rank))
