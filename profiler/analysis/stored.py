@@ -371,17 +371,6 @@ def store(run, results: chunked.Results, *, compare=None, dest: Path | None = No
 
 
 WORK = "analysis-work"       # beside RUN/analysis: the spills of an analysis in progress
-# Span durations (run_tables.chunk_part: 8 bytes a span) kept in memory up to DURATIONS_IN_MEMORY,
-# written to the work directory past it (spill.Spill's keep_bytes): they are read back by this
-# process and dropped, and writing them cost 4-5 ms of system time per MB on the issue-31 VM (page
-# cache faulted in). The 10 M-event synthetic run's are 53 MB (4 chunks of 13 MB): all kept, peak
-# 785-810 MB against 770-790 and the 1 GB target; a longer run keeps its first ~64 MB and writes
-# the rest, so its memory stays bounded by a chunk's. A chunk's entry past DURATIONS_ENTRY_IN_MEMORY
-# is written whatever is kept: a chunk that large peaks near its own memory target (30 M events in
-# 7.5 M-event iterations, 40 MB of durations a chunk: 1.87-1.88 GB of the 2 GB target; keeping its
-# first chunk's measured 1.93-1.94 GB).
-DURATIONS_IN_MEMORY = 64 << 20
-DURATIONS_ENTRY_IN_MEMORY = 16 << 20
 
 
 def store_run(path, *, step=None, engine=None) -> Path:
@@ -399,9 +388,7 @@ def store_run(path, *, step=None, engine=None) -> Path:
     atomic.clean_leftovers(work_dest)
     work, fd = atomic.make_temp_dir(work_dest)
     try:
-        spills = chunked.Spills(what_if=Spill(work / "whatif"), durations=Spill(
-            work / "durations", checksums=False, keep_bytes=DURATIONS_IN_MEMORY,
-            keep_entry_bytes=DURATIONS_ENTRY_IN_MEMORY))
+        spills = chunked.Spills(what_if=Spill(work / "whatif"), durations=Spill(work / "durations", checksums=False))
         try:
             step(f"analysing {run.num_events:,} events" + (f" on {engine.describe()}" if engine is not None else ""))
             res = summary.analyze(run, spills=spills, engine=engine)

@@ -1,7 +1,7 @@
 """profiler.analysis.spill: an entry's checksum is the SHA-256 of its file's bytes, made as they are
 written (what a stored run's index states and its reader checks), or not made at all for a spill
 that keeps none (the report's span durations); packed arrays read back exactly as put, or as
-Damaged; a spill with a memory budget keeps its first entries in memory."""
+Damaged."""
 from __future__ import annotations
 
 import hashlib
@@ -113,33 +113,3 @@ def test_a_packed_array_that_does_not_rebuild_one_is_damaged(tmp_path):
     p.write_bytes(bytes(b))
     with pytest.raises(spill.Damaged, match="version 1"):
         spill.read(p)
-
-
-def test_a_spill_keeps_entries_in_memory_up_to_its_budget_and_writes_the_rest(tmp_path):
-    """keep_bytes (the report's span durations, stored.DURATIONS_IN_MEMORY): the first entries stay
-    in memory while they hold at most the budget together, the next are written; each reads back
-    and drops the same wherever it is."""
-    sp = spill.Spill(tmp_path / "d", checksums=False, keep_bytes=1000)
-    a = {"group": np.arange(100, dtype=np.int32), "duration": np.arange(100, dtype=np.int32)}      # 800 bytes
-    b = {"group": np.arange(20, dtype=np.int32)}                                                    # 80 bytes
-    sp.put("durations-00000", a)
-    sp.put("durations-00001", a)               # 1600 > 1000: written
-    sp.put("durations-00002", b)               # 880: kept
-    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["durations-00001.arrays"]
-    assert sp.sizes == {"durations-00001": sp.path("durations-00001").stat().st_size}
-    for name, want in (("durations-00000", a), ("durations-00001", a), ("durations-00002", b)):
-        got = sp.get(name)
-        assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want), name
-    sp.drop("durations-00000")
-    sp.drop("durations-00001")
-    assert not list((tmp_path / "d").iterdir())
-    sp.put("durations-00003", a)               # room again: 80 + 800
-    assert not list((tmp_path / "d").iterdir())
-    for gone in ("durations-00000", "durations-00001"):       # dropped: as a file entry dropped
-        with pytest.raises(FileNotFoundError):
-            sp.get(gone)
-    assert spill.Spill(tmp_path / "w").keep_bytes == 0       # the what-if inputs: always written
-    small = spill.Spill(tmp_path / "e", checksums=False, keep_bytes=1000, keep_entry_bytes=500)
-    small.put("durations-00000", b)
-    small.put("durations-00001", a)            # 800 > 500: written, though 880 <= 1000
-    assert sorted(p.name for p in (tmp_path / "e").iterdir()) == ["durations-00001.arrays"]

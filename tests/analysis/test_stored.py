@@ -344,27 +344,11 @@ def test_what_if_inputs_stored_before_their_packing_answer_the_same(tmp_path, mo
     assert io == inew
 
 
-def test_span_durations_stay_in_memory_within_their_budget_and_results_are_the_same(chunked_run, monkeypatch):
-    """store_run keeps the report's span durations in memory up to stored.DURATIONS_IN_MEMORY (none
-    larger than DURATIONS_ENTRY_IN_MEMORY) and writes only what comes past it; the stored results are the same byte for byte either way, and
-    the same as a run analysed with its spills in memory (its what-if inputs written packed as a
-    directory spill writes them)."""
-    from profiler.analysis import spill
+def test_a_run_analysed_in_memory_stores_its_what_if_inputs_packed_as_a_directory_spill_does(chunked_run):
+    """stored.store of a run whose spills were in memory (the viewer's analysis) writes the same
+    files byte for byte as store_run, whose spills are files: the what-if inputs packed alike."""
     d = chunked_run[0]
-    want = {p.relative_to(d): p.read_bytes() for p in sorted((d / stored.DIR).rglob("*")) if p.is_file()}
-    written = []
-    real = spill.write
-    monkeypatch.setattr(spill, "write", lambda path, arrays, **k: written.append(path.name) or real(path, arrays, **k))
-    full, entry = stored.DURATIONS_IN_MEMORY, stored.DURATIONS_ENTRY_IN_MEMORY
-    for budget, largest, durations_written in ((full, entry, 0), (0, entry, 4), (full, 0, 4)):
-        monkeypatch.setattr(stored, "DURATIONS_IN_MEMORY", budget)
-        monkeypatch.setattr(stored, "DURATIONS_ENTRY_IN_MEMORY", largest)
-        written.clear()
-        stored.store_run(d)
-        assert sum(n.startswith("durations-") for n in written) == durations_written, written
-        got = {p.relative_to(d): p.read_bytes() for p in sorted((d / stored.DIR).rglob("*")) if p.is_file()}
-        assert got == want
+    want = {p.relative_to(d / stored.DIR): p.read_bytes() for p in sorted((d / stored.DIR).rglob("*")) if p.is_file()}
     run = load_run(d)
     mem = stored.store(run, summary.analyze(run), dest=d / "in-memory")
-    assert {p.relative_to(mem): p.read_bytes() for p in sorted(mem.rglob("*")) if p.is_file()} == \
-        {k.relative_to(stored.DIR): v for k, v in want.items()}
+    assert {p.relative_to(mem): p.read_bytes() for p in sorted(mem.rglob("*")) if p.is_file()} == want
