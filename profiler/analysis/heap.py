@@ -35,6 +35,8 @@ import threading
 
 import pyarrow as pa
 
+from profiler.pages import small_pages
+
 # mallopt parameters (glibc malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -124,7 +126,10 @@ def release_read_buffers() -> bool:
 
 @contextlib.contextmanager
 def kept():
-    """Within: freed blocks up to MMAP_THRESHOLD stay in the heap for the next allocation."""
+    """Within: freed blocks up to MMAP_THRESHOLD stay in the heap for the next allocation, and
+    numpy allocates without its huge-page advice (profiler.pages: the pages a run's first chunk
+    faults in cost less system time than they save in TLB misses; benchmarks/NOTES.md, "Issue 31
+    (session 6): huge pages")."""
     global _depth
     with _lock:
         _depth += 1
@@ -132,7 +137,8 @@ def kept():
             _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
             _LIBC.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     try:
-        yield
+        with small_pages():
+            yield
     finally:
         with _lock:
             _depth -= 1

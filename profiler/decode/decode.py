@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +29,7 @@ from .align import ANCHOR_SKEW_NS, GLOBALTIMER_STEP_NS, NOMINAL_SM_GHZ, ClockMod
 from .decode_format3 import ANCHOR_CLOCK_BITS, expand
 from .decode_records import KEY_BITS, Scratch, decode_chunk
 from ..generated import layout as L
+from ..pages import small_pages
 from ..registry.registry import Registry
 from ..store.schema import CATEGORICAL, COLUMNS, EVENT_KINDS, LAUNCH_COLUMNS, coerce_events, empty_events
 
@@ -355,7 +355,7 @@ class Reuse:
 
     def records(self, n: int) -> np.ndarray:
         if len(self._a) < n:
-            with _small_pages():   # as the table's columns: 4 kB pages fault in faster here (see _small_pages)
+            with small_pages():   # as the table's columns: 4 kB pages fault in faster here (profiler.pages)
                 self._a = np.empty((n, 2), np.uint64)
         return self._a[:n]
 
@@ -718,28 +718,6 @@ def _host_span(info: LaunchInfo, clock: ClockModel | None):
     return ((hb, he) if 0 <= info.host_begin_ns <= info.host_end_ns else None), hb, he
 
 
-@contextmanager
-def _small_pages():
-    """Allocate without numpy's transparent-huge-page advice (it madvises arrays of 4 MiB and up).
-
-    The table's first touch is most of a cold decode's system time. On the dev VM (benchmarks/NOTES.md,
-    issue 20 round 2) a fresh huge page cost 2.7 ms a MB to fault in (0.74-2.2 s for 808 MB, no
-    compaction involved) against 0.6 ms a MB for 4 kB pages (0.48 s): a dense 30 M-record decode
-    spent 1.9-2.2 s of sys with it, 0.40-0.46 s without; the analyses reading the table ran no slower
-    on 4 kB pages. The switch is numpy's, process-wide: another thread allocating meanwhile just goes
-    without the advice too."""
-    mod = getattr(getattr(np, "_core", None), "multiarray", None)
-    toggle = getattr(mod, "_set_madvise_hugepage", None)
-    if toggle is None:   # another numpy: allocate as it does
-        yield
-        return
-    was = toggle(False)
-    try:
-        yield
-    finally:
-        toggle(was)
-
-
 class _Table:
     """The output columns of one decode, allocated once (sized by the record count, an upper bound
     of the event count: ENDs make no row) and trimmed at the end; untouched pages cost nothing."""
@@ -748,7 +726,7 @@ class _Table:
         self.codes = codes
         dt = {"kernel": _code_dtype(len(codes.kernels)), "role": codes.role_dtype, "phase": codes.phase_dtype,
               "kind": np.int8}
-        with _small_pages():
+        with small_pages():
             self.out = {c: np.empty(rows, dt.get(c, t)) for c, t in COLUMNS.items()}
         self.reuse = Reuse()   # format 3's expanded records, one launch at a time
 

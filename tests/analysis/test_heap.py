@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from profiler import pages
 from profiler.analysis import heap
 
 glibc = pytest.mark.skipif(heap._LIBC is None or heap.resident_bytes() is None,
@@ -76,3 +77,18 @@ def test_release_read_buffers_gives_back_what_a_parquet_read_left_in_pyarrows_po
     assert heap.release_read_buffers()
     assert heap.resident_bytes() <= held - (16 << 20)
     assert all(len(v) == n for v in cols.values())
+
+
+@pytest.mark.skipif(pages._toggle() is None, reason="this numpy has no _set_madvise_hugepage")
+def test_an_analysis_allocates_without_numpys_huge_page_advice():
+    toggle = pages._toggle()
+
+    def advised():
+        was = toggle(True)
+        toggle(was)
+        return bool(was)
+
+    before = advised()
+    with heap.kept():
+        assert advised() is False
+    assert advised() is before
