@@ -8,7 +8,7 @@
 # The run: make_long_run(ranks=8, per_iteration=2_500_000, iterations=4), as on the VM. Both trees'
 # bytecode is compiled and their compiled loops built (a small run analysed) before any timing, as
 # after an install. Each timing: a fresh copy of the run without stored results, one process
-# `python -m profiler analyze COPY` with PYTHONPATH=TREE, user/sys/peak RSS from wait4.
+# `python -m profiler analyze COPY` run in TREE with PYTHONPATH=TREE, user/sys/peak RSS from wait4.
 set -euo pipefail
 source benchmarks/gpu/env.sh
 BASE=$1; PAIRS=${2:-4}
@@ -24,21 +24,23 @@ from pathlib import Path
 from profiler.groundtruth.synthetic import make_long_run
 make_long_run(Path('/tmp/a10m'), ranks=8, per_iteration=2_500_000, iterations=4)
 make_long_run(Path('/tmp/awarm'), ranks=8, per_iteration=100_000, iterations=2)"
-for T in . "$BASE"; do
+# `python -m` puts the working directory first on sys.path: each tree's process runs in that tree
+BASE=$(cd "$BASE" && pwd); THIS=$(pwd)
+for T in "$THIS" "$BASE"; do
   python -m compileall -q "$T/profiler" > /dev/null
   rm -rf /tmp/awarm/analysis /tmp/awarm/analysis-summary.json
-  PYTHONPATH=$T:$DEPS python -m profiler analyze /tmp/awarm > "$OUT/warm-$(basename $T).log" 2>&1
+  (cd "$T" && PYTHONPATH=$T:$DEPS python -m profiler analyze /tmp/awarm) > "$OUT/warm-$(basename $T).log" 2>&1
 done
-python - "$BASE" "$PAIRS" "$DEPS" <<'PY' 2>&1 | tee "$OUT/analyze-10m.md"
+python - "$BASE" "$PAIRS" "$DEPS" "$THIS" <<'PY' 2>&1 | tee "$OUT/analyze-10m.md"
 import os, shutil, subprocess, sys, tempfile
-base, pairs, deps = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+base, pairs, deps, this = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 
 def once(tree):
     d = tempfile.mkdtemp(dir="/tmp")
     run = os.path.join(d, "run")
     shutil.copytree("/tmp/a10m", run, ignore=shutil.ignore_patterns("analysis", "analysis-summary.json"))
     env = dict(os.environ, PYTHONPATH=f"{tree}:{deps}")
-    p = subprocess.Popen([sys.executable, "-m", "profiler", "analyze", run], env=env,
+    p = subprocess.Popen([sys.executable, "-m", "profiler", "analyze", run], env=env, cwd=tree,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(p.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, p.stderr.read().decode()[-2000:]
@@ -49,7 +51,7 @@ print("| pair (load) | base user / sys / CPU s | this user / sys / CPU s | base 
 print("| --- | --- | --- | --- | --- |")
 for i in range(pairs):
     load = open("/proc/loadavg").read().split()[0]
-    b, n = once(base), once(".")
+    b, n = once(base), once(this)
     print(f"| {i + 1} ({load}) | {b[0]:.2f} / {b[1]:.2f} / {b[0] + b[1]:.2f} | {n[0]:.2f} / {n[1]:.2f} / "
           f"{n[0] + n[1]:.2f} | {b[2] / 1024:.0f} | {n[2] / 1024:.0f} |", flush=True)
 PY
