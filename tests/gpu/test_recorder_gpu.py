@@ -228,7 +228,13 @@ def test_calibrate_measures_this_gpu(exts, tmp_path):
     assert 1 <= cal.globaltimer_step_ns <= 1000 and 0.5 < cal.sm_ghz < 3.0
     assert 0 < cal.clock64_read_cycles < 100 and 0 < cal.globaltimer_read_cycles < 100
     assert 0 <= cal.anchor_skew_ns < cal.globaltimer_step_ns
-    assert cal.alignment_ns < 1000 and cal.sm_drift_ppm < 1000
+    assert cal.alignment_ns < 1000
+    # The SMs' rate spread is the GPU's, not the measurement's: an H100 measured SMs 2, 3, 50 and 51
+    # (two TPCs) at 1.97692 GHz against 1.98, 1,550 ppm, each SM's anchors on its line within 73 ns
+    # (benchmarks/results/gpu_tests_1xH100_8422fb6.log; 1,000+ ppm twice in three runs): a steady slower
+    # clock, which the decoder converts per SM. The bound catches a broken measurement (a unit or
+    # sign error is off by orders of magnitude), not that spread.
+    assert 0 <= cal.sm_drift_ppm < 10_000
 
 
 def test_host_gpu_pairs():
