@@ -28,7 +28,7 @@ The same module makes the solver's input (issue 31: whatif.WhatIfInput.from_grap
 `epscope analyze` at 10 M events): retime._prepare's arrays (`prepare`: a pass over the points, one
 over the targets, a radix sort for their time order in place of np.lexsort), whatif's segments
 (`segments`) and int32 narrowing in one pass (`narrow32`; for retime_input the fill writes the arrays it
-would narrow as int32 at once, `_fill32`), and RetimeInput.solve's offsets
+would narrow as int32 at once, `_fill` with int32's bounds), and RetimeInput.solve's offsets
 (`offsets`: a merge with the shortened points, not five searchsorted and a dozen array passes).
 Each returns exactly the arrays its numpy code does (values and dtypes: the what-if inputs are stored
 and compared byte for byte), or None where an input is outside what it handles, and the numpy code
@@ -235,62 +235,16 @@ def _mark(lane_first, bw_end_pt, prev_first_pt, d, src, fl, S, kx):
 
 
 def _fill(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_grp, prev_lat,
-          tgt, t, first, fixed, own_off, has_src, src_pt, ks, src_off, occ_of_t, lat_bw, grp_of_t, lat_pf, St):
+          tgt, t, first, fixed, own_off, has_src, src_pt, ks, src_off, occ_of_t, lat_bw, grp_of_t, lat_pf, St, lo, hi):
     """retime._prepare's per-target arrays (the numpy expressions there, one target at a time), from
-    _mark's fl, S and kx. St: scratch (a target's S, read by its dependants' offsets)."""
+    _mark's fl, S and kx. St: scratch (a target's S, read by its dependants' offsets). The index,
+    offset and latency arrays are written in their own width, every value checked against [lo, hi]:
+    int64's bounds, or int32's where retime.retime_input would narrow them (then they are not
+    written int64 and narrowed in a pass each: 9 ms of a 2.5 M-event chunk's 60 ms what-if input).
+    Returns the targets, or -1 where a value falls outside [lo, hi] (the int64 fill and the
+    narrowing run then: retime._narrow keeps such an array int64)."""
     P = fl.shape[0]
-    i = 0
-    for p in range(P):
-        f = fl[p]
-        if not f & 8:
-            continue
-        tgt[i] = p
-        t[i] = pt_t[p]
-        St[i] = S[p]
-        isf = (f & 1) != 0
-        first[i] = isf
-        own_off[i] = 0 if isf else S[p] - St[i - 1 if i > 0 else 0]
-        sp = src[p]
-        hs = sp >= 0 and not f & 2          # departures use the occurrence maximum instead
-        has_src[i] = hs
-        src_pt[i] = sp if hs else 0
-        src_off[i] = lat[p]                 # the latency, until the source's offset is added below
-        fixed[i] = isf and sp < 0 and not f & 4
-        occ_of_t[i] = -1
-        lat_bw[i] = 0
-        grp_of_t[i] = -1
-        lat_pf[i] = 0
-        i += 1
-    for i in range(tgt.shape[0]):          # every target known: a source's may lie after its own
-        if has_src[i]:
-            sp = src_pt[i]
-            k = kx[sp]
-            ks[i] = k
-            src_off[i] += S[sp] - St[max(k, 0)]
-        else:
-            ks[i] = -1
-            src_off[i] = 0
-    for j in range(bw_end_pt.shape[0]):    # in order: a repeated point keeps the last (numpy's assignment)
-        q = kx[bw_end_pt[j]]
-        occ_of_t[q] = bw_occ[j]
-        lat_bw[q] = lat[bw_end_pt[j]]
-    for j in range(prev_first_pt.shape[0]):
-        q = kx[prev_first_pt[j]]
-        grp_of_t[q] = prev_grp[j]
-        lat_pf[q] = prev_lat[j]
-    return i
-
-
-def _fill32(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_grp, prev_lat,
-            tgt, t, first, fixed, own_off, has_src, src_pt, ks, src_off, occ_of_t, lat_bw, grp_of_t, lat_pf, St):
-    """_fill with its index, offset and latency arrays written int32 (t stays int64), as
-    retime.retime_input narrows them: they are not written int64 and then narrowed in a pass each
-    (9 ms of a 2.5 M-event chunk's 60 ms what-if input). Returns the targets, or -1 where a value
-    does not fit int32 (then _fill and the narrowing run: retime._narrow keeps such an array int64)."""
-    lo = np.int64(-2**31)
-    hi = np.int64(2**31)
-    P = fl.shape[0]
-    if P >= hi:
+    if P > hi:
         return -1
     i = 0
     for p in range(P):
@@ -304,7 +258,7 @@ def _fill32(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_gr
         isf = (f & 1) != 0
         first[i] = isf
         x = np.int64(0) if isf else s - St[i - 1 if i > 0 else 0]
-        if x < lo or x >= hi:
+        if x < lo or x > hi:
             return -1
         own_off[i] = x
         sp = src[p]
@@ -323,7 +277,7 @@ def _fill32(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_gr
             k = kx[sp]
             ks[i] = k
             x = lat[tgt[i]] + (S[sp] - St[max(k, 0)])
-            if x < lo or x >= hi:
+            if x < lo or x > hi:
                 return -1
             src_off[i] = x
         else:
@@ -332,14 +286,14 @@ def _fill32(fl, S, kx, src, lat, pt_t, bw_end_pt, bw_occ, prev_first_pt, prev_gr
     for j in range(bw_end_pt.shape[0]):    # in order: a repeated point keeps the last (numpy's assignment)
         q = kx[bw_end_pt[j]]
         x, y = bw_occ[j], lat[bw_end_pt[j]]
-        if x < lo or x >= hi or y < lo or y >= hi:
+        if x < lo or x > hi or y < lo or y > hi:
             return -1
         occ_of_t[q] = x
         lat_bw[q] = y
     for j in range(prev_first_pt.shape[0]):
         q = kx[prev_first_pt[j]]
         x, y = prev_grp[j], prev_lat[j]
-        if x < lo or x >= hi or y < lo or y >= hi:
+        if x < lo or x > hi or y < lo or y > hi:
             return -1
         grp_of_t[q] = x
         lat_pf[q] = y
@@ -516,11 +470,12 @@ for _dt, _sfx in ((np.dtype(np.int32), "int32"), (np.dtype(np.int64), "int64")):
     _X = _A(_dt.name)
     _EXPORTS["mark_" + _sfx] = (_mark, f"int64({_I}, {_I}, {_I}, {_I}, {_X}, {_A('uint8')}, {_I}, {_I})")
     _EXPORTS["fill_" + _sfx] = (_fill, "int64(" + ", ".join(
-        [_A("uint8"), _I, _I, _X, _I, _I, _I, _I, _I, _I, _I, _I, _I, _B, _B, _I, _B, _I, _I, _I, _I, _I, _I, _I, _I])
-        + ")")
+        [_A("uint8"), _I, _I, _X, _I, _I, _I, _I, _I, _I, _I, _I, _I, _B, _B, _I, _B, _I, _I, _I, _I, _I, _I, _I, _I,
+         "int64", "int64"]) + ")")
 _J = _A("int32")
-_EXPORTS["fill32_int32"] = (_fill32, "int64(" + ", ".join(
-    [_A("uint8"), _I, _I, _J, _I, _I, _I, _I, _I, _I, _I, _J, _I, _B, _B, _J, _B, _J, _J, _J, _J, _J, _J, _J, _I]) + ")")
+_EXPORTS["fill32_int32"] = (_fill, "int64(" + ", ".join(
+    [_A("uint8"), _I, _I, _J, _I, _I, _I, _I, _I, _I, _I, _J, _I, _B, _B, _J, _B, _J, _J, _J, _J, _J, _J, _J, _I,
+     "int64", "int64"]) + ")")
 _EXPORTS["narrow32"] = (_narrow32, f"int64({_I}, {_A('int32')})")
 _EXPORTS["segments"] = (_segments, "int64(" + ", ".join(
     [_I, _A("int8"), _A("int32"), _I, _I, _B, _A("uint8")] + [_A("int32")] * 4) + ")")
@@ -626,7 +581,7 @@ def prepare(g, d: np.ndarray, out_pt: np.ndarray, narrow: bool = False):
     same dtypes and values as its numpy code), the target at or before each point and the prefix
     sums; None where the compiled loops cannot run them as numpy would (an index outside its array,
     arrays of unequal lengths, an unexpected dtype): the numpy code then runs. narrow: the per-target
-    arrays that retime._narrow would make int32 are made int32 where all of them fit (_fill32; a
+    arrays that retime._narrow would make int32 are made int32 where all of them fit (_fill at int32's bounds; a
     graph whose `src` is int32), for retime.retime_input (which narrows the rest)."""
     P = int(g.n_points)
     src = g.src
@@ -663,11 +618,14 @@ def prepare(g, d: np.ndarray, out_pt: np.ndarray, narrow: bool = False):
 
 _FILLED = ("tgt", "t", "first", "fixed", "own_off", "has_src", "src_pt", "ks", "src_off", "occ_of_t", "lat_bw",
            "grp_of_t", "lat_pf")
-_NARROWED = ("tgt", "own_off", "src_pt", "ks", "src_off", "occ_of_t", "lat_bw", "grp_of_t", "lat_pf")   # by _fill32
+_NARROWED = ("tgt", "own_off", "src_pt", "ks", "src_off", "occ_of_t", "lat_bw", "grp_of_t", "lat_pf")   # fill32_int32's
+_BOUNDS32 = (np.int64(-2**31), np.int64(2**31 - 1))   # _fill's [lo, hi]: the values an int32 array holds
+_BOUNDS64 = (np.int64(-2**63), np.int64(2**63 - 1))   # every int64: no check can fail
 
 
 def _filled(c, sfx: str, narrow: bool, nt: int, args: tuple) -> dict:
-    """_fill's (or, narrow and an int32 `src`, _fill32's) per-target arrays by name, and `order`
+    """_fill's per-target arrays by name (narrow and an int32 `src`: int32 ones where every value
+    fits), and `order`
     (unfilled). args: _mark's fl, S, kx and the graph's arrays _fill reads."""
     def arrays(narrowed):
         a = {k: np.empty(nt, np.bool_ if k in ("first", "fixed", "has_src") else
@@ -675,11 +633,11 @@ def _filled(c, sfx: str, narrow: bool, nt: int, args: tuple) -> dict:
         return a, [a[k] for k in _FILLED]
     if narrow and sfx == "int32":
         a, out = arrays(_NARROWED)
-        if int(c.get("fill32_int32")(*args, *out, np.empty(nt, np.int64))) >= 0:
+        if int(c.get("fill32_int32")(*args, *out, np.empty(nt, np.int64), *_BOUNDS32)) >= 0:
             a["order"] = np.empty(nt, np.int64)
             return a
     a, out = arrays(())
-    c.get("fill_" + sfx)(*args, *out, np.empty(nt, np.int64))
+    c.get("fill_" + sfx)(*args, *out, np.empty(nt, np.int64), *_BOUNDS64)
     a["order"] = np.empty(nt, np.int64)
     return a
 
